@@ -1,0 +1,48 @@
+// Buffer: owning, 256-byte aligned memory on the host or on a CUDA device.
+//
+// Invariants: data() is nullptr iff bytes() == 0; data() is a multiple of kBufferAlignment;
+// moving leaves the source empty; the destructor frees on the device that allocated.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "tessera/core/device.h"
+
+namespace tessera {
+
+inline constexpr std::size_t kBufferAlignment = 256;
+
+class Buffer {
+ public:
+  Buffer() = default;
+  // Allocates `bytes` on `device`; contents are uninitialized. Throws kOutOfMemory / kNoDevice.
+  Buffer(std::size_t bytes, Device device = Device::cpu());
+  ~Buffer();
+  Buffer(Buffer&& other) noexcept;
+  Buffer& operator=(Buffer&& other) noexcept;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  void* data() const { return data_; }
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
+  std::size_t bytes() const { return bytes_; }
+  Device device() const { return device_; }
+  bool empty() const { return bytes_ == 0; }
+  // Sets every byte to `value` (synchronously on the device).
+  void fill_bytes(int value);
+
+ private:
+  void release() noexcept;
+  void* data_ = nullptr;
+  std::size_t bytes_ = 0;
+  Device device_{};
+};
+
+// Copies `bytes` between any two devices (cpu/cuda); synchronous.
+void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, std::size_t bytes);
+
+}  // namespace tessera

@@ -1,0 +1,64 @@
+// The one dispatch header: each function turns a run-time value into a compile-time type or
+// constant and calls `f` with a tag. The default case names the value received and those accepted.
+#pragma once
+
+#include <type_traits>
+
+#include "tessera/core/device.h"
+#include "tessera/core/dtype.h"
+#include "tessera/core/status.h"
+#include "tessera/formats/half.h"
+
+namespace tessera {
+
+template <class T>
+struct TypeTag {
+  using type = T;
+};
+
+// float32 / bfloat16 / float16 → TypeTag<float | bf16 | fp16>.
+template <class F>
+decltype(auto) dispatch_float_input(DType dt, const char* arg, F&& f) {
+  switch (dt) {
+    case DType::kFloat32: return f(TypeTag<float>{});
+    case DType::kBFloat16: return f(TypeTag<bf16>{});
+    case DType::kFloat16: return f(TypeTag<fp16>{});
+    default:
+      TESSERA_FAIL(Status::kDTypeMismatch, arg, ": dtype ", dtype_name(dt),
+                   " is not accepted; expected float32, bfloat16 or float16");
+  }
+}
+
+// Quantized element types → std::integral_constant<DType, ...>.
+template <class F>
+decltype(auto) dispatch_quantized_dtype(DType dt, const char* arg, F&& f) {
+  switch (dt) {
+    case DType::kFloat8E4M3: return f(std::integral_constant<DType, DType::kFloat8E4M3>{});
+    case DType::kFloat8E5M2: return f(std::integral_constant<DType, DType::kFloat8E5M2>{});
+    case DType::kFloat8E8M0: return f(std::integral_constant<DType, DType::kFloat8E8M0>{});
+    case DType::kFloat4E2M1: return f(std::integral_constant<DType, DType::kFloat4E2M1>{});
+    default:
+      TESSERA_FAIL(Status::kDTypeMismatch, arg, ": dtype ", dtype_name(dt),
+                   " is not accepted; expected e4m3, e5m2, e8m0 or e2m1");
+  }
+}
+
+// int32 / int64 → TypeTag<int32_t | int64_t>.
+template <class F>
+decltype(auto) dispatch_index_dtype(DType dt, const char* arg, F&& f) {
+  switch (dt) {
+    case DType::kInt32: return f(TypeTag<int32_t>{});
+    case DType::kInt64: return f(TypeTag<int64_t>{});
+    default:
+      TESSERA_FAIL(Status::kDTypeMismatch, arg, ": dtype ", dtype_name(dt),
+                   " is not accepted; expected int32 or int64");
+  }
+}
+
+// Backend chosen by the device of the operands.
+enum class Backend : int { kReference = 0, kCPU = 1, kCUDA = 2 };
+const char* backend_name(Backend b) noexcept;
+
+inline Backend backend_for(Device d) { return d.is_cuda() ? Backend::kCUDA : Backend::kCPU; }
+
+}  // namespace tessera

@@ -1,0 +1,71 @@
+// DLPack plumbing between nb::ndarray (NumPy, PyTorch, CuPy, JAX) and tessera::TensorView.
+#include <string>
+
+#include "bindings.h"
+#include "tessera/core/status.h"
+
+namespace tessera::python {
+
+DType array_dtype(const AnyArray& a, const char* arg) {
+  const nb::dlpack::dtype t = a.dtype();
+  const auto code = static_cast<nb::dlpack::dtype_code>(t.code);
+  if (t.lanes == 1) {
+    if (code == nb::dlpack::dtype_code::Float && t.bits == 32) return DType::kFloat32;
+    if (code == nb::dlpack::dtype_code::Float && t.bits == 64) return DType::kFloat64;
+    if (code == nb::dlpack::dtype_code::Float && t.bits == 16) return DType::kFloat16;
+    if (code == nb::dlpack::dtype_code::Bfloat && t.bits == 16) return DType::kBFloat16;
+    if (code == nb::dlpack::dtype_code::UInt && t.bits == 8) return DType::kUInt8;
+    if (code == nb::dlpack::dtype_code::Int && t.bits == 32) return DType::kInt32;
+    if (code == nb::dlpack::dtype_code::Int && t.bits == 64) return DType::kInt64;
+  }
+  TESSERA_FAIL(Status::kDTypeMismatch, arg, ": array element type (DLPack code ",
+               static_cast<int>(t.code), ", ", static_cast<int>(t.bits),
+               " bits) is not accepted; expected float32, float16, bfloat16, uint8, int32 or "
+               "int64");
+}
+
+TensorView view_of(const AnyArray& a, DType dtype, const char* arg) {
+  TESSERA_CHECK(a.ndim() <= static_cast<size_t>(kMaxDims), arg, ": ", a.ndim(),
+                "-D arrays are not accepted; at most ", kMaxDims, " dimensions");
+  int64_t shape[kMaxDims];
+  for (size_t i = 0; i < a.ndim(); ++i) shape[i] = static_cast<int64_t>(a.shape(i));
+  Device dev = Device::cpu();
+  if (a.device_type() == nb::device::cuda::value) {
+    dev = Device::cuda(a.device_id());
+  } else {
+    TESSERA_CHECK(a.device_type() == nb::device::cpu::value, arg,
+                  ": arrays must live on the CPU or a CUDA device (DLPack device type ",
+                  a.device_type(), ")");
+  }
+  return TensorView::contiguous(const_cast<void*>(a.data()), dtype, shape,
+                                static_cast<int>(a.ndim()), dev);
+}
+
+nb::dlpack::dtype raw_uint(int bits) {
+  nb::dlpack::dtype t{};
+  t.code = static_cast<uint8_t>(nb::dlpack::dtype_code::UInt);
+  t.bits = static_cast<uint8_t>(bits);
+  t.lanes = 1;
+  return t;
+}
+
+nb::dlpack::dtype raw_float32() {
+  nb::dlpack::dtype t{};
+  t.code = static_cast<uint8_t>(nb::dlpack::dtype_code::Float);
+  t.bits = 32;
+  t.lanes = 1;
+  return t;
+}
+
+nb::object new_numpy(const std::vector<int64_t>& shape, nb::dlpack::dtype raw, void** data) {
+  size_t numel = 1;
+  for (int64_t s : shape) numel *= static_cast<size_t>(s);
+  auto* buffer = new Buffer(numel * raw.bits / 8);
+  nb::capsule owner(buffer, [](void* p) noexcept { delete static_cast<Buffer*>(p); });
+  std::vector<size_t> ushape(shape.begin(), shape.end());
+  nb::ndarray<nb::numpy> arr(buffer->data(), ushape.size(), ushape.data(), owner, nullptr, raw);
+  *data = buffer->data();
+  return arr.cast();
+}
+
+}  // namespace tessera::python

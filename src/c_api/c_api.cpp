@@ -1,0 +1,78 @@
+// C API: version, status strings, last error, bulk encode/decode.
+#include "tessera/c_api.h"
+
+#include "c_api/c_api_guard.h"
+#include "tessera/core/tensor_view.h"
+#include "tessera/formats/convert.h"
+
+namespace tessera::c_api {
+namespace {
+thread_local std::string g_last_error;
+
+DType to_dtype(tessera_dtype d, const char* arg) {
+  const int v = static_cast<int>(d);
+  TESSERA_CHECK(v >= 0 && v < kNumDTypes, arg, ": dtype value ", v, " is not a tessera_dtype");
+  return static_cast<DType>(v);
+}
+
+Device to_device(tessera_device d) {
+  TESSERA_CHECK(d.device_type == 0 || d.device_type == 1, "device: device_type ", d.device_type,
+                " must be 0 (CPU) or 1 (CUDA)");
+  TESSERA_CHECK(d.device_index >= 0, "device: device_index ", d.device_index, " is negative");
+  return d.device_type == 0 ? Device::cpu() : Device::cuda(d.device_index);
+}
+
+TensorView flat(const void* p, DType dt, int64_t numel, Device dev, const char* arg) {
+  TESSERA_CHECK(numel >= 0, "numel ", numel, " is negative");
+  TESSERA_CHECK(p != nullptr || numel == 0, arg, " is NULL");
+  return TensorView::contiguous(const_cast<void*>(p), dt, {numel}, dev);
+}
+}  // namespace
+
+void set_last_error(std::string message) noexcept {
+  try {
+    g_last_error = std::move(message);
+  } catch (...) {
+    g_last_error.clear();
+  }
+}
+void clear_last_error() noexcept { g_last_error.clear(); }
+
+}  // namespace tessera::c_api
+
+using tessera::c_api::guard;
+
+extern "C" {
+
+const char* tessera_version(void) { return TESSERA_VERSION_STRING; }
+
+const char* tessera_status_string(tessera_status status) {
+  return tessera::status_string(static_cast<tessera::Status>(status));
+}
+
+const char* tessera_last_error(void) { return tessera::c_api::g_last_error.c_str(); }
+
+tessera_status tessera_encode(const void* src, tessera_dtype src_dtype, void* dst,
+                              tessera_dtype dst_dtype, int64_t numel, tessera_device device,
+                              void* stream) {
+  return guard([&] {
+    using namespace tessera::c_api;
+    const tessera::Device dev = to_device(device);
+    tessera::encode(flat(src, to_dtype(src_dtype, "src_dtype"), numel, dev, "src"),
+                    flat(dst, to_dtype(dst_dtype, "dst_dtype"), numel, dev, "dst"),
+                    tessera::Stream{stream});
+  });
+}
+
+tessera_status tessera_decode(const void* src, tessera_dtype src_dtype, float* dst, int64_t numel,
+                              tessera_device device, void* stream) {
+  return guard([&] {
+    using namespace tessera::c_api;
+    const tessera::Device dev = to_device(device);
+    tessera::decode(flat(src, to_dtype(src_dtype, "src_dtype"), numel, dev, "src"),
+                    flat(dst, tessera::DType::kFloat32, numel, dev, "dst"),
+                    tessera::Stream{stream});
+  });
+}
+
+}  // extern "C"

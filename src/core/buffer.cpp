@@ -1,0 +1,114 @@
+// Owning aligned buffers on the host or a CUDA device.
+#include "tessera/core/buffer.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "tessera/core/status.h"
+
+#if defined(TESSERA_WITH_CUDA)
+#include "tessera/core/cuda_check.h"
+#endif
+
+namespace tessera {
+namespace {
+
+void require_cuda_device(Device d) {
+  TESSERA_CHECK_STATUS(cuda_compiled(), Status::kNoDevice,
+                       "device ", to_string(d), " requested but tessera was built without CUDA");
+  const int count = cuda_device_count();
+  TESSERA_CHECK_STATUS(d.index < count, Status::kNoDevice, "device ", to_string(d),
+                       " requested but ", count, " CUDA device(s) are visible");
+}
+
+}  // namespace
+
+Buffer::Buffer(std::size_t bytes, Device device) : bytes_(bytes), device_(device) {
+  if (bytes == 0) return;
+  if (device.is_cpu()) {
+    const std::size_t rounded = (bytes + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
+    data_ = std::aligned_alloc(kBufferAlignment, rounded);
+    if (data_ == nullptr) {
+      bytes_ = 0;
+      TESSERA_FAIL(Status::kOutOfMemory, "host allocation of ", bytes, " bytes failed");
+    }
+    return;
+  }
+  require_cuda_device(device);
+#if defined(TESSERA_WITH_CUDA)
+  int previous = 0;
+  TESSERA_CUDA_CHECK(cudaGetDevice(&previous));
+  TESSERA_CUDA_CHECK(cudaSetDevice(device.index));
+  const cudaError_t err = cudaMalloc(&data_, bytes);  // cudaMalloc aligns to >= 256 bytes
+  (void)cudaSetDevice(previous);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    data_ = nullptr;
+    bytes_ = 0;
+    TESSERA_FAIL(Status::kOutOfMemory, "cudaMalloc of ", bytes, " bytes on ", to_string(device),
+                 " failed: ", cudaGetErrorString(err));
+  }
+#endif
+}
+
+void Buffer::release() noexcept {
+  if (data_ == nullptr) return;
+  if (device_.is_cpu()) {
+    std::free(data_);
+  } else {
+#if defined(TESSERA_WITH_CUDA)
+    (void)cudaFree(data_);
+#endif
+  }
+  data_ = nullptr;
+  bytes_ = 0;
+}
+
+Buffer::~Buffer() { release(); }
+
+Buffer::Buffer(Buffer&& other) noexcept
+    : data_(other.data_), bytes_(other.bytes_), device_(other.device_) {
+  other.data_ = nullptr;
+  other.bytes_ = 0;
+}
+
+Buffer& Buffer::operator=(Buffer&& other) noexcept {
+  if (this != &other) {
+    release();
+    data_ = other.data_;
+    bytes_ = other.bytes_;
+    device_ = other.device_;
+    other.data_ = nullptr;
+    other.bytes_ = 0;
+  }
+  return *this;
+}
+
+void Buffer::fill_bytes(int value) {
+  if (bytes_ == 0) return;
+  if (device_.is_cpu()) {
+    std::memset(data_, value, bytes_);
+    return;
+  }
+#if defined(TESSERA_WITH_CUDA)
+  TESSERA_CUDA_CHECK(cudaMemset(data_, value, bytes_));
+#endif
+}
+
+void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device,
+                std::size_t bytes) {
+  if (bytes == 0) return;
+  TESSERA_CHECK(dst != nullptr && src != nullptr, "copy_bytes: null pointer for ", bytes,
+                " bytes");
+  if (dst_device.is_cpu() && src_device.is_cpu()) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+  require_cuda_device(dst_device.is_cuda() ? dst_device : src_device);
+#if defined(TESSERA_WITH_CUDA)
+  TESSERA_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+#endif
+}
+
+}  // namespace tessera

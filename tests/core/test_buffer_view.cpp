@@ -1,0 +1,83 @@
+// Buffer ownership/alignment and TensorView queries and checks.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <utility>
+
+#include "tessera/core/buffer.h"
+#include "tessera/core/status.h"
+#include "tessera/core/tensor_view.h"
+
+namespace tessera {
+namespace {
+
+TEST(Buffer, HostBuffersAreAlignedAndMovable) {
+  for (std::size_t bytes : {1u, 255u, 256u, 1000u, 1u << 20}) {
+    Buffer b(bytes);
+    ASSERT_NE(b.data(), nullptr);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(b.data()) % kBufferAlignment, 0u);
+    b.fill_bytes(0xAB);
+    EXPECT_EQ(b.as<uint8_t>()[bytes - 1], 0xAB);
+    Buffer moved = std::move(b);
+    EXPECT_EQ(b.data(), nullptr);
+    EXPECT_EQ(b.bytes(), 0u);
+    EXPECT_EQ(moved.bytes(), bytes);
+  }
+  Buffer empty(0);
+  EXPECT_EQ(empty.data(), nullptr);
+}
+
+TEST(Buffer, CudaWithoutADeviceIsAClearError) {
+  if (cuda_device_count() > 0) GTEST_SKIP() << "a CUDA device is present";
+  try {
+    Buffer b(16, Device::cuda(0));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::kNoDevice);
+  }
+}
+
+TEST(Buffer, CopyBytesRoundTripsThroughTheDevice) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  Buffer host(1024), back(1024), dev(1024, Device::cuda(0));
+  for (int i = 0; i < 1024; ++i) host.as<uint8_t>()[i] = static_cast<uint8_t>(i * 7);
+  copy_bytes(dev.data(), dev.device(), host.data(), host.device(), 1024);
+  copy_bytes(back.data(), back.device(), dev.data(), dev.device(), 1024);
+  for (int i = 0; i < 1024; ++i) ASSERT_EQ(back.as<uint8_t>()[i], static_cast<uint8_t>(i * 7));
+}
+
+TEST(TensorView, ContiguousShapesAndStrides) {
+  float data[24];
+  auto v = TensorView::contiguous(data, DType::kFloat32, {2, 3, 4});
+  EXPECT_EQ(v.numel(), 24);
+  EXPECT_EQ(v.strides[0], 12);
+  EXPECT_EQ(v.strides[2], 1);
+  EXPECT_EQ(v.size(-1), 4);
+  EXPECT_TRUE(v.is_contiguous());
+  EXPECT_EQ(v.to_string(), "float32[2, 3, 4] cpu");
+  v.strides[0] = 13;
+  EXPECT_FALSE(v.is_contiguous());
+  EXPECT_THROW(v.size(3), Error);
+  EXPECT_THROW(TensorView::contiguous(data, DType::kFloat32, {-1}), Error);
+}
+
+TEST(TensorView, CheckViewNamesTheArgument) {
+  float data[4];
+  auto v = TensorView::contiguous(data, DType::kFloat32, {4});
+  EXPECT_NO_THROW(check_view(v, "x", {DType::kFloat32}));
+  try {
+    check_view(v, "weight", {DType::kBFloat16, DType::kFloat16});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::kDTypeMismatch);
+    EXPECT_NE(std::string(e.what()).find("weight"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("bfloat16, float16"), std::string::npos);
+  }
+  auto null_view = TensorView::contiguous(nullptr, DType::kFloat32, {4});
+  EXPECT_THROW(check_view(null_view, "x"), Error);
+  auto empty_view = TensorView::contiguous(nullptr, DType::kFloat32, {0});
+  EXPECT_NO_THROW(check_view(empty_view, "x"));
+}
+
+}  // namespace
+}  // namespace tessera

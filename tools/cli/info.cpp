@@ -1,0 +1,53 @@
+// `tessera info`: the format table, build options and the CUDA devices found.
+#include <cstdio>
+
+#include "commands.h"
+#include "tessera/tessera.h"
+
+#if defined(TESSERA_WITH_CUDA)
+#include <cuda_runtime_api.h>
+#endif
+
+namespace tessera::cli {
+
+namespace {
+
+void print_devices() {
+  const int n = cuda_device_count();
+  std::printf("CUDA devices: %d\n", n);
+#if defined(TESSERA_WITH_CUDA)
+  for (int i = 0; i < n; ++i) {
+    cudaDeviceProp p{};
+    if (cudaGetDeviceProperties(&p, i) != cudaSuccess) continue;
+    std::printf("  cuda:%d  %s  sm_%d%d  %d SMs  %.1f GiB  L2 %.0f MiB\n", i, p.name, p.major,
+                p.minor, p.multiProcessorCount, p.totalGlobalMem / 1073741824.0,
+                p.l2CacheSize / 1048576.0);
+  }
+#endif
+}
+
+}  // namespace
+
+int run_info(const Args& args) {
+  if (!args.empty()) {
+    std::printf("usage: tessera info\n  Prints the element format table, build options and the "
+                "CUDA devices found.\n");
+    return args[0] == "--help" || args[0] == "-h" ? 0 : 2;
+  }
+  std::printf("tessera %s\n", TESSERA_VERSION_STRING);
+  std::printf("build: CUDA backend %s, C++%ld, OpenMP on\n", cuda_compiled() ? "on" : "off",
+              __cplusplus / 100 % 100);
+  print_devices();
+  std::printf("\n%-9s %-15s %4s %3s %3s %5s %14s %14s %14s %4s %4s\n", "format", "ml_dtypes",
+              "bits", "exp", "man", "bias", "max finite", "min normal", "min subnormal", "inf",
+              "nan");
+  for (const FormatInfo& f : format_table()) {
+    std::printf("%-9s %-15s %4d %3d %3d %5d %14.6g %14.6g %14.6g %4s %4s\n", f.name,
+                f.ml_dtypes_name, f.bits, f.exponent_bits, f.mantissa_bits, f.exponent_bias,
+                f.max_finite, f.min_normal, f.min_subnormal, f.has_inf ? "yes" : "no",
+                f.has_nan ? "yes" : "no");
+  }
+  return 0;
+}
+
+}  // namespace tessera::cli

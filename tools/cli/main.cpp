@@ -1,0 +1,47 @@
+// Entry point of the `tessera` program: dispatches to a subcommand, turns errors into messages.
+#include <cstdio>
+#include <exception>
+#include <string_view>
+
+#include "commands.h"
+
+namespace {
+
+struct Command {
+  std::string_view name;
+  std::string_view summary;
+  int (*run)(const tessera::cli::Args&);
+};
+
+constexpr Command kCommands[] = {
+    {"info", "print the format table, build options and CUDA devices", tessera::cli::run_info},
+};
+
+int usage(std::FILE* out) {
+  std::fprintf(out, "usage: tessera <command> [options]\n\ncommands:\n");
+  for (const Command& c : kCommands) {
+    std::fprintf(out, "  %-8.*s %.*s\n", static_cast<int>(c.name.size()), c.name.data(),
+                 static_cast<int>(c.summary.size()), c.summary.data());
+  }
+  std::fprintf(out, "\n`tessera <command> --help` describes a command's options.\n");
+  return out == stdout ? 0 : 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) return usage(stderr);
+  const std::string_view name = argv[1];
+  if (name == "-h" || name == "--help" || name == "help") return usage(stdout);
+  for (const Command& c : kCommands) {
+    if (c.name != name) continue;
+    try {
+      return c.run(tessera::cli::Args(argv + 2, argv + argc));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "tessera %s: %s\n", argv[1], e.what());
+      return 1;
+    }
+  }
+  std::fprintf(stderr, "tessera: unknown command '%s'\n\n", argv[1]);
+  return usage(stderr);
+}
