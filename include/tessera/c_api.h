@@ -43,6 +43,9 @@ typedef enum tessera_dtype {
   TESSERA_DTYPE_FLOAT64 = 10
 } tessera_dtype;
 
+/* Enum-typed arguments are passed as int32_t holding an enum value, so that a value the library
+ * does not know is reported as TESSERA_STATUS_INVALID_ARGUMENT rather than being undefined. */
+
 /* Where memory lives: device_type 0 = CPU, 1 = CUDA; device_index = CUDA ordinal. */
 typedef struct tessera_device {
   int32_t device_type;
@@ -52,18 +55,18 @@ typedef struct tessera_device {
 /* Library version "MAJOR.MINOR.PATCH"; never NULL. */
 const char* tessera_version(void);
 /* Name of a status ("invalid argument"); never NULL. */
-const char* tessera_status_string(tessera_status status);
+const char* tessera_status_string(int32_t status);
 /* Message describing the calling thread's last failure ("" if none); never NULL. */
 const char* tessera_last_error(void);
 
 /* Encodes `numel` elements of `src` (float32/bfloat16/float16) into `dst` (e4m3, e5m2, e8m0,
  * e2m1 packed, bfloat16 or float16), round-to-nearest-even with saturation (DESIGN §3).
  * `stream` is a cudaStream_t for CUDA memory (NULL = default stream), ignored on the CPU. */
-tessera_status tessera_encode(const void* src, tessera_dtype src_dtype, void* dst,
-                              tessera_dtype dst_dtype, int64_t numel, tessera_device device,
+tessera_status tessera_encode(const void* src, int32_t src_dtype, void* dst, int32_t dst_dtype,
+                              int64_t numel, tessera_device device,
                               void* stream);
 /* Decodes `numel` elements of `src` into float32 `dst`. */
-tessera_status tessera_decode(const void* src, tessera_dtype src_dtype, float* dst, int64_t numel,
+tessera_status tessera_decode(const void* src, int32_t src_dtype, float* dst, int64_t numel,
                               tessera_device device, void* stream);
 
 #ifdef __cplusplus

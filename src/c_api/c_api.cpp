@@ -9,8 +9,7 @@ namespace tessera::c_api {
 namespace {
 thread_local std::string g_last_error;
 
-DType to_dtype(tessera_dtype d, const char* arg) {
-  const int v = static_cast<int>(d);
+DType to_dtype(int32_t v, const char* arg) {
   TESSERA_CHECK(v >= 0 && v < kNumDTypes, arg, ": dtype value ", v, " is not a tessera_dtype");
   return static_cast<DType>(v);
 }
@@ -46,14 +45,15 @@ extern "C" {
 
 const char* tessera_version(void) { return TESSERA_VERSION_STRING; }
 
-const char* tessera_status_string(tessera_status status) {
+const char* tessera_status_string(int32_t status) {
+  if (status < 0 || status > static_cast<int32_t>(tessera::Status::kInternal)) return "unknown status";
   return tessera::status_string(static_cast<tessera::Status>(status));
 }
 
 const char* tessera_last_error(void) { return tessera::c_api::g_last_error.c_str(); }
 
-tessera_status tessera_encode(const void* src, tessera_dtype src_dtype, void* dst,
-                              tessera_dtype dst_dtype, int64_t numel, tessera_device device,
+tessera_status tessera_encode(const void* src, int32_t src_dtype, void* dst, int32_t dst_dtype,
+                              int64_t numel, tessera_device device,
                               void* stream) {
   return guard([&] {
     using namespace tessera::c_api;
@@ -64,7 +64,7 @@ tessera_status tessera_encode(const void* src, tessera_dtype src_dtype, void* ds
   });
 }
 
-tessera_status tessera_decode(const void* src, tessera_dtype src_dtype, float* dst, int64_t numel,
+tessera_status tessera_decode(const void* src, int32_t src_dtype, float* dst, int64_t numel,
                               tessera_device device, void* stream) {
   return guard([&] {
     using namespace tessera::c_api;

@@ -26,6 +26,7 @@ int main(void) {
   EXPECT(strlen(tessera_version()) >= 5);
   EXPECT(strcmp(tessera_status_string(TESSERA_STATUS_OK), "ok") == 0);
   EXPECT(strcmp(tessera_status_string(TESSERA_STATUS_SHAPE_MISMATCH), "shape mismatch") == 0);
+  EXPECT(strcmp(tessera_status_string(99), "unknown status") == 0);
 
   EXPECT(tessera_encode(x, TESSERA_DTYPE_FLOAT32, codes, TESSERA_DTYPE_E4M3, 6, cpu, NULL) ==
          TESSERA_STATUS_OK);
@@ -39,7 +40,7 @@ int main(void) {
   EXPECT(tessera_encode(NULL, TESSERA_DTYPE_FLOAT32, codes, TESSERA_DTYPE_E4M3, 6, cpu, NULL) ==
          TESSERA_STATUS_INVALID_ARGUMENT);
   EXPECT(strstr(tessera_last_error(), "src") != NULL);
-  EXPECT(tessera_encode(x, (tessera_dtype)42, codes, TESSERA_DTYPE_E4M3, 6, cpu, NULL) ==
+  EXPECT(tessera_encode(x, 42, codes, TESSERA_DTYPE_E4M3, 6, cpu, NULL) ==
          TESSERA_STATUS_INVALID_ARGUMENT);
   EXPECT(strstr(tessera_last_error(), "42") != NULL);
   EXPECT(tessera_encode(x, TESSERA_DTYPE_INT32, codes, TESSERA_DTYPE_E4M3, 6, cpu, NULL) ==
