@@ -1,0 +1,55 @@
+// Quantizer: turns a high-precision (M, K) tensor into a QuantizedTensor per its config, on the
+// backend of the input's device (cpu/ or cuda/), and owns delayed-scaling state. DESIGN §4.
+//
+// Usage rule: quantize() produces the usages config().rowwise/columnwise asks for PLUS every usage
+// the output already has (a re-quantized weight never drops a usage: no stale columnwise copy).
+// Both copies come from the high-precision input in one pass, never one from the other.
+#pragma once
+
+#include <cstdint>
+
+#include "tessera/core/buffer.h"
+#include "tessera/core/stream.h"
+#include "tessera/core/tensor_view.h"
+#include "tessera/quantize/types.h"
+
+namespace tessera {
+
+class Quantizer {
+ public:
+  // Validates the config (element type allowed for the mode, history length > 0, ...); throws a
+  // clear Error naming the field otherwise.
+  explicit Quantizer(const QuantizerConfig& config, Device device = Device::cpu());
+
+  const QuantizerConfig& config() const { return config_; }
+  Device device() const { return device_; }
+  void set_usage(bool rowwise, bool columnwise);
+
+  // An output with the buffers this quantizer's usages need for a (rows, cols) input.
+  QuantizedTensor allocate(int64_t rows, int64_t cols) const;
+
+  // x: (M, K) float32/bfloat16/float16, contiguous, on device(). `out` must have been allocated
+  // for (M, K) with this config's mode/element/layout (buffers of missing usages are added only
+  // through QuantizedTensor::ensure_usage; a view lacking a needed buffer is an error).
+  void quantize(const TensorView& x, QuantizedTensorView& out, Stream stream = {});
+  void quantize(const TensorView& x, QuantizedTensor& out, Stream stream = {});
+
+  // Delayed scaling (config().delayed): the FP32 scale used by the next quantize(), the amax
+  // history (amax_history_len) whose slot 0 the quantize writes, and update(), which computes
+  // the next scale from the history and rolls it (slot 0 cleared). Empty views otherwise.
+  TensorView scale() const;
+  TensorView amax_history() const;
+  void update(Stream stream = {});
+
+ private:
+  QuantizerConfig config_;
+  Device device_;
+  Buffer scale_, amax_history_;
+};
+
+// Dequantizes one usage of `q` into `out`: float32 (M, K) (always the logical orientation, also
+// for a transposed columnwise copy).
+void dequantize(const QuantizedTensorView& q, const TensorView& out, bool columnwise = false,
+                Stream stream = {});
+
+}  // namespace tessera

@@ -1,0 +1,126 @@
+// The quantization data model shared by every layer: scaling modes, quantizer configuration,
+// the storage of a quantized tensor (QuantizedTensorView / QuantizedTensor) and the one function
+// that sizes data and scale buffers (used by the quantizers, GroupedTensor, the GEMM setup and
+// the reference alike). DESIGN §4.
+//
+// Storage contract of a quantized (rows, cols) = (M, K) tensor, K the last (contiguous) dim:
+//   rowwise copy: blocks along K. data (M, K) codes row-major (E2M1: two per byte, each row
+//     starting on a byte: (M, ceil(K/2)) bytes).
+//   columnwise copy: blocks along M. For kTensor, kRowwise, kBlock*, kNVFP4*: stored TRANSPOSED,
+//     i.e. it is the rowwise quantization of xᵀ (K, M) (data (K, M), scales as for (K, M)).
+//     For kMXFP8*: data (M, K) in the rowwise layout, scales per 32x1 column block.
+//   A partial last block (K not a multiple of the block) is quantized over its valid elements.
+//   Scales are scale_inv = 1/scale (what GEMM and dequantize multiply by), see scale_shape().
+#pragma once
+
+#include <cstdint>
+
+#include "tessera/core/buffer.h"
+#include "tessera/core/tensor_view.h"
+
+namespace tessera {
+
+enum class ScalingMode : int {
+  kNone = 0,          // not quantized (FP32 / BF16 / FP16)
+  kTensor = 1,        // FP8, one FP32 scale per tensor (current or delayed scaling)
+  kRowwise = 2,       // FP8, one FP32 scale per row (columnwise usage: per column)
+  kBlock1x128 = 3,    // FP8, FP32 scale per 1x128 block (columnwise: 128x1)
+  kBlock128x128 = 4,  // FP8, FP32 scale per 128x128 tile
+  kMXFP8 = 5,         // E4M3/E5M2, E8M0 scale per 1x32 (columnwise: 32x1)
+  kMXFP8_32x32 = 6,   // weights: one E8M0 per 32x32 tile, stored expanded as kMXFP8 scales
+  kNVFP4 = 7,         // E2M1, E4M3 scale per 1x16 + FP32 global amax
+  kNVFP4_16x16 = 8,   // weights: one E4M3 per 16x16 tile, stored expanded as kNVFP4 scales
+};
+
+const char* scaling_mode_name(ScalingMode m) noexcept;
+
+enum class ScaleLayout : int {
+  kCompact = 0,   // one scale per block, row-major, no padding (FP8 block: see scale_shape)
+  kSwizzled = 1,  // MXFP8/NVFP4 only: padded to (roundup(rows,128), roundup(blocks,4)), 128x4
+                  // tiles tile-major, element (r,c) of a tile at byte (r%32)*16 + (r/32)*4 + c
+};
+
+enum class AmaxHistoryAlgo : int { kMax = 0, kMostRecent = 1 };
+enum class E8M0Rounding : int { kRoundUp = 0 /* TE */, kFloor = 1 /* OCP / torchao default */ };
+
+// Everything that decides the bits a quantizer produces. Plain data; compare with ==.
+struct QuantizerConfig {
+  ScalingMode mode = ScalingMode::kTensor;
+  DType element = DType::kFloat8E4M3;  // E4M3 or E5M2 (FP8 recipes), E2M1 (NVFP4)
+  bool rowwise = true;                 // usages the next quantization produces
+  bool columnwise = false;
+  ScaleLayout scale_layout = ScaleLayout::kCompact;
+  // kTensor: delayed scaling (amax history) instead of current scaling.
+  bool delayed = false;
+  int amax_history_len = 1024;
+  AmaxHistoryAlgo amax_algo = AmaxHistoryAlgo::kMax;
+  int margin = 0;
+  // Current-scaling family (kTensor current, kRowwise, kBlock*): amax' = max(amax, eps).
+  float amax_epsilon = 0.0f;
+  // Power-of-two scales (mantissa cleared, rounding down). Default on for kBlock*, else off.
+  bool power_of_two_scales = false;
+  // kMXFP8*: how the E8M0 exponent is chosen.
+  E8M0Rounding e8m0_rounding = E8M0Rounding::kRoundUp;
+  // kNVFP4*: 16-point random Hadamard transform (applied to the columnwise copy, as TE does for
+  // wgrad operands) and stochastic rounding (Philox, seed + offset; reproducible).
+  bool random_hadamard = false;
+  bool stochastic_rounding = false;
+  uint64_t rng_seed = 0;
+  uint64_t rng_offset = 0;
+
+  friend bool operator==(const QuantizerConfig&, const QuantizerConfig&) = default;
+};
+
+// A 2-D matrix shape (rows, cols) plus its element type.
+struct MatrixShape {
+  int64_t rows = 0;
+  int64_t cols = 0;
+  DType dtype = DType::kFloat32;
+  int64_t numel() const { return rows * cols; }
+  int64_t bytes() const;  // E2M1 rows start on a byte: rows * ceil(cols/2)
+};
+
+// Shape of the data of one usage of a (rows, cols) tensor quantized with `config`.
+MatrixShape data_shape(const QuantizerConfig& config, int64_t rows, int64_t cols, bool columnwise);
+// Shape of the scale_inv matrix of one usage, padding included, in config.scale_layout:
+//   kTensor: (1, 1) FP32.   kRowwise: rowwise (M, 1), columnwise (K, 1) FP32.
+//   kBlock1x128: rowwise (roundup(M,4), ceil(K/128)); columnwise on xᵀ: (roundup(K,4), ceil(M/128)).
+//   kBlock128x128: rowwise (ceil(M/128), roundup(ceil(K/128),4)); columnwise likewise on xᵀ.
+//   kMXFP8*: rowwise (M, ceil(K/32)) E8M0; columnwise (ceil(M/32), K); swizzled: the rowwise
+//     matrix, or the TRANSPOSE (K, ceil(M/32)) of the columnwise one, padded and tiled.
+//   kNVFP4*: rowwise (M, ceil(K/16)) E4M3; columnwise on xᵀ: (K, ceil(M/16)); swizzled padded.
+// Padding entries are written as 0 by the quantizers.
+MatrixShape scale_shape(const QuantizerConfig& config, int64_t rows, int64_t cols, bool columnwise);
+// Byte offset of scale (r, c) of a logical (unpadded) scale matrix in the swizzled layout whose
+// padded width (blocks) is `padded_cols` (a multiple of 4).
+int64_t swizzled_scale_offset(int64_t r, int64_t c, int64_t padded_cols);
+
+// Non-owning views of every buffer a quantized tensor may have. A field whose data is nullptr
+// is absent. Invariant: present fields have exactly the shapes data_shape/scale_shape give.
+struct QuantizedTensorView {
+  QuantizerConfig config;          // the config that produced it (mode, element, layout, ...)
+  int64_t rows = 0, cols = 0;      // logical (M, K) of the high-precision tensor
+  TensorView data, scale_inv;                    // rowwise copy
+  TensorView columnwise_data, columnwise_scale_inv;
+  TensorView amax, columnwise_amax;              // FP32 (1): tensor amax (NVFP4: global amax)
+  Device device{};
+  bool has_rowwise() const { return data.data != nullptr; }
+  bool has_columnwise() const { return columnwise_data.data != nullptr; }
+};
+
+// Owning storage for a QuantizedTensorView: allocates exactly the buffers its usages need.
+class QuantizedTensor {
+ public:
+  QuantizedTensor() = default;
+  QuantizedTensor(const QuantizerConfig& config, int64_t rows, int64_t cols, Device device);
+  const QuantizedTensorView& view() const { return view_; }
+  QuantizedTensorView& view() { return view_; }
+  // Adds the buffers of a usage that is not present yet (never drops one).
+  void ensure_usage(bool rowwise, bool columnwise);
+
+ private:
+  QuantizedTensorView view_;
+  Buffer data_, scale_inv_, columnwise_data_, columnwise_scale_inv_, amax_, columnwise_amax_;
+};
+
+}  // namespace tessera
