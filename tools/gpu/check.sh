@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# The one GPU call: unpack the carried build dependencies, build tessera for sm_90a, run every
+# C++ test (the CUDA ones included), the Python tests, and the GPU benchmarks, then print a short
+# summary table. Logs go to $OUT (the device tool brings them back).
+#
+# On this machine, first: bash tools/gpu/fetch_deps.sh   (downloads the .debs into .gpu-deps/)
+# Then on the device:     run(command="bash tools/gpu/check.sh", carry=[".gpu-deps"])
+# Options (environment): CHECK_TESTS=0 skips tests, CHECK_BENCH=0 skips benchmarks,
+#   CHECK_FILTER=regex limits ctest, BENCH_FILTER=regex limits benchmarks.
+set -uo pipefail
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+cd "$ROOT"
+OUT="${OUT:-/tmp/tessera-out}"
+mkdir -p "$OUT"
+summary=()
+
+# ---- dependencies the device image lacks (GoogleTest, Google Benchmark, OpenBLAS) -----------
+P=/tmp/gpu-deps/usr
+DEPS="${TESSERA_GPU_DEPS:-$ROOT/.gpu-deps}"
+if [ -d "$DEPS/debs" ] && [ ! -d "$P" ]; then
+  mkdir -p /tmp/gpu-deps
+  for f in "$DEPS"/debs/*.deb; do dpkg -x "$f" /tmp/gpu-deps; done
+fi
+LIBDIR="$P/lib/x86_64-linux-gnu"
+export LD_LIBRARY_PATH="$LIBDIR:$LIBDIR/openblas-pthread:${LD_LIBRARY_PATH:-}"
+export PATH="/usr/local/cuda/bin:$PATH"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$OUT/gpu.txt"
+
+# ---- build -------------------------------------------------------------------------------
+t0=$(date +%s)
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
+  -DTESSERA_CUDA=ON -DTESSERA_BUILD_PYTHON=ON -DCMAKE_PREFIX_PATH="$P" \
+  -DBLAS_LIBRARIES="$LIBDIR/openblas-pthread/libopenblas.so" \
+  -DTESSERA_CBLAS_INCLUDE_DIR="$P/include/x86_64-linux-gnu" > "$OUT/configure.log" 2>&1 \
+  || { tail -30 "$OUT/configure.log"; exit 1; }
+cmake --build build-gpu -j "$(nproc)" > "$OUT/build.log" 2>&1 || { grep -B2 -A12 -m3 "error" "$OUT/build.log"; exit 1; }
+summary+=("build: ok in $(( $(date +%s) - t0 )) s")
+
+# ---- tests -------------------------------------------------------------------------------
+if [ "${CHECK_TESTS:-1}" = 1 ]; then
+  ctest --test-dir build-gpu --output-on-failure ${CHECK_FILTER:+-R "$CHECK_FILTER"} > "$OUT/ctest.log" 2>&1
+  grep -E "tests passed|Failed|Skipped|\*\*\*" "$OUT/ctest.log" | head -40
+  summary+=("ctest: $(grep -E 'tests passed' "$OUT/ctest.log")")
+  # Per-test counts of GoogleTest cases run/skipped (CUDA tests skip without a device).
+  for exe in build-gpu/tests/*/test_*; do
+    [ -x "$exe" ] || continue
+    case "$exe" in *.c|*.o) continue;; esac
+    if [ -n "${CHECK_FILTER:-}" ] && ! [[ "$exe" =~ $CHECK_FILTER ]]; then continue; fi
+    r=$("$exe" 2>&1 | grep -E "^\[  (PASSED|FAILED|SKIPPED) " | tr '\n' ' ')
+    summary+=("$(basename "$exe"): $r")
+  done
+  if python3 -c "import ml_dtypes, pytest" 2>/dev/null; then
+    TESSERA_BUILD_DIR="$ROOT/build-gpu" python3 -m pytest -q tests/python > "$OUT/pytest.log" 2>&1
+    summary+=("pytest: $(tail -1 "$OUT/pytest.log")")
+  fi
+fi
+
+# ---- benchmarks ----------------------------------------------------------------------------
+if [ "${CHECK_BENCH:-1}" = 1 ] && [ -d bench/gpu ]; then
+  for b in bench/gpu/*.sh; do
+    [ -f "$b" ] || continue
+    if [ -n "${BENCH_FILTER:-}" ] && ! [[ "$b" =~ $BENCH_FILTER ]]; then continue; fi
+    name=$(basename "$b" .sh)
+    BUILD_DIR="$ROOT/build-gpu" bash "$b" > "$OUT/bench_$name.log" 2>&1
+    summary+=("bench $name: rc=$? (table in bench_$name.log)")
+    tail -40 "$OUT/bench_$name.log"
+  done
+fi
+
+echo
+echo "================ summary ================"
+for s in "${summary[@]}"; do echo "$s"; done

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Downloads the Debian packages the GPU machine lacks into .gpu-deps/debs (git-ignored through
+# .git/info/exclude); tools/gpu/check.sh unpacks them there. Run once on this machine.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+grep -qx "/.gpu-deps/" .git/info/exclude 2>/dev/null || echo "/.gpu-deps/" >> .git/info/exclude
+mkdir -p .gpu-deps/debs
+cd .gpu-deps/debs
+apt-get download libgtest-dev libgmock-dev libbenchmark-dev libbenchmark1debian libopenblas-dev \
+  libopenblas-pthread-dev libopenblas0-pthread libopenblas0 libgfortran5
