@@ -2,7 +2,7 @@
 // capacity rows left untouched, unpad ∘ pad = identity on the live rows, and errors.
 #include <gtest/gtest.h>
 
-#include "nn/token_padding_cases.h"
+#include "nn/test_token_padding_cases.h"
 #include "tessera/core/status.h"
 
 namespace tessera {

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "nn/token_padding_cases.h"
+#include "nn/test_token_padding_cases.h"
 #include "tessera/core/status.h"
 
 #if defined(TESSERA_WITH_CUDA)
