@@ -182,10 +182,11 @@ def wgrad_case(tag, sizes, K, N):
     for g in range(G):
         s, e = bounds[g], bounds[g + 1]
         blk_y, blk_x = dyt[:, s:e].float(), xt[:, s:e].float()
-        cy = 448.0 / blk_y.abs().amax(dim=1, keepdim=True).clamp(min=1e-12)
-        cx = 448.0 / blk_x.abs().amax(dim=1, keepdim=True).clamp(min=1e-12)
-        if e == s:
+        if e == s:  # empty expert: nothing to quantize, unit scales
             cy, cx = torch.ones(N, 1, device=dev), torch.ones(K, 1, device=dev)
+        else:
+            cy = 448.0 / blk_y.abs().amax(dim=1, keepdim=True).clamp(min=1e-12)
+            cx = 448.0 / blk_x.abs().amax(dim=1, keepdim=True).clamp(min=1e-12)
         yq.append((blk_y * cy).to(torch.float8_e4m3fn))
         xq.append((blk_x * cx).to(torch.float8_e4m3fn))
         sy.append(1.0 / cy.reshape(-1))

@@ -92,6 +92,15 @@ __global__ void build_group_maps_kernel(const __grid_constant__ CUtensorMap tmpl
     const int64_t start = map_group_start(q, g);
     int64_t end = map_group_start(q, g + 1);
     end = end > start ? end : start;
+    if (which == 0) {
+      bool ok = true;
+      for (int o = 0; o < 2; ++o) {
+        const int64_t first = q.per_member[o] ? start * q.rows[o] : start;
+        ok = ok && (first * q.elem_bytes) % 16 == 0;
+        if (q.per_member[o]) ok = ok && ((end - start) * q.elem_bytes) % 16 == 0;
+      }
+      q.group_ok[g] = ok ? 1 : 0;
+    }
     if (q.per_member[which]) {
       const int64_t len = end - start > 0 ? end - start : 1;
       const auto* base = static_cast<const uint8_t*>(q.base[which]);
@@ -129,7 +138,10 @@ void launch_kernel(const CUtensorMap& ma, const CUtensorMap& mb, const KernelPar
 }  // namespace
 
 int64_t sm90_workspace_bytes(const Sm90GroupedGemm& g) {
-  return g.params.k_grouped ? 2 * int64_t{g.params.num_groups} * int64_t{sizeof(CUtensorMap)} : 0;
+  // K-grouped: 2 tensor maps per group, then one int32 flag per group.
+  return g.params.k_grouped
+             ? int64_t{g.params.num_groups} * (2 * int64_t{sizeof(CUtensorMap)} + 4)
+             : 0;
 }
 
 void launch_grouped_gemm_sm90(const Sm90GroupedGemm& g, void* workspace, int64_t workspace_bytes,
@@ -170,11 +182,13 @@ void launch_grouped_gemm_sm90(const Sm90GroupedGemm& g, void* workspace, int64_t
     q.per_member[0] = g.a_per_member;
     q.per_member[1] = g.b_per_member;
     q.elem_bytes = elem_bytes(g.elem);
+    q.group_ok = reinterpret_cast<int32_t*>(static_cast<CUtensorMap*>(workspace) + 2 * p.num_groups);
     const int blocks = (2 * p.num_groups + kSetupWarps - 1) / kSetupWarps;
     build_group_maps_kernel<<<blocks, 32 * kSetupWarps, 0, stream>>>(
         ma, mb, q, static_cast<CUtensorMap*>(workspace));
     TESSERA_CUDA_CHECK_LAUNCH();
     p.group_maps = workspace;
+    p.group_ok = q.group_ok;
     p.a_k_origin_start = g.a_per_member ? 0 : 1;
     p.b_k_origin_start = g.b_per_member ? 0 : 1;
   }

@@ -36,6 +36,7 @@ struct KernelParams {
   int64_t b_group_rows = 0, b_group_cols = 0;  // M-grouped B per-group coordinate offsets
   const void* group_maps = nullptr;  // K-grouped: CUtensorMap[2G] (A_g, B_g) in the workspace
   int a_k_origin_start = 0, b_k_origin_start = 0;  // K-grouped: contraction starts at start_g
+  const int32_t* group_ok = nullptr;  // K-grouped: per-group flag from the setup kernel
 
   void* d = nullptr;
   OutType out_type = OutType::kBF16;
@@ -55,6 +56,8 @@ struct KernelParams {
 // Everything the K-grouped setup kernel needs to derive group g's tensor maps from a template:
 // per-member blocks: address = base + start_g·rows·elem_bytes, dim0 = len_g, stride = len_g·elem;
 // whole transposed: address = base, dim0 = end_g (contraction clipped at the group end).
+// TMA needs 16-byte aligned contraction starts (and per-member strides): a group that breaks
+// this gets group_ok = 0 and the GEMM writes NaN for it instead of faulting.
 struct GroupMapParams {
   const void* offsets = nullptr;
   int offsets_int64 = 1, offsets_start = 1;
@@ -64,6 +67,7 @@ struct GroupMapParams {
   int64_t rows[2] = {0, 0};                  // rows of A_g (m) and B_g (n)
   int per_member[2] = {0, 0};
   int elem_bytes = 1;
+  int32_t* group_ok = nullptr;  // out: 1 when group g's operands meet TMA's 16-byte rules
 };
 
 }  // namespace tessera::gemm_sm90

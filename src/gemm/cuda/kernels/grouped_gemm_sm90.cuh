@@ -53,6 +53,7 @@ struct Tile {
   int g = 0;
   int64_t start = 0, len = 0;  // group rows (M-grouped) or contraction length (K-grouped)
   int64_t m_blk = 0, n_blk = 0;
+  bool poisoned = false;       // K-grouped group the setup kernel found misaligned: NaN output
 };
 
 // Maps the linear tile index to (group, m block, n block). Tile indices of one CTA only grow,
@@ -67,6 +68,7 @@ class TileWalker {
       start_ = group_start(p, g_);
       const int64_t end = group_start(p, g_ + 1);
       len_ = end > start_ ? end - start_ : 0;
+      poisoned_ = p.k_grouped && p.group_ok != nullptr && p.group_ok[g_] == 0;
       const int64_t rows = p.k_grouped ? p.m : len_;
       m_tiles_ = (rows + kBlockM - 1) / kBlockM;
       count_ = m_tiles_ * ((p.n + kBlockN - 1) / kBlockN);
@@ -77,17 +79,20 @@ class TileWalker {
     tile.len = len_;
     tile.m_blk = local % m_tiles_;
     tile.n_blk = local / m_tiles_;
+    tile.poisoned = poisoned_;
     return true;
   }
 
  private:
   int g_ = -1;
   int64_t before_ = 0, count_ = 0, start_ = 0, len_ = 0, m_tiles_ = 1;
+  bool poisoned_ = false;
 };
 
 template <class Elem>
 __device__ __forceinline__ int64_t num_k_blocks(const KernelParams& p, const Tile& t) {
   constexpr int kBlockK = kTileKBytes / Elem::kBytes;
+  if (t.poisoned) return 0;
   const int64_t k = p.k_grouped ? t.len : p.k;
   return (k + kBlockK - 1) / kBlockK;
 }
@@ -175,6 +180,7 @@ __device__ void epilogue(const KernelParams& p, const Tile& t, float (&acc)[kBlo
   const int warp = tid / 32, lane = tid % 32;
   const int64_t rows = p.k_grouped ? p.m : t.len;
   float alpha = p.alpha * (p.group_alpha ? p.group_alpha[t.g] : 1.0f);
+  if (t.poisoned) alpha = __int_as_float(0x7fc00000);  // NaN: the group could not be computed
   bool valid[2];
   float row_scale[2];
   int64_t row_off[2];
@@ -225,6 +231,7 @@ __device__ void consumer_loop(const KernelParams& p, uint8_t* smem_a, uint8_t* s
 #pragma unroll
     for (int i = 0; i < kBlockN / 2; ++i) acc[i] = 0.0f;
     const int64_t nk = num_k_blocks<Elem>(p, t);
+    int prev = -1;  // slot whose wgmma batch may still be in flight
     for (int64_t kb = 0; kb < nk; ++kb) {
       mbar_wait(&full[stage], phase);
       const uint64_t da = smem_desc_k_major_sw128(smem_a + stage * kBytesA + cw * 64 * kTileKBytes);
@@ -235,15 +242,20 @@ __device__ void consumer_loop(const KernelParams& p, uint8_t* smem_a, uint8_t* s
 #pragma unroll
       for (int s = 0; s < kMmaPerStage; ++s) Elem::template mma<kBlockN>(acc, da + 2 * s, db + 2 * s);
       wgmma_commit();
-      wgmma_wait<0>();
+      wgmma_wait<1>();  // the previous slot's batch is done: release it
 #pragma unroll
       for (int i = 0; i < kBlockN / 2; ++i) fence_operand(acc[i]);
-      if (lane == 0) mbar_arrive(&empty[stage]);
+      if (prev >= 0 && lane == 0) mbar_arrive(&empty[prev]);
+      prev = stage;
       if (++stage == p.stages) {
         stage = 0;
         phase ^= 1;
       }
     }
+    wgmma_wait<0>();
+#pragma unroll
+    for (int i = 0; i < kBlockN / 2; ++i) fence_operand(acc[i]);
+    if (prev >= 0 && lane == 0) mbar_arrive(&empty[prev]);
     epilogue<kBlockN>(p, t, acc, cw);
   }
 }
