@@ -14,6 +14,7 @@
 #include <nanobind/stl/string.h>
 
 #include <cstdint>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <vector>
@@ -49,33 +50,33 @@ ArrayOperand dense_operand(const DeviceArray& x) {
   return o;
 }
 
+// The names of ScalingMode (those of scaling_mode_name in types.h), kept here so the binding
+// does not need the quantize layer's implementation to be linked in.
 ScalingMode parse_scaling_mode(const std::string& name) {
-  constexpr int kNumModes = 9;  // kNone .. kNVFP4_16x16
-  for (int i = 1; i < kNumModes; ++i) {
-    const auto m = static_cast<ScalingMode>(i);
-    if (name == scaling_mode_name(m)) return m;
+  static constexpr const char* kNames[] = {"none",  "tensor",      "rowwise", "block1x128",
+                                           "block128x128", "mxfp8", "mxfp8_32x32", "nvfp4",
+                                           "nvfp4_16x16"};
+  for (int i = 1; i < static_cast<int>(std::size(kNames)); ++i) {
+    if (name == kNames[i]) return static_cast<ScalingMode>(i);
   }
   TESSERA_FAIL(Status::kInvalidArgument, "mode: '", name,
                "' is not a scaling mode; expected tensor, rowwise, block1x128, block128x128, "
                "mxfp8, mxfp8_32x32, nvfp4 or nvfp4_16x16");
 }
 
-// A (rows, cols) matrix of codes/scales read from an array whose element count must match.
-TensorView matrix_view(const DeviceArray& a, const MatrixShape& want, const char* arg) {
-  const TensorView flat = device_view(a, want.dtype == DType::kFloat4E2M1 ? DType::kUInt8
-                                                                          : want.dtype, arg);
-  const int64_t want_elems = want.dtype == DType::kFloat4E2M1 ? want.bytes() : want.numel();
-  TESSERA_CHECK_STATUS(flat.numel() == want_elems, Status::kShapeMismatch, arg, ": has ",
-                       flat.numel(), " elements; the quantized operand needs (", want.rows, ", ",
-                       want.cols, ") ", dtype_name(want.dtype));
-  int64_t cols = want.cols;
-  if (want.dtype == DType::kFloat4E2M1) cols = (cols + 1) / 2 * 2;
-  return TensorView::contiguous(flat.data, want.dtype, {want.rows, cols}, flat.device);
+// A 2-D array of codes (any 8-bit element, read as `dtype`) or FP32/E8M0/E4M3 scales, as given.
+// The GEMM's can_implement checks its shape against the quantize layer's storage contract.
+TensorView matrix_view(const DeviceArray& a, DType dtype, const char* arg) {
+  TESSERA_CHECK_STATUS(a.ndim() == 2, Status::kShapeMismatch, arg,
+                       ": must be a 2-D array (rows, cols) of the quantized storage; got ",
+                       a.ndim(), "-D");
+  return device_view(a, dtype, arg);
 }
 
-// A quantized operand over caller arrays: `data` (uint8 codes) and `scale_inv` hold the copy that
-// `columnwise` names of a logical (rows, cols) matrix quantized with (mode, element), in the
-// storage contract of tessera/quantize/types.h (a columnwise FP8 copy is stored transposed).
+// A quantized operand over caller arrays: `data` (2-D uint8 codes) and `scale_inv` (2-D) hold the
+// copy that `columnwise` names of a logical (rows, cols) matrix quantized with (mode, element),
+// in the storage contract of tessera/quantize/types.h (a columnwise FP8 copy is stored
+// transposed; rowwise FP8 scales are (rows, 1)).
 ArrayOperand quantized_operand(const DeviceArray& data, const DeviceArray& scale_inv,
                                const std::string& mode, const std::string& element, int64_t rows,
                                int64_t cols, bool columnwise) {
@@ -83,6 +84,8 @@ ArrayOperand quantized_operand(const DeviceArray& data, const DeviceArray& scale
   QuantizerConfig config;
   config.mode = parse_scaling_mode(mode);
   config.element = parse_dtype(element);
+  TESSERA_CHECK(dtype_bits(config.element) == 8, "element: '", element,
+                "' is not accepted here; expected an 8-bit element (e4m3, e5m2)");
   config.rowwise = !columnwise;
   config.columnwise = columnwise;
   ArrayOperand o;
@@ -93,9 +96,8 @@ ArrayOperand quantized_operand(const DeviceArray& data, const DeviceArray& scale
   q.device = array_device(data, "data");
   TESSERA_CHECK(array_device(scale_inv, "scale_inv") == q.device,
                 "scale_inv: must be on the device of data (", to_string(q.device), ")");
-  const TensorView d = matrix_view(data, data_shape(config, rows, cols, columnwise), "data");
-  const TensorView s =
-      matrix_view(scale_inv, scale_shape(config, rows, cols, columnwise), "scale_inv");
+  const TensorView d = matrix_view(data, config.element, "data");
+  const TensorView s = matrix_view(scale_inv, array_dtype(scale_inv, "scale_inv"), "scale_inv");
   if (columnwise) {
     q.columnwise_data = d;
     q.columnwise_scale_inv = s;

@@ -183,10 +183,10 @@ _unit_scales: dict = {}
 
 
 def _unit_scale(device: torch.device) -> Tensor:
-    """A cached FP32 [1.0] on `device` (the shared scale_inv of an unscaled FP8 operand)."""
+    """A cached FP32 [[1.0]] on `device` (the shared scale_inv of an unscaled FP8 operand)."""
     key = str(device)
     if key not in _unit_scales:
-        _unit_scales[key] = torch.ones(1, dtype=torch.float32, device=device)
+        _unit_scales[key] = torch.ones(1, 1, dtype=torch.float32, device=device)
     return _unit_scales[key]
 
 
