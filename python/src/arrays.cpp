@@ -61,11 +61,14 @@ TensorView device_view(const DeviceArray& a, DType dtype, const char* arg) {
                        Status::kDTypeMismatch, arg, ": cannot read ", array_bits,
                        "-bit array elements as ", dtype_name(dtype));
   int64_t shape[kMaxDims];
-  int64_t expected_stride = 1;  // C-contiguous check; size-1 dims may have any stride
+  // C-contiguous check; size-1 dims may have any stride. DLPack producers may leave strides
+  // NULL, which means compact row-major.
+  const int64_t* strides = a.stride_ptr();
+  int64_t expected_stride = 1;
   bool contiguous = true;
   for (int i = static_cast<int>(a.ndim()) - 1; i >= 0; --i) {
     shape[i] = static_cast<int64_t>(a.shape(i));
-    if (shape[i] != 1 && a.stride(i) != expected_stride) contiguous = false;
+    if (strides != nullptr && shape[i] != 1 && strides[i] != expected_stride) contiguous = false;
     expected_stride *= shape[i];
   }
   TESSERA_CHECK(contiguous || expected_stride == 0, arg,

@@ -1,6 +1,10 @@
 """DLPack plumbing of tessera._tessera without PyTorch: arrays cross with zero copies (the data
 pointer tessera reads is the producer's), results land in caller-provided outputs, and the
 grouped GEMM entry point matches a NumPy loop oracle on ragged groups (empty ones included)."""
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -30,12 +34,24 @@ def test_array_view_through_a_raw_dlpack_capsule():
 
 
 def test_non_contiguous_array_is_refused_not_copied():
-    x = np.zeros((8, 6), np.float32)
-    with pytest.raises(tessera.Error, match="C-contiguous"):
-        C._array_view(x.T)
-    with pytest.raises(tessera.Error, match="C-contiguous"):
-        C._array_view(x[:, ::2])
-    assert C._array_view(x[2:4])["data_ptr"] == x[2:4].ctypes.data  # a contiguous slice is fine
+    # In a child process: a crash in the array import must fail this test, not the whole session.
+    code = """
+import numpy as np, tessera
+from tessera import _tessera as C
+x = np.zeros((8, 6), np.float32)
+for bad in (x.T, x[:, ::2]):
+    try:
+        C._array_view(bad)
+        raise SystemExit("a non-contiguous array was accepted")
+    except tessera.Error as e:
+        assert "C-contiguous" in str(e), str(e)
+assert C._array_view(x[2:4])["data_ptr"] == x[2:4].ctypes.data  # a contiguous slice is fine
+print("ok")
+"""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", (r.returncode, r.stdout, r.stderr)
 
 
 def test_unsupported_element_type_is_named():

@@ -304,8 +304,6 @@ def test_cuda_tensors_cross_without_copy():
     assert info["dtype"] == "bfloat16"
     capsule = torch.utils.dlpack.to_dlpack(t)
     assert C._array_view(capsule)["data_ptr"] == t.data_ptr()   # the raw DLPack capsule path
-    with pytest.raises(tessera.Error, match="C-contiguous"):
-        C._array_view(t.t())
 
 
 @cuda_only
