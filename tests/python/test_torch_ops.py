@@ -16,6 +16,11 @@ if not hasattr(C, "_grouped_gemm_into"):
 
 import tessera.torch as tt  # noqa: E402
 
+# FP8 paths need the quantize layer (quantized GEMM operands, tessera's quantizer binding); until it
+# is in the build the GEMM answers kUnsupported for them, so those tests skip.
+needs_quantize = pytest.mark.skipif(not hasattr(C, "_quantize_into"),
+                                    reason="quantize layer (quantized GEMM operands) not in this build")
+
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 SIZES = [0, 16, 0, 48, 32, 0]  # ragged, empty groups at the start, middle and end
 
@@ -144,6 +149,7 @@ def dequant_oracle(aq, bq, sa, sb, offs):
     return loop_oracle(a, b, offs)
 
 
+@needs_quantize
 @pytest.mark.parametrize("device", DEVICES)
 def test_scaled_grouped_mm_2d3d(device):
     torch.manual_seed(1)
@@ -163,6 +169,7 @@ def test_scaled_grouped_mm_2d3d(device):
               f"{rel_err(out, theirs.float()):.2e}, vs fp64 oracle {rel_err(out, ref):.2e}")
 
 
+@needs_quantize
 @pytest.mark.parametrize("device", DEVICES)
 def test_scaled_grouped_mm_2d2d_wgrad_form(device):
     torch.manual_seed(2)
@@ -204,6 +211,7 @@ def test_torch_compile_fullgraph_matches_eager(device):
             assert rel_err(c, e) < 1e-6, backend
 
 
+@needs_quantize
 @pytest.mark.parametrize("device", DEVICES)
 def test_torch_compile_fp8_function(device):
     torch.manual_seed(3)
@@ -232,6 +240,7 @@ def sqnr_db(x, ref):
     return (10 * torch.log10(ref.square().sum() / (x - ref).square().sum())).item()
 
 
+@needs_quantize
 @pytest.mark.parametrize("device", DEVICES)
 def test_fp8_rowwise_autograd_sqnr(device):
     torch.manual_seed(4)
@@ -254,6 +263,7 @@ def test_fp8_rowwise_autograd_sqnr(device):
     assert s_out >= 27 and s_dx >= 25 and s_dw >= 24
 
 
+@needs_quantize
 @pytest.mark.parametrize("device", DEVICES)
 def test_grouped_linear_fp8_trains_like_bf16_and_round_trips_state(device):
     torch.manual_seed(5)
