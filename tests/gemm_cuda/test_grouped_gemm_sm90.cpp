@@ -303,7 +303,7 @@ TEST_F(GroupedGemmSm90, KGroupedMisalignedGroupIsPoisonedNotFaulted) {
   c.n = 128;
   c.out = gemm_sm90::OutType::kFP32;
   const Result r = run_case(c, 99);
-  EXPECT_TRUE(std::isinf(r.rel_err) || r.rel_err > 1e10) << "group 2 must be NaN";
+  EXPECT_FALSE(r.rel_err < 1e10) << "group 2 must be NaN";
   EXPECT_EQ(r.nan_groups, 1);
   EXPECT_EQ(r.bad_untouched, 0);
 }
