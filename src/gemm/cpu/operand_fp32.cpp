@@ -33,20 +33,20 @@ int64_t operand_fp32_bytes(const GemmOperand& o, int64_t rows, int64_t cols) {
   return used_in_place(o) ? 0 : fp32_region_bytes(rows * cols);
 }
 
-const float* operand_fp32(const GemmOperand& o, const char* name, int64_t rows, int64_t cols,
-                          WorkspaceCursor& ws) {
-  if (used_in_place(o)) return o.dense.as<float>();
+Fp32Image operand_fp32(const GemmOperand& o, const char* name, int64_t rows,
+                       const std::vector<int64_t>& group_starts, WorkspaceCursor& ws) {
+  const int64_t cols = o.is_quantized ? o.quantized.cols : o.dense.shape[o.dense.ndim - 1];
+  if (used_in_place(o)) return {o.dense.as<float>(), cols, false};
   float* out = ws.take_floats(rows * cols);
+  if (o.is_quantized) return cpu::dequantize_operand(o, rows, group_starts, out);
   const int64_t n = rows * cols;
-  TESSERA_CHECK_STATUS(!o.is_quantized, Status::kUnsupported, name,
-                       ": quantized operands are not supported on the CPU yet");
   dispatch_float_input(o.dense.dtype, name, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* src = o.dense.as<T>();
 #pragma omp parallel for schedule(static) if (n > kParallelMin)
     for (int64_t i = 0; i < n; ++i) out[i] = to_float(src[i]);
   });
-  return out;
+  return {out, cols, false};
 }
 
 void store_fp32(const float* src, const TensorView& out, int64_t elems) {
