@@ -2,14 +2,15 @@
 // in the copy's STORED orientation: the rowwise copy (and MXFP8's columnwise copy) as logical
 // (rows, cols); a transposed columnwise copy as (cols, rows), reading only the live columns of
 // each stored row. Values are code × scale computed in FP32 exactly as the quantize layer's
-// dequantize does (NVFP4: e2m1 × (e4m3(s_b) × (1/S_enc))). Loops: OpenMP over stored rows, a
-// decode table per element format, the scale looked up once per block.
+// dequantize does (NVFP4: e2m1 × (e4m3(s_b) × (1/S_enc))). Loops: stored rows split over blocking
+// threads (blocking_parallel.h), a decode table per element format, the scale once per block.
 #include <algorithm>
 #include <array>
 #include <cfloat>
 #include <cmath>
 #include <cstring>
 
+#include "gemm/cpu/blocking_parallel.h"
 #include "gemm/cpu/operand_fp32.h"
 #include "tessera/formats/codecs.h"
 
@@ -173,14 +174,16 @@ Fp32Image dequantize_operand(const GemmOperand& o, int64_t rows,
   }
   const DecodeTable table = make_table(cfg.element);
   const float* f = factor.data();
-#pragma omp parallel for schedule(static) if (s.sr * s.sc > (1 << 15))
-  for (int64_t r = 0; r < s.sr; ++r) {
-    if (nvfp4) {
-      nvfp4_row(s, table, f, r, out + r * s.sc);
-    } else {
-      fp8_row(cfg.mode, s, table, f, r, out + r * s.sc);
-    }
-  }
+  parallel_ranges(s.sr, std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, s.sc)),
+                  [&](int64_t r0, int64_t r1) {
+                    for (int64_t r = r0; r < r1; ++r) {
+                      if (nvfp4) {
+                        nvfp4_row(s, table, f, r, out + r * s.sc);
+                      } else {
+                        fp8_row(cfg.mode, s, table, f, r, out + r * s.sc);
+                      }
+                    }
+                  });
   return {out, s.sc, s.transposed};
 }
 

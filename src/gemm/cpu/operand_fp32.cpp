@@ -1,13 +1,14 @@
 // FP32 images of GEMM operands for the CPU backend (see operand_fp32.h).
 #include "gemm/cpu/operand_fp32.h"
 
+#include "gemm/cpu/blocking_parallel.h"
 #include "tessera/core/buffer.h"
 #include "tessera/core/dispatch.h"
 
 namespace tessera::detail {
 namespace {
 
-constexpr int64_t kParallelMin = 1 << 15;  // elements below which a loop stays serial
+constexpr int64_t kParallelMin = 1 << 16;  // elements per thread, at least
 
 bool used_in_place(const GemmOperand& o) {
   return !o.is_quantized && o.dense.dtype == DType::kFloat32;
@@ -43,8 +44,9 @@ Fp32Image operand_fp32(const GemmOperand& o, const char* name, int64_t rows,
   dispatch_float_input(o.dense.dtype, name, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* src = o.dense.as<T>();
-#pragma omp parallel for schedule(static) if (n > kParallelMin)
-    for (int64_t i = 0; i < n; ++i) out[i] = to_float(src[i]);
+    cpu::parallel_ranges(n, kParallelMin, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) out[i] = to_float(src[i]);
+    });
   });
   return {out, cols, false};
 }
@@ -53,8 +55,9 @@ void store_fp32(const float* src, const TensorView& out, int64_t elems) {
   dispatch_float_input(out.dtype, "D", [&](auto tag) {
     using T = typename decltype(tag)::type;
     T* dst = out.as<T>();
-#pragma omp parallel for schedule(static) if (elems > kParallelMin)
-    for (int64_t i = 0; i < elems; ++i) dst[i] = from_float<T>(src[i]);
+    cpu::parallel_ranges(elems, kParallelMin, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) dst[i] = from_float<T>(src[i]);
+    });
   });
 }
 
