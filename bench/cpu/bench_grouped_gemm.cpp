@@ -241,7 +241,7 @@ void BM_QuantNvfp4(benchmark::State& s) {
       benchmark::kMillisecond)->Repetitions(5)->ReportAggregatesOnly(true)
 
 BENCHMARK(BM_Fp32RatioToSgemmLoop)->ArgName("imbalanced")->Arg(0)->Arg(1)->UseManualTime()
-    ->Unit(benchmark::kMillisecond)->Iterations(15);
+    ->Unit(benchmark::kMillisecond)->Iterations(31);
 TESSERA_GEMM_BENCH(BM_SgemmLoopBaseline);
 TESSERA_GEMM_BENCH(BM_GroupedGemmFp32);
 TESSERA_GEMM_BENCH(BM_GroupedGemmBf16);
