@@ -60,7 +60,8 @@ void check_call(const TensorView& splits, std::span<const OffsetsSpec> specs,
                        " outputs");
   for (size_t k = 0; k < outputs.size(); ++k) {
     const TensorView& o = outputs[k];
-    check_view(o, "splits_to_offsets: output", {specs[k].dtype});
+    const std::string arg = "splits_to_offsets: output " + std::to_string(k);
+    check_view(o, arg.c_str(), {specs[k].dtype});
     const int64_t want = offsets_length(n, specs[k]);
     TESSERA_CHECK_STATUS(o.ndim == 1 && o.shape[0] == want, Status::kShapeMismatch,
                          "splits_to_offsets: output ", k, " must be 1-D of length ", want,
