@@ -31,5 +31,6 @@ nb::object new_numpy(const std::vector<int64_t>& shape, nb::dlpack::dtype raw, v
 
 void register_formats(nb::module_& m);
 void register_scan(nb::module_& m);
+void register_grouped(nb::module_& m);
 
 }  // namespace tessera::python

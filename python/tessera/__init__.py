@@ -38,3 +38,8 @@ def encode(x, format: str) -> np.ndarray:
 def decode(codes, format: str, last_dim: int = -1) -> np.ndarray:
     """Decodes `format` codes into float32. For "e2m1", `last_dim` gives an odd logical length."""
     return _tessera.decode(np.ascontiguousarray(codes), format, last_dim)
+
+
+from ._tessera import GroupedTensor  # noqa: E402  (DESIGN §5, NumPy in and out)
+
+__all__ += ["GroupedTensor"]

@@ -24,7 +24,7 @@ void check_options(const GroupedTensorOptions& o) {
   }
   TESSERA_CHECK(o.config.rowwise || o.config.columnwise,
                 "GroupedTensor: options.config asks for neither a rowwise nor a columnwise copy");
-  Quantizer validate(o.config, Device::cpu());  // throws a clear Error naming a bad field
+  validate_config(o.config);  // throws a clear Error naming a bad field
 }
 
 // E2M1 rows must start on a byte in every member (see the storage contract).
@@ -281,7 +281,7 @@ struct GroupedTensorBuilder {
   }
 
   // What one usage needs: element and scale dtypes, and whether a per-member amax exists
-  // (exactly when a standalone QuantizedTensor of the config has one).
+  // (exactly when a standalone QuantizedTensor of the config has one: has_amax).
   struct UsageNeeds {
     DType data_dtype = DType::kFloat32;
     DType scale_dtype = DType::kFloat32;
@@ -299,8 +299,7 @@ struct GroupedTensorBuilder {
     c.columnwise = cw;
     n.data_dtype = data_shape(c, 2, 2, cw).dtype;
     n.scale_dtype = scale_shape(c, 2, 2, cw).dtype;
-    const QuantizedTensor probe(c, 2, 2, Device::cpu());
-    n.amax = (cw ? probe.view().columnwise_amax : probe.view().amax).data != nullptr;
+    n.amax = has_amax(c.mode);
     return n;
   }
 
@@ -338,8 +337,8 @@ struct GroupedTensorBuilder {
                            " has dtype ", dtype_name(given.dtype), "; expected ", dtype_name(dt),
                            " (or uint8 bytes)");
       TESSERA_CHECK(given.device == v.device, "GroupedTensor::wrap: buffers.", usage, name,
-                    " is on ", to_string(given.device), " but options.device is ",
-                    to_string(v.device));
+                    " is on ", tessera::to_string(given.device), " but options.device is ",
+                    tessera::to_string(v.device));
       TESSERA_CHECK_STATUS(given.nbytes() >= dtype_bytes(dt, elems), Status::kBufferTooSmall,
                            "GroupedTensor::wrap: buffers.", usage, name, " holds ",
                            given.nbytes(), " bytes; the layout needs ", dtype_bytes(dt, elems),
@@ -428,7 +427,7 @@ GroupedTensor GroupedTensor::from_device_splits(const TensorView& splits, int64_
   TESSERA_CHECK_STATUS(splits.ndim == 1, Status::kShapeMismatch,
                        "GroupedTensor: splits must be 1-D, got ", splits.to_string());
   TESSERA_CHECK(splits.device == options.device, "GroupedTensor: splits are on ",
-                to_string(splits.device), " but options.device is ", to_string(options.device));
+                tessera::to_string(splits.device), " but options.device is ", tessera::to_string(options.device));
   const GroupedPlan p = detail::plan_from_device_splits(splits.shape[0], cols, options);
   GroupedTensor t = GroupedTensorBuilder::begin(p, options);
   t.device_splits_ = true;
@@ -466,6 +465,8 @@ void check_precomputed_offsets_cpu(const TensorView& offsets, const TensorView& 
   for (int64_t g = 0; g < first_dims.shape[0]; ++g) {
     TESSERA_CHECK(o[g + 1] >= o[g], "GroupedTensor: tensor_offsets are not monotonic: [", g,
                   "] = ", o[g], " > [", g + 1, "] = ", o[g + 1]);
+  }
+  for (int64_t g = 0; g < first_dims.shape[0]; ++g) {
     TESSERA_CHECK(o[g + 1] - o[g] == f[g] * cols, "GroupedTensor: tensor_offsets[", g + 1,
                   "] - tensor_offsets[", g, "] = ", o[g + 1] - o[g], " but splits[", g, "] x cols = ",
                   f[g] * cols);
@@ -485,7 +486,7 @@ void GroupedTensor::update_from_device_splits(const TensorView& splits,
                        "GroupedTensor: splits must be 1-D of length ", n, ", got ",
                        splits.to_string());
   TESSERA_CHECK(splits.device == view_.device, "GroupedTensor: splits are on ",
-                to_string(splits.device), " but the tensor is on ", to_string(view_.device));
+                tessera::to_string(splits.device), " but the tensor is on ", tessera::to_string(view_.device));
   GroupedPlan shape_only;  // placement depends on n, mode and quantized only
   shape_only.n = n;
   shape_only.mode = view_.mode;
@@ -500,8 +501,8 @@ void GroupedTensor::update_from_device_splits(const TensorView& splits,
                          Status::kShapeMismatch, "GroupedTensor: tensor_offsets must be 1-D of "
                          "length N+1 = ", n + 1, ", got ", tensor_offsets.to_string());
     TESSERA_CHECK(tensor_offsets.device == view_.device, "GroupedTensor: tensor_offsets are on ",
-                  to_string(tensor_offsets.device), " but the tensor is on ",
-                  to_string(view_.device));
+                  tessera::to_string(tensor_offsets.device), " but the tensor is on ",
+                  tessera::to_string(view_.device));
   }
   view_.tensor_offsets = precomputed ? tensor_offsets : own.tensor_offsets;
 

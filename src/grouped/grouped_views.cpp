@@ -61,8 +61,10 @@ QuantizedTensorView grouped_quantized_member(const GroupedTensorView& t, int64_t
     const int64_t soff = soffs.as<const int64_t>()[g];
     const MatrixShape ds = data_shape(t.config, rows, cols, cw);
     const MatrixShape ss = scale_shape(t.config, rows, cols, cw);
+    // E2M1 rows start on a byte: the view has roundup(cols, 2) codes per row, as standalone.
+    const int64_t dcols = ds.dtype == DType::kFloat4E2M1 ? (ds.cols + 1) / 2 * 2 : ds.cols;
     (cw ? q.columnwise_data : q.data) = TensorView::contiguous(
-        byte_at(data, ds.dtype, off), ds.dtype, {ds.rows, ds.cols}, t.device);
+        byte_at(data, ds.dtype, off), ds.dtype, {ds.rows, dcols}, t.device);
     (cw ? q.columnwise_scale_inv : q.scale_inv) = TensorView::contiguous(
         byte_at(scales, ss.dtype, soff), ss.dtype, {ss.rows, ss.cols}, t.device);
     const TensorView& amax = cw ? t.columnwise_amax : t.amax;
@@ -122,6 +124,8 @@ void check_host_offsets(const GroupedTensorView& t, const char* arg) {
   for (int64_t g = 0; g < t.num_tensors; ++g) {
     TESSERA_CHECK(o[g + 1] >= o[g], arg, ": tensor_offsets are not monotonic: [", g, "] = ", o[g],
                   " > [", g + 1, "] = ", o[g + 1]);
+  }
+  for (int64_t g = 0; g < t.num_tensors; ++g) {
     const auto [rows, cols] = detail::grouped_member_shape(t, g, arg);
     TESSERA_CHECK(rows >= 0 && cols >= 0, arg, ": member ", g, " has negative dims (", rows, ", ",
                   cols, ")");
