@@ -11,7 +11,7 @@ void grouped_quantize_cuda(Quantizer&, std::span<const TensorView>, const Groupe
   TESSERA_CHECK_STATUS(cuda_compiled(), Status::kNoDevice, "grouped_quantize: out is on ",
                        to_string(out.device), " but tessera was built without CUDA");
   TESSERA_FAIL(Status::kUnsupported, "grouped_quantize: the CUDA grouped quantize kernels are not "
-               "built yet (src/quantize/cuda/grouped_quantize.cu); quantize on the CPU");
+               "built yet (no definition under src/quantize/cuda/); quantize on the CPU");
 }
 
 }  // namespace tessera::detail

@@ -404,6 +404,15 @@ void GroupedTensor::ensure_usage(bool rowwise, bool columnwise) {
   TESSERA_CHECK_STATUS(owns_storage_, Status::kUnsupported, "GroupedTensor::ensure_usage: the ",
                        add_rw ? "rowwise" : "columnwise", " usage is missing and the tensor wraps "
                        "caller-owned buffers (wrap them with every usage needed)");
+  if (view_.host.known()) {  // E2M1 members must start on a byte in the new copy too
+    QuantizerConfig wanted = view_.config;
+    wanted.rowwise = add_rw;
+    wanted.columnwise = add_cw;
+    for (int64_t g = 0; g < view_.num_tensors; ++g) {
+      const auto [rows, cols] = member_shape(g);
+      detail::check_e2m1_parity(wanted, g, rows, cols);
+    }
+  }
   if (add_rw) GroupedTensorBuilder::allocate_usage(*this, false);
   if (add_cw) GroupedTensorBuilder::allocate_usage(*this, true);
 }

@@ -200,7 +200,8 @@ TEST(GroupedQuantize, DequantizeEqualsMemberDequantize) {
         std::vector<float> want(static_cast<size_t>(r * mc.cols));
         dequantize(g.quantized_member(static_cast<int64_t>(m)),
                    TensorView::contiguous(want.data(), DType::kFloat32, {r, mc.cols}), cw);
-        ASSERT_EQ(0, std::memcmp(out.data() + row * mc.cols, want.data(), want.size() * 4))
+        ASSERT_TRUE(want.empty() ||
+                    std::memcmp(out.data() + row * mc.cols, want.data(), want.size() * 4) == 0)
             << name << " member " << m << (cw ? " columnwise" : " rowwise");
         row += r;
       }

@@ -239,6 +239,9 @@ TEST(GroupedTensor, BadInputIsAClearError) {
   nv.config = make_config(ScalingMode::kNVFP4);
   expect_error([&] { GroupedTensor::from_shapes(Shapes{{2, 3}}, nv); }, Status::kInvalidArgument,
                "even number of columns");
+  GroupedTensor odd_rows = GroupedTensor::from_shapes(Shapes{{3, 32}}, nv);  // rowwise is fine
+  expect_error([&] { odd_rows.ensure_usage(false, true); }, Status::kInvalidArgument,
+               "e2m1 columnwise data needs an even number");
   nv.config.element = DType::kFloat8E4M3;
   expect_error([&] { GroupedTensor::from_shapes(Shapes{{2, 4}}, nv); }, Status::kDTypeMismatch,
                "config.element");
