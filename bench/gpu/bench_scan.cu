@@ -71,6 +71,16 @@ double time_graph(cudaStream_t stream, const std::function<void()>& fn, int per_
   return us / per_graph;
 }
 
+__global__ void empty_kernel() {}
+
+// The floor: an empty single-block kernel timed the same way.
+void bench_floor(cudaStream_t stream) {
+  auto call = [&] { empty_kernel<<<1, 256, 0, stream>>>(); };
+  std::printf("empty kernel (floor)                                        single %7.2f us"
+              "  graph %7.2f us/call\n",
+              time_single(stream, call), time_graph(stream, call));
+}
+
 std::vector<int32_t> make_splits(int64_t n, int max_split, uint32_t seed) {
   std::mt19937 rng(seed);
   std::vector<int32_t> s(static_cast<size_t>(n));
@@ -190,8 +200,10 @@ int main() {
   std::printf("device: %s\n", prop.name);
   cudaStream_t stream;
   CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  bench_floor(stream);
   bench_scan(stream, 256, 6);
   bench_scan(stream, 32, 6);
+  bench_scan(stream, 257, 6);
   bench_scan(stream, 1024, 6);
   bench_scan(stream, 256, 1);
   bench_scan(stream, 256, 16);

@@ -69,6 +69,63 @@ tessera_status tessera_encode(const void* src, int32_t src_dtype, void* dst, int
 tessera_status tessera_decode(const void* src, int32_t src_dtype, float* dst, int64_t numel,
                               tessera_device device, void* stream);
 
+/* ---- grouped GEMM (DESIGN §7) ----------------------------------------------------------------
+ * D_g = alpha_g * op(A_g) op(B_g) + bias_g + beta * D_g, FP32 accumulation. An opaque problem
+ * handle is filled with setters (new settings can be added without breaking callers), then
+ * checked, sized and run. Shapes per kind are those of tessera/gemm/grouped_gemm.h:
+ *   M-grouped: A (T, K), B (G, N, K) (transpose_b = 1, default) or (G, K, N), D (T, N);
+ *   K-grouped: A (T, M), B (T, N), D (G, M, N) (transpose_a = 1, transpose_b = 0 required);
+ *   batched:   A (G, M, K) or (G, K, M), B as M-grouped, D (G, M, N).
+ * Tensors are contiguous, row-major, unquantized (float32/bfloat16/float16). */
+typedef enum tessera_grouped_gemm_kind {
+  TESSERA_GROUPED_GEMM_M_GROUPED = 0,
+  TESSERA_GROUPED_GEMM_K_GROUPED = 1,
+  TESSERA_GROUPED_GEMM_BATCHED = 2
+} tessera_grouped_gemm_kind;
+
+/* Which tensor of the problem tessera_grouped_gemm_set_tensor sets. */
+typedef enum tessera_grouped_gemm_tensor {
+  TESSERA_GROUPED_GEMM_A = 0,
+  TESSERA_GROUPED_GEMM_B = 1,
+  TESSERA_GROUPED_GEMM_D = 2,
+  TESSERA_GROUPED_GEMM_BIAS = 3,          /* optional (G, N) */
+  TESSERA_GROUPED_GEMM_GROUP_OFFSETS = 4, /* int32/int64, format below */
+  TESSERA_GROUPED_GEMM_GROUP_ALPHA = 5    /* optional float32 (G) */
+} tessera_grouped_gemm_tensor;
+
+typedef enum tessera_group_offsets_format {
+  TESSERA_GROUP_OFFSETS_START = 0, /* G+1 entries, leading 0 */
+  TESSERA_GROUP_OFFSETS_END = 1    /* G cumulative end offsets (torch._grouped_mm) */
+} tessera_group_offsets_format;
+
+typedef struct tessera_grouped_gemm_problem_s* tessera_grouped_gemm_problem;
+
+/* A new problem of `kind` with `num_groups` groups; alpha 1, beta 0, transpose_b = 1 (0 for
+ * K-grouped, which also gets transpose_a = 1), start offsets, capacity = rows of A. */
+tessera_status tessera_grouped_gemm_create(tessera_grouped_gemm_problem* problem, int32_t kind,
+                                           int64_t num_groups);
+/* Frees the handle (NULL is a no-op). */
+tessera_status tessera_grouped_gemm_destroy(tessera_grouped_gemm_problem problem);
+/* Sets one tensor (`which`: tessera_grouped_gemm_tensor); data NULL clears an optional one. The
+ * memory is not copied: it must stay valid until run returns (CUDA: until the stream reaches it). */
+tessera_status tessera_grouped_gemm_set_tensor(tessera_grouped_gemm_problem problem, int32_t which,
+                                               const void* data, int32_t dtype, int32_t ndim,
+                                               const int64_t* shape, tessera_device device);
+tessera_status tessera_grouped_gemm_set_layout(tessera_grouped_gemm_problem problem,
+                                               int32_t transpose_a, int32_t transpose_b);
+/* Offsets format (tessera_group_offsets_format) and the host-known capacity (-1 = rows of A). */
+tessera_status tessera_grouped_gemm_set_offsets_format(tessera_grouped_gemm_problem problem,
+                                                       int32_t format, int64_t max_total_rows);
+tessera_status tessera_grouped_gemm_set_scalars(tessera_grouped_gemm_problem problem, float alpha,
+                                                float beta);
+/* TESSERA_STATUS_OK or the specific reason (tessera_last_error() explains). */
+tessera_status tessera_grouped_gemm_can_implement(tessera_grouped_gemm_problem problem);
+tessera_status tessera_grouped_gemm_workspace_size(tessera_grouped_gemm_problem problem,
+                                                   int64_t* bytes);
+/* workspace: >= workspace_size bytes, 256-byte aligned, on the operands' device (NULL if 0). */
+tessera_status tessera_grouped_gemm_run(tessera_grouped_gemm_problem problem, void* workspace,
+                                        int64_t workspace_bytes, void* stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -12,23 +12,27 @@
 namespace tessera {
 namespace {
 
-// Checks a pair of activations and both offset arrays; returns N.
+// Checks a pair of activations and both offset arrays; returns N. Builds no strings unless a
+// check fails (it runs on every call of a layer).
 int64_t check_padding_views(const TensorView& x, const TensorView& x_padded,
                             const TensorView& offsets, const TensorView& padded_offsets,
                             const char* op) {
-  const std::string x_arg = std::string(op) + ": x";
-  const std::string xp_arg = std::string(op) + ": x_padded";
-  check_view(x, x_arg.c_str(), {DType::kFloat32, DType::kBFloat16, DType::kFloat16});
-  check_view(x_padded, xp_arg.c_str(), {x.dtype});
+  TESSERA_CHECK_STATUS(is_floating_input(x.dtype) && x_padded.dtype == x.dtype,
+                       Status::kDTypeMismatch, op, ": x (", dtype_name(x.dtype), ") and x_padded (",
+                       dtype_name(x_padded.dtype), ") must share one of float32, bfloat16, "
+                       "float16");
+  TESSERA_CHECK_STATUS(offsets.dtype == DType::kInt64 && padded_offsets.dtype == DType::kInt64,
+                       Status::kDTypeMismatch, op, ": offsets and padded_offsets must be int64, "
+                       "got ", dtype_name(offsets.dtype), " and ", dtype_name(padded_offsets.dtype));
+  check_view(x, "token padding: x");
+  check_view(x_padded, "token padding: x_padded");
+  check_view(offsets, "token padding: offsets");
+  check_view(padded_offsets, "token padding: padded_offsets");
   TESSERA_CHECK_STATUS(x.ndim == 2 && x_padded.ndim == 2 && x.shape[1] == x_padded.shape[1],
                        Status::kShapeMismatch, op, ": x and x_padded must be 2-D with the same K, "
                        "got ", x.to_string(), " and ", x_padded.to_string());
   TESSERA_CHECK(x.device == x_padded.device, op, ": x is on ", to_string(x.device),
                 " but x_padded is on ", to_string(x_padded.device));
-  const std::string o_arg = std::string(op) + ": offsets";
-  const std::string po_arg = std::string(op) + ": padded_offsets";
-  check_view(offsets, o_arg.c_str(), {DType::kInt64});
-  check_view(padded_offsets, po_arg.c_str(), {DType::kInt64});
   TESSERA_CHECK_STATUS(offsets.ndim == 1 && offsets.shape[0] >= 1 &&
                            padded_offsets.ndim == 1 && padded_offsets.shape == offsets.shape,
                        Status::kShapeMismatch, op, ": offsets and padded_offsets must both be "

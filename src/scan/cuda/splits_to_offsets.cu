@@ -12,8 +12,7 @@ namespace tessera::detail {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kItems = 8;                   // per thread and tile
-constexpr int kTile = kThreads * kItems;    // splits per tile
+constexpr int kItemsLarge = 8;  // splits per thread and tile when N > kThreads
 constexpr int64_t kSaturated = INT64_MAX;   // the scan saturates here (reported as overflow)
 
 struct ScanOutputParams {
@@ -55,8 +54,9 @@ struct RunningPrefix {
 };
 
 __device__ __forceinline__ int64_t round_up_saturating(int64_t v, int64_t align) {
-  const uint64_t r = static_cast<uint64_t>(v) + static_cast<uint64_t>(align - 1);
-  const uint64_t up = r - r % static_cast<uint64_t>(align);
+  const auto a = static_cast<uint64_t>(align);
+  const uint64_t r = static_cast<uint64_t>(v) + (a - 1);
+  const uint64_t up = (a & (a - 1)) == 0 ? r & ~(a - 1) : r - r % a;  // powers of two: a mask
   return up > static_cast<uint64_t>(kSaturated) ? kSaturated : static_cast<int64_t>(up);
 }
 
@@ -70,12 +70,18 @@ __device__ __forceinline__ void store_output(const ScanOutputParams& o, int64_t 
   }
 }
 
+// kItems = 1: one split per thread, no staging (N <= kThreads). kItems > 1: tiles of
+// kThreads · kItems splits, loaded and stored striped (coalesced) through shared memory and
+// scanned blocked (thread t owns splits [t·kItems, (t+1)·kItems) of the tile).
+template <int kItems>
 __global__ void __launch_bounds__(kThreads)
     splits_to_offsets_kernel(const __grid_constant__ ScanParams p) {
+  constexpr int kTile = kThreads * kItems;
+  constexpr bool kStaged = kItems > 1;
   using BlockScan = cub::BlockScan<int64_t, kThreads>;
   __shared__ typename BlockScan::TempStorage scan_storage;
-  __shared__ int64_t tile[kTile];         // splits, then their inclusive scan
-  __shared__ int64_t tile_padded[kTile];  // the same for roundup(s, align)
+  __shared__ int64_t tile[kStaged ? kTile : 1];         // splits, then their inclusive scan
+  __shared__ int64_t tile_padded[kStaged ? kTile : 1];  // the scan of roundup(s, align)
   const int tid = static_cast<int>(threadIdx.x);
   const bool with_padded = p.align > 1;
 
@@ -87,25 +93,28 @@ __global__ void __launch_bounds__(kThreads)
   RunningPrefix prefix, prefix_padded;
   bool negative = false;
   for (int64_t base = 0; base < p.n; base += kTile) {
-    // Striped (coalesced) loads into shared memory; a negative split counts as 0.
+    const int tile_n = static_cast<int>(p.n - base < kTile ? p.n - base : kTile);
+    int64_t items[kItems];
+    int64_t padded[kItems];
 #pragma unroll
-    for (int j = 0; j < kItems; ++j) {
-      const int64_t i = base + j * kThreads + tid;
+    for (int j = 0; j < kItems; ++j) {  // striped loads; a negative split counts as 0
       int64_t v = 0;
-      if (i < p.n) {
+      if (j * kThreads + tid < tile_n) {
+        const int64_t i = base + j * kThreads + tid;
         v = p.splits_is_int64 ? static_cast<const int64_t*>(p.splits)[i]
                               : static_cast<const int32_t*>(p.splits)[i];
       }
       negative |= v < 0;
-      tile[j * kThreads + tid] = v < 0 ? 0 : v;
+      items[j] = v < 0 ? 0 : v;
+      if constexpr (kStaged) tile[j * kThreads + tid] = items[j];
     }
-    __syncthreads();
-    // Blocked scan: thread t owns splits [t·kItems, (t+1)·kItems) of the tile.
-    int64_t items[kItems];
-    int64_t padded[kItems];
+    if constexpr (kStaged) {
+      __syncthreads();
+#pragma unroll
+      for (int j = 0; j < kItems; ++j) items[j] = tile[tid * kItems + j];
+    }
 #pragma unroll
     for (int j = 0; j < kItems; ++j) {
-      items[j] = tile[tid * kItems + j];
       padded[j] = with_padded ? round_up_saturating(items[j], p.align) : 0;
     }
     BlockScan(scan_storage).InclusiveScan(items, items, SaturatingAdd{}, prefix);
@@ -113,23 +122,29 @@ __global__ void __launch_bounds__(kThreads)
       __syncthreads();  // scan_storage is reused
       BlockScan(scan_storage).InclusiveScan(padded, padded, SaturatingAdd{}, prefix_padded);
     }
-#pragma unroll
-    for (int j = 0; j < kItems; ++j) {
-      tile[tid * kItems + j] = items[j];
-      if (with_padded) tile_padded[tid * kItems + j] = padded[j];
-    }
-    __syncthreads();
-    // Striped (coalesced) stores of every output.
-    for (int k = 0; k < p.num_outputs; ++k) {
-      const ScanOutputParams& o = p.out[k];
-      const int64_t* src = o.padded ? tile_padded : tile;
+    if constexpr (kStaged) {
 #pragma unroll
       for (int j = 0; j < kItems; ++j) {
-        const int64_t i = base + j * kThreads + tid;
-        if (i < p.n) store_output(o, i, src[j * kThreads + tid]);
+        tile[tid * kItems + j] = items[j];
+        if (with_padded) tile_padded[tid * kItems + j] = padded[j];
       }
+      __syncthreads();
+      // Striped (coalesced) stores of every output, live entries only.
+      for (int k = 0; k < p.num_outputs; ++k) {
+        const ScanOutputParams& o = p.out[k];
+        for (int idx = tid; idx < tile_n; idx += kThreads) {
+          store_output(o, base + idx, o.padded ? tile_padded[idx] : tile[idx]);
+        }
+      }
+      __syncthreads();  // the next tile overwrites `tile`
+    } else {
+      if (tid < tile_n) {
+        for (int k = 0; k < p.num_outputs; ++k) {
+          store_output(p.out[k], base + tid, p.out[k].padded ? padded[0] : items[0]);
+        }
+      }
+      if (base + kTile < p.n) __syncthreads();  // scan_storage is reused by the next tile
     }
-    __syncthreads();  // the next tile overwrites `tile`
   }
 
   negative = __syncthreads_or(negative);
@@ -181,7 +196,12 @@ void splits_to_offsets_cuda(const TensorView& splits, std::span<const OffsetsSpe
   int current = -1;
   TESSERA_CUDA_CHECK(cudaGetDevice(&current));
   if (current != splits.device.index) TESSERA_CUDA_CHECK(cudaSetDevice(splits.device.index));
-  splits_to_offsets_kernel<<<1, kThreads, 0, stream.as<cudaStream_t>()>>>(p);
+  auto s = stream.as<cudaStream_t>();
+  if (p.n <= kThreads) {
+    splits_to_offsets_kernel<1><<<1, kThreads, 0, s>>>(p);
+  } else {
+    splits_to_offsets_kernel<kItemsLarge><<<1, kThreads, 0, s>>>(p);
+  }
   TESSERA_CUDA_CHECK_LAUNCH();
 }
 
