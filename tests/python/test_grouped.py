@@ -110,3 +110,18 @@ def test_bad_input_is_a_clear_error():
         g.member(2)
     with pytest.raises(tessera.Error, match="cannot be quantized"):
         tessera.GroupedTensor([(2, 32)]).quantize([rand((2, 32), 0)])
+
+
+@pytest.mark.parametrize("recipe", ["mxfp8", "nvfp4", "block1x128", "rowwise"])
+def test_members_equal_tessera_quantize_of_each_member(recipe):
+    shapes = [(32, 64), (0, 64), (96, 64)]
+    g = tessera.GroupedTensor(shapes, recipe=recipe, columnwise=True)
+    xs = [rand(s, 10 + i) for i, s in enumerate(shapes)]
+    g.quantize(xs)
+    for i, x in enumerate(xs):
+        alone = tessera.quantize(x, recipe, rowwise=True, columnwise=True)
+        m = g.member(i)
+        for key in ("data", "scale_inv", "columnwise_data", "columnwise_scale_inv"):
+            np.testing.assert_array_equal(m[key].view(np.uint8).reshape(-1),
+                                          np.asarray(getattr(alone, key)).view(np.uint8).reshape(-1),
+                                          err_msg=f"{recipe} member {i} {key}")
