@@ -37,7 +37,7 @@ void print_help() {
       "  vs FP32, gradient SQNR vs FP32 (step 0, same weights and data), bytes saved for\n"
       "  backward and step time; writes the loss curves as an SVG.\n\n"
       "options:\n"
-      "  --steps N      training steps per recipe (default 120)\n"
+      "  --steps N      training steps per recipe (default 100)\n"
       "  --experts N    experts (default 8)\n"
       "  --hidden N     model width (default 256)\n"
       "  --ffn N        expert FFN width (default 512)\n"
