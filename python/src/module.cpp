@@ -20,4 +20,5 @@ NB_MODULE(_tessera, m) {
   tessera::python::register_scan(m);
   tessera::python::register_gemm(m);
   tessera::python::register_torch_gemm(m);
+  tessera::python::register_quantize(m);
 }

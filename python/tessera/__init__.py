@@ -117,3 +117,25 @@ def grouped_gemm(a, b, offsets=None, *, kind: str = "m_grouped", transpose_a=Non
 
 
 __all__ += ["grouped_gemm"]
+
+
+from ._tessera import QuantizedTensor, recipe_table  # noqa: E402  (DESIGN §4)
+
+__all__ += ["QuantizedTensor", "quantize", "recipe_table"]
+
+
+def quantize(x, recipe_or_mode: str, rowwise: bool = True, columnwise: bool = False, **options):
+    """Quantizes a 2-D float32/float16/bfloat16 host array (DESIGN §4, docs/numerics.md).
+
+    `recipe_or_mode`: a recipe ("fp8_delayed", "fp8_current[:e4m3|:e5m2|:hybrid]", "fp8_rowwise",
+    "fp8_block", "mxfp8", "nvfp4"; the config of `role`, default "input") or a scaling mode
+    ("tensor", "rowwise", "block1x128", "block128x128", "mxfp8", "mxfp8_32x32", "nvfp4",
+    "nvfp4_16x16"); "mxfp8"/"nvfp4" mean the mode unless role= is given.
+    Options: element ("e4m3"/"e5m2"), layout ("compact"/"swizzled"),
+    power_of_two_scales, e8m0_rounding ("round_up"/"floor"), random_hadamard,
+    stochastic_rounding, seed, offset, amax_epsilon, role, backend ("cpu"/"reference").
+    Returns a QuantizedTensor with data, scale_inv, columnwise_data, columnwise_scale_inv, amax,
+    columnwise_amax (NumPy copies; None when absent) and dequantize(columnwise=False).
+    """
+    arr, src = _as_input(x)
+    return _tessera.quantize(arr, recipe_or_mode, src, rowwise, columnwise, dict(options))
