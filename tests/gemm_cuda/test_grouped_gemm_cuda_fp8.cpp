@@ -7,7 +7,9 @@
 // of the transpose), copied to the device; the oracle is a loop of FP64 GEMMs on the
 // dequantized copy each operand reads, compared per element with gemm_tolerance (the operands
 // are exact, so only FP32 accumulation and output rounding remain). Plus the statuses of what
-// the FP8 path refuses. Skips without an sm_90 GPU.
+// the FP8 path refuses. A second test quantizes with tessera's own CPU Quantizer (rowwise and
+// per-tensor, both usages) and checks forward, dgrad and wgrad against an FP64 loop over the
+// quantize layer's dequantize() of each copy read. Skips without an sm_90 GPU.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>
@@ -23,6 +25,7 @@
 #include "gemm_cuda/gemm_cuda_test_util.h"
 #include "tessera/formats/codecs.h"
 #include "tessera/gemm/grouped_gemm.h"
+#include "tessera/quantize/quantizer.h"
 
 namespace tessera::test {
 namespace {
@@ -324,6 +327,171 @@ TEST_P(CudaFp8GroupedGemm, EqualsFp64LoopOnDequantizedOperands) { EXPECT_EQ(run_
 
 INSTANTIATE_TEST_SUITE_P(Cases, CudaFp8GroupedGemm, ::testing::ValuesIn(cases()),
                          [](const auto& param_info) { return param_info.param.name; });
+
+// A CPU QuantizedTensor copied to the device, buffer by buffer, with the same shapes.
+struct DeviceCopy {
+  DeviceArray data, scale, cdata, cscale;
+  QuantizedTensorView view;
+  static DeviceArray copy(const TensorView& v, TensorView& out) {
+    if (v.data == nullptr) return {};
+    const auto* p = static_cast<const uint8_t*>(v.data);
+    DeviceArray d(std::vector<uint8_t>(p, p + v.nbytes()));
+    out = v;
+    out.data = d.ptr;
+    out.device = Device::cuda(0);
+    return d;
+  }
+  explicit DeviceCopy(const QuantizedTensorView& h) : view(h) {
+    view.device = Device::cuda(0);
+    view.amax = view.columnwise_amax = TensorView{};
+    data = copy(h.data, view.data);
+    scale = copy(h.scale_inv, view.scale_inv);
+    cdata = copy(h.columnwise_data, view.columnwise_data);
+    cscale = copy(h.columnwise_scale_inv, view.columnwise_scale_inv);
+  }
+};
+
+// (rows, cols) logical values of one copy, through the quantize layer's dequantize().
+std::vector<double> dequantized(const QuantizedTensor& q, bool columnwise) {
+  std::vector<float> out(q.view().rows * q.view().cols);
+  dequantize(q.view(), TensorView::contiguous(out.data(), DType::kFloat32,
+                                              {q.view().rows, q.view().cols}),
+             columnwise);
+  return std::vector<double>(out.begin(), out.end());
+}
+
+QuantizedTensor quantize_with_tessera(const QuantizerConfig& cfg, std::vector<float>& x,
+                                      int64_t rows, int64_t cols) {
+  QuantizedTensor q(cfg, rows, cols, Device::cpu());
+  Quantizer(cfg).quantize(TensorView::contiguous(x.data(), DType::kFloat32, {rows, cols}), q);
+  return q;
+}
+
+// D (FP32, device) of `p` against got[i] = Σ_k a(i, k)·b(k, j) given by `expect(r, c, &abs)`.
+template <class Expect>
+std::string compare_fp32(const std::string& name, const DeviceArray& d, int64_t rows, int64_t cols,
+                         int64_t k, Expect expect) {
+  const std::vector<float> got = d.to_host<float>();
+  GemmTolerance tol = gemm_tolerance(DType::kFloat32, k);
+  tol.sum_rel = std::max(tol.sum_rel, double((k + 31) / 32 + 1) * std::exp2(-12.0));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      double abs_sum = 0;
+      bool live = true;
+      const double want = expect(r, c, &abs_sum, &live);
+      if (!live) continue;
+      const double v = got[r * cols + c];
+      if (!(std::fabs(v - want) <= tol.value_rel * std::fabs(want) + tol.sum_rel * abs_sum))
+        return name + ": D[" + std::to_string(r) + ", " + std::to_string(c) + "] = " +
+               std::to_string(v) + ", expected " + std::to_string(want);
+    }
+  return "";
+}
+
+// Forward, dgrad and wgrad on operands quantized by tessera's CPU Quantizer.
+std::string run_with_tessera_quantizer(ScalingMode mode) {
+  const std::vector<int64_t> rows = {0, 48, 160, 0, 32};  // multiples of 16 (FP8 wgrad)
+  const int64_t groups = 5, n = 136, k = 192, cap = 256;
+  std::vector<int64_t> start(groups + 1, 0);
+  for (int64_t g = 0; g < groups; ++g) start[g + 1] = start[g] + rows[g];
+  std::mt19937 rng(7);
+  std::vector<float> x = random_values(cap * k, rng, 3.0f), w = random_values(groups * n * k, rng, 3.0f),
+                     dy = random_values(cap * n, rng, 3.0f);
+  QuantizerConfig cfg = make_config(mode, DType::kFloat8E4M3);
+  cfg.rowwise = cfg.columnwise = true;
+  const QuantizedTensor qx = quantize_with_tessera(cfg, x, cap, k);
+  const QuantizedTensor qw = quantize_with_tessera(cfg, w, groups * n, k);
+  const QuantizedTensor qdy = quantize_with_tessera(cfg, dy, cap, n);
+  DeviceCopy dx(qx.view()), dw(qw.view()), ddy(qdy.view());
+  const std::vector<double> x_r = dequantized(qx, false), x_c = dequantized(qx, true);
+  const std::vector<double> w_r = dequantized(qw, false), w_c = dequantized(qw, true);
+  const std::vector<double> dy_r = dequantized(qdy, false), dy_c = dequantized(qdy, true);
+  DeviceArray offsets(start);
+  const Device dev = Device::cuda(0);
+  auto group_of = [&](int64_t r) {
+    for (int64_t g = 0; g < groups; ++g)
+      if (r < start[g + 1]) return g;
+    return int64_t{-1};
+  };
+  std::string err;
+  {  // forward y = x Wᵀ: (T, N)
+    DeviceArray d(std::vector<float>(cap * n, 0.0f));
+    GroupedGemmProblem p;
+    p.num_groups = groups;
+    p.a = GemmOperand::from_quantized(dx.view, false);
+    p.b = GemmOperand::from_quantized(dw.view, false);
+    p.d = TensorView::contiguous(d.ptr, DType::kFloat32, {cap, n}, dev);
+    p.group_offsets = TensorView::contiguous(offsets.ptr, DType::kInt64, {groups + 1}, dev);
+    grouped_gemm(p);
+    cuda_ok(cudaDeviceSynchronize(), "sync");
+    err += compare_fp32("forward", d, cap, n, k, [&](int64_t r, int64_t c, double* abs, bool* live) {
+      const int64_t g = group_of(r);
+      *live = g >= 0;
+      double s = 0;
+      for (int64_t i = 0; *live && i < k; ++i) {
+        s += x_r[r * k + i] * w_r[(g * n + c) * k + i];
+        *abs += std::fabs(x_r[r * k + i] * w_r[(g * n + c) * k + i]);
+      }
+      return s;
+    });
+  }
+  {  // dgrad dx = dy W: (T, K), W read through its columnwise (transposed) copy
+    DeviceArray d(std::vector<float>(cap * k, 0.0f));
+    GroupedGemmProblem p;
+    p.num_groups = groups;
+    p.transpose_b = false;
+    p.a = GemmOperand::from_quantized(ddy.view, false);
+    p.b = GemmOperand::from_quantized(dw.view, true);
+    p.d = TensorView::contiguous(d.ptr, DType::kFloat32, {cap, k}, dev);
+    p.group_offsets = TensorView::contiguous(offsets.ptr, DType::kInt64, {groups + 1}, dev);
+    grouped_gemm(p);
+    cuda_ok(cudaDeviceSynchronize(), "sync");
+    err += compare_fp32("dgrad", d, cap, k, n, [&](int64_t r, int64_t c, double* abs, bool* live) {
+      const int64_t g = group_of(r);
+      *live = g >= 0;
+      double s = 0;
+      for (int64_t i = 0; *live && i < n; ++i) {
+        s += dy_r[r * n + i] * w_c[(g * n + i) * k + c];
+        *abs += std::fabs(dy_r[r * n + i] * w_c[(g * n + i) * k + c]);
+      }
+      return s;
+    });
+  }
+  {  // wgrad dW_g = dy_gᵀ x_g: (G, N, K), both columnwise copies; empty groups write zeros
+    DeviceArray d(std::vector<float>(groups * n * k, 7.0f));
+    GroupedGemmProblem p;
+    p.kind = GroupedGemmKind::kKGrouped;
+    p.num_groups = groups;
+    p.transpose_a = true;
+    p.transpose_b = false;
+    p.a = GemmOperand::from_quantized(ddy.view, true);
+    p.b = GemmOperand::from_quantized(dx.view, true);
+    p.d = TensorView::contiguous(d.ptr, DType::kFloat32, {groups, n, k}, dev);
+    p.group_offsets = TensorView::contiguous(offsets.ptr, DType::kInt64, {groups + 1}, dev);
+    grouped_gemm(p);
+    cuda_ok(cudaDeviceSynchronize(), "sync");
+    err += compare_fp32("wgrad", d, groups * n, k, cap, [&](int64_t r, int64_t c, double* abs, bool*) {
+      const int64_t g = r / n, m = r % n;
+      double s = 0;
+      for (int64_t t = start[g]; t < start[g + 1]; ++t) {
+        s += dy_c[t * n + m] * x_c[t * k + c];
+        *abs += std::fabs(dy_c[t * n + m] * x_c[t * k + c]);
+      }
+      return s;
+    });
+  }
+  return err;
+}
+
+TEST(CudaFp8GroupedGemmTesseraQuantizer, ForwardDgradWgradRowwise) {
+  if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  EXPECT_EQ(run_with_tessera_quantizer(ScalingMode::kRowwise), "");
+}
+
+TEST(CudaFp8GroupedGemmTesseraQuantizer, ForwardDgradWgradPerTensor) {
+  if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  EXPECT_EQ(run_with_tessera_quantizer(ScalingMode::kTensor), "");
+}
 
 // A small forward problem on quantized operands, for the refusal checks.
 struct SmallFp8 {
