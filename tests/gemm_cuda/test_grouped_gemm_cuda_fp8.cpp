@@ -391,7 +391,7 @@ std::string compare_fp32(const std::string& name, const DeviceArray& d, int64_t 
 // Forward, dgrad and wgrad on operands quantized by tessera's CPU Quantizer.
 std::string run_with_tessera_quantizer(ScalingMode mode) {
   const std::vector<int64_t> rows = {0, 48, 160, 0, 32};  // multiples of 16 (FP8 wgrad)
-  const int64_t groups = 5, n = 136, k = 192, cap = 256;
+  const int64_t groups = 5, n = 144, k = 192, cap = 256;  // n: dgrad contraction, multiple of 16
   std::vector<int64_t> start(groups + 1, 0);
   for (int64_t g = 0; g < groups; ++g) start[g + 1] = start[g] + rows[g];
   std::mt19937 rng(7);
