@@ -12,3 +12,4 @@
 #include "tessera/formats/convert.h"
 #include "tessera/formats/format_table.h"
 #include "tessera/formats/half.h"
+#include "tessera/gemm/grouped_gemm.h"

@@ -30,5 +30,6 @@ nb::dlpack::dtype raw_float32();
 nb::object new_numpy(const std::vector<int64_t>& shape, nb::dlpack::dtype raw, void** data);
 
 void register_formats(nb::module_& m);
+void register_scan(nb::module_& m);
 
 }  // namespace tessera::python

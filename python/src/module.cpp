@@ -17,4 +17,5 @@ NB_MODULE(_tessera, m) {
   m.def("cuda_compiled", &tessera::cuda_compiled);
   m.def("cuda_device_count", &tessera::cuda_device_count);
   tessera::python::register_formats(m);
+  tessera::python::register_scan(m);
 }

@@ -12,6 +12,10 @@ from ._tessera import Error, __version__, cuda_compiled, cuda_device_count, form
 __all__ = ["Error", "__version__", "cuda_compiled", "cuda_device_count", "decode", "encode",
            "format_table"]
 
+from ._tessera import splits_to_offsets_multi  # noqa: E402  (DESIGN §6, NumPy in and out)
+
+__all__ += ["splits_to_offsets_multi"]
+
 
 def _as_input(x):
     """Returns (array, src_dtype) with ml_dtypes bfloat16 carried as uint16 bits."""

@@ -41,9 +41,12 @@ void encode_cpu(const In* in, const TensorView& dst) {
   const int64_t n = dst.numel();
   auto* out8 = dst.as<uint8_t>();
   switch (dst.dtype) {
-    case DType::kFloat8E4M3: return encode_bytes(in, out8, n, formats::encode_e4m3);
-    case DType::kFloat8E5M2: return encode_bytes(in, out8, n, formats::encode_e5m2);
-    case DType::kFloat8E8M0: return encode_bytes(in, out8, n, formats::encode_e8m0);
+    case DType::kFloat8E4M3:
+      return encode_bytes(in, out8, n, [](float x) { return formats::encode_e4m3(x); });
+    case DType::kFloat8E5M2:
+      return encode_bytes(in, out8, n, [](float x) { return formats::encode_e5m2(x); });
+    case DType::kFloat8E8M0:
+      return encode_bytes(in, out8, n, [](float x) { return formats::encode_e8m0(x); });
     case DType::kFloat4E2M1: return encode_e2m1_packed(in, out8, n);
     case DType::kBFloat16: {
       auto* out = dst.as<uint16_t>();
@@ -73,9 +76,12 @@ void decode_cpu(const TensorView& src, float* out) {
   const int64_t n = src.numel();
   const auto* in8 = src.as<const uint8_t>();
   switch (src.dtype) {
-    case DType::kFloat8E4M3: return decode_bytes(in8, out, n, formats::decode_e4m3);
-    case DType::kFloat8E5M2: return decode_bytes(in8, out, n, formats::decode_e5m2);
-    case DType::kFloat8E8M0: return decode_bytes(in8, out, n, formats::decode_e8m0);
+    case DType::kFloat8E4M3:
+      return decode_bytes(in8, out, n, [](uint8_t c) { return formats::decode_e4m3(c); });
+    case DType::kFloat8E5M2:
+      return decode_bytes(in8, out, n, [](uint8_t c) { return formats::decode_e5m2(c); });
+    case DType::kFloat8E8M0:
+      return decode_bytes(in8, out, n, [](uint8_t c) { return formats::decode_e8m0(c); });
     case DType::kFloat4E2M1: {
 #pragma omp parallel for schedule(static)
       for (int64_t i = 0; i < n; ++i) {

@@ -3,6 +3,7 @@
 #include "tessera/scan/splits_to_offsets.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -48,11 +49,20 @@ void check_specs(int64_t num_splits, std::span<const OffsetsSpec> specs) {
   }
 }
 
-void check_call(const TensorView& splits, std::span<const OffsetsSpec> specs,
-                std::span<const TensorView> outputs) {
-  check_view(splits, "splits_to_offsets: splits", {DType::kInt32, DType::kInt64});
+// Index views arrive on every call of a (possibly graph-captured) layer: these checks build no
+// strings unless they fail.
+void check_splits(const TensorView& splits) {
+  TESSERA_CHECK_STATUS(splits.dtype == DType::kInt32 || splits.dtype == DType::kInt64,
+                       Status::kDTypeMismatch, "splits_to_offsets: splits dtype ",
+                       dtype_name(splits.dtype), " is not accepted; expected int32 or int64");
+  check_view(splits, "splits_to_offsets: splits");
   TESSERA_CHECK_STATUS(splits.ndim == 1, Status::kShapeMismatch,
                        "splits_to_offsets: splits must be 1-D, got ", splits.to_string());
+}
+
+void check_call(const TensorView& splits, std::span<const OffsetsSpec> specs,
+                std::span<const TensorView> outputs) {
+  check_splits(splits);
   const int64_t n = splits.shape[0];
   check_specs(n, specs);
   TESSERA_CHECK_STATUS(specs.size() == outputs.size(), Status::kShapeMismatch,
@@ -60,12 +70,17 @@ void check_call(const TensorView& splits, std::span<const OffsetsSpec> specs,
                        " outputs");
   for (size_t k = 0; k < outputs.size(); ++k) {
     const TensorView& o = outputs[k];
-    check_view(o, "splits_to_offsets: output", {specs[k].dtype});
+    TESSERA_CHECK_STATUS(o.dtype == specs[k].dtype, Status::kDTypeMismatch,
+                         "splits_to_offsets: output ", k, " is ", dtype_name(o.dtype),
+                         " but its spec says ", dtype_name(specs[k].dtype));
     const int64_t want = offsets_length(n, specs[k]);
     TESSERA_CHECK_STATUS(o.ndim == 1 && o.shape[0] == want, Status::kShapeMismatch,
                          "splits_to_offsets: output ", k, " must be 1-D of length ", want,
                          " (N = ", n, specs[k].leading_zero ? ", leading zero" : "", "), got ",
                          o.to_string());
+    TESSERA_CHECK(o.is_contiguous() && (o.data != nullptr || want == 0),
+                  "splits_to_offsets: output ", k, " must be contiguous and non-null, got ",
+                  o.to_string());
     TESSERA_CHECK(o.device == splits.device, "splits_to_offsets: output ", k, " is on ",
                   to_string(o.device), " but splits are on ", to_string(splits.device));
   }
@@ -167,6 +182,25 @@ void splits_to_offsets_cuda_batched(const TensorView& splits, std::span<const Of
                          "error_flag was given; pass a smaller total_bound, an error_flag, or use "
                          "an int64 output");
   }
+  // The common case: one launch, no reordering, nothing allocated.
+  int64_t distinct_align = 1;
+  bool one_launch = specs.size() <= static_cast<size_t>(kScanOutputsPerLaunch);
+  for (const OffsetsSpec& s : specs) {
+    if (s.align == 1) continue;
+    one_launch = one_launch && (distinct_align == 1 || distinct_align == s.align);
+    distinct_align = s.align;
+  }
+  if (one_launch) {
+    // With no outputs a launch still validates the splits into the error flag (and checks
+    // total_bound), as the CPU path does by throwing.
+    if (specs.empty() && options.error_flag == nullptr) return;
+    std::array<int64_t, kScanOutputsPerLaunch> max_scan{};
+    for (size_t k = 0; k < specs.size(); ++k) max_scan[k] = max_scan_for(specs[k]);
+    detail::splits_to_offsets_cuda(splits, specs, outputs,
+                                   std::span<const int64_t>(max_scan.data(), specs.size()),
+                                   options, stream);
+    return;
+  }
   // Order outputs by align (stable), then pack launches: at most kScanOutputsPerLaunch outputs
   // and one distinct align > 1 per launch.
   std::vector<size_t> order(specs.size());
@@ -196,9 +230,7 @@ void splits_to_offsets_cuda_batched(const TensorView& splits, std::span<const Of
     batch_outputs.push_back(outputs[k]);
     batch_max.push_back(max_scan_for(specs[k]));
   }
-  // With no outputs there is nothing to write, but a launch still validates the splits into
-  // the error flag (and checks total_bound), as the CPU path does by throwing.
-  if (!batch_specs.empty() || options.error_flag != nullptr) flush();
+  flush();
 }
 
 }  // namespace
@@ -264,9 +296,7 @@ void splits_to_offsets_multi(const TensorView& splits, std::span<const OffsetsSp
 OffsetsBundle splits_to_offsets_multi(const TensorView& splits,
                                       std::span<const OffsetsSpec> specs,
                                       const ScanOptions& options, Stream stream) {
-  check_view(splits, "splits_to_offsets: splits", {DType::kInt32, DType::kInt64});
-  TESSERA_CHECK_STATUS(splits.ndim == 1, Status::kShapeMismatch,
-                       "splits_to_offsets: splits must be 1-D, got ", splits.to_string());
+  check_splits(splits);
   OffsetsBundle b = allocate_offsets(splits.shape[0], specs, splits.device);
   splits_to_offsets_multi(splits, specs, b.outputs, options, stream);
   return b;
@@ -274,7 +304,7 @@ OffsetsBundle splits_to_offsets_multi(const TensorView& splits,
 
 void splits_to_offsets(const TensorView& splits, const TensorView& offsets, int64_t stride,
                        const ScanOptions& options, Stream stream) {
-  check_view(splits, "splits_to_offsets: splits", {DType::kInt32, DType::kInt64});
+  check_splits(splits);
   TESSERA_CHECK_STATUS(splits.ndim == 1 && offsets.ndim == 1, Status::kShapeMismatch,
                        "splits_to_offsets: splits and offsets must be 1-D, got ",
                        splits.to_string(), " and ", offsets.to_string());

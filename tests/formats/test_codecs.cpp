@@ -147,3 +147,24 @@ TEST(Codecs, HalfTypesMatchTheOracle) {
 
 }  // namespace
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// The branch-free encoders agree with the plain RNE rounding (a different algorithm) on a sweep
+// of every 61st float bit pattern (about 70 million values).
+TEST(Codecs, BranchFreeRoundingEqualsPlainRoundingOnABitSweep) {
+  for (uint64_t b = 0; b < (uint64_t{1} << 31); b += 61) {
+    const auto a = static_cast<uint32_t>(b);  // non-negative patterns; NaNs excluded below
+    if (a > 0x7f800000u) break;
+    const uint32_t e4 = std::min<uint32_t>(formats::round_magnitude_rne<3, 7>(a), 0x7e);
+    const uint32_t e5 = std::min<uint32_t>(formats::round_magnitude_rne<2, 15>(a), 0x7b);
+    const uint32_t e2 = std::min<uint32_t>(formats::round_magnitude_rne<1, 1>(a), 0x7);
+    ASSERT_EQ((formats::round_magnitude_rne_sat<3, 7, 0x7eu>(a)), e4) << a;
+    ASSERT_EQ((formats::round_magnitude_rne_sat<2, 15, 0x7bu>(a)), e5) << a;
+    ASSERT_EQ((formats::round_magnitude_rne_sat<1, 1, 0x7u>(a)), e2) << a;
+  }
+}
+
+}  // namespace
+}  // namespace tessera

@@ -69,6 +69,26 @@ TESSERA_HD uint32_t round_magnitude_rne(uint32_t abs_bits) {
   return (static_cast<uint32_t>(e + kBias) << kMan) + (n - (1u << kMan));
 }
 
+// The same RNE code as round_magnitude_rne for a non-negative, non-NaN float (inf allowed),
+// clamped to kMaxCode (saturation), computed branch-free so that bulk loops vectorize:
+// - normal results: add the RNE bias to the float bits and drop 23 - kMan mantissa bits (a
+//   mantissa carry correctly bumps the exponent);
+// - subnormal results: add 2^(1 - kBias - kMan + 23), whose ulp is the format's subnormal
+//   quantum, so the FPU performs the RNE, and subtract its bits again.
+template <int kMan, int kBias, uint32_t kMaxCode>
+TESSERA_HD uint32_t round_magnitude_rne_sat(uint32_t abs_bits) {
+  constexpr int kShift = 23 - kMan;
+  constexpr uint32_t kMinNormalBits = static_cast<uint32_t>(127 + 1 - kBias) << 23;
+  constexpr uint32_t kRebias = static_cast<uint32_t>(127 - kBias) << 23;
+  constexpr uint32_t kMagicBits = static_cast<uint32_t>(127 + 1 - kBias - kMan + 23) << 23;
+  const uint32_t normal =
+      (abs_bits + ((1u << (kShift - 1)) - 1u) + ((abs_bits >> kShift) & 1u) - kRebias) >> kShift;
+  const uint32_t subnormal =
+      float_to_bits(bits_to_float(abs_bits) + bits_to_float(kMagicBits)) - kMagicBits;
+  const uint32_t code = abs_bits < kMinNormalBits ? subnormal : normal;
+  return code < kMaxCode ? code : kMaxCode;
+}
+
 // Value of a non-negative finite code of such a format.
 template <int kMan, int kBias>
 TESSERA_HD float decode_magnitude(uint32_t code) {

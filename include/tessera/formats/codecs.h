@@ -20,10 +20,8 @@ TESSERA_HD uint8_t encode_e4m3(float x) {
   const uint32_t u = float_to_bits(x);
   const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
   const uint32_t a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return sign | 0x7fu;
-  uint32_t code = a == 0x7f800000u ? 0x7eu : round_magnitude_rne<3, 7>(a);
-  if (code > 0x7eu) code = 0x7eu;
-  return static_cast<uint8_t>(sign | code);
+  const uint32_t code = round_magnitude_rne_sat<3, 7, 0x7eu>(a);
+  return static_cast<uint8_t>(sign | (a > 0x7f800000u ? 0x7fu : code));
 }
 
 TESSERA_HD float decode_e4m3(uint8_t c) {
@@ -37,10 +35,8 @@ TESSERA_HD uint8_t encode_e5m2(float x) {
   const uint32_t u = float_to_bits(x);
   const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
   const uint32_t a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return sign | 0x7fu;
-  uint32_t code = a == 0x7f800000u ? 0x7bu : round_magnitude_rne<2, 15>(a);
-  if (code > 0x7bu) code = 0x7bu;
-  return static_cast<uint8_t>(sign | code);
+  const uint32_t code = round_magnitude_rne_sat<2, 15, 0x7bu>(a);
+  return static_cast<uint8_t>(sign | (a > 0x7f800000u ? 0x7fu : code));
 }
 
 TESSERA_HD float decode_e5m2(uint8_t c) {
@@ -54,11 +50,9 @@ TESSERA_HD float decode_e5m2(uint8_t c) {
 TESSERA_HD uint8_t encode_e2m1(float x) {
   const uint32_t u = float_to_bits(x);
   const uint32_t a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return 0x7u;
-  const uint8_t sign = static_cast<uint8_t>((u >> 28) & 0x8u);
-  uint32_t code = a == 0x7f800000u ? 0x7u : round_magnitude_rne<1, 1>(a);
-  if (code > 0x7u) code = 0x7u;
-  return static_cast<uint8_t>(sign | code);
+  const uint32_t sign = (u >> 28) & 0x8u;
+  const uint32_t code = round_magnitude_rne_sat<1, 1, 0x7u>(a);
+  return static_cast<uint8_t>(a > 0x7f800000u ? 0x7u : (sign | code));
 }
 
 TESSERA_HD float decode_e2m1(uint8_t c) {

@@ -23,11 +23,8 @@ TESSERA_HD uint16_t encode_fp16(float x) {
   const uint32_t u = float_to_bits(x);
   const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
   const uint32_t a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return sign | 0x7e00u;
-  if (a == 0x7f800000u) return sign | 0x7c00u;
-  uint32_t code = round_magnitude_rne<10, 15>(a);
-  if (code >= 0x7c00u) code = 0x7c00u;
-  return static_cast<uint16_t>(sign | code);
+  const uint32_t code = round_magnitude_rne_sat<10, 15, 0x7c00u>(a);  // overflow → infinity
+  return static_cast<uint16_t>(sign | (a > 0x7f800000u ? 0x7e00u : code));
 }
 
 TESSERA_HD float decode_fp16(uint16_t h) {

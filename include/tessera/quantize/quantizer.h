@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "tessera/core/buffer.h"
+#include "tessera/core/dispatch.h"
 #include "tessera/core/stream.h"
 #include "tessera/core/tensor_view.h"
 #include "tessera/quantize/types.h"
@@ -33,12 +34,17 @@ class Quantizer {
   // through QuantizedTensor::ensure_usage; a view lacking a needed buffer is an error).
   void quantize(const TensorView& x, QuantizedTensorView& out, Stream stream = {});
   void quantize(const TensorView& x, QuantizedTensor& out, Stream stream = {});
+  // The same on an explicit backend: Backend::kReference runs the spec-faithful loops of
+  // src/quantize/reference (host memory only; the oracle of the tests), kCPU / kCUDA must match
+  // the data's device. Same bits from every backend.
+  void quantize(const TensorView& x, QuantizedTensorView& out, Backend backend, Stream stream = {});
 
   // Delayed scaling (config().delayed): the FP32 scale used by the next quantize(), the amax
   // history (amax_history_len) whose slot 0 the quantize writes, and update(), which computes
   // the next scale from the history and rolls it (slot 0 cleared). Empty views otherwise.
   TensorView scale() const;
   TensorView amax_history() const;
+  // Only for delayed scaling (kInvalidArgument otherwise).
   void update(Stream stream = {});
 
  private:
@@ -49,7 +55,11 @@ class Quantizer {
 
 // Dequantizes one usage of `q` into `out`: float32 (M, K) (always the logical orientation, also
 // for a transposed columnwise copy).
+// Exact rule per mode: docs/numerics.md (x̂ = decode(q) * scale_inv; NVFP4: decode_e2m1(q) *
+// (decode_e4m3(s_b) * (1 / S_enc)), then the inverse Hadamard transform when it was applied).
 void dequantize(const QuantizedTensorView& q, const TensorView& out, bool columnwise = false,
                 Stream stream = {});
+void dequantize(const QuantizedTensorView& q, const TensorView& out, bool columnwise,
+                Backend backend, Stream stream = {});
 
 }  // namespace tessera

@@ -11,6 +11,14 @@
 //     For kMXFP8*: data (M, K) in the rowwise layout, scales per 32x1 column block.
 //   A partial last block (K not a multiple of the block) is quantized over its valid elements.
 //   Scales are scale_inv = 1/scale (what GEMM and dequantize multiply by), see scale_shape().
+//   amax / columnwise_amax (FP32, one value) exist for kTensor (both usages: the tensor amax) and
+//   kNVFP4* (the global amax of that copy; with the Hadamard transform the columnwise one is taken
+//   after the transform). Other modes have no amax buffers.
+// Exact numerics of every mode: docs/numerics.md and include/tessera/quantize/scale_rules.h.
+//
+// Changes since the first landing (names and meaning kept): make_config() gives the per-mode
+// defaults (power-of-two scales on for kBlock*, E2M1 for kNVFP4*); scaling_mode_from_name();
+// QuantizedTensor::has_rowwise/has_columnwise; has_amax().
 #pragma once
 
 #include <cstdint>
@@ -32,7 +40,11 @@ enum class ScalingMode : int {
   kNVFP4_16x16 = 8,   // weights: one E4M3 per 16x16 tile, stored expanded as kNVFP4 scales
 };
 
+// "none", "tensor", "rowwise", "block1x128", "block128x128", "mxfp8", "mxfp8_32x32", "nvfp4",
+// "nvfp4_16x16".
 const char* scaling_mode_name(ScalingMode m) noexcept;
+// Inverse of scaling_mode_name; throws Error(kInvalidArgument) listing the accepted names.
+ScalingMode scaling_mode_from_name(const char* name);
 
 enum class ScaleLayout : int {
   kCompact = 0,   // one scale per block, row-major, no padding (FP8 block: see scale_shape)
@@ -57,7 +69,8 @@ struct QuantizerConfig {
   int margin = 0;
   // Current-scaling family (kTensor current, kRowwise, kBlock*): amax' = max(amax, eps).
   float amax_epsilon = 0.0f;
-  // Power-of-two scales (mantissa cleared, rounding down). Default on for kBlock*, else off.
+  // Power-of-two scales (mantissa cleared, rounding down). make_config() turns it on for
+  // kBlock* (the FP8 block recipe default); a hand-built config gets what it sets.
   bool power_of_two_scales = false;
   // kMXFP8*: how the E8M0 exponent is chosen.
   E8M0Rounding e8m0_rounding = E8M0Rounding::kRoundUp;
@@ -70,6 +83,17 @@ struct QuantizerConfig {
 
   friend bool operator==(const QuantizerConfig&, const QuantizerConfig&) = default;
 };
+
+// The defaults of `mode`: element E4M3 (E2M1 for kNVFP4*; `element` overrides when given),
+// power_of_two_scales on for kBlock*, everything else as in QuantizerConfig.
+QuantizerConfig make_config(ScalingMode mode, DType element = DType::kFloat32 /* = default */);
+// Throws a clear Error naming the field when `config` is not valid (element not allowed for the
+// mode, E2M1 outside NVFP4, history length < 1, margin outside [-126, 126], negative or
+// non-finite epsilon, Hadamard/stochastic rounding outside NVFP4, swizzled layout outside
+// MXFP8/NVFP4, kNone).
+void validate_config(const QuantizerConfig& config);
+// True when the mode stores amax buffers (kTensor, kNVFP4*).
+bool has_amax(ScalingMode mode);
 
 // A 2-D matrix shape (rows, cols) plus its element type.
 struct MatrixShape {
@@ -96,7 +120,9 @@ MatrixShape scale_shape(const QuantizerConfig& config, int64_t rows, int64_t col
 int64_t swizzled_scale_offset(int64_t r, int64_t c, int64_t padded_cols);
 
 // Non-owning views of every buffer a quantized tensor may have. A field whose data is nullptr
-// is absent. Invariant: present fields have exactly the shapes data_shape/scale_shape give.
+// is absent. Invariant: present fields have exactly the shapes data_shape/scale_shape give,
+// except that an E2M1 data view has roundup(cols, 2) columns (rows start on a byte; the spare
+// high nibble of an odd row is 0), and the view's byte size is at least MatrixShape::bytes().
 struct QuantizedTensorView {
   QuantizerConfig config;          // the config that produced it (mode, element, layout, ...)
   int64_t rows = 0, cols = 0;      // logical (M, K) of the high-precision tensor
@@ -115,8 +141,11 @@ class QuantizedTensor {
   QuantizedTensor(const QuantizerConfig& config, int64_t rows, int64_t cols, Device device);
   const QuantizedTensorView& view() const { return view_; }
   QuantizedTensorView& view() { return view_; }
-  // Adds the buffers of a usage that is not present yet (never drops one).
+  // Adds the buffers of a usage that is not present yet (never drops one). New scale buffers
+  // are zero-filled (padding entries stay 0).
   void ensure_usage(bool rowwise, bool columnwise);
+  bool has_rowwise() const { return view_.has_rowwise(); }
+  bool has_columnwise() const { return view_.has_columnwise(); }
 
  private:
   QuantizedTensorView view_;

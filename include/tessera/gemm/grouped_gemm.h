@@ -1,0 +1,146 @@
+// Grouped GEMM (DESIGN §7): the problem descriptor, can_implement → workspace_size → run, and the
+// CUDA tile/config heuristic. One call computes, for every group g,
+//
+//   D_g = alpha_g · op(A_g) · op(B_g) + bias_g + beta · D_g          (FP32 accumulation)
+//
+// Kinds (T = rows of the token buffer, its capacity; G groups; offsets give each group's rows):
+//   kMGrouped  (forward y = x Wᵀ "TN", dgrad dx = dy W "NN"): A (T, K) rows grouped;
+//              B (G, N, K) when transpose_b (TN) or (G, K, N) when not (NN); D (T, N).
+//              Group g owns rows [start_g, end_g) of A and D; an empty group writes nothing.
+//              transpose_a must be false.
+//   kKGrouped  (wgrad dW_g = dy_gᵀ x_g, "NT"): A (T, N) and B (T, K), rows grouped, contraction
+//              over the grouped token dim; D (G, N, K). transpose_a must be true and transpose_b
+//              false. An empty group writes zeros (beta = 0) or leaves D_g unchanged (beta = 1).
+//   kBatched   (3D×3D): A (G, M, K), or (G, K, M) when transpose_a; B (G, N, K) when transpose_b,
+//              else (G, K, N); D (G, M, N). No offsets.
+// Rows of A, B and D past the last offset (up to the capacity) are never read or written.
+//
+// Operands: unquantized FP32/BF16/FP16 TensorViews, or a QuantizedTensorView (any recipe of §4)
+// plus the usage (rowwise/columnwise copy) the GEMM reads. A quantized operand is described by
+// its LOGICAL (rows, cols) matrix: the usage only picks which stored copy is read (a transposed
+// columnwise copy still means the same logical matrix). All groups of an operand live in ONE
+// quantized tensor: a grouped 2-D operand is (T, cols); a 3-D operand (G, X, Y) is quantized as
+// (G·X, Y). For kTensor scaling, scale_inv (and for NVFP4 the global amax) may hold 1 value (shared)
+// or G values (one per group). Both operands quantized need compatible recipes (same mode family,
+// e.g. kBlock1x128 × kBlock128x128, kMXFP8 × kMXFP8_32x32; FP8 elements may mix E4M3 × E5M2).
+//
+// Threading / synchronisation: the CUDA path reads group metadata on the device and never syncs;
+// can_implement reads offsets only when they are in host memory.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "tessera/core/buffer.h"
+#include "tessera/core/status.h"
+#include "tessera/core/stream.h"
+#include "tessera/core/tensor_view.h"
+#include "tessera/quantize/types.h"
+
+namespace tessera {
+
+enum class GroupedGemmKind : int {
+  kMGrouped = 0,  // 2D × 3D → 2D, rows grouped (forward, dgrad)
+  kKGrouped = 1,  // 2D × 2D → 3D, contraction grouped (wgrad)
+  kBatched = 2,   // 3D × 3D → 3D
+};
+
+// How `group_offsets` encodes the groups' row ranges (int32 or int64 either way).
+enum class GroupOffsetsFormat : int {
+  kStartOffsets = 0,  // G+1 entries, offsets[0] == 0, group g = [offsets[g], offsets[g+1])
+  kEndOffsets = 1,    // G entries, cumulative END offsets (torch._grouped_mm's `offs`)
+};
+
+const char* grouped_gemm_kind_name(GroupedGemmKind k) noexcept;
+
+// One GEMM operand: either a dense (unquantized) view or a quantized tensor plus the usage read.
+// Invariant: exactly one of `dense.data` / `quantized` (has the requested usage) is meaningful,
+// selected by `is_quantized`.
+struct GemmOperand {
+  TensorView dense;                 // FP32 / BF16 / FP16, contiguous
+  QuantizedTensorView quantized;    // logical (rows, cols); 3-D operands as (G·X, Y)
+  bool is_quantized = false;
+  bool columnwise = false;          // quantized only: read the columnwise copy
+
+  static GemmOperand from_dense(const TensorView& v) {
+    GemmOperand o;
+    o.dense = v;
+    return o;
+  }
+  static GemmOperand from_quantized(const QuantizedTensorView& q, bool use_columnwise) {
+    GemmOperand o;
+    o.quantized = q;
+    o.is_quantized = true;
+    o.columnwise = use_columnwise;
+    return o;
+  }
+  Device device() const { return is_quantized ? quantized.device : dense.device; }
+};
+
+// Tile/config of the CUDA kernel. All zeros = "let the heuristic choose" (see
+// select_grouped_gemm_config). The CPU backend ignores it.
+struct GroupedGemmConfig {
+  int tile_m = 0, tile_n = 0, tile_k = 0;
+  int stages = 0;
+  int cluster_m = 0, cluster_n = 0;
+  int num_sms = 0;   // persistent grid size (0 = all SMs)
+  int variant = 0;   // backend-defined kernel family id (0 = default)
+  bool is_default() const {
+    return tile_m == 0 && tile_n == 0 && tile_k == 0 && stages == 0 && cluster_m == 0 &&
+           cluster_n == 0 && num_sms == 0 && variant == 0;
+  }
+};
+
+// The problem descriptor. Plain data: views are non-owning and must outlive the call (for CUDA,
+// until the stream reaches it).
+// Invariants checked by can_implement: every operand on one device (offsets and group_alpha may
+// also be in host memory); shapes as listed in the file header; beta ∈ {0, 1}; beta = 1 needs an
+// FP32 D; max_total_rows ≤ rows of the grouped operands and of D (kMGrouped).
+struct GroupedGemmProblem {
+  GroupedGemmKind kind = GroupedGemmKind::kMGrouped;
+  int64_t num_groups = 0;  // G ≥ 1
+  GemmOperand a, b;
+  bool transpose_a = false;
+  bool transpose_b = true;
+  TensorView d;  // output (and input when beta = 1): FP32 / BF16 / FP16
+
+  // kMGrouped / kKGrouped: int32 or int64, format below; ignored for kBatched.
+  TensorView group_offsets;
+  GroupOffsetsFormat offsets_format = GroupOffsetsFormat::kStartOffsets;
+  // Host-known upper bound of the total grouped rows (the capacity). -1 = the grouped operand's
+  // row count. The last offset must not exceed it (checked on host offsets; on the device, rows
+  // past it are clamped away).
+  int64_t max_total_rows = -1;
+
+  float alpha = 1.0f;
+  TensorView group_alpha;  // optional FP32 (G): alpha_g = alpha · group_alpha[g]
+  float beta = 0.0f;       // 0 or 1 (1 = accumulate into an existing FP32 D, e.g. main_grad)
+  TensorView bias;         // optional (G, N) FP32/BF16/FP16, added to every row of group g
+                           // (kMGrouped, kBatched only)
+
+  GroupedGemmConfig config{};  // CUDA tile override; default = heuristic
+};
+
+// Whether `problem` can run on the backend of its operands' device. kOk, or a specific status
+// (kShapeMismatch, kDTypeMismatch, kMisaligned, kUnsupported, kOutOfRange, kBufferTooSmall,
+// kInvalidArgument, kNoDevice) with the reason written to *reason when given. Never throws.
+Status can_implement(const GroupedGemmProblem& problem, std::string* reason = nullptr);
+
+// Bytes of workspace run() needs (0 is possible). Throws Error (the can_implement status) when
+// the problem cannot run.
+int64_t workspace_size(const GroupedGemmProblem& problem);
+
+// Runs the grouped GEMM. `workspace`: at least workspace_size(problem) bytes (any dtype; its
+// nbytes() counts), 256-byte aligned, on the operands' device; may be empty when 0 bytes are
+// needed. Throws Error with the can_implement status on a problem it cannot run. On CUDA it is
+// asynchronous on `stream`.
+void run(const GroupedGemmProblem& problem, const TensorView& workspace, Stream stream = {});
+
+// Convenience: sizes and allocates the workspace itself, then run().
+void grouped_gemm(const GroupedGemmProblem& problem, Stream stream = {});
+
+// The CUDA tile/config heuristic (a function of the descriptor and the current device). Returns
+// problem.config when it is not the default. Throws kNoDevice without the CUDA backend.
+GroupedGemmConfig select_grouped_gemm_config(const GroupedGemmProblem& problem);
+
+}  // namespace tessera

@@ -1,0 +1,59 @@
+// Internal interface between the grouped GEMM front end (grouped_gemm.cpp: validation, device
+// dispatch) and its backends: the reference (plain loops, FP64), the CPU backend (CBLAS) and the
+// CUDA backend (src/gemm/cuda/, or grouped_gemm_no_cuda.cpp in a build without nvcc).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tessera/gemm/grouped_gemm.h"
+
+namespace tessera::detail {
+
+// Sizes of a validated problem. D_g is (m_g, n) = op(A_g) (m_g, k_g) · op(B_g) (k_g, n):
+//   kMGrouped: m_g = group rows (m = -1 here), k and n fixed;
+//   kKGrouped: k_g = group rows (k = -1 here), m = A cols, n = B cols;
+//   kBatched:  m, n, k fixed.
+// capacity: rows of the token buffer that may hold live rows (max_total_rows resolved); 0 for
+// kBatched. Invariant: groups ≥ 1, n ≥ 0, and m, k ≥ 0 where fixed.
+struct GroupedGemmDims {
+  int64_t groups = 0;
+  int64_t m = -1, n = 0, k = -1;
+  int64_t capacity = 0;
+};
+
+// Logical sizes of an operand: 2-D (rows, cols); a 3-D dense view (G, X, Y) or a quantized
+// (G·X, Y) operand of a 3-D position is reported per group as (X, Y) by operand_group_dims.
+int64_t operand_rows(const GemmOperand& o);  // dense: shape[0] (2-D) or shape[0]*shape[1] (3-D)
+int64_t operand_cols(const GemmOperand& o);  // last dim
+
+// Validates everything but device-specific alignment; throws Error with the specific status.
+// Reads host offsets (kOutOfRange past the capacity, kInvalidArgument when not non-decreasing).
+GroupedGemmDims check_grouped_gemm(const GroupedGemmProblem& p);
+
+// The G+1 start offsets of a problem whose offsets live in host memory (kBatched: g·0).
+// Precondition: check_grouped_gemm(p) passed.
+std::vector<int64_t> host_start_offsets(const GroupedGemmProblem& p);
+
+// ---- CPU backend (src/gemm/cpu/) ------------------------------------------------------------
+int64_t grouped_gemm_cpu_workspace_size(const GroupedGemmProblem& p, const GroupedGemmDims& dims);
+void grouped_gemm_cpu(const GroupedGemmProblem& p, const GroupedGemmDims& dims,
+                      void* workspace, int64_t workspace_bytes);
+
+// ---- reference (src/gemm/reference/): plain loops, FP64 accumulation on dequantized operands.
+// Host memory only; allocates what it needs. Used by tests, never by a fast path.
+void grouped_gemm_reference(const GroupedGemmProblem& p);
+
+// ---- CUDA backend (src/gemm/cuda/; stand-ins in grouped_gemm_no_cuda.cpp) ----------------------
+// Device-specific checks (alignment, formats, arch) after check_grouped_gemm passed. Never throws.
+Status grouped_gemm_cuda_can_implement(const GroupedGemmProblem& p, const GroupedGemmDims& dims,
+                                       std::string* reason);
+int64_t grouped_gemm_cuda_workspace_size(const GroupedGemmProblem& p, const GroupedGemmDims& dims);
+GroupedGemmConfig grouped_gemm_cuda_select_config(const GroupedGemmProblem& p,
+                                                  const GroupedGemmDims& dims);
+// Asynchronous on `stream`; workspace already checked for size and alignment.
+void grouped_gemm_cuda(const GroupedGemmProblem& p, const GroupedGemmDims& dims, void* workspace,
+                       int64_t workspace_bytes, Stream stream);
+
+}  // namespace tessera::detail

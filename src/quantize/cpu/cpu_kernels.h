@@ -1,0 +1,111 @@
+// Building blocks of the CPU quantize backend: branch-free (vectorizable) input loads and FP8
+// encoders that give exactly the bits of formats/codecs.h + scale_rules::fp8_element, amax
+// reductions, the transposed float copy used by the columnwise usages, and the per-format entry
+// points (fp8_tensor.cpp, fp8_block.cpp, mxfp8.cpp, nvfp4.cpp).
+#pragma once
+
+#include <bit>
+#include <cstdint>
+
+#include "quantize/quantize_backend.h"
+#include "tessera/core/buffer.h"
+#include "tessera/formats/half.h"
+
+namespace tessera::detail::cpu {
+
+// Loops over fewer elements than this run on the calling thread: starting a parallel region
+// costs more than the work (and much more on an oversubscribed machine).
+inline constexpr int64_t kParallelWork = int64_t{1} << 16;
+
+// ---- loads: exact, branch-free --------------------------------------------------------------
+inline float load_float(float v) { return v; }
+inline float load_float(bf16 v) { return std::bit_cast<float>(static_cast<uint32_t>(v.bits) << 16); }
+// binary16 → binary32: magnitude bits shifted into a float and scaled by 2^112 (exact for
+// normals and subnormals); inf/NaN patterns rebuilt. Same bits as formats::decode_fp16.
+inline float load_float(fp16 v) {
+  const uint32_t h = v.bits;
+  const uint32_t a = h & 0x7fffu;
+  const float mag = std::bit_cast<float>(a << 13) * 5.192296858534828e33f;  // 2^112
+  const uint32_t r = a >= 0x7c00u ? (0x7f800000u | ((a & 0x3ffu) << 13)) : std::bit_cast<uint32_t>(mag);
+  return std::bit_cast<float>(((h & 0x8000u) << 16) | r);
+}
+
+inline uint32_t abs_bits(float f) { return std::bit_cast<uint32_t>(f) & 0x7fffffffu; }
+
+// ---- FP8 encoders: scale_rules::fp8_element without branches --------------------------------
+// Normal range: RNE of the float bits to the format's mantissa width (add 0x7ffff/0xfffff plus the
+// lowest kept bit, shift), rebias. Subnormal range: one float addition of a magic power of two
+// whose ulp is the format's subnormal quantum (RNE by the FPU), then the bit difference.
+inline uint8_t e4m3_element(float v) {
+  const uint32_t u = std::bit_cast<uint32_t>(v);
+  const uint32_t a = u & 0x7fffffffu;
+  const int32_t normal = static_cast<int32_t>((a + 0x7ffffu + ((a >> 20) & 1u)) >> 20) - 960;
+  const float sub = std::bit_cast<float>(a) + 16384.0f;  // 2^14: ulp 2^-9
+  const int32_t subnormal = static_cast<int32_t>(std::bit_cast<uint32_t>(sub) - 0x46800000u);
+  int32_t code = a < 0x3c800000u ? subnormal : normal;  // |v| < 2^-6
+  code = code > 0x7e ? 0x7e : code;
+  const uint8_t r = static_cast<uint8_t>(((u >> 24) & 0x80u) | static_cast<uint32_t>(code));
+  return a > 0x7f800000u ? uint8_t{0x7f} : r;
+}
+
+inline uint8_t e5m2_element(float v) {
+  const uint32_t u = std::bit_cast<uint32_t>(v);
+  const uint32_t a = u & 0x7fffffffu;
+  const int32_t normal = static_cast<int32_t>((a + 0xfffffu + ((a >> 21) & 1u)) >> 21) - 448;
+  const float sub = std::bit_cast<float>(a) + 128.0f;  // 2^7: ulp 2^-16
+  const int32_t subnormal = static_cast<int32_t>(std::bit_cast<uint32_t>(sub) - 0x43000000u);
+  int32_t code = a < 0x38800000u ? subnormal : normal;  // |v| < 2^-14
+  code = code > 0x7b ? 0x7b : code;
+  const uint8_t r = static_cast<uint8_t>(((u >> 24) & 0x80u) | static_cast<uint32_t>(code));
+  return a > 0x7f800000u ? uint8_t{0x7f} : r;
+}
+
+template <bool kE5M2>
+inline uint8_t fp8_element(float v) {
+  if constexpr (kE5M2) {
+    return e5m2_element(v);
+  } else {
+    return e4m3_element(v);
+  }
+}
+
+// ---- loops ---------------------------------------------------------------------------------
+// Max of abs bits over n values (serial, vectorized); see scale_rules::amax_from_abs_bits.
+template <class In>
+inline uint32_t amax_bits(const In* x, int64_t n) {
+  uint32_t m = 0;
+#pragma omp simd reduction(max : m)
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t a = abs_bits(load_float(x[i]));
+    m = a > m ? a : m;
+  }
+  return m;
+}
+
+// out[i] = fp8(x[i] * scale) for n values (serial, vectorized).
+template <bool kE5M2, class In>
+inline void encode_scaled(const In* x, int64_t n, float scale, uint8_t* out) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) out[i] = fp8_element<kE5M2>(load_float(x[i]) * scale);
+}
+
+// Max of abs bits over a whole (rows, cols) tensor, multithreaded.
+uint32_t tensor_amax_bits(const TensorView& x);
+
+// xᵀ as float32 (cols, rows), multithreaded, tiled. Returns the owning buffer.
+Buffer transpose_to_float(const TensorView& x);
+
+// Bit-wise byte fill of a whole view (padding of scale buffers), multithreaded for big views.
+void zero_view(const TensorView& v);
+
+// ---- per-format entry points -----------------------------------------------------------------
+void quantize_fp8_tensor(const QuantizerConfig& c, const TensorView& x,
+                         const QuantizedTensorView& out, const QuantizeRequest& req);
+void quantize_fp8_block(const QuantizerConfig& c, const TensorView& x,
+                        const QuantizedTensorView& out, const QuantizeRequest& req);
+void quantize_mxfp8(const QuantizerConfig& c, const TensorView& x, const QuantizedTensorView& out,
+                    const QuantizeRequest& req);
+void quantize_nvfp4(const QuantizerConfig& c, const TensorView& x, const QuantizedTensorView& out,
+                    const QuantizeRequest& req);
+
+}  // namespace tessera::detail::cpu

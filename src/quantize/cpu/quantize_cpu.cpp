@@ -1,0 +1,71 @@
+// CPU backend entry: mode dispatch plus the shared pieces (tensor amax, transposed float copy,
+// zero fill) used by the per-format files.
+#include <algorithm>
+#include <cstring>
+
+#include "quantize/cpu/cpu_kernels.h"
+#include "tessera/core/dispatch.h"
+#include "tessera/core/status.h"
+
+namespace tessera::detail {
+namespace cpu {
+
+uint32_t tensor_amax_bits(const TensorView& x) {
+  return dispatch_float_input(x.dtype, "x", [&](auto tag) {
+    using In = typename decltype(tag)::type;
+    const In* p = x.as<const In>();
+    const int64_t n = x.numel();
+    constexpr int64_t kChunk = 16384;
+    uint32_t m = 0;
+#pragma omp parallel for schedule(static) reduction(max : m) if (n >= kParallelWork)
+    for (int64_t c0 = 0; c0 < n; c0 += kChunk) {
+      const uint32_t cm = amax_bits(p + c0, std::min(kChunk, n - c0));
+      m = cm > m ? cm : m;
+    }
+    return m;
+  });
+}
+
+Buffer transpose_to_float(const TensorView& x) {
+  const int64_t rows = x.shape[0], cols = x.shape[1];
+  Buffer t(static_cast<size_t>(std::max<int64_t>(rows * cols, 1)) * sizeof(float));
+  float* dst = t.as<float>();  // (cols, rows)
+  constexpr int64_t kTile = 64;
+  dispatch_float_input(x.dtype, "x", [&](auto tag) {
+    using In = typename decltype(tag)::type;
+    const In* src = x.as<const In>();  // (rows, cols)
+    const int64_t row_tiles = (rows + kTile - 1) / kTile, col_tiles = (cols + kTile - 1) / kTile;
+#pragma omp parallel for collapse(2) schedule(static) if (rows * cols >= kParallelWork)
+    for (int64_t tr = 0; tr < row_tiles; ++tr) {
+      for (int64_t tc = 0; tc < col_tiles; ++tc) {
+        const int64_t r1 = std::min(rows, (tr + 1) * kTile), c1 = std::min(cols, (tc + 1) * kTile);
+        for (int64_t c = tc * kTile; c < c1; ++c)
+          for (int64_t r = tr * kTile; r < r1; ++r) dst[c * rows + r] = load_float(src[r * cols + c]);
+      }
+    }
+  });
+  return t;
+}
+
+void zero_view(const TensorView& v) { std::memset(v.data, 0, static_cast<size_t>(v.nbytes())); }
+
+}  // namespace cpu
+
+void quantize_cpu(const QuantizerConfig& config, const TensorView& x,
+                  const QuantizedTensorView& out, const QuantizeRequest& req) {
+  switch (config.mode) {
+    case ScalingMode::kTensor:
+    case ScalingMode::kRowwise: return cpu::quantize_fp8_tensor(config, x, out, req);
+    case ScalingMode::kBlock1x128:
+    case ScalingMode::kBlock128x128: return cpu::quantize_fp8_block(config, x, out, req);
+    case ScalingMode::kMXFP8:
+    case ScalingMode::kMXFP8_32x32: return cpu::quantize_mxfp8(config, x, out, req);
+    case ScalingMode::kNVFP4:
+    case ScalingMode::kNVFP4_16x16: return cpu::quantize_nvfp4(config, x, out, req);
+    default:
+      TESSERA_FAIL(Status::kInvalidArgument, "config.mode: ", scaling_mode_name(config.mode),
+                   " cannot be quantized");
+  }
+}
+
+}  // namespace tessera::detail

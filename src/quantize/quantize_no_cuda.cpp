@@ -1,0 +1,23 @@
+// Stand-ins for the CUDA quantize entry points in a build without the CUDA backend.
+#include "quantize/quantize_backend.h"
+#include "tessera/core/status.h"
+
+namespace tessera::detail {
+
+void quantize_cuda(const QuantizerConfig&, const TensorView& x, const QuantizedTensorView&,
+                   const QuantizeRequest&, Stream) {
+  TESSERA_FAIL(Status::kNoDevice, "quantize: x is on ", to_string(x.device),
+               " but tessera was built without CUDA");
+}
+
+void dequantize_cuda(const QuantizedTensorView& q, const TensorView&, bool, Stream) {
+  TESSERA_FAIL(Status::kNoDevice, "dequantize: the tensor is on ", to_string(q.device),
+               " but tessera was built without CUDA");
+}
+
+void delayed_update_cuda(const QuantizerConfig&, float*, float*, Stream) {
+  TESSERA_FAIL(Status::kNoDevice, "Quantizer::update: the state is on a CUDA device but tessera "
+               "was built without CUDA");
+}
+
+}  // namespace tessera::detail

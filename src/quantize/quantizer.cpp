@@ -1,0 +1,215 @@
+// The quantize dispatcher: argument checks, usage union, backend choice (reference / cpu / cuda)
+// and the delayed-scaling state (scale, amax history, update()).
+#include "tessera/quantize/quantizer.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "quantize/quantize_backend.h"
+#include "tessera/core/status.h"
+#include "tessera/formats/codecs.h"
+#include "tessera/quantize/scale_rules.h"
+
+namespace tessera {
+namespace {
+
+float fp8_max(DType element) {
+  return element == DType::kFloat8E5M2 ? formats::FormatTraits<DType::kFloat8E5M2>::kMax
+                                       : formats::FormatTraits<DType::kFloat8E4M3>::kMax;
+}
+
+// A present buffer must have the dtype and at least the bytes of `want`, on `device`.
+void check_field(const TensorView& v, const MatrixShape& want, Device device, const char* name) {
+  check_view(v, name);
+  TESSERA_CHECK_STATUS(v.dtype == want.dtype, Status::kDTypeMismatch, name, ": dtype ",
+                       dtype_name(v.dtype), " but this config stores ", dtype_name(want.dtype));
+  TESSERA_CHECK_STATUS(v.nbytes() >= want.bytes(), Status::kBufferTooSmall, name, ": ",
+                       v.nbytes(), " bytes but (", want.rows, ", ", want.cols, ") ",
+                       dtype_name(want.dtype), " needs ", want.bytes());
+  TESSERA_CHECK(v.device == device, name, ": on ", to_string(v.device), " but x is on ",
+                to_string(device));
+}
+
+void check_usage_buffers(const QuantizedTensorView& out, bool columnwise, Device device) {
+  const QuantizerConfig& c = out.config;
+  const TensorView& data = columnwise ? out.columnwise_data : out.data;
+  const TensorView& scale = columnwise ? out.columnwise_scale_inv : out.scale_inv;
+  const TensorView& amax = columnwise ? out.columnwise_amax : out.amax;
+  const char* which = columnwise ? "columnwise" : "rowwise";
+  TESSERA_CHECK(data.data != nullptr, "out: has no ", which, " data buffer but the ", which,
+                " usage is requested; add it with QuantizedTensor::ensure_usage");
+  check_field(data, data_shape(c, out.rows, out.cols, columnwise), device,
+              columnwise ? "out.columnwise_data" : "out.data");
+  TESSERA_CHECK(scale.data != nullptr, "out: has no ", which, " scale_inv buffer");
+  check_field(scale, scale_shape(c, out.rows, out.cols, columnwise), device,
+              columnwise ? "out.columnwise_scale_inv" : "out.scale_inv");
+  if (has_amax(c.mode)) {
+    TESSERA_CHECK(amax.data != nullptr, "out: has no ", which, " amax buffer (", 
+                  scaling_mode_name(c.mode), " stores one)");
+    check_field(amax, MatrixShape{1, 1, DType::kFloat32}, device,
+                columnwise ? "out.columnwise_amax" : "out.amax");
+  }
+}
+
+void check_input(const TensorView& x, Device device) {
+  check_view(x, "x", {DType::kFloat32, DType::kBFloat16, DType::kFloat16});
+  TESSERA_CHECK_STATUS(x.ndim == 2, Status::kShapeMismatch, "x: must be 2-D (M, K), got ",
+                       x.to_string());
+  TESSERA_CHECK(x.device == device, "x: is on ", to_string(x.device), " but the quantizer is on ",
+                to_string(device));
+}
+
+}  // namespace
+
+Quantizer::Quantizer(const QuantizerConfig& config, Device device)
+    : config_(config), device_(device) {
+  validate_config(config_);
+  if (config_.delayed) {
+    const float one = 1.0f;
+    std::vector<float> zeros(static_cast<size_t>(config_.amax_history_len), 0.0f);
+    scale_ = Buffer(sizeof(float), device_);
+    amax_history_ = Buffer(zeros.size() * sizeof(float), device_);
+    copy_bytes(scale_.data(), device_, &one, Device::cpu(), sizeof(float));
+    copy_bytes(amax_history_.data(), device_, zeros.data(), Device::cpu(), amax_history_.bytes());
+  }
+}
+
+void Quantizer::set_usage(bool rowwise, bool columnwise) {
+  config_.rowwise = rowwise;
+  config_.columnwise = columnwise;
+}
+
+QuantizedTensor Quantizer::allocate(int64_t rows, int64_t cols) const {
+  TESSERA_CHECK(config_.rowwise || config_.columnwise,
+                "quantizer: neither the rowwise nor the columnwise usage is set");
+  return QuantizedTensor(config_, rows, cols, device_);
+}
+
+void Quantizer::quantize(const TensorView& x, QuantizedTensor& out, Stream stream) {
+  out.ensure_usage(config_.rowwise, config_.columnwise);
+  quantize(x, out.view(), stream);
+}
+
+void Quantizer::quantize(const TensorView& x, QuantizedTensorView& out, Stream stream) {
+  quantize(x, out, backend_for(device_), stream);
+}
+
+void Quantizer::quantize(const TensorView& x, QuantizedTensorView& out, Backend backend,
+                         Stream stream) {
+  check_input(x, device_);
+  const int64_t m = x.shape[0], k = x.shape[1];
+  TESSERA_CHECK_STATUS(out.rows == m && out.cols == k, Status::kShapeMismatch, "out: holds (",
+                       out.rows, ", ", out.cols, ") but x is (", m, ", ", k, ")");
+  TESSERA_CHECK(out.config.mode == config_.mode && out.config.element == config_.element &&
+                    out.config.scale_layout == config_.scale_layout,
+                "out: was allocated for ", scaling_mode_name(out.config.mode), "/",
+                dtype_name(out.config.element), " but the quantizer produces ",
+                scaling_mode_name(config_.mode), "/", dtype_name(config_.element),
+                " with the same scale layout");
+  detail::QuantizeRequest req;
+  req.rowwise = config_.rowwise || out.has_rowwise();
+  req.columnwise = config_.columnwise || out.has_columnwise();
+  TESSERA_CHECK(req.rowwise || req.columnwise,
+                "quantizer: neither the rowwise nor the columnwise usage is set");
+  if (req.rowwise) check_usage_buffers(out, false, device_);
+  if (req.columnwise) check_usage_buffers(out, true, device_);
+  TESSERA_CHECK_STATUS(!(req.columnwise && config_.random_hadamard) || m % 16 == 0,
+                       Status::kShapeMismatch, "x: the Hadamard transform of the columnwise copy "
+                       "needs M to be a multiple of 16, got M = ", m);
+  if (config_.delayed) {
+    req.delayed_scale = scale_.as<float>();
+    req.amax_history = amax_history_.as<float>();
+  }
+  switch (backend) {
+    case Backend::kReference:
+      TESSERA_CHECK(device_.is_cpu(), "backend: the reference runs on host memory only");
+      detail::quantize_reference(config_, x, out, req);
+      break;
+    case Backend::kCPU:
+      TESSERA_CHECK(device_.is_cpu(), "backend: cpu, but the data is on ", to_string(device_));
+      detail::quantize_cpu(config_, x, out, req);
+      break;
+    case Backend::kCUDA:
+      TESSERA_CHECK_STATUS(device_.is_cuda(), Status::kInvalidArgument,
+                           "backend: cuda, but the data is on ", to_string(device_));
+      detail::quantize_cuda(config_, x, out, req, stream);
+      break;
+    default:
+      TESSERA_FAIL(Status::kInvalidArgument, "backend: value ", static_cast<int>(backend),
+                   " is not known; expected reference, cpu or cuda");
+  }
+  const bool had_rowwise = req.rowwise, had_columnwise = req.columnwise;
+  out.config = config_;
+  out.config.rowwise = had_rowwise;
+  out.config.columnwise = had_columnwise;
+}
+
+TensorView Quantizer::scale() const {
+  if (!config_.delayed) return {};
+  return TensorView::contiguous(scale_.data(), DType::kFloat32, {1}, device_);
+}
+
+TensorView Quantizer::amax_history() const {
+  if (!config_.delayed) return {};
+  return TensorView::contiguous(amax_history_.data(), DType::kFloat32,
+                                {int64_t{config_.amax_history_len}}, device_);
+}
+
+// amax = max over the history (NaN wins) or slot 0; scale = delayed_scale(amax, scale); then the
+// history rolls by one toward slot 0 (h'[i] = h[(i + 1) % len]) and slot 0 is cleared.
+void Quantizer::update(Stream stream) {
+  TESSERA_CHECK(config_.delayed, "update: applies to delayed scaling only (config.delayed)");
+  if (device_.is_cuda()) {
+    detail::delayed_update_cuda(config_, scale_.as<float>(), amax_history_.as<float>(), stream);
+    return;
+  }
+  float* h = amax_history_.as<float>();
+  const int len = config_.amax_history_len;
+  uint32_t m = scale_rules::abs_bits(h[0]);
+  if (config_.amax_algo == AmaxHistoryAlgo::kMax) {
+    for (int i = 1; i < len; ++i) m = std::max(m, scale_rules::abs_bits(h[i]));
+  }
+  float* s = scale_.as<float>();
+  *s = scale_rules::delayed_scale(scale_rules::amax_from_abs_bits(m), *s, fp8_max(config_.element),
+                                  config_.margin);
+  std::vector<float> rolled(static_cast<size_t>(len));
+  for (int i = 0; i < len; ++i) rolled[static_cast<size_t>(i)] = h[(i + 1) % len];
+  rolled[0] = 0.0f;
+  std::memcpy(h, rolled.data(), rolled.size() * sizeof(float));
+}
+
+void dequantize(const QuantizedTensorView& q, const TensorView& out, bool columnwise,
+                Stream stream) {
+  dequantize(q, out, columnwise, backend_for(q.device), stream);
+}
+
+void dequantize(const QuantizedTensorView& q, const TensorView& out, bool columnwise,
+                Backend backend, Stream stream) {
+  validate_config(q.config);
+  check_view(out, "out", {DType::kFloat32});
+  TESSERA_CHECK_STATUS(out.ndim == 2 && out.shape[0] == q.rows && out.shape[1] == q.cols,
+                       Status::kShapeMismatch, "out: must be float32 (", q.rows, ", ", q.cols,
+                       "), got ", out.to_string());
+  TESSERA_CHECK(out.device == q.device, "out: is on ", to_string(out.device),
+                " but the quantized tensor is on ", to_string(q.device));
+  TESSERA_CHECK(columnwise ? q.has_columnwise() : q.has_rowwise(), "q: has no ",
+                columnwise ? "columnwise" : "rowwise", " copy to dequantize");
+  check_usage_buffers(q, columnwise, q.device);
+  switch (backend) {
+    case Backend::kReference:
+      TESSERA_CHECK(q.device.is_cpu(), "backend: the reference runs on host memory only");
+      return detail::dequantize_reference(q, out, columnwise);
+    case Backend::kCPU:
+      TESSERA_CHECK(q.device.is_cpu(), "backend: cpu, but the data is on ", to_string(q.device));
+      return detail::dequantize_cpu(q, out, columnwise);
+    case Backend::kCUDA:
+      TESSERA_CHECK(q.device.is_cuda(), "backend: cuda, but the data is on ", to_string(q.device));
+      return detail::dequantize_cuda(q, out, columnwise, stream);
+    default:
+      TESSERA_FAIL(Status::kInvalidArgument, "backend: value ", static_cast<int>(backend),
+                   " is not known; expected reference, cpu or cuda");
+  }
+}
+
+}  // namespace tessera

@@ -1,0 +1,205 @@
+// The reference quantizer: DESIGN §4 as plain loops over a float copy of the input, one function
+// per scaling family, scales written entry by entry (padding zero). The oracle of the tests.
+#include <algorithm>
+#include <cstring>
+
+#include "quantize/quantize_backend.h"
+#include "quantize/reference/reference_rules.h"
+#include "tessera/core/status.h"
+
+namespace tessera::detail {
+namespace {
+
+using reference::AmaxAccumulator;
+using reference::Matrix;
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Where one usage goes: data codes, scales (with their padded/compact geometry), amax.
+struct Target {
+  uint8_t* data;
+  uint8_t* scale;       // raw bytes of the scale_inv buffer
+  int64_t scale_bytes;
+  float* amax;          // nullptr when the mode has none
+};
+
+Target target_of(const QuantizedTensorView& out, bool columnwise) {
+  const TensorView& d = columnwise ? out.columnwise_data : out.data;
+  const TensorView& s = columnwise ? out.columnwise_scale_inv : out.scale_inv;
+  const TensorView& a = columnwise ? out.columnwise_amax : out.amax;
+  std::memset(s.data, 0, static_cast<size_t>(s.nbytes()));
+  std::memset(d.data, 0, static_cast<size_t>(d.nbytes()));
+  return {d.as<uint8_t>(), s.as<uint8_t>(), s.nbytes(), a.as<float>()};
+}
+
+void put_float_scale(const Target& t, int64_t index, float value) {
+  std::memcpy(t.scale + index * 4, &value, 4);
+}
+
+// ---- FP8, FP32 scales --------------------------------------------------------------------
+
+// One scale for the whole copy `a`: current scaling, or the delayed scale given.
+void tensor_scaling(const QuantizerConfig& c, const Matrix& a, const Target& t, float amax,
+                    float scale) {
+  for (int64_t i = 0; i < a.rows * a.cols; ++i)
+    t.data[i] = reference::fp8_code(a.v[static_cast<size_t>(i)] * scale, c.element);
+  put_float_scale(t, 0, 1.0f / scale);
+  *t.amax = amax;
+}
+
+void rowwise_scaling(const QuantizerConfig& c, const Matrix& a, const Target& t) {
+  for (int64_t r = 0; r < a.rows; ++r) {
+    AmaxAccumulator amax;
+    for (int64_t k = 0; k < a.cols; ++k) amax.add(a.at(r, k));
+    const float scale = reference::current_scaling_scale(amax.value(), c);
+    for (int64_t k = 0; k < a.cols; ++k)
+      t.data[r * a.cols + k] = reference::fp8_code(a.at(r, k) * scale, c.element);
+    put_float_scale(t, r, 1.0f / scale);
+  }
+}
+
+// Blocks of bh x 128 (bh = 1 or 128). Scales: 1x128 → (roundup(R,4), ceil(C/128));
+// 128x128 → (ceil(R/128), roundup(ceil(C/128), 4)).
+void block_scaling(const QuantizerConfig& c, const Matrix& a, const Target& t, int64_t bh) {
+  const int64_t bw = 128;
+  const int64_t block_cols = ceil_div(a.cols, bw);
+  const int64_t scale_cols = bh == 1 ? block_cols : (block_cols + 3) / 4 * 4;
+  for (int64_t br = 0; br < ceil_div(a.rows, bh); ++br) {
+    for (int64_t bc = 0; bc < block_cols; ++bc) {
+      AmaxAccumulator amax;
+      for (int64_t r = br * bh; r < std::min(a.rows, (br + 1) * bh); ++r)
+        for (int64_t k = bc * bw; k < std::min(a.cols, (bc + 1) * bw); ++k) amax.add(a.at(r, k));
+      const float scale = reference::current_scaling_scale(amax.value(), c);
+      for (int64_t r = br * bh; r < std::min(a.rows, (br + 1) * bh); ++r)
+        for (int64_t k = bc * bw; k < std::min(a.cols, (bc + 1) * bw); ++k)
+          t.data[r * a.cols + k] = reference::fp8_code(a.at(r, k) * scale, c.element);
+      put_float_scale(t, br * scale_cols + bc, 1.0f / scale);
+    }
+  }
+}
+
+// ---- MXFP8 -------------------------------------------------------------------------------
+
+// x (M, K). Rowwise: blocks 1x32; columnwise: blocks 32x1, data in the (M, K) layout; 32x32
+// tiles: one exponent per tile, repeated in every scale entry the tile covers.
+void mxfp8_scaling(const QuantizerConfig& c, const Matrix& x, const Target& t, bool columnwise) {
+  const bool tiles = c.mode == ScalingMode::kMXFP8_32x32;
+  const int64_t bh = tiles || columnwise ? 32 : 1;
+  const int64_t bw = tiles || !columnwise ? 32 : 1;
+  // Logical scale matrix of this usage: rowwise (M, ceil(K/32)), columnwise (ceil(M/32), K).
+  const int64_t s_rows = columnwise ? ceil_div(x.rows, 32) : x.rows;
+  const int64_t s_cols = columnwise ? x.cols : ceil_div(x.cols, 32);
+  // Swizzled columnwise scales are the transpose (K, ceil(M/32)).
+  const int64_t sw_cols = columnwise ? s_rows : s_cols;
+  const int64_t padded_cols = (sw_cols + 3) / 4 * 4;
+  for (int64_t br = 0; br < ceil_div(x.rows, bh); ++br) {
+    for (int64_t bc = 0; bc < ceil_div(x.cols, bw); ++bc) {
+      const int64_t r0 = br * bh, r1 = std::min(x.rows, r0 + bh);
+      const int64_t k0 = bc * bw, k1 = std::min(x.cols, k0 + bw);
+      AmaxAccumulator amax;
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t k = k0; k < k1; ++k) amax.add(x.at(r, k));
+      const uint8_t e = reference::e8m0_exponent(amax.value(), c);
+      const float mult = reference::e8m0_element_multiplier(e);
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t k = k0; k < k1; ++k)
+          t.data[r * x.cols + k] = reference::fp8_code(x.at(r, k) * mult, c.element);
+      // Every scale entry of this block (tile): rows/cols of the logical scale matrix.
+      for (int64_t r = r0; r < r1; ++r) {
+        for (int64_t k = k0; k < k1; ++k) {
+          const int64_t sr = columnwise ? r / 32 : r, sc = columnwise ? k : k / 32;
+          const int64_t pr = c.scale_layout == ScaleLayout::kSwizzled && columnwise ? sc : sr;
+          const int64_t pc = c.scale_layout == ScaleLayout::kSwizzled && columnwise ? sr : sc;
+          t.scale[reference::scale_position(c.scale_layout, pr, pc, s_cols, padded_cols)] = e;
+        }
+      }
+    }
+  }
+}
+
+// ---- NVFP4 -------------------------------------------------------------------------------
+
+// a: the copy (R, C) (x, or xᵀ for the columnwise usage); blocks 1x16 or 16x16 tiles.
+void nvfp4_scaling(const QuantizerConfig& c, Matrix a, const Target& t, bool columnwise,
+                   int64_t stream_base) {
+  if (columnwise && c.random_hadamard) {
+    for (int64_t r = 0; r < a.rows; ++r)
+      for (int64_t k = 0; k + 16 <= a.cols; k += 16) {
+        float block[16];
+        reference::hadamard_forward(&a.v[static_cast<size_t>(r * a.cols + k)], block);
+        for (int j = 0; j < 16; ++j) a.at(r, k + j) = block[j];
+      }
+  }
+  AmaxAccumulator global;
+  for (float v : a.v) global.add(v);
+  const float s_enc = reference::nvfp4_s_enc(global.value());
+  *t.amax = global.value();
+  const int64_t bh = c.mode == ScalingMode::kNVFP4_16x16 ? 16 : 1;
+  const int64_t s_cols = ceil_div(a.cols, 16);
+  const int64_t padded_cols = (s_cols + 3) / 4 * 4;
+  const int64_t row_bytes = ceil_div(a.cols, 2);
+  for (int64_t br = 0; br < ceil_div(a.rows, bh); ++br) {
+    for (int64_t bc = 0; bc < s_cols; ++bc) {
+      const int64_t r0 = br * bh, r1 = std::min(a.rows, r0 + bh);
+      const int64_t k0 = bc * 16, k1 = std::min(a.cols, k0 + 16);
+      AmaxAccumulator amax;
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t k = k0; k < k1; ++k) amax.add(a.at(r, k));
+      const uint8_t s_b = reference::nvfp4_scale_byte(amax.value(), s_enc);
+      const float enc = reference::nvfp4_enc(s_b, s_enc);
+      for (int64_t r = r0; r < r1; ++r) {
+        for (int64_t k = k0; k < k1; ++k) {
+          float v = a.at(r, k) * enc;
+          if (v > 6.0f) v = 6.0f;
+          if (v < -6.0f) v = -6.0f;
+          const uint8_t q =
+              c.stochastic_rounding
+                  ? reference::e2m1_stochastic(
+                        v, reference::philox_word(c.rng_seed, c.rng_offset,
+                                                  stream_base + r * a.cols + k))
+                  : reference::e2m1_nearest(v);
+          t.data[r * row_bytes + k / 2] |= static_cast<uint8_t>(k % 2 == 0 ? q : q << 4);
+        }
+        t.scale[reference::scale_position(c.scale_layout, r, bc, s_cols, padded_cols)] = s_b;
+      }
+    }
+  }
+}
+
+void quantize_usage(const QuantizerConfig& c, const Matrix& x, const QuantizedTensorView& out,
+                    const QuantizeRequest& req, bool columnwise, float tensor_amax) {
+  const Target t = target_of(out, columnwise);
+  const bool transposed = c.mode != ScalingMode::kMXFP8 && c.mode != ScalingMode::kMXFP8_32x32;
+  const Matrix a = columnwise && transposed ? reference::transposed(x) : x;
+  switch (c.mode) {
+    case ScalingMode::kTensor: {
+      const float scale = c.delayed ? *req.delayed_scale
+                                    : reference::current_scaling_scale(tensor_amax, c);
+      return tensor_scaling(c, a, t, tensor_amax, scale);
+    }
+    case ScalingMode::kRowwise: return rowwise_scaling(c, a, t);
+    case ScalingMode::kBlock1x128: return block_scaling(c, a, t, 1);
+    case ScalingMode::kBlock128x128: return block_scaling(c, a, t, 128);
+    case ScalingMode::kMXFP8:
+    case ScalingMode::kMXFP8_32x32: return mxfp8_scaling(c, x, t, columnwise);
+    case ScalingMode::kNVFP4:
+    case ScalingMode::kNVFP4_16x16:
+      return nvfp4_scaling(c, a, t, columnwise, columnwise ? x.rows * x.cols : 0);
+    default:
+      TESSERA_FAIL(Status::kInternal, "reference: mode ", scaling_mode_name(c.mode));
+  }
+}
+
+}  // namespace
+
+void quantize_reference(const QuantizerConfig& config, const TensorView& x,
+                        const QuantizedTensorView& out, const QuantizeRequest& req) {
+  const Matrix m = reference::load_matrix(x);
+  AmaxAccumulator amax;
+  for (float v : m.v) amax.add(v);
+  if (config.delayed) req.amax_history[0] = amax.value();
+  if (req.rowwise) quantize_usage(config, m, out, req, false, amax.value());
+  if (req.columnwise) quantize_usage(config, m, out, req, true, amax.value());
+}
+
+}  // namespace tessera::detail
