@@ -5,11 +5,14 @@
 # ratio to torch.compile.
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
+BUILD_DIR="${BUILD_DIR:-$ROOT/build-gpu}"
 OUT="${OUT:-/tmp/tessera-out}"
 mkdir -p "$OUT"
 BIN="$BUILD_DIR/bench/quantize_bench"
-[ -x "$BIN" ] || { echo "missing $BIN (built with the CUDA backend)"; exit 1; }
+mkdir -p "$(dirname "$BIN")"
+nvcc -std=c++20 -O2 -gencode=arch=compute_90a,code=sm_90a -I"$ROOT/include" -I"$BUILD_DIR/include" \
+  "$ROOT/bench/gpu/quantize_bench.cu" "$BUILD_DIR/libtessera.a" -Xcompiler -fopenmp -lgomp \
+  -o "$BIN" || { echo "bench build failed"; exit 1; }
 "$BIN" > "$OUT/quantize_ours.jsonl" 2> "$OUT/quantize_ours.err" || { cat "$OUT/quantize_ours.err"; }
 python3 "$ROOT/bench/gpu/quantize_torch_peer.py" > "$OUT/quantize_torch.jsonl" 2> "$OUT/quantize_torch.err" \
   || tail -5 "$OUT/quantize_torch.err"
