@@ -130,11 +130,12 @@ struct GroupedFixture {
           }
           return "";
         };
-        const int64_t sb = dtype_bytes(v.scale_inv.dtype, 1);
+        const int64_t sb = dtype_bytes(scale_shape(config, r, K, false).dtype, 1);
+        const int64_t csb = dtype_bytes(scale_shape(config, r, K, true).dtype, 1);
         for (const std::string& m :
              {cmp(v.data, d, row * K, "data"), cmp(v.scale_inv, s, so * sb, "scale_inv"),
               cmp(v.columnwise_data, cd, row * K, "columnwise_data"),
-              cmp(v.columnwise_scale_inv, cs, cso * sb, "columnwise_scale_inv")}) {
+              cmp(v.columnwise_scale_inv, cs, cso * csb, "columnwise_scale_inv")}) {
           if (!m.empty()) return m;
         }
       }
@@ -143,6 +144,7 @@ struct GroupedFixture {
       cso += scale_shape(config, r, K, true).numel();
     }
     const int64_t sb = dtype_bytes(scale_shape(config, 1, K, false).dtype, 1);
+    const int64_t csb = dtype_bytes(scale_shape(config, 1, K, true).dtype, 1);
     auto untouched = [&](const std::vector<uint8_t>& b, int64_t from, const char* what,
                          bool used) -> std::string {
       for (size_t i = static_cast<size_t>(used ? from : 0); i < b.size(); ++i) {
@@ -154,7 +156,7 @@ struct GroupedFixture {
     for (const std::string& m :
          {untouched(d, row * K, "data", config.rowwise), untouched(s, so * sb, "scale_inv", config.rowwise),
           untouched(cd, row * K, "columnwise_data", config.columnwise),
-          untouched(cs, cso * sb, "columnwise_scale_inv", config.columnwise)}) {
+          untouched(cs, cso * csb, "columnwise_scale_inv", config.columnwise)}) {
       if (!m.empty()) return m;
     }
     return "";

@@ -5,6 +5,8 @@
 // and dequantize. Skips without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 
 #include "quantize_cuda/cuda_cases.h"
@@ -33,15 +35,18 @@ bool subset() {
 }
 
 TEST_P(CudaMatchesCpu, ShapeSweepEveryUsage) {
+  // The Hadamard transform of the columnwise copy needs M % 16 == 0 (checked by the quantizer).
+  const bool rht = GetParam().config.random_hadamard;
   const std::vector<Shape> shapes =
-      subset() ? std::vector<Shape>{{1, 300}, {303, 300}, {33, 17}, {256, 512}}
-               : std::vector<Shape>{{1, 1},    {1, 300}, {1, 7168}, {303, 300}, {130, 257},
-                                    {256, 96}, {33, 17}, {64, 160}, {4, 16},    {256, 512}};
+      rht ? std::vector<Shape>{{16, 1}, {32, 33}, {256, 96}, {48, 300}}
+      : subset() ? std::vector<Shape>{{1, 300}, {303, 300}, {33, 17}, {256, 512}}
+                 : std::vector<Shape>{{1, 1},    {1, 300}, {1, 7168}, {303, 300}, {130, 257},
+                                      {256, 96}, {33, 17}, {64, 160}, {4, 16},    {256, 512}};
   const std::vector<DType> dtypes =
-      subset() ? std::vector<DType>{DType::kBFloat16, DType::kFloat32}
+      subset() ? std::vector<DType>{DType::kBFloat16}
                : std::vector<DType>{DType::kFloat32, DType::kBFloat16, DType::kFloat16};
   const std::vector<test::InputKind> kinds =
-      subset() ? std::vector<test::InputKind>{test::InputKind::kGaussian, test::InputKind::kSpecials}
+      subset() ? std::vector<test::InputKind>{test::InputKind::kSpecials}
                : std::vector<test::InputKind>{test::InputKind::kGaussian, test::InputKind::kZeros,
                                               test::InputKind::kDtypeMax,
                                               test::InputKind::kSpecials, test::InputKind::kTiny};
@@ -68,6 +73,7 @@ TEST_P(CudaMatchesCpu, ShapeSweepEveryUsage) {
 
 TEST_P(CudaMatchesCpu, Large2000x2000) {
   if (subset()) GTEST_SKIP() << "subset run";
+  if (GetParam().config.random_hadamard) GTEST_SKIP() << "M = 2000 is not a multiple of 16";
   for (auto kind : {test::InputKind::kGaussian, test::InputKind::kSpecials}) {
     test::HostInput in = test::make_input(DType::kBFloat16, 2000, 2000, kind, 5);
     const std::string m = test::cpu_vs_cuda(GetParam().config, in);
@@ -77,7 +83,7 @@ TEST_P(CudaMatchesCpu, Large2000x2000) {
 }
 
 TEST_P(CudaMatchesCpu, DequantizeMatchesCpu) {
-  test::HostInput in = test::make_input(DType::kBFloat16, 300, 272, test::InputKind::kSpecials, 9);
+  test::HostInput in = test::make_input(DType::kBFloat16, 304, 272, test::InputKind::kSpecials, 9);
   const QuantizerConfig c = GetParam().config;
   Quantizer qc(c);
   QuantizedTensor cpu = qc.allocate(in.rows, in.cols);
@@ -98,8 +104,16 @@ TEST_P(CudaMatchesCpu, DequantizeMatchesCpu) {
                                       Device::cuda(0)),
                columnwise);
     copy_bytes(got.data(), Device::cpu(), out.data(), Device::cuda(0), bytes);
-    EXPECT_EQ(std::memcmp(want.data(), got.data(), bytes), 0)
-        << GetParam().name << " columnwise=" << columnwise;
+    // Same bits, except that NaN payloads may differ (GPU arithmetic returns the canonical NaN).
+    size_t bad = want.size();
+    for (size_t i = 0; i < want.size() && bad == want.size(); ++i) {
+      const bool both_nan = std::isnan(want[i]) && std::isnan(got[i]);
+      if (!both_nan && std::memcmp(&want[i], &got[i], sizeof(float)) != 0) bad = i;
+    }
+    EXPECT_EQ(bad, want.size()) << GetParam().name << " columnwise=" << columnwise
+                                << ": first difference at element " << bad << ": "
+                                << want[std::min(bad, want.size() - 1)] << " vs "
+                                << got[std::min(bad, want.size() - 1)];
   }
 }
 

@@ -15,47 +15,57 @@
 namespace tessera::detail::cuda_quant {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kCached = 4;  // vectors per thread kept in registers
+constexpr int kThreads = 256;     // line amax kernel
+constexpr int kRowThreads = 128;  // one block per row
+constexpr int kCached = 8;        // vectors per thread kept in registers (bf16: rows <= 8192)
 
-// One row: xr (K) → qr (K) codes and *sinv = 1 / scale. Block-wide.
+// One row: xr (K) → qr (K) codes and *sinv = 1 / scale. Block-wide (kRowThreads threads). The
+// first kCached vectors of each thread stay in registers as raw input (packed 16-bit pairs).
 template <class In, DType DT, int kVec>
 __device__ __forceinline__ void rowwise_row(const In* __restrict__ xr, int64_t K, float fp8_max,
                                             float eps, bool pow2, uint8_t* __restrict__ qr,
                                             float* __restrict__ sinv) {
-  __shared__ uint32_t scratch[kThreads / 32];
+  __shared__ uint32_t scratch[kRowThreads / 32];
+  using V = Vec<In, kVec>;
   const int64_t nvec = K / kVec;  // the dispatcher picks kVec dividing K
-  float v[kCached][kVec];
+  V raw[kCached];
   uint32_t amax = 0;
 #pragma unroll
   for (int i = 0; i < kCached; ++i) {
-    const int64_t j = int64_t{i} * kThreads + threadIdx.x;
-    if (j < nvec) {
-      load_vec<In, kVec>(xr + j * kVec, v[i]);
+    const int64_t j = int64_t{i} * kRowThreads + threadIdx.x;
+    if (j < nvec) raw[i] = *reinterpret_cast<const V*>(xr + j * kVec);
+  }
 #pragma unroll
-      for (int e = 0; e < kVec; ++e) amax = max(amax, abs_bits(v[i][e]));
+  for (int i = 0; i < kCached; ++i) {
+    const int64_t j = int64_t{i} * kRowThreads + threadIdx.x;
+    if (j < nvec) {
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) amax = max(amax, abs_bits(load_float(raw[i].v[e])));
     }
   }
-  for (int64_t j = int64_t{kCached} * kThreads + threadIdx.x; j < nvec; j += kThreads) {
+  for (int64_t j = int64_t{kCached} * kRowThreads + threadIdx.x; j < nvec; j += kRowThreads) {
     float w[kVec];
     load_vec<In, kVec>(xr + j * kVec, w);
 #pragma unroll
     for (int e = 0; e < kVec; ++e) amax = max(amax, abs_bits(w[e]));
   }
-  amax = block_max<kThreads>(amax, scratch);
+  amax = block_max<kRowThreads>(amax, scratch);
   const float scale =
       scale_rules::current_scale(scale_rules::amax_from_abs_bits(amax), fp8_max, eps, pow2);
   if (threadIdx.x == 0) *sinv = scale_rules::reciprocal(scale);
 #pragma unroll
   for (int i = 0; i < kCached; ++i) {
-    const int64_t j = int64_t{i} * kThreads + threadIdx.x;
+    const int64_t j = int64_t{i} * kRowThreads + threadIdx.x;
     if (j < nvec) {
+      float f[kVec];
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) f[e] = load_float(raw[i].v[e]);
       Vec<uint8_t, kVec> c;
-      encode_fp8_vec<DT, kVec>(v[i], scale, c);
+      encode_fp8_vec<DT, kVec>(f, scale, c);
       *reinterpret_cast<Vec<uint8_t, kVec>*>(qr + j * kVec) = c;
     }
   }
-  for (int64_t j = int64_t{kCached} * kThreads + threadIdx.x; j < nvec; j += kThreads) {
+  for (int64_t j = int64_t{kCached} * kRowThreads + threadIdx.x; j < nvec; j += kRowThreads) {
     float w[kVec];
     load_vec<In, kVec>(xr + j * kVec, w);
     Vec<uint8_t, kVec> c;
@@ -65,7 +75,7 @@ __device__ __forceinline__ void rowwise_row(const In* __restrict__ xr, int64_t K
 }
 
 template <class In, DType DT, int kVec>
-__global__ __launch_bounds__(kThreads) void fp8_rowwise_kernel(const In* __restrict__ x,
+__global__ __launch_bounds__(kRowThreads) void fp8_rowwise_kernel(const In* __restrict__ x,
                                                                int64_t K, float fp8_max,
                                                                float eps, bool pow2,
                                                                uint8_t* __restrict__ q,
@@ -77,7 +87,7 @@ __global__ __launch_bounds__(kThreads) void fp8_rowwise_kernel(const In* __restr
 // Grouped (varying first): block b quantizes live row b of the contiguous (Σ rows, K) input;
 // its member's scales start at scale_offsets[member]. Blocks past the live rows do nothing.
 template <class In, DType DT, int kVec>
-__global__ __launch_bounds__(kThreads) void fp8_rowwise_grouped_kernel(
+__global__ __launch_bounds__(kRowThreads) void fp8_rowwise_grouped_kernel(
     const In* __restrict__ x, GroupedMeta g, float fp8_max, float eps, bool pow2,
     uint8_t* __restrict__ q, float* __restrict__ scale_inv) {
   if (grouped_noop(g)) return;
@@ -136,10 +146,10 @@ void launch_rowwise_typed(const In* x, int64_t M, int64_t K, float fp8_max, floa
   constexpr int kV = kVec16<In>;
   const unsigned grid = static_cast<unsigned>(M);
   if (K % kV == 0 && aligned16(x) && aligned16(q)) {
-    fp8_rowwise_kernel<In, DT, kV><<<grid, kThreads, 0, stream>>>(x, K, fp8_max, eps, pow2, q,
+    fp8_rowwise_kernel<In, DT, kV><<<grid, kRowThreads, 0, stream>>>(x, K, fp8_max, eps, pow2, q,
                                                                   scale_inv);
   } else {
-    fp8_rowwise_kernel<In, DT, 1><<<grid, kThreads, 0, stream>>>(x, K, fp8_max, eps, pow2, q,
+    fp8_rowwise_kernel<In, DT, 1><<<grid, kRowThreads, 0, stream>>>(x, K, fp8_max, eps, pow2, q,
                                                                  scale_inv);
   }
 }
@@ -162,10 +172,10 @@ void launch_fp8_rowwise_grouped(const void* x, const GroupedMeta& g, DType in, D
     auto go = [&](auto dt) {
       constexpr DType DT = decltype(dt)::value;
       if (vec) {
-        fp8_rowwise_grouped_kernel<In, DT, kV><<<grid, kThreads, 0, stream>>>(p, g, fp8_max, eps,
+        fp8_rowwise_grouped_kernel<In, DT, kV><<<grid, kRowThreads, 0, stream>>>(p, g, fp8_max, eps,
                                                                              pow2, q, scale_inv);
       } else {
-        fp8_rowwise_grouped_kernel<In, DT, 1><<<grid, kThreads, 0, stream>>>(p, g, fp8_max, eps,
+        fp8_rowwise_grouped_kernel<In, DT, 1><<<grid, kRowThreads, 0, stream>>>(p, g, fp8_max, eps,
                                                                             pow2, q, scale_inv);
       }
     };

@@ -2,10 +2,10 @@
 // scaling of the rowwise recipe): ONE read of x produces the rowwise codes (M, K) and/or the
 // transposed columnwise codes (K, M).
 //
-// Tiling: a block of 256 threads owns a 128 x 128 tile; warp w owns columns [16w, 16w+16), lane l
-// rows [4l, 4l+4). A thread loads its 4 x 16 patch with 16-byte loads, stores 16 rowwise codes per
-// row (16-byte stores) and, for each of its 16 columns, the 4 codes of its rows as one 4-byte
-// store into the transposed copy: a warp writes 128 contiguous bytes per column. When both copies
+// Tiling: a block of 256 threads owns a 128 x 128 tile; a thread owns a 4 x 16 patch (lanes
+// l % 8 side by side along K, lane groups and warps along M). It loads the patch with 16-byte
+// loads, stores 16 rowwise codes per row (16-byte stores) and, for each of its 16 columns, the 4
+// codes of its rows as one 4-byte store into the transposed copy. When both copies
 // share one scale (per-tensor) the columnwise codes are the rowwise ones, transposed in registers
 // by byte permutes. Edge patches (shapes not multiples of 4 x 16, unaligned views) take a
 // per-element path with bounds checks.
@@ -66,8 +66,8 @@ __device__ __forceinline__ void transpose4x4(const uint32_t (&r)[4], uint32_t (&
 // FP8 block scaling: the tile's row / column / whole-tile amaxes → scales in s_row / s_col and
 // the scale_inv outputs. v is the thread's 4 x 16 patch at tile offset (lm, lk).
 struct BlockScratch {
-  uint32_t row_part[kThreads / 32][kTile];  // [warp][row]: max over the warp's 16 columns
-  uint32_t col_part[32][kTile + 1];         // [lane][col]: max over the lane's 4 rows (padded)
+  uint32_t row_part[8][kTile + 1];   // [lane % 8][row]: max over that lane's 16 columns
+  uint32_t col_part[32][kTile + 1];  // [warp * 4 + lane / 8][col]: max over its 4 rows
 };
 
 __device__ __forceinline__ void block_scales(const Fp8CastArgs& a, const float (&v)[kPatchRows][kPatchCols],
@@ -84,15 +84,15 @@ __device__ __forceinline__ void block_scales(const Fp8CastArgs& a, const float (
       rm = max(rm, b);
       cm[c] = max(cm[c], b);
     }
-    bs.row_part[warp][lm + r] = rm;
+    bs.row_part[lane % 8][lm + r] = rm;
   }
 #pragma unroll
-  for (int c = 0; c < kPatchCols; ++c) bs.col_part[lane][lk + c] = cm[c];
+  for (int c = 0; c < kPatchCols; ++c) bs.col_part[warp * 4 + lane / 8][lk + c] = cm[c];
   __syncthreads();
   uint32_t line = 0;  // thread t < 128: row t of the tile; else column t - 128
   if (t < kTile) {
 #pragma unroll
-    for (int w = 0; w < kThreads / 32; ++w) line = max(line, bs.row_part[w][t]);
+    for (int w = 0; w < 8; ++w) line = max(line, bs.row_part[w][t]);
   } else {
 #pragma unroll 8
     for (int l = 0; l < 32; ++l) line = max(line, bs.col_part[l][t - kTile]);
@@ -148,7 +148,9 @@ __global__ __launch_bounds__(kThreads) void fp8_cast_transpose_kernel(Fp8CastArg
     __syncthreads();
   }
   const int warp = t / 32, lane = t % 32;
-  const int lm = kPatchRows * lane, lk = kPatchCols * warp;  // patch origin inside the tile
+  // Patch origin inside the tile: 8 lanes side by side cover a 128-column row segment (256
+  // contiguous bytes of BF16 per load), 4 lane groups x 8 warps cover the 128 rows.
+  const int lm = kPatchRows * (warp * 4 + lane / 8), lk = kPatchCols * (lane % 8);
   const int64_t m = m0 + lm, k = k0 + lk;
   const In* x = static_cast<const In*>(a.x);
   const bool fast = vec_ok && m < M && k < K;  // vec_ok: M % 4 == 0, K % 16 == 0, aligned

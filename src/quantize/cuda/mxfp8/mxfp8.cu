@@ -1,11 +1,10 @@
 // MXFP8 quantization, rowwise (1x32 blocks) and columnwise (32x1 blocks) in ONE pass over x;
 // kMXFP8_32x32 (one scale per 32x32 tile, stored expanded in both scale matrices) too.
 //
-// Tiling: a warp owns a 32 x 32 tile (lane = row, 32 consecutive elements per lane, 16-byte
-// loads); a block of 8 warps owns 32 rows x 256 columns. The row block amax is thread-local; the
-// 32 column amaxes are a reduce-scatter over the warp (31 shuffles, lane c ends with column c),
-// and the column multipliers go back through shared memory. Codes are stored 16 bytes at a time
-// (both copies are (M, K)). Edge tiles (K or M not multiples of 32, unaligned views) use a
+// Tiling: a block of 8 warps owns 32 rows x 256 columns; warp w rows [4w, 4w+4), lane l columns
+// [8l, 8l+8) (16-byte loads, 8-byte code stores: a warp touches 256 contiguous elements of a row
+// per access). Row block amaxes reduce over 4 lanes by shuffles, column block amaxes over the 8
+// warps through shared memory. Both copies are (M, K). Edge tiles (K or M not multiples of 32, unaligned views) use a
 // per-element path with bounds checks; out-of-range elements count as 0 in the amax.
 #include <cstdint>
 
@@ -32,133 +31,123 @@ __device__ __forceinline__ uint8_t mx_scale(uint32_t amax_bits, bool floor_rule)
                     : scale_rules::e8m0_round_up(amax, 1.0f / kMax);
 }
 
-// One halving step of the reduce-scatter: lanes with bit kHalf set keep the upper half of the
-// live entries, the others the lower half; each takes the max with its partner's copy.
-template <int kHalf>
-__device__ __forceinline__ void scatter_step(uint32_t (&v)[kBlock], int lane) {
-  const bool upper = (lane & kHalf) != 0;
-#pragma unroll
-  for (int j = 0; j < kHalf; ++j) {
-    const uint32_t send = upper ? v[j] : v[j + kHalf];
-    const uint32_t keep = upper ? v[j + kHalf] : v[j];
-    v[j] = max(keep, __shfl_xor_sync(0xffffffffu, send, kHalf));
-  }
-}
+constexpr int kTileRows = 32, kTileCols = 256;  // one tile per block iteration
+constexpr int kRowsPerWarp = kTileRows / kWarps;   // 4
+constexpr int kColsPerLane = kTileCols / 32;       // 8
 
-// Reduce-scatter of max over the warp: returns, on lane c, the max over lanes of input v[c].
-__device__ __forceinline__ uint32_t column_max_scatter(uint32_t (&v)[kBlock]) {
-  const int lane = threadIdx.x % 32;
-  scatter_step<16>(v, lane);
-  scatter_step<8>(v, lane);
-  scatter_step<4>(v, lane);
-  scatter_step<2>(v, lane);
-  scatter_step<1>(v, lane);
-  return v[0];
-}
-
-// One 32 x 256 tile (tile_m, tile_k) of the tensor described by `a`.
+// One 32 x 256 tile (tile_m, tile_k) of the tensor described by `a`. Warp w owns rows
+// [4w, 4w+4) of the tile, lane l columns [8l, 8l+8): every load and store of a warp covers 256
+// contiguous elements of one row. Row blocks (32 columns = 4 lanes) reduce by shuffles; column
+// blocks (32 rows = 8 warps) through shared memory.
 template <class In, DType DT>
 __device__ __forceinline__ void mxfp8_tile(const MxArgs& a, int64_t tile_m, int64_t tile_k,
                                            bool vec_ok) {
-  __shared__ __align__(16) float s_mult[kWarps][kBlock];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __shared__ uint32_t s_colmax[kWarps][kTileCols];
+  __shared__ __align__(16) float s_mult[kTileCols];
+  __shared__ uint8_t s_tile_e[kTileCols / kBlock];
+  const int t = threadIdx.x, warp = t / 32, lane = t % 32;
   const int64_t M = a.rows, K = a.cols;
-  const int64_t m = tile_m * kBlock + lane;
-  const int64_t k0 = (tile_k * kWarps + warp) * kBlock;
+  const int64_t m0 = tile_m * kTileRows + warp * kRowsPerWarp;
+  const int64_t k = tile_k * kTileCols + lane * kColsPerLane;  // this lane's first column
   const In* x = static_cast<const In*>(a.x);
-  const bool fast = vec_ok && m < M && k0 < K;  // vec_ok: K % 32 == 0 and aligned views
-  float v[kBlock];
-  if (fast) {
-    constexpr int kVec = kVec16<In>;
-#pragma unroll
-    for (int c = 0; c < kBlock; c += kVec) {
-      float tmp[kVec];
-      load_vec<In, kVec>(x + m * K + k0 + c, tmp);
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) v[c + j] = tmp[j];
-    }
-  } else {
-#pragma unroll
-    for (int c = 0; c < kBlock; ++c) {
-      v[c] = (m < M && k0 + c < K) ? load_float(x[m * K + k0 + c]) : 0.0f;
-    }
-  }
-  uint32_t bits[kBlock];
-  uint32_t row_amax = 0;
-#pragma unroll
-  for (int c = 0; c < kBlock; ++c) {
-    bits[c] = abs_bits(v[c]);
-    row_amax = max(row_amax, bits[c]);
-  }
   const bool need_col = a.q_col != nullptr || a.tile32x32;
-  const uint32_t col_amax = need_col ? column_max_scatter(bits) : 0u;  // column k0 + lane
-  uint8_t e_row = 0, e_col = 0;
-  if (a.tile32x32) {
-    e_row = e_col = mx_scale<DT>(warp_max(col_amax), a.floor_rule);
-  } else {
-    if (a.q_row != nullptr) e_row = mx_scale<DT>(row_amax, a.floor_rule);
-    if (a.q_col != nullptr) e_col = mx_scale<DT>(col_amax, a.floor_rule);
-  }
-  const int64_t kb = k0 / kBlock, mb = tile_m;
-  if (a.q_row != nullptr) {
-    const float mult = scale_rules::e8m0_multiplier(e_row);
-    Vec<uint8_t, 16> c0, c1;
-    float lo[16], hi[16];
+  float v[kRowsPerWarp][kColsPerLane];
 #pragma unroll
-    for (int c = 0; c < 16; ++c) {
-      lo[c] = v[c];
-      hi[c] = v[16 + c];
-    }
-    encode_fp8_vec<DT, 16>(lo, mult, c0);
-    encode_fp8_vec<DT, 16>(hi, mult, c1);
-    if (fast) {
-      *reinterpret_cast<Vec<uint8_t, 16>*>(a.q_row + m * K + k0) = c0;
-      *reinterpret_cast<Vec<uint8_t, 16>*>(a.q_row + m * K + k0 + 16) = c1;
-    } else if (m < M) {
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+    const int64_t m = m0 + r;
+    if (vec_ok && m < M && k < K) {  // vec_ok: K % 32 == 0 (whole 8-vectors) and aligned views
+      constexpr int kVec = kVec16<In> < kColsPerLane ? kVec16<In> : kColsPerLane;
 #pragma unroll
-      for (int c = 0; c < kBlock; ++c) {
-        if (k0 + c < K) a.q_row[m * K + k0 + c] = c < 16 ? c0.v[c] : c1.v[c - 16];
+      for (int c = 0; c < kColsPerLane; c += kVec) {
+        float tmp[kVec];
+        load_vec<In, kVec>(x + m * K + k + c, tmp);
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) v[r][c + j] = tmp[j];
+      }
+    } else {
+#pragma unroll
+      for (int c = 0; c < kColsPerLane; ++c) {
+        v[r][c] = (m < M && k + c < K) ? load_float(x[m * K + k + c]) : 0.0f;
       }
     }
-    if (m < M && k0 < K) {
-      const int64_t off = a.swizzled ? swizzled_offset(m, kb, a.s_row_padded_cols)
-                                     : m * ceil_div_device(K, kBlock) + kb;
-      a.s_row[off] = e_row;
-    }
   }
-  if (a.q_col != nullptr) {
-    __syncwarp();  // the previous tile's reads of s_mult are done
-    s_mult[warp][lane] = scale_rules::e8m0_multiplier(e_col);
-    if (k0 + lane < K) {
-      const int64_t off = a.swizzled ? swizzled_offset(k0 + lane, mb, a.s_col_padded_cols)
-                                     : mb * K + k0 + lane;
-      a.s_col[off] = e_col;
-    }
-    __syncwarp();
-    float lo[16], hi[16];  // products, columns [0, 16) and [16, 32)
+  // Row block amax: 8 values here, then the 4 lanes of the 32-column block.
+  uint32_t row_amax[kRowsPerWarp];
+  uint32_t col_part[kColsPerLane] = {};
 #pragma unroll
-    for (int c = 0; c < 16; c += 4) {
-      const float4 ml = *reinterpret_cast<const float4*>(&s_mult[warp][c]);
-      const float4 mh = *reinterpret_cast<const float4*>(&s_mult[warp][16 + c]);
-      lo[c] = v[c] * ml.x;
-      lo[c + 1] = v[c + 1] * ml.y;
-      lo[c + 2] = v[c + 2] * ml.z;
-      lo[c + 3] = v[c + 3] * ml.w;
-      hi[c] = v[16 + c] * mh.x;
-      hi[c + 1] = v[16 + c + 1] * mh.y;
-      hi[c + 2] = v[16 + c + 2] * mh.z;
-      hi[c + 3] = v[16 + c + 3] * mh.w;
-    }
-    Vec<uint8_t, 16> c0, c1;
-    encode_fp8_products<DT, 16>(lo, c0);
-    encode_fp8_products<DT, 16>(hi, c1);
-    if (fast) {
-      *reinterpret_cast<Vec<uint8_t, 16>*>(a.q_col + m * K + k0) = c0;
-      *reinterpret_cast<Vec<uint8_t, 16>*>(a.q_col + m * K + k0 + 16) = c1;
-    } else if (m < M) {
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+    uint32_t mx = 0;
 #pragma unroll
-      for (int c = 0; c < kBlock; ++c) {
-        if (k0 + c < K) a.q_col[m * K + k0 + c] = c < 16 ? c0.v[c] : c1.v[c - 16];
+    for (int c = 0; c < kColsPerLane; ++c) {
+      const uint32_t b = abs_bits(v[r][c]);
+      mx = max(mx, b);
+      col_part[c] = max(col_part[c], b);
+    }
+    mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    row_amax[r] = max(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+  }
+  const int64_t mb = tile_m, k_first = tile_k * kTileCols;
+  if (need_col) {
+    __syncthreads();  // the previous tile's readers of the shared arrays are done
+#pragma unroll
+    for (int c = 0; c < kColsPerLane; ++c) s_colmax[warp][lane * kColsPerLane + c] = col_part[c];
+    __syncthreads();
+    uint32_t cm = 0;  // column t of the tile over its 32 rows
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) cm = max(cm, s_colmax[w][t]);
+    uint8_t e;
+    if (a.tile32x32) {
+      e = mx_scale<DT>(warp_max(cm), a.floor_rule);  // warp t/32 = the tile's 32 columns
+      if (lane == 0) s_tile_e[warp] = e;
+    } else {
+      e = mx_scale<DT>(cm, a.floor_rule);
+    }
+    s_mult[t] = scale_rules::e8m0_multiplier(e);
+    if (a.q_col != nullptr && k_first + t < K) {
+      const int64_t off = a.swizzled ? swizzled_offset(k_first + t, mb, a.s_col_padded_cols)
+                                     : mb * K + k_first + t;
+      a.s_col[off] = e;
+    }
+    __syncthreads();
+  }
+  const int64_t kb = k / kBlock;
+  const int64_t row_blocks = ceil_div_device(K, kBlock);
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+    const int64_t m = m0 + r;
+    const bool full = vec_ok && m < M && k < K;
+    if (a.q_row != nullptr) {
+      const uint8_t e = a.tile32x32 ? s_tile_e[lane / 4] : mx_scale<DT>(row_amax[r], a.floor_rule);
+      const float mult = scale_rules::e8m0_multiplier(e);
+      Vec<uint8_t, kColsPerLane> codes;
+      encode_fp8_vec<DT, kColsPerLane>(v[r], mult, codes);
+      if (full) {
+        *reinterpret_cast<Vec<uint8_t, kColsPerLane>*>(a.q_row + m * K + k) = codes;
+      } else if (m < M) {
+#pragma unroll
+        for (int c = 0; c < kColsPerLane; ++c) {
+          if (k + c < K) a.q_row[m * K + k + c] = codes.v[c];
+        }
+      }
+      if (lane % 4 == 0 && m < M && k < K) {
+        const int64_t off = a.swizzled ? swizzled_offset(m, kb, a.s_row_padded_cols)
+                                       : m * row_blocks + kb;
+        a.s_row[off] = e;
+      }
+    }
+    if (a.q_col != nullptr) {
+      float y[kColsPerLane];
+#pragma unroll
+      for (int c = 0; c < kColsPerLane; ++c) y[c] = v[r][c] * s_mult[lane * kColsPerLane + c];
+      Vec<uint8_t, kColsPerLane> codes;
+      encode_fp8_products<DT, kColsPerLane>(y, codes);
+      if (full) {
+        *reinterpret_cast<Vec<uint8_t, kColsPerLane>*>(a.q_col + m * K + k) = codes;
+      } else if (m < M) {
+#pragma unroll
+        for (int c = 0; c < kColsPerLane; ++c) {
+          if (k + c < K) a.q_col[m * K + k + c] = codes.v[c];
+        }
       }
     }
   }
@@ -176,8 +165,8 @@ __global__ __launch_bounds__(kThreads) void mxfp8_grouped_kernel(MxArgs a, Group
                                                                  bool vec_ok) {
   extern __shared__ int64_t prefix[];  // (n + 1)
   if (grouped_noop(g)) return;
-  const int64_t tiles_k = ceil_div_device(g.cols, kBlock * kWarps);
-  grouped_tile_prefix<kThreads>(g, kBlock, tiles_k, prefix);
+  const int64_t tiles_k = ceil_div_device(g.cols, kTileCols);
+  grouped_tile_prefix<kThreads>(g, kTileRows, tiles_k, prefix);
   const In* x = static_cast<const In*>(a.x);
   for (int64_t t = blockIdx.x; t < prefix[g.n]; t += gridDim.x) {
     const int64_t i = grouped_member_of(prefix, g.n, t);
@@ -202,8 +191,8 @@ template <class In, DType DT>
 void launch_typed(const MxArgs& a, cudaStream_t stream) {
   const bool vec_ok = a.cols % kBlock == 0 && aligned16(a.x) && aligned16(a.q_row) &&
                       aligned16(a.q_col);
-  const dim3 grid(static_cast<unsigned>(ceil_div(a.cols, kBlock * kWarps)),
-                  static_cast<unsigned>(ceil_div(a.rows, kBlock)));
+  const dim3 grid(static_cast<unsigned>(ceil_div(a.cols, kTileCols)),
+                  static_cast<unsigned>(ceil_div(a.rows, kTileRows)));
   mxfp8_kernel<In, DT><<<grid, kThreads, 0, stream>>>(a, vec_ok);
 }
 
@@ -220,7 +209,7 @@ void launch_mxfp8_grouped(const MxArgs& a, const GroupedMeta& g, cudaStream_t st
   const bool vec_ok = g.cols % kBlock == 0 && aligned16(a.x) && aligned16(a.q_row) &&
                       aligned16(a.q_col);
   const int64_t tiles_bound =
-      (ceil_div(g.rows_bound, kBlock) + g.n) * ceil_div(g.cols, kBlock * kWarps);
+      (ceil_div(g.rows_bound, kTileRows) + g.n) * ceil_div(g.cols, kTileCols);
   const unsigned grid = grid_stride_blocks(tiles_bound, 1, 8);
   const size_t smem = sizeof(int64_t) * static_cast<size_t>(g.n + 1);
   dispatch_float_input(a.in, "quantize: x", [&](auto tag) {
