@@ -61,8 +61,12 @@ void quantize_tensor(const QuantizerConfig& cfg, const TensorView& x,
   src.pow2 = cfg.power_of_two_scales;
   float* amax_row = req.rowwise ? out.amax.as<float>() : nullptr;
   float* amax_col = req.columnwise ? out.columnwise_amax.as<float>() : nullptr;
-  uint32_t* amax_target = nullptr;
-  Scratch scratch(sizeof(uint32_t), s);
+  // The output's own amax field is the atomic target (no scratch allocation on this path).
+  float* amax_main = amax_row != nullptr ? amax_row : amax_col;
+  float* amax_other = amax_row != nullptr ? amax_col : nullptr;
+  TESSERA_CHECK(amax_main != nullptr, "quantize: per-tensor FP8 output has no amax buffer");
+  auto* target = reinterpret_cast<uint32_t*>(amax_main);
+  TESSERA_CUDA_CHECK(cudaMemsetAsync(target, 0, sizeof(uint32_t), s));
   if (cfg.delayed) {
     TESSERA_CHECK(req.delayed_scale != nullptr && req.amax_history != nullptr,
                   "quantize: delayed scaling needs the quantizer's scale and amax history");
@@ -70,30 +74,26 @@ void quantize_tensor(const QuantizerConfig& cfg, const TensorView& x,
     // Slot 0 of the history is SET to this tensor's amax: clear it, then max into it.
     TESSERA_CUDA_CHECK(cudaMemsetAsync(req.amax_history, 0, sizeof(float), s));
     a.amax_accum = reinterpret_cast<uint32_t*>(req.amax_history);
-    if (amax_row != nullptr || amax_col != nullptr) a.amax_accum2 = scratch.as<uint32_t>();
+    a.amax_accum2 = target;
   } else {
-    amax_target = scratch.as<uint32_t>();
-    cuda_quant::launch_tensor_amax(x.data, out.rows * out.cols, x.dtype, amax_target, s);
-    src.amax = amax_target;
+    cuda_quant::launch_tensor_amax(x.data, out.rows * out.cols, x.dtype, target, s);
+    src.amax = target;
   }
   Fp8ScaleSource col = src;
   if (a.q_row != nullptr) {
     src.scale_inv_out = out.scale_inv.as<float>();
     src.scale_inv_out2 = a.q_col != nullptr ? out.columnwise_scale_inv.as<float>() : nullptr;
-    src.amax_out = amax_row;
-    src.amax_out2 = amax_col;
+    src.amax_out2 = cfg.delayed ? nullptr : amax_other;  // current: copied by block (0, 0)
   } else {
     col.scale_inv_out = out.columnwise_scale_inv.as<float>();
-    col.amax_out = amax_col;
   }
   a.row_scale = src;
   a.col_scale = col;
   a.same_scale = true;
   cuda_quant::launch_fp8_cast_transpose(a, s);
-  if (cfg.delayed && a.amax_accum2 != nullptr) {
-    // The tensor amax of a delayed-scaled quantize goes to the output's amax fields too.
-    if (amax_row) TESSERA_CUDA_CHECK(cudaMemcpyAsync(amax_row, a.amax_accum2, 4, cudaMemcpyDeviceToDevice, s));
-    if (amax_col) TESSERA_CUDA_CHECK(cudaMemcpyAsync(amax_col, a.amax_accum2, 4, cudaMemcpyDeviceToDevice, s));
+  if (cfg.delayed && amax_other != nullptr) {
+    TESSERA_CUDA_CHECK(
+        cudaMemcpyAsync(amax_other, target, sizeof(float), cudaMemcpyDeviceToDevice, s));
   }
 }
 
@@ -201,9 +201,13 @@ void quantize_mxfp8(const QuantizerConfig& cfg, const TensorView& x,
 void quantize_nvfp4(const QuantizerConfig& cfg, const TensorView& x,
                     const QuantizedTensorView& out, const QuantizeRequest& req, cudaStream_t s) {
   const int64_t M = out.rows, K = out.cols;
-  Scratch amax(2 * sizeof(uint32_t), s);  // [0]: amax of x, [1]: amax of the transformed xᵀ
-  uint32_t* global = amax.as<uint32_t>();
-  cuda_quant::launch_tensor_amax(x.data, M * K, x.dtype, global, s);
+  // The amax of each copy goes straight into the output's amax field (atomic max after a
+  // memset; no scratch): amax of x for the rowwise copy, and for the columnwise copy the amax of
+  // x or, with the Hadamard transform, of the transformed xᵀ.
+  float* amax_row = req.rowwise ? out.amax.as<float>() : nullptr;
+  float* amax_col = req.columnwise ? out.columnwise_amax.as<float>() : nullptr;
+  TESSERA_CHECK((!req.rowwise || amax_row != nullptr) && (!req.columnwise || amax_col != nullptr),
+                "quantize: NVFP4 output lacks an amax buffer");
   cuda_quant::Nvfp4Args a;
   a.x = x.data;
   a.rows = M;
@@ -215,30 +219,37 @@ void quantize_nvfp4(const QuantizerConfig& cfg, const TensorView& x,
   a.offset = cfg.rng_offset;
   const bool sw = cfg.scale_layout == ScaleLayout::kSwizzled;
   if (req.rowwise) {
-    a.amax = global;
+    auto* target = reinterpret_cast<uint32_t*>(amax_row);
+    TESSERA_CUDA_CHECK(cudaMemsetAsync(target, 0, sizeof(uint32_t), s));
+    cuda_quant::launch_tensor_amax(x.data, M * K, x.dtype, target, s);
+    a.amax = target;
     a.data = out.data.as<uint8_t>();
     a.scale = out.scale_inv.as<uint8_t>();
     a.padded_cols = sw ? (ceil_div(K, 16) + 3) / 4 * 4 : 0;
     TESSERA_CUDA_CHECK(cudaMemsetAsync(a.scale, 0, out.scale_inv.nbytes(), s));
     cuda_quant::launch_nvfp4(a, s);
-    TESSERA_CUDA_CHECK(cudaMemcpyAsync(out.amax.data, global, 4, cudaMemcpyDeviceToDevice, s));
   }
   if (req.columnwise) {
+    auto* target = reinterpret_cast<uint32_t*>(amax_col);
     a.columnwise = true;
     a.rht = cfg.random_hadamard;
-    a.amax = global;
     if (a.rht) {
-      cuda_quant::launch_rht_amax(a, global + 1, s);
-      a.amax = global + 1;
+      TESSERA_CUDA_CHECK(cudaMemsetAsync(target, 0, sizeof(uint32_t), s));
+      cuda_quant::launch_rht_amax(a, target, s);
+    } else if (req.rowwise) {
+      TESSERA_CUDA_CHECK(
+          cudaMemcpyAsync(target, amax_row, sizeof(float), cudaMemcpyDeviceToDevice, s));
+    } else {
+      TESSERA_CUDA_CHECK(cudaMemsetAsync(target, 0, sizeof(uint32_t), s));
+      cuda_quant::launch_tensor_amax(x.data, M * K, x.dtype, target, s);
     }
+    a.amax = target;
     a.stream_base = static_cast<uint64_t>(M * K);
     a.data = out.columnwise_data.as<uint8_t>();
     a.scale = out.columnwise_scale_inv.as<uint8_t>();
     a.padded_cols = sw ? (ceil_div(M, 16) + 3) / 4 * 4 : 0;
     TESSERA_CUDA_CHECK(cudaMemsetAsync(a.scale, 0, out.columnwise_scale_inv.nbytes(), s));
     cuda_quant::launch_nvfp4(a, s);
-    TESSERA_CUDA_CHECK(
-        cudaMemcpyAsync(out.columnwise_amax.data, a.amax, 4, cudaMemcpyDeviceToDevice, s));
   }
 }
 

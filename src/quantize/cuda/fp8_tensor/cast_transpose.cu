@@ -43,9 +43,9 @@ __device__ __forceinline__ void tile_scales(const Fp8ScaleSource& s, int64_t fir
       const float inv = scale_rules::reciprocal(v);
       if (s.scale_inv_out != nullptr) s.scale_inv_out[per_tensor ? 0 : line] = inv;
       if (per_tensor && s.scale_inv_out2 != nullptr) s.scale_inv_out2[0] = inv;
-      if (per_tensor && s.scale == nullptr && s.amax_out != nullptr) {
+      if (per_tensor && s.scale == nullptr) {
         const float amax = scale_rules::amax_from_abs_bits(s.amax[0]);
-        s.amax_out[0] = amax;
+        if (s.amax_out != nullptr) s.amax_out[0] = amax;
         if (s.amax_out2 != nullptr) s.amax_out2[0] = amax;
       }
     }

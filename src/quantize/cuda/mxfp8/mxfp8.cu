@@ -1,9 +1,9 @@
 // MXFP8 quantization, rowwise (1x32 blocks) and columnwise (32x1 blocks) in ONE pass over x;
 // kMXFP8_32x32 (one scale per 32x32 tile, stored expanded in both scale matrices) too.
 //
-// Tiling: a block of 8 warps owns 32 rows x 256 columns; warp w rows [4w, 4w+4), lane l columns
+// Tiling: a block of 8 warps owns 64 rows x 256 columns; warp w rows [8w, 8w+8), lane l columns
 // [8l, 8l+8) (16-byte loads, 8-byte code stores: a warp touches 256 contiguous elements of a row
-// per access). Row block amaxes reduce over 4 lanes by shuffles, column block amaxes over the 8
+// per access). Row block amaxes reduce over 4 lanes by shuffles, column block amaxes over 4
 // warps through shared memory. Both copies are (M, K). Edge tiles (K or M not multiples of 32, unaligned views) use a
 // per-element path with bounds checks; out-of-range elements count as 0 in the amax.
 #include <cstdint>
@@ -31,47 +31,47 @@ __device__ __forceinline__ uint8_t mx_scale(uint32_t amax_bits, bool floor_rule)
                     : scale_rules::e8m0_round_up(amax, 1.0f / kMax);
 }
 
-constexpr int kTileRows = 32, kTileCols = 256;  // one tile per block iteration
-constexpr int kRowsPerWarp = kTileRows / kWarps;   // 4
+constexpr int kTileRows = 64, kTileCols = 256;  // one tile per block iteration
+constexpr int kRowsPerWarp = kTileRows / kWarps;   // 8
 constexpr int kColsPerLane = kTileCols / 32;       // 8
+constexpr int kHalves = kTileRows / kBlock;        // 2 column blocks of 32 rows per tile
 
-// One 32 x 256 tile (tile_m, tile_k) of the tensor described by `a`. Warp w owns rows
-// [4w, 4w+4) of the tile, lane l columns [8l, 8l+8): every load and store of a warp covers 256
-// contiguous elements of one row. Row blocks (32 columns = 4 lanes) reduce by shuffles; column
-// blocks (32 rows = 8 warps) through shared memory.
+// One 64 x 256 tile (tile_m, tile_k) of the tensor described by `a`. Warp w owns rows
+// [8w, 8w+8) of the tile (column block w / 4), lane l columns [8l, 8l+8): every load and store
+// of a warp covers 256 contiguous elements of one row, and a thread keeps 8 independent 16-byte
+// loads in flight. The raw input stays in registers (packed for 16-bit inputs). Row blocks
+// (32 columns = 4 lanes) reduce by shuffles; column blocks (32 rows = 4 warps) through shared
+// memory.
 template <class In, DType DT>
 __device__ __forceinline__ void mxfp8_tile(const MxArgs& a, int64_t tile_m, int64_t tile_k,
                                            bool vec_ok) {
+  constexpr int kVec = kVec16<In> < kColsPerLane ? kVec16<In> : kColsPerLane;
+  constexpr int kVecs = kColsPerLane / kVec;
+  using V = Vec<In, kVec>;
   __shared__ uint32_t s_colmax[kWarps][kTileCols];
-  __shared__ __align__(16) float s_mult[kTileCols];
-  __shared__ uint8_t s_tile_e[kTileCols / kBlock];
-  const int t = threadIdx.x, warp = t / 32, lane = t % 32;
+  __shared__ __align__(16) float s_mult[kHalves][kTileCols];
+  __shared__ uint8_t s_tile_e[kHalves][kTileCols / kBlock];
+  const int t = threadIdx.x, warp = t / 32, lane = t % 32, half = warp / (kWarps / kHalves);
   const int64_t M = a.rows, K = a.cols;
   const int64_t m0 = tile_m * kTileRows + warp * kRowsPerWarp;
   const int64_t k = tile_k * kTileCols + lane * kColsPerLane;  // this lane's first column
   const In* x = static_cast<const In*>(a.x);
   const bool need_col = a.q_col != nullptr || a.tile32x32;
-  float v[kRowsPerWarp][kColsPerLane];
+  V raw[kRowsPerWarp][kVecs];
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r) {
     const int64_t m = m0 + r;
     if (vec_ok && m < M && k < K) {  // vec_ok: K % 32 == 0 (whole 8-vectors) and aligned views
-      constexpr int kVec = kVec16<In> < kColsPerLane ? kVec16<In> : kColsPerLane;
 #pragma unroll
-      for (int c = 0; c < kColsPerLane; c += kVec) {
-        float tmp[kVec];
-        load_vec<In, kVec>(x + m * K + k + c, tmp);
-#pragma unroll
-        for (int j = 0; j < kVec; ++j) v[r][c + j] = tmp[j];
-      }
+      for (int i = 0; i < kVecs; ++i) raw[r][i] = *reinterpret_cast<const V*>(x + m * K + k + i * kVec);
     } else {
 #pragma unroll
       for (int c = 0; c < kColsPerLane; ++c) {
-        v[r][c] = (m < M && k + c < K) ? load_float(x[m * K + k + c]) : 0.0f;
+        raw[r][c / kVec].v[c % kVec] = (m < M && k + c < K) ? x[m * K + k + c] : In{};
       }
     }
   }
-  // Row block amax: 8 values here, then the 4 lanes of the 32-column block.
+  auto value = [&](int r, int c) { return load_float(raw[r][c / kVec].v[c % kVec]); };
   uint32_t row_amax[kRowsPerWarp];
   uint32_t col_part[kColsPerLane] = {};
 #pragma unroll
@@ -79,34 +79,38 @@ __device__ __forceinline__ void mxfp8_tile(const MxArgs& a, int64_t tile_m, int6
     uint32_t mx = 0;
 #pragma unroll
     for (int c = 0; c < kColsPerLane; ++c) {
-      const uint32_t b = abs_bits(v[r][c]);
+      const uint32_t b = abs_bits(value(r, c));
       mx = max(mx, b);
       col_part[c] = max(col_part[c], b);
     }
     mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     row_amax[r] = max(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
   }
-  const int64_t mb = tile_m, k_first = tile_k * kTileCols;
+  const int64_t k_first = tile_k * kTileCols;
   if (need_col) {
     __syncthreads();  // the previous tile's readers of the shared arrays are done
 #pragma unroll
     for (int c = 0; c < kColsPerLane; ++c) s_colmax[warp][lane * kColsPerLane + c] = col_part[c];
     __syncthreads();
-    uint32_t cm = 0;  // column t of the tile over its 32 rows
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) cm = max(cm, s_colmax[w][t]);
-    uint8_t e;
-    if (a.tile32x32) {
-      e = mx_scale<DT>(warp_max(cm), a.floor_rule);  // warp t/32 = the tile's 32 columns
-      if (lane == 0) s_tile_e[warp] = e;
-    } else {
-      e = mx_scale<DT>(cm, a.floor_rule);
-    }
-    s_mult[t] = scale_rules::e8m0_multiplier(e);
-    if (a.q_col != nullptr && k_first + t < K) {
-      const int64_t off = a.swizzled ? swizzled_offset(k_first + t, mb, a.s_col_padded_cols)
-                                     : mb * K + k_first + t;
-      a.s_col[off] = e;
+    for (int h = 0; h < kHalves; ++h) {
+      uint32_t cm = 0;  // column t of the tile over the 32 rows of column block h
+#pragma unroll
+      for (int w = 0; w < kWarps / kHalves; ++w) cm = max(cm, s_colmax[h * (kWarps / kHalves) + w][t]);
+      const int64_t mb = tile_m * kHalves + h;  // column block index (32-row block)
+      uint8_t e;
+      if (a.tile32x32) {
+        e = mx_scale<DT>(warp_max(cm), a.floor_rule);  // warp t/32 = the tile's 32 columns
+        if (lane == 0) s_tile_e[h][warp] = e;
+      } else {
+        e = mx_scale<DT>(cm, a.floor_rule);
+      }
+      s_mult[h][t] = scale_rules::e8m0_multiplier(e);
+      if (a.q_col != nullptr && k_first + t < K && mb * kBlock < M) {
+        const int64_t off = a.swizzled ? swizzled_offset(k_first + t, mb, a.s_col_padded_cols)
+                                       : mb * K + k_first + t;
+        a.s_col[off] = e;
+      }
     }
     __syncthreads();
   }
@@ -116,11 +120,14 @@ __device__ __forceinline__ void mxfp8_tile(const MxArgs& a, int64_t tile_m, int6
   for (int r = 0; r < kRowsPerWarp; ++r) {
     const int64_t m = m0 + r;
     const bool full = vec_ok && m < M && k < K;
+    float f[kColsPerLane];
+#pragma unroll
+    for (int c = 0; c < kColsPerLane; ++c) f[c] = value(r, c);
     if (a.q_row != nullptr) {
-      const uint8_t e = a.tile32x32 ? s_tile_e[lane / 4] : mx_scale<DT>(row_amax[r], a.floor_rule);
-      const float mult = scale_rules::e8m0_multiplier(e);
+      const uint8_t e =
+          a.tile32x32 ? s_tile_e[half][lane / 4] : mx_scale<DT>(row_amax[r], a.floor_rule);
       Vec<uint8_t, kColsPerLane> codes;
-      encode_fp8_vec<DT, kColsPerLane>(v[r], mult, codes);
+      encode_fp8_vec<DT, kColsPerLane>(f, scale_rules::e8m0_multiplier(e), codes);
       if (full) {
         *reinterpret_cast<Vec<uint8_t, kColsPerLane>*>(a.q_row + m * K + k) = codes;
       } else if (m < M) {
@@ -138,7 +145,7 @@ __device__ __forceinline__ void mxfp8_tile(const MxArgs& a, int64_t tile_m, int6
     if (a.q_col != nullptr) {
       float y[kColsPerLane];
 #pragma unroll
-      for (int c = 0; c < kColsPerLane; ++c) y[c] = v[r][c] * s_mult[lane * kColsPerLane + c];
+      for (int c = 0; c < kColsPerLane; ++c) y[c] = f[c] * s_mult[half][lane * kColsPerLane + c];
       Vec<uint8_t, kColsPerLane> codes;
       encode_fp8_products<DT, kColsPerLane>(y, codes);
       if (full) {
