@@ -69,6 +69,152 @@ tessera_status tessera_encode(const void* src, int32_t src_dtype, void* dst, int
 tessera_status tessera_decode(const void* src, int32_t src_dtype, float* dst, int64_t numel,
                               tessera_device device, void* stream);
 
+/* ---- grouped GEMM (DESIGN §7) ----------------------------------------------------------------
+ * D_g = alpha_g * op(A_g) op(B_g) + bias_g + beta * D_g, FP32 accumulation. An opaque problem
+ * handle is filled with setters (new settings can be added without breaking callers), then
+ * checked, sized and run. Shapes per kind are those of tessera/gemm/grouped_gemm.h:
+ *   M-grouped: A (T, K), B (G, N, K) (transpose_b = 1, default) or (G, K, N), D (T, N);
+ *   K-grouped: A (T, M), B (T, N), D (G, M, N) (transpose_a = 1, transpose_b = 0 required);
+ *   batched:   A (G, M, K) or (G, K, M), B as M-grouped, D (G, M, N).
+ * Tensors are contiguous, row-major, unquantized (float32/bfloat16/float16). */
+typedef enum tessera_grouped_gemm_kind {
+  TESSERA_GROUPED_GEMM_M_GROUPED = 0,
+  TESSERA_GROUPED_GEMM_K_GROUPED = 1,
+  TESSERA_GROUPED_GEMM_BATCHED = 2
+} tessera_grouped_gemm_kind;
+
+/* Which tensor of the problem tessera_grouped_gemm_set_tensor sets. */
+typedef enum tessera_grouped_gemm_tensor {
+  TESSERA_GROUPED_GEMM_A = 0,
+  TESSERA_GROUPED_GEMM_B = 1,
+  TESSERA_GROUPED_GEMM_D = 2,
+  TESSERA_GROUPED_GEMM_BIAS = 3,          /* optional (G, N) */
+  TESSERA_GROUPED_GEMM_GROUP_OFFSETS = 4, /* int32/int64, format below */
+  TESSERA_GROUPED_GEMM_GROUP_ALPHA = 5    /* optional float32 (G) */
+} tessera_grouped_gemm_tensor;
+
+typedef enum tessera_group_offsets_format {
+  TESSERA_GROUP_OFFSETS_START = 0, /* G+1 entries, leading 0 */
+  TESSERA_GROUP_OFFSETS_END = 1    /* G cumulative end offsets (torch._grouped_mm) */
+} tessera_group_offsets_format;
+
+typedef struct tessera_grouped_gemm_problem_s* tessera_grouped_gemm_problem;
+
+/* A new problem of `kind` with `num_groups` groups; alpha 1, beta 0, transpose_b = 1 (0 for
+ * K-grouped, which also gets transpose_a = 1), start offsets, capacity = rows of A. */
+tessera_status tessera_grouped_gemm_create(tessera_grouped_gemm_problem* problem, int32_t kind,
+                                           int64_t num_groups);
+/* Frees the handle (NULL is a no-op). */
+tessera_status tessera_grouped_gemm_destroy(tessera_grouped_gemm_problem problem);
+/* Sets one tensor (`which`: tessera_grouped_gemm_tensor); data NULL clears an optional one. The
+ * memory is not copied: it must stay valid until run returns (CUDA: until the stream reaches it). */
+tessera_status tessera_grouped_gemm_set_tensor(tessera_grouped_gemm_problem problem, int32_t which,
+                                               const void* data, int32_t dtype, int32_t ndim,
+                                               const int64_t* shape, tessera_device device);
+tessera_status tessera_grouped_gemm_set_layout(tessera_grouped_gemm_problem problem,
+                                               int32_t transpose_a, int32_t transpose_b);
+/* Offsets format (tessera_group_offsets_format) and the host-known capacity (-1 = rows of A). */
+tessera_status tessera_grouped_gemm_set_offsets_format(tessera_grouped_gemm_problem problem,
+                                                       int32_t format, int64_t max_total_rows);
+tessera_status tessera_grouped_gemm_set_scalars(tessera_grouped_gemm_problem problem, float alpha,
+                                                float beta);
+/* TESSERA_STATUS_OK or the specific reason (tessera_last_error() explains). */
+tessera_status tessera_grouped_gemm_can_implement(tessera_grouped_gemm_problem problem);
+tessera_status tessera_grouped_gemm_workspace_size(tessera_grouped_gemm_problem problem,
+                                                   int64_t* bytes);
+/* workspace: >= workspace_size bytes, 256-byte aligned, on the operands' device (NULL if 0). */
+tessera_status tessera_grouped_gemm_run(tessera_grouped_gemm_problem problem, void* workspace,
+                                        int64_t workspace_bytes, void* stream);
+
+/* ---- quantization (DESIGN §4; exact numerics in docs/numerics.md) ---------------------------
+ * A quantizer turns a float32/bfloat16/float16 (rows, cols) matrix into quantized data plus
+ * scales. Buffers are caller-owned, on the quantizer's device; a usage is present when its data
+ * pointer is not NULL. tessera_quantizer_buffer_sizes() gives the byte sizes to allocate. */
+
+typedef enum tessera_scaling_mode {
+  TESSERA_SCALING_NONE = 0,
+  TESSERA_SCALING_TENSOR = 1,        /* FP8, one FP32 scale (current or delayed scaling) */
+  TESSERA_SCALING_ROWWISE = 2,       /* FP8, FP32 scale per row (columnwise: per column) */
+  TESSERA_SCALING_BLOCK_1X128 = 3,   /* FP8, FP32 scale per 1x128 block */
+  TESSERA_SCALING_BLOCK_128X128 = 4, /* FP8, FP32 scale per 128x128 tile */
+  TESSERA_SCALING_MXFP8 = 5,         /* E8M0 scale per 1x32 (columnwise 32x1) block */
+  TESSERA_SCALING_MXFP8_32X32 = 6,
+  TESSERA_SCALING_NVFP4 = 7,         /* E2M1, E4M3 scale per 1x16 + FP32 global amax */
+  TESSERA_SCALING_NVFP4_16X16 = 8
+} tessera_scaling_mode;
+
+typedef enum tessera_tensor_type {
+  TESSERA_TENSOR_INPUT = 0,
+  TESSERA_TENSOR_WEIGHT = 1,
+  TESSERA_TENSOR_OUTPUT = 2,
+  TESSERA_TENSOR_GRAD_OUTPUT = 3,
+  TESSERA_TENSOR_GRAD_INPUT = 4,
+  TESSERA_TENSOR_GRAD_WEIGHT = 5
+} tessera_tensor_type;
+
+/* Mirrors tessera::QuantizerConfig. Fill with tessera_quantizer_config_default(). Booleans are
+ * 0/1; enums are passed as int32_t (scale_layout 0 compact / 1 swizzled, amax_algo 0 max /
+ * 1 most_recent, e8m0_rounding 0 round-up / 1 floor). */
+typedef struct tessera_quantizer_config {
+  int32_t mode;
+  int32_t element; /* tessera_dtype: E4M3, E5M2 (FP8 modes) or E2M1 (NVFP4) */
+  int32_t rowwise;
+  int32_t columnwise;
+  int32_t scale_layout;
+  int32_t delayed;
+  int32_t amax_history_len;
+  int32_t amax_algo;
+  int32_t margin;
+  float amax_epsilon;
+  int32_t power_of_two_scales;
+  int32_t e8m0_rounding;
+  int32_t random_hadamard;
+  int32_t stochastic_rounding;
+  uint64_t rng_seed;
+  uint64_t rng_offset;
+} tessera_quantizer_config;
+
+/* Caller-owned buffers of one quantized tensor. *_bytes give each buffer's size (checked). */
+typedef struct tessera_quantized_buffers {
+  void* data;
+  int64_t data_bytes;
+  void* scale_inv;
+  int64_t scale_inv_bytes;
+  void* columnwise_data;
+  int64_t columnwise_data_bytes;
+  void* columnwise_scale_inv;
+  int64_t columnwise_scale_inv_bytes;
+  float* amax;            /* one float; needed by the tensor and NVFP4 modes (rowwise usage) */
+  float* columnwise_amax; /* likewise for the columnwise usage */
+} tessera_quantized_buffers;
+
+typedef struct tessera_quantizer_s* tessera_quantizer;
+
+/* The defaults of `mode` (power-of-two scales for blocks, E2M1 for NVFP4, rowwise usage). */
+tessera_status tessera_quantizer_config_default(int32_t mode, tessera_quantizer_config* out);
+tessera_status tessera_quantizer_create(const tessera_quantizer_config* config,
+                                        tessera_device device, tessera_quantizer* out);
+/* The quantizer of a built-in recipe ("mxfp8", "fp8_current:e4m3", ...) for a tensor type. */
+tessera_status tessera_quantizer_create_from_recipe(const char* recipe, int32_t tensor_type,
+                                                    tessera_device device, tessera_quantizer* out);
+/* NULL is accepted. */
+tessera_status tessera_quantizer_destroy(tessera_quantizer q);
+tessera_status tessera_quantizer_get_config(tessera_quantizer q, tessera_quantizer_config* out);
+/* Bytes of data and scale_inv of one usage of a (rows, cols) input. */
+tessera_status tessera_quantizer_buffer_sizes(tessera_quantizer q, int64_t rows, int64_t cols,
+                                              int32_t columnwise, int64_t* data_bytes,
+                                              int64_t* scale_inv_bytes);
+/* Quantizes x (rows, cols) of x_dtype into `out`: the config's usages plus every usage whose
+ * buffers are given (non-NULL data). */
+tessera_status tessera_quantize(tessera_quantizer q, const void* x, int32_t x_dtype, int64_t rows,
+                                int64_t cols, const tessera_quantized_buffers* out, void* stream);
+/* Dequantizes one usage of `in` (produced by this quantizer) into float32 out (rows, cols). */
+tessera_status tessera_dequantize(tessera_quantizer q, const tessera_quantized_buffers* in,
+                                  int64_t rows, int64_t cols, int32_t columnwise, float* out,
+                                  void* stream);
+/* Delayed scaling: rolls the amax history and computes the next scale. */
+tessera_status tessera_quantizer_update(tessera_quantizer q, void* stream);
+
 #ifdef __cplusplus
 }
 #endif

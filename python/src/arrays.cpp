@@ -6,8 +6,7 @@
 
 namespace tessera::python {
 
-DType array_dtype(const AnyArray& a, const char* arg) {
-  const nb::dlpack::dtype t = a.dtype();
+DType dlpack_dtype(nb::dlpack::dtype t, const char* arg) {
   const auto code = static_cast<nb::dlpack::dtype_code>(t.code);
   if (t.lanes == 1) {
     if (code == nb::dlpack::dtype_code::Float && t.bits == 32) return DType::kFloat32;
@@ -21,8 +20,10 @@ DType array_dtype(const AnyArray& a, const char* arg) {
   TESSERA_FAIL(Status::kDTypeMismatch, arg, ": array element type (DLPack code ",
                static_cast<int>(t.code), ", ", static_cast<int>(t.bits),
                " bits) is not accepted; expected float32, float16, bfloat16, uint8, int32 or "
-               "int64");
+               "int64 (pass FP8/FP4 codes as uint8)");
 }
+
+DType array_dtype(const AnyArray& a, const char* arg) { return dlpack_dtype(a.dtype(), arg); }
 
 TensorView view_of(const AnyArray& a, DType dtype, const char* arg) {
   TESSERA_CHECK(a.ndim() <= static_cast<size_t>(kMaxDims), arg, ": ", a.ndim(),
@@ -39,6 +40,46 @@ TensorView view_of(const AnyArray& a, DType dtype, const char* arg) {
   }
   return TensorView::contiguous(const_cast<void*>(a.data()), dtype, shape,
                                 static_cast<int>(a.ndim()), dev);
+}
+
+DType array_dtype(const DeviceArray& a, const char* arg) { return dlpack_dtype(a.dtype(), arg); }
+
+Device array_device(const DeviceArray& a, const char* arg) {
+  if (a.device_type() == nb::device::cuda::value) return Device::cuda(a.device_id());
+  TESSERA_CHECK(a.device_type() == nb::device::cpu::value, arg,
+                ": arrays must live on the CPU or a CUDA device (DLPack device type ",
+                a.device_type(), ")");
+  return Device::cpu();
+}
+
+TensorView device_view(const DeviceArray& a, DType dtype, const char* arg) {
+  TESSERA_CHECK(a.ndim() <= static_cast<size_t>(kMaxDims), arg, ": ", a.ndim(),
+                "-D arrays are not accepted; at most ", kMaxDims, " dimensions");
+  const int array_bits = a.dtype().bits * a.dtype().lanes;
+  TESSERA_CHECK_STATUS(dtype_bits(dtype) == array_bits ||
+                           (dtype == DType::kFloat4E2M1 && array_bits == 8),
+                       Status::kDTypeMismatch, arg, ": cannot read ", array_bits,
+                       "-bit array elements as ", dtype_name(dtype));
+  int64_t shape[kMaxDims];
+  // C-contiguous check; size-1 dims may have any stride. DLPack producers may leave strides
+  // NULL, which means compact row-major.
+  const int64_t* strides = a.stride_ptr();
+  int64_t expected_stride = 1;
+  bool contiguous = true;
+  for (int i = static_cast<int>(a.ndim()) - 1; i >= 0; --i) {
+    shape[i] = static_cast<int64_t>(a.shape(i));
+    if (strides != nullptr && shape[i] != 1 && strides[i] != expected_stride) contiguous = false;
+    expected_stride *= shape[i];
+  }
+  TESSERA_CHECK(contiguous || expected_stride == 0, arg,
+                ": the array must be C-contiguous (tessera never copies a caller's array); call "
+                ".contiguous() / np.ascontiguousarray first");
+  return TensorView::contiguous(const_cast<void*>(a.data()), dtype, shape,
+                                static_cast<int>(a.ndim()), array_device(a, arg));
+}
+
+TensorView device_view(const DeviceArray& a, const char* arg) {
+  return device_view(a, array_dtype(a, arg), arg);
 }
 
 nb::dlpack::dtype raw_uint(int bits) {

@@ -6,9 +6,11 @@
 #include <nanobind/ndarray.h>
 
 #include <cstdint>
+#include <cstddef>
 #include <vector>
 
 #include "tessera/core/buffer.h"
+#include "tessera/core/stream.h"
 #include "tessera/core/tensor_view.h"
 
 namespace tessera::python {
@@ -29,7 +31,30 @@ nb::dlpack::dtype raw_float32();
 // receives its (256-byte aligned) storage.
 nb::object new_numpy(const std::vector<int64_t>& shape, nb::dlpack::dtype raw, void** data);
 
+// ---- Caller-owned arrays on any device (zero-copy in and out) ---------------------------------
+// DeviceArray takes any DLPack producer (NumPy, PyTorch CPU/CUDA, CuPy, JAX, a raw DLPack capsule)
+// as it is: no dtype, layout or device constraint, so nanobind never converts or copies it. Bind
+// such arguments with .noconvert(). Outputs (out= arrays) are DeviceArrays written in place.
+using DeviceArray = nb::ndarray<>;
+
+// The DType of a DLPack element type (float32/64, float16, bfloat16, uint8, int32, int64).
+DType dlpack_dtype(nb::dlpack::dtype t, const char* arg);
+DType array_dtype(const DeviceArray& a, const char* arg);
+// Where a DLPack array lives: Device::cpu() or Device::cuda(id); anything else throws.
+Device array_device(const DeviceArray& a, const char* arg);
+// A view of a C-contiguous DeviceArray read as `dtype` (element size must match the array's),
+// or — when dtype is omitted — as its own element type. Throws an Error naming `arg` when the
+// array is not C-contiguous: tessera never copies a caller's array behind its back.
+TensorView device_view(const DeviceArray& a, const char* arg);
+TensorView device_view(const DeviceArray& a, DType dtype, const char* arg);
+// The tessera::Stream of a raw cudaStream_t handle passed from Python as an integer
+// (torch.cuda.current_stream().cuda_stream, cupy's stream.ptr); 0 = the legacy default stream.
+inline Stream stream_of(uintptr_t handle) { return Stream{reinterpret_cast<void*>(handle)}; }
+
 void register_formats(nb::module_& m);
 void register_scan(nb::module_& m);
+void register_gemm(nb::module_& m);
+void register_torch_gemm(nb::module_& m);
+void register_quantize(nb::module_& m);
 
 }  // namespace tessera::python

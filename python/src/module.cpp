@@ -18,4 +18,7 @@ NB_MODULE(_tessera, m) {
   m.def("cuda_device_count", &tessera::cuda_device_count);
   tessera::python::register_formats(m);
   tessera::python::register_scan(m);
+  tessera::python::register_gemm(m);
+  tessera::python::register_torch_gemm(m);
+  tessera::python::register_quantize(m);
 }

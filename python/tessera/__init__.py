@@ -38,3 +38,104 @@ def encode(x, format: str) -> np.ndarray:
 def decode(codes, format: str, last_dim: int = -1) -> np.ndarray:
     """Decodes `format` codes into float32. For "e2m1", `last_dim` gives an odd logical length."""
     return _tessera.decode(np.ascontiguousarray(codes), format, last_dim)
+
+
+# ---- grouped GEMM (DESIGN §7) -----------------------------------------------------------------
+_GEMM_DTYPES = ("float32", "float16", "bfloat16")
+
+
+def _gemm_operand(x, name):
+    """(C-contiguous array, dtype hint) with bfloat16 carried as uint16 bits."""
+    if x is None:
+        return None, ""
+    arr, hint = _as_input(x)
+    if not arr.flags.c_contiguous:
+        arr = np.ascontiguousarray(arr)
+    return arr, hint
+
+
+def grouped_gemm(a, b, offsets=None, *, kind: str = "m_grouped", transpose_a=None,
+                 transpose_b=None, offsets_format: str = "start", out=None, out_dtype=None,
+                 alpha: float = 1.0, group_alpha=None, beta: float = 0.0, bias=None,
+                 max_total_rows: int = -1):
+    """Grouped GEMM D_g = alpha_g · op(A_g) op(B_g) + bias_g + beta · D_g on NumPy arrays.
+
+    kind "m_grouped": a (T, K) rows grouped by `offsets`; b (G, N, K) (transpose_b=True, the
+      default, forward y = x Wᵀ) or (G, K, N) (transpose_b=False, dgrad); out (T, N). Rows of
+      `out` past the last offset are left as they were (zeros in a new array).
+    kind "k_grouped": a (T, M), b (T, N), rows grouped; out_g (M, N) = a_gᵀ b_g (wgrad); an empty
+      group gives zeros (or leaves `out` unchanged with beta=1).
+    kind "batched": a (G, M, K) or (G, K, M) (transpose_a), b as for m_grouped; out (G, M, N).
+    offsets: int32/int64, "start" = G+1 entries with a leading 0, "end" = G cumulative end
+      offsets (torch._grouped_mm's `offs`). Inputs float32/float16/bfloat16 (ml_dtypes);
+      FP32 accumulation; out_dtype defaults to a's dtype. beta=1 needs a float32 `out`.
+    Returns `out`.
+    """
+    a_arr, a_hint = _gemm_operand(a, "a")
+    b_arr, b_hint = _gemm_operand(b, "b")
+    if transpose_a is None:
+        transpose_a = kind == "k_grouped"
+    if transpose_b is None:
+        transpose_b = kind != "k_grouped"
+    if kind == "k_grouped":
+        if offsets is None:
+            raise Error("tessera invalid argument: offsets: required for kind 'k_grouped'")
+        num_groups = len(offsets) - (1 if offsets_format == "start" else 0)
+        shape = (num_groups, a_arr.shape[-1], b_arr.shape[-1])
+    else:
+        num_groups = b_arr.shape[0] if b_arr.ndim == 3 else 0
+        n = (b_arr.shape[1] if transpose_b else b_arr.shape[2]) if b_arr.ndim == 3 else 0
+        if kind == "batched":
+            m = a_arr.shape[2] if transpose_a else a_arr.shape[1]
+            shape = (num_groups, m, n)
+        else:
+            shape = (a_arr.shape[0], n)
+    if out is None:
+        dt = out_dtype or (a_hint or a_arr.dtype.name)
+        dt = dt if dt in _GEMM_DTYPES else "float32"
+        out = np.zeros(shape, dtype=np.uint16 if dt == "bfloat16" else np.dtype(dt))
+        out_hint = "bfloat16" if dt == "bfloat16" else ""
+        result = out
+        if dt == "bfloat16":
+            try:
+                import ml_dtypes
+                result = out.view(ml_dtypes.bfloat16)
+            except ImportError:  # bfloat16 bits as uint16
+                pass
+    else:
+        if not isinstance(out, np.ndarray) or not out.flags.c_contiguous:
+            raise Error("tessera invalid argument: out: must be a C-contiguous NumPy array")
+        result = out
+        out, out_hint = _as_input(out)
+    offs = None if offsets is None else np.ascontiguousarray(offsets)
+    ga = None if group_alpha is None else np.ascontiguousarray(group_alpha, dtype=np.float32)
+    bias_arr, bias_hint = _gemm_operand(bias, "bias")
+    _tessera.grouped_gemm(a_arr, a_hint, b_arr, b_hint, out, out_hint, offs, kind, int(num_groups),
+                          bool(transpose_a), bool(transpose_b), offsets_format,
+                          int(max_total_rows), float(alpha), ga, float(beta), bias_arr, bias_hint)
+    return result
+
+
+__all__ += ["grouped_gemm"]
+
+
+from ._tessera import QuantizedTensor, recipe_table  # noqa: E402  (DESIGN §4)
+
+__all__ += ["QuantizedTensor", "quantize", "recipe_table"]
+
+
+def quantize(x, recipe_or_mode: str, rowwise: bool = True, columnwise: bool = False, **options):
+    """Quantizes a 2-D float32/float16/bfloat16 host array (DESIGN §4, docs/numerics.md).
+
+    `recipe_or_mode`: a recipe ("fp8_delayed", "fp8_current[:e4m3|:e5m2|:hybrid]", "fp8_rowwise",
+    "fp8_block", "mxfp8", "nvfp4"; the config of `role`, default "input") or a scaling mode
+    ("tensor", "rowwise", "block1x128", "block128x128", "mxfp8", "mxfp8_32x32", "nvfp4",
+    "nvfp4_16x16"); "mxfp8"/"nvfp4" mean the mode unless role= is given.
+    Options: element ("e4m3"/"e5m2"), layout ("compact"/"swizzled"),
+    power_of_two_scales, e8m0_rounding ("round_up"/"floor"), random_hadamard,
+    stochastic_rounding, seed, offset, amax_epsilon, role, backend ("cpu"/"reference").
+    Returns a QuantizedTensor with data, scale_inv, columnwise_data, columnwise_scale_inv, amax,
+    columnwise_amax (NumPy copies; None when absent) and dequantize(columnwise=False).
+    """
+    arr, src = _as_input(x)
+    return _tessera.quantize(arr, recipe_or_mode, src, rowwise, columnwise, dict(options))

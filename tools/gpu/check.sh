@@ -49,6 +49,8 @@ if [ "${CHECK_TESTS:-1}" = 1 ]; then
     r=$("$exe" 2>&1 | grep -E "^\[  (PASSED|FAILED|SKIPPED) " | tr '\n' ' ')
     summary+=("$(basename "$exe"): $r")
   done
+  # Which C++ runtimes the Python process holds once tessera is imported (diagnostics).
+  PYTHONPATH="$ROOT/build-gpu/python" python3 -c "import numpy, ml_dtypes, tessera; print('python C++ runtimes:', sorted({l.split()[-1] for l in open('/proc/self/maps') if 'stdc++' in l or 'libgcc_s' in l}))" 2>&1 | tail -1
   if python3 -c "import ml_dtypes, pytest" 2>/dev/null; then
     TESSERA_BUILD_DIR="$ROOT/build-gpu" python3 -m pytest -q tests/python > "$OUT/pytest.log" 2>&1
     summary+=("pytest: $(tail -1 "$OUT/pytest.log")")

@@ -1,31 +1,220 @@
-// CUDA grouped GEMM entry points. STUB: reports kUnsupported until the CUDA kernels land
-// (owned by the CUDA GEMM work; replace this file).
+// CUDA backend of the grouped GEMM front end (gemm_backend.h): maps a validated
+// GroupedGemmProblem onto the sm90 kernel (grouped_gemm_sm90.h), sizes and lays out its
+// workspace, and enqueues everything on the stream without a device→host copy.
+//
+// Supported here (anything else answers kUnsupported with the reason):
+//   - sm_90 devices; dense BF16 A and B; D BF16/FP16/FP32 (beta = 1 into FP32), alpha,
+//     group_alpha, bias;
+//   - M-grouped TN (B (G, N, K)) read in place; NN (B (G, K, N), dgrad) through a batched
+//     transpose of B into the workspace;
+//   - K-grouped (wgrad): A (T, M) and B (T, N) transposed into the workspace (row stride
+//     roundup(T, 8)); device group starts must be multiples of 8 rows (16-byte TMA rule): a group
+//     that is not is written as NaN (host offsets are checked in can_implement instead).
+//   - offsets / group_alpha in host memory are copied into the workspace (host→device only).
+// Quantized operands are rejected by the front end for now; the kernel already takes FP8 E4M3
+// with per-tensor and rowwise scales through the internal API (tests/gemm_cuda).
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "gemm/cuda/grouped_gemm_sm90.h"
+#include "gemm/cuda/heuristics/grouped_gemm_config.h"
+#include "gemm/cuda/transpose_16bit.h"
 #include "gemm/gemm_backend.h"
+#include "tessera/core/cuda_check.h"
 
 namespace tessera::detail {
+namespace {
+
+using gemm_cuda::Sm90GroupedGemm;
+using gemm_sm90::OutType;
+
+constexpr int64_t kAlign = 256;
+int64_t round_up(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
+
+// Byte layout of the workspace: every region 256-byte aligned; absent regions have 0 bytes.
+struct WorkspaceLayout {
+  int64_t maps = 0, offsets = 0, alpha = 0, a_t = 0, b_t = 0, total = 0;
+  int64_t maps_bytes = 0, offsets_bytes = 0, alpha_bytes = 0, a_t_bytes = 0, b_t_bytes = 0;
+  int64_t ld_t = 0;  // K-grouped: row stride of the transposed operands (elements)
+};
+
+WorkspaceLayout layout_of(const GroupedGemmProblem& p, const GroupedGemmDims& d) {
+  WorkspaceLayout w;
+  const bool kg = p.kind == GroupedGemmKind::kKGrouped;
+  if (kg) w.maps_bytes = d.groups * (2 * 128 + 4);
+  if (p.group_offsets.device.is_cpu())
+    w.offsets_bytes = p.group_offsets.numel() * (p.group_offsets.dtype == DType::kInt64 ? 8 : 4);
+  if (p.group_alpha.data != nullptr && p.group_alpha.device.is_cpu()) w.alpha_bytes = d.groups * 4;
+  if (kg) {
+    w.ld_t = round_up(d.capacity > 0 ? d.capacity : 1, 8);
+    w.a_t_bytes = d.m * w.ld_t * 2;
+    w.b_t_bytes = d.n * w.ld_t * 2;
+  } else if (!p.transpose_b) {
+    w.b_t_bytes = d.groups * d.n * d.k * 2;
+  }
+  int64_t at = 0;
+  auto place = [&](int64_t bytes) {
+    const int64_t off = at;
+    at += round_up(bytes, kAlign);
+    return off;
+  };
+  w.maps = place(w.maps_bytes);
+  w.offsets = place(w.offsets_bytes);
+  w.alpha = place(w.alpha_bytes);
+  w.a_t = place(w.a_t_bytes);
+  w.b_t = place(w.b_t_bytes);
+  w.total = at;
+  return w;
+}
+
+bool device_is_sm90(int ordinal) {
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, ordinal) != cudaSuccess) return false;
+  return prop.major == 9;
+}
+
+// The reason the sm90 path cannot run `p`, or empty.
+std::string unsupported_reason(const GroupedGemmProblem& p, const GroupedGemmDims& d) {
+  if (!device_is_sm90(p.a.device().index)) return "the CUDA grouped GEMM needs an sm_90 GPU";
+  if (p.kind == GroupedGemmKind::kBatched) return "batched (3D x 3D) GEMM is not implemented on CUDA";
+  if (p.a.is_quantized || p.b.is_quantized) return "quantized operands are not wired to CUDA yet";
+  if (p.a.dense.dtype != DType::kBFloat16 || p.b.dense.dtype != DType::kBFloat16)
+    return "dense operands must be BF16 on CUDA (FP32/FP16 operands: CPU backend)";
+  if (p.d.dtype != DType::kBFloat16 && p.d.dtype != DType::kFloat16 && p.d.dtype != DType::kFloat32)
+    return "D must be BF16, FP16 or FP32";
+  if (d.n % 8 != 0) return "N must be a multiple of 8 on CUDA";
+  if (p.kind == GroupedGemmKind::kMGrouped && d.k % 8 != 0)
+    return "K must be a multiple of 8 (16-byte TMA rows) on CUDA";
+  if (d.groups > 65535) return "more than 65535 groups";
+  return {};
+}
+
+OutType out_type(DType t) {
+  return t == DType::kFloat32 ? OutType::kFP32 : (t == DType::kBFloat16 ? OutType::kBF16 : OutType::kFP16);
+}
+
+// Host offsets of a K-grouped problem: every start must be a multiple of 8 rows.
+std::string host_offsets_reason(const GroupedGemmProblem& p) {
+  if (p.kind != GroupedGemmKind::kKGrouped || !p.group_offsets.device.is_cpu()) return {};
+  for (int64_t s : host_start_offsets(p))
+    if (s % 8 != 0)
+      return "K-grouped group starts must be multiples of 8 rows on CUDA (16-byte TMA loads); got " +
+             std::to_string(s);
+  return {};
+}
+
+}  // namespace
+
+Status grouped_gemm_cuda_can_implement(const GroupedGemmProblem& p, const GroupedGemmDims& dims,
+                                       std::string* reason) {
+  try {
+    std::string why = unsupported_reason(p, dims);
+    Status s = Status::kUnsupported;
+    if (why.empty()) {
+      why = host_offsets_reason(p);
+      s = Status::kMisaligned;
+    }
+    if (why.empty()) return Status::kOk;
+    if (reason != nullptr) *reason = "tessera " + std::string(status_string(s)) + ": " + why;
+    return s;
+  } catch (const Error& e) {
+    if (reason != nullptr) *reason = e.what();
+    return e.status();
+  }
+}
+
+int64_t grouped_gemm_cuda_workspace_size(const GroupedGemmProblem& p, const GroupedGemmDims& dims) {
+  return layout_of(p, dims).total;
+}
 
 namespace {
-constexpr const char* kNotYet = "CUDA grouped GEMM not yet implemented";
+
+// The kernel launch description of a problem whose workspace regions are at `ws`.
+Sm90GroupedGemm describe(const GroupedGemmProblem& p, const GroupedGemmDims& d,
+                         const WorkspaceLayout& w, char* ws) {
+  auto at = [ws](int64_t off) -> void* { return ws != nullptr ? ws + off : nullptr; };
+  Sm90GroupedGemm g;
+  g.elem = gemm_cuda::ElemKind::kBF16;
+  auto& k = g.params;
+  k.k_grouped = p.kind == GroupedGemmKind::kKGrouped;
+  k.num_groups = static_cast<int>(d.groups);
+  k.offsets = w.offsets_bytes ? at(w.offsets) : p.group_offsets.data;
+  k.offsets_int64 = p.group_offsets.dtype == DType::kInt64;
+  k.offsets_start = p.offsets_format == GroupOffsetsFormat::kStartOffsets;
+  k.capacity = d.capacity;
+  k.m = d.m;
+  k.n = d.n;
+  k.k = d.k;
+  k.d = p.d.data;
+  k.out_type = out_type(p.d.dtype);
+  k.ldd = d.n;
+  k.d_group_stride = k.k_grouped ? d.m * d.n : 0;
+  k.alpha = p.alpha;
+  k.beta = p.beta;
+  if (p.group_alpha.data != nullptr)
+    k.group_alpha = static_cast<const float*>(w.alpha_bytes ? at(w.alpha) : p.group_alpha.data);
+  if (p.bias.data != nullptr) {
+    k.bias = p.bias.data;
+    k.bias_type = out_type(p.bias.dtype);
+    k.bias_gs = d.n;
+  }
+  if (k.k_grouped) {
+    g.a = {at(w.a_t), d.m, d.capacity, w.ld_t};
+    g.b = {at(w.b_t), d.n, d.capacity, w.ld_t};
+  } else {
+    g.a = {p.a.dense.data, d.capacity, d.k, d.k};
+    g.b = {p.transpose_b ? p.b.dense.data : at(w.b_t), d.groups * d.n, d.k, d.k};
+    k.b_group_rows = d.n;
+  }
+  return g;
 }
 
-Status grouped_gemm_cuda_can_implement(const GroupedGemmProblem&, const GroupedGemmDims&,
-                                       std::string* reason) {
-  if (reason != nullptr) *reason = std::string("tessera unsupported: ") + kNotYet;
-  return Status::kUnsupported;
+}  // namespace
+
+GroupedGemmConfig grouped_gemm_cuda_select_config(const GroupedGemmProblem& p,
+                                                  const GroupedGemmDims& dims) {
+  const WorkspaceLayout w = layout_of(p, dims);
+  const gemm_cuda::Sm90Config c = gemm_cuda::select_sm90_config(describe(p, dims, w, nullptr), 0);
+  GroupedGemmConfig out;
+  out.tile_m = gemm_sm90::kBlockM;
+  out.tile_n = c.block_n;
+  out.tile_k = gemm_sm90::kTileKBytes / 2;
+  out.stages = c.stages;
+  out.cluster_m = out.cluster_n = 1;
+  out.num_sms = c.num_sms;
+  return out;
 }
 
-int64_t grouped_gemm_cuda_workspace_size(const GroupedGemmProblem&, const GroupedGemmDims&) {
-  TESSERA_FAIL(Status::kUnsupported, kNotYet);
-}
-
-GroupedGemmConfig grouped_gemm_cuda_select_config(const GroupedGemmProblem&,
-                                                  const GroupedGemmDims&) {
-  TESSERA_FAIL(Status::kUnsupported, kNotYet);
-}
-
-void grouped_gemm_cuda(const GroupedGemmProblem&, const GroupedGemmDims&, void*, int64_t,
-                       Stream) {
-  TESSERA_FAIL(Status::kUnsupported, kNotYet);
+void grouped_gemm_cuda(const GroupedGemmProblem& p, const GroupedGemmDims& dims, void* workspace,
+                       int64_t workspace_bytes, Stream stream) {
+  const WorkspaceLayout w = layout_of(p, dims);
+  TESSERA_CHECK_STATUS(workspace_bytes >= w.total, Status::kBufferTooSmall, "workspace: ",
+                       workspace_bytes, " bytes, ", w.total, " needed");
+  TESSERA_CUDA_CHECK(cudaSetDevice(p.a.device().index));
+  char* ws = static_cast<char*>(workspace);
+  auto s = stream.as<cudaStream_t>();
+  if (w.offsets_bytes)
+    TESSERA_CUDA_CHECK(cudaMemcpyAsync(ws + w.offsets, p.group_offsets.data, w.offsets_bytes,
+                                       cudaMemcpyHostToDevice, s));
+  if (w.alpha_bytes)
+    TESSERA_CUDA_CHECK(cudaMemcpyAsync(ws + w.alpha, p.group_alpha.data, w.alpha_bytes,
+                                       cudaMemcpyHostToDevice, s));
+  if (p.kind == GroupedGemmKind::kKGrouped) {  // (T, M) → (M, ld_t), (T, N) → (N, ld_t)
+    gemm_cuda::transpose_16bit(p.a.dense.data, ws + w.a_t, 1, dims.capacity, dims.m, w.ld_t, s);
+    gemm_cuda::transpose_16bit(p.b.dense.data, ws + w.b_t, 1, dims.capacity, dims.n, w.ld_t, s);
+  } else if (!p.transpose_b) {  // (G, K, N) → (G, N, K)
+    gemm_cuda::transpose_16bit(p.b.dense.data, ws + w.b_t, dims.groups, dims.k, dims.n, dims.k, s);
+  }
+  Sm90GroupedGemm g = describe(p, dims, w, ws);
+  if (p.config.is_default()) {
+    g.config = gemm_cuda::select_sm90_config(g, 0);
+  } else {
+    g.config.block_n = p.config.tile_n ? p.config.tile_n : 256;
+    g.config.stages = p.config.stages ? p.config.stages : (g.config.block_n == 256 ? 4 : 6);
+    g.config.num_sms = p.config.num_sms;
+  }
+  gemm_cuda::launch_grouped_gemm_sm90(g, ws + w.maps, w.maps_bytes, s);
 }
 
 }  // namespace tessera::detail

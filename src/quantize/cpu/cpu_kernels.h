@@ -4,6 +4,7 @@
 // points (fp8_tensor.cpp, fp8_block.cpp, mxfp8.cpp, nvfp4.cpp).
 #pragma once
 
+#include <algorithm>
 #include <bit>
 #include <cstdint>
 
@@ -26,7 +27,9 @@ inline float load_float(fp16 v) {
   const uint32_t h = v.bits;
   const uint32_t a = h & 0x7fffu;
   const float mag = std::bit_cast<float>(a << 13) * 5.192296858534828e33f;  // 2^112
-  const uint32_t r = a >= 0x7c00u ? (0x7f800000u | ((a & 0x3ffu) << 13)) : std::bit_cast<uint32_t>(mag);
+  const uint32_t special = 0u - static_cast<uint32_t>(a >= 0x7c00u);       // inf / NaN
+  const uint32_t r = ((0x7f800000u | ((a & 0x3ffu) << 13)) & special) |
+                     (std::bit_cast<uint32_t>(mag) & ~special);
   return std::bit_cast<float>(((h & 0x8000u) << 16) | r);
 }
 
@@ -36,28 +39,32 @@ inline uint32_t abs_bits(float f) { return std::bit_cast<uint32_t>(f) & 0x7fffff
 // Normal range: RNE of the float bits to the format's mantissa width (add 0x7ffff/0xfffff plus the
 // lowest kept bit, shift), rebias. Subnormal range: one float addition of a magic power of two
 // whose ulp is the format's subnormal quantum (RNE by the FPU), then the bit difference.
-inline uint8_t e4m3_element(float v) {
+// Selections are written with all-ones masks (no branches) so that GCC vectorizes the loops.
+inline uint32_t mask_if(bool c) { return 0u - static_cast<uint32_t>(c); }
+
+template <uint32_t kShift, uint32_t kRebias, uint32_t kSubLimit, uint32_t kMagicBits, int32_t kMaxCode>
+inline uint8_t fp8_element_bits(float v) {
   const uint32_t u = std::bit_cast<uint32_t>(v);
   const uint32_t a = u & 0x7fffffffu;
-  const int32_t normal = static_cast<int32_t>((a + 0x7ffffu + ((a >> 20) & 1u)) >> 20) - 960;
-  const float sub = std::bit_cast<float>(a) + 16384.0f;  // 2^14: ulp 2^-9
-  const int32_t subnormal = static_cast<int32_t>(std::bit_cast<uint32_t>(sub) - 0x46800000u);
-  int32_t code = a < 0x3c800000u ? subnormal : normal;  // |v| < 2^-6
-  code = code > 0x7e ? 0x7e : code;
-  const uint8_t r = static_cast<uint8_t>(((u >> 24) & 0x80u) | static_cast<uint32_t>(code));
-  return a > 0x7f800000u ? uint8_t{0x7f} : r;
+  const uint32_t normal = ((a + ((1u << (kShift - 1)) - 1u) + ((a >> kShift) & 1u)) >> kShift) - kRebias;
+  const float sub = std::bit_cast<float>(a) + std::bit_cast<float>(kMagicBits);
+  const uint32_t subnormal = std::bit_cast<uint32_t>(sub) - kMagicBits;
+  const uint32_t is_sub = mask_if(a < kSubLimit);
+  int32_t code = static_cast<int32_t>((subnormal & is_sub) | (normal & ~is_sub));
+  code = std::min(code, kMaxCode);
+  const uint32_t r = ((u >> 24) & 0x80u) | static_cast<uint32_t>(code);
+  const uint32_t is_nan = mask_if(a > 0x7f800000u);
+  return static_cast<uint8_t>((r & ~is_nan) | (0x7fu & is_nan));
 }
 
+// E4M3: mantissa kept at bit 20, rebias (127-7)<<3, subnormal below 2^-6 with magic 2^14.
+inline uint8_t e4m3_element(float v) {
+  return fp8_element_bits<20, 960, 0x3c800000u, 0x46800000u, 0x7e>(v);
+}
+
+// E5M2: mantissa kept at bit 21, rebias (127-15)<<2, subnormal below 2^-14 with magic 2^7.
 inline uint8_t e5m2_element(float v) {
-  const uint32_t u = std::bit_cast<uint32_t>(v);
-  const uint32_t a = u & 0x7fffffffu;
-  const int32_t normal = static_cast<int32_t>((a + 0xfffffu + ((a >> 21) & 1u)) >> 21) - 448;
-  const float sub = std::bit_cast<float>(a) + 128.0f;  // 2^7: ulp 2^-16
-  const int32_t subnormal = static_cast<int32_t>(std::bit_cast<uint32_t>(sub) - 0x43000000u);
-  int32_t code = a < 0x38800000u ? subnormal : normal;  // |v| < 2^-14
-  code = code > 0x7b ? 0x7b : code;
-  const uint8_t r = static_cast<uint8_t>(((u >> 24) & 0x80u) | static_cast<uint32_t>(code));
-  return a > 0x7f800000u ? uint8_t{0x7f} : r;
+  return fp8_element_bits<21, 448, 0x38800000u, 0x43000000u, 0x7b>(v);
 }
 
 template <bool kE5M2>

@@ -1,0 +1,248 @@
+"""tessera sm90 grouped GEMM vs PyTorch on the DESIGN §10 MoE shapes, measured in the same run.
+
+Driven by bench/gpu/grouped_gemm.sh, which builds libtessera_bench_gemm.so (bench/gpu/
+grouped_gemm_entry.cpp linked against the build's libtessera.a). Ours is called through ctypes on
+torch-owned device pointers and torch's current stream; both sides are timed with the same
+harness (CUDA events, warm-up, median of REPS runs), on the same random inputs, after each of our
+results has been validated against torch and an FP32 per-group reference on the GPU.
+
+Rows: BF16 forward (vs torch._grouped_mm), FP8 rowwise forward (vs torch._scaled_grouped_mm,
+fast accumulation, as torch_peers.py), BF16 wgrad (K-grouped, vs torch._grouped_mm 2d x 2d) and
+FP8 rowwise wgrad (ours; torch's 2d x 2d scaled grouped mm when it accepts the call).
+FLOPs count valid rows only: 2 * sum(sizes) * N * K.
+"""
+import ctypes
+import json
+import os
+import sys
+
+import torch
+
+REPS = int(os.environ.get("GEMM_BENCH_REPS", "50"))
+dev = "cuda"
+lib = ctypes.CDLL(os.environ["TESSERA_BENCH_LIB"])
+lib.tessera_bench_last_error.restype = ctypes.c_char_p
+_vp, _i64, _i32, _f = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
+lib.tessera_bench_grouped_gemm.argtypes = [
+    _i32, _i32, _i32, _vp, _i64, _i64, _i64, _i64, _vp, _vp, _vp, _i32, _f, _vp, _vp, _i64, _i64,
+    _vp, _i64, _vp, _i32, _i32, _i32]
+
+SHAPES = {  # name: (groups, tokens per group, K, N) -- DESIGN §10, as torch_peers.py
+    "dsv3-fc1": (32, 512, 7168, 4096),
+    "dsv3-fc2": (32, 512, 2048, 7168),
+    "qwen3-fc1": (128, 256, 2048, 1536),
+    "qwen3-fc2": (128, 256, 768, 2048),
+    "mixtral-fc1": (8, 4096, 4096, 28672),
+    "mixtral-fc2": (8, 4096, 14336, 4096),
+}
+
+
+def group_sizes(G, m, imbalanced):  # the same rule as bench/gpu/torch_peers.py
+    if not imbalanced:
+        return [m] * G
+    g = torch.Generator().manual_seed(1)
+    w = torch.rand(G, generator=g) ** 3
+    w[0] = 0.0  # one empty expert
+    sizes = (w / w.sum() * G * m / 16).floor().int() * 16
+    sizes[-1] += G * m - int(sizes.sum())
+    return sizes.tolist()
+
+
+def bench(fn, warmup=5, reps=REPS):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        s = torch.cuda.Event(enable_timing=True)
+        e = torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e))
+    times.sort()
+    return times[len(times) // 2] / 1e3
+
+
+def ptr(t):
+    return ctypes.c_void_p(t.data_ptr()) if t is not None else None
+
+
+WS = torch.empty(1 << 20, dtype=torch.uint8, device=dev)
+
+
+def ours(k_grouped, elem, offs, cap, m, n, k, a, b, d, sa=None, sb=None, sa_gs=0, sb_gs=0,
+         out_fp32=False, beta=0.0):
+    rc = lib.tessera_bench_grouped_gemm(
+        k_grouped, elem, offs.numel(), ptr(offs), cap, m, n, k, ptr(a), ptr(b), ptr(d),
+        2 if out_fp32 else 0, beta, ptr(sa), ptr(sb), sa_gs, sb_gs, ptr(WS), WS.numel(),
+        ctypes.c_void_p(torch.cuda.current_stream().cuda_stream), 0, 0, 0)
+    if rc != 0:
+        raise RuntimeError(f"tessera rc={rc}: {lib.tessera_bench_last_error().decode()}")
+    return d
+
+
+def relerr(x, ref):
+    x = x.float()
+    if not torch.isfinite(x).all():
+        return float("inf")
+    return ((x - ref).norm() / ref.norm().clamp(min=1e-30)).item()
+
+
+rows = []
+
+
+def report(kind, tag, flops, t_ours, t_torch, err_ours, err_torch, err_vs_torch, budget):
+    ok = err_ours < budget and err_vs_torch < budget
+    row = {"kind": kind, "shape": tag, "ours_tflops": flops / t_ours / 1e12,
+           "torch_tflops": flops / t_torch / 1e12 if t_torch else 0.0,
+           "ratio": t_torch / t_ours if t_torch else 0.0, "ours_us": t_ours * 1e6,
+           "err_ours": err_ours, "err_torch": err_torch, "err_vs_torch": err_vs_torch,
+           "valid": ok}
+    rows.append(row)
+    print(json.dumps(row), flush=True)
+
+
+def forward_case(tag, sizes, K, N):
+    G = len(sizes)
+    total = sum(sizes)
+    flops = 2 * total * K * N
+    offs = torch.tensor(sizes, device=dev, dtype=torch.int32).cumsum(0).to(torch.int32)
+    a = torch.randn(total, K, device=dev, dtype=torch.bfloat16)
+    w = torch.randn(G, N, K, device=dev, dtype=torch.bfloat16) / K ** 0.5
+    bounds = [0] + offs.tolist()
+    ref = torch.empty(total, N, device=dev, dtype=torch.float32)
+    for g in range(G):
+        s, e = bounds[g], bounds[g + 1]
+        if e > s:
+            ref[s:e] = a[s:e].float() @ w[g].float().t()
+    # BF16
+    d = torch.empty(total, N, device=dev, dtype=torch.bfloat16)
+    bt = w.transpose(-2, -1)
+    tout = torch._grouped_mm(a, bt, offs=offs, out_dtype=torch.bfloat16)
+    d.fill_(float("nan"))
+    ours(0, 0, offs, total, 0, N, K, a, w, d)
+    torch.cuda.synchronize()
+    report("bf16 fwd", tag, flops, bench(lambda: ours(0, 0, offs, total, 0, N, K, a, w, d)),
+           bench(lambda: torch._grouped_mm(a, bt, offs=offs, out_dtype=torch.bfloat16)),
+           relerr(d, ref), relerr(tout, ref), relerr(d, tout.float()), 1e-2)
+    # FP8 rowwise (the quantization of torch_peers.py)
+    a_scale = 448.0 / a.abs().amax(dim=1, keepdim=True).float().clamp(min=1e-12)
+    af = (a.float() * a_scale).to(torch.float8_e4m3fn)
+    w_scale = 448.0 / w.abs().amax(dim=2, keepdim=True).float().clamp(min=1e-12)
+    wf = (w.float() * w_scale).to(torch.float8_e4m3fn)
+    sa = (1.0 / a_scale).reshape(-1).contiguous()
+    sb = (1.0 / w_scale).reshape(G, N).contiguous()
+    wft = wf.transpose(-2, -1)
+    sgm = lambda: torch._scaled_grouped_mm(af, wft, sa, sb, offs=offs, out_dtype=torch.bfloat16,
+                                           use_fast_accum=True)
+    tout = sgm()
+    d.fill_(float("nan"))
+    run = lambda: ours(0, 1, offs, total, 0, N, K, af, wf, d, sa, sb, 0, N)
+    run()
+    torch.cuda.synchronize()
+    report("fp8 rowwise fwd", tag, flops, bench(run), bench(sgm), relerr(d, ref), relerr(tout, ref),
+           relerr(d, tout.float()), 5e-2)
+
+
+def wgrad_case(tag, sizes, K, N):
+    G = len(sizes)
+    total = sum(sizes)
+    flops = 2 * total * K * N
+    offs = torch.tensor(sizes, device=dev, dtype=torch.int32).cumsum(0).to(torch.int32)
+    dy = torch.randn(total, N, device=dev, dtype=torch.bfloat16)
+    x = torch.randn(total, K, device=dev, dtype=torch.bfloat16)
+    dyt = dy.t().contiguous()  # (N, T): transposed operands, as the quantizer's columnwise copies
+    xt = x.t().contiguous()    # (K, T)
+    bounds = [0] + offs.tolist()
+    ref = torch.zeros(G, N, K, device=dev, dtype=torch.float32)
+    for g in range(G):
+        s, e = bounds[g], bounds[g + 1]
+        if e > s:
+            ref[g] = dyt[:, s:e].float() @ x[s:e].float()
+    d = torch.empty(G, N, K, device=dev, dtype=torch.bfloat16)
+    d.fill_(float("nan"))
+    run = lambda: ours(1, 0, offs, total, N, K, 0, dyt, xt, d)
+    run()
+    t_torch, tout = 0.0, None
+    try:
+        tfn = lambda: torch._grouped_mm(dyt, xt.t(), offs=offs, out_dtype=torch.bfloat16)
+        tout = tfn()
+        t_torch = bench(tfn)
+    except Exception as ex:  # noqa: BLE001
+        print(f"torch wgrad bf16 {tag}: {type(ex).__name__}: {str(ex)[:200]}", flush=True)
+    torch.cuda.synchronize()
+    report("bf16 wgrad", tag, flops, bench(run), t_torch, relerr(d, ref),
+           relerr(tout, ref) if tout is not None else -1,
+           relerr(d, tout.float()) if tout is not None else 0.0, 1e-2)
+    # FP8 rowwise wgrad: per-group, per-row scales of the transposed operands (torch's 2d x 2d
+    # convention: scale_a (G*N), scale_b (G*K)).
+    yq, xq, sy, sx = [], [], [], []
+    for g in range(G):
+        s, e = bounds[g], bounds[g + 1]
+        blk_y, blk_x = dyt[:, s:e].float(), xt[:, s:e].float()
+        if e == s:  # empty expert: nothing to quantize, unit scales
+            cy, cx = torch.ones(N, 1, device=dev), torch.ones(K, 1, device=dev)
+        else:
+            cy = 448.0 / blk_y.abs().amax(dim=1, keepdim=True).clamp(min=1e-12)
+            cx = 448.0 / blk_x.abs().amax(dim=1, keepdim=True).clamp(min=1e-12)
+        yq.append((blk_y * cy).to(torch.float8_e4m3fn))
+        xq.append((blk_x * cx).to(torch.float8_e4m3fn))
+        sy.append(1.0 / cy.reshape(-1))
+        sx.append(1.0 / cx.reshape(-1))
+    yq, xq = torch.cat(yq, dim=1).contiguous(), torch.cat(xq, dim=1).contiguous()
+    sy, sx = torch.cat(sy).contiguous(), torch.cat(sx).contiguous()
+    d.fill_(float("nan"))
+    run = lambda: ours(1, 1, offs, total, N, K, 0, yq, xq, d, sy, sx, N, K)
+    run()
+    t_torch, tout = 0.0, None
+    try:
+        tfn = lambda: torch._scaled_grouped_mm(yq, xq.t(), sy, sx, offs=offs,
+                                               out_dtype=torch.bfloat16, use_fast_accum=True)
+        tout = tfn()
+        t_torch = bench(tfn)
+    except Exception as ex:  # noqa: BLE001
+        print(f"torch wgrad fp8 {tag}: {type(ex).__name__}: {str(ex)[:200]}", flush=True)
+    torch.cuda.synchronize()
+    report("fp8 rowwise wgrad", tag, flops, bench(run), t_torch, relerr(d, ref),
+           relerr(tout, ref) if tout is not None else -1,
+           relerr(d, tout.float()) if tout is not None else 0.0, 5e-2)
+
+
+def main():
+    print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name(), flush=True)
+    only = os.environ.get("GEMM_BENCH_ONLY", "")
+    for name, (G, m, K, N) in SHAPES.items():
+        if only and only not in name:
+            continue
+        for imb in (False, True):
+            tag = name + (" imb" if imb else "")
+            sizes = group_sizes(G, m, imb)
+            try:
+                forward_case(tag, sizes, K, N)
+            except Exception as ex:  # noqa: BLE001
+                print(f"FAILED fwd {tag}: {type(ex).__name__}: {str(ex)[:300]}", flush=True)
+            if os.environ.get("GEMM_BENCH_WGRAD", "1") == "1":
+                try:
+                    wgrad_case(tag, sizes, K, N)
+                except Exception as ex:  # noqa: BLE001
+                    print(f"FAILED wgrad {tag}: {type(ex).__name__}: {str(ex)[:300]}", flush=True)
+            torch.cuda.empty_cache()
+    out_dir = os.environ.get("OUT", "/tmp/out")
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "grouped_gemm_bench.json"), "w") as f:
+        json.dump(rows, f, indent=1)
+    print("\nSUMMARY (TFLOP/s, median of", REPS, "CUDA-event timings; ratio = torch time / ours)")
+    print(f"{'kind':18s} {'shape':18s} {'ours':>8s} {'torch':>8s} {'ratio':>6s} "
+          f"{'err ours':>9s} {'err torch':>9s} valid")
+    bad = 0
+    for r in rows:
+        print(f"{r['kind']:18s} {r['shape']:18s} {r['ours_tflops']:8.1f} {r['torch_tflops']:8.1f} "
+              f"{r['ratio']:6.2f} {r['err_ours']:9.2e} {r['err_torch']:9.2e} {r['valid']}")
+        bad += not r["valid"]
+    sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()

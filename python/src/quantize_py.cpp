@@ -1,0 +1,174 @@
+// tessera._tessera.quantize: a recipe or scaling mode applied to a NumPy (host) array, returning a
+// QuantizedTensor object whose buffers come back as NumPy arrays (copies) and which dequantizes.
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstring>
+#include <string>
+
+#include "bindings.h"
+#include "tessera/core/status.h"
+#include "tessera/quantize/quantizer.h"
+#include "tessera/quantize/recipe.h"
+
+namespace tessera::python {
+namespace {
+
+struct PyQuantized {
+  QuantizedTensor tensor;
+};
+
+TensorType parse_tensor_type(const std::string& s) {
+  for (TensorType t : {TensorType::kInput, TensorType::kWeight, TensorType::kOutput,
+                       TensorType::kGradOutput, TensorType::kGradInput, TensorType::kGradWeight}) {
+    if (s == tensor_type_name(t)) return t;
+  }
+  TESSERA_FAIL(Status::kInvalidArgument, "role: '", s, "' is not known; expected input, weight, "
+               "output, grad_output, grad_input or grad_weight");
+}
+
+// `what` is a scaling mode ("nvfp4": the plain mode defaults) or a recipe ("fp8_current:e4m3":
+// the config of `role`). "mxfp8" and "nvfp4" name both; they mean the mode unless a role is given.
+QuantizerConfig base_config(const std::string& what, const std::string& role, bool role_given) {
+  const std::string base = what.substr(0, what.find(':'));
+  const char* const modes[] = {"tensor", "rowwise", "block1x128", "block128x128", "mxfp8",
+                               "mxfp8_32x32", "nvfp4", "nvfp4_16x16"};
+  bool is_mode = false;
+  for (const char* m : modes) is_mode = is_mode || what == m;
+  if (is_mode && !role_given) return make_config(scaling_mode_from_name(what.c_str()));
+  for (const RecipeInfo& r : recipe_table()) {
+    if (base == r.name) return parse_recipe(what).config_for({"python", parse_tensor_type(role), ""});
+  }
+  TESSERA_FAIL(Status::kInvalidArgument, "recipe_or_mode: '", what, "' is neither a recipe (",
+               "fp8_delayed, fp8_current, fp8_rowwise, fp8_block, mxfp8, nvfp4) nor a scaling "
+               "mode (tensor, rowwise, block1x128, block128x128, mxfp8, mxfp8_32x32, nvfp4, "
+               "nvfp4_16x16)");
+}
+
+void apply_option(QuantizerConfig& c, const std::string& key, nb::handle v, Backend& backend) {
+  if (key == "element") {
+    c.element = parse_dtype(nb::cast<std::string>(v));
+  } else if (key == "layout") {
+    const std::string s = nb::cast<std::string>(v);
+    TESSERA_CHECK(s == "compact" || s == "swizzled", "layout: '", s,
+                  "' is not known; expected compact or swizzled");
+    c.scale_layout = s == "compact" ? ScaleLayout::kCompact : ScaleLayout::kSwizzled;
+  } else if (key == "power_of_two_scales") {
+    c.power_of_two_scales = nb::cast<bool>(v);
+  } else if (key == "e8m0_rounding") {
+    const std::string s = nb::cast<std::string>(v);
+    TESSERA_CHECK(s == "round_up" || s == "floor", "e8m0_rounding: '", s,
+                  "' is not known; expected round_up or floor");
+    c.e8m0_rounding = s == "floor" ? E8M0Rounding::kFloor : E8M0Rounding::kRoundUp;
+  } else if (key == "random_hadamard") {
+    c.random_hadamard = nb::cast<bool>(v);
+  } else if (key == "stochastic_rounding") {
+    c.stochastic_rounding = nb::cast<bool>(v);
+  } else if (key == "seed") {
+    c.rng_seed = nb::cast<uint64_t>(v);
+  } else if (key == "offset") {
+    c.rng_offset = nb::cast<uint64_t>(v);
+  } else if (key == "amax_epsilon") {
+    c.amax_epsilon = nb::cast<float>(v);
+  } else if (key == "backend") {
+    const std::string s = nb::cast<std::string>(v);
+    TESSERA_CHECK(s == "cpu" || s == "reference", "backend: '", s,
+                  "' is not known; expected cpu or reference");
+    backend = s == "cpu" ? Backend::kCPU : Backend::kReference;
+  } else if (key != "role") {
+    TESSERA_FAIL(Status::kInvalidArgument, "option '", key, "' is not known; expected element, "
+                 "layout, power_of_two_scales, e8m0_rounding, random_hadamard, "
+                 "stochastic_rounding, seed, offset, amax_epsilon, role or backend");
+  }
+}
+
+PyQuantized quantize_py(const AnyArray& x, const std::string& what, const std::string& src_dtype,
+                        bool rowwise, bool columnwise, const nb::dict& options) {
+  std::string role = "input";
+  const bool role_given = options.contains("role");
+  if (role_given) role = nb::cast<std::string>(options["role"]);
+  QuantizerConfig c = base_config(what, role, role_given);
+  c.rowwise = rowwise;
+  c.columnwise = columnwise;
+  Backend backend = Backend::kCPU;
+  for (auto [k, v] : options) apply_option(c, nb::cast<std::string>(k), v, backend);
+  const DType in = src_dtype.empty() ? array_dtype(x, "x") : parse_dtype(src_dtype);
+  const TensorView xv = view_of(x, in, "x");
+  TESSERA_CHECK(xv.device.is_cpu(), "x: tessera.quantize takes host arrays; got ",
+                to_string(xv.device));
+  TESSERA_CHECK_STATUS(xv.ndim == 2, Status::kShapeMismatch, "x: must be 2-D (M, K), got ",
+                       xv.to_string());
+  Quantizer q(c);
+  PyQuantized out{q.allocate(xv.shape[0], xv.shape[1])};
+  {
+    nb::gil_scoped_release release;
+    q.quantize(xv, out.tensor.view(), backend);
+  }
+  return out;
+}
+
+// A NumPy copy of a buffer: FP32 buffers as float32, codes as uint8, with the view's 2-D shape
+// (E2M1 data: (rows, ceil(cols/2)) bytes).
+nb::object copy_out(const TensorView& v) {
+  if (v.data == nullptr) return nb::none();
+  std::vector<int64_t> shape(v.shape.begin(), v.shape.begin() + v.ndim);
+  if (v.dtype == DType::kFloat4E2M1) shape.back() = (shape.back() + 1) / 2;
+  void* data = nullptr;
+  nb::object arr = new_numpy(shape, v.dtype == DType::kFloat32 ? raw_float32() : raw_uint(8), &data);
+  std::memcpy(data, v.data, static_cast<size_t>(v.nbytes()));
+  return arr;
+}
+
+nb::object dequantize_py(const PyQuantized& q, bool columnwise, const std::string& backend) {
+  const QuantizedTensorView& v = q.tensor.view();
+  void* data = nullptr;
+  nb::object out = new_numpy({v.rows, v.cols}, raw_float32(), &data);
+  TESSERA_CHECK(backend == "cpu" || backend == "reference", "backend: '", backend,
+                "' is not known; expected cpu or reference");
+  {
+    nb::gil_scoped_release release;
+    dequantize(v, TensorView::contiguous(data, DType::kFloat32, {v.rows, v.cols}), columnwise,
+               backend == "cpu" ? Backend::kCPU : Backend::kReference);
+  }
+  return out;
+}
+
+}  // namespace
+
+void register_quantize(nb::module_& m) {
+  nb::class_<PyQuantized>(m, "QuantizedTensor")
+      .def_prop_ro("data", [](const PyQuantized& q) { return copy_out(q.tensor.view().data); })
+      .def_prop_ro("scale_inv", [](const PyQuantized& q) { return copy_out(q.tensor.view().scale_inv); })
+      .def_prop_ro("columnwise_data",
+                   [](const PyQuantized& q) { return copy_out(q.tensor.view().columnwise_data); })
+      .def_prop_ro("columnwise_scale_inv",
+                   [](const PyQuantized& q) { return copy_out(q.tensor.view().columnwise_scale_inv); })
+      .def_prop_ro("amax", [](const PyQuantized& q) { return copy_out(q.tensor.view().amax); })
+      .def_prop_ro("columnwise_amax",
+                   [](const PyQuantized& q) { return copy_out(q.tensor.view().columnwise_amax); })
+      .def_prop_ro("shape", [](const PyQuantized& q) {
+        return nb::make_tuple(q.tensor.view().rows, q.tensor.view().cols);
+      })
+      .def_prop_ro("mode", [](const PyQuantized& q) { return std::string(scaling_mode_name(q.tensor.view().config.mode)); })
+      .def_prop_ro("element", [](const PyQuantized& q) { return std::string(dtype_name(q.tensor.view().config.element)); })
+      .def_prop_ro("rowwise", [](const PyQuantized& q) { return q.tensor.has_rowwise(); })
+      .def_prop_ro("columnwise", [](const PyQuantized& q) { return q.tensor.has_columnwise(); })
+      .def("dequantize", &dequantize_py, nb::arg("columnwise") = false, nb::arg("backend") = "cpu");
+  m.def("quantize", &quantize_py, nb::arg("x"), nb::arg("recipe_or_mode"), nb::arg("src_dtype"),
+        nb::arg("rowwise"), nb::arg("columnwise"), nb::arg("options"));
+  nb::list recipes;
+  for (const RecipeInfo& r : recipe_table()) {
+    nb::dict d;
+    d["name"] = r.name;
+    d["activation_mode"] = scaling_mode_name(r.activation_mode);
+    d["weight_mode"] = scaling_mode_name(r.weight_mode);
+    d["format"] = element_format_name(r.default_format);
+    d["scale_dtype"] = dtype_name(r.scale_dtype);
+    d["block"] = nb::make_tuple(r.block_rows, r.block_cols);
+    d["token_alignment"] = r.token_alignment;
+    recipes.append(d);
+  }
+  m.attr("recipe_table") = recipes;
+}
+
+}  // namespace tessera::python

@@ -1,0 +1,199 @@
+// Array-level grouped GEMM for tessera.torch (and any DLPack producer: CuPy, JAX, NumPy): operands,
+// offsets, the output and the workspace are caller-owned arrays on the CPU or a CUDA device,
+// passed by DLPack with zero copies; the result is written into the caller's `out`; CUDA work is
+// enqueued on the caller's stream (an integer cudaStream_t handle). Nothing here allocates device
+// or host memory for the data, and nothing synchronizes.
+//
+// Python surface (private; tessera.torch wraps it with torch's conventions):
+//   _gemm_dense_operand(array) -> _GemmOperand
+//   _gemm_quantized_operand(data_u8, scale_inv, mode, element, rows, cols, columnwise)
+//   _grouped_gemm_into(kind, a, b, out, offsets, end_offsets, transpose_a, transpose_b, alpha,
+//                      beta, workspace, stream) -> int
+//   _array_view(array) -> {data_ptr, shape, dtype, device}   (zero-copy introspection)
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+
+#include <cstdint>
+#include <iterator>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bindings.h"
+#include "tessera/core/status.h"
+
+// The grouped GEMM layer lands separately; until its header is in the tree this file registers
+// nothing (tessera.torch then reports the missing entry points when called).
+#if __has_include("tessera/gemm/grouped_gemm.h")
+#define TESSERA_PY_HAS_GEMM 1
+#include "tessera/gemm/grouped_gemm.h"
+#include "tessera/quantize/types.h"
+#endif
+
+namespace tessera::python {
+void register_dlpack(nb::module_& m);
+
+#if TESSERA_PY_HAS_GEMM
+namespace {
+
+// A GemmOperand plus the arrays that back it (holding them keeps the memory alive for as long as
+// the operand object lives). Invariant: every view inside `op` points into an array of `keep`.
+struct ArrayOperand {
+  GemmOperand op;
+  std::vector<DeviceArray> keep;
+};
+
+ArrayOperand dense_operand(const DeviceArray& x) {
+  ArrayOperand o;
+  o.op = GemmOperand::from_dense(device_view(x, "array"));
+  o.keep.push_back(x);
+  return o;
+}
+
+// The names of ScalingMode (those of scaling_mode_name in types.h), kept here so the binding
+// does not need the quantize layer's implementation to be linked in.
+ScalingMode parse_scaling_mode(const std::string& name) {
+  static constexpr const char* kNames[] = {"none",  "tensor",      "rowwise", "block1x128",
+                                           "block128x128", "mxfp8", "mxfp8_32x32", "nvfp4",
+                                           "nvfp4_16x16"};
+  for (int i = 1; i < static_cast<int>(std::size(kNames)); ++i) {
+    if (name == kNames[i]) return static_cast<ScalingMode>(i);
+  }
+  TESSERA_FAIL(Status::kInvalidArgument, "mode: '", name,
+               "' is not a scaling mode; expected tensor, rowwise, block1x128, block128x128, "
+               "mxfp8, mxfp8_32x32, nvfp4 or nvfp4_16x16");
+}
+
+// A 2-D array of codes (any 8-bit element, read as `dtype`) or FP32/E8M0/E4M3 scales, as given.
+// The GEMM's can_implement checks its shape against the quantize layer's storage contract.
+TensorView matrix_view(const DeviceArray& a, DType dtype, const char* arg) {
+  TESSERA_CHECK_STATUS(a.ndim() == 2, Status::kShapeMismatch, arg,
+                       ": must be a 2-D array (rows, cols) of the quantized storage; got ",
+                       a.ndim(), "-D");
+  return device_view(a, dtype, arg);
+}
+
+// A quantized operand over caller arrays: `data` (2-D uint8 codes) and `scale_inv` (2-D) hold the
+// copy that `columnwise` names of a logical (rows, cols) matrix quantized with (mode, element),
+// in the storage contract of tessera/quantize/types.h (a columnwise FP8 copy is stored
+// transposed; rowwise FP8 scales are (rows, 1)).
+ArrayOperand quantized_operand(const DeviceArray& data, const DeviceArray& scale_inv,
+                               const std::string& mode, const std::string& element, int64_t rows,
+                               int64_t cols, bool columnwise) {
+  TESSERA_CHECK(rows >= 0 && cols >= 0, "rows/cols: must be >= 0, got (", rows, ", ", cols, ")");
+  QuantizerConfig config;
+  config.mode = parse_scaling_mode(mode);
+  config.element = parse_dtype(element);
+  TESSERA_CHECK(dtype_bits(config.element) == 8, "element: '", element,
+                "' is not accepted here; expected an 8-bit element (e4m3, e5m2)");
+  config.rowwise = !columnwise;
+  config.columnwise = columnwise;
+  ArrayOperand o;
+  QuantizedTensorView q;
+  q.config = config;
+  q.rows = rows;
+  q.cols = cols;
+  q.device = array_device(data, "data");
+  TESSERA_CHECK(array_device(scale_inv, "scale_inv") == q.device,
+                "scale_inv: must be on the device of data (", to_string(q.device), ")");
+  const TensorView d = matrix_view(data, config.element, "data");
+  const TensorView s = matrix_view(scale_inv, array_dtype(scale_inv, "scale_inv"), "scale_inv");
+  if (columnwise) {
+    q.columnwise_data = d;
+    q.columnwise_scale_inv = s;
+  } else {
+    q.data = d;
+    q.scale_inv = s;
+  }
+  o.op = GemmOperand::from_quantized(q, columnwise);
+  o.keep = {data, scale_inv};
+  return o;
+}
+
+// Builds the problem and runs it. Returns 0 when it ran, or — when `workspace` is absent or too
+// small — the workspace bytes it needs (nothing ran; call again with a 256-byte aligned array of
+// at least that many bytes on the operands' device).
+int64_t grouped_gemm_into(int kind, const ArrayOperand& a, const ArrayOperand& b,
+                          const DeviceArray& out, const std::optional<DeviceArray>& offsets,
+                          bool end_offsets, bool transpose_a, bool transpose_b, float alpha,
+                          float beta, const std::optional<DeviceArray>& workspace,
+                          uintptr_t stream) {
+  TESSERA_CHECK(kind >= 0 && kind <= 2, "kind: ", kind,
+                " is not a grouped GEMM kind; expected 0 (M-grouped), 1 (K-grouped), 2 (batched)");
+  GroupedGemmProblem p;
+  p.kind = static_cast<GroupedGemmKind>(kind);
+  p.a = a.op;
+  p.b = b.op;
+  p.transpose_a = transpose_a;
+  p.transpose_b = transpose_b;
+  p.d = device_view(out, "out");
+  p.alpha = alpha;
+  p.beta = beta;
+  if (offsets) {
+    p.group_offsets = device_view(*offsets, "offsets");
+    p.offsets_format =
+        end_offsets ? GroupOffsetsFormat::kEndOffsets : GroupOffsetsFormat::kStartOffsets;
+    p.num_groups = end_offsets ? p.group_offsets.numel() : p.group_offsets.numel() - 1;
+  } else {
+    TESSERA_CHECK(p.kind == GroupedGemmKind::kBatched, "offsets: required for the ",
+                  grouped_gemm_kind_name(p.kind), " kind");
+    p.num_groups = p.d.ndim == 3 ? p.d.shape[0] : 0;
+  }
+  const int64_t need = workspace_size(p);
+  TensorView ws;
+  if (workspace) ws = device_view(*workspace, DType::kUInt8, "workspace");
+  if (need > 0 && ws.numel() < need) return need;
+  {
+    nb::gil_scoped_release release;
+    run(p, ws, stream_of(stream));
+  }
+  return 0;
+}
+
+}  // namespace
+
+void register_torch_gemm(nb::module_& m) {
+  register_dlpack(m);
+  nb::class_<ArrayOperand>(m, "_GemmOperand",
+                           "A grouped GEMM operand over caller-owned DLPack arrays (private).");
+  m.def("_gemm_dense_operand", &dense_operand, nb::arg("array").noconvert(),
+        "A dense FP32/BF16/FP16 operand (C-contiguous, CPU or CUDA; never copied).");
+  m.def("_gemm_quantized_operand", &quantized_operand, nb::arg("data").noconvert(),
+        nb::arg("scale_inv").noconvert(), nb::arg("mode"), nb::arg("element"), nb::arg("rows"),
+        nb::arg("cols"), nb::arg("columnwise") = false,
+        "A quantized operand: uint8 codes + scale_inv of one usage of a logical (rows, cols) "
+        "matrix.");
+  m.def("_grouped_gemm_into", &grouped_gemm_into, nb::arg("kind"), nb::arg("a"), nb::arg("b"),
+        nb::arg("out").noconvert(), nb::arg("offsets").noconvert() = nb::none(),
+        nb::arg("end_offsets") = true, nb::arg("transpose_a") = false,
+        nb::arg("transpose_b") = true, nb::arg("alpha") = 1.0f, nb::arg("beta") = 0.0f,
+        nb::arg("workspace").noconvert() = nb::none(), nb::arg("stream") = 0,
+        "Grouped GEMM into a caller-owned `out` on the caller's stream. Returns 0 when it ran, "
+        "else the workspace bytes needed (nothing ran).");
+}
+#else
+void register_torch_gemm(nb::module_& m) { register_dlpack(m); }
+#endif
+
+namespace {
+// What tessera sees of an array (no copy): its data pointer, shape, dtype and device. Lets tests
+// and users prove zero-copy (the pointer equals the producer's own data pointer).
+nb::dict array_view_info(const DeviceArray& x) {
+  const TensorView v = device_view(x, "x");
+  nb::dict d;
+  d["data_ptr"] = reinterpret_cast<uintptr_t>(v.data);
+  nb::list shape;
+  for (int i = 0; i < v.ndim; ++i) shape.append(v.shape[i]);
+  d["shape"] = nb::tuple(shape);
+  d["dtype"] = dtype_name(v.dtype);
+  d["device"] = to_string(v.device);
+  return d;
+}
+}  // namespace
+
+void register_dlpack(nb::module_& m) {
+  m.def("_array_view", &array_view_info, nb::arg("x").noconvert(),
+        "What tessera reads of a DLPack array, without copying: data_ptr, shape, dtype, device.");
+}
+
+}  // namespace tessera::python

@@ -1,0 +1,27 @@
+"""tessera.torch: tessera's grouped GEMM as PyTorch ops, autograd functions and modules.
+
+    grouped_mm(mat_a, mat_b, offs=None, out_dtype=None)          ~ torch._grouped_mm
+    scaled_grouped_mm(mat_a, mat_b, scale_a, scale_b, offs=None, ...) ~ torch._scaled_grouped_mm
+    fp8_rowwise_grouped_mm(x, w_t, offs)   differentiable dynamic FP8-rowwise grouped GEMM
+    quantize_fp8_rowwise(x, rowwise, columnwise)
+    GroupedLinear(num_groups, in_features, out_features, recipe="bf16"|"fp8_rowwise", bias)
+
+The ops are torch.library custom ops in the "tessera" namespace (torch.ops.tessera.*) with fake
+implementations (torch.compile(fullgraph=True) works) and autograd. Tensors reach the C++ library
+by DLPack without copies; CUDA work runs on torch's current stream.
+"""
+from __future__ import annotations
+
+try:
+    import torch  # noqa: F401
+except ImportError as e:  # pragma: no cover - exercised only without torch
+    raise ImportError("tessera.torch needs PyTorch (pip install torch)") from e
+
+from .fp8 import (FP8RowwiseGroupedMM, fp8_rowwise_grouped_mm, quantize_backend,
+                  quantize_fp8_rowwise, scaled_operands_rowwise)
+from .modules import GroupedLinear
+from .ops import grouped_mm, scaled_grouped_mm
+
+__all__ = ["FP8RowwiseGroupedMM", "GroupedLinear", "fp8_rowwise_grouped_mm", "grouped_mm",
+           "quantize_backend", "quantize_fp8_rowwise", "scaled_grouped_mm",
+           "scaled_operands_rowwise"]

@@ -1,0 +1,212 @@
+// Host side of the sm90 grouped GEMM: tensor-map encoding (cuTensorMapEncodeTiled through the
+// runtime's driver entry point, so libcuda is not linked), the K-grouped setup kernel that
+// derives each group's tensor maps ON THE DEVICE from the group offsets (tensormap.replace in
+// shared memory, then tensormap.cp_fenceproxy to the workspace), and the kernel instantiations:
+// {BF16, E4M3} x {block_n 128, 256} — four in total.
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <cudaTypedefs.h>
+
+#include <cuda/ptx>
+
+#include "gemm/cuda/grouped_gemm_sm90.h"
+#include "gemm/cuda/kernels/grouped_gemm_sm90.cuh"
+#include "tessera/core/cuda_check.h"
+#include "tessera/core/status.h"
+
+namespace tessera::gemm_cuda {
+namespace {
+
+using gemm_sm90::GroupMapParams;
+using gemm_sm90::KernelParams;
+
+PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    TESSERA_CUDA_CHECK(
+        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q));
+    TESSERA_CHECK_STATUS(q == cudaDriverEntryPointSuccess && p != nullptr, Status::kDeviceError,
+                         "cuTensorMapEncodeTiled is not available from the driver");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
+  }();
+  return fn;
+}
+
+int elem_bytes(ElemKind e) { return e == ElemKind::kBF16 ? 2 : 1; }
+
+// 2-D map over a K-major (rows, cols) matrix, box = (128 bytes of contraction, box_rows rows),
+// 128-byte swizzle, zero fill out of bounds.
+CUtensorMap make_map(const KMajorMatrix& m, ElemKind e, int box_rows) {
+  const int eb = elem_bytes(e);
+  TESSERA_CHECK_STATUS(reinterpret_cast<uintptr_t>(m.ptr) % 16 == 0 && (m.ld * eb) % 16 == 0,
+                       Status::kMisaligned, "grouped GEMM operand base and row stride must be ",
+                       "16-byte aligned (ld = ", m.ld, " elements)");
+  CUtensorMap map{};
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(m.cols > 0 ? m.cols : 1),
+                              static_cast<cuuint64_t>(m.rows > 0 ? m.rows : 1)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>((m.ld > 0 ? m.ld : 16) * eb)};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(gemm_sm90::kTileKBytes / eb),
+                             static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  const CUresult r = encode_fn()(
+      &map, e == ElemKind::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_UINT8,
+      2, const_cast<void*>(m.ptr), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  TESSERA_CHECK_STATUS(r == CUDA_SUCCESS, Status::kDeviceError,
+                       "cuTensorMapEncodeTiled failed with CUresult ", static_cast<int>(r),
+                       " (rows ", m.rows, ", cols ", m.cols, ", ld ", m.ld, ")");
+  return map;
+}
+
+__device__ int64_t map_group_start(const GroupMapParams& q, int i) {
+  int64_t v = 0;
+  const int idx = q.offsets_start ? i : i - 1;
+  if (idx >= 0) {
+    v = q.offsets_int64 ? static_cast<const int64_t*>(q.offsets)[idx]
+                        : static_cast<int64_t>(static_cast<const int32_t*>(q.offsets)[idx]);
+  }
+  return v < 0 ? 0 : (v > q.capacity ? q.capacity : v);
+}
+
+constexpr int kSetupWarps = 8;
+
+// One warp per (group, operand): copy the template map to shared memory, replace the fields that
+// depend on the group, publish it to the workspace with a release of the tensor-map proxy.
+__global__ void build_group_maps_kernel(const __grid_constant__ CUtensorMap tmpl_a,
+                                        const __grid_constant__ CUtensorMap tmpl_b,
+                                        const __grid_constant__ GroupMapParams q,
+                                        CUtensorMap* out) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  __shared__ alignas(128) CUtensorMap maps[kSetupWarps];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int slot = blockIdx.x * kSetupWarps + warp;
+  const int g = slot / 2, which = slot % 2;
+  if (g >= q.num_groups) return;
+  const CUtensorMap& tmpl = which ? tmpl_b : tmpl_a;
+  reinterpret_cast<uint32_t*>(&maps[warp])[lane] = reinterpret_cast<const uint32_t*>(&tmpl)[lane];
+  __syncwarp();
+  if (lane == 0) {
+    namespace ptx = cuda::ptx;
+    const int64_t start = map_group_start(q, g);
+    int64_t end = map_group_start(q, g + 1);
+    end = end > start ? end : start;
+    if (which == 0) {
+      bool ok = true;
+      for (int o = 0; o < 2; ++o) {
+        const int64_t first = q.per_member[o] ? start * q.rows[o] : start;
+        ok = ok && (first * q.elem_bytes) % 16 == 0;
+        if (q.per_member[o]) ok = ok && ((end - start) * q.elem_bytes) % 16 == 0;
+      }
+      q.group_ok[g] = ok ? 1 : 0;
+    }
+    if (q.per_member[which]) {
+      const int64_t len = end - start > 0 ? end - start : 1;
+      const auto* base = static_cast<const uint8_t*>(q.base[which]);
+      const uint64_t addr =
+          reinterpret_cast<uint64_t>(base + start * q.rows[which] * q.elem_bytes);
+      ptx::tensormap_replace_global_address(ptx::space_shared, &maps[warp], addr);
+      ptx::tensormap_replace_global_dim(ptx::space_shared, &maps[warp], ptx::n32_t<0>{},
+                                        static_cast<uint32_t>(len));
+      ptx::tensormap_replace_global_stride(ptx::space_shared, &maps[warp], ptx::n32_t<0>{},
+                                           static_cast<uint64_t>(len * q.elem_bytes));
+    } else {
+      ptx::tensormap_replace_global_dim(ptx::space_shared, &maps[warp], ptx::n32_t<0>{},
+                                        static_cast<uint32_t>(end > 0 ? end : 1));
+    }
+  }
+  __syncwarp();
+  cuda::ptx::tensormap_cp_fenceproxy(cuda::ptx::sem_release, cuda::ptx::scope_gpu,
+                                     &out[2 * g + which], &maps[warp], cuda::ptx::n32_t<128>{});
+#endif
+}
+
+template <class Elem, int kBlockN>
+void launch_kernel(const CUtensorMap& ma, const CUtensorMap& mb, const KernelParams& p, int grid,
+                   cudaStream_t stream) {
+  auto kernel = gemm_sm90::grouped_gemm_sm90_kernel<Elem, kBlockN>;
+  const size_t smem = static_cast<size_t>(p.stages) *
+                          (gemm_sm90::kBlockM + kBlockN) * gemm_sm90::kTileKBytes +
+                      2 * gemm_sm90::kMaxStages * sizeof(uint64_t) + 1024;
+  TESSERA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(smem)));
+  kernel<<<grid, gemm_sm90::kNumThreads, smem, stream>>>(ma, mb, p);
+  TESSERA_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+int64_t sm90_workspace_bytes(const Sm90GroupedGemm& g) {
+  // K-grouped: 2 tensor maps per group, then one int32 flag per group.
+  return g.params.k_grouped
+             ? int64_t{g.params.num_groups} * (2 * int64_t{sizeof(CUtensorMap)} + 4)
+             : 0;
+}
+
+void launch_grouped_gemm_sm90(const Sm90GroupedGemm& g, void* workspace, int64_t workspace_bytes,
+                              void* stream_handle) {
+  auto stream = static_cast<cudaStream_t>(stream_handle);
+  const Sm90Config& cfg = g.config;
+  TESSERA_CHECK_STATUS(cfg.block_n == 128 || cfg.block_n == 256, Status::kInvalidArgument,
+                       "block_n must be 128 or 256, got ", cfg.block_n);
+  KernelParams p = g.params;
+  p.stages = cfg.stages;
+  TESSERA_CHECK_STATUS(p.stages >= 2 && p.stages <= gemm_sm90::kMaxStages, Status::kInvalidArgument,
+                       "stages must be in [2, ", gemm_sm90::kMaxStages, "], got ", p.stages);
+  if (p.num_groups == 0) return;
+  // Per-member K-grouped operands: the template's address/width/stride are replaced per group;
+  // give it a valid 16-byte stride.
+  KMajorMatrix ta = g.a, tb = g.b;
+  const int64_t align = 16 / elem_bytes(g.elem);
+  if (p.k_grouped && g.a_per_member) ta.ld = ta.cols = (ta.cols + align - 1) / align * align;
+  if (p.k_grouped && g.b_per_member) tb.ld = tb.cols = (tb.cols + align - 1) / align * align;
+  const CUtensorMap ma = make_map(ta, g.elem, gemm_sm90::kBlockM);
+  const CUtensorMap mb = make_map(tb, g.elem, cfg.block_n);
+  if (p.k_grouped) {
+    TESSERA_CHECK_STATUS(workspace_bytes >= sm90_workspace_bytes(g) &&
+                             reinterpret_cast<uintptr_t>(workspace) % 128 == 0,
+                         Status::kBufferTooSmall,
+                         "K-grouped GEMM needs a 128-byte aligned workspace of ",
+                         sm90_workspace_bytes(g), " bytes");
+    GroupMapParams q;
+    q.offsets = p.offsets;
+    q.offsets_int64 = p.offsets_int64;
+    q.offsets_start = p.offsets_start;
+    q.num_groups = p.num_groups;
+    q.capacity = p.capacity;
+    q.base[0] = g.a.ptr;
+    q.base[1] = g.b.ptr;
+    q.rows[0] = g.a.rows;
+    q.rows[1] = g.b.rows;
+    q.per_member[0] = g.a_per_member;
+    q.per_member[1] = g.b_per_member;
+    q.elem_bytes = elem_bytes(g.elem);
+    q.group_ok = reinterpret_cast<int32_t*>(static_cast<CUtensorMap*>(workspace) + 2 * p.num_groups);
+    const int blocks = (2 * p.num_groups + kSetupWarps - 1) / kSetupWarps;
+    build_group_maps_kernel<<<blocks, 32 * kSetupWarps, 0, stream>>>(
+        ma, mb, q, static_cast<CUtensorMap*>(workspace));
+    TESSERA_CUDA_CHECK_LAUNCH();
+    p.group_maps = workspace;
+    p.group_ok = q.group_ok;
+    p.a_k_origin_start = g.a_per_member ? 0 : 1;
+    p.b_k_origin_start = g.b_per_member ? 0 : 1;
+  }
+  int grid = cfg.num_sms;
+  if (grid <= 0) {
+    int dev = 0;
+    TESSERA_CUDA_CHECK(cudaGetDevice(&dev));
+    TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&grid, cudaDevAttrMultiProcessorCount, dev));
+  }
+  using gemm_sm90::ElemBF16;
+  using gemm_sm90::ElemE4M3;
+  if (g.elem == ElemKind::kBF16) {
+    if (cfg.block_n == 256) launch_kernel<ElemBF16, 256>(ma, mb, p, grid, stream);
+    else launch_kernel<ElemBF16, 128>(ma, mb, p, grid, stream);
+  } else {
+    if (cfg.block_n == 256) launch_kernel<ElemE4M3, 256>(ma, mb, p, grid, stream);
+    else launch_kernel<ElemE4M3, 128>(ma, mb, p, grid, stream);
+  }
+}
+
+}  // namespace tessera::gemm_cuda

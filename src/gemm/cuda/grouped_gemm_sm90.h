@@ -1,0 +1,51 @@
+// Internal launch API of the sm90 grouped GEMM (TMA + wgmma, persistent, warp-specialized).
+// The public descriptor (tessera/gemm/grouped_gemm.h) is translated into an Sm90GroupedGemm by
+// dispatch.cu; tests and the bench may also drive it directly. Host-only header (no CUDA types).
+//
+// Operands are K-major row-major matrices (contraction dim contiguous, 16-byte aligned base and
+// row stride). Which rows/columns each group reads is described in kernels/grouped_gemm_params.h.
+#pragma once
+
+#include <cstdint>
+
+#include "gemm/cuda/kernels/grouped_gemm_params.h"
+
+namespace tessera::gemm_cuda {
+
+enum class ElemKind : int { kBF16 = 0, kE4M3 = 1 };
+
+// A row-major (rows, cols) matrix, cols = contraction, row stride `ld` elements.
+struct KMajorMatrix {
+  const void* ptr = nullptr;
+  int64_t rows = 0, cols = 0, ld = 0;
+};
+
+// Tile configuration chosen by heuristics/grouped_gemm_config.h.
+struct Sm90Config {
+  int block_n = 256;  // 128 or 256
+  int stages = 4;
+  int num_sms = 0;    // persistent CTAs (0 = all SMs)
+};
+
+struct Sm90GroupedGemm {
+  // params: the group, epilogue and shape fields (see KernelParams); group_maps and stages are
+  // filled by the launcher.
+  gemm_sm90::KernelParams params;
+  ElemKind elem = ElemKind::kBF16;
+  // M-grouped: A = token matrix (capacity, k); B = all groups' weights (see b_group_rows/cols).
+  // K-grouped: templates of the per-group operands: per-member blocks (A_g at base + start·m,
+  //   (m, len_g)) or whole transposed tensors (m, capacity) whose columns [start_g, end_g) are A_g.
+  KMajorMatrix a, b;
+  bool a_per_member = false, b_per_member = false;  // K-grouped only
+  Sm90Config config;
+};
+
+// Workspace bytes the launch needs (K-grouped: two 128-byte tensor maps per group).
+int64_t sm90_workspace_bytes(const Sm90GroupedGemm& g);
+
+// Enqueues the setup kernel (K-grouped) and the GEMM on `stream` (a cudaStream_t). Never syncs.
+// Throws Error(kDeviceError) on a CUDA or tensor-map encoding failure.
+void launch_grouped_gemm_sm90(const Sm90GroupedGemm& g, void* workspace, int64_t workspace_bytes,
+                              void* stream);
+
+}  // namespace tessera::gemm_cuda

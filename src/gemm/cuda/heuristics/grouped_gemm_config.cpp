@@ -1,0 +1,38 @@
+// The sm90 grouped GEMM config heuristic (see grouped_gemm_config.h).
+//
+// Rules, each from a measurement on the H200 (docs/gemm_cuda.md):
+// - block_n 256 (128x256 tiles, 4 stages of 48 KiB) when the tile count at that width fills the
+//   SMs at least twice over; otherwise block_n 128 (6 stages of 32 KiB) to double the tiles.
+// - one persistent CTA per SM.
+#include "gemm/cuda/heuristics/grouped_gemm_config.h"
+
+#include <cuda_runtime_api.h>
+
+#include "tessera/core/cuda_check.h"
+
+namespace tessera::gemm_cuda {
+
+Sm90Config select_sm90_config(const Sm90GroupedGemm& g, int num_sms) {
+  if (num_sms <= 0) {
+    int dev = 0;
+    TESSERA_CUDA_CHECK(cudaGetDevice(&dev));
+    TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, dev));
+  }
+  const auto& p = g.params;
+  // Tiles at block_n = 256, from host bounds: M-grouped rows ≤ capacity (+1 partial tile per
+  // group at most, not counted), K-grouped G·m rows.
+  const int64_t rows = p.k_grouped ? int64_t{p.num_groups} * ((p.m + 127) / 128) * 128 : p.capacity;
+  const int64_t tiles256 = ((rows + 127) / 128) * ((p.n + 255) / 256);
+  Sm90Config c;
+  c.num_sms = num_sms;
+  if (p.n <= 128 || tiles256 < 2 * num_sms) {
+    c.block_n = 128;
+    c.stages = 6;
+  } else {
+    c.block_n = 256;
+    c.stages = 4;
+  }
+  return c;
+}
+
+}  // namespace tessera::gemm_cuda

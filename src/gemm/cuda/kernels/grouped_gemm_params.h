@@ -1,0 +1,73 @@
+// Plain-data parameters of the sm90 grouped GEMM kernel (host and device share this struct; no
+// CUDA types in it). Built by the launcher (grouped_gemm_sm90.cu) from a GroupedGemmLaunch.
+//
+// Conventions (all operands K-major, i.e. the contraction dim is contiguous):
+//   M-grouped: D rows [start_g, end_g) = A rows [start_g, end_g) (capacity, k) · B_gᵀ; B_g is the
+//     box of the B tensor map at rows g·b_group_rows + [0, n) and contraction columns
+//     g·b_group_cols + [0, k). D (capacity, n), row stride ldd.
+//   K-grouped: D_g (m, n) at d + g·d_group_stride = A_g (m, len_g) · B_g (n, len_g)ᵀ with
+//     len_g = end_g − start_g; A_g, B_g come from per-group tensor maps in the workspace whose
+//     contraction coordinate starts at k_origin (0 for per-member blocks, start_g for whole
+//     transposed tensors).
+//   Epilogue: D = alpha·group_alpha[g]·sa·sb·acc + bias + beta·D, sa = scale_a[g·sa_gs + row·sa_rs]
+//     (row = global token row for M-grouped, output row for K-grouped), sb = scale_b[g·sb_gs +
+//     col·sb_rs]; a null pointer means 1 (scale) or 0 (bias).
+#pragma once
+
+#include <cstdint>
+
+namespace tessera::gemm_sm90 {
+
+inline constexpr int kBlockM = 128;         // rows per tile: 2 consumer warpgroups x 64
+inline constexpr int kTileKBytes = 128;     // contraction bytes per stage (one swizzle row)
+inline constexpr int kNumThreads = 384;     // producer warpgroup + 2 consumer warpgroups
+inline constexpr int kMaxStages = 8;
+
+enum class OutType : int { kBF16 = 0, kFP16 = 1, kFP32 = 2 };
+
+struct KernelParams {
+  int k_grouped = 0;       // 0: M-grouped, 1: K-grouped
+  int num_groups = 0;
+  const void* offsets = nullptr;  // device: int32 or int64
+  int offsets_int64 = 1;
+  int offsets_start = 1;   // 1: G+1 start offsets (leading 0); 0: G cumulative end offsets
+  int64_t capacity = 0;    // group bounds are clamped to [0, capacity]
+  int64_t m = 0, n = 0, k = 0;  // M-grouped: n, k; K-grouped: m, n (k unused)
+  int64_t b_group_rows = 0, b_group_cols = 0;  // M-grouped B per-group coordinate offsets
+  const void* group_maps = nullptr;  // K-grouped: CUtensorMap[2G] (A_g, B_g) in the workspace
+  int a_k_origin_start = 0, b_k_origin_start = 0;  // K-grouped: contraction starts at start_g
+  const int32_t* group_ok = nullptr;  // K-grouped: per-group flag from the setup kernel
+
+  void* d = nullptr;
+  OutType out_type = OutType::kBF16;
+  int64_t ldd = 0, d_group_stride = 0;
+  float alpha = 1.0f, beta = 0.0f;
+  const float* group_alpha = nullptr;
+  const float* scale_a = nullptr;
+  int64_t sa_gs = 0, sa_rs = 0;
+  const float* scale_b = nullptr;
+  int64_t sb_gs = 0, sb_rs = 0;
+  const void* bias = nullptr;
+  OutType bias_type = OutType::kFP32;
+  int64_t bias_gs = 0;
+  int stages = 4;
+};
+
+// Everything the K-grouped setup kernel needs to derive group g's tensor maps from a template:
+// per-member blocks: address = base + start_g·rows·elem_bytes, dim0 = len_g, stride = len_g·elem;
+// whole transposed: address = base, dim0 = end_g (contraction clipped at the group end).
+// TMA needs 16-byte aligned contraction starts (and per-member strides): a group that breaks
+// this gets group_ok = 0 and the GEMM writes NaN for it instead of faulting.
+struct GroupMapParams {
+  const void* offsets = nullptr;
+  int offsets_int64 = 1, offsets_start = 1;
+  int num_groups = 0;
+  int64_t capacity = 0;
+  const void* base[2] = {nullptr, nullptr};  // A, B
+  int64_t rows[2] = {0, 0};                  // rows of A_g (m) and B_g (n)
+  int per_member[2] = {0, 0};
+  int elem_bytes = 1;
+  int32_t* group_ok = nullptr;  // out: 1 when group g's operands meet TMA's 16-byte rules
+};
+
+}  // namespace tessera::gemm_sm90

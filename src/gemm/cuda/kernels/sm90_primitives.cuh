@@ -1,0 +1,106 @@
+// Hopper (sm_90a) building blocks of the grouped GEMM kernels, as thin inline-PTX wrappers:
+// shared-memory mbarriers, TMA tile loads (cp.async.bulk.tensor) completing on an mbarrier,
+// wgmma fences / commit / wait, shared-memory matrix descriptors for 128-byte-swizzled K-major
+// tiles, register reallocation (setmaxnreg) and the tensor-map proxy fences needed when a kernel
+// uses tensor maps that an earlier kernel wrote to global memory.
+#pragma once
+
+#include <cstdint>
+
+namespace tessera::gemm_sm90 {
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// ---- mbarrier -------------------------------------------------------------------------------
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count));
+}
+__device__ __forceinline__ void fence_mbar_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+// One arrival plus `bytes` of expected TMA transactions.
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)),
+               "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+// Blocks until the phase with parity `parity` of `bar` has completed.
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  const uint32_t addr = smem_addr(bar);
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(addr), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
+// ---- TMA --------------------------------------------------------------------------------------
+// Loads the box at (c0 = inner/contiguous coordinate, c1 = row) of the 2-D tensor map at
+// `tmap` (a generic address: kernel parameter or global memory) into shared memory `dst`;
+// completion is signalled on `bar` as transaction bytes.
+__device__ __forceinline__ void tma_load_2d(void* dst, const void* tmap, uint64_t* bar, int32_t c0,
+                                            int32_t c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4}], [%2];" ::"r"(smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(tmap)), "r"(smem_addr(bar)), "r"(c0), "r"(c1)
+      : "memory");
+}
+__device__ __forceinline__ void prefetch_tmap(const void* tmap) {
+  asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(tmap)) : "memory");
+}
+// Acquire side of the tensor-map proxy pattern: a tensor map written in global memory by an
+// earlier kernel (tensormap.cp_fenceproxy ... release) becomes safe to use by this thread.
+__device__ __forceinline__ void tmap_acquire(const void* tmap) {
+  asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" ::"l"(
+                   reinterpret_cast<uint64_t>(tmap))
+               : "memory");
+}
+
+// ---- wgmma ------------------------------------------------------------------------------------
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(kPending) : "memory");
+}
+// Keeps the compiler from moving accumulator reads/writes across wgmma fences and waits.
+__device__ __forceinline__ void fence_operand(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+
+// Matrix descriptor of a K-major tile whose rows are 128 bytes, written by TMA with
+// CU_TENSOR_MAP_SWIZZLE_128B (8-row, 1024-byte swizzle atoms; tile base 1024-byte aligned).
+// Stride byte offset = 1024 (next 8-row group); leading byte offset unused for this layout.
+__device__ __forceinline__ uint64_t smem_desc_k_major_sw128(const void* tile) {
+  const uint64_t addr = smem_addr(tile);
+  uint64_t desc = (addr & 0x3FFFFull) >> 4;
+  desc |= uint64_t{1} << 16;            // leading byte offset (16 B; ignored when swizzled)
+  desc |= uint64_t{1024 >> 4} << 32;    // stride byte offset
+  desc |= uint64_t{1} << 62;            // layout: 128-byte swizzle
+  return desc;
+}
+
+// ---- registers --------------------------------------------------------------------------------
+template <int kRegs>
+__device__ __forceinline__ void regs_dealloc() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kRegs));
+}
+template <int kRegs>
+__device__ __forceinline__ void regs_alloc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kRegs));
+}
+
+}  // namespace tessera::gemm_sm90

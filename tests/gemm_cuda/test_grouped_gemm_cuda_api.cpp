@@ -1,0 +1,161 @@
+// The public grouped GEMM API (can_implement → workspace_size → run) on the CUDA backend: the same
+// generated cases as the CPU tests (tests/gemm/gemm_case.h: ragged groups with empty ones at the
+// start/middle/end, capacity rows filled with NaN, poisoned D), copied to the device, run there,
+// copied back and compared with the FP64 loop-of-GEMMs oracle under the format's tolerance; plus
+// the statuses of what the CUDA path refuses. Skips without an sm_90 GPU.
+#include <gtest/gtest.h>
+
+#include <cuda_runtime.h>
+
+#include <string>
+#include <vector>
+
+#include "gemm/gemm_backend.h"
+#include "gemm/gemm_case.h"
+#include "gemm_cuda/gemm_cuda_test_util.h"
+#include "tessera/gemm/grouped_gemm.h"
+
+namespace tessera::test {
+namespace {
+
+// A device copy of a host view (same shape/dtype); empty views stay empty.
+struct DeviceView {
+  DeviceArray storage;
+  TensorView view;
+  explicit DeviceView(const Owned& host) : view(host.view) {
+    if (host.view.data == nullptr) return;
+    storage = DeviceArray(host.bytes);
+    view.data = storage.ptr;
+    view.device = Device::cuda(0);
+  }
+};
+
+struct DeviceProblem {
+  DeviceView a, b, d, bias, offsets, group_alpha;
+  GroupedGemmProblem problem;
+  DeviceProblem(const GemmFixture& f, bool offsets_on_host)
+      : a(f.a), b(f.b), d(f.d), bias(f.bias), offsets(f.offsets), group_alpha(f.group_alpha) {
+    problem = f.problem;
+    problem.a = GemmOperand::from_dense(a.view);
+    problem.b = GemmOperand::from_dense(b.view);
+    problem.d = d.view;
+    if (f.bias.view.data != nullptr) problem.bias = bias.view;
+    if (!offsets_on_host) problem.group_offsets = offsets.view;
+    if (f.group_alpha.view.data != nullptr) problem.group_alpha = group_alpha.view;
+  }
+};
+
+GemmCase bf16_case(std::string name, GroupedGemmKind kind, std::vector<int64_t> rows, int64_t m,
+                   int64_t n, int64_t k) {
+  GemmCase c;
+  c.name = std::move(name);
+  c.kind = kind;
+  c.group_rows = std::move(rows);
+  c.m = m;
+  c.n = n;
+  c.k = k;
+  c.in_dtype = DType::kBFloat16;
+  c.out_dtype = DType::kBFloat16;
+  if (kind == GroupedGemmKind::kKGrouped) {
+    c.transpose_a = true;
+    c.transpose_b = false;
+  }
+  return c;
+}
+
+std::vector<GemmCase> cuda_cases() {
+  std::vector<GemmCase> cases;
+  using K = GroupedGemmKind;
+  GemmCase tn = bf16_case("m_grouped_tn_ragged_empty_ends", K::kMGrouped, {0, 37, 130, 0, 300, 9, 0},
+                          0, 264, 200);
+  tn.extra_rows = 40;
+  cases.push_back(tn);
+  GemmCase nn = bf16_case("m_grouped_nn_dgrad_fp32_beta1_bias_alpha", K::kMGrouped, {64, 0, 200}, 0,
+                          136, 72);
+  nn.transpose_b = false;
+  nn.out_dtype = DType::kFloat32;
+  nn.beta = 1.0f;
+  nn.bias = true;
+  nn.group_alpha = true;
+  nn.alpha = 0.5f;
+  cases.push_back(nn);
+  GemmCase one = bf16_case("m_grouped_one_group_int32_end_offsets", K::kMGrouped, {515}, 0, 128, 64);
+  one.offsets_format = GroupOffsetsFormat::kEndOffsets;
+  one.offsets_dtype = DType::kInt32;
+  cases.push_back(one);
+  GemmCase many = bf16_case("m_grouped_1100_groups", K::kMGrouped, {}, 0, 64, 64);
+  for (int g = 0; g < 1100; ++g) many.group_rows.push_back(g % 5 == 0 ? 0 : (g * 7) % 23);
+  cases.push_back(many);
+  GemmCase kg = bf16_case("k_grouped_wgrad_empty_groups_write_zeros", K::kKGrouped,
+                          {0, 24, 200, 0, 64, 8, 0}, 136, 264, 0);
+  cases.push_back(kg);
+  GemmCase kg_acc = bf16_case("k_grouped_wgrad_fp32_beta1_main_grad", K::kKGrouped, {48, 0, 256}, 200,
+                              128, 0);
+  kg_acc.out_dtype = DType::kFloat32;
+  kg_acc.beta = 1.0f;
+  kg_acc.offsets_format = GroupOffsetsFormat::kEndOffsets;
+  kg_acc.offsets_dtype = DType::kInt32;
+  cases.push_back(kg_acc);
+  return cases;
+}
+
+int64_t contraction(const GemmCase& c) {
+  if (c.kind != GroupedGemmKind::kKGrouped) return c.k;
+  int64_t mx = 0;
+  for (int64_t r : c.group_rows) mx = std::max(mx, r);
+  return mx;
+}
+
+class CudaGroupedGemm : public ::testing::TestWithParam<GemmCase> {
+ protected:
+  void SetUp() override {
+    if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  }
+};
+
+void run_and_check(const GemmCase& c, bool offsets_on_host) {
+  GemmFixture f = make_fixture(c);
+  DeviceProblem dp(f, offsets_on_host);
+  std::string reason;
+  ASSERT_EQ(can_implement(dp.problem, &reason), Status::kOk) << reason;
+  grouped_gemm(dp.problem);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  f.d.bytes = dp.d.storage.to_host<uint8_t>();
+  f.d.view.data = f.d.bytes.data();
+  const Expected e = loop_of_gemms(f);
+  EXPECT_EQ(compare(f, e, gemm_tolerance(c.out_dtype, contraction(c))), "");
+  EXPECT_EQ(check_untouched(f, e), "");
+}
+
+TEST_P(CudaGroupedGemm, EqualsLoopOfSingleGemms) { run_and_check(GetParam(), false); }
+
+TEST_P(CudaGroupedGemm, HostOffsetsAreCopiedNotSynced) { run_and_check(GetParam(), true); }
+
+INSTANTIATE_TEST_SUITE_P(Cases, CudaGroupedGemm, ::testing::ValuesIn(cuda_cases()),
+                         [](const auto& param_info) { return param_info.param.name; });
+
+TEST(CudaGroupedGemmStatus, RefusesWhatTheSm90PathCannotRun) {
+  if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  // FP32 operands: the CUDA path takes BF16.
+  GemmCase fp32 = bf16_case("fp32_operands", GroupedGemmKind::kMGrouped, {8}, 0, 16, 16);
+  fp32.in_dtype = DType::kFloat32;
+  GemmFixture f = make_fixture(fp32);
+  DeviceProblem dp(f, false);
+  std::string reason;
+  EXPECT_EQ(can_implement(dp.problem, &reason), Status::kUnsupported);
+  EXPECT_NE(reason.find("BF16"), std::string::npos) << reason;
+  // K-grouped host offsets with a start that is not a multiple of 8 rows.
+  GemmCase kg = bf16_case("k_grouped_misaligned", GroupedGemmKind::kKGrouped, {13, 8}, 16, 16, 0);
+  GemmFixture g = make_fixture(kg);
+  DeviceProblem dg(g, true);
+  EXPECT_EQ(can_implement(dg.problem, &reason), Status::kMisaligned);
+  EXPECT_NE(reason.find("multiples of 8"), std::string::npos) << reason;
+  // N not a multiple of 8.
+  GemmCase odd = bf16_case("odd_n", GroupedGemmKind::kMGrouped, {8}, 0, 12, 16);
+  GemmFixture h = make_fixture(odd);
+  DeviceProblem dh(h, false);
+  EXPECT_EQ(can_implement(dh.problem, &reason), Status::kUnsupported);
+}
+
+}  // namespace
+}  // namespace tessera::test
