@@ -56,5 +56,6 @@ void register_scan(nb::module_& m);
 void register_gemm(nb::module_& m);
 void register_torch_gemm(nb::module_& m);
 void register_quantize(nb::module_& m);
+void register_grouped(nb::module_& m);
 
 }  // namespace tessera::python

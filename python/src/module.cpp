@@ -21,4 +21,5 @@ NB_MODULE(_tessera, m) {
   tessera::python::register_gemm(m);
   tessera::python::register_torch_gemm(m);
   tessera::python::register_quantize(m);
+  tessera::python::register_grouped(m);
 }

@@ -139,3 +139,8 @@ def quantize(x, recipe_or_mode: str, rowwise: bool = True, columnwise: bool = Fa
     """
     arr, src = _as_input(x)
     return _tessera.quantize(arr, recipe_or_mode, src, rowwise, columnwise, dict(options))
+
+
+from ._tessera import GroupedTensor  # noqa: E402  (DESIGN §5, NumPy in and out)
+
+__all__ += ["GroupedTensor"]

@@ -1,0 +1,104 @@
+// Layout arithmetic of grouped tensors: shape-mode names, per-member scale slots and their
+// prefix sums (grouped_scale_offsets, the one definition the quantizers, the GEMM setup and the
+// reference share) and the worst-case scale sizes of capacity buffers.
+#include <algorithm>
+#include <map>
+
+#include "tessera/core/status.h"
+#include "tessera/grouped/grouped_tensor.h"
+
+namespace tessera {
+namespace {
+
+// Largest rows-per-scale-block probed; every recipe's blocks are far smaller (<= 512 rows).
+constexpr int64_t kMaxRowBlock = int64_t{1} << 12;
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+const char* grouped_shape_mode_name(GroupedShapeMode m) noexcept {
+  switch (m) {
+    case GroupedShapeMode::kAllSame: return "all same";
+    case GroupedShapeMode::kVaryingFirst: return "varying first";
+    case GroupedShapeMode::kVaryingLast: return "varying last";
+    case GroupedShapeMode::kVaryingBoth: return "varying both";
+  }
+  return "unknown";
+}
+
+QuantizerConfig unquantized_config() {
+  QuantizerConfig c;
+  c.mode = ScalingMode::kNone;
+  c.rowwise = true;
+  c.columnwise = false;
+  return c;
+}
+
+int64_t ScaleSlotRule::size(int64_t rows) const {
+  if (stride == 0) return constant;
+  return stride * ceil_div(rows, align) * align;
+}
+
+// The scale matrix of every recipe has A × ceil(rows / D) entries for fixed cols (D = rows per
+// scale block along the first dim, padding included: e.g. roundup(M, 4) = 4 × ceil(M / 4)), or
+// a number independent of rows. D is found as the largest power of two whose scale matrix is as
+// large as one row's; the form is then verified on a spread of row counts.
+ScaleSlotRule grouped_scale_slot_rule(const QuantizerConfig& config, int64_t cols,
+                                      bool columnwise) {
+  TESSERA_CHECK(config.mode != ScalingMode::kNone,
+                "grouped_scale_slot_rule: config.mode is kNone (not quantized): no scales");
+  TESSERA_CHECK(cols >= 0, "grouped_scale_slot_rule: cols ", cols, " is negative");
+  auto exact = [&](int64_t rows) { return scale_shape(config, rows, cols, columnwise).numel(); };
+  const int64_t one = exact(1);
+  ScaleSlotRule rule;
+  if (exact(4 * kMaxRowBlock + 1) == one) {
+    rule.constant = one;
+    return rule;
+  }
+  int64_t d = 1;
+  while (d * 2 <= kMaxRowBlock && exact(d * 2) == one) d *= 2;
+  rule.align = d;
+  rule.stride = ceil_div(one, d);
+  for (int64_t r : {int64_t{1}, d - 1, d, d + 1, 2 * d, 3 * d + 1, 7 * d + 5, int64_t{1000003}}) {
+    if (r < 1) continue;
+    TESSERA_CHECK_STATUS(exact(r) == one * ceil_div(r, d), Status::kInternal,
+                         "grouped_scale_slot_rule: scale_shape of ", scaling_mode_name(config.mode),
+                         columnwise ? " columnwise" : " rowwise", " (cols ", cols, ") gives ",
+                         exact(r), " entries for ", r, " rows, not ", one, " x ceil(rows / ", d,
+                         ")");
+  }
+  return rule;
+}
+
+std::vector<int64_t> grouped_scale_offsets(const QuantizerConfig& config,
+                                           const std::vector<int64_t>& rows,
+                                           const std::vector<int64_t>& cols, bool columnwise) {
+  TESSERA_CHECK_STATUS(rows.size() == cols.size(), Status::kShapeMismatch,
+                       "grouped_scale_offsets: ", rows.size(), " rows but ", cols.size(), " cols");
+  std::map<int64_t, ScaleSlotRule> rules;  // one rule per distinct cols (usually one)
+  std::vector<int64_t> offsets(rows.size() + 1, 0);
+  for (size_t g = 0; g < rows.size(); ++g) {
+    TESSERA_CHECK(rows[g] >= 0 && cols[g] >= 0, "grouped_scale_offsets: member ", g, " shape (",
+                  rows[g], ", ", cols[g], ") is negative");
+    auto it = rules.find(cols[g]);
+    if (it == rules.end()) {
+      it = rules.emplace(cols[g], grouped_scale_slot_rule(config, cols[g], columnwise)).first;
+    }
+    offsets[g + 1] = offsets[g] + it->second.size(rows[g]);
+  }
+  return offsets;
+}
+
+int64_t grouped_scale_capacity(const QuantizerConfig& config, int64_t num_tensors,
+                               int64_t rows_bound, int64_t cols, bool columnwise) {
+  TESSERA_CHECK(num_tensors >= 0 && rows_bound >= 0, "grouped_scale_capacity: num_tensors ",
+                num_tensors, " and rows_bound ", rows_bound, " must be >= 0");
+  const ScaleSlotRule rule = grouped_scale_slot_rule(config, cols, columnwise);
+  if (rule.stride == 0) return rule.constant * num_tensors;
+  // Σ roundup(r_g, a) <= Σ (r_g + a - 1) <= rows_bound + N (a - 1).
+  const int64_t padded_rows = rows_bound + num_tensors * (rule.align - 1);
+  return rule.stride * padded_rows;
+}
+
+}  // namespace tessera
