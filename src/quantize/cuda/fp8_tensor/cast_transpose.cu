@@ -9,6 +9,7 @@
 // share one scale (per-tensor) the columnwise codes are the rowwise ones, transposed in registers
 // by byte permutes. Edge patches (shapes not multiples of 4 x 16, unaligned views) take a
 // per-element path with bounds checks.
+#include <algorithm>
 #include <cstdint>
 
 #include "quantize/cuda/device_io.cuh"
@@ -35,19 +36,19 @@ __device__ __forceinline__ float source_scale(const Fp8ScaleSource& s, int64_t l
 __device__ __forceinline__ void tile_scales(const Fp8ScaleSource& s, int64_t first, int64_t count,
                                             bool writer, int t, float* out) {
   const int64_t line = first + t;
+  const bool per_tensor = s.stride == 0;
+  // A per-tensor scale exists (and is written) even for an empty tensor, as on the CPU.
+  const bool live = per_tensor ? line == 0 : line < count;
   float v = 1.0f;
-  if (line < count) {
-    v = source_scale(s, line);
-    const bool per_tensor = s.stride == 0;
-    if (writer && (!per_tensor || line == 0)) {
-      const float inv = scale_rules::reciprocal(v);
-      if (s.scale_inv_out != nullptr) s.scale_inv_out[per_tensor ? 0 : line] = inv;
-      if (per_tensor && s.scale_inv_out2 != nullptr) s.scale_inv_out2[0] = inv;
-      if (per_tensor && s.scale == nullptr) {
-        const float amax = scale_rules::amax_from_abs_bits(s.amax[0]);
-        if (s.amax_out != nullptr) s.amax_out[0] = amax;
-        if (s.amax_out2 != nullptr) s.amax_out2[0] = amax;
-      }
+  if (live || line < count) v = source_scale(s, line);
+  if (writer && live) {
+    const float inv = scale_rules::reciprocal(v);
+    if (s.scale_inv_out != nullptr) s.scale_inv_out[per_tensor ? 0 : line] = inv;
+    if (per_tensor && s.scale_inv_out2 != nullptr) s.scale_inv_out2[0] = inv;
+    if (per_tensor && s.scale == nullptr) {
+      const float amax = scale_rules::amax_from_abs_bits(s.amax[0]);
+      if (s.amax_out != nullptr) s.amax_out[0] = amax;
+      if (s.amax_out2 != nullptr) s.amax_out2[0] = amax;
     }
   }
   out[t] = v;
@@ -142,11 +143,6 @@ __global__ __launch_bounds__(kThreads) void fp8_cast_transpose_kernel(Fp8CastArg
   const int64_t m0 = int64_t{blockIdx.y} * kTile, k0 = int64_t{blockIdx.x} * kTile;
   const int t = threadIdx.x;
   const bool blocked = a.block != Fp8Block::kNone;
-  if (!blocked) {
-    if (kRow && t < kTile) tile_scales(a.row_scale, m0, M, blockIdx.x == 0, t, s_row);
-    if (kCol && t >= kTile) tile_scales(a.col_scale, k0, K, blockIdx.y == 0, t - kTile, s_col);
-    __syncthreads();
-  }
   const int warp = t / 32, lane = t % 32;
   // Patch origin inside the tile: 8 lanes side by side cover a 128-column row segment (256
   // contiguous bytes of BF16 per load), 4 lane groups x 8 warps cover the 128 rows.
@@ -179,7 +175,15 @@ __global__ __launch_bounds__(kThreads) void fp8_cast_transpose_kernel(Fp8CastArg
     }
   }
 
-  if (blocked) block_scales(a, v, lm, lk, bs, scratch, s_row, s_col);
+  // Scales only after the patch loads are issued: the amax / scale reads they need are global
+  // loads too, and waiting for them first would leave the block idle for a full latency.
+  if (blocked) {
+    block_scales(a, v, lm, lk, bs, scratch, s_row, s_col);
+  } else {
+    if (kRow && t < kTile) tile_scales(a.row_scale, m0, M, blockIdx.x == 0, t, s_row);
+    if (kCol && t >= kTile) tile_scales(a.col_scale, k0, K, blockIdx.y == 0, t - kTile, s_col);
+    __syncthreads();
+  }
 
   uint32_t rw[kPatchRows][kPatchCols / 4];  // rowwise codes, 4 per word
   if (kRow) {
@@ -253,8 +257,9 @@ template <class In, DType DT>
 void launch_typed(const Fp8CastArgs& a, cudaStream_t stream) {
   const bool vec_ok = a.rows % kPatchRows == 0 && a.cols % kPatchCols == 0 && aligned16(a.x) &&
                       aligned16(a.q_row) && aligned16(a.q_col);
-  const dim3 grid(static_cast<unsigned>(ceil_div(a.cols, kTile)),
-                  static_cast<unsigned>(ceil_div(a.rows, kTile)));
+  // At least one block: an empty tensor still gets its scale_inv (per tensor / per column).
+  const dim3 grid(static_cast<unsigned>(std::max<int64_t>(1, ceil_div(a.cols, kTile))),
+                  static_cast<unsigned>(std::max<int64_t>(1, ceil_div(a.rows, kTile))));
   if (a.q_row != nullptr && a.q_col != nullptr) {
     fp8_cast_transpose_kernel<In, DT, true, true><<<grid, kThreads, 0, stream>>>(a, vec_ok);
   } else if (a.q_row != nullptr) {
@@ -267,7 +272,7 @@ void launch_typed(const Fp8CastArgs& a, cudaStream_t stream) {
 }  // namespace
 
 void launch_fp8_cast_transpose(const Fp8CastArgs& a, cudaStream_t stream) {
-  if (a.rows == 0 || a.cols == 0) return;
+  if (a.block != Fp8Block::kNone && (a.rows == 0 || a.cols == 0)) return;  // no block exists
   TESSERA_CHECK_STATUS(ceil_div(a.rows, kTile) <= 65535, Status::kOutOfRange,
                        "quantize: x has ", a.rows, " rows; the FP8 cast supports up to ",
                        65535 * int64_t{kTile});
