@@ -361,3 +361,24 @@ def test_cuda_op_allocates_only_the_output_and_workspace():
     print(f"\n[zero-copy] device allocations during one grouped_mm: {after - before} "
           f"(output + optional workspace)")
     assert after - before <= 2 and out.is_cuda
+
+
+@needs_quantize
+@pytest.mark.parametrize("device", DEVICES)
+def test_quantize_fp8_rowwise_is_tessera_and_bit_exact_with_torch_rule(device):
+    """tessera's quantizer (through _quantize_into, zero-copy) gives the bits of the torch rule,
+    and the same bits on CUDA as on the CPU."""
+    from tessera.torch.fp8 import _quantize_torch
+    torch.manual_seed(6)
+    x = (torch.randn(96, 80) * torch.rand(96, 1) * 50).to(torch.bfloat16)
+    x[3] = 0
+    assert tt.quantize_backend(device) == "tessera"
+    got = tt.quantize_fp8_rowwise(x.to(device), True, True)
+    cpu = tt.quantize_fp8_rowwise(x, True, True)
+    for g, c in zip(got, cpu):
+        assert torch.equal(g.cpu().view(torch.uint8) if g.dtype != torch.float32 else g.cpu(),
+                           c.view(torch.uint8) if c.dtype != torch.float32 else c)
+    q, s = _quantize_torch(x, 1)
+    assert torch.equal(cpu[0].view(torch.uint8), q.view(torch.uint8)) and torch.equal(cpu[1], s)
+    q, s = _quantize_torch(x.t(), 1)
+    assert torch.equal(cpu[2].view(torch.uint8), q.view(torch.uint8)) and torch.equal(cpu[3], s)
