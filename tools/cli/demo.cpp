@@ -37,7 +37,7 @@ void print_help() {
       "  vs FP32, gradient SQNR vs FP32 (step 0, same weights and data), bytes saved for\n"
       "  backward and step time; writes the loss curves as an SVG.\n\n"
       "options:\n"
-      "  --steps N      training steps per recipe (default 100)\n"
+      "  --steps N      training steps per recipe (default 70)\n"
       "  --experts N    experts (default 8)\n"
       "  --hidden N     model width (default 256)\n"
       "  --ffn N        expert FFN width (default 512)\n"
@@ -88,7 +88,8 @@ bool parse_args(const Args& args, DemoArgs& d) {
     else if (a == "--recipes") d.recipes = split_list(v);
     else if (a == "--device") d.config.device = parse_device(v);
     else if (a == "--out") d.out = v;
-    else TESSERA_FAIL(Status::kInvalidArgument, "unknown option '", a, "' (see tessera demo --help)");
+    else TESSERA_FAIL(Status::kInvalidArgument, "unknown option '", a,
+                      "' (see tessera demo --help)");
   }
   TESSERA_CHECK(d.config.topk <= d.config.experts, "--topk ", d.config.topk,
                 " must not exceed --experts ", d.config.experts);

@@ -44,7 +44,9 @@ Routing route(const std::vector<float>& x, const std::vector<float>& wr, int64_t
     }
     std::iota(order.begin(), order.end(), 0);
     std::partial_sort(order.begin(), order.begin() + k, order.end(),
-                      [&](int a, int c) { return logits[a] > logits[c] || (logits[a] == logits[c] && a < c); });
+                      [&](int a, int c) {
+                        return logits[a] > logits[c] || (logits[a] == logits[c] && a < c);
+                      });
     const float top = logits[order[0]];
     double denom = 0;
     for (int64_t j = 0; j < k; ++j) denom += std::exp(double(logits[order[j]] - top));
@@ -306,12 +308,15 @@ RecipeRun train_recipe(const DemoConfig& config, const DemoData& data, const std
                                      s == 0 ? &run.saved_bytes : nullptr);
     if (s == 0) run.step0_grads = student.gradients();
     student.apply(config.lr);
-    times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    const auto t1 = std::chrono::steady_clock::now();
+    times.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
     run.losses.push_back(loss);
     if (progress) progress(user, s, loss);
   }
   const size_t tail = std::min<size_t>(10, run.losses.size());
-  for (size_t i = run.losses.size() - tail; i < run.losses.size(); ++i) run.final_loss += run.losses[i];
+  for (size_t i = run.losses.size() - tail; i < run.losses.size(); ++i) {
+    run.final_loss += run.losses[i];
+  }
   run.final_loss /= double(std::max<size_t>(tail, 1));
   std::sort(times.begin(), times.end());
   run.step_ms = times.empty() ? 0 : times[times.size() / 2];

@@ -13,7 +13,7 @@
 namespace tessera::cli::demo {
 
 struct DemoConfig {
-  int64_t steps = 100;
+  int64_t steps = 70;
   int64_t experts = 8;
   int64_t hidden = 256;
   int64_t ffn = 512;
