@@ -20,7 +20,7 @@ float block_scale(const QuantizerConfig& c, uint32_t amax_bits_value) {
 
 // a: (rows, cols). scale_inv: (roundup(rows, 4), ceil(cols/128)), padding rows already zero.
 template <bool kE5M2, class In>
-void blocks_1x128(const QuantizerConfig& c, const In* a, int64_t rows, int64_t cols, uint8_t* out,
+TESSERA_CPU_KERNEL void blocks_1x128(const QuantizerConfig& c, const In* a, int64_t rows, int64_t cols, uint8_t* out,
                   float* scale_inv) {
   const int64_t nb = (cols + kBlock - 1) / kBlock;
 #pragma omp parallel for schedule(static) if (rows * cols >= kParallelWork)
@@ -37,7 +37,7 @@ void blocks_1x128(const QuantizerConfig& c, const In* a, int64_t rows, int64_t c
 
 // a: (rows, cols). scale_inv: (ceil(rows/128), roundup(ceil(cols/128), 4)), padding zero.
 template <bool kE5M2, class In>
-void tiles_128x128(const QuantizerConfig& c, const In* a, int64_t rows, int64_t cols, uint8_t* out,
+TESSERA_CPU_KERNEL void tiles_128x128(const QuantizerConfig& c, const In* a, int64_t rows, int64_t cols, uint8_t* out,
                    float* scale_inv) {
   const int64_t nb = (cols + kBlock - 1) / kBlock, padded = (nb + 3) / 4 * 4;
   const int64_t ntr = (rows + kBlock - 1) / kBlock;

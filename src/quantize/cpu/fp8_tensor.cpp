@@ -15,7 +15,7 @@ float fp8_max(DType e) { return e == DType::kFloat8E5M2 ? 57344.0f : 448.0f; }
 
 // a: (rows, cols) row-major. One scale for all of it. out: (rows, cols) codes.
 template <bool kE5M2, class In>
-void encode_tensor(const In* a, int64_t n, float scale, uint8_t* out) {
+TESSERA_CPU_KERNEL void encode_tensor(const In* a, int64_t n, float scale, uint8_t* out) {
   constexpr int64_t kChunk = 16384;
 #pragma omp parallel for schedule(static) if (n >= kParallelWork)
   for (int64_t c0 = 0; c0 < n; c0 += kChunk)
@@ -24,7 +24,7 @@ void encode_tensor(const In* a, int64_t n, float scale, uint8_t* out) {
 
 // a: (rows, cols). One current-scaling scale per row; scale_inv (rows, 1).
 template <bool kE5M2, class In>
-void encode_rows(const QuantizerConfig& c, const In* a, int64_t rows, int64_t cols, uint8_t* out,
+TESSERA_CPU_KERNEL void encode_rows(const QuantizerConfig& c, const In* a, int64_t rows, int64_t cols, uint8_t* out,
                  float* scale_inv) {
   const float emax = fp8_max(c.element);
 #pragma omp parallel for schedule(static) if (rows * cols >= kParallelWork)

@@ -19,7 +19,7 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // The 16-point transform of scale_rules::rht16_forward with its coefficients tabulated once
 // (same products, same summation order, same bits).
-void hadamard_rows(float* a, int64_t rows, int64_t cols) {
+TESSERA_CPU_KERNEL void hadamard_rows(float* a, int64_t rows, int64_t cols) {
   float coef[16][16];
   for (int i = 0; i < 16; ++i)
     for (int j = 0; j < 16; ++j)
@@ -48,7 +48,7 @@ struct Nvfp4Target {
 // a: the copy (rows, cols). Stripes of bh rows (1 or 16); each block of 16 columns of a stripe
 // shares one scale byte.
 template <class In>
-void quantize_copy(const QuantizerConfig& c, const In* a, int64_t rows, int64_t cols, float s_enc,
+TESSERA_CPU_KERNEL void quantize_copy(const QuantizerConfig& c, const In* a, int64_t rows, int64_t cols, float s_enc,
                    int64_t bh, const Nvfp4Target& t, uint64_t stream_base) {
   const int64_t nb = ceil_div(cols, kBlock), row_bytes = ceil_div(cols, 2);
   const int64_t ns = ceil_div(rows, bh);
@@ -69,7 +69,7 @@ void quantize_copy(const QuantizerConfig& c, const In* a, int64_t rows, int64_t 
             const uint64_t e = stream_base + static_cast<uint64_t>(r * cols + k0 + j);
             codes[j] = scale_rules::e2m1_stochastic(v, philox::random_bits(c.rng_seed, c.rng_offset, e));
           } else {
-            codes[j] = formats::encode_e2m1(v);
+            codes[j] = e2m1_element(v);
           }
         }
         uint8_t* d = t.data + r * row_bytes + k0 / 2;
