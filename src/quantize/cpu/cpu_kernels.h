@@ -131,8 +131,14 @@ TESSERA_CPU_INLINE void encode_scaled(const In* x, int64_t n, float scale, uint8
 // Max of abs bits over a whole (rows, cols) tensor, multithreaded.
 uint32_t tensor_amax_bits(const TensorView& x);
 
-// xᵀ as float32 (cols, rows), multithreaded, tiled. Returns the owning buffer.
+// xᵀ as float32 (cols, rows), multithreaded, tiled. Returns the owning buffer (NVFP4 only).
 Buffer transpose_to_float(const TensorView& x);
+
+// The columnwise FP8 copy of x (m, k) for the FP32-scaled modes (tensor with `tensor_scale`,
+// rowwise, block1x128, block128x128): data (k, m) transposed, scale_inv of the copy; made from x
+// by cache-blocked tiles (fp8_columnwise.cpp).
+void quantize_fp8_columnwise(const QuantizerConfig& c, const TensorView& x, float tensor_scale,
+                             const TensorView& data, const TensorView& scale_inv);
 
 // Bit-wise byte fill of a whole view (padding of scale buffers), multithreaded for big views.
 void zero_view(const TensorView& v);

@@ -1,5 +1,6 @@
 // CPU FP8 block scaling: FP32 current-scaling scale per 1x128 block or per 128x128 tile (power of
-// two by default). The columnwise usage is the same quantization of xᵀ, stored transposed.
+// two by default). The columnwise usage (the same quantization of xᵀ, stored transposed) is made
+// by fp8_columnwise.cpp.
 #include <algorithm>
 #include <vector>
 
@@ -83,10 +84,7 @@ void run(const QuantizerConfig& c, const TensorView& x, const QuantizedTensorVie
     });
   }
   if (req.columnwise) {
-    zero_view(out.columnwise_scale_inv);
-    const Buffer xt = transpose_to_float(x);  // (k, m)
-    quantize_copy<kE5M2>(c, xt.as<const float>(), k, m, out.columnwise_data.as<uint8_t>(),
-                         out.columnwise_scale_inv.as<float>());
+    quantize_fp8_columnwise(c, x, 1.0f, out.columnwise_data, out.columnwise_scale_inv);
   }
 }
 

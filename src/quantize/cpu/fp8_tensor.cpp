@@ -70,9 +70,7 @@ void run(const QuantizerConfig& c, const TensorView& x, const QuantizedTensorVie
     if (c.mode == ScalingMode::kTensor) *out.amax.as<float>() = amax;
   }
   if (req.columnwise) {
-    const Buffer xt = transpose_to_float(x);  // (k, m)
-    quantize_copy<kE5M2>(c, xt.as<const float>(), k, m, scale, out.columnwise_data.as<uint8_t>(),
-                         out.columnwise_scale_inv.as<float>());
+    quantize_fp8_columnwise(c, x, scale, out.columnwise_data, out.columnwise_scale_inv);
     if (c.mode == ScalingMode::kTensor) *out.columnwise_amax.as<float>() = amax;
   }
 }
