@@ -66,11 +66,12 @@ TESSERA_CPU_INLINE uint8_t fp8_element_bits(float v) {
   const uint32_t normal = ((a + ((1u << (kShift - 1)) - 1u) + ((a >> kShift) & 1u)) >> kShift) - kRebias;
   const float sub = std::bit_cast<float>(a) + std::bit_cast<float>(kMagicBits);
   const uint32_t subnormal = std::bit_cast<uint32_t>(sub) - kMagicBits;
-  const uint32_t is_sub = mask_if(a < kSubLimit);
+  // a < 2^31: signed compares give the unsigned answer and map to single AVX2 instructions.
+  const uint32_t is_sub = mask_if(static_cast<int32_t>(a) < static_cast<int32_t>(kSubLimit));
   int32_t code = static_cast<int32_t>((subnormal & is_sub) | (normal & ~is_sub));
   code = std::min(code, kMaxCode);
   const uint32_t r = ((u >> 24) & 0x80u) | static_cast<uint32_t>(code);
-  const uint32_t is_nan = mask_if(a > 0x7f800000u);
+  const uint32_t is_nan = mask_if(static_cast<int32_t>(a) > 0x7f800000);
   return static_cast<uint8_t>((r & ~is_nan) | (0x7fu & is_nan));
 }
 
@@ -136,9 +137,11 @@ Buffer transpose_to_float(const TensorView& x);
 
 // The columnwise FP8 copy of x (m, k) for the FP32-scaled modes (tensor with `tensor_scale`,
 // rowwise, block1x128, block128x128): data (k, m) transposed, scale_inv of the copy; made from x
-// by cache-blocked tiles (fp8_columnwise.cpp).
+// by cache-blocked tiles (fp8_columnwise.cpp). Mode tensor only: `rowwise_data` (m, k), when not
+// null, receives the rowwise codes in the same pass (one scale: the same codes).
 void quantize_fp8_columnwise(const QuantizerConfig& c, const TensorView& x, float tensor_scale,
-                             const TensorView& data, const TensorView& scale_inv);
+                             const TensorView& data, const TensorView& scale_inv,
+                             uint8_t* rowwise_data = nullptr);
 
 // Bit-wise byte fill of a whole view (padding of scale buffers), multithreaded for big views.
 void zero_view(const TensorView& v);

@@ -94,6 +94,7 @@ struct ColumnScales {
   const float* column_scale;   // kRowwise: (k) one per column of x
   float* scale_inv;            // block modes: the copy's scale_inv, written here
   int64_t scale_cols;          // block modes: row pitch of scale_inv
+  uint8_t* rowwise_data;       // kTensor only, or null: the rowwise copy (m, k) = the same codes
 };
 
 // Scales sc[0..w) of the columns c0.. of the tile at rows [r0, r1) (kTile-aligned band).
@@ -151,6 +152,7 @@ TESSERA_CPU_KERNEL void encode_transposed(const QuantizerConfig& c, const Column
         uint8_t* o = codes[i];
 #pragma omp simd
         for (int64_t j = 0; j < w; ++j) o[j] = fp8_element<kE5M2>(load_float(row[j]) * sc[j]);
+        if (s.rowwise_data != nullptr) std::copy(o, o + w, s.rowwise_data + (r0 + i) * k + c0);
       }
       transpose_bytes(&codes[0][0], kTile, h, w, out + c0 * m + r0, m);
     }
@@ -159,8 +161,8 @@ TESSERA_CPU_KERNEL void encode_transposed(const QuantizerConfig& c, const Column
 
 template <bool kE5M2, class In>
 void run(const QuantizerConfig& c, const In* x, int64_t m, int64_t k, float tensor_scale,
-         const TensorView& data, const TensorView& scale_inv) {
-  ColumnScales s{c.mode, tensor_scale, nullptr, nullptr, 0};
+         const TensorView& data, const TensorView& scale_inv, uint8_t* rowwise_data) {
+  ColumnScales s{c.mode, tensor_scale, nullptr, nullptr, 0, rowwise_data};
   std::vector<float> col_scale;
   if (c.mode == ScalingMode::kRowwise) {
     std::vector<uint32_t> cm(static_cast<size_t>(k));
@@ -185,13 +187,16 @@ void run(const QuantizerConfig& c, const In* x, int64_t m, int64_t k, float tens
 }  // namespace
 
 void quantize_fp8_columnwise(const QuantizerConfig& c, const TensorView& x, float tensor_scale,
-                             const TensorView& data, const TensorView& scale_inv) {
+                             const TensorView& data, const TensorView& scale_inv,
+                             uint8_t* rowwise_data) {
+  TESSERA_CHECK(rowwise_data == nullptr || c.mode == ScalingMode::kTensor,
+                "rowwise_data: only per-tensor scaling shares its codes between the two copies");
   dispatch_float_input(x.dtype, "x", [&](auto tag) {
     using In = typename decltype(tag)::type;
     if (c.element == DType::kFloat8E5M2) {
-      run<true>(c, x.as<const In>(), x.shape[0], x.shape[1], tensor_scale, data, scale_inv);
+      run<true>(c, x.as<const In>(), x.shape[0], x.shape[1], tensor_scale, data, scale_inv, rowwise_data);
     } else {
-      run<false>(c, x.as<const In>(), x.shape[0], x.shape[1], tensor_scale, data, scale_inv);
+      run<false>(c, x.as<const In>(), x.shape[0], x.shape[1], tensor_scale, data, scale_inv, rowwise_data);
     }
   });
 }

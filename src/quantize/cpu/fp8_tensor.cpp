@@ -61,16 +61,20 @@ void run(const QuantizerConfig& c, const TensorView& x, const QuantizedTensorVie
                                                    c.power_of_two_scales);
     if (c.delayed) req.amax_history[0] = amax;
   }
-  if (req.rowwise) {
+  // Per-tensor scaling with both usages: one tiled pass writes both copies (the same codes).
+  const bool fused = c.mode == ScalingMode::kTensor && req.rowwise && req.columnwise;
+  if (req.rowwise && !fused) {
     dispatch_float_input(x.dtype, "x", [&](auto tag) {
       using In = typename decltype(tag)::type;
       quantize_copy<kE5M2>(c, x.as<const In>(), m, k, scale, out.data.as<uint8_t>(),
                            out.scale_inv.as<float>());
     });
-    if (c.mode == ScalingMode::kTensor) *out.amax.as<float>() = amax;
   }
+  if (fused) out.scale_inv.as<float>()[0] = scale_rules::reciprocal(scale);
+  if (req.rowwise && c.mode == ScalingMode::kTensor) *out.amax.as<float>() = amax;
   if (req.columnwise) {
-    quantize_fp8_columnwise(c, x, scale, out.columnwise_data, out.columnwise_scale_inv);
+    quantize_fp8_columnwise(c, x, scale, out.columnwise_data, out.columnwise_scale_inv,
+                            fused ? out.data.as<uint8_t>() : nullptr);
     if (c.mode == ScalingMode::kTensor) *out.columnwise_amax.as<float>() = amax;
   }
 }

@@ -109,15 +109,16 @@ TESSERA_CPU_INLINE void row_segment_1x32(const QuantizerConfig& c, const In* seg
   for (int64_t b = 0; b < nb; ++b) sink.put(r, b0 + b, s.e[b]);
 }
 
-// Rowwise 1x32: x (m, k) → data (m, k), scales (m, ceil(k/32)); pieces of kChunk columns.
+// Rowwise 1x32: x (m, k) → data (m, k), scales (m, ceil(k/32)); pieces of up to 8192 columns.
 template <bool kE5M2, class In>
 TESSERA_CPU_KERNEL void rows_1x32(const QuantizerConfig& c, const In* x, int64_t m, int64_t k,
                                   uint8_t* out, const ScaleSink& sink) {
 #pragma omp parallel for schedule(static) if (m * k >= kParallelWork)
   for (int64_t r = 0; r < m; ++r) {
     BlockScratch s;
-    for (int64_t c0 = 0; c0 < k; c0 += kChunk)
-      row_segment_1x32<kE5M2>(c, x + r * k + c0, std::min(kChunk, k - c0), out + r * k + c0, sink,
+    constexpr int64_t kPiece = kBlock * kMaxBlocks;  // whole rows up to 8192 columns
+    for (int64_t c0 = 0; c0 < k; c0 += kPiece)
+      row_segment_1x32<kE5M2>(c, x + r * k + c0, std::min(kPiece, k - c0), out + r * k + c0, sink,
                               r, c0 / kBlock, s);
   }
 }
