@@ -1,7 +1,8 @@
 // CPU grouped GEMM on a scaled-down MoE layer (8 experts × 256 tokens, K = 1024, N = 2048,
 // forward y = x Wᵀ), in GFLOP/s of valid rows, next to the baseline measured in the same run: a
 // plain loop of OpenBLAS cblas_sgemm over the experts on FP32 copies. Variants: FP32, BF16 and
-// FP16 operands (converted to FP32 inside), balanced and imbalanced (skewed, one empty expert).
+// FP16 operands (converted to FP32 inside), the quantized recipes (dequantized to FP32 inside),
+// balanced and imbalanced (skewed, one empty expert).
 // Each variant validates its output against the baseline before timing.
 #include <benchmark/benchmark.h>
 #include <cblas.h>
@@ -16,6 +17,7 @@
 #include "tessera/formats/format_table.h"
 #include "tessera/formats/half.h"
 #include "tessera/gemm/grouped_gemm.h"
+#include "tessera/quantize/quantizer.h"
 
 namespace {
 
@@ -173,17 +175,82 @@ void BM_GroupedGemmFp32(benchmark::State& s) { BM_GroupedGemm<float>(s, DType::k
 void BM_GroupedGemmBf16(benchmark::State& s) { BM_GroupedGemm<tessera::bf16>(s, DType::kBFloat16); }
 void BM_GroupedGemmFp16(benchmark::State& s) { BM_GroupedGemm<tessera::fp16>(s, DType::kFloat16); }
 
+// Quantized operands (x and W quantized rowwise once, outside the timing): the CPU backend
+// dequantizes both into FP32 and runs the same sgemm loop; FP32 output.
+void BM_GroupedGemmQuantized(benchmark::State& state, tessera::ScalingMode mode,
+                             tessera::ScalingMode weight_mode) {
+  const MoeInputs& in = inputs(state.range(0) != 0);
+  tessera::QuantizerConfig cx = tessera::make_config(mode), cw = tessera::make_config(weight_mode);
+  tessera::QuantizedTensor qx(cx, kTokens, kK, tessera::Device::cpu());
+  tessera::QuantizedTensor qw(cw, kExperts * kN, kK, tessera::Device::cpu());
+  tessera::Quantizer(cx).quantize(
+      TensorView::contiguous(const_cast<float*>(in.x.data()), DType::kFloat32, {kTokens, kK}), qx);
+  tessera::Quantizer(cw).quantize(TensorView::contiguous(const_cast<float*>(in.w.data()),
+                                                         DType::kFloat32, {kExperts * kN, kK}),
+                                  qw);
+  std::vector<float> y(kTokens * kN), ref(kTokens * kN);
+  std::vector<int64_t> offs = in.offs;
+  tessera::GroupedGemmProblem p;
+  p.num_groups = kExperts;
+  p.a = tessera::GemmOperand::from_quantized(qx.view(), false);
+  p.b = tessera::GemmOperand::from_quantized(qw.view(), false);
+  p.d = TensorView::contiguous(y.data(), DType::kFloat32, {kTokens, kN});
+  p.group_offsets = TensorView::contiguous(offs.data(), DType::kInt64, {kExperts + 1});
+  const int64_t ws_bytes = tessera::workspace_size(p);
+  tessera::Buffer ws(static_cast<size_t>(ws_bytes));
+  const TensorView ws_view = TensorView::contiguous(ws.data(), DType::kUInt8, {ws_bytes});
+  tessera::run(p, ws_view);
+  sgemm_loop(in, ref.data());  // unquantized result: the quantization error must stay small
+  double err = 0, norm = 0;
+  for (int64_t i = 0; i < kTokens * kN; ++i) {
+    err += (y[i] - ref[i]) * double{y[i] - ref[i]};
+    norm += ref[i] * double{ref[i]};
+  }
+  const double rel = std::sqrt(err / norm);
+  if (!(rel < 0.2)) {
+    state.SkipWithError("quantized grouped GEMM is far from the FP32 result");
+    return;
+  }
+  for (auto _ : state) {
+    tessera::run(p, ws_view);
+    benchmark::DoNotOptimize(y.data());
+  }
+  set_flops(state);
+  state.counters["rel_err_vs_fp32"] = rel;
+}
+
+void BM_QuantFp8Tensor(benchmark::State& s) {
+  BM_GroupedGemmQuantized(s, tessera::ScalingMode::kTensor, tessera::ScalingMode::kTensor);
+}
+void BM_QuantFp8Rowwise(benchmark::State& s) {
+  BM_GroupedGemmQuantized(s, tessera::ScalingMode::kRowwise, tessera::ScalingMode::kRowwise);
+}
+void BM_QuantFp8Block(benchmark::State& s) {
+  BM_GroupedGemmQuantized(s, tessera::ScalingMode::kBlock1x128, tessera::ScalingMode::kBlock128x128);
+}
+void BM_QuantMxfp8(benchmark::State& s) {
+  BM_GroupedGemmQuantized(s, tessera::ScalingMode::kMXFP8, tessera::ScalingMode::kMXFP8);
+}
+void BM_QuantNvfp4(benchmark::State& s) {
+  BM_GroupedGemmQuantized(s, tessera::ScalingMode::kNVFP4, tessera::ScalingMode::kNVFP4_16x16);
+}
+
 // Arg 0 = balanced, 1 = imbalanced. Real time (BLAS runs on its own threads); medians of 5.
 #define TESSERA_GEMM_BENCH(fn)                                                              \
   BENCHMARK(fn)->ArgName("imbalanced")->Arg(0)->Arg(1)->UseRealTime()->Unit(               \
       benchmark::kMillisecond)->Repetitions(5)->ReportAggregatesOnly(true)
 
 BENCHMARK(BM_Fp32RatioToSgemmLoop)->ArgName("imbalanced")->Arg(0)->Arg(1)->UseManualTime()
-    ->Unit(benchmark::kMillisecond)->Iterations(15);
+    ->Unit(benchmark::kMillisecond)->Iterations(31);
 TESSERA_GEMM_BENCH(BM_SgemmLoopBaseline);
 TESSERA_GEMM_BENCH(BM_GroupedGemmFp32);
 TESSERA_GEMM_BENCH(BM_GroupedGemmBf16);
 TESSERA_GEMM_BENCH(BM_GroupedGemmFp16);
+TESSERA_GEMM_BENCH(BM_QuantFp8Tensor);
+TESSERA_GEMM_BENCH(BM_QuantFp8Rowwise);
+TESSERA_GEMM_BENCH(BM_QuantFp8Block);
+TESSERA_GEMM_BENCH(BM_QuantMxfp8);
+TESSERA_GEMM_BENCH(BM_QuantNvfp4);
 
 }  // namespace
 

@@ -25,7 +25,17 @@ lib.tessera_bench_last_error.restype = ctypes.c_char_p
 _vp, _i64, _i32, _f = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
 lib.tessera_bench_grouped_gemm.argtypes = [
     _i32, _i32, _i32, _vp, _i64, _i64, _i64, _i64, _vp, _vp, _vp, _i32, _f, _vp, _vp, _i64, _i64,
-    _vp, _i64, _vp, _i32, _i32, _i32]
+    _vp, _i64, _vp, _i32, _i32, _i32, _i32]
+api = None  # the public API entry (grouped_gemm_api_entry.cpp), when it linked
+if os.environ.get("TESSERA_BENCH_API_LIB"):
+    api = ctypes.CDLL(os.environ["TESSERA_BENCH_API_LIB"])
+    api.tessera_bench_api_last_error.restype = ctypes.c_char_p
+    api.tessera_bench_api_fp8_forward.argtypes = [
+        _i32, _vp, _i64, _i64, _i64, _vp, _vp, _vp, _vp, _vp, _vp, _i64, _vp]
+SWEEP = os.environ.get("GEMM_BENCH_SWEEP", "0") == "1"
+# (block_n, stages, epilogue: 1 register stores, 2 TMA stores)
+SWEEP_CONFIGS = [(128, 6, 1), (128, 5, 2), (256, 4, 1), (256, 3, 1), (256, 3, 2)]
+sweep_rows = []
 
 SHAPES = {  # name: (groups, tokens per group, K, N) -- DESIGN §10, as torch_peers.py
     "dsv3-fc1": (32, 512, 7168, 4096),
@@ -73,14 +83,33 @@ WS = torch.empty(1 << 20, dtype=torch.uint8, device=dev)
 
 
 def ours(k_grouped, elem, offs, cap, m, n, k, a, b, d, sa=None, sb=None, sa_gs=0, sb_gs=0,
-         out_fp32=False, beta=0.0):
+         out_fp32=False, beta=0.0, block_n=0, stages=0, epilogue=0):
     rc = lib.tessera_bench_grouped_gemm(
         k_grouped, elem, offs.numel(), ptr(offs), cap, m, n, k, ptr(a), ptr(b), ptr(d),
         2 if out_fp32 else 0, beta, ptr(sa), ptr(sb), sa_gs, sb_gs, ptr(WS), WS.numel(),
-        ctypes.c_void_p(torch.cuda.current_stream().cuda_stream), 0, 0, 0)
+        ctypes.c_void_p(torch.cuda.current_stream().cuda_stream), block_n, stages, 0, epilogue)
     if rc != 0:
         raise RuntimeError(f"tessera rc={rc}: {lib.tessera_bench_last_error().decode()}")
     return d
+
+
+def api_fp8_forward(offs, total, n, k, af, sa, wf, sb, d):
+    rc = api.tessera_bench_api_fp8_forward(
+        offs.numel(), ptr(offs), total, n, k, ptr(af), ptr(sa), ptr(wf), ptr(sb), ptr(d), ptr(WS),
+        WS.numel(), ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
+    if rc != 0:
+        raise RuntimeError(f"tessera api rc={rc}: {api.tessera_bench_api_last_error().decode()}")
+    return d
+
+
+def sweep(kind, tag, flops, make_run):
+    """Times ours under each (block_n, stages) of SWEEP_CONFIGS (heuristic tuning data)."""
+    line = {"kind": kind, "shape": tag}
+    for bn, st, ep in SWEEP_CONFIGS:
+        line[f"{bn}x{st}{'tma' if ep == 2 else 'reg'}"] = round(
+            flops / bench(make_run(bn, st, ep)) / 1e12, 1)
+    sweep_rows.append(line)
+    print("sweep", json.dumps(line), flush=True)
 
 
 def relerr(x, ref):
@@ -127,6 +156,10 @@ def forward_case(tag, sizes, K, N):
     report("bf16 fwd", tag, flops, bench(lambda: ours(0, 0, offs, total, 0, N, K, a, w, d)),
            bench(lambda: torch._grouped_mm(a, bt, offs=offs, out_dtype=torch.bfloat16)),
            relerr(d, ref), relerr(tout, ref), relerr(d, tout.float()), 1e-2)
+    if SWEEP:
+        sweep("bf16 fwd", tag, flops,
+              lambda bn, st, ep: lambda: ours(0, 0, offs, total, 0, N, K, a, w, d, block_n=bn,
+                                              stages=st, epilogue=ep))
     # FP8 rowwise (the quantization of torch_peers.py)
     a_scale = 448.0 / a.abs().amax(dim=1, keepdim=True).float().clamp(min=1e-12)
     af = (a.float() * a_scale).to(torch.float8_e4m3fn)
@@ -142,8 +175,20 @@ def forward_case(tag, sizes, K, N):
     run = lambda: ours(0, 1, offs, total, 0, N, K, af, wf, d, sa, sb, 0, N)
     run()
     torch.cuda.synchronize()
-    report("fp8 rowwise fwd", tag, flops, bench(run), bench(sgm), relerr(d, ref), relerr(tout, ref),
+    t_sgm = bench(sgm)
+    report("fp8 rowwise fwd", tag, flops, bench(run), t_sgm, relerr(d, ref), relerr(tout, ref),
            relerr(d, tout.float()), 5e-2)
+    if SWEEP:
+        sweep("fp8 rowwise fwd", tag, flops,
+              lambda bn, st, ep: lambda: ours(0, 1, offs, total, 0, N, K, af, wf, d, sa, sb, 0, N,
+                                              block_n=bn, stages=st, epilogue=ep))
+    if api is not None:  # the same FP8 problem through the public API (QuantizedTensorView)
+        d.fill_(float("nan"))
+        run_api = lambda: api_fp8_forward(offs, total, N, K, af, sa, wf, sb, d)
+        run_api()
+        torch.cuda.synchronize()
+        report("fp8 rowwise fwd api", tag, flops, bench(run_api), t_sgm, relerr(d, ref),
+               relerr(tout, ref), relerr(d, tout.float()), 5e-2)
 
 
 def wgrad_case(tag, sizes, K, N):
@@ -176,6 +221,10 @@ def wgrad_case(tag, sizes, K, N):
     report("bf16 wgrad", tag, flops, bench(run), t_torch, relerr(d, ref),
            relerr(tout, ref) if tout is not None else -1,
            relerr(d, tout.float()) if tout is not None else 0.0, 1e-2)
+    if SWEEP:
+        sweep("bf16 wgrad", tag, flops,
+              lambda bn, st, ep: lambda: ours(1, 0, offs, total, N, K, 0, dyt, xt, d, block_n=bn,
+                                              stages=st, epilogue=ep))
     # FP8 rowwise wgrad: per-group, per-row scales of the transposed operands (torch's 2d x 2d
     # convention: scale_a (G*N), scale_b (G*K)).
     yq, xq, sy, sx = [], [], [], []
@@ -208,6 +257,10 @@ def wgrad_case(tag, sizes, K, N):
     report("fp8 rowwise wgrad", tag, flops, bench(run), t_torch, relerr(d, ref),
            relerr(tout, ref) if tout is not None else -1,
            relerr(d, tout.float()) if tout is not None else 0.0, 5e-2)
+    if SWEEP:
+        sweep("fp8 rowwise wgrad", tag, flops,
+              lambda bn, st, ep: lambda: ours(1, 1, offs, total, N, K, 0, yq, xq, d, sy, sx, N, K,
+                                              block_n=bn, stages=st, epilogue=ep))
 
 
 def main():
@@ -232,7 +285,7 @@ def main():
     out_dir = os.environ.get("OUT", "/tmp/out")
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "grouped_gemm_bench.json"), "w") as f:
-        json.dump(rows, f, indent=1)
+        json.dump({"rows": rows, "sweep": sweep_rows}, f, indent=1)
     print("\nSUMMARY (TFLOP/s, median of", REPS, "CUDA-event timings; ratio = torch time / ours)")
     print(f"{'kind':18s} {'shape':18s} {'ours':>8s} {'torch':>8s} {'ratio':>6s} "
           f"{'err ours':>9s} {'err torch':>9s} valid")

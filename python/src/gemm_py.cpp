@@ -1,6 +1,8 @@
 // tessera._tessera.grouped_gemm on NumPy (or any DLPack) arrays: builds a GroupedGemmProblem from
 // the arrays and runs it, writing into the caller's output array. The Python wrapper
 // (tessera.grouped_gemm in __init__.py) allocates the output and carries bfloat16 as uint16.
+// An operand is an array, or a dict describing one copy of a quantized tensor (the arrays of
+// tessera.quantize(...) plus mode, element, logical shape, usage and scale layout).
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 
@@ -10,6 +12,7 @@
 #include "bindings.h"
 #include "tessera/core/status.h"
 #include "tessera/gemm/grouped_gemm.h"
+#include "tessera/quantize/types.h"
 
 namespace tessera::python {
 namespace {
@@ -19,6 +22,75 @@ using OptArray = std::optional<AnyArray>;
 // A view of `a`; `hint` ("" = from the array) lets uint16 carry bfloat16/float16 bits.
 TensorView typed_view(const AnyArray& a, const std::string& hint, const char* arg) {
   return view_of(a, hint.empty() ? array_dtype(a, arg) : parse_dtype(hint), arg);
+}
+
+// The scale layout of a quantized copy: the one whose scale shape `scale` has; when both layouts
+// give that shape, `layout` ("compact"/"swizzled") must say which (never guessed).
+ScaleLayout resolve_layout(QuantizerConfig c, int64_t rows, int64_t cols, bool columnwise,
+                           const TensorView& scale, const std::string& layout) {
+  auto matches = [&](ScaleLayout l) {
+    c.scale_layout = l;
+    const MatrixShape want = scale_shape(c, rows, cols, columnwise);
+    return scale.ndim == 2 && scale.shape[0] == want.rows && scale.shape[1] == want.cols;
+  };
+  if (!layout.empty()) {
+    TESSERA_CHECK(layout == "compact" || layout == "swizzled", "layout: '", layout,
+                  "' is not known; expected compact or swizzled");
+    return layout == "compact" ? ScaleLayout::kCompact : ScaleLayout::kSwizzled;
+  }
+  const bool swizzle_possible = c.mode == ScalingMode::kMXFP8 ||
+                                c.mode == ScalingMode::kMXFP8_32x32 ||
+                                c.mode == ScalingMode::kNVFP4 || c.mode == ScalingMode::kNVFP4_16x16;
+  const bool compact = matches(ScaleLayout::kCompact);
+  const bool swizzled = swizzle_possible && matches(ScaleLayout::kSwizzled);
+  TESSERA_CHECK(!(compact && swizzled), "layout: the scales of this ", scaling_mode_name(c.mode),
+                " copy have the same shape in the compact and the swizzled layout; pass "
+                "layout='compact' or 'swizzled'");
+  return swizzled ? ScaleLayout::kSwizzled : ScaleLayout::kCompact;
+}
+
+// A 2-D uint8 array of codes as a view of `element` codes (E2M1: two per byte).
+TensorView codes_view(const AnyArray& a, DType element, const char* arg) {
+  TESSERA_CHECK_STATUS(a.ndim() == 2 && array_dtype(a, arg) == DType::kUInt8,
+                       Status::kDTypeMismatch, arg, ": quantized data must be a 2-D uint8 array");
+  const int64_t per_byte = element == DType::kFloat4E2M1 ? 2 : 1;
+  return TensorView::contiguous(const_cast<void*>(a.data()), element,
+                                {static_cast<int64_t>(a.shape(0)),
+                                 static_cast<int64_t>(a.shape(1)) * per_byte});
+}
+
+// The dict of tessera.grouped_gemm's wrapper → a quantized GemmOperand over its arrays (which
+// the dict keeps alive for the call).
+GemmOperand quantized_operand(const nb::dict& d, const char* arg) {
+  QuantizedTensorView q;
+  q.config = make_config(scaling_mode_from_name(nb::cast<std::string>(d["mode"]).c_str()),
+                         parse_dtype(nb::cast<std::string>(d["element"])));
+  q.rows = nb::cast<int64_t>(d["rows"]);
+  q.cols = nb::cast<int64_t>(d["cols"]);
+  const bool cw = nb::cast<bool>(d["columnwise"]);
+  const AnyArray data = nb::cast<AnyArray>(d["data"]);
+  const AnyArray scale = nb::cast<AnyArray>(d["scale_inv"]);
+  const DType scale_dtype = array_dtype(scale, arg) == DType::kFloat32 ? DType::kFloat32
+                            : (q.config.mode == ScalingMode::kMXFP8 ||
+                               q.config.mode == ScalingMode::kMXFP8_32x32)
+                                ? DType::kFloat8E8M0
+                                : DType::kFloat8E4M3;
+  const TensorView s = view_of(scale, scale_dtype, arg);
+  q.config.scale_layout =
+      resolve_layout(q.config, q.rows, q.cols, cw, s, nb::cast<std::string>(d["layout"]));
+  (cw ? q.columnwise_data : q.data) = codes_view(data, q.config.element, arg);
+  (cw ? q.columnwise_scale_inv : q.scale_inv) = s;
+  if (!d["amax"].is_none()) {
+    (cw ? q.columnwise_amax : q.amax) =
+        view_of(nb::cast<AnyArray>(d["amax"]), DType::kFloat32, arg);
+  }
+  return GemmOperand::from_quantized(q, cw);
+}
+
+// An operand: an array (dense, dtype hint) or a quantized-copy dict.
+GemmOperand operand_of(const nb::object& x, const std::string& hint, const char* arg) {
+  if (nb::isinstance<nb::dict>(x)) return quantized_operand(nb::borrow<nb::dict>(x), arg);
+  return GemmOperand::from_dense(typed_view(nb::cast<AnyArray>(x), hint, arg));
 }
 
 GroupedGemmKind parse_kind(const std::string& kind) {
@@ -36,7 +108,7 @@ GroupOffsetsFormat parse_offsets_format(const std::string& f) {
                "' is not accepted; expected 'start' (G+1, leading 0) or 'end' (G, torch)");
 }
 
-void grouped_gemm_py(const AnyArray& a, const std::string& a_dtype, const AnyArray& b,
+void grouped_gemm_py(const nb::object& a, const std::string& a_dtype, const nb::object& b,
                      const std::string& b_dtype, const AnyArray& out, const std::string& out_dtype,
                      const OptArray& offsets, const std::string& kind, int64_t num_groups,
                      bool transpose_a, bool transpose_b, const std::string& offsets_format,
@@ -45,8 +117,8 @@ void grouped_gemm_py(const AnyArray& a, const std::string& a_dtype, const AnyArr
   GroupedGemmProblem p;
   p.kind = parse_kind(kind);
   p.num_groups = num_groups;
-  p.a = GemmOperand::from_dense(typed_view(a, a_dtype, "a"));
-  p.b = GemmOperand::from_dense(typed_view(b, b_dtype, "b"));
+  p.a = operand_of(a, a_dtype, "a");
+  p.b = operand_of(b, b_dtype, "b");
   p.d = typed_view(out, out_dtype, "out");
   p.transpose_a = transpose_a;
   p.transpose_b = transpose_b;

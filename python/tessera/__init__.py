@@ -54,10 +54,40 @@ def _gemm_operand(x, name):
     return arr, hint
 
 
+def _quantized_spec(q, usage, layout):
+    """The dict the binding reads for one copy of a tessera.quantize(...) result."""
+    if usage not in ("rowwise", "columnwise"):
+        raise Error(f"tessera invalid argument: usage: '{usage}' is not rowwise or columnwise")
+    cw = usage == "columnwise"
+    data = q.columnwise_data if cw else q.data
+    if data is None:
+        raise Error(f"tessera invalid argument: the GEMM reads the {usage} copy, which this "
+                    "quantized tensor does not have")
+    rows, cols = q.shape
+    nvfp4 = q.mode.startswith("nvfp4")
+    return {"data": data, "scale_inv": q.columnwise_scale_inv if cw else q.scale_inv,
+            "amax": (q.columnwise_amax if cw else q.amax) if nvfp4 else None, "mode": q.mode,
+            "element": q.element, "rows": rows, "cols": cols, "columnwise": cw,
+            "layout": layout or ""}
+
+
+def _is_quantized(x):
+    return isinstance(x, _tessera.QuantizedTensor)
+
+
+def _logical_shape(x, arr, groups):
+    """Shape of an operand: the array's, or a quantized (rows, cols) seen as (G, rows/G, cols)."""
+    if not _is_quantized(x):
+        return arr.shape
+    rows, cols = x.shape
+    return (groups, rows // groups, cols) if groups else (rows, cols)
+
+
 def grouped_gemm(a, b, offsets=None, *, kind: str = "m_grouped", transpose_a=None,
                  transpose_b=None, offsets_format: str = "start", out=None, out_dtype=None,
                  alpha: float = 1.0, group_alpha=None, beta: float = 0.0, bias=None,
-                 max_total_rows: int = -1):
+                 max_total_rows: int = -1, num_groups=None, a_usage=None, b_usage=None,
+                 layout=None):
     """Grouped GEMM D_g = alpha_g · op(A_g) op(B_g) + bias_g + beta · D_g on NumPy arrays.
 
     kind "m_grouped": a (T, K) rows grouped by `offsets`; b (G, N, K) (transpose_b=True, the
@@ -69,29 +99,49 @@ def grouped_gemm(a, b, offsets=None, *, kind: str = "m_grouped", transpose_a=Non
     offsets: int32/int64, "start" = G+1 entries with a leading 0, "end" = G cumulative end
       offsets (torch._grouped_mm's `offs`). Inputs float32/float16/bfloat16 (ml_dtypes);
       FP32 accumulation; out_dtype defaults to a's dtype. beta=1 needs a float32 `out`.
+    a and b may instead be results of tessera.quantize(...) (both, compatible recipes): a 3-D
+      operand is quantized as its (G·X, Y) reshape; a_usage/b_usage pick the copy read
+      (defaults: the copy whose blocks run along the contraction dim — rowwise for x and for W
+      in the forward, columnwise for W in dgrad and for both wgrad operands); `layout`
+      ("compact"/"swizzled") is needed only when the scale shape does not tell.
     Returns `out`.
     """
-    a_arr, a_hint = _gemm_operand(a, "a")
-    b_arr, b_hint = _gemm_operand(b, "b")
     if transpose_a is None:
         transpose_a = kind == "k_grouped"
     if transpose_b is None:
         transpose_b = kind != "k_grouped"
+    if num_groups is None and offsets is not None:
+        num_groups = len(offsets) - (1 if offsets_format == "start" else 0)
+    operands = []
+    for x, name, usage, three_d in ((a, "a", a_usage, kind == "batched"),
+                                    (b, "b", b_usage, kind != "k_grouped")):
+        if _is_quantized(x):
+            if usage is None:
+                usage = "columnwise" if (kind == "k_grouped" or (name == "b" and not transpose_b)
+                                         or (name == "a" and transpose_a)) else "rowwise"
+            if three_d and not num_groups:
+                raise Error(f"tessera invalid argument: num_groups: required with a quantized {name}")
+            operands.append((_quantized_spec(x, usage, layout), "",
+                             _logical_shape(x, None, num_groups if three_d else 0)))
+        else:
+            arr, hint = _gemm_operand(x, name)
+            operands.append((arr, hint, arr.shape))
+    (a_arr, a_hint, a_shape), (b_arr, b_hint, b_shape) = operands
     if kind == "k_grouped":
         if offsets is None:
             raise Error("tessera invalid argument: offsets: required for kind 'k_grouped'")
-        num_groups = len(offsets) - (1 if offsets_format == "start" else 0)
-        shape = (num_groups, a_arr.shape[-1], b_arr.shape[-1])
+        shape = (num_groups, a_shape[-1], b_shape[-1])
     else:
-        num_groups = b_arr.shape[0] if b_arr.ndim == 3 else 0
-        n = (b_arr.shape[1] if transpose_b else b_arr.shape[2]) if b_arr.ndim == 3 else 0
+        if num_groups is None:
+            num_groups = b_shape[0] if len(b_shape) == 3 else 0
+        n = (b_shape[1] if transpose_b else b_shape[2]) if len(b_shape) == 3 else 0
         if kind == "batched":
-            m = a_arr.shape[2] if transpose_a else a_arr.shape[1]
+            m = a_shape[2] if transpose_a else a_shape[1]
             shape = (num_groups, m, n)
         else:
-            shape = (a_arr.shape[0], n)
+            shape = (a_shape[0], n)
     if out is None:
-        dt = out_dtype or (a_hint or a_arr.dtype.name)
+        dt = out_dtype or (a_hint or (a_arr.dtype.name if not _is_quantized(a) else "float32"))
         dt = dt if dt in _GEMM_DTYPES else "float32"
         out = np.zeros(shape, dtype=np.uint16 if dt == "bfloat16" else np.dtype(dt))
         out_hint = "bfloat16" if dt == "bfloat16" else ""
@@ -110,9 +160,10 @@ def grouped_gemm(a, b, offsets=None, *, kind: str = "m_grouped", transpose_a=Non
     offs = None if offsets is None else np.ascontiguousarray(offsets)
     ga = None if group_alpha is None else np.ascontiguousarray(group_alpha, dtype=np.float32)
     bias_arr, bias_hint = _gemm_operand(bias, "bias")
-    _tessera.grouped_gemm(a_arr, a_hint, b_arr, b_hint, out, out_hint, offs, kind, int(num_groups),
-                          bool(transpose_a), bool(transpose_b), offsets_format,
-                          int(max_total_rows), float(alpha), ga, float(beta), bias_arr, bias_hint)
+    _tessera.grouped_gemm(a_arr, a_hint, b_arr, b_hint, out, out_hint, offs, kind,
+                          int(num_groups or 0), bool(transpose_a), bool(transpose_b),
+                          offsets_format, int(max_total_rows), float(alpha), ga, float(beta),
+                          bias_arr, bias_hint)
     return result
 
 

@@ -1,20 +1,98 @@
-// Validation of quantized GEMM operands. Until the quantize layer lands, quantized operands are
-// reported as unsupported.
+// Validation of quantized GEMM operands against the data model of quantize/types.h, and of the
+// recipe pairing of A and B.
 #include "gemm/gemm_quantized_check.h"
 
 namespace tessera::detail {
+namespace {
+
+// Recipes that can meet in one GEMM share a family: the scales of both are applied the same way.
+int recipe_family(ScalingMode m) {
+  switch (m) {
+    case ScalingMode::kTensor: return 1;
+    case ScalingMode::kRowwise: return 2;
+    case ScalingMode::kBlock1x128:
+    case ScalingMode::kBlock128x128: return 3;  // DeepGEMM: 1x128 activations, 128x128 weights
+    case ScalingMode::kMXFP8:
+    case ScalingMode::kMXFP8_32x32: return 4;
+    case ScalingMode::kNVFP4:
+    case ScalingMode::kNVFP4_16x16: return 5;
+    default: return 0;
+  }
+}
+
+bool is_nvfp4(ScalingMode m) { return recipe_family(m) == 5; }
+
+// The view has exactly `want`'s dtype and (rows, cols) (E2M1: cols rounded up to even, each row
+// starting on a byte), is contiguous and lives on `dev`.
+void check_buffer(const TensorView& v, const MatrixShape& want, Device dev, const char* name,
+                  const char* field) {
+  const int64_t cols = want.dtype == DType::kFloat4E2M1 ? (want.cols + 1) / 2 * 2 : want.cols;
+  TESSERA_CHECK_STATUS(v.dtype == want.dtype, Status::kDTypeMismatch, name, ".", field,
+                       ": dtype ", dtype_name(v.dtype), ", expected ", dtype_name(want.dtype));
+  TESSERA_CHECK_STATUS(v.ndim == 2 && v.shape[0] == want.rows && v.shape[1] == cols,
+                       Status::kShapeMismatch, name, ".", field, ": expected (", want.rows, ", ",
+                       cols, "), got ", v.to_string());
+  TESSERA_CHECK(v.is_contiguous(), name, ".", field, ": must be contiguous");
+  TESSERA_CHECK(v.device == dev, name, ".", field, ": is on ", to_string(v.device),
+                " but the quantized tensor is on ", to_string(dev));
+}
+
+// A per-tensor FP32 value buffer (kTensor scale_inv, NVFP4 global amax): 1 or G values.
+void check_per_group(const TensorView& v, int64_t groups, Device dev, const char* name,
+                     const char* field) {
+  TESSERA_CHECK(v.data != nullptr, name, ".", field, ": required by the recipe but absent");
+  TESSERA_CHECK_STATUS(v.dtype == DType::kFloat32, Status::kDTypeMismatch, name, ".", field,
+                       ": dtype ", dtype_name(v.dtype), ", expected float32");
+  TESSERA_CHECK_STATUS(v.numel() == 1 || v.numel() == groups, Status::kShapeMismatch, name, ".",
+                       field, ": ", v.numel(), " values; expected 1 (shared) or ", groups,
+                       " (one per group)");
+  TESSERA_CHECK(v.device == dev, name, ".", field, ": is on ", to_string(v.device),
+                " but the quantized tensor is on ", to_string(dev));
+}
+
+}  // namespace
 
 void check_quantized_operand(const GemmOperand& o, const char* name, int64_t num_groups) {
-  (void)num_groups;
-  TESSERA_FAIL(Status::kUnsupported, name, ": quantized operands (scaling mode ",
-               static_cast<int>(o.quantized.config.mode),
-               ") are not supported by grouped GEMM yet");
+  const QuantizedTensorView& q = o.quantized;
+  const QuantizerConfig& c = q.config;
+  TESSERA_CHECK(recipe_family(c.mode) != 0, name, ": scaling mode ", static_cast<int>(c.mode),
+                " is not a quantized recipe");
+  const bool fp4 = is_nvfp4(c.mode);
+  TESSERA_CHECK_STATUS(fp4 ? c.element == DType::kFloat4E2M1
+                           : (c.element == DType::kFloat8E4M3 || c.element == DType::kFloat8E5M2),
+                       Status::kDTypeMismatch, name, ": element ", dtype_name(c.element),
+                       " does not belong to recipe ", scaling_mode_name(c.mode));
+  TESSERA_CHECK(q.rows >= 0 && q.cols >= 0, name, ": shape (", q.rows, ", ", q.cols,
+                ") is negative");
+  const bool cw = o.columnwise;
+  TESSERA_CHECK(cw ? q.has_columnwise() : q.has_rowwise(), name, ": the GEMM reads the ",
+                cw ? "columnwise" : "rowwise", " copy, which this quantized tensor does not have");
+  TESSERA_CHECK_STATUS(!(fp4 && cw && c.random_hadamard), Status::kUnsupported, name,
+                       ": NVFP4 copies with the random Hadamard transform are not supported by "
+                       "grouped GEMM yet");
+  const TensorView& data = cw ? q.columnwise_data : q.data;
+  const TensorView& scale = cw ? q.columnwise_scale_inv : q.scale_inv;
+  check_buffer(data, data_shape(c, q.rows, q.cols, cw), q.device, name, cw ? "columnwise_data" : "data");
+  const char* scale_field = cw ? "columnwise_scale_inv" : "scale_inv";
+  if (c.mode == ScalingMode::kTensor) {
+    check_per_group(scale, num_groups, q.device, name, scale_field);
+  } else {
+    check_buffer(scale, scale_shape(c, q.rows, q.cols, cw), q.device, name, scale_field);
+  }
+  if (fp4) check_per_group(cw ? q.columnwise_amax : q.amax, num_groups, q.device, name,
+                           cw ? "columnwise_amax" : "amax");
 }
 
 void check_quantized_pair(const GemmOperand& a, const GemmOperand& b) {
   TESSERA_CHECK_STATUS(a.is_quantized == b.is_quantized, Status::kDTypeMismatch,
                        "A and B: one operand is quantized and the other is not; both must be "
                        "quantized (compatible recipes) or both FP32/BF16/FP16");
+  if (!a.is_quantized) return;
+  const ScalingMode ma = a.quantized.config.mode, mb = b.quantized.config.mode;
+  TESSERA_CHECK_STATUS(recipe_family(ma) == recipe_family(mb), Status::kDTypeMismatch,
+                       "A and B: recipes ", scaling_mode_name(ma), " and ", scaling_mode_name(mb),
+                       " cannot meet in one GEMM; expected the same recipe family (tensor, "
+                       "rowwise, block1x128/128x128, mxfp8/mxfp8_32x32, nvfp4/nvfp4_16x16)");
 }
 
 }  // namespace tessera::detail

@@ -132,6 +132,21 @@ GemmFixture make_fixture(const GemmCase& c, uint32_t seed) {
   return f;
 }
 
+GemmFixture copy_of(const GemmFixture& f) {
+  GemmFixture c = f;
+  for (Owned* o : {&c.a, &c.b, &c.d, &c.bias, &c.offsets, &c.group_alpha}) {
+    if (o->view.data != nullptr) o->view.data = o->bytes.data();
+  }
+  GroupedGemmProblem& p = c.problem;
+  if (!p.a.is_quantized) p.a.dense = c.a.view;
+  if (!p.b.is_quantized) p.b.dense = c.b.view;
+  p.d = c.d.view;
+  p.bias = c.bias.view;
+  p.group_offsets = c.offsets.view;
+  p.group_alpha = c.group_alpha.view;
+  return c;
+}
+
 Expected loop_of_gemms(const GemmFixture& f) {
   const GemmCase& c = f.c;
   const int64_t g_count = c.groups(), n = c.n;

@@ -61,6 +61,9 @@ struct GemmFixture {
 };
 
 GemmFixture make_fixture(const GemmCase& c, uint32_t seed = 1234);
+// A deep copy whose views (and the problem's dense operands, D, bias, offsets, group_alpha) point
+// into the copy's own storage; quantized operands are kept as they are.
+GemmFixture copy_of(const GemmFixture& f);
 // The oracle: for each group, op(A_g) and op(B_g) as dense FP64 matrices, one plain GEMM each.
 Expected loop_of_gemms(const GemmFixture& f);
 // D's element i as double.

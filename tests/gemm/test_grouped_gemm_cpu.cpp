@@ -23,6 +23,9 @@ std::vector<int64_t> ragged_rows(int64_t groups, uint32_t seed) {
   return r;
 }
 
+void add_batched_cases(DType in, std::vector<GemmCase>& cases);
+void add_mixed_cases(const std::vector<int64_t>& many, std::vector<GemmCase>& cases);
+
 std::vector<GemmCase> unquantized_cases() {
   std::vector<GemmCase> cases;
   const auto many = ragged_rows(43, 7);
@@ -65,22 +68,31 @@ std::vector<GemmCase> unquantized_cases() {
     w.group_rows = {61};
     w.extra_rows = 0;
     cases.push_back(w);
-    // Batched, every layout.
-    for (int layout = 0; layout < 4; ++layout) {
-      GemmCase bt;
-      bt.in_dtype = in;
-      bt.out_dtype = DType::kFloat32;
-      bt.kind = GroupedGemmKind::kBatched;
-      bt.batch_count = 3;
-      bt.m = 17, bt.n = 9, bt.k = 33;
-      bt.transpose_a = layout & 1;
-      bt.transpose_b = layout & 2;
-      bt.bias = layout == 3;
-      bt.name = std::string("batched_") + (bt.transpose_a ? "t" : "n") +
-                (bt.transpose_b ? "t_" : "n_") + tn;
-      cases.push_back(bt);
-    }
+    add_batched_cases(in, cases);
   }
+  add_mixed_cases(many, cases);
+  return cases;
+}
+
+// Batched, every layout.
+void add_batched_cases(DType in, std::vector<GemmCase>& cases) {
+  for (int layout = 0; layout < 4; ++layout) {
+    GemmCase bt;
+    bt.in_dtype = in;
+    bt.out_dtype = DType::kFloat32;
+    bt.kind = GroupedGemmKind::kBatched;
+    bt.batch_count = 3;
+    bt.m = 17, bt.n = 9, bt.k = 33;
+    bt.transpose_a = layout & 1;
+    bt.transpose_b = layout & 2;
+    bt.bias = layout == 3;
+    bt.name = std::string("batched_") + (bt.transpose_a ? "t" : "n") +
+              (bt.transpose_b ? "t_" : "n_") + dtype_name(in);
+    cases.push_back(bt);
+  }
+}
+
+void add_mixed_cases(const std::vector<int64_t>& many, std::vector<GemmCase>& cases) {
   // FP32 accumulation into main_grad (beta = 1) with BF16 operands; empty experts stay unchanged.
   GemmCase acc;
   acc.kind = GroupedGemmKind::kKGrouped;
@@ -111,7 +123,6 @@ std::vector<GemmCase> unquantized_cases() {
   mixed.out_dtype = DType::kBFloat16;
   mixed.name = "m_grouped_tn_fp32_to_bf16";
   cases.push_back(mixed);
-  return cases;
 }
 
 int64_t contraction(const GemmCase& c) {

@@ -134,6 +134,27 @@ TEST_P(CudaGroupedGemm, HostOffsetsAreCopiedNotSynced) { run_and_check(GetParam(
 INSTANTIATE_TEST_SUITE_P(Cases, CudaGroupedGemm, ::testing::ValuesIn(cuda_cases()),
                          [](const auto& param_info) { return param_info.param.name; });
 
+// The TMA-store epilogue (default for BF16 D, beta = 0) and the register-store epilogue
+// (config.variant = 1) write the same bits; ragged groups mix both paths inside one launch.
+TEST(CudaGroupedGemmEpilogue, TmaStoresEqualRegisterStores) {
+  if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  for (auto kind : {GroupedGemmKind::kMGrouped, GroupedGemmKind::kKGrouped}) {
+    const bool kg = kind == GroupedGemmKind::kKGrouped;
+    GemmCase c = bf16_case(kg ? "k_grouped" : "m_grouped", kind,
+                           kg ? std::vector<int64_t>{64, 0, 136, 256} : std::vector<int64_t>{0, 200, 64, 0, 333},
+                           kg ? 192 : 0, 264, kg ? 0 : 320);
+    GemmFixture f = make_fixture(c);
+    DeviceProblem tma(f, false), reg(f, false);
+    reg.problem.config.tile_n = 256;
+    reg.problem.config.variant = 1;
+    tma.problem.config.tile_n = 256;
+    grouped_gemm(tma.problem);
+    grouped_gemm(reg.problem);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(tma.d.storage.to_host<uint8_t>(), reg.d.storage.to_host<uint8_t>()) << c.name;
+  }
+}
+
 TEST(CudaGroupedGemmStatus, RefusesWhatTheSm90PathCannotRun) {
   if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
   // FP32 operands: the CUDA path takes BF16.

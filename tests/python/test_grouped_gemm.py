@@ -155,3 +155,62 @@ def test_errors_name_the_problem():
         tessera.grouped_gemm(a, b, np.array([0, 3, 5, 8]), out=np.zeros((9, 8), np.float32))
     with pytest.raises(tessera.Error, match="dtype mismatch"):
         tessera.grouped_gemm(a.astype(np.float64), b, np.array([0, 3, 5, 8]))
+
+
+# ---- quantized operands (tessera.quantize results) ---------------------------------------------
+def _per_group(offs, fn):
+    start = 0
+    for g, end in enumerate(offs[1:]):
+        fn(g, start, int(end))
+        start = int(end)
+
+
+@pytest.mark.parametrize("mode,w_mode,layout", [
+    ("tensor", "tensor", None), ("rowwise", "rowwise", None),
+    ("block1x128", "block128x128", None), ("mxfp8", "mxfp8", None),
+    ("mxfp8", "mxfp8_32x32", "swizzled"), ("nvfp4", "nvfp4_16x16", None),
+    ("nvfp4", "nvfp4", "swizzled")])
+def test_quantized_forward_dgrad_wgrad_equal_numpy_on_dequantized(mode, w_mode, layout):
+    rng = np.random.default_rng(11)
+    offs = np.array([0, 0, 40, 40, 104], dtype=np.int64)  # empty first and third expert
+    g, t, k, n = 4, 104, 96, 64
+    opts = {"layout": layout} if layout else {}
+    x = rng.standard_normal((t, k)).astype(np.float32)
+    dy = rng.standard_normal((t, n)).astype(np.float32)
+    w = rng.standard_normal((g * n, k)).astype(np.float32)  # (G, N, K) as (G·N, K)
+    qx = tessera.quantize(x, mode, rowwise=True, columnwise=True, **opts)
+    qdy = tessera.quantize(dy, mode, rowwise=True, columnwise=True, **opts)
+    qw = tessera.quantize(w, w_mode, rowwise=True, columnwise=True, **opts)
+    xr, xc = qx.dequantize(), qx.dequantize(columnwise=True)
+    dyr, dyc = qdy.dequantize(), qdy.dequantize(columnwise=True)
+    wr = qw.dequantize().reshape(g, n, k)
+    wc = qw.dequantize(columnwise=True).reshape(g, n, k)
+
+    y = tessera.grouped_gemm(qx, qw, offs, out_dtype="float32")  # forward: rowwise x, W
+    dx = tessera.grouped_gemm(qdy, qw, offs, transpose_b=False, out_dtype="float32")  # dgrad
+    dw = tessera.grouped_gemm(qdy, qx, offs, kind="k_grouped", out_dtype="float32")  # wgrad
+    y_ref, dx_ref, dw_ref = np.zeros((t, n)), np.zeros((t, k)), np.zeros((g, n, k))
+
+    def fill(e, s, end):
+        y_ref[s:end] = xr[s:end].astype(np.float64) @ wr[e].T
+        dx_ref[s:end] = dyr[s:end].astype(np.float64) @ wc[e]
+        dw_ref[e] = dyc[s:end].T.astype(np.float64) @ xc[s:end]
+    _per_group(offs, fill)
+    for got, ref in ((y, y_ref), (dx, dx_ref), (dw, dw_ref)):
+        assert rel_err(got, ref) < 1e-5
+    assert np.all(dw[0] == 0) and np.all(dw[2] == 0)  # empty experts
+
+
+def test_quantized_scale_layout_must_be_named_when_ambiguous():
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((128, 128)).astype(np.float32)  # compact and swizzled scales: (128, 4)
+    qx = tessera.quantize(x, "mxfp8", layout="swizzled")
+    qw = tessera.quantize(x, "mxfp8", layout="swizzled")
+    offs = np.array([0, 128], dtype=np.int64)
+    with pytest.raises(tessera.Error, match="layout"):
+        tessera.grouped_gemm(qx, qw, offs)
+    got = tessera.grouped_gemm(qx, qw, offs, layout="swizzled", out_dtype="float32")
+    ref = qx.dequantize().astype(np.float64) @ qw.dequantize().T
+    assert rel_err(got, ref) < 1e-5
+    with pytest.raises(tessera.Error, match="dtype mismatch"):  # quantized x dense
+        tessera.grouped_gemm(qx, x.reshape(1, 128, 128), offs, layout="swizzled")

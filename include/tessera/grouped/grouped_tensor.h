@@ -176,7 +176,8 @@ class GroupedTensor {
 
   // Recomputes first_dims and every offset from new device split sizes (same N, Σ <= capacity)
   // on `stream`: asynchronous, allocation-free, capturable in a CUDA graph. Only for tensors
-  // made by from_device_splits.
+  // made by from_device_splits. After a call that throws (CPU) or raises the error flag (CUDA)
+  // the metadata is unspecified until the next successful call.
   void update_from_device_splits(const TensorView& splits, const TensorView& tensor_offsets = {},
                                  const ScanOptions& scan = {}, Stream stream = {});
 

@@ -1,13 +1,14 @@
 // FP32 images of GEMM operands for the CPU backend (see operand_fp32.h).
 #include "gemm/cpu/operand_fp32.h"
 
+#include "gemm/cpu/blocking_parallel.h"
 #include "tessera/core/buffer.h"
 #include "tessera/core/dispatch.h"
 
 namespace tessera::detail {
 namespace {
 
-constexpr int64_t kParallelMin = 1 << 15;  // elements below which a loop stays serial
+constexpr int64_t kParallelMin = 1 << 16;  // elements per thread, at least
 
 bool used_in_place(const GemmOperand& o) {
   return !o.is_quantized && o.dense.dtype == DType::kFloat32;
@@ -33,28 +34,30 @@ int64_t operand_fp32_bytes(const GemmOperand& o, int64_t rows, int64_t cols) {
   return used_in_place(o) ? 0 : fp32_region_bytes(rows * cols);
 }
 
-const float* operand_fp32(const GemmOperand& o, const char* name, int64_t rows, int64_t cols,
-                          WorkspaceCursor& ws) {
-  if (used_in_place(o)) return o.dense.as<float>();
+Fp32Image operand_fp32(const GemmOperand& o, const char* name, int64_t rows,
+                       const std::vector<int64_t>& group_starts, WorkspaceCursor& ws) {
+  const int64_t cols = o.is_quantized ? o.quantized.cols : o.dense.shape[o.dense.ndim - 1];
+  if (used_in_place(o)) return {o.dense.as<float>(), cols, false};
   float* out = ws.take_floats(rows * cols);
+  if (o.is_quantized) return cpu::dequantize_operand(o, rows, group_starts, out);
   const int64_t n = rows * cols;
-  TESSERA_CHECK_STATUS(!o.is_quantized, Status::kUnsupported, name,
-                       ": quantized operands are not supported on the CPU yet");
   dispatch_float_input(o.dense.dtype, name, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* src = o.dense.as<T>();
-#pragma omp parallel for schedule(static) if (n > kParallelMin)
-    for (int64_t i = 0; i < n; ++i) out[i] = to_float(src[i]);
+    cpu::parallel_ranges(n, kParallelMin, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) out[i] = to_float(src[i]);
+    });
   });
-  return out;
+  return {out, cols, false};
 }
 
 void store_fp32(const float* src, const TensorView& out, int64_t elems) {
   dispatch_float_input(out.dtype, "D", [&](auto tag) {
     using T = typename decltype(tag)::type;
     T* dst = out.as<T>();
-#pragma omp parallel for schedule(static) if (elems > kParallelMin)
-    for (int64_t i = 0; i < elems; ++i) dst[i] = from_float<T>(src[i]);
+    cpu::parallel_ranges(elems, kParallelMin, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) dst[i] = from_float<T>(src[i]);
+    });
   });
 }
 

@@ -1,9 +1,10 @@
 // FP32 images of GEMM operands for the CPU backend: the workspace carve-up, conversion of
-// BF16/FP16 operands and dequantization of quantized ones (OpenMP loops), and the store of an
-// FP32 result into a BF16/FP16 output.
+// BF16/FP16 operands and dequantization of quantized ones (OpenMP loops over stored rows), and the
+// store of an FP32 result into a BF16/FP16 output.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "tessera/gemm/grouped_gemm.h"
 
@@ -20,15 +21,34 @@ struct WorkspaceCursor {
   float* take_floats(int64_t elems);  // kInternal when the workspace was sized too small
 };
 
+// An FP32 image of an operand's logical (rows, cols) matrix: logical element (r, c) lives at
+// data[r * ld + c], or at data[c * ld + r] when `transposed` (a transposed columnwise copy is
+// dequantized in its stored orientation; BLAS applies the transpose).
+struct Fp32Image {
+  const float* data = nullptr;
+  int64_t ld = 0;
+  bool transposed = false;
+  // The sub-matrix whose logical top-left element is (r0, 0).
+  const float* rows_from(int64_t r0) const { return transposed ? data + r0 : data + r0 * ld; }
+};
+
 // Workspace bytes operand_fp32 needs for `rows` × `cols` of `o` (0 for an FP32 dense operand).
 int64_t operand_fp32_bytes(const GemmOperand& o, int64_t rows, int64_t cols);
 
-// The first `rows` logical rows of `o` as an FP32 row-major (rows, cols) matrix: the operand's
-// own memory when it is FP32 dense, else converted/dequantized into a region of `ws`.
-const float* operand_fp32(const GemmOperand& o, const char* name, int64_t rows, int64_t cols,
-                          WorkspaceCursor& ws);
+// The first `rows` logical rows of `o` as FP32: the operand's own memory when it is FP32 dense,
+// else converted/dequantized into a region of `ws`. `group_starts` (G+1 logical row starts)
+// maps rows to groups for per-group kTensor scales and NVFP4 global amax.
+Fp32Image operand_fp32(const GemmOperand& o, const char* name, int64_t rows,
+                       const std::vector<int64_t>& group_starts, WorkspaceCursor& ws);
 
 // Rounds `elems` FP32 values into the first `elems` elements of `out` (BF16/FP16, RNE).
 void store_fp32(const float* src, const TensorView& out, int64_t elems);
+
+namespace cpu {
+// Dequantizes the first `rows` logical rows of quantized operand `o` into `out` (see Fp32Image;
+// the image's ld is cols, or `rows` when transposed). Defined in dequantize_operand.cpp.
+Fp32Image dequantize_operand(const GemmOperand& o, int64_t rows,
+                             const std::vector<int64_t>& group_starts, float* out);
+}  // namespace cpu
 
 }  // namespace tessera::detail

@@ -11,14 +11,16 @@
 //     roundup(T, 8)); device group starts must be multiples of 8 rows (16-byte TMA rule): a group
 //     that is not is written as NaN (host offsets are checked in can_implement instead).
 //   - offsets / group_alpha in host memory are copied into the workspace (host→device only).
-// Quantized operands are rejected by the front end for now; the kernel already takes FP8 E4M3
-// with per-tensor and rowwise scales through the internal API (tests/gemm_cuda).
+//   - FP8 E4M3 quantized operands (per-tensor or rowwise scales) read in place, no transposes:
+//     the copies and scale indexing of quantized_operands.h (forward, dgrad, wgrad);
+//     K-grouped FP8 group starts must be multiples of 16 rows.
 #include <cuda_runtime.h>
 
 #include <string>
 
 #include "gemm/cuda/grouped_gemm_sm90.h"
 #include "gemm/cuda/heuristics/grouped_gemm_config.h"
+#include "gemm/cuda/quantized_operands.h"
 #include "gemm/cuda/transpose_16bit.h"
 #include "gemm/gemm_backend.h"
 #include "tessera/core/cuda_check.h"
@@ -46,7 +48,9 @@ WorkspaceLayout layout_of(const GroupedGemmProblem& p, const GroupedGemmDims& d)
   if (p.group_offsets.device.is_cpu())
     w.offsets_bytes = p.group_offsets.numel() * (p.group_offsets.dtype == DType::kInt64 ? 8 : 4);
   if (p.group_alpha.data != nullptr && p.group_alpha.device.is_cpu()) w.alpha_bytes = d.groups * 4;
-  if (kg) {
+  if (p.a.is_quantized) {
+    // FP8 copies are read in place (quantized_operands.h)
+  } else if (kg) {
     w.ld_t = round_up(d.capacity > 0 ? d.capacity : 1, 8);
     w.a_t_bytes = d.m * w.ld_t * 2;
     w.b_t_bytes = d.n * w.ld_t * 2;
@@ -74,19 +78,20 @@ bool device_is_sm90(int ordinal) {
   return prop.major == 9;
 }
 
-// The reason the sm90 path cannot run `p`, or empty.
+// The reason the sm90 path cannot run `p`, or empty (quantized operands: map_fp8_problem
+// decides about them afterwards).
 std::string unsupported_reason(const GroupedGemmProblem& p, const GroupedGemmDims& d) {
   if (!device_is_sm90(p.a.device().index)) return "the CUDA grouped GEMM needs an sm_90 GPU";
   if (p.kind == GroupedGemmKind::kBatched) return "batched (3D x 3D) GEMM is not implemented on CUDA";
-  if (p.a.is_quantized || p.b.is_quantized) return "quantized operands are not wired to CUDA yet";
-  if (p.a.dense.dtype != DType::kBFloat16 || p.b.dense.dtype != DType::kBFloat16)
-    return "dense operands must be BF16 on CUDA (FP32/FP16 operands: CPU backend)";
   if (p.d.dtype != DType::kBFloat16 && p.d.dtype != DType::kFloat16 && p.d.dtype != DType::kFloat32)
     return "D must be BF16, FP16 or FP32";
   if (d.n % 8 != 0) return "N must be a multiple of 8 on CUDA";
+  if (d.groups > 65535) return "more than 65535 groups";
+  if (p.a.is_quantized || p.b.is_quantized) return {};
+  if (p.a.dense.dtype != DType::kBFloat16 || p.b.dense.dtype != DType::kBFloat16)
+    return "dense operands must be BF16 on CUDA (FP32/FP16 operands: CPU backend)";
   if (p.kind == GroupedGemmKind::kMGrouped && d.k % 8 != 0)
     return "K must be a multiple of 8 (16-byte TMA rows) on CUDA";
-  if (d.groups > 65535) return "more than 65535 groups";
   return {};
 }
 
@@ -94,13 +99,14 @@ OutType out_type(DType t) {
   return t == DType::kFloat32 ? OutType::kFP32 : (t == DType::kBFloat16 ? OutType::kBF16 : OutType::kFP16);
 }
 
-// Host offsets of a K-grouped problem: every start must be a multiple of 8 rows.
+// Host offsets of a K-grouped problem: every start must be 16-byte aligned (8 BF16 / 16 FP8 rows).
 std::string host_offsets_reason(const GroupedGemmProblem& p) {
   if (p.kind != GroupedGemmKind::kKGrouped || !p.group_offsets.device.is_cpu()) return {};
+  const int64_t rows = p.a.is_quantized ? 16 : 8;
   for (int64_t s : host_start_offsets(p))
-    if (s % 8 != 0)
-      return "K-grouped group starts must be multiples of 8 rows on CUDA (16-byte TMA loads); got " +
-             std::to_string(s);
+    if (s % rows != 0)
+      return "K-grouped group starts must be multiples of " + std::to_string(rows) +
+             " rows on CUDA (16-byte TMA loads); got " + std::to_string(s);
   return {};
 }
 
@@ -111,6 +117,11 @@ Status grouped_gemm_cuda_can_implement(const GroupedGemmProblem& p, const Groupe
   try {
     std::string why = unsupported_reason(p, dims);
     Status s = Status::kUnsupported;
+    if (why.empty() && p.a.is_quantized) {
+      gemm_cuda::Fp8ProblemMap m;
+      s = gemm_cuda::map_fp8_problem(p, dims, &m, &why);
+      if (s == Status::kOk) s = Status::kUnsupported;
+    }
     if (why.empty()) {
       why = host_offsets_reason(p);
       s = Status::kMisaligned;
@@ -129,6 +140,27 @@ int64_t grouped_gemm_cuda_workspace_size(const GroupedGemmProblem& p, const Grou
 }
 
 namespace {
+
+// FP8 operands, scales and B's per-group coordinates (quantized_operands.h); can_implement
+// accepted the problem.
+void describe_fp8(const GroupedGemmProblem& p, const GroupedGemmDims& d, Sm90GroupedGemm* g) {
+  gemm_cuda::Fp8ProblemMap m;
+  std::string why;
+  const Status s = gemm_cuda::map_fp8_problem(p, d, &m, &why);
+  TESSERA_CHECK_STATUS(s == Status::kOk, s, why);
+  auto& k = g->params;
+  g->elem = gemm_cuda::ElemKind::kE4M3;
+  g->a = m.a.matrix;
+  g->b = m.b.matrix;
+  k.scale_a = m.a.scale;
+  k.sa_gs = m.a.scale_gs;
+  k.sa_rs = m.a.scale_rs;
+  k.scale_b = m.b.scale;
+  k.sb_gs = m.b.scale_gs;
+  k.sb_rs = m.b.scale_rs;
+  k.b_group_rows = m.b_group_rows;
+  k.b_group_cols = m.b_group_cols;
+}
 
 // The kernel launch description of a problem whose workspace regions are at `ws`.
 Sm90GroupedGemm describe(const GroupedGemmProblem& p, const GroupedGemmDims& d,
@@ -159,7 +191,9 @@ Sm90GroupedGemm describe(const GroupedGemmProblem& p, const GroupedGemmDims& d,
     k.bias_type = out_type(p.bias.dtype);
     k.bias_gs = d.n;
   }
-  if (k.k_grouped) {
+  if (p.a.is_quantized) {
+    describe_fp8(p, d, &g);
+  } else if (k.k_grouped) {
     g.a = {at(w.a_t), d.m, d.capacity, w.ld_t};
     g.b = {at(w.b_t), d.n, d.capacity, w.ld_t};
   } else {
@@ -179,7 +213,7 @@ GroupedGemmConfig grouped_gemm_cuda_select_config(const GroupedGemmProblem& p,
   GroupedGemmConfig out;
   out.tile_m = gemm_sm90::kBlockM;
   out.tile_n = c.block_n;
-  out.tile_k = gemm_sm90::kTileKBytes / 2;
+  out.tile_k = gemm_sm90::kTileKBytes / (p.a.is_quantized ? 1 : 2);
   out.stages = c.stages;
   out.cluster_m = out.cluster_n = 1;
   out.num_sms = c.num_sms;
@@ -200,7 +234,9 @@ void grouped_gemm_cuda(const GroupedGemmProblem& p, const GroupedGemmDims& dims,
   if (w.alpha_bytes)
     TESSERA_CUDA_CHECK(cudaMemcpyAsync(ws + w.alpha, p.group_alpha.data, w.alpha_bytes,
                                        cudaMemcpyHostToDevice, s));
-  if (p.kind == GroupedGemmKind::kKGrouped) {  // (T, M) → (M, ld_t), (T, N) → (N, ld_t)
+  if (p.a.is_quantized) {
+    // FP8: the quantizer's copies are already K-major
+  } else if (p.kind == GroupedGemmKind::kKGrouped) {  // (T, M) → (M, ld_t), (T, N) → (N, ld_t)
     gemm_cuda::transpose_16bit(p.a.dense.data, ws + w.a_t, 1, dims.capacity, dims.m, w.ld_t, s);
     gemm_cuda::transpose_16bit(p.b.dense.data, ws + w.b_t, 1, dims.capacity, dims.n, w.ld_t, s);
   } else if (!p.transpose_b) {  // (G, K, N) → (G, N, K)
@@ -213,6 +249,7 @@ void grouped_gemm_cuda(const GroupedGemmProblem& p, const GroupedGemmDims& dims,
     g.config.block_n = p.config.tile_n ? p.config.tile_n : 256;
     g.config.stages = p.config.stages ? p.config.stages : (g.config.block_n == 256 ? 4 : 6);
     g.config.num_sms = p.config.num_sms;
+    g.config.tma_store = p.config.variant != 1;  // variant 1: register-store epilogue
   }
   gemm_cuda::launch_grouped_gemm_sm90(g, ws + w.maps, w.maps_bytes, s);
 }

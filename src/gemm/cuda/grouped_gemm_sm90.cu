@@ -9,6 +9,8 @@
 
 #include <cuda/ptx>
 
+#include <algorithm>
+
 #include "gemm/cuda/grouped_gemm_sm90.h"
 #include "gemm/cuda/kernels/grouped_gemm_sm90.cuh"
 #include "tessera/core/cuda_check.h"
@@ -57,6 +59,26 @@ CUtensorMap make_map(const KMajorMatrix& m, ElemKind e, int box_rows) {
   TESSERA_CHECK_STATUS(r == CUDA_SUCCESS, Status::kDeviceError,
                        "cuTensorMapEncodeTiled failed with CUresult ", static_cast<int>(r),
                        " (rows ", m.rows, ", cols ", m.cols, ", ld ", m.ld, ")");
+  return map;
+}
+
+// 2-D map over D (rows, n) BF16/FP16 for the TMA-store epilogue: box 64 columns x 64 rows,
+// 128-byte swizzle (the staging layout of epilogue_tma).
+CUtensorMap make_store_map(const KernelParams& p, int64_t rows) {
+  TESSERA_CHECK_STATUS(reinterpret_cast<uintptr_t>(p.d) % 16 == 0 && (p.ldd * 2) % 16 == 0,
+                       Status::kMisaligned, "D must be 16-byte aligned with a 16-byte row stride");
+  CUtensorMap map{};
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(p.n), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(p.ldd * 2)};
+  const cuuint32_t box[2] = {gemm_sm90::kStoreBoxCols, 64};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  const CUresult r = encode_fn()(
+      &map, p.out_type == gemm_sm90::OutType::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                    : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+      2, p.d, dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  TESSERA_CHECK_STATUS(r == CUDA_SUCCESS, Status::kDeviceError,
+                       "cuTensorMapEncodeTiled (D) failed with CUresult ", static_cast<int>(r));
   return map;
 }
 
@@ -123,15 +145,16 @@ __global__ void build_group_maps_kernel(const __grid_constant__ CUtensorMap tmpl
 }
 
 template <class Elem, int kBlockN>
-void launch_kernel(const CUtensorMap& ma, const CUtensorMap& mb, const KernelParams& p, int grid,
-                   cudaStream_t stream) {
+void launch_kernel(const CUtensorMap& ma, const CUtensorMap& mb, const CUtensorMap& md,
+                   const KernelParams& p, int grid, cudaStream_t stream) {
   auto kernel = gemm_sm90::grouped_gemm_sm90_kernel<Elem, kBlockN>;
   const size_t smem = static_cast<size_t>(p.stages) *
                           (gemm_sm90::kBlockM + kBlockN) * gemm_sm90::kTileKBytes +
+                      (p.tma_store ? 2 * 64 * kBlockN * 2 : 0) +
                       2 * gemm_sm90::kMaxStages * sizeof(uint64_t) + 1024;
   TESSERA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(smem)));
-  kernel<<<grid, gemm_sm90::kNumThreads, smem, stream>>>(ma, mb, p);
+  kernel<<<grid, gemm_sm90::kNumThreads, smem, stream>>>(ma, mb, md, p);
   TESSERA_CUDA_CHECK_LAUNCH();
 }
 
@@ -155,6 +178,12 @@ void launch_grouped_gemm_sm90(const Sm90GroupedGemm& g, void* workspace, int64_t
   TESSERA_CHECK_STATUS(p.stages >= 2 && p.stages <= gemm_sm90::kMaxStages, Status::kInvalidArgument,
                        "stages must be in [2, ", gemm_sm90::kMaxStages, "], got ", p.stages);
   if (p.num_groups == 0) return;
+  // TMA-store epilogue: BF16/FP16 D, beta = 0; its staging buffer costs one stage at block_n 256
+  // (3 stages) and at 128 (5 stages) to stay within 227 KiB of shared memory.
+  p.tma_store = cfg.tma_store && p.beta == 0.0f && p.out_type != gemm_sm90::OutType::kFP32;
+  if (p.tma_store) p.stages = std::min(p.stages, cfg.block_n == 256 ? 3 : 5);
+  CUtensorMap md{};
+  if (p.tma_store) md = make_store_map(p, p.k_grouped ? int64_t{p.num_groups} * p.m : p.capacity);
   // Per-member K-grouped operands: the template's address/width/stride are replaced per group;
   // give it a valid 16-byte stride.
   KMajorMatrix ta = g.a, tb = g.b;
@@ -201,11 +230,11 @@ void launch_grouped_gemm_sm90(const Sm90GroupedGemm& g, void* workspace, int64_t
   using gemm_sm90::ElemBF16;
   using gemm_sm90::ElemE4M3;
   if (g.elem == ElemKind::kBF16) {
-    if (cfg.block_n == 256) launch_kernel<ElemBF16, 256>(ma, mb, p, grid, stream);
-    else launch_kernel<ElemBF16, 128>(ma, mb, p, grid, stream);
+    if (cfg.block_n == 256) launch_kernel<ElemBF16, 256>(ma, mb, md, p, grid, stream);
+    else launch_kernel<ElemBF16, 128>(ma, mb, md, p, grid, stream);
   } else {
-    if (cfg.block_n == 256) launch_kernel<ElemE4M3, 256>(ma, mb, p, grid, stream);
-    else launch_kernel<ElemE4M3, 128>(ma, mb, p, grid, stream);
+    if (cfg.block_n == 256) launch_kernel<ElemE4M3, 256>(ma, mb, md, p, grid, stream);
+    else launch_kernel<ElemE4M3, 128>(ma, mb, md, p, grid, stream);
   }
 }
 

@@ -25,6 +25,9 @@ struct Sm90Config {
   int block_n = 256;  // 128 or 256
   int stages = 4;
   int num_sms = 0;    // persistent CTAs (0 = all SMs)
+  // Epilogue through shared memory + TMA stores where it applies (BF16/FP16 D, beta = 0; see
+  // KernelParams::tma_store); caps stages at 3 (block_n 256) / 5 (128).
+  bool tma_store = true;
 };
 
 struct Sm90GroupedGemm {

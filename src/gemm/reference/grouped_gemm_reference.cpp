@@ -24,6 +24,13 @@ std::vector<int64_t> reference_starts(const GroupedGemmProblem& p) {
   return starts;
 }
 
+// Row starts g·(rows/G) of an operand holding G equal groups.
+std::vector<int64_t> per_group_rows(int64_t groups, int64_t rows) {
+  std::vector<int64_t> starts;
+  for (int64_t g = 0; g <= groups; ++g) starts.push_back(g * (rows / groups));
+  return starts;
+}
+
 // D as FP64 values (read for beta = 1) and the writer that rounds them into D's dtype.
 double read_d(const TensorView& d, int64_t i) { return d.as<float>()[i]; }
 
@@ -61,8 +68,10 @@ void finish(const GroupedGemmProblem& p, int64_t g, int64_t index, int64_t j, in
 void reference_m_grouped(const GroupedGemmProblem& p, const GroupedGemmDims& dims,
                          const std::vector<int64_t>& s) {
   const int64_t k = dims.k, n = dims.n;
-  const ReferenceMatrix a = reference_read(p.a, s.back());              // (total, K)
-  const ReferenceMatrix b = reference_read(p.b, operand_rows(p.b));     // (G·N, K) or (G·K, N)
+  const ReferenceMatrix a = reference_read(p.a, s.back(), s);  // (total, K)
+  const ReferenceMatrix b = reference_read(p.b, operand_rows(p.b),
+                                           per_group_rows(p.num_groups, operand_rows(p.b)));
+  // b: (G·N, K) or (G·K, N)
   for (int64_t g = 0; g < p.num_groups; ++g) {
     for (int64_t i = s[g]; i < s[g + 1]; ++i) {
       for (int64_t j = 0; j < n; ++j) {
@@ -81,8 +90,8 @@ void reference_m_grouped(const GroupedGemmProblem& p, const GroupedGemmDims& dim
 void reference_k_grouped(const GroupedGemmProblem& p, const GroupedGemmDims& dims,
                          const std::vector<int64_t>& s) {
   const int64_t m = dims.m, n = dims.n;
-  const ReferenceMatrix a = reference_read(p.a, s.back());  // (total, M)
-  const ReferenceMatrix b = reference_read(p.b, s.back());  // (total, N)
+  const ReferenceMatrix a = reference_read(p.a, s.back(), s);  // (total, M)
+  const ReferenceMatrix b = reference_read(p.b, s.back(), s);  // (total, N)
   for (int64_t g = 0; g < p.num_groups; ++g) {
     for (int64_t i = 0; i < m; ++i) {
       for (int64_t j = 0; j < n; ++j) {
@@ -96,8 +105,10 @@ void reference_k_grouped(const GroupedGemmProblem& p, const GroupedGemmDims& dim
 
 void reference_batched(const GroupedGemmProblem& p, const GroupedGemmDims& dims) {
   const int64_t m = dims.m, n = dims.n, k = dims.k;
-  const ReferenceMatrix a = reference_read(p.a, operand_rows(p.a));  // (G·M, K) or (G·K, M)
-  const ReferenceMatrix b = reference_read(p.b, operand_rows(p.b));  // (G·N, K) or (G·K, N)
+  const int64_t a_rows = operand_rows(p.a), b_rows = operand_rows(p.b);
+  const ReferenceMatrix a = reference_read(p.a, a_rows, per_group_rows(p.num_groups, a_rows));
+  const ReferenceMatrix b = reference_read(p.b, b_rows, per_group_rows(p.num_groups, b_rows));
+  // a: (G·M, K) or (G·K, M); b: (G·N, K) or (G·K, N)
   for (int64_t g = 0; g < p.num_groups; ++g) {
     for (int64_t i = 0; i < m; ++i) {
       for (int64_t j = 0; j < n; ++j) {

@@ -1,7 +1,7 @@
 // The reference's reading of a GEMM operand: its first `rows` LOGICAL rows as an FP64 matrix,
-// dense operands converted element by element, quantized ones dequantized from the spec (code ×
-// the scale of its block, read straight from the stored layout). Shares no code with the CPU
-// backend's conversion.
+// dense operands converted element by element, quantized ones dequantized element by element
+// from the spec (code × the scale of its block, read straight from the stored layout, the
+// product taken in FP32 as the quantize layer defines it). Shares no code with the CPU backend.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +18,8 @@ struct ReferenceMatrix {
   double at(int64_t r, int64_t c) const { return values[static_cast<size_t>(r * cols + c)]; }
 };
 
-ReferenceMatrix reference_read(const GemmOperand& o, int64_t rows);
+// group_starts: G+1 logical row starts (for per-group kTensor scales / NVFP4 global amax).
+ReferenceMatrix reference_read(const GemmOperand& o, int64_t rows,
+                               const std::vector<int64_t>& group_starts);
 
 }  // namespace tessera::detail

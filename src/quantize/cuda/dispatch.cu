@@ -1,24 +1,304 @@
-// Placeholder of the CUDA quantize backend so that the CUDA build links; the CUDA engineer
-// replaces it with src/quantize/cuda/<format>/ kernels behind these entry points.
+// The CUDA quantization dispatcher: validates the views, then routes each scaling mode to its
+// format folder (fp8_tensor/, fp8_rowwise/, fp8_block/, mxfp8/, nvfp4/). Scratch memory comes
+// from the stream-ordered allocator, so a whole quantize is capturable in a CUDA graph.
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "quantize/cuda/kernels.h"
 #include "quantize/quantize_backend.h"
+#include "quantize/cuda/launch_config.h"
+#include "tessera/core/cuda_check.h"
 #include "tessera/core/status.h"
 
 namespace tessera::detail {
+namespace {
 
-void quantize_cuda(const QuantizerConfig& config, const TensorView&, const QuantizedTensorView&,
-                   const QuantizeRequest&, Stream) {
-  TESSERA_FAIL(Status::kUnsupported, "quantize: ", scaling_mode_name(config.mode),
-               " is not yet implemented on CUDA");
+using cuda_quant::Fp8CastArgs;
+using cuda_quant::Fp8ScaleSource;
+using cuda_quant::ceil_div;
+
+float fp8_max_of(DType element) {
+  TESSERA_CHECK_STATUS(element == DType::kFloat8E4M3 || element == DType::kFloat8E5M2,
+                       Status::kDTypeMismatch, "quantize: FP8 recipes take element e4m3 or e5m2, got ",
+                       dtype_name(element));
+  return element == DType::kFloat8E4M3 ? 448.0f : 57344.0f;
 }
 
-void dequantize_cuda(const QuantizedTensorView& q, const TensorView&, bool, Stream) {
-  TESSERA_FAIL(Status::kUnsupported, "dequantize: ", scaling_mode_name(q.config.mode),
-               " is not yet implemented on CUDA");
+// Stream-ordered scratch, freed on the same stream (graph-capturable).
+class Scratch {
+ public:
+  Scratch(size_t bytes, cudaStream_t s) : stream_(s) {
+    TESSERA_CUDA_CHECK(cudaMallocAsync(&ptr_, bytes, s));
+    TESSERA_CUDA_CHECK(cudaMemsetAsync(ptr_, 0, bytes, s));
+  }
+  ~Scratch() { cudaFreeAsync(ptr_, stream_); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
+
+ private:
+  void* ptr_ = nullptr;
+  cudaStream_t stream_;
+};
+
+void quantize_tensor(const QuantizerConfig& cfg, const TensorView& x,
+                     const QuantizedTensorView& out, const QuantizeRequest& req, cudaStream_t s) {
+  Fp8CastArgs a;
+  a.x = x.data;
+  a.rows = out.rows;
+  a.cols = out.cols;
+  a.in = x.dtype;
+  a.element = cfg.element;
+  a.q_row = req.rowwise ? out.data.as<uint8_t>() : nullptr;
+  a.q_col = req.columnwise ? out.columnwise_data.as<uint8_t>() : nullptr;
+  Fp8ScaleSource src;
+  src.fp8_max = fp8_max_of(cfg.element);
+  src.eps = cfg.amax_epsilon;
+  src.pow2 = cfg.power_of_two_scales;
+  float* amax_row = req.rowwise ? out.amax.as<float>() : nullptr;
+  float* amax_col = req.columnwise ? out.columnwise_amax.as<float>() : nullptr;
+  // The output's own amax field is the atomic target (no scratch allocation on this path).
+  float* amax_main = amax_row != nullptr ? amax_row : amax_col;
+  float* amax_other = amax_row != nullptr ? amax_col : nullptr;
+  TESSERA_CHECK(amax_main != nullptr, "quantize: per-tensor FP8 output has no amax buffer");
+  auto* target = reinterpret_cast<uint32_t*>(amax_main);
+  TESSERA_CUDA_CHECK(cudaMemsetAsync(target, 0, sizeof(uint32_t), s));
+  if (cfg.delayed) {
+    TESSERA_CHECK(req.delayed_scale != nullptr && req.amax_history != nullptr,
+                  "quantize: delayed scaling needs the quantizer's scale and amax history");
+    src.scale = req.delayed_scale;
+    // Slot 0 of the history is SET to this tensor's amax: clear it, then max into it.
+    TESSERA_CUDA_CHECK(cudaMemsetAsync(req.amax_history, 0, sizeof(float), s));
+    a.amax_accum = reinterpret_cast<uint32_t*>(req.amax_history);
+    a.amax_accum2 = target;
+  } else {
+    cuda_quant::launch_tensor_amax(x.data, out.rows * out.cols, x.dtype, target, s);
+    src.amax = target;
+  }
+  Fp8ScaleSource col = src;
+  if (a.q_row != nullptr) {
+    src.scale_inv_out = out.scale_inv.as<float>();
+    src.scale_inv_out2 = a.q_col != nullptr ? out.columnwise_scale_inv.as<float>() : nullptr;
+    src.amax_out2 = cfg.delayed ? nullptr : amax_other;  // current: copied by block (0, 0)
+  } else {
+    col.scale_inv_out = out.columnwise_scale_inv.as<float>();
+  }
+  a.row_scale = src;
+  a.col_scale = col;
+  a.same_scale = true;
+  cuda_quant::launch_fp8_cast_transpose(a, s);
+  if (cfg.delayed && amax_other != nullptr) {
+    TESSERA_CUDA_CHECK(
+        cudaMemcpyAsync(amax_other, target, sizeof(float), cudaMemcpyDeviceToDevice, s));
+  }
 }
 
-void delayed_update_cuda(const QuantizerConfig&, float*, float*, Stream) {
-  TESSERA_FAIL(Status::kUnsupported, "Quantizer::update: delayed scaling is not yet implemented "
-               "on CUDA");
+void quantize_rowwise(const QuantizerConfig& cfg, const TensorView& x,
+                      const QuantizedTensorView& out, const QuantizeRequest& req, cudaStream_t s) {
+  const float fp8_max = fp8_max_of(cfg.element);
+  const int64_t M = out.rows, K = out.cols;
+  if (!req.columnwise) {
+    cuda_quant::launch_fp8_rowwise(x.data, M, K, x.dtype, cfg.element, cfg.amax_epsilon,
+                                   cfg.power_of_two_scales, out.data.as<uint8_t>(),
+                                   out.scale_inv.as<float>(), s);
+    return;
+  }
+  Scratch amax(sizeof(uint32_t) * static_cast<size_t>(M + K), s);  // row (M) then column (K)
+  uint32_t* row_amax = req.rowwise ? amax.as<uint32_t>() : nullptr;
+  uint32_t* col_amax = amax.as<uint32_t>() + M;
+  cuda_quant::launch_line_amax(x.data, M, K, x.dtype, row_amax, col_amax, s);
+  Fp8CastArgs a;
+  a.x = x.data;
+  a.rows = M;
+  a.cols = K;
+  a.in = x.dtype;
+  a.element = cfg.element;
+  a.q_row = req.rowwise ? out.data.as<uint8_t>() : nullptr;
+  a.q_col = out.columnwise_data.as<uint8_t>();
+  Fp8ScaleSource src;
+  src.fp8_max = fp8_max;
+  src.eps = cfg.amax_epsilon;
+  src.pow2 = cfg.power_of_two_scales;
+  src.stride = 1;
+  Fp8ScaleSource col = src;
+  src.amax = row_amax;
+  src.scale_inv_out = out.scale_inv.as<float>();
+  col.amax = col_amax;
+  col.scale_inv_out = out.columnwise_scale_inv.as<float>();
+  a.row_scale = src;
+  a.col_scale = col;
+  cuda_quant::launch_fp8_cast_transpose(a, s);
+}
+
+// FP8 block scaling (1x128 / 128x128): the cast-transpose kernel with in-tile block amaxes.
+void quantize_block(const QuantizerConfig& cfg, const TensorView& x,
+                    const QuantizedTensorView& out, const QuantizeRequest& req, cudaStream_t s) {
+  const int64_t M = out.rows, K = out.cols;
+  const bool tile = cfg.mode == ScalingMode::kBlock128x128;
+  Fp8CastArgs a;
+  a.x = x.data;
+  a.rows = M;
+  a.cols = K;
+  a.in = x.dtype;
+  a.element = cfg.element;
+  a.block = tile ? cuda_quant::Fp8Block::k128x128 : cuda_quant::Fp8Block::k1x128;
+  a.row_scale.fp8_max = fp8_max_of(cfg.element);
+  a.row_scale.eps = cfg.amax_epsilon;
+  a.row_scale.pow2 = cfg.power_of_two_scales;
+  a.same_scale = tile;
+  const int64_t kb = ceil_div(K, 128), mb = ceil_div(M, 128);
+  if (req.rowwise) {
+    a.q_row = out.data.as<uint8_t>();
+    a.row_block_sinv = out.scale_inv.as<float>();
+    a.row_block_ld = tile ? (kb + 3) / 4 * 4 : kb;  // (ceil(M/128), roundup(kb,4)) | (roundup(M,4), kb)
+    TESSERA_CUDA_CHECK(cudaMemsetAsync(out.scale_inv.data, 0, out.scale_inv.nbytes(), s));
+  }
+  if (req.columnwise) {
+    a.q_col = out.columnwise_data.as<uint8_t>();
+    a.col_block_sinv = out.columnwise_scale_inv.as<float>();
+    a.col_block_ld = tile ? (mb + 3) / 4 * 4 : mb;  // the same on xᵀ (K, M)
+    TESSERA_CUDA_CHECK(
+        cudaMemsetAsync(out.columnwise_scale_inv.data, 0, out.columnwise_scale_inv.nbytes(), s));
+  }
+  cuda_quant::launch_fp8_cast_transpose(a, s);
+}
+
+void quantize_mxfp8(const QuantizerConfig& cfg, const TensorView& x,
+                    const QuantizedTensorView& out, const QuantizeRequest& req, cudaStream_t s) {
+  fp8_max_of(cfg.element);
+  cuda_quant::MxArgs a;
+  a.x = x.data;
+  a.rows = out.rows;
+  a.cols = out.cols;
+  a.in = x.dtype;
+  a.element = cfg.element;
+  a.tile32x32 = cfg.mode == ScalingMode::kMXFP8_32x32;
+  a.floor_rule = cfg.e8m0_rounding == E8M0Rounding::kFloor;
+  a.swizzled = cfg.scale_layout == ScaleLayout::kSwizzled;
+  const int64_t row_blocks = ceil_div(out.cols, 32), col_blocks = ceil_div(out.rows, 32);
+  if (req.rowwise) {
+    a.q_row = out.data.as<uint8_t>();
+    a.s_row = out.scale_inv.as<uint8_t>();
+    a.s_row_padded_cols = (row_blocks + 3) / 4 * 4;
+    if (a.swizzled) TESSERA_CUDA_CHECK(cudaMemsetAsync(a.s_row, 0, out.scale_inv.nbytes(), s));
+  }
+  if (req.columnwise) {
+    a.q_col = out.columnwise_data.as<uint8_t>();
+    a.s_col = out.columnwise_scale_inv.as<uint8_t>();
+    a.s_col_padded_cols = (col_blocks + 3) / 4 * 4;  // swizzled: the transpose (K, ceil(M/32))
+    if (a.swizzled) {
+      TESSERA_CUDA_CHECK(cudaMemsetAsync(a.s_col, 0, out.columnwise_scale_inv.nbytes(), s));
+    }
+  }
+  cuda_quant::launch_mxfp8(a, s);
+}
+
+// NVFP4: global amax pass(es), then one launch per copy.
+void quantize_nvfp4(const QuantizerConfig& cfg, const TensorView& x,
+                    const QuantizedTensorView& out, const QuantizeRequest& req, cudaStream_t s) {
+  const int64_t M = out.rows, K = out.cols;
+  // The amax of each copy goes straight into the output's amax field (atomic max after a
+  // memset; no scratch): amax of x for the rowwise copy, and for the columnwise copy the amax of
+  // x or, with the Hadamard transform, of the transformed xᵀ.
+  float* amax_row = req.rowwise ? out.amax.as<float>() : nullptr;
+  float* amax_col = req.columnwise ? out.columnwise_amax.as<float>() : nullptr;
+  TESSERA_CHECK((!req.rowwise || amax_row != nullptr) && (!req.columnwise || amax_col != nullptr),
+                "quantize: NVFP4 output lacks an amax buffer");
+  cuda_quant::Nvfp4Args a;
+  a.x = x.data;
+  a.rows = M;
+  a.cols = K;
+  a.in = x.dtype;
+  a.tile16 = cfg.mode == ScalingMode::kNVFP4_16x16;
+  a.stochastic = cfg.stochastic_rounding;
+  a.seed = cfg.rng_seed;
+  a.offset = cfg.rng_offset;
+  const bool sw = cfg.scale_layout == ScaleLayout::kSwizzled;
+  if (req.rowwise) {
+    auto* target = reinterpret_cast<uint32_t*>(amax_row);
+    TESSERA_CUDA_CHECK(cudaMemsetAsync(target, 0, sizeof(uint32_t), s));
+    cuda_quant::launch_tensor_amax(x.data, M * K, x.dtype, target, s);
+    a.amax = target;
+    a.data = out.data.as<uint8_t>();
+    a.scale = out.scale_inv.as<uint8_t>();
+    a.padded_cols = sw ? (ceil_div(K, 16) + 3) / 4 * 4 : 0;
+    TESSERA_CUDA_CHECK(cudaMemsetAsync(a.scale, 0, out.scale_inv.nbytes(), s));
+    cuda_quant::launch_nvfp4(a, s);
+  }
+  if (req.columnwise) {
+    auto* target = reinterpret_cast<uint32_t*>(amax_col);
+    a.columnwise = true;
+    a.rht = cfg.random_hadamard;
+    if (a.rht) {
+      TESSERA_CUDA_CHECK(cudaMemsetAsync(target, 0, sizeof(uint32_t), s));
+      cuda_quant::launch_rht_amax(a, target, s);
+    } else if (req.rowwise) {
+      TESSERA_CUDA_CHECK(
+          cudaMemcpyAsync(target, amax_row, sizeof(float), cudaMemcpyDeviceToDevice, s));
+    } else {
+      TESSERA_CUDA_CHECK(cudaMemsetAsync(target, 0, sizeof(uint32_t), s));
+      cuda_quant::launch_tensor_amax(x.data, M * K, x.dtype, target, s);
+    }
+    a.amax = target;
+    a.stream_base = static_cast<uint64_t>(M * K);
+    a.data = out.columnwise_data.as<uint8_t>();
+    a.scale = out.columnwise_scale_inv.as<uint8_t>();
+    a.padded_cols = sw ? (ceil_div(M, 16) + 3) / 4 * 4 : 0;
+    TESSERA_CUDA_CHECK(cudaMemsetAsync(a.scale, 0, out.columnwise_scale_inv.nbytes(), s));
+    cuda_quant::launch_nvfp4(a, s);
+  }
+}
+
+}  // namespace
+
+void quantize_cuda(const QuantizerConfig& config, const TensorView& x,
+                   const QuantizedTensorView& out, const QuantizeRequest& req, Stream stream) {
+  TESSERA_CHECK(x.device.is_cuda(), "quantize: x must be on a CUDA device, got ",
+                x.to_string());
+  TESSERA_CHECK_STATUS(x.numel() == out.rows * out.cols, Status::kShapeMismatch,
+                       "quantize: x has ", x.numel(), " elements, the output is for (", out.rows,
+                       ", ", out.cols, ")");
+  TESSERA_CUDA_CHECK(cudaSetDevice(x.device.index));
+  // Empty tensors still go through the launchers: per-tensor / per-line scales and amax of an
+  // empty tensor are written as the CPU writes them (scale 1, amax 0).
+  auto s = stream.as<cudaStream_t>();
+  switch (config.mode) {
+    case ScalingMode::kTensor:
+      quantize_tensor(config, x, out, req, s);
+      break;
+    case ScalingMode::kRowwise:
+      quantize_rowwise(config, x, out, req, s);
+      break;
+    case ScalingMode::kBlock1x128:
+    case ScalingMode::kBlock128x128:
+      quantize_block(config, x, out, req, s);
+      break;
+    case ScalingMode::kMXFP8:
+    case ScalingMode::kMXFP8_32x32:
+      quantize_mxfp8(config, x, out, req, s);
+      break;
+    case ScalingMode::kNVFP4:
+    case ScalingMode::kNVFP4_16x16:
+      quantize_nvfp4(config, x, out, req, s);
+      break;
+    default:
+      TESSERA_FAIL(Status::kUnsupported, "quantize: scaling mode ",
+                   static_cast<int>(config.mode), " has no CUDA kernel yet");
+  }
+}
+
+void delayed_update_cuda(const QuantizerConfig& config, float* scale, float* amax_history,
+                         Stream stream) {
+  TESSERA_CHECK(scale != nullptr && amax_history != nullptr,
+                "update: delayed scaling needs the scale and the amax history");
+  cuda_quant::launch_delayed_update(scale, amax_history, config.amax_history_len,
+                                    config.amax_algo == AmaxHistoryAlgo::kMostRecent,
+                                    fp8_max_of(config.element), config.margin,
+                                    stream.as<cudaStream_t>());
 }
 
 }  // namespace tessera::detail

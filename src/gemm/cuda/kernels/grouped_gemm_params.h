@@ -22,6 +22,7 @@ inline constexpr int kBlockM = 128;         // rows per tile: 2 consumer warpgro
 inline constexpr int kTileKBytes = 128;     // contraction bytes per stage (one swizzle row)
 inline constexpr int kNumThreads = 384;     // producer warpgroup + 2 consumer warpgroups
 inline constexpr int kMaxStages = 8;
+inline constexpr int kStoreBoxCols = 64;     // TMA store box: 64 columns (128 bytes of BF16/FP16)
 
 enum class OutType : int { kBF16 = 0, kFP16 = 1, kFP32 = 2 };
 
@@ -51,6 +52,11 @@ struct KernelParams {
   OutType bias_type = OutType::kFP32;
   int64_t bias_gs = 0;
   int stages = 4;
+  // 1: BF16/FP16 D with beta = 0 is staged through shared memory and written by TMA stores
+  // (map_d: D as (rows, n), rows = capacity (M-grouped) or G·m (K-grouped), box 64 x 64,
+  // 128-byte swizzle) when a consumer warpgroup's 64 rows are all inside its group; the store
+  // overlaps the next tile's main loop. Other tiles, FP32 D and beta = 1 use register stores.
+  int tma_store = 0;
 };
 
 // Everything the K-grouped setup kernel needs to derive group g's tensor maps from a template:

@@ -216,9 +216,89 @@ __device__ void epilogue(const KernelParams& p, const Tile& t, float (&acc)[kBlo
   }
 }
 
+// Whether consumer warpgroup `cw` of tile `t` writes D through the staging buffer: BF16/FP16 D,
+// beta = 0, and all of its 64 rows inside the group (TMA clips only at the tensor's bounds).
+template <int kBlockN>
+__device__ __forceinline__ bool stores_by_tma(const KernelParams& p, const Tile& t, int cw) {
+  const int64_t rows = p.k_grouped ? p.m : t.len;
+  return p.tma_store && t.m_blk * kBlockM + cw * 64 + 64 <= rows;
+}
+
+// The 64 x kBlockN block of consumer warpgroup `cw` through shared memory: each thread writes
+// its fragment (same math as epilogue()) into `stage` = kBlockN/64 boxes of 64 rows x 128 bytes
+// in the 128-byte swizzled layout of map_d (16-byte chunk j of row r at chunk j ^ (r % 8):
+// conflict-free for the wgmma fragment), then one thread issues the TMA stores and commits them
+// as one bulk group. The previous group must have finished reading `stage` first (its wait is
+// here, after this tile's main loop, so the store overlapped that loop).
+template <int kBlockN>
+__device__ void epilogue_tma(const KernelParams& p, const CUtensorMap* map_d, const Tile& t,
+                             float (&acc)[kBlockN / 2], int cw, uint8_t* stage) {
+  const int tid = threadIdx.x % 128;
+  const int warp = tid / 32, lane = tid % 32;
+  if (tid == 0) bulk_wait_read<0>();
+  named_barrier(1 + cw, 128);
+  float alpha = p.alpha * (p.group_alpha ? p.group_alpha[t.g] : 1.0f);
+  if (t.poisoned) alpha = __int_as_float(0x7fc00000);
+  const int64_t row0 = t.m_blk * kBlockM + cw * 64;  // first row of this block inside the group
+  float row_scale[2];
+  int rr[2];
+  for (int h = 0; h < 2; ++h) {
+    rr[h] = warp * 16 + lane / 4 + 8 * h;
+    const int64_t r = row0 + rr[h];
+    const int64_t scale_row = p.k_grouped ? r : t.start + r;
+    row_scale[h] = alpha;
+    if (p.scale_a) row_scale[h] *= p.scale_a[t.g * p.sa_gs + scale_row * p.sa_rs];
+  }
+  const int64_t col0 = t.n_blk * kBlockN + (lane % 4) * 2;
+#pragma unroll
+  for (int j = 0; j < kBlockN / 8; ++j) {
+    const int64_t c = col0 + j * 8;
+    if (c >= p.n) continue;
+    float sb0 = 1.0f, sb1 = 1.0f, b0 = 0.0f, b1 = 0.0f;
+    if (p.scale_b) {
+      sb0 = p.scale_b[t.g * p.sb_gs + c * p.sb_rs];
+      sb1 = p.scale_b[t.g * p.sb_gs + (c + 1) * p.sb_rs];
+    }
+    if (p.bias) {
+      b0 = load_bias(p, t.g * p.bias_gs + c);
+      b1 = load_bias(p, t.g * p.bias_gs + c + 1);
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float v0 = acc[j * 4 + 2 * h] * row_scale[h] * sb0 + b0;
+      const float v1 = acc[j * 4 + 2 * h + 1] * row_scale[h] * sb1 + b1;
+      uint32_t bits;
+      if (p.out_type == OutType::kBF16) {
+        const __nv_bfloat162 v = __floats2bfloat162_rn(v0, v1);
+        bits = *reinterpret_cast<const uint32_t*>(&v);
+      } else {
+        const __half2 v = __floats2half2_rn(v0, v1);
+        bits = *reinterpret_cast<const uint32_t*>(&v);
+      }
+      const int r = rr[h];
+      const int off = (j / 8) * (64 * 128) + r * 128 + (((j % 8) ^ (r % 8)) * 16) + (lane % 4) * 4;
+      *reinterpret_cast<uint32_t*>(stage + off) = bits;
+    }
+  }
+  fence_async_shared();
+  named_barrier(1 + cw, 128);
+  if (tid == 0) {
+    const int64_t d_row = p.k_grouped ? t.g * p.m + row0 : t.start + row0;
+#pragma unroll
+    for (int b = 0; b < kBlockN / kStoreBoxCols; ++b) {
+      const int64_t c = t.n_blk * kBlockN + b * kStoreBoxCols;
+      if (c < p.n)
+        tma_store_2d(map_d, stage + b * (64 * 128), static_cast<int32_t>(c),
+                     static_cast<int32_t>(d_row));
+    }
+    bulk_commit();
+  }
+}
+
 template <class Elem, int kBlockN>
-__device__ void consumer_loop(const KernelParams& p, uint8_t* smem_a, uint8_t* smem_b,
-                              uint64_t* full, uint64_t* empty, int cw) {
+__device__ void consumer_loop(const KernelParams& p, const CUtensorMap* map_d, uint8_t* smem_a,
+                              uint8_t* smem_b, uint8_t* smem_d, uint64_t* full, uint64_t* empty,
+                              int cw) {
   constexpr uint32_t kBytesA = kBlockM * kTileKBytes, kBytesB = kBlockN * kTileKBytes;
   constexpr int kMmaPerStage = kTileKBytes / 32;  // each wgmma consumes 32 bytes of contraction
   float acc[kBlockN / 2];
@@ -256,14 +336,20 @@ __device__ void consumer_loop(const KernelParams& p, uint8_t* smem_a, uint8_t* s
 #pragma unroll
     for (int i = 0; i < kBlockN / 2; ++i) fence_operand(acc[i]);
     if (prev >= 0 && lane == 0) mbar_arrive(&empty[prev]);
-    epilogue<kBlockN>(p, t, acc, cw);
+    if (stores_by_tma<kBlockN>(p, t, cw)) {
+      epilogue_tma<kBlockN>(p, map_d, t, acc, cw, smem_d + cw * (64 * kBlockN * 2));
+    } else {
+      epilogue<kBlockN>(p, t, acc, cw);
+    }
   }
+  if (p.tma_store && threadIdx.x % 128 == 0) bulk_wait<0>();  // stores done before exit
 }
 
 template <class Elem, int kBlockN>
 __global__ void __launch_bounds__(kNumThreads, 1)
     grouped_gemm_sm90_kernel(const __grid_constant__ CUtensorMap map_a,
                              const __grid_constant__ CUtensorMap map_b,
+                             const __grid_constant__ CUtensorMap map_d,
                              const __grid_constant__ KernelParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr uint32_t kBytesA = kBlockM * kTileKBytes, kBytesB = kBlockN * kTileKBytes;
@@ -272,7 +358,8 @@ __global__ void __launch_bounds__(kNumThreads, 1)
       (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
   uint8_t* smem_a = smem;
   uint8_t* smem_b = smem + p.stages * kBytesA;
-  auto* full = reinterpret_cast<uint64_t*>(smem_b + p.stages * kBytesB);
+  uint8_t* smem_d = smem_b + p.stages * kBytesB;  // TMA-store staging: 2 x 64 x kBlockN x 2 B
+  auto* full = reinterpret_cast<uint64_t*>(smem_d + (p.tma_store ? 2 * 64 * kBlockN * 2 : 0));
   uint64_t* empty = full + kMaxStages;
   const int wg = threadIdx.x / 128;
   if (threadIdx.x == 0) {
@@ -285,6 +372,7 @@ __global__ void __launch_bounds__(kNumThreads, 1)
       prefetch_tmap(&map_a);
       prefetch_tmap(&map_b);
     }
+    if (p.tma_store) prefetch_tmap(&map_d);
   }
   __syncthreads();
   if (wg == 0) {
@@ -292,7 +380,7 @@ __global__ void __launch_bounds__(kNumThreads, 1)
     if (threadIdx.x == 0) producer_loop<Elem, kBlockN>(p, &map_a, &map_b, smem_a, smem_b, full, empty);
   } else {
     regs_alloc<232>();
-    consumer_loop<Elem, kBlockN>(p, smem_a, smem_b, full, empty, wg - 1);
+    consumer_loop<Elem, kBlockN>(p, &map_d, smem_a, smem_b, smem_d, full, empty, wg - 1);
   }
 #endif
 }

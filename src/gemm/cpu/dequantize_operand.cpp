@@ -1,0 +1,190 @@
+// CPU dequantization of a quantized GEMM operand's live rows into FP32 (every recipe of §4),
+// in the copy's STORED orientation: the rowwise copy (and MXFP8's columnwise copy) as logical
+// (rows, cols); a transposed columnwise copy as (cols, rows), reading only the live columns of
+// each stored row. Values are code × scale computed in FP32 exactly as the quantize layer's
+// dequantize does (NVFP4: e2m1 × (e4m3(s_b) × (1/S_enc))). Loops: stored rows split over blocking
+// threads (blocking_parallel.h), a decode table per element format, the scale once per block.
+#include <algorithm>
+#include <array>
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+
+#include "gemm/cpu/blocking_parallel.h"
+#include "gemm/cpu/operand_fp32.h"
+#include "tessera/formats/codecs.h"
+
+namespace tessera::detail::cpu {
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t pad4(int64_t a) { return (a + 3) / 4 * 4; }
+
+// Byte offset of (r, c) in a swizzled scale matrix whose padded width is `padded_cols`.
+int64_t swizzled(int64_t r, int64_t c, int64_t padded_cols) {
+  const int64_t rr = r % 128;
+  return ((r / 128) * (padded_cols / 4) + c / 4) * 512 + (rr % 32) * 16 + (rr / 32) * 4 + c % 4;
+}
+
+using DecodeTable = std::array<float, 256>;
+
+DecodeTable make_table(DType element) {
+  DecodeTable t{};
+  for (int c = 0; c < 256; ++c) {
+    const auto code = static_cast<uint8_t>(c);
+    t[c] = element == DType::kFloat8E5M2   ? formats::decode_e5m2(code)
+           : element == DType::kFloat4E2M1 ? formats::decode_e2m1(static_cast<uint8_t>(c & 0xF))
+                                           : formats::decode_e4m3(code);
+  }
+  return t;
+}
+
+float nvfp4_inv_s_enc(float global_amax) {
+  float s = 1.0f;
+  if (global_amax != 0.0f) {
+    s = (448.0f * 6.0f) / global_amax;
+    if (std::isnan(s) || std::isinf(s)) s = FLT_MAX;
+    if (s == 0.0f) s = 1.0f;
+  }
+  return 1.0f / s;
+}
+
+// What one stored copy looks like: (sr_full, sc_full) stored dims, live stored columns/rows.
+struct StoredCopy {
+  const uint8_t* codes = nullptr;
+  const uint8_t* scales = nullptr;  // raw bytes (FP32 or E8M0/E4M3)
+  int64_t sr_full = 0, sc_full = 0;  // stored matrix dims (capacity included)
+  int64_t sr = 0, sc = 0;            // stored dims to produce (live)
+  bool transposed = false;           // stored (cols, rows) of the logical matrix
+  bool mx_columnwise = false;        // MXFP8 columnwise: scales per 32 stored rows
+  bool swizzled = false;
+};
+
+float f32_at(const uint8_t* p, int64_t i) {
+  float f;
+  std::memcpy(&f, p + i * 4, 4);
+  return f;
+}
+
+// The block scale of stored element (r, c) for every mode but kTensor (1) and NVFP4 (handled by
+// the caller with the per-group factor).
+float block_scale(ScalingMode mode, const StoredCopy& s, int64_t r, int64_t c) {
+  switch (mode) {
+    case ScalingMode::kRowwise: return f32_at(s.scales, r);
+    case ScalingMode::kBlock1x128: return f32_at(s.scales, r * ceil_div(s.sc_full, 128) + c / 128);
+    case ScalingMode::kBlock128x128:
+      return f32_at(s.scales, (r / 128) * pad4(ceil_div(s.sc_full, 128)) + c / 128);
+    case ScalingMode::kMXFP8:
+    case ScalingMode::kMXFP8_32x32: {
+      int64_t off;
+      if (s.mx_columnwise) {
+        off = s.swizzled ? swizzled(c, r / 32, pad4(ceil_div(s.sr_full, 32))) : (r / 32) * s.sc_full + c;
+      } else {
+        const int64_t w = ceil_div(s.sc_full, 32);
+        off = s.swizzled ? swizzled(r, c / 32, pad4(w)) : r * w + c / 32;
+      }
+      return formats::decode_e8m0(s.scales[off]);
+    }
+    default: return 1.0f;
+  }
+}
+
+// NVFP4 block-scale byte of stored element (r, c).
+uint8_t nvfp4_scale_byte(const StoredCopy& s, int64_t r, int64_t c) {
+  const int64_t w = ceil_div(s.sc_full, 16);
+  return s.scales[s.swizzled ? swizzled(r, c / 16, pad4(w)) : r * w + c / 16];
+}
+
+// Per logical row: the group's kTensor scale_inv or NVFP4 1/S_enc (one value when shared).
+std::vector<float> per_row_factor(const TensorView& values, bool nvfp4, int64_t rows,
+                                  const std::vector<int64_t>& group_starts) {
+  std::vector<float> f(static_cast<size_t>(rows));
+  const float* v = values.as<float>();
+  auto factor = [&](int64_t g) { return nvfp4 ? nvfp4_inv_s_enc(v[g]) : v[g]; };
+  if (values.numel() == 1) {
+    std::fill(f.begin(), f.end(), factor(0));
+    return f;
+  }
+  for (size_t g = 0; g + 1 < group_starts.size(); ++g) {
+    for (int64_t r = group_starts[g]; r < std::min(group_starts[g + 1], rows); ++r) {
+      f[r] = factor(static_cast<int64_t>(g));
+    }
+  }
+  return f;
+}
+
+// Stored row `r` of an FP8 copy into out[0, s.sc).
+void fp8_row(ScalingMode mode, const StoredCopy& s, const DecodeTable& t, const float* row_factor,
+             int64_t r, float* out) {
+  const uint8_t* codes = s.codes + r * s.sc_full;
+  if (mode == ScalingMode::kTensor) {
+    for (int64_t c = 0; c < s.sc; ++c) {
+      out[c] = t[codes[c]] * row_factor[s.transposed ? c : r];
+    }
+    return;
+  }
+  // Scale constant along a run of `step` stored columns (block width; MXFP8 columnwise: 1).
+  const int64_t step = mode == ScalingMode::kRowwise ? s.sc
+                       : (mode == ScalingMode::kMXFP8 || mode == ScalingMode::kMXFP8_32x32)
+                           ? (s.mx_columnwise ? 1 : 32)
+                           : 128;
+  for (int64_t c0 = 0; c0 < s.sc; c0 += step) {
+    const float scale = block_scale(mode, s, r, c0);
+    const int64_t c1 = std::min(c0 + step, s.sc);
+    for (int64_t c = c0; c < c1; ++c) out[c] = t[codes[c]] * scale;
+  }
+}
+
+// Stored row `r` of an NVFP4 copy into out[0, s.sc).
+void nvfp4_row(const StoredCopy& s, const DecodeTable& t, const float* row_factor, int64_t r,
+               float* out) {
+  const uint8_t* bytes = s.codes + r * ceil_div(s.sc_full, 2);
+  for (int64_t c = 0; c < s.sc; ++c) {
+    const float inv_s_enc = row_factor[s.transposed ? c : r];
+    const float dec = formats::decode_e4m3(nvfp4_scale_byte(s, r, c)) * inv_s_enc;
+    const uint8_t byte = bytes[c / 2];
+    out[c] = t[c % 2 == 0 ? (byte & 0xF) : (byte >> 4)] * dec;
+  }
+}
+
+}  // namespace
+
+Fp32Image dequantize_operand(const GemmOperand& o, int64_t rows,
+                             const std::vector<int64_t>& group_starts, float* out) {
+  const QuantizedTensorView& q = o.quantized;
+  const QuantizerConfig& cfg = q.config;
+  const bool cw = o.columnwise;
+  const bool mx = cfg.mode == ScalingMode::kMXFP8 || cfg.mode == ScalingMode::kMXFP8_32x32;
+  const bool nvfp4 = cfg.mode == ScalingMode::kNVFP4 || cfg.mode == ScalingMode::kNVFP4_16x16;
+  StoredCopy s;
+  s.codes = (cw ? q.columnwise_data : q.data).as<const uint8_t>();
+  s.scales = (cw ? q.columnwise_scale_inv : q.scale_inv).as<const uint8_t>();
+  s.transposed = cw && !mx;
+  s.mx_columnwise = cw && mx;
+  s.swizzled = cfg.scale_layout == ScaleLayout::kSwizzled;
+  s.sr_full = s.transposed ? q.cols : q.rows;
+  s.sc_full = s.transposed ? q.rows : q.cols;
+  s.sr = s.transposed ? q.cols : rows;
+  s.sc = s.transposed ? rows : q.cols;
+  std::vector<float> factor;  // per logical row (kTensor scale_inv, NVFP4 1/S_enc)
+  if (cfg.mode == ScalingMode::kTensor || nvfp4) {
+    const TensorView& v = nvfp4 ? (cw ? q.columnwise_amax : q.amax)
+                                : (cw ? q.columnwise_scale_inv : q.scale_inv);
+    factor = per_row_factor(v, nvfp4, rows, group_starts);
+  }
+  const DecodeTable table = make_table(cfg.element);
+  const float* f = factor.data();
+  parallel_ranges(s.sr, std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, s.sc)),
+                  [&](int64_t r0, int64_t r1) {
+                    for (int64_t r = r0; r < r1; ++r) {
+                      if (nvfp4) {
+                        nvfp4_row(s, table, f, r, out + r * s.sc);
+                      } else {
+                        fp8_row(cfg.mode, s, table, f, r, out + r * s.sc);
+                      }
+                    }
+                  });
+  return {out, s.sc, s.transposed};
+}
+
+}  // namespace tessera::detail::cpu

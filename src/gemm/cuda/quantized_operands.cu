@@ -1,0 +1,133 @@
+// FP8 operands of the public grouped GEMM mapped onto the sm90 kernel's K-major matrices and
+// epilogue scale indexing (see quantized_operands.h for the supported layouts).
+#include "gemm/cuda/quantized_operands.h"
+
+#include <sstream>
+
+namespace tessera::gemm_cuda {
+namespace {
+
+// A refusal: status + reason.
+struct Refusal {
+  Status status = Status::kOk;
+  std::string reason;
+};
+
+template <class... Parts>
+Refusal refuse(Status s, const Parts&... parts) {
+  std::ostringstream os;
+  (os << ... << parts);
+  return {s, os.str()};
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// The stored copy an operand reads: data (rows, cols) row-major, its scales, and how a scale is
+// indexed (stored row for kRowwise; group for kTensor with G values).
+Refusal map_operand(const GemmOperand& o, const char* name, bool want_columnwise, int64_t groups,
+                    Fp8OperandMap* out) {
+  const QuantizedTensorView& q = o.quantized;
+  const QuantizerConfig& c = q.config;
+  if (c.mode != ScalingMode::kTensor && c.mode != ScalingMode::kRowwise)
+    return refuse(Status::kUnsupported, name, ": scaling mode ", static_cast<int>(c.mode),
+                  " is not implemented on CUDA (per-tensor and rowwise FP8 are)");
+  if (c.element != DType::kFloat8E4M3)
+    return refuse(Status::kUnsupported, name, ": element ", dtype_name(c.element),
+                  " is not implemented on CUDA (E4M3 × E4M3 is)");
+  if (o.columnwise != want_columnwise)
+    return refuse(Status::kUnsupported, name, ": the CUDA path reads the ",
+                  want_columnwise ? "columnwise (transposed, K-major)" : "rowwise",
+                  " copy here (FP8 tensor cores need K-major operands)");
+  const TensorView& data = want_columnwise ? q.columnwise_data : q.data;
+  const TensorView& scale = want_columnwise ? q.columnwise_scale_inv : q.scale_inv;
+  const int64_t rows = want_columnwise ? q.cols : q.rows, cols = want_columnwise ? q.rows : q.cols;
+  if (data.data == nullptr || data.ndim != 2 || data.shape[0] != rows || data.shape[1] != cols ||
+      !data.is_contiguous() || data.dtype != c.element)
+    return refuse(Status::kShapeMismatch, name, ": stored ",
+                  want_columnwise ? "columnwise_data" : "data", " must be a contiguous ",
+                  dtype_name(c.element), " (", rows, ", ", cols, "), got ", data.to_string());
+  if (scale.data == nullptr || scale.dtype != DType::kFloat32 || !scale.is_contiguous() ||
+      !scale.device.is_cuda())
+    return refuse(Status::kDTypeMismatch, name, ": scales must be contiguous FP32 on the device");
+  if (!aligned16(data.data))
+    return refuse(Status::kMisaligned, name, ": data must be 16-byte aligned (TMA)");
+  out->matrix = {data.data, rows, cols, cols};
+  out->scale = static_cast<const float*>(scale.data);
+  if (c.mode == ScalingMode::kRowwise) {
+    if (scale.numel() != rows)
+      return refuse(Status::kShapeMismatch, name, ": rowwise scales: expected ", rows,
+                    " values, got ", scale.numel());
+    out->scale_gs = 0;
+    out->scale_rs = 1;
+  } else {
+    if (scale.numel() != 1 && scale.numel() != groups)
+      return refuse(Status::kShapeMismatch, name, ": per-tensor scales: expected 1 or ", groups,
+                    " values, got ", scale.numel());
+    out->scale_gs = scale.numel() == groups && groups > 1 ? 1 : 0;
+    out->scale_rs = 0;
+  }
+  return {};
+}
+
+Refusal map_m_grouped(const GroupedGemmProblem& p, const detail::GroupedGemmDims& d,
+                      Fp8ProblemMap* out) {
+  if (d.k % 16 != 0)
+    return refuse(Status::kUnsupported, "K = ", d.k, " must be a multiple of 16 for FP8 on CUDA "
+                  "(16-byte TMA rows)");
+  Refusal r = map_operand(p.a, "A", false, d.groups, &out->a);
+  if (r.status != Status::kOk) return r;
+  out->a.matrix.rows = d.capacity;  // A (T, K): rows past the capacity are never read
+  r = map_operand(p.b, "B", !p.transpose_b, d.groups, &out->b);
+  if (r.status != Status::kOk) return r;
+  if (p.transpose_b) {  // TN: B (G·N, K) rowwise; rowwise scales per weight row g·N + n
+    out->b_group_rows = d.n;
+    out->b_group_cols = 0;
+    if (out->b.scale_rs != 0) out->b.scale_gs = d.n;
+  } else {  // NN: transposed copy (N, G·K); group g at contraction columns g·K
+    out->b_group_rows = 0;
+    out->b_group_cols = d.k;
+  }
+  return {};
+}
+
+Refusal map_k_grouped(const GroupedGemmProblem& p, const detail::GroupedGemmDims& d,
+                      Fp8ProblemMap* out) {
+  Refusal r = map_operand(p.a, "A", true, d.groups, &out->a);
+  if (r.status != Status::kOk) return r;
+  r = map_operand(p.b, "B", true, d.groups, &out->b);
+  if (r.status != Status::kOk) return r;
+  const int64_t t = out->a.matrix.cols;  // the stored token dim (row stride of both copies)
+  if (t % 16 != 0)
+    return refuse(Status::kMisaligned, "A and B: ", t, " token rows; the transposed FP8 copies "
+                  "need a multiple of 16 (16-byte TMA row stride)");
+  out->a.matrix.cols = d.capacity;  // the setup kernel clips each group at end_g
+  out->b.matrix.cols = d.capacity;
+  return {};
+}
+
+}  // namespace
+
+Status map_fp8_problem(const GroupedGemmProblem& p, const detail::GroupedGemmDims& d,
+                       Fp8ProblemMap* out, std::string* reason) {
+  Fp8ProblemMap m;
+  Refusal r;
+  if (!p.a.is_quantized || !p.b.is_quantized) {
+    r = refuse(Status::kDTypeMismatch, "A and B: both must be quantized");
+  } else if (p.a.quantized.config.mode != p.b.quantized.config.mode) {
+    r = refuse(Status::kUnsupported, "A and B: the CUDA path needs the same scaling mode on both");
+  } else if (p.kind == GroupedGemmKind::kMGrouped) {
+    r = map_m_grouped(p, d, &m);
+  } else if (p.kind == GroupedGemmKind::kKGrouped) {
+    r = map_k_grouped(p, d, &m);
+  } else {
+    r = refuse(Status::kUnsupported, "batched (3D x 3D) GEMM is not implemented on CUDA");
+  }
+  if (r.status != Status::kOk) {
+    if (reason != nullptr) *reason = r.reason;
+    return r.status;
+  }
+  *out = m;
+  return Status::kOk;
+}
+
+}  // namespace tessera::gemm_cuda

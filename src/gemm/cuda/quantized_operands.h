@@ -1,0 +1,42 @@
+// How the sm90 grouped GEMM reads FP8 operands of the public API (QuantizedTensorView, DESIGN §4):
+// which stored copy, as which K-major matrix, with which scale indexing (KernelParams' sa/sb
+// convention: scale = scale[g·gs + i·rs]). Host-only, no CUDA types.
+//
+// Supported (E4M3 × E4M3; kTensor with 1 or G scales, or kRowwise on both operands):
+//   M-grouped TN (forward):  A rowwise (T, K), scales per token row; B rowwise (G·N, K), scales per
+//                            weight row (g·N + n).
+//   M-grouped NN (dgrad):    A rowwise (T, K); B columnwise = the transposed copy (N, G·K) of the
+//                            logical (G·K, N) weights, group g at contraction columns g·K, scales
+//                            per output column n (shared by the groups).
+//   K-grouped NT (wgrad):    A and B columnwise = transposed copies (M, T) and (N, T); group g at
+//                            contraction columns [start_g, end_g); scales per output row / column.
+// Everything else is refused with a reason (status kUnsupported or kMisaligned).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "gemm/cuda/grouped_gemm_sm90.h"
+#include "gemm/gemm_backend.h"
+
+namespace tessera::gemm_cuda {
+
+// One operand as the kernel reads it. Invariant: matrix.ptr 16-byte aligned, matrix.ld·1 byte a
+// multiple of 16; scale non-null.
+struct Fp8OperandMap {
+  KMajorMatrix matrix;
+  const float* scale = nullptr;
+  int64_t scale_gs = 0, scale_rs = 0;  // scale of (group g, index i) = scale[g·gs + i·rs]
+};
+
+struct Fp8ProblemMap {
+  Fp8OperandMap a, b;
+  int64_t b_group_rows = 0, b_group_cols = 0;  // M-grouped: B_g's coordinate offsets
+};
+
+// Maps a validated problem whose operands are both quantized. Returns kOk and fills *out, or the
+// status with *reason saying what the CUDA path needs instead.
+Status map_fp8_problem(const GroupedGemmProblem& p, const detail::GroupedGemmDims& d,
+                       Fp8ProblemMap* out, std::string* reason);
+
+}  // namespace tessera::gemm_cuda

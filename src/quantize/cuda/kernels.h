@@ -1,0 +1,133 @@
+// Host launchers of the CUDA quantization kernels, one group per format folder. They take raw
+// device pointers already validated by the dispatcher (dispatch.cu), enqueue work on `stream`
+// and never synchronize: every launcher is capturable in a CUDA graph.
+//
+// Shapes: x is a row-major (M, K) matrix of `in` elements (float32 / bfloat16 / float16).
+// Rowwise codes are (M, K); a transposed columnwise copy is (K, M); MXFP8 columnwise codes are
+// (M, K). Scales are laid out as types.h scale_shape() says for the config.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "tessera/core/dtype.h"
+#include "tessera/quantize/types.h"
+
+namespace tessera::detail::cuda_quant {
+
+// Where the FP8 scale of a tensor / row / column comes from.
+struct Fp8ScaleSource {
+  const uint32_t* amax = nullptr;  // float bits of amax: one (stride 0) or one per line (stride 1)
+  int stride = 0;
+  const float* scale = nullptr;    // delayed scaling: use this per-tensor scale (amax unused)
+  float fp8_max = 448.0f;
+  float eps = 0.0f;
+  bool pow2 = false;
+  float* scale_inv_out = nullptr;  // 1 / scale, per tensor or per line
+  float* scale_inv_out2 = nullptr; // per-tensor: a second copy (columnwise_scale_inv), may be null
+  float* amax_out = nullptr;       // per-tensor current scaling: the amax, as float
+  float* amax_out2 = nullptr;      // a second copy (columnwise_amax), may be null
+};
+
+// FP8 block scaling inside the cast (the tile is exactly one 128x128 block / 128 1x128 blocks):
+// scales come from the tile's own amaxes instead of a Fp8ScaleSource.
+enum class Fp8Block : int { kNone = 0, k1x128 = 1, k128x128 = 2 };
+
+struct Fp8CastArgs {
+  const void* x = nullptr;  // (M, K)
+  int64_t rows = 0, cols = 0;
+  DType in = DType::kBFloat16;
+  DType element = DType::kFloat8E4M3;
+  uint8_t* q_row = nullptr;  // (M, K) or null
+  uint8_t* q_col = nullptr;  // (K, M) transposed, or null
+  Fp8ScaleSource row_scale, col_scale;
+  bool same_scale = false;          // per-tensor: the columnwise codes are the rowwise ones
+  uint32_t* amax_accum = nullptr;   // delayed scaling: atomic max of |x| (float bits) or null
+  uint32_t* amax_accum2 = nullptr;  // a second target (the output's amax field) or null
+  // Block modes: scale rule from row_scale (fp8_max, eps, pow2); scale_inv written at
+  // row_block_sinv[r * row_block_ld + c] (rowwise, (row, block) of the copy) and
+  // col_block_sinv[r * col_block_ld + c] (columnwise copy = xᵀ).
+  Fp8Block block = Fp8Block::kNone;
+  float* row_block_sinv = nullptr;
+  int64_t row_block_ld = 0;
+  float* col_block_sinv = nullptr;
+  int64_t col_block_ld = 0;
+};
+
+// fp8_tensor/: amax of a whole tensor into *amax_bits (atomic max; caller zeroes it first).
+void launch_tensor_amax(const void* x, int64_t n, DType in, uint32_t* amax_bits,
+                        cudaStream_t stream);
+// fp8_tensor/: one read of x, rowwise codes and/or the transposed columnwise codes.
+void launch_fp8_cast_transpose(const Fp8CastArgs& args, cudaStream_t stream);
+// fp8_tensor/: delayed-scaling update of `scale` from `history` (len entries), rolled after.
+void launch_delayed_update(float* scale, float* history, int len, bool most_recent, float fp8_max,
+                           int margin, cudaStream_t stream);
+
+// fp8_rowwise/: one pass per row (amax + cast) for the rowwise usage alone.
+void launch_fp8_rowwise(const void* x, int64_t rows, int64_t cols, DType in, DType element,
+                        float eps, bool pow2, uint8_t* q, float* scale_inv, cudaStream_t stream);
+// fp8_rowwise/: per-row and/or per-column amax (atomic max into zeroed float-bit arrays).
+void launch_line_amax(const void* x, int64_t rows, int64_t cols, DType in, uint32_t* row_amax,
+                      uint32_t* col_amax, cudaStream_t stream);
+
+// mxfp8/: both usages in one pass over x.
+struct MxArgs {
+  const void* x = nullptr;  // (M, K)
+  int64_t rows = 0, cols = 0;
+  DType in = DType::kBFloat16;
+  DType element = DType::kFloat8E4M3;
+  bool tile32x32 = false;        // kMXFP8_32x32: one scale per 32x32 tile, stored expanded
+  bool floor_rule = false;       // E8M0Rounding::kFloor
+  bool swizzled = false;
+  uint8_t* q_row = nullptr;      // (M, K)
+  uint8_t* s_row = nullptr;      // (M, ceil(K/32)) or swizzled
+  int64_t s_row_padded_cols = 0; // swizzled: padded width of the rowwise scale matrix
+  uint8_t* q_col = nullptr;      // (M, K)
+  uint8_t* s_col = nullptr;      // (ceil(M/32), K) or swizzled (transpose, padded)
+  int64_t s_col_padded_cols = 0;
+};
+void launch_mxfp8(const MxArgs& args, cudaStream_t stream);
+
+// Device metadata of a grouped (varying-first) tensor for the grouped launchers. All pointers
+// are device memory; member i is rows [tensor_offsets[i] / cols, tensor_offsets[i+1] / cols) of
+// the contiguous input, its codes start at element tensor_offsets[i] of each data buffer and
+// its scales at scale_offsets[i] / col_scale_offsets[i]. n <= 4096.
+struct GroupedMeta {
+  int64_t n = 0;
+  int64_t cols = 0;
+  int64_t rows_bound = 0;  // host-known bound on the live rows (the capacity)
+  const int64_t* tensor_offsets = nullptr;     // (n+1)
+  const int64_t* scale_offsets = nullptr;      // (n+1)
+  const int64_t* col_scale_offsets = nullptr;  // (n+1)
+  const float* noop_f32 = nullptr;             // nonzero: the launch does nothing
+  const int32_t* noop_i32 = nullptr;
+};
+// mxfp8/: grouped MXFP8 (compact scales) over all members in one persistent launch. `a` holds the
+// whole-buffer pointers (x, q_row, s_row, q_col, s_col); rows/cols are ignored.
+void launch_mxfp8_grouped(const MxArgs& a, const GroupedMeta& g, cudaStream_t stream);
+// fp8_rowwise/: grouped rowwise FP8, rowwise usage: one block per live row, grid from the bound.
+void launch_fp8_rowwise_grouped(const void* x, const GroupedMeta& g, DType in, DType element,
+                                float eps, bool pow2, uint8_t* q, float* scale_inv,
+                                cudaStream_t stream);
+
+// nvfp4/: one copy (rowwise: x; columnwise: xᵀ) per launch.
+struct Nvfp4Args {
+  const void* x = nullptr;  // (M, K)
+  int64_t rows = 0, cols = 0;
+  DType in = DType::kBFloat16;
+  bool columnwise = false;
+  bool tile16 = false;       // kNVFP4_16x16
+  bool rht = false;          // Hadamard transform (columnwise copy only)
+  bool stochastic = false;
+  uint64_t seed = 0, offset = 0, stream_base = 0;
+  const uint32_t* amax = nullptr;  // global amax bits of this copy (device)
+  uint8_t* data = nullptr;         // (copy rows, ceil(copy cols / 2))
+  uint8_t* scale = nullptr;        // E4M3 (copy rows, ceil(copy cols / 16)) or swizzled
+  int64_t padded_cols = 0;         // swizzled: padded scale width; 0 = compact
+};
+void launch_nvfp4(const Nvfp4Args& args, cudaStream_t stream);
+// amax of the Hadamard-transformed xᵀ into *amax (atomic max; zeroed by the caller).
+void launch_rht_amax(const Nvfp4Args& args, uint32_t* amax, cudaStream_t stream);
+
+}  // namespace tessera::detail::cuda_quant

@@ -1,0 +1,227 @@
+// Grouped GEMM on quantized operands, every recipe: operands are quantized by the quantize layer
+// (both usages), the oracle is a loop of single FP64 GEMMs on the quantize layer's own
+// dequantize() of the copy each operand reads (an independent reading of the scales). Checked:
+// reference == oracle (within output rounding), CPU == oracle and CPU == reference (within the
+// FP32-accumulation budget of gemm_tolerance) for forward (TN), dgrad (NN) and wgrad (NT), with
+// empty groups and K not a multiple of the block; per-group per-tensor scales; recipe mismatches.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "gemm/gemm_backend.h"
+#include "gemm/gemm_case.h"
+#include "tessera/quantize/quantizer.h"
+
+namespace tessera::test {
+namespace {
+
+struct Recipe {
+  std::string name;
+  QuantizerConfig a, b;
+};
+
+QuantizerConfig config(ScalingMode mode, DType element = DType::kFloat32,
+                       ScaleLayout layout = ScaleLayout::kCompact) {
+  QuantizerConfig c = make_config(mode, element);
+  c.rowwise = true;
+  c.columnwise = true;
+  c.scale_layout = layout;
+  return c;
+}
+
+std::vector<Recipe> recipes() {
+  using M = ScalingMode;
+  const DType e5 = DType::kFloat8E5M2;
+  return {
+      {"tensor_e4m3", config(M::kTensor), config(M::kTensor)},
+      {"tensor_e5m2_x_e4m3", config(M::kTensor, e5), config(M::kTensor)},
+      {"rowwise", config(M::kRowwise), config(M::kRowwise)},
+      {"block1x128_x_block128x128", config(M::kBlock1x128), config(M::kBlock128x128)},
+      {"mxfp8", config(M::kMXFP8), config(M::kMXFP8)},
+      {"mxfp8_e5m2_swizzled",
+       config(M::kMXFP8, e5, ScaleLayout::kSwizzled), config(M::kMXFP8_32x32, DType::kFloat32,
+                                                            ScaleLayout::kSwizzled)},
+      {"nvfp4", config(M::kNVFP4), config(M::kNVFP4_16x16)},
+      {"nvfp4_swizzled", config(M::kNVFP4, DType::kFloat32, ScaleLayout::kSwizzled),
+       config(M::kNVFP4, DType::kFloat32, ScaleLayout::kSwizzled)},
+  };
+}
+
+// A quantized copy of a dense FP32 fixture operand, as a logical (rows, cols) matrix.
+QuantizedTensor quantize_operand(const Owned& dense, const QuantizerConfig& cfg) {
+  const TensorView& v = dense.view;
+  const int64_t cols = v.shape[v.ndim - 1], rows = v.numel() / cols;
+  QuantizedTensor q(cfg, rows, cols, Device::cpu());
+  Quantizer quantizer(cfg);
+  quantizer.quantize(TensorView::contiguous(v.data, DType::kFloat32, {rows, cols}), q);
+  return q;
+}
+
+// Replaces the dense operand's values by quantize-layer dequantize() of the copy the GEMM reads.
+void dequantize_into(const QuantizedTensor& q, bool columnwise, Owned& dense) {
+  const TensorView out = TensorView::contiguous(dense.view.data, DType::kFloat32,
+                                                {q.view().rows, q.view().cols});
+  dequantize(q.view(), out, columnwise);
+}
+
+struct QuantCase {
+  std::string name;
+  GemmCase gemm;
+  Recipe recipe;
+  bool a_columnwise = false, b_columnwise = false;
+};
+
+std::vector<QuantCase> quantized_cases() {
+  std::vector<QuantCase> cases;
+  const std::vector<int64_t> rows = {0, 45, 0, 64, 7, 0};  // empty first, middle and last
+  for (const Recipe& r : recipes()) {
+    GemmCase fwd;  // forward y = x Wᵀ: x rowwise, W rowwise; K = 100 (not a multiple of 32/128)
+    fwd.kind = GroupedGemmKind::kMGrouped;
+    fwd.group_rows = rows;
+    fwd.extra_rows = 9;
+    fwd.n = 40, fwd.k = 100;
+    fwd.out_dtype = DType::kBFloat16;
+    fwd.name = "fwd_tn_" + r.name;
+    cases.push_back({fwd.name, fwd, r, false, false});
+    GemmCase dgrad = fwd;  // dx = dy W: dy rowwise (T, N), W (G, N, K) columnwise (blocks along N)
+    dgrad.transpose_b = false;
+    dgrad.k = 40, dgrad.n = 100;  // contraction over W's N = 40
+    dgrad.out_dtype = DType::kFloat32;
+    dgrad.name = "dgrad_nn_" + r.name;
+    cases.push_back({dgrad.name, dgrad, r, false, true});
+    GemmCase wgrad;  // dW_g = dy_gᵀ x_g: both columnwise (blocks along the token dim)
+    wgrad.kind = GroupedGemmKind::kKGrouped;
+    wgrad.transpose_a = true, wgrad.transpose_b = false;
+    wgrad.group_rows = rows;
+    wgrad.extra_rows = 5;
+    wgrad.m = 24, wgrad.n = 36;
+    wgrad.name = "wgrad_nt_" + r.name;
+    cases.push_back({wgrad.name, wgrad, r, true, true});
+  }
+  return cases;
+}
+
+void PrintTo(const QuantCase& c, std::ostream* os) { *os << c.name; }
+
+int64_t contraction(const GemmCase& c) {
+  if (c.kind != GroupedGemmKind::kKGrouped) return c.k;
+  return *std::max_element(c.group_rows.begin(), c.group_rows.end());
+}
+
+// Zeroes the NaN capacity rows of a fixture operand (a per-tensor amax must stay finite).
+void clear_nans(Owned& o) {
+  float* p = o.view.as<float>();
+  for (int64_t i = 0; i < o.view.numel(); ++i) p[i] = std::isnan(p[i]) ? 0.0f : p[i];
+}
+
+class QuantizedGemm : public ::testing::TestWithParam<QuantCase> {};
+
+TEST_P(QuantizedGemm, CpuAndReferenceEqualLoopOnDequantized) {
+  const QuantCase& qc = GetParam();
+  GemmFixture f = make_fixture(qc.gemm);  // FP32 operands
+  clear_nans(f.a);
+  clear_nans(f.b);
+  const QuantizedTensor qa = quantize_operand(f.a, qc.recipe.a);
+  const QuantizedTensor qb = quantize_operand(f.b, qc.recipe.b);
+  f.problem.a = GemmOperand::from_quantized(qa.view(), qc.a_columnwise);
+  f.problem.b = GemmOperand::from_quantized(qb.view(), qc.b_columnwise);
+  GemmFixture r = copy_of(f);  // the same problem, D in r's own storage, for the reference
+
+  std::string reason;
+  ASSERT_EQ(can_implement(f.problem, &reason), Status::kOk) << reason;
+  grouped_gemm(f.problem);
+  detail::grouped_gemm_reference(r.problem);
+
+  // The oracle: dense FP32 operands holding the quantize layer's dequantized values.
+  GemmFixture deq = copy_of(f);
+  dequantize_into(qa, qc.a_columnwise, deq.a);
+  dequantize_into(qb, qc.b_columnwise, deq.b);
+  const Expected e = loop_of_gemms(deq);
+  const GemmTolerance tol = gemm_tolerance(qc.gemm.out_dtype, contraction(qc.gemm));
+  EXPECT_EQ(compare(r, e, gemm_tolerance(qc.gemm.out_dtype, 0)), "") << "reference";
+  EXPECT_EQ(compare(f, e, tol), "") << "cpu";
+  EXPECT_EQ(check_untouched(f, e), "");
+  Expected from_reference = e;
+  for (size_t i = 0; i < e.value.size(); ++i) {
+    if (e.written[i]) from_reference.value[i] = d_value(r.d.view, static_cast<int64_t>(i));
+  }
+  EXPECT_EQ(compare(f, from_reference, {2 * tol.value_rel, tol.sum_rel}), "") << "cpu vs ref";
+}
+
+INSTANTIATE_TEST_SUITE_P(Recipes, QuantizedGemm, ::testing::ValuesIn(quantized_cases()),
+                         [](const auto& param_info) { return param_info.param.name; });
+
+// Per-tensor FP8 with one scale per expert: each W_g quantized on its own, assembled into one
+// (G·N, K) quantized tensor whose scale_inv holds G values.
+TEST(QuantizedGemmPerGroupScales, ForwardWithOneTensorScalePerExpert) {
+  GemmCase c;
+  c.group_rows = {13, 0, 30, 8};
+  c.n = 24, c.k = 56;
+  GemmFixture f = make_fixture(c);
+  clear_nans(f.a);
+  const int64_t g_count = 4, n = c.n, k = c.k;
+  QuantizerConfig cfg = config(ScalingMode::kTensor);
+  cfg.columnwise = false;
+  QuantizedTensor qb(cfg, g_count * n, k, Device::cpu());
+  std::vector<float> scales(g_count);
+  float* w = f.b.view.as<float>();
+  for (int64_t g = 0; g < g_count; ++g) {
+    for (int64_t i = 0; i < n * k; ++i) w[g * n * k + i] *= static_cast<float>(1 << (3 * g));
+    QuantizedTensor one(cfg, n, k, Device::cpu());
+    Quantizer(cfg).quantize(TensorView::contiguous(w + g * n * k, DType::kFloat32, {n, k}), one);
+    std::memcpy(qb.view().data.as<uint8_t>() + g * n * k, one.view().data.data, n * k);
+    scales[g] = one.view().scale_inv.as<float>()[0];
+    // The oracle operand: this expert's own dequantize.
+    dequantize(one.view(), TensorView::contiguous(w + g * n * k, DType::kFloat32, {n, k}));
+  }
+  EXPECT_NE(scales[0], scales[3]);
+  QuantizedTensorView qv = qb.view();
+  qv.scale_inv = TensorView::contiguous(scales.data(), DType::kFloat32, {g_count});
+  const QuantizedTensor qa = quantize_operand(f.a, cfg);
+  GemmFixture deq = copy_of(f);
+  dequantize_into(qa, false, deq.a);
+  f.problem.a = GemmOperand::from_quantized(qa.view(), false);
+  f.problem.b = GemmOperand::from_quantized(qv, false);
+  std::string reason;
+  ASSERT_EQ(can_implement(f.problem, &reason), Status::kOk) << reason;
+  grouped_gemm(f.problem);
+  const Expected e = loop_of_gemms(deq);
+  EXPECT_EQ(compare(f, e, gemm_tolerance(c.out_dtype, c.k)), "");
+  qv.scale_inv = TensorView::contiguous(scales.data(), DType::kFloat32, {3});
+  f.problem.b = GemmOperand::from_quantized(qv, false);
+  EXPECT_EQ(can_implement(f.problem, &reason), Status::kShapeMismatch) << reason;
+}
+
+TEST(QuantizedGemmErrors, RecipeMismatchMissingUsageBadScales) {
+  GemmCase c;
+  c.group_rows = {5, 11};
+  c.n = 16, c.k = 64;
+  GemmFixture f = make_fixture(c);
+  clear_nans(f.a);
+  const QuantizedTensor mx = quantize_operand(f.a, config(ScalingMode::kMXFP8));
+  const QuantizedTensor nv = quantize_operand(f.b, config(ScalingMode::kNVFP4));
+  QuantizerConfig row_only = config(ScalingMode::kMXFP8);
+  row_only.columnwise = false;
+  const QuantizedTensor mx_b = quantize_operand(f.b, row_only);
+  std::string reason;
+  f.problem.a = GemmOperand::from_quantized(mx.view(), false);
+  f.problem.b = GemmOperand::from_quantized(nv.view(), false);
+  EXPECT_EQ(can_implement(f.problem, &reason), Status::kDTypeMismatch) << reason;
+  EXPECT_NE(reason.find("mxfp8 and nvfp4"), std::string::npos) << reason;
+  f.problem.b = GemmOperand::from_quantized(mx_b.view(), true);  // no columnwise copy
+  EXPECT_EQ(can_implement(f.problem, &reason), Status::kInvalidArgument) << reason;
+  EXPECT_NE(reason.find("columnwise"), std::string::npos) << reason;
+  QuantizedTensorView bad = mx_b.view();
+  bad.scale_inv.shape[1] -= 1;  // a scale matrix of the wrong shape
+  f.problem.b = GemmOperand::from_quantized(bad, false);
+  EXPECT_EQ(can_implement(f.problem, &reason), Status::kShapeMismatch) << reason;
+  bad = mx_b.view();
+  bad.data.dtype = DType::kFloat8E5M2;  // codes that do not match the config's element
+  f.problem.b = GemmOperand::from_quantized(bad, false);
+  EXPECT_EQ(can_implement(f.problem, &reason), Status::kDTypeMismatch) << reason;
+  f.problem.b = GemmOperand::from_quantized(mx_b.view(), false);
+  EXPECT_EQ(can_implement(f.problem, &reason), Status::kOk) << reason;
+}
+
+}  // namespace
+}  // namespace tessera::test

@@ -1,0 +1,568 @@
+// FP8 (E4M3) quantized operands through the PUBLIC grouped GEMM API on the CUDA backend:
+// forward (M-grouped TN: A and B rowwise), dgrad (M-grouped NN: B's transposed columnwise copy)
+// and wgrad (K-grouped: both transposed columnwise copies), with rowwise and per-tensor (shared
+// or per-group) scales, ragged groups with empty ones at the start/middle/end, capacity rows,
+// poisoned D. Operands are quantized on the host by a plain loop following the data model of
+// quantize/types.h (scale = 448 / amax, scale_inv stored, columnwise copy = rowwise quantization
+// of the transpose), copied to the device; the oracle is a loop of FP64 GEMMs on the
+// dequantized copy each operand reads, compared per element with gemm_tolerance (the operands
+// are exact, so only FP32 accumulation and output rounding remain). Plus the statuses of what
+// the FP8 path refuses. A second test quantizes with tessera's own CPU Quantizer (rowwise and
+// per-tensor, both usages) and checks forward, dgrad and wgrad against an FP64 loop over the
+// quantize layer's dequantize() of each copy read. Skips without an sm_90 GPU.
+#include <gtest/gtest.h>
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gemm/gemm_case.h"
+#include "gemm_cuda/gemm_cuda_test_util.h"
+#include "tessera/formats/codecs.h"
+#include "tessera/gemm/grouped_gemm.h"
+#include "tessera/quantize/quantizer.h"
+
+namespace tessera::test {
+namespace {
+
+constexpr float kE4M3Max = 448.0f;
+
+// A logical (rows, cols) matrix quantized on the host, both copies, plus their dequantized values
+// in the logical orientation. Scales: kRowwise one per stored row; kTensor one per group
+// (`group_of_row` maps a logical row to its group) or one shared (groups = 1).
+struct HostQuantized {
+  int64_t rows = 0, cols = 0;
+  std::vector<uint8_t> data, cdata;     // (rows, cols), transposed (cols, rows)
+  std::vector<float> scale, cscale;     // scale_inv of each copy
+  std::vector<double> deq, cdeq;        // (rows, cols) logical, from each copy
+};
+
+float scale_for(float amax) { return amax > 0.0f && std::isfinite(amax) ? kE4M3Max / amax : 1.0f; }
+
+// Quantizes x (rows, cols) row by row into codes/scale_inv; `block_of(r)` says which scale row r
+// uses (r itself for rowwise, its group for per-tensor).
+void quantize_rows(const std::vector<float>& x, int64_t rows, int64_t cols,
+                   const std::vector<int64_t>& block_of, int64_t blocks, std::vector<uint8_t>& q,
+                   std::vector<float>& scale_inv, std::vector<double>& deq) {
+  std::vector<float> amax(blocks, 0.0f);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      amax[block_of[r]] = std::max(amax[block_of[r]], std::fabs(x[r * cols + c]));
+  scale_inv.assign(blocks, 1.0f);
+  std::vector<float> scale(blocks);
+  for (int64_t b = 0; b < blocks; ++b) {
+    scale[b] = scale_for(amax[b]);
+    scale_inv[b] = 1.0f / scale[b];
+  }
+  q.assign(rows * cols, 0);
+  deq.assign(rows * cols, 0.0);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      const uint8_t code = formats::encode_e4m3(x[r * cols + c] * scale[block_of[r]]);
+      q[r * cols + c] = code;
+      deq[r * cols + c] = double(formats::decode_e4m3(code)) * scale_inv[block_of[r]];
+    }
+}
+
+// `group_rows`: logical rows per group (per-tensor scales per group); empty = one shared scale.
+HostQuantized quantize(const std::vector<float>& x, int64_t rows, int64_t cols, bool rowwise_mode,
+                       const std::vector<int64_t>& group_of_row, int64_t groups) {
+  HostQuantized h;
+  h.rows = rows, h.cols = cols;
+  std::vector<int64_t> id(std::max(rows, cols));
+  for (size_t i = 0; i < id.size(); ++i) id[i] = static_cast<int64_t>(i);
+  if (rowwise_mode) {
+    quantize_rows(x, rows, cols, id, rows, h.data, h.scale, h.deq);
+  } else {
+    quantize_rows(x, rows, cols, group_of_row, groups, h.data, h.scale, h.deq);
+  }
+  // Columnwise: the rowwise quantization of xᵀ (cols, rows); per-tensor scales per logical group.
+  std::vector<float> xt(rows * cols);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) xt[c * rows + r] = x[r * cols + c];
+  std::vector<double> deq_t;
+  if (rowwise_mode) {
+    quantize_rows(xt, cols, rows, id, cols, h.cdata, h.cscale, deq_t);
+  } else {  // per-tensor per group: amax over the group's logical rows = the same blocks
+    h.cdata.resize(rows * cols);
+    h.cscale = h.scale;
+    deq_t.resize(rows * cols);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) {
+        const int64_t g = group_of_row[r];
+        const uint8_t code = formats::encode_e4m3(x[r * cols + c] / h.scale[g]);
+        h.cdata[c * rows + r] = code;
+        deq_t[c * rows + r] = double(formats::decode_e4m3(code)) * h.scale[g];
+      }
+  }
+  h.cdeq.assign(rows * cols, 0.0);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) h.cdeq[r * cols + c] = deq_t[c * rows + r];
+  return h;
+}
+
+// The device copy of a HostQuantized and its QuantizedTensorView.
+struct DeviceQuantized {
+  DeviceArray data, cdata, scale, cscale;
+  QuantizedTensorView view;
+  DeviceQuantized(const HostQuantized& h, bool rowwise_mode)
+      : data(h.data), cdata(h.cdata), scale(h.scale), cscale(h.cscale) {
+    const Device dev = Device::cuda(0);
+    view.config.mode = rowwise_mode ? ScalingMode::kRowwise : ScalingMode::kTensor;
+    view.config.element = DType::kFloat8E4M3;
+    view.config.columnwise = true;
+    view.rows = h.rows, view.cols = h.cols;
+    view.device = dev;
+    view.data = TensorView::contiguous(data.ptr, DType::kFloat8E4M3, {h.rows, h.cols}, dev);
+    view.columnwise_data = TensorView::contiguous(cdata.ptr, DType::kFloat8E4M3, {h.cols, h.rows}, dev);
+    const int64_t ns = static_cast<int64_t>(h.scale.size()), nc = static_cast<int64_t>(h.cscale.size());
+    view.scale_inv = TensorView::contiguous(scale.ptr, DType::kFloat32, {ns, 1}, dev);
+    view.columnwise_scale_inv = TensorView::contiguous(cscale.ptr, DType::kFloat32, {nc, 1}, dev);
+  }
+};
+
+enum class Pass { kForward, kDgrad, kWgrad };
+
+struct Fp8Case {
+  std::string name;
+  Pass pass = Pass::kForward;
+  bool rowwise = true;         // kRowwise, else kTensor
+  bool shared_scale = false;   // kTensor: one scale for all groups
+  std::vector<int64_t> rows;   // tokens per group
+  int64_t extra = 0;           // capacity rows past the last group
+  int64_t m = 0, n = 0, k = 0; // forward/dgrad: n, k (contraction); wgrad: m, n
+  DType out = DType::kBFloat16;
+  float beta = 0.0f;
+  bool bias = false, int32_end_offsets = false, host_offsets = false;
+};
+
+void PrintTo(const Fp8Case& c, std::ostream* os) { *os << c.name; }
+
+std::vector<float> random_values(int64_t count, std::mt19937& rng, float spread) {
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::uniform_real_distribution<float> ud(-1.0f, 1.0f);
+  std::vector<float> v(count);
+  for (auto& x : v) x = nd(rng) * std::exp2(spread * ud(rng));  // rows of different magnitudes
+  return v;
+}
+
+// Group of every token row (rows past the groups: the last group, their values are unused).
+std::vector<int64_t> token_groups(const std::vector<int64_t>& start, int64_t cap) {
+  const int64_t g_count = static_cast<int64_t>(start.size()) - 1;
+  std::vector<int64_t> of(cap, g_count - 1);
+  for (int64_t g = 0; g < g_count; ++g)
+    for (int64_t r = start[g]; r < start[g + 1]; ++r) of[r] = g;
+  return of;
+}
+
+// Runs one case; returns "" or the first failure.
+std::string run_case(const Fp8Case& c) {
+  std::mt19937 rng(97);
+  const int64_t groups = static_cast<int64_t>(c.rows.size());
+  std::vector<int64_t> start(groups + 1, 0);
+  for (int64_t g = 0; g < groups; ++g) start[g + 1] = start[g] + c.rows[g];
+  const int64_t cap = start[groups] + c.extra;
+  const bool wgrad = c.pass == Pass::kWgrad;
+  const int64_t scale_groups = c.shared_scale ? 1 : groups;
+  const std::vector<int64_t> tok_of = token_groups(start, cap);  // group of each token row
+  std::vector<int64_t> tok_group = tok_of;                          // its scale slot
+  if (c.shared_scale) tok_group.assign(cap, 0);
+  // A: forward/dgrad (T, K) tokens; wgrad (T, M). B: forward (G·N, K), dgrad (G·K, N), wgrad (T, N).
+  const int64_t a_cols = wgrad ? c.m : c.k;
+  const int64_t b_rows = wgrad ? cap : groups * (c.pass == Pass::kForward ? c.n : c.k);
+  const int64_t b_cols = wgrad ? c.n : (c.pass == Pass::kForward ? c.k : c.n);
+  const int64_t b_per_group = wgrad ? 0 : b_rows / groups;
+  std::vector<int64_t> b_group(b_rows);
+  for (int64_t r = 0; r < b_rows; ++r)
+    b_group[r] = c.shared_scale ? 0 : (wgrad ? tok_group[r] : r / b_per_group);
+  // Each group's values get their own magnitude, so a scale or row read from the wrong group
+  // shows as an O(|D|) error.
+  auto group_gain = [](int64_t g) { return std::exp2(float(g % 5) - 2.0f); };
+  std::vector<float> a_vals = random_values(cap * a_cols, rng, 4.0f);
+  for (int64_t r = 0; r < cap; ++r)
+    for (int64_t i = 0; i < a_cols; ++i) a_vals[r * a_cols + i] *= group_gain(tok_of[r]);
+  std::vector<float> b_vals = random_values(b_rows * b_cols, rng, 4.0f);
+  for (int64_t r = 0; r < b_rows; ++r) {
+    const int64_t g = wgrad ? tok_of[r] : r / b_per_group;
+    for (int64_t i = 0; i < b_cols; ++i) b_vals[r * b_cols + i] *= group_gain(g + 1);
+  }
+  const HostQuantized ha = quantize(a_vals, cap, a_cols, c.rowwise, tok_group, scale_groups);
+  const HostQuantized hb = quantize(b_vals, b_rows, b_cols, c.rowwise, b_group, scale_groups);
+  DeviceQuantized da(ha, c.rowwise), db(hb, c.rowwise);
+
+  // D: forward/dgrad (cap, N); wgrad (G, M, N). Poisoned (beta 0) or random (beta 1).
+  const int64_t d_rows = wgrad ? groups * c.m : cap, d_cols = c.n;
+  const int eb = c.out == DType::kFloat32 ? 4 : 2;
+  std::vector<uint8_t> d_init(d_rows * d_cols * eb, 0x7f);
+  std::vector<double> d_old(d_rows * d_cols, 0.0);
+  if (c.beta != 0.0f) {
+    std::vector<float> v = random_values(d_rows * d_cols, rng, 0.0f);
+    std::memcpy(d_init.data(), v.data(), d_init.size());
+    for (size_t i = 0; i < v.size(); ++i) d_old[i] = v[i];
+  }
+  DeviceArray d(d_init);
+  std::vector<float> bias_h = random_values(groups * c.n, rng, 0.0f);
+  DeviceArray bias(bias_h);
+  std::vector<int64_t> off64(start);
+  std::vector<int32_t> off32(start.begin() + 1, start.end());
+  DeviceArray offsets = c.int32_end_offsets ? DeviceArray(off32) : DeviceArray(off64);
+
+  GroupedGemmProblem p;
+  p.kind = wgrad ? GroupedGemmKind::kKGrouped : GroupedGemmKind::kMGrouped;
+  p.num_groups = groups;
+  p.transpose_a = wgrad;
+  p.transpose_b = c.pass == Pass::kForward;
+  p.a = GemmOperand::from_quantized(da.view, wgrad);
+  p.b = GemmOperand::from_quantized(db.view, c.pass != Pass::kForward);
+  const Device dev = Device::cuda(0);
+  p.d = wgrad ? TensorView::contiguous(d.ptr, c.out, {groups, c.m, c.n}, dev)
+              : TensorView::contiguous(d.ptr, c.out, {cap, c.n}, dev);
+  if (c.int32_end_offsets) {
+    p.offsets_format = GroupOffsetsFormat::kEndOffsets;
+    p.group_offsets = TensorView::contiguous(offsets.ptr, DType::kInt32, {groups}, dev);
+  } else if (c.host_offsets) {
+    p.group_offsets = TensorView::contiguous(off64.data(), DType::kInt64, {groups + 1});
+  } else {
+    p.group_offsets = TensorView::contiguous(offsets.ptr, DType::kInt64, {groups + 1}, dev);
+  }
+  if (c.bias) p.bias = TensorView::contiguous(bias.ptr, DType::kFloat32, {groups, c.n}, dev);
+  p.beta = c.beta;
+  std::string reason;
+  const Status st = can_implement(p, &reason);
+  if (st != Status::kOk) return "can_implement: " + reason;
+  grouped_gemm(p);
+  cuda_ok(cudaDeviceSynchronize(), "sync");
+  const std::vector<uint8_t> got_bytes = d.to_host<uint8_t>();
+
+  // Oracle on the dequantized copies each operand reads.
+  const std::vector<double>& A = wgrad ? ha.cdeq : ha.deq;
+  const std::vector<double>& B = c.pass == Pass::kForward ? hb.deq : hb.cdeq;
+  // FP8 wgmma adds each k32 step into the FP32 accumulator with a shortened alignment (~13-14
+  // bits kept; torch's use_fast_accum, measured on the H200: 0.2% of |D| at K = 400). The
+  // accumulation term of the budget is therefore (k/32 + 1) · 2^-12 of the magnitudes summed
+  // (K = 400: 3.4e-3), still far below the O(|D|) error of a wrong element, or of a wrong scale
+  // or group (the groups' magnitudes differ by powers of 2).
+  const int64_t kk_max = wgrad ? cap : c.k;
+  GemmTolerance tol = gemm_tolerance(c.out, kk_max);
+  tol.sum_rel = std::max(tol.sum_rel, double((kk_max + 31) / 32 + 1) * std::exp2(-12.0));
+  auto value_at = [&](int64_t i) {
+    if (c.out == DType::kFloat32) { float f; std::memcpy(&f, &got_bytes[i * 4], 4); return double(f); }
+    uint16_t h; std::memcpy(&h, &got_bytes[i * 2], 2);
+    return double(bf16{h}.to_float());
+  };
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t out_rows = wgrad ? c.m : c.rows[g];
+    for (int64_t r = 0; r < out_rows; ++r)
+      for (int64_t n = 0; n < c.n; ++n) {
+        double sum = 0, abs_sum = 0;
+        const int64_t kk = wgrad ? c.rows[g] : c.k;
+        for (int64_t k = 0; k < kk; ++k) {
+          double av, bv;
+          if (wgrad) { av = A[(start[g] + k) * c.m + r]; bv = B[(start[g] + k) * c.n + n]; }
+          else if (c.pass == Pass::kForward) { av = A[(start[g] + r) * c.k + k]; bv = B[(g * c.n + n) * c.k + k]; }
+          else { av = A[(start[g] + r) * c.k + k]; bv = B[(g * c.k + k) * c.n + n]; }
+          sum += av * bv;
+          abs_sum += std::fabs(av * bv);
+        }
+        const int64_t i = wgrad ? (g * c.m + r) * c.n + n : (start[g] + r) * c.n + n;
+        if (c.bias) { sum += bias_h[g * c.n + n]; abs_sum += std::fabs(bias_h[g * c.n + n]); }
+        sum += c.beta * d_old[i];
+        abs_sum += std::fabs(c.beta * d_old[i]);
+        const double v = value_at(i);
+        if (!(std::fabs(v - sum) <= tol.value_rel * std::fabs(sum) + tol.sum_rel * abs_sum))
+          return c.name + ": D[" + std::to_string(i / c.n) + ", " + std::to_string(n) + "] = " +
+                 std::to_string(v) + ", expected " + std::to_string(sum);
+      }
+  }
+  if (!wgrad) {  // rows past the last group: untouched
+    for (int64_t i = start[groups] * c.n * eb; i < static_cast<int64_t>(got_bytes.size()); ++i)
+      if (got_bytes[i] != d_init[i]) return c.name + ": a capacity row of D was written";
+  }
+  return "";
+}
+
+std::vector<Fp8Case> cases() {
+  std::vector<Fp8Case> v;
+  const std::vector<int64_t> ragged = {0, 37, 130, 0, 300, 9, 0};
+  v.push_back({"forward_rowwise_ragged_empty_ends", Pass::kForward, true, false, ragged, 40, 0, 264, 208});
+  Fp8Case f2{"forward_tensor_per_group_fp32_beta1_bias", Pass::kForward, false, false, ragged, 8, 0, 136, 400};
+  f2.out = DType::kFloat32, f2.beta = 1.0f, f2.bias = true;
+  v.push_back(f2);
+  Fp8Case f3{"forward_tensor_shared_int32_end_offsets", Pass::kForward, false, true, {515}, 0, 0, 128, 64};
+  f3.int32_end_offsets = true;
+  v.push_back(f3);
+  Fp8Case f4{"forward_rowwise_host_offsets", Pass::kForward, true, false, {64, 0, 200}, 0, 0, 256, 128};
+  f4.host_offsets = true;
+  v.push_back(f4);
+  Fp8Case d1{"dgrad_rowwise_columnwise_b", Pass::kDgrad, true, false, {64, 0, 200, 33}, 16, 0, 136, 80};
+  d1.out = DType::kFloat32;
+  v.push_back(d1);
+  v.push_back({"dgrad_tensor_per_group", Pass::kDgrad, false, false, {0, 150, 7, 0}, 0, 0, 264, 160});
+  const std::vector<int64_t> kg = {0, 32, 208, 0, 64, 16, 0};
+  Fp8Case w1{"wgrad_rowwise_empty_groups_write_zeros", Pass::kWgrad, true, false, kg, 16, 136, 264, 0};
+  w1.out = DType::kFloat32;
+  v.push_back(w1);
+  Fp8Case w2{"wgrad_tensor_per_group_fp32_beta1", Pass::kWgrad, false, false, {48, 0, 256}, 0, 200, 128, 0};
+  w2.out = DType::kFloat32, w2.beta = 1.0f, w2.int32_end_offsets = true;
+  v.push_back(w2);
+  Fp8Case w3{"wgrad_rowwise_bf16_host_offsets", Pass::kWgrad, true, false, {16, 96, 0}, 0, 64, 256, 0};
+  w3.host_offsets = true;
+  v.push_back(w3);
+  return v;
+}
+
+class CudaFp8GroupedGemm : public ::testing::TestWithParam<Fp8Case> {
+ protected:
+  void SetUp() override {
+    if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  }
+};
+
+TEST_P(CudaFp8GroupedGemm, EqualsFp64LoopOnDequantizedOperands) { EXPECT_EQ(run_case(GetParam()), ""); }
+
+INSTANTIATE_TEST_SUITE_P(Cases, CudaFp8GroupedGemm, ::testing::ValuesIn(cases()),
+                         [](const auto& param_info) { return param_info.param.name; });
+
+// A CPU QuantizedTensor copied to the device, buffer by buffer, with the same shapes.
+struct DeviceCopy {
+  DeviceArray data, scale, cdata, cscale;
+  QuantizedTensorView view;
+  static DeviceArray copy(const TensorView& v, TensorView& out) {
+    if (v.data == nullptr) return {};
+    const auto* p = static_cast<const uint8_t*>(v.data);
+    DeviceArray d(std::vector<uint8_t>(p, p + v.nbytes()));
+    out = v;
+    out.data = d.ptr;
+    out.device = Device::cuda(0);
+    return d;
+  }
+  explicit DeviceCopy(const QuantizedTensorView& h) : view(h) {
+    view.device = Device::cuda(0);
+    view.amax = view.columnwise_amax = TensorView{};
+    data = copy(h.data, view.data);
+    scale = copy(h.scale_inv, view.scale_inv);
+    cdata = copy(h.columnwise_data, view.columnwise_data);
+    cscale = copy(h.columnwise_scale_inv, view.columnwise_scale_inv);
+  }
+};
+
+// (rows, cols) logical values of one copy, through the quantize layer's dequantize().
+std::vector<double> dequantized(const QuantizedTensor& q, bool columnwise) {
+  std::vector<float> out(q.view().rows * q.view().cols);
+  dequantize(q.view(), TensorView::contiguous(out.data(), DType::kFloat32,
+                                              {q.view().rows, q.view().cols}),
+             columnwise);
+  return std::vector<double>(out.begin(), out.end());
+}
+
+QuantizedTensor quantize_with_tessera(const QuantizerConfig& cfg, std::vector<float>& x,
+                                      int64_t rows, int64_t cols) {
+  QuantizedTensor q(cfg, rows, cols, Device::cpu());
+  Quantizer(cfg).quantize(TensorView::contiguous(x.data(), DType::kFloat32, {rows, cols}), q);
+  return q;
+}
+
+// D (FP32, device) of `p` against got[i] = Σ_k a(i, k)·b(k, j) given by `expect(r, c, &abs)`.
+template <class Expect>
+std::string compare_fp32(const std::string& name, const DeviceArray& d, int64_t rows, int64_t cols,
+                         int64_t k, Expect expect) {
+  const std::vector<float> got = d.to_host<float>();
+  GemmTolerance tol = gemm_tolerance(DType::kFloat32, k);
+  tol.sum_rel = std::max(tol.sum_rel, double((k + 31) / 32 + 1) * std::exp2(-12.0));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      double abs_sum = 0;
+      bool live = true;
+      const double want = expect(r, c, &abs_sum, &live);
+      if (!live) continue;
+      const double v = got[r * cols + c];
+      if (!(std::fabs(v - want) <= tol.value_rel * std::fabs(want) + tol.sum_rel * abs_sum))
+        return name + ": D[" + std::to_string(r) + ", " + std::to_string(c) + "] = " +
+               std::to_string(v) + ", expected " + std::to_string(want);
+    }
+  return "";
+}
+
+// Forward, dgrad and wgrad on operands quantized by tessera's CPU Quantizer.
+std::string run_with_tessera_quantizer(ScalingMode mode) {
+  const std::vector<int64_t> rows = {0, 48, 160, 0, 32};  // multiples of 16 (FP8 wgrad)
+  const int64_t groups = 5, n = 144, k = 192, cap = 256;  // n: dgrad contraction, multiple of 16
+  std::vector<int64_t> start(groups + 1, 0);
+  for (int64_t g = 0; g < groups; ++g) start[g + 1] = start[g] + rows[g];
+  std::mt19937 rng(7);
+  std::vector<float> x = random_values(cap * k, rng, 3.0f), w = random_values(groups * n * k, rng, 3.0f),
+                     dy = random_values(cap * n, rng, 3.0f);
+  QuantizerConfig cfg = make_config(mode, DType::kFloat8E4M3);
+  cfg.rowwise = cfg.columnwise = true;
+  const QuantizedTensor qx = quantize_with_tessera(cfg, x, cap, k);
+  const QuantizedTensor qw = quantize_with_tessera(cfg, w, groups * n, k);
+  const QuantizedTensor qdy = quantize_with_tessera(cfg, dy, cap, n);
+  DeviceCopy dx(qx.view()), dw(qw.view()), ddy(qdy.view());
+  const std::vector<double> x_r = dequantized(qx, false), x_c = dequantized(qx, true);
+  const std::vector<double> w_r = dequantized(qw, false), w_c = dequantized(qw, true);
+  const std::vector<double> dy_r = dequantized(qdy, false), dy_c = dequantized(qdy, true);
+  DeviceArray offsets(start);
+  const Device dev = Device::cuda(0);
+  auto group_of = [&](int64_t r) {
+    for (int64_t g = 0; g < groups; ++g)
+      if (r < start[g + 1]) return g;
+    return int64_t{-1};
+  };
+  std::string err;
+  {  // forward y = x Wᵀ: (T, N)
+    DeviceArray d(std::vector<float>(cap * n, 0.0f));
+    GroupedGemmProblem p;
+    p.num_groups = groups;
+    p.a = GemmOperand::from_quantized(dx.view, false);
+    p.b = GemmOperand::from_quantized(dw.view, false);
+    p.d = TensorView::contiguous(d.ptr, DType::kFloat32, {cap, n}, dev);
+    p.group_offsets = TensorView::contiguous(offsets.ptr, DType::kInt64, {groups + 1}, dev);
+    grouped_gemm(p);
+    cuda_ok(cudaDeviceSynchronize(), "sync");
+    err += compare_fp32("forward", d, cap, n, k, [&](int64_t r, int64_t c, double* abs, bool* live) {
+      const int64_t g = group_of(r);
+      *live = g >= 0;
+      double s = 0;
+      for (int64_t i = 0; *live && i < k; ++i) {
+        s += x_r[r * k + i] * w_r[(g * n + c) * k + i];
+        *abs += std::fabs(x_r[r * k + i] * w_r[(g * n + c) * k + i]);
+      }
+      return s;
+    });
+  }
+  {  // dgrad dx = dy W: (T, K), W read through its columnwise (transposed) copy
+    DeviceArray d(std::vector<float>(cap * k, 0.0f));
+    GroupedGemmProblem p;
+    p.num_groups = groups;
+    p.transpose_b = false;
+    p.a = GemmOperand::from_quantized(ddy.view, false);
+    p.b = GemmOperand::from_quantized(dw.view, true);
+    p.d = TensorView::contiguous(d.ptr, DType::kFloat32, {cap, k}, dev);
+    p.group_offsets = TensorView::contiguous(offsets.ptr, DType::kInt64, {groups + 1}, dev);
+    grouped_gemm(p);
+    cuda_ok(cudaDeviceSynchronize(), "sync");
+    err += compare_fp32("dgrad", d, cap, k, n, [&](int64_t r, int64_t c, double* abs, bool* live) {
+      const int64_t g = group_of(r);
+      *live = g >= 0;
+      double s = 0;
+      for (int64_t i = 0; *live && i < n; ++i) {
+        s += dy_r[r * n + i] * w_c[(g * n + i) * k + c];
+        *abs += std::fabs(dy_r[r * n + i] * w_c[(g * n + i) * k + c]);
+      }
+      return s;
+    });
+  }
+  {  // wgrad dW_g = dy_gᵀ x_g: (G, N, K), both columnwise copies; empty groups write zeros
+    DeviceArray d(std::vector<float>(groups * n * k, 7.0f));
+    GroupedGemmProblem p;
+    p.kind = GroupedGemmKind::kKGrouped;
+    p.num_groups = groups;
+    p.transpose_a = true;
+    p.transpose_b = false;
+    p.a = GemmOperand::from_quantized(ddy.view, true);
+    p.b = GemmOperand::from_quantized(dx.view, true);
+    p.d = TensorView::contiguous(d.ptr, DType::kFloat32, {groups, n, k}, dev);
+    p.group_offsets = TensorView::contiguous(offsets.ptr, DType::kInt64, {groups + 1}, dev);
+    grouped_gemm(p);
+    cuda_ok(cudaDeviceSynchronize(), "sync");
+    err += compare_fp32("wgrad", d, groups * n, k, cap, [&](int64_t r, int64_t c, double* abs, bool*) {
+      const int64_t g = r / n, m = r % n;
+      double s = 0;
+      for (int64_t t = start[g]; t < start[g + 1]; ++t) {
+        s += dy_c[t * n + m] * x_c[t * k + c];
+        *abs += std::fabs(dy_c[t * n + m] * x_c[t * k + c]);
+      }
+      return s;
+    });
+  }
+  return err;
+}
+
+TEST(CudaFp8GroupedGemmTesseraQuantizer, ForwardDgradWgradRowwise) {
+  if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  EXPECT_EQ(run_with_tessera_quantizer(ScalingMode::kRowwise), "");
+}
+
+TEST(CudaFp8GroupedGemmTesseraQuantizer, ForwardDgradWgradPerTensor) {
+  if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  EXPECT_EQ(run_with_tessera_quantizer(ScalingMode::kTensor), "");
+}
+
+// A small forward problem on quantized operands, for the refusal checks.
+struct SmallFp8 {
+  HostQuantized ha, hb;
+  DeviceQuantized da, db;
+  DeviceArray d, offsets;
+  GroupedGemmProblem p;
+  SmallFp8()
+      : ha(quantize(std::vector<float>(32 * 64, 1.0f), 32, 64, true, {}, 1)),
+        hb(quantize(std::vector<float>(2 * 32 * 64, 1.0f), 64, 64, true, {}, 1)),
+        da(ha, true), db(hb, true), d(std::vector<float>(32 * 32)),
+        offsets(std::vector<int64_t>{0, 16, 32}) {
+    const Device dev = Device::cuda(0);
+    p.num_groups = 2;
+    p.a = GemmOperand::from_quantized(da.view, false);
+    p.b = GemmOperand::from_quantized(db.view, false);
+    p.d = TensorView::contiguous(d.ptr, DType::kFloat32, {32, 32}, dev);
+    p.group_offsets = TensorView::contiguous(offsets.ptr, DType::kInt64, {3}, dev);
+  }
+};
+
+TEST(CudaFp8GroupedGemmStatus, RefusesWhatTheFp8PathCannotRun) {
+  if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  std::string reason;
+  {
+    SmallFp8 s;
+    ASSERT_EQ(can_implement(s.p, &reason), Status::kOk) << reason;
+  }
+  {  // forward reading B's columnwise (MN-major per group) copy
+    SmallFp8 s;
+    s.p.b.columnwise = true;
+    EXPECT_EQ(can_implement(s.p, &reason), Status::kUnsupported);
+    EXPECT_NE(reason.find("K-major"), std::string::npos) << reason;
+  }
+  {  // E5M2 is not instantiated on CUDA
+    SmallFp8 s;
+    s.p.a.quantized.config.element = DType::kFloat8E5M2;
+    s.p.a.quantized.data.dtype = DType::kFloat8E5M2;
+    EXPECT_EQ(can_implement(s.p, &reason), Status::kUnsupported);
+    EXPECT_NE(reason.find("E4M3"), std::string::npos) << reason;
+  }
+  {  // rowwise scales of the wrong length
+    SmallFp8 s;
+    s.p.a.quantized.scale_inv.shape[0] = 31;
+    EXPECT_EQ(can_implement(s.p, &reason), Status::kShapeMismatch);
+  }
+  {  // rowwise A with per-tensor B
+    SmallFp8 s;
+    s.p.b.quantized.config.mode = ScalingMode::kTensor;
+    EXPECT_EQ(can_implement(s.p, &reason), Status::kDTypeMismatch);
+  }
+}
+
+TEST(CudaFp8GroupedGemmStatus, WgradHostOffsetsMustBeMultiplesOf16) {
+  if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  const HostQuantized h = quantize(std::vector<float>(32 * 16, 1.0f), 32, 16, true, {}, 1);
+  DeviceQuantized a(h, true), b(h, true);
+  DeviceArray d(std::vector<float>(2 * 16 * 16));
+  std::vector<int64_t> offs = {0, 8, 32};
+  GroupedGemmProblem p;
+  p.kind = GroupedGemmKind::kKGrouped;
+  p.num_groups = 2;
+  p.transpose_a = true, p.transpose_b = false;
+  p.a = GemmOperand::from_quantized(a.view, true);
+  p.b = GemmOperand::from_quantized(b.view, true);
+  p.d = TensorView::contiguous(d.ptr, DType::kFloat32, {2, 16, 16}, Device::cuda(0));
+  p.group_offsets = TensorView::contiguous(offs.data(), DType::kInt64, {3});
+  std::string reason;
+  EXPECT_EQ(can_implement(p, &reason), Status::kMisaligned);
+  EXPECT_NE(reason.find("multiples of 16"), std::string::npos) << reason;
+}
+
+}  // namespace
+}  // namespace tessera::test

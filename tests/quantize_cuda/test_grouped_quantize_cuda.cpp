@@ -1,0 +1,280 @@
+// Grouped CUDA quantization of a contiguous varying-first input with DEVICE metadata: every
+// member == the CPU backend quantizing that member alone (byte for byte), empty members, odd
+// sizes, [128, 128, M-256], capacity half full with everything past the live rows untouched
+// (poison kept), the noop flag (float32 and int32) writing nothing, and a CUDA graph captured
+// once and replayed while the split sizes change between replays. Skips without a GPU.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "quantize/cuda/grouped_quantize_cuda.h"
+#include "quantize_cuda/cuda_cases.h"
+#include "tessera/core/device.h"
+
+namespace tessera {
+namespace {
+
+constexpr uint8_t kPoison = 0xA5;
+
+// Device buffers of a grouped (capacity_rows, K) tensor plus its device metadata.
+struct GroupedFixture {
+  QuantizerConfig config;
+  int64_t n, capacity_rows, K;
+  DType dtype;
+  Buffer x, data, scale, col_data, col_scale, offsets, soffsets, col_soffsets, noop;
+  int64_t scale_bytes = 0, col_scale_bytes = 0;
+  std::vector<uint8_t> host_x;  // (capacity_rows, K) input bytes
+
+  GroupedFixture(const QuantizerConfig& c, int64_t members, int64_t cap, int64_t cols, DType dt)
+      : config(c), n(members), capacity_rows(cap), K(cols), dtype(dt) {
+    const Device d = Device::cuda(0);
+    const MatrixShape rs = scale_shape(c, cap, cols, false), cs = scale_shape(c, cap, cols, true);
+    // Worst case of Σ per-member scale sizes: every member may add one partial block.
+    scale_bytes = dtype_bytes(rs.dtype, rs.numel() + members * (rs.numel() / std::max<int64_t>(cap, 1) + 1) * 32 + 64);
+    col_scale_bytes = dtype_bytes(cs.dtype, cs.numel() + members * cols + 64);
+    x = Buffer(static_cast<size_t>(dtype_bytes(dt, cap * cols)), d);
+    data = Buffer(static_cast<size_t>(cap * cols), d);
+    col_data = Buffer(static_cast<size_t>(cap * cols), d);
+    scale = Buffer(static_cast<size_t>(scale_bytes), d);
+    col_scale = Buffer(static_cast<size_t>(col_scale_bytes), d);
+    offsets = Buffer(static_cast<size_t>(8 * (members + 1)), d);
+    soffsets = Buffer(static_cast<size_t>(8 * (members + 1)), d);
+    col_soffsets = Buffer(static_cast<size_t>(8 * (members + 1)), d);
+    noop = Buffer(4, d);
+    test::HostInput in = test::make_input(dt, cap, cols, test::InputKind::kSpecials, 77);
+    host_x = in.bytes;
+    copy_bytes(x.data(), d, host_x.data(), Device::cpu(), host_x.size());
+  }
+
+  void poison_outputs() {
+    for (Buffer* b : {&data, &scale, &col_data, &col_scale}) b->fill_bytes(kPoison);
+  }
+
+  // Writes the device metadata of `splits` (host values; the kernels only see the device copy).
+  void set_splits(const std::vector<int64_t>& splits) {
+    std::vector<int64_t> off(static_cast<size_t>(n + 1), 0), so(off), cso(off);
+    for (int64_t g = 0; g < n; ++g) {
+      off[g + 1] = off[g] + splits[g] * K;
+      so[g + 1] = so[g] + scale_shape(config, splits[g], K, false).numel();
+      cso[g + 1] = cso[g] + scale_shape(config, splits[g], K, true).numel();
+    }
+    const Device d = Device::cuda(0);
+    copy_bytes(offsets.data(), d, off.data(), Device::cpu(), off.size() * 8);
+    copy_bytes(soffsets.data(), d, so.data(), Device::cpu(), so.size() * 8);
+    copy_bytes(col_soffsets.data(), d, cso.data(), Device::cpu(), cso.size() * 8);
+  }
+
+  GroupedTensorView view() {
+    GroupedTensorView v;
+    const Device d = Device::cuda(0);
+    v.num_tensors = n;
+    v.mode = GroupedShapeMode::kVaryingFirst;
+    v.logical_rows = capacity_rows;
+    v.logical_cols = K;
+    v.uniform_cols = K;
+    v.dtype = config.element;
+    v.config = config;
+    v.tensor_offsets = TensorView::contiguous(offsets.data(), DType::kInt64, {n + 1}, d);
+    v.scale_offsets = TensorView::contiguous(soffsets.data(), DType::kInt64, {n + 1}, d);
+    v.columnwise_scale_offsets = TensorView::contiguous(col_soffsets.data(), DType::kInt64, {n + 1}, d);
+    v.data = TensorView::contiguous(data.data(), config.element, {capacity_rows * K}, d);
+    v.columnwise_data = TensorView::contiguous(col_data.data(), config.element, {capacity_rows * K}, d);
+    const DType sd = scale_shape(config, 1, K, false).dtype;
+    v.scale_inv = TensorView::contiguous(scale.data(), sd, {scale_bytes / dtype_bytes(sd, 1)}, d);
+    v.columnwise_scale_inv =
+        TensorView::contiguous(col_scale.data(), sd, {col_scale_bytes / dtype_bytes(sd, 1)}, d);
+    v.device = d;
+    return v;
+  }
+
+  TensorView x_view() {
+    return TensorView::contiguous(x.data(), dtype, {capacity_rows, K}, Device::cuda(0));
+  }
+
+  static std::vector<uint8_t> to_host(const Buffer& b) {
+    std::vector<uint8_t> h(b.bytes());
+    copy_bytes(h.data(), Device::cpu(), b.data(), Device::cuda(0), h.size());
+    return h;
+  }
+
+  // "" when every member equals the CPU backend on that member alone and every byte past the
+  // members is still poison; else the first problem.
+  std::string check(const std::vector<int64_t>& splits) {
+    const std::vector<uint8_t> d = to_host(data), s = to_host(scale), cd = to_host(col_data),
+                               cs = to_host(col_scale);
+    int64_t row = 0, so = 0, cso = 0;
+    const int64_t esz = dtype_bytes(dtype, 1);
+    for (int64_t g = 0; g < n; ++g) {
+      const int64_t r = splits[g];
+      const std::string tag = "member " + std::to_string(g) + " (" + std::to_string(r) + " rows): ";
+      if (r > 0) {
+        test::HostInput in{dtype, r, K, {}};
+        in.bytes.assign(host_x.begin() + row * K * esz, host_x.begin() + (row + r) * K * esz);
+        Quantizer q(config);
+        QuantizedTensor ref = q.allocate(r, K);
+        q.quantize(in.view(), ref.view(), Backend::kCPU);
+        const QuantizedTensorView& v = ref.view();
+        auto cmp = [&](const TensorView& want, const std::vector<uint8_t>& got, int64_t at,
+                       const char* what) -> std::string {
+          if (want.data == nullptr) return "";
+          const auto* w = want.as<const uint8_t>();
+          for (int64_t i = 0; i < want.nbytes(); ++i) {
+            if (got[static_cast<size_t>(at + i)] != w[i]) {
+              return tag + what + " byte " + std::to_string(i) + ": " +
+                     std::to_string(got[static_cast<size_t>(at + i)]) + " vs CPU " +
+                     std::to_string(w[i]);
+            }
+          }
+          return "";
+        };
+        const int64_t sb = dtype_bytes(scale_shape(config, r, K, false).dtype, 1);
+        const int64_t csb = dtype_bytes(scale_shape(config, r, K, true).dtype, 1);
+        for (const std::string& m :
+             {cmp(v.data, d, row * K, "data"), cmp(v.scale_inv, s, so * sb, "scale_inv"),
+              cmp(v.columnwise_data, cd, row * K, "columnwise_data"),
+              cmp(v.columnwise_scale_inv, cs, cso * csb, "columnwise_scale_inv")}) {
+          if (!m.empty()) return m;
+        }
+      }
+      row += r;
+      so += scale_shape(config, r, K, false).numel();
+      cso += scale_shape(config, r, K, true).numel();
+    }
+    const int64_t sb = dtype_bytes(scale_shape(config, 1, K, false).dtype, 1);
+    const int64_t csb = dtype_bytes(scale_shape(config, 1, K, true).dtype, 1);
+    auto untouched = [&](const std::vector<uint8_t>& b, int64_t from, const char* what,
+                         bool used) -> std::string {
+      for (size_t i = static_cast<size_t>(used ? from : 0); i < b.size(); ++i) {
+        if (b[i] != kPoison) return std::string(what) + ": byte " + std::to_string(i) +
+                                    " past the live members was written";
+      }
+      return "";
+    };
+    for (const std::string& m :
+         {untouched(d, row * K, "data", config.rowwise), untouched(s, so * sb, "scale_inv", config.rowwise),
+          untouched(cd, row * K, "columnwise_data", config.columnwise),
+          untouched(cs, cso * csb, "columnwise_scale_inv", config.columnwise)}) {
+      if (!m.empty()) return m;
+    }
+    return "";
+  }
+};
+
+struct GroupedCase {
+  std::string name;
+  QuantizerConfig config;
+};
+
+std::vector<GroupedCase> grouped_cases() {
+  std::vector<GroupedCase> v;
+  QuantizerConfig c = make_config(ScalingMode::kMXFP8);
+  c.columnwise = true;
+  v.push_back({"mxfp8_both", c});
+  c.e8m0_rounding = E8M0Rounding::kFloor;
+  c.element = DType::kFloat8E5M2;
+  v.push_back({"mxfp8_floor_e5m2_both", c});
+  c = make_config(ScalingMode::kMXFP8);
+  c.rowwise = false;
+  c.columnwise = true;
+  v.push_back({"mxfp8_columnwise", c});
+  c = make_config(ScalingMode::kMXFP8_32x32);
+  c.columnwise = true;
+  v.push_back({"mxfp8_32x32_both", c});
+  v.push_back({"fp8_rowwise", make_config(ScalingMode::kRowwise)});
+  return v;
+}
+
+class GroupedCuda : public ::testing::TestWithParam<GroupedCase> {
+ protected:
+  void SetUp() override {
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  }
+};
+
+TEST_P(GroupedCuda, SplitCasesMatchCpuPerMember) {
+  struct Split {
+    std::vector<int64_t> sizes;
+    int64_t capacity, K;
+  };
+  const std::vector<Split> splits = {
+      {{0, 5, 0, 33, 128, 1}, 167, 256},          // empty members first / middle, odd sizes
+      {{128, 128, 744}, 1000, 96},                // [128, 128, M - 256]
+      {{100, 0, 200}, 600, 7168},                 // capacity half full
+      {{3, 0, 0, 61}, 130, 100},                  // K not a multiple of 32 (scalar path)
+      {{0, 0, 0}, 64, 64},                        // every member empty
+  };
+  for (DType dt : {DType::kBFloat16, DType::kFloat32}) {
+    for (const Split& s : splits) {
+      GroupedFixture f(GetParam().config, static_cast<int64_t>(s.sizes.size()), s.capacity, s.K, dt);
+      f.set_splits(s.sizes);
+      f.poison_outputs();
+      detail::grouped_quantize_contiguous_cuda(f.config, f.x_view(), f.view(), TensorView{}, Stream{});
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const std::string m = f.check(s.sizes);
+      ASSERT_TRUE(m.empty()) << GetParam().name << " " << dtype_name(dt) << " K=" << s.K << ": " << m;
+    }
+  }
+}
+
+TEST_P(GroupedCuda, NoopFlagWritesNothing) {
+  GroupedFixture f(GetParam().config, 3, 300, 256, DType::kBFloat16);
+  f.set_splits({100, 0, 150});
+  for (DType nd : {DType::kFloat32, DType::kInt32}) {
+    f.poison_outputs();
+    const float one_f = 1.0f;
+    const int32_t one_i = 1;
+    copy_bytes(f.noop.data(), Device::cuda(0), nd == DType::kFloat32 ? static_cast<const void*>(&one_f) : &one_i,
+               Device::cpu(), 4);
+    detail::grouped_quantize_contiguous_cuda(
+        f.config, f.x_view(), f.view(), TensorView::contiguous(f.noop.data(), nd, {1}, Device::cuda(0)),
+        Stream{});
+    const std::vector<uint8_t> d = GroupedFixture::to_host(f.data), s = GroupedFixture::to_host(f.scale);
+    EXPECT_TRUE(std::all_of(d.begin(), d.end(), [](uint8_t b) { return b == kPoison; }));
+    EXPECT_TRUE(std::all_of(s.begin(), s.end(), [](uint8_t b) { return b == kPoison; }));
+    // Flag cleared: the same call quantizes.
+    const float zero = 0.0f;
+    copy_bytes(f.noop.data(), Device::cuda(0), &zero, Device::cpu(), 4);
+    detail::grouped_quantize_contiguous_cuda(
+        f.config, f.x_view(), f.view(), TensorView::contiguous(f.noop.data(), nd, {1}, Device::cuda(0)),
+        Stream{});
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(f.check({100, 0, 150}), "") << dtype_name(nd) << " noop";
+  }
+}
+
+TEST_P(GroupedCuda, GraphReplaysFollowDeviceSplits) {
+  GroupedFixture f(GetParam().config, 4, 512, 512, DType::kBFloat16);
+  f.set_splits({128, 128, 128, 128});
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  detail::grouped_quantize_contiguous_cuda(f.config, f.x_view(), f.view(), TensorView{},
+                                           Stream{reinterpret_cast<void*>(s)});
+  ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  const std::vector<std::vector<int64_t>> replays = {
+      {128, 128, 128, 128}, {0, 300, 1, 77}, {31, 0, 0, 0}, {0, 0, 0, 0}, {200, 0, 200, 112}};
+  for (const auto& sizes : replays) {
+    f.set_splits(sizes);  // only the device metadata changes; the graph is not rebuilt
+    f.poison_outputs();
+    ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    const std::string m = f.check(sizes);
+    EXPECT_TRUE(m.empty()) << GetParam().name << " replay " << sizes[0] << "," << sizes[1] << ","
+                           << sizes[2] << "," << sizes[3] << ": " << m;
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(s);
+}
+
+INSTANTIATE_TEST_SUITE_P(Recipes, GroupedCuda, ::testing::ValuesIn(grouped_cases()),
+                         [](const auto& p) { return p.param.name; });
+
+}  // namespace
+}  // namespace tessera
