@@ -18,6 +18,9 @@ import sys
 
 import torch
 
+import bench_common  # bench/gpu/, the script's own folder
+from bench_common import group_sizes
+
 REPS = int(os.environ.get("GEMM_BENCH_REPS", "50"))
 dev = "cuda"
 lib = ctypes.CDLL(os.environ["TESSERA_BENCH_LIB"])
@@ -47,32 +50,8 @@ SHAPES = {  # name: (groups, tokens per group, K, N) -- DESIGN §10, as torch_pe
 }
 
 
-def group_sizes(G, m, imbalanced):  # the same rule as bench/gpu/torch_peers.py
-    if not imbalanced:
-        return [m] * G
-    g = torch.Generator().manual_seed(1)
-    w = torch.rand(G, generator=g) ** 3
-    w[0] = 0.0  # one empty expert
-    sizes = (w / w.sum() * G * m / 16).floor().int() * 16
-    sizes[-1] += G * m - int(sizes.sum())
-    return sizes.tolist()
-
-
 def bench(fn, warmup=5, reps=REPS):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        s = torch.cuda.Event(enable_timing=True)
-        e = torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e))
-    times.sort()
-    return times[len(times) // 2] / 1e3
+    return bench_common.bench(fn, warmup, reps)
 
 
 def ptr(t):

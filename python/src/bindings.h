@@ -55,6 +55,7 @@ void register_formats(nb::module_& m);
 void register_scan(nb::module_& m);
 void register_gemm(nb::module_& m);
 void register_torch_gemm(nb::module_& m);
+void register_torch_quantize(nb::module_& m);
 void register_quantize(nb::module_& m);
 void register_grouped(nb::module_& m);
 

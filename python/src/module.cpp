@@ -20,6 +20,7 @@ NB_MODULE(_tessera, m) {
   tessera::python::register_scan(m);
   tessera::python::register_gemm(m);
   tessera::python::register_torch_gemm(m);
+  tessera::python::register_torch_quantize(m);
   tessera::python::register_quantize(m);
   tessera::python::register_grouped(m);
 }

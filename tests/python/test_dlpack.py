@@ -142,3 +142,74 @@ def test_bad_arguments_are_named():
         C._grouped_gemm_into(0, C._gemm_dense_operand(a), C._gemm_dense_operand(b), out, None)
     with pytest.raises(tessera.Error, match="C-contiguous"):
         C._gemm_dense_operand(np.zeros((16, 4), np.float32).T)
+
+
+# ---- _quantize_into: tessera's Quantizer into caller-owned arrays ------------------------------
+
+needs_quantize_into = pytest.mark.skipif(not hasattr(C, "_quantize_into"),
+                                         reason="_quantize_into not in this build")
+
+
+def rowwise_e4m3_oracle(x):
+    """Independent NumPy rule (DESIGN §4 current scaling): scale = 448 / amax per row (amax 0 or
+    non-finite -> 1), codes = saturating RNE cast; returns (codes as uint8, scale_inv (M,))."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    amax = np.abs(x).max(axis=1).astype(np.float32)
+    ok = (amax > 0) & np.isfinite(amax)
+    scale = np.where(ok, np.float32(448.0) / np.where(ok, amax, 1), 1).astype(np.float32)
+    q = np.clip(x * scale[:, None], -448, 448).astype(ml_dtypes.float8_e4m3fn)
+    return q.view(np.uint8), (np.float32(1) / scale).astype(np.float32)
+
+
+@needs_quantize_into
+@pytest.mark.parametrize("rows,cols", [(37, 80), (1, 16), (64, 5)])
+def test_quantize_into_rowwise_matches_reference_and_oracle(rows, cols):
+    rng = np.random.default_rng(rows * cols)
+    x = (rng.standard_normal((rows, cols)) * rng.uniform(0.01, 100, (rows, 1))).astype(np.float32)
+    x[0] = 0.0                                                    # an all-zero row: scale 1
+    data = np.full((rows, cols), 0xAB, np.uint8)
+    sinv = np.zeros(rows, np.float32)                             # 1-D, as torch keeps them
+    cdata = np.full((cols, rows), 0xAB, np.uint8)
+    csinv = np.zeros((cols, 1), np.float32)
+    ptrs = [a.ctypes.data for a in (data, sinv, cdata, csinv)]
+    C._quantize_into(x, "rowwise", "e4m3", True, True, data, sinv, cdata, csinv, 0)
+    assert ptrs == [a.ctypes.data for a in (data, sinv, cdata, csinv)]  # written in place
+    ref = tessera.quantize(x, "rowwise", rowwise=True, columnwise=True, backend="reference")
+    np.testing.assert_array_equal(data, ref.data)
+    np.testing.assert_array_equal(sinv, ref.scale_inv.reshape(-1))
+    np.testing.assert_array_equal(cdata, ref.columnwise_data)
+    np.testing.assert_array_equal(csinv, ref.columnwise_scale_inv)
+    q, s = rowwise_e4m3_oracle(x)
+    np.testing.assert_array_equal(data, q)
+    np.testing.assert_array_equal(sinv, s)
+    q, s = rowwise_e4m3_oracle(np.ascontiguousarray(x.T))
+    np.testing.assert_array_equal(cdata, q)
+    np.testing.assert_array_equal(csinv.reshape(-1), s)
+
+
+@needs_quantize_into
+def test_quantize_into_one_usage_ignores_the_other_outputs():
+    x = np.linspace(-3, 3, 64 * 32, dtype=np.float32).reshape(64, 32)
+    data, sinv = np.zeros((64, 32), np.uint8), np.zeros(64, np.float32)
+    empty_u8, empty_f32 = np.zeros((0, 0), np.uint8), np.zeros(0, np.float32)
+    C._quantize_into(x, "rowwise", "e4m3", True, False, data, sinv, empty_u8, empty_f32)
+    q, s = rowwise_e4m3_oracle(x)
+    np.testing.assert_array_equal(data, q)
+    np.testing.assert_array_equal(sinv, s)
+
+
+@needs_quantize_into
+def test_quantize_into_errors_name_the_argument():
+    x = np.ones((8, 16), np.float32)
+    ok_u8, ok_f32 = np.zeros((8, 16), np.uint8), np.zeros(8, np.float32)
+    c_u8, c_f32 = np.zeros((16, 8), np.uint8), np.zeros(16, np.float32)
+    with pytest.raises(tessera.Error, match="scale_inv"):
+        C._quantize_into(x, "rowwise", "e4m3", True, False, ok_u8, np.zeros(7, np.float32),
+                         c_u8, c_f32)
+    with pytest.raises(tessera.Error, match="columnwise_data"):
+        C._quantize_into(x, "rowwise", "e4m3", False, True, ok_u8, ok_f32,
+                         np.zeros((8, 16, 2), np.uint8), c_f32)
+    with pytest.raises(tessera.Error, match="mode"):
+        C._quantize_into(x, "tensor", "e4m3", True, False, ok_u8, ok_f32, c_u8, c_f32)
+    with pytest.raises(tessera.Error, match="usage"):
+        C._quantize_into(x, "rowwise", "e4m3", False, False, ok_u8, ok_f32, c_u8, c_f32)

@@ -10,5 +10,6 @@ namespace tessera::cli {
 using Args = std::vector<std::string>;
 
 int run_info(const Args& args);
+int run_demo(const Args& args);
 
 }  // namespace tessera::cli

@@ -15,6 +15,8 @@ struct Command {
 
 constexpr Command kCommands[] = {
     {"info", "print the format table, build options and CUDA devices", tessera::cli::run_info},
+    {"demo", "train a small MoE layer under every recipe: loss, gradient error, memory, speed",
+     tessera::cli::run_demo},
 };
 
 int usage(std::FILE* out) {

@@ -1,0 +1,91 @@
+// Array-level quantization for tessera.torch (and any DLPack producer): tessera's Quantizer reads a
+// caller's high-precision CPU or CUDA array and writes codes and scale_inv into caller-owned
+// output arrays, by DLPack with zero copies, on the caller's stream (an integer cudaStream_t).
+// Nothing here allocates memory for the data, and nothing synchronizes.
+//
+// Python surface (private; tessera.torch.quantize_fp8_rowwise wraps it):
+//   _quantize_into(x, mode, element, rowwise, columnwise, data, scale_inv, columnwise_data,
+//                  columnwise_scale_inv, stream) -> None
+// Modes without amax buffers (rowwise, block1x128, block128x128, mxfp8, mxfp8_32x32) with their
+// make_config defaults, compact scales. Output shapes follow tessera/quantize/types.h (a
+// columnwise rowwise/block copy is stored transposed); a scale array may be given with any shape
+// of the contracted number of elements (torch keeps rowwise scales 1-D), and the arrays of a usage
+// not asked for are ignored (they may be empty).
+#include <nanobind/stl/string.h>
+
+#include <cstdint>
+#include <string>
+
+#include "bindings.h"
+#include "tessera/core/status.h"
+#include "tessera/quantize/quantizer.h"
+#include "tessera/quantize/types.h"
+
+namespace tessera::python {
+namespace {
+
+// A view of caller array `a` as the (rows, cols) matrix `want` of the storage contract: the
+// element size must match and the array must be C-contiguous with exactly want.numel() elements
+// (any shape with that many, e.g. a 1-D (M,) rowwise scale vector).
+TensorView contract_view(const DeviceArray& a, const MatrixShape& want, Device device,
+                         const char* arg) {
+  const TensorView v = device_view(a, want.dtype, arg);
+  TESSERA_CHECK(v.device == device, arg, ": must be on the device of x (", to_string(device),
+                "), got ", to_string(v.device));
+  TESSERA_CHECK_STATUS(v.numel() == want.numel(), Status::kShapeMismatch, arg, ": expected ",
+                       want.rows, "x", want.cols, " = ", want.numel(), " ", dtype_name(want.dtype),
+                       " elements, got ", v.to_string());
+  return TensorView::contiguous(v.data, want.dtype, {want.rows, want.cols}, device);
+}
+
+void quantize_into(const DeviceArray& x, const std::string& mode, const std::string& element,
+                   bool rowwise, bool columnwise, const DeviceArray& data,
+                   const DeviceArray& scale_inv, const DeviceArray& columnwise_data,
+                   const DeviceArray& columnwise_scale_inv, uintptr_t stream) {
+  const ScalingMode m = scaling_mode_from_name(mode.c_str());
+  TESSERA_CHECK(!has_amax(m) && m != ScalingMode::kNone, "mode: '", mode,
+                "' is not accepted here; expected rowwise, block1x128, block128x128, mxfp8 or "
+                "mxfp8_32x32 (modes with amax buffers need the QuantizedTensor API)");
+  QuantizerConfig config = make_config(m, parse_dtype(element));
+  TESSERA_CHECK(rowwise || columnwise, "rowwise/columnwise: at least one usage must be asked for");
+  config.rowwise = rowwise;
+  config.columnwise = columnwise;
+  const TensorView xv = device_view(x, "x");  // (M, K) float32/bfloat16/float16
+  TESSERA_CHECK_STATUS(xv.ndim == 2, Status::kShapeMismatch, "x: must be 2-D (M, K), got ",
+                       xv.to_string());
+  const int64_t rows = xv.shape[0], cols = xv.shape[1];
+  QuantizedTensorView out;
+  out.config = config;
+  out.rows = rows;
+  out.cols = cols;
+  out.device = xv.device;
+  if (rowwise) {
+    out.data = contract_view(data, data_shape(config, rows, cols, false), xv.device, "data");
+    out.scale_inv = contract_view(scale_inv, scale_shape(config, rows, cols, false), xv.device,
+                                  "scale_inv");
+  }
+  if (columnwise) {
+    out.columnwise_data = contract_view(columnwise_data, data_shape(config, rows, cols, true),
+                                        xv.device, "columnwise_data");
+    out.columnwise_scale_inv =
+        contract_view(columnwise_scale_inv, scale_shape(config, rows, cols, true), xv.device,
+                      "columnwise_scale_inv");
+  }
+  Quantizer q(config, xv.device);
+  nb::gil_scoped_release release;
+  q.quantize(xv, out, stream_of(stream));
+}
+
+}  // namespace
+
+void register_torch_quantize(nb::module_& m) {
+  m.def("_quantize_into", &quantize_into, nb::arg("x").noconvert(), nb::arg("mode"),
+        nb::arg("element"), nb::arg("rowwise"), nb::arg("columnwise"),
+        nb::arg("data").noconvert(), nb::arg("scale_inv").noconvert(),
+        nb::arg("columnwise_data").noconvert(), nb::arg("columnwise_scale_inv").noconvert(),
+        nb::arg("stream") = 0,
+        "Quantizes a 2-D CPU/CUDA array with tessera's Quantizer into caller-owned arrays "
+        "(codes as uint8, FP32/E8M0 scale_inv), zero-copy, on the caller's stream.");
+}
+
+}  // namespace tessera::python

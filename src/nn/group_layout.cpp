@@ -1,0 +1,52 @@
+// make_group_layout: unpadded and padded group offsets from split sizes in one
+// splits_to_offsets_multi call (through token_padding_offsets).
+#include "tessera/nn/group_layout.h"
+
+#include "tessera/core/status.h"
+#include "tessera/nn/token_padding.h"
+#include "tessera/scan/splits_to_offsets.h"
+
+namespace tessera::nn {
+
+GroupLayout make_group_layout(const TensorView& splits, int64_t rows, int64_t align,
+                              Device device, int32_t* error_flag, Stream stream) {
+  check_view(splits, "make_group_layout: splits", {DType::kInt32, DType::kInt64});
+  TESSERA_CHECK_STATUS(splits.ndim == 1 && splits.shape[0] >= 1, Status::kShapeMismatch,
+                       "make_group_layout: splits must be 1-D with >= 1 group, got ",
+                       splits.to_string());
+  TESSERA_CHECK(rows >= 0, "make_group_layout: rows ", rows, " must be >= 0");
+  TESSERA_CHECK(align >= 1, "make_group_layout: align ", align, " must be >= 1");
+  GroupLayout layout;
+  layout.num_groups = splits.shape[0];
+  layout.align = align;
+  layout.rows = rows;
+  layout.device = device;
+  const int64_t n1 = layout.num_groups + 1;
+  const OffsetsSpec specs[2] = {{1, true, DType::kInt64, 1}, {1, true, DType::kInt64, align}};
+  layout.storage = std::make_shared<Buffer>(
+      static_cast<size_t>(offsets_storage_bytes(layout.num_groups, specs)), device);
+  const std::vector<TensorView> views =
+      place_offsets(layout.storage->data(), device, layout.num_groups, specs);
+  layout.offsets = views[0];
+  layout.padded_offsets = views[1];
+  ScanOptions options;
+  options.total_bound = rows;
+  options.error_flag = error_flag;
+  token_padding_offsets(splits, align, layout.offsets, layout.padded_offsets, options, stream);
+  if (device.is_cpu()) {
+    // Host values: the exact padded total sizes the padded buffers.
+    layout.padded_rows = align == 1 ? rows : layout.padded_offsets.as<const int64_t>()[n1 - 1];
+  } else {
+    layout.padded_rows = align == 1 ? rows : padded_rows_bound(rows, layout.num_groups, align);
+  }
+  return layout;
+}
+
+std::vector<int64_t> host_offsets(const GroupLayout& layout, bool padded) {
+  const TensorView& v = padded ? layout.padded_offsets : layout.offsets;
+  std::vector<int64_t> out(static_cast<size_t>(layout.num_groups + 1));
+  copy_bytes(out.data(), Device::cpu(), v.data, v.device, out.size() * sizeof(int64_t));
+  return out;
+}
+
+}  // namespace tessera::nn

@@ -1,0 +1,342 @@
+// GroupedLinear: parameters, weight re-quantization, forward (fprop) and backward (dgrad, wgrad,
+// bias grad) through the device-dispatching grouped GEMM, padding per the recipe's alignment.
+#include "tessera/nn/grouped_linear.h"
+
+#include <cmath>
+#include <string>
+
+#include "nn/linear_state.h"
+#include "nn/recipe_binding.h"
+#include "nn/row_ops.h"
+#include "tessera/core/status.h"
+#include "tessera/gemm/grouped_gemm.h"
+#include "tessera/nn/token_padding.h"
+
+namespace tessera::nn {
+namespace {
+
+using detail::LinearParams;
+using detail::LinearSaved;
+using detail::OperandStorage;
+
+void check_matrix(const TensorView& v, const char* arg, int64_t rows, int64_t cols) {
+  check_view(v, arg, {DType::kFloat32});
+  TESSERA_CHECK_STATUS(v.ndim == 2 && v.shape[0] == rows && v.shape[1] == cols,
+                       Status::kShapeMismatch, arg, " must be (", rows, ", ", cols, "), got ",
+                       v.to_string());
+}
+
+// A zero-filled float32 (rows, cols) buffer on `device` and its view.
+struct ScratchMatrix {
+  Buffer buffer;
+  TensorView view;
+  ScratchMatrix(int64_t rows, int64_t cols, Device device)
+      : buffer(static_cast<size_t>(rows * cols * 4), device) {
+    buffer.fill_bytes(0);
+    view = TensorView::contiguous(buffer.data(), DType::kFloat32, {rows, cols}, device);
+  }
+};
+
+// Re-quantizes the master weights into the persistent operand when asked, or when it lacks a
+// usage this step needs. Usages only grow: a weight that once had a columnwise copy keeps
+// getting it refreshed (no stale copy can survive an eval step).
+void refresh_weights(LinearParams& p, const ForwardMode& mode, Stream stream) {
+  const bool need_columnwise = mode.training;
+  const bool missing = !p.weight_operand || !p.weight_operand->has_rowwise() ||
+                       (need_columnwise && !p.weight_operand->has_columnwise());
+  if (!mode.requantize_weights && !missing) return;
+  if (!p.weight_operand) {
+    p.weight_operand = std::make_shared<OperandStorage>(p.weight_producer.make(
+        p.groups * p.out, p.in, true, need_columnwise, p.options.device));
+  }
+  p.weight_operand->ensure_usage(true, need_columnwise);
+  const TensorView w = TensorView::contiguous(p.weight.data(), DType::kFloat32,
+                                              {p.groups * p.out, p.in}, p.options.device);
+  p.weight_producer.produce(w, *p.weight_operand, stream);
+  ++p.weight_version;
+}
+
+// Runs a grouped GEMM. A custom recipe may give the two operands of a backward GEMM formats no
+// kernel multiplies together (e.g. NVFP4 gradients × MXFP8 weights): can_implement says so, and
+// then both operands are dequantized to FP32 (their exact quantized values) and multiplied
+// densely — the numerics of an emulated mixed-format GEMM, without a fused kernel.
+void run_gemm(GroupedGemmProblem g, const OperandStorage& a, const OperandStorage& b,
+              int64_t b_group_rows, Stream stream) {
+  std::string reason;
+  const Status st = can_implement(g, &reason);
+  if (st == Status::kOk || (!a.quantized() && !b.quantized()) ||
+      (st != Status::kDTypeMismatch && st != Status::kUnsupported)) {
+    return grouped_gemm(g, stream);  // runs, or throws the specific error
+  }
+  Buffer da(static_cast<size_t>(a.rows() * a.cols() * 4), a.device());
+  Buffer db(static_cast<size_t>(b.rows() * b.cols() * 4), b.device());
+  const TensorView av = TensorView::contiguous(da.data(), DType::kFloat32, {a.rows(), a.cols()},
+                                               a.device());
+  a.to_float(av, g.a.columnwise, stream);
+  b.to_float(TensorView::contiguous(db.data(), DType::kFloat32, {b.rows(), b.cols()}, b.device()),
+             g.b.columnwise, stream);
+  g.a = GemmOperand::from_dense(av);
+  g.b = GemmOperand::from_dense(
+      b_group_rows > 0
+          ? TensorView::contiguous(db.data(), DType::kFloat32,
+                                   {b.rows() / b_group_rows, b_group_rows, b.cols()}, b.device())
+          : TensorView::contiguous(db.data(), DType::kFloat32, {b.rows(), b.cols()},
+                                   b.device()));
+  grouped_gemm(g, stream);
+}
+
+// y (Tp, out) = x (Tp, in) · W_gᵀ + b_g per group: M-grouped TN GEMM on rowwise operands.
+void fprop(const LinearParams& p, const OperandStorage& x, const GroupLayout& layout,
+           const TensorView& y, Stream stream) {
+  GroupedGemmProblem g;
+  g.kind = GroupedGemmKind::kMGrouped;
+  g.num_groups = p.groups;
+  g.a = x.gemm_operand(false);
+  g.b = p.weight_operand->gemm_operand(false, p.out);
+  g.transpose_b = true;
+  g.d = y;
+  g.group_offsets = layout.padded_offsets;
+  g.max_total_rows = layout.padded_rows;
+  if (p.has_bias) {
+    g.bias = TensorView::contiguous(p.bias.data(), DType::kFloat32, {p.groups, p.out},
+                                    p.options.device);
+  }
+  run_gemm(g, x, *p.weight_operand, p.out, stream);
+}
+
+// dx (Tp, in) = dy (Tp, out) · W_g per group: M-grouped NN GEMM, dy rowwise × W columnwise.
+void dgrad(const LinearParams& p, const LinearSaved& s, const OperandStorage& dy,
+           const TensorView& dx, Stream stream) {
+  GroupedGemmProblem g;
+  g.kind = GroupedGemmKind::kMGrouped;
+  g.num_groups = p.groups;
+  g.a = dy.gemm_operand(false);
+  g.b = s.weight->gemm_operand(true, p.out);
+  g.transpose_b = false;
+  g.d = dx;
+  g.group_offsets = s.layout.padded_offsets;
+  g.max_total_rows = s.layout.padded_rows;
+  run_gemm(g, dy, *s.weight, p.out, stream);
+}
+
+// dW_g (out, in) (+)= dy_gᵀ x_g: K-grouped NT GEMM on the columnwise copies.
+void wgrad(const LinearParams& p, const LinearSaved& s, const OperandStorage& x,
+           const OperandStorage& dy, const TensorView& dw, bool accumulate, Stream stream) {
+  GroupedGemmProblem g;
+  g.kind = GroupedGemmKind::kKGrouped;
+  g.num_groups = p.groups;
+  g.a = dy.gemm_operand(true);
+  g.b = x.gemm_operand(true);
+  g.transpose_a = true;
+  g.transpose_b = false;
+  g.d = TensorView::contiguous(dw.data, DType::kFloat32, {p.groups, p.out, p.in}, dw.device);
+  g.group_offsets = s.layout.padded_offsets;
+  g.max_total_rows = s.layout.padded_rows;
+  g.beta = accumulate ? 1.0f : 0.0f;
+  run_gemm(g, dy, x, 0, stream);
+}
+
+void check_grads(const LinearParams& p, const GroupedLinearGrads& grads, int64_t rows) {
+  if (grads.dx.data) check_matrix(grads.dx, "GroupedLinear backward: dx", rows, p.in);
+  if (grads.dw.data) {
+    check_view(grads.dw, "GroupedLinear backward: dw", {DType::kFloat32});
+    TESSERA_CHECK_STATUS(grads.dw.numel() == p.groups * p.out * p.in, Status::kShapeMismatch,
+                         "GroupedLinear backward: dw must be (", p.groups, ", ", p.out, ", ",
+                         p.in, "), got ", grads.dw.to_string());
+  }
+  if (grads.db.data) {
+    TESSERA_CHECK(p.has_bias, "GroupedLinear backward: db given but the layer has no bias");
+    check_matrix(grads.db, "GroupedLinear backward: db", p.groups, p.out);
+  }
+}
+
+// Zeroes dw / db for a batch with no rows at all (nothing for the GEMMs to do).
+void zero_grads_of_empty_batch(const GroupedLinearGrads& grads) {
+  if (grads.accumulate) return;
+  for (const TensorView* v : {&grads.dw, &grads.db}) {
+    if (v->data == nullptr) continue;
+    Buffer zeros(static_cast<size_t>(v->nbytes()));
+    zeros.fill_bytes(0);
+    copy_bytes(v->data, v->device, zeros.data(), Device::cpu(), zeros.bytes());
+  }
+}
+
+}  // namespace
+
+GroupedLinear::GroupedLinear(int64_t num_groups, int64_t in_features, int64_t out_features,
+                             const Recipe& recipe, bool bias, GroupedLinearOptions options)
+    : p_(std::make_unique<LinearParams>()) {
+  TESSERA_CHECK(num_groups >= 1, "GroupedLinear: num_groups ", num_groups, " must be >= 1");
+  TESSERA_CHECK(in_features >= 1 && out_features >= 1, "GroupedLinear: in_features ",
+                in_features, " and out_features ", out_features, " must be >= 1");
+  LinearParams& p = *p_;
+  p.groups = num_groups;
+  p.in = in_features;
+  p.out = out_features;
+  p.has_bias = bias;
+  p.options = options;
+  const Device dev = options.device;
+  p.weight = Buffer(static_cast<size_t>(num_groups * out_features * in_features * 4), dev);
+  if (bias) p.bias = Buffer(static_cast<size_t>(num_groups * out_features * 4), dev);
+  std::shared_ptr<RecipeState> state = options.recipe_state;
+  if (!state) state = std::make_shared<RecipeState>(recipe, dev);
+  p.align = detail::recipe_token_alignment(state->recipe());
+  const std::string module = detail::kGroupedLinearModule;
+  p.input = detail::make_producer(state, {module, TensorType::kInput, options.name});
+  p.weight_producer = detail::make_producer(state, {module, TensorType::kWeight, options.name});
+  p.grad_output = detail::make_producer(state, {module, TensorType::kGradOutput, options.name});
+  reset_parameters(0);
+}
+
+GroupedLinear::~GroupedLinear() = default;
+GroupedLinear::GroupedLinear(GroupedLinear&&) noexcept = default;
+GroupedLinear& GroupedLinear::operator=(GroupedLinear&&) noexcept = default;
+
+int64_t GroupedLinear::num_groups() const { return p_->groups; }
+int64_t GroupedLinear::in_features() const { return p_->in; }
+int64_t GroupedLinear::out_features() const { return p_->out; }
+int64_t GroupedLinear::token_alignment() const { return p_->align; }
+const std::string& GroupedLinear::name() const { return p_->options.name; }
+Device GroupedLinear::device() const { return p_->options.device; }
+
+TensorView GroupedLinear::weight() const {
+  return TensorView::contiguous(p_->weight.data(), DType::kFloat32, {p_->groups, p_->out, p_->in},
+                                p_->options.device);
+}
+
+TensorView GroupedLinear::bias() const {
+  if (!p_->has_bias) return {};
+  return TensorView::contiguous(p_->bias.data(), DType::kFloat32, {p_->groups, p_->out},
+                                p_->options.device);
+}
+
+void GroupedLinear::reset_parameters(uint64_t seed) {
+  // splitmix64 stream → U(-bound, bound); cheap enough for millions of parameters.
+  uint64_t state = seed * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull;
+  const float bound = 1.0f / std::sqrt(static_cast<float>(p_->in));
+  const int64_t nw = p_->groups * p_->out * p_->in;
+  std::vector<float> host(static_cast<size_t>(nw + (p_->has_bias ? p_->groups * p_->out : 0)));
+  for (float& v : host) {
+    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    const float u = static_cast<float>(z >> 40) * (1.0f / 16777216.0f);  // [0, 1)
+    v = (2.0f * u - 1.0f) * bound;
+  }
+  copy_bytes(p_->weight.data(), p_->options.device, host.data(), Device::cpu(),
+             static_cast<size_t>(nw * 4));
+  if (p_->has_bias) {
+    copy_bytes(p_->bias.data(), p_->options.device, host.data() + nw, Device::cpu(),
+               p_->bias.bytes());
+  }
+}
+
+GroupedLinearContext GroupedLinear::forward_padded(const TensorView& x, const GroupLayout& layout,
+                                                   const TensorView& y, ForwardMode mode,
+                                                   Stream stream) {
+  LinearParams& p = *p_;
+  TESSERA_CHECK_STATUS(layout.num_groups == p.groups && layout.align == p.align,
+                       Status::kShapeMismatch, "GroupedLinear '", p.options.name,
+                       "': layout has ", layout.num_groups, " groups aligned to ", layout.align,
+                       ", the layer ", p.groups, " groups aligned to ", p.align);
+  const int64_t rows = layout.padded_rows;  // (Tp)
+  check_matrix(x, "GroupedLinear forward: x", rows, p.in);
+  check_matrix(y, "GroupedLinear forward: y", rows, p.out);
+  refresh_weights(p, mode, stream);
+  const bool save_q = mode.training && !p.options.save_original_input;
+  OperandStorage xq = p.input.make(rows, p.in, true, save_q, p.options.device);  // (Tp, in)
+  p.input.produce(x, xq, stream);
+  if (rows > 0) fprop(p, xq, layout, y, stream);
+  GroupedLinearContext ctx;
+  if (!mode.training) return ctx;
+  auto saved = std::make_shared<LinearSaved>();
+  saved->owner = &p;
+  saved->layout = layout;
+  saved->weight = p.weight_operand;
+  saved->weight_version = p.weight_version;
+  if (save_q) {
+    xq.release_rowwise();  // backward reads only the columnwise copy
+    saved->input = std::move(xq);
+  } else {
+    saved->input_is_original = true;
+    saved->input = OperandStorage({false, DType::kFloat32, {}}, rows, p.in, true, true,
+                                  p.options.device);
+    if (rows > 0) {
+      copy_bytes(saved->input.dense().data, p.options.device, x.data, x.device,
+                 static_cast<size_t>(x.nbytes()));
+    }
+  }
+  ctx.saved_ = std::move(saved);
+  return ctx;
+}
+
+void GroupedLinear::backward_padded(const GroupedLinearContext& ctx, const TensorView& dy,
+                                    const GroupedLinearGrads& grads, Stream stream) {
+  LinearParams& p = *p_;
+  TESSERA_CHECK(ctx.valid(), "GroupedLinear backward: the context is empty (was the forward "
+                "run with training = true?)");
+  LinearSaved& s = *ctx.saved_;
+  TESSERA_CHECK(s.owner == &p, "GroupedLinear backward: the context belongs to another layer");
+  TESSERA_CHECK(s.weight_version == p.weight_version, "GroupedLinear '", p.options.name,
+                "' backward: the weights were re-quantized after this context's forward (pass "
+                "ForwardMode::requantize_weights = false to later forwards of the same step)");
+  const int64_t rows = s.layout.padded_rows;
+  check_matrix(dy, "GroupedLinear backward: dy", rows, p.out);
+  check_grads(p, grads, rows);
+  if (rows == 0) return zero_grads_of_empty_batch(grads);
+  const bool need_wgrad = grads.dw.data != nullptr;
+  s.grad_output = p.grad_output.make(rows, p.out, true, need_wgrad, p.options.device);
+  p.grad_output.produce(dy, s.grad_output, stream);
+  if (grads.dx.data) dgrad(p, s, s.grad_output, grads.dx, stream);
+  if (need_wgrad) {
+    if (s.input_is_original) {
+      OperandStorage xq = p.input.make(rows, p.in, false, true, p.options.device);
+      p.input.produce(s.input.dense(), xq, stream);
+      wgrad(p, s, xq, s.grad_output, grads.dw, grads.accumulate, stream);
+    } else {
+      wgrad(p, s, s.input, s.grad_output, grads.dw, grads.accumulate, stream);
+    }
+  }
+  if (grads.db.data) detail::grouped_row_sum(dy, s.layout, grads.db, grads.accumulate, stream);
+}
+
+GroupedLinearContext GroupedLinear::forward(const TensorView& x, const TensorView& splits,
+                                            const TensorView& y, ForwardMode mode,
+                                            Stream stream) {
+  check_view(x, "GroupedLinear forward: x", {DType::kFloat32});
+  TESSERA_CHECK_STATUS(x.ndim == 2, Status::kShapeMismatch,
+                       "GroupedLinear forward: x must be (T, in), got ", x.to_string());
+  const GroupLayout layout =
+      make_group_layout(splits, x.shape[0], p_->align, p_->options.device, nullptr, stream);
+  check_matrix(y, "GroupedLinear forward: y", x.shape[0], p_->out);
+  if (!layout.padded()) return forward_padded(x, layout, y, mode, stream);
+  ScratchMatrix xp(layout.padded_rows, p_->in, x.device);   // (Tp, in)
+  ScratchMatrix yp(layout.padded_rows, p_->out, x.device);  // (Tp, out)
+  pad_tokens(x, layout.offsets, layout.padded_offsets, xp.view, stream);
+  GroupedLinearContext ctx = forward_padded(xp.view, layout, yp.view, mode, stream);
+  unpad_tokens(yp.view, layout.offsets, layout.padded_offsets, y, stream);
+  return ctx;
+}
+
+void GroupedLinear::backward(const GroupedLinearContext& ctx, const TensorView& dy,
+                             const GroupedLinearGrads& grads, Stream stream) {
+  TESSERA_CHECK(ctx.valid(), "GroupedLinear backward: the context is empty (was the forward "
+                "run with training = true?)");
+  const GroupLayout& layout = ctx.saved_->layout;
+  check_matrix(dy, "GroupedLinear backward: dy", layout.rows, p_->out);
+  if (!layout.padded()) return backward_padded(ctx, dy, grads, stream);
+  if (grads.dx.data) check_matrix(grads.dx, "GroupedLinear backward: dx", layout.rows, p_->in);
+  ScratchMatrix dyp(layout.padded_rows, p_->out, dy.device);  // (Tp, out)
+  pad_tokens(dy, layout.offsets, layout.padded_offsets, dyp.view, stream);
+  GroupedLinearGrads padded = grads;
+  std::unique_ptr<ScratchMatrix> dxp;
+  if (grads.dx.data) {
+    dxp = std::make_unique<ScratchMatrix>(layout.padded_rows, p_->in, dy.device);  // (Tp, in)
+    padded.dx = dxp->view;
+  }
+  backward_padded(ctx, dyp.view, padded, stream);
+  if (dxp) unpad_tokens(dxp->view, layout.offsets, layout.padded_offsets, grads.dx, stream);
+}
+
+}  // namespace tessera::nn

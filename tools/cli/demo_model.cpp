@@ -1,0 +1,321 @@
+// The demo's MoE layer: router (top-k softmax over the selected logits, as Mixtral), token
+// dispatch to experts, GroupedMLP experts scaled by the routing probabilities, combine; an FP32
+// teacher of the same shape gives regression targets; Adam on FP32 master weights.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "demo_model.h"
+#include "tessera/core/buffer.h"
+#include "tessera/core/status.h"
+#include "tessera/nn/grouped_mlp.h"
+
+namespace tessera::cli::demo {
+namespace {
+
+using nn::GroupedMLP;
+
+// Where each token's k slots go. Invariants: splits sums to B*k; rows are grouped by expert in
+// ascending order; row_of[b*k + j] is the routed row of token b's slot j.
+struct Routing {
+  std::vector<int64_t> splits;     // (E)
+  std::vector<int64_t> row_token;  // (T) token of each routed row
+  std::vector<int64_t> row_of;     // (B*k)
+  std::vector<int> expert;         // (B*k) selected expert of each slot
+  std::vector<float> probs;        // (B*k) softmax over the selected logits
+  std::vector<float> row_probs;    // (T)
+};
+
+Routing route(const std::vector<float>& x, const std::vector<float>& wr, int64_t b, int64_t h,
+              int64_t e, int64_t k) {
+  Routing r;
+  r.splits.assign(static_cast<size_t>(e), 0);
+  r.expert.resize(static_cast<size_t>(b * k));
+  r.probs.resize(static_cast<size_t>(b * k));
+  std::vector<float> logits(static_cast<size_t>(e));
+  std::vector<int> order(static_cast<size_t>(e));
+  for (int64_t t = 0; t < b; ++t) {
+    for (int64_t j = 0; j < e; ++j) {
+      double acc = 0;
+      for (int64_t c = 0; c < h; ++c) acc += double(x[t * h + c]) * wr[j * h + c];
+      logits[j] = static_cast<float>(acc);
+    }
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                      [&](int a, int c) { return logits[a] > logits[c] || (logits[a] == logits[c] && a < c); });
+    const float top = logits[order[0]];
+    double denom = 0;
+    for (int64_t j = 0; j < k; ++j) denom += std::exp(double(logits[order[j]] - top));
+    for (int64_t j = 0; j < k; ++j) {
+      r.expert[t * k + j] = order[j];
+      r.probs[t * k + j] = static_cast<float>(std::exp(double(logits[order[j]] - top)) / denom);
+      ++r.splits[order[j]];
+    }
+  }
+  std::vector<int64_t> next(static_cast<size_t>(e), 0);
+  for (int64_t j = 1; j < e; ++j) next[j] = next[j - 1] + r.splits[j - 1];
+  r.row_token.resize(static_cast<size_t>(b * k));
+  r.row_of.resize(static_cast<size_t>(b * k));
+  r.row_probs.resize(static_cast<size_t>(b * k));
+  for (int64_t s = 0; s < b * k; ++s) {
+    const int64_t row = next[r.expert[s]]++;
+    r.row_of[s] = row;
+    r.row_token[row] = s / k;
+    r.row_probs[row] = r.probs[s];
+  }
+  return r;
+}
+
+// A float32 array on the layer's device. On the CPU it can alias host memory (no copies).
+struct DeviceArray {
+  Buffer buffer;
+  float* data = nullptr;
+  Device device;
+  DeviceArray(int64_t n, Device d) : device(d) {
+    buffer = Buffer(static_cast<size_t>(std::max<int64_t>(n, 1) * 4), d);
+    data = buffer.as<float>();
+  }
+  DeviceArray(float* host, Device d) : data(host), device(d) {}  // CPU alias
+  TensorView view(std::initializer_list<int64_t> shape) const {
+    return TensorView::contiguous(data, DType::kFloat32, shape, device);
+  }
+  void upload(const float* host, int64_t n) {
+    if (n > 0 && host != data) copy_bytes(data, device, host, Device::cpu(), size_t(n) * 4);
+  }
+  void download(float* host, int64_t n) const {
+    if (n > 0 && host != data) copy_bytes(host, Device::cpu(), data, device, size_t(n) * 4);
+  }
+};
+
+// Plain Adam (beta 0.9 / 0.999, eps 1e-8) on a flat FP32 parameter vector.
+struct Adam {
+  std::vector<float> m, v;
+  int64_t t = 0;
+  void step(std::vector<float>& w, const std::vector<float>& g, float lr) {
+    if (m.empty()) m.assign(w.size(), 0.0f), v.assign(w.size(), 0.0f);
+    ++t;
+    const float c1 = static_cast<float>(1 / (1 - std::pow(0.9, double(t))));
+    const float c2 = static_cast<float>(1 / (1 - std::pow(0.999, double(t))));
+    const int64_t n = static_cast<int64_t>(w.size());
+    float* wp = w.data();
+    float* mp = m.data();
+    float* vp = v.data();
+    const float* gp = g.data();
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+      mp[i] = 0.9f * mp[i] + 0.1f * gp[i];
+      vp[i] = 0.999f * vp[i] + 0.001f * gp[i] * gp[i];
+      wp[i] -= lr * (mp[i] * c1) / (std::sqrt(vp[i] * c2) + 1e-8f);
+    }
+  }
+};
+
+// Router + experts. All trainable parameters live in one flat host vector [router | fc1 | fc2]
+// (Adam runs there) copied into the experts' master weights before each step; gradients land
+// in a flat vector of the same layout (on the CPU the MLP writes them there directly).
+class MoELayer {
+ public:
+  MoELayer(const DemoConfig& c, const Recipe& recipe, uint64_t seed, float scale)
+      : c_(c), mlp_(c.experts, c.hidden, c.ffn, recipe, mlp_options(c)) {
+    mlp_.reset_parameters(seed);
+    n_router_ = c.experts * c.hidden;
+    n_w1_ = mlp_.fc1().weight().numel();
+    n_w2_ = mlp_.fc2().weight().numel();
+    params_.resize(static_cast<size_t>(n_router_ + n_w1_ + n_w2_));
+    grads_.assign(params_.size(), 0.0f);
+    std::mt19937_64 rng(seed ^ 0xA5A5A5A5ull);
+    std::normal_distribution<float> n01(0.0f, 1.0f / std::sqrt(float(c.hidden)));
+    for (int64_t i = 0; i < n_router_; ++i) params_[i] = n01(rng) * scale;
+    copy_bytes(params_.data() + n_router_, Device::cpu(), mlp_.fc1().weight().data, c.device,
+               size_t(n_w1_) * 4);
+    copy_bytes(params_.data() + n_router_ + n_w1_, Device::cpu(), mlp_.fc2().weight().data,
+               c.device, size_t(n_w2_) * 4);
+    for (size_t i = size_t(n_router_); i < params_.size(); ++i) params_[i] *= scale;
+    push_weights();
+  }
+
+  // out (B, H) for x (B, H); with a target and `train`, also backpropagates the mean squared
+  // error into gradients(). Returns the loss (0 without a target).
+  double step(const std::vector<float>& x, const std::vector<float>* target,
+              std::vector<float>& out, bool train, int64_t* saved_bytes);
+  const std::vector<float>& gradients() const { return grads_; }
+  void apply(float lr) {
+    adam_.step(params_, grads_, lr);
+    push_weights();
+  }
+
+ private:
+  static nn::GroupedMLPOptions mlp_options(const DemoConfig& c) {
+    nn::GroupedMLPOptions o;
+    o.name = "moe";
+    o.device = c.device;
+    return o;
+  }
+  void push_weights() {
+    copy_bytes(mlp_.fc1().weight().data, c_.device, params_.data() + n_router_, Device::cpu(),
+               size_t(n_w1_) * 4);
+    copy_bytes(mlp_.fc2().weight().data, c_.device, params_.data() + n_router_ + n_w1_,
+               Device::cpu(), size_t(n_w2_) * 4);
+  }
+  void backward(const std::vector<float>& x, const Routing& r, nn::GroupedMLPContext& ctx,
+                const std::vector<float>& dout);
+  void router_backward(const std::vector<float>& x, const Routing& r,
+                       const std::vector<float>& drow_probs);
+
+  DemoConfig c_;
+  GroupedMLP mlp_;
+  int64_t n_router_ = 0, n_w1_ = 0, n_w2_ = 0;
+  std::vector<float> params_, grads_;
+  Adam adam_;
+};
+
+void MoELayer::router_backward(const std::vector<float>& x, const Routing& r,
+                               const std::vector<float>& drow_probs) {
+  const int64_t b = c_.tokens, k = c_.topk, h = c_.hidden;
+  float* dwr = grads_.data();
+  std::fill(dwr, dwr + n_router_, 0.0f);
+  for (int64_t t = 0; t < b; ++t) {
+    double dot = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      dot += double(r.probs[t * k + j]) * drow_probs[r.row_of[t * k + j]];
+    }
+    for (int64_t j = 0; j < k; ++j) {
+      const double p = r.probs[t * k + j];
+      const float dl = static_cast<float>(p * (drow_probs[r.row_of[t * k + j]] - dot));
+      float* row = dwr + r.expert[t * k + j] * h;
+      for (int64_t c = 0; c < h; ++c) row[c] += dl * x[t * h + c];
+    }
+  }
+}
+
+void MoELayer::backward(const std::vector<float>& x, const Routing& r, nn::GroupedMLPContext& ctx,
+                        const std::vector<float>& dout) {
+  const int64_t h = c_.hidden, rows = c_.tokens * c_.topk;
+  std::vector<float> dyr(static_cast<size_t>(rows * h));  // (T, H)
+  for (int64_t row = 0; row < rows; ++row) {
+    std::copy_n(dout.begin() + r.row_token[row] * h, h, dyr.begin() + row * h);
+  }
+  const bool cpu = c_.device.is_cpu();
+  float* g1 = grads_.data() + n_router_;
+  float* g2 = g1 + n_w1_;
+  DeviceArray dyd(rows * h, c_.device), dpd(rows, c_.device);
+  DeviceArray dw1 = cpu ? DeviceArray(g1, c_.device) : DeviceArray(n_w1_, c_.device);
+  DeviceArray dw2 = cpu ? DeviceArray(g2, c_.device) : DeviceArray(n_w2_, c_.device);
+  dyd.upload(dyr.data(), rows * h);
+  nn::GroupedMLPGrads g;
+  g.dprobs = dpd.view({rows});
+  g.fc1_dw = dw1.view({c_.experts, 2 * c_.ffn, h});
+  g.fc2_dw = dw2.view({c_.experts, h, c_.ffn});
+  mlp_.backward(ctx, dyd.view({rows, h}), g);
+  std::vector<float> drow_probs(static_cast<size_t>(rows));
+  dpd.download(drow_probs.data(), rows);
+  dw1.download(g1, n_w1_);
+  dw2.download(g2, n_w2_);
+  router_backward(x, r, drow_probs);
+}
+
+double MoELayer::step(const std::vector<float>& x, const std::vector<float>* target,
+                      std::vector<float>& out, bool train, int64_t* saved_bytes) {
+  const int64_t b = c_.tokens, h = c_.hidden, k = c_.topk, rows = b * k;
+  const std::vector<float> router(params_.begin(), params_.begin() + n_router_);
+  const Routing r = route(x, router, b, h, c_.experts, k);
+  std::vector<float> xr(static_cast<size_t>(rows * h));  // (T, H) routed tokens
+  for (int64_t row = 0; row < rows; ++row) {
+    std::copy_n(x.begin() + r.row_token[row] * h, h, xr.begin() + row * h);
+  }
+  DeviceArray xd(rows * h, c_.device), pd(rows, c_.device), yd(rows * h, c_.device);
+  xd.upload(xr.data(), rows * h);
+  pd.upload(r.row_probs.data(), rows);
+  const TensorView splits = TensorView::contiguous(const_cast<int64_t*>(r.splits.data()),
+                                                   DType::kInt64, {c_.experts});
+  const bool training = train && target != nullptr;
+  nn::GroupedMLPContext ctx = mlp_.forward(xd.view({rows, h}), splits, pd.view({rows}),
+                                           yd.view({rows, h}), {training, true});
+  std::vector<float> yr(static_cast<size_t>(rows * h));
+  yd.download(yr.data(), rows * h);
+  out.assign(static_cast<size_t>(b * h), 0.0f);
+  for (int64_t row = 0; row < rows; ++row) {
+    for (int64_t c = 0; c < h; ++c) out[r.row_token[row] * h + c] += yr[row * h + c];
+  }
+  if (target == nullptr) return 0;
+  double loss = 0;
+  std::vector<float> dout(static_cast<size_t>(b * h));  // d loss / d out
+  for (int64_t i = 0; i < b * h; ++i) {
+    const double d = double(out[i]) - (*target)[i];
+    loss += d * d;
+    dout[i] = static_cast<float>(2.0 * d / double(b * h));
+  }
+  loss /= double(b * h);
+  if (!training) return loss;
+  if (saved_bytes) *saved_bytes = ctx.saved_bytes();
+  backward(x, r, ctx, dout);
+  return loss;
+}
+
+// Batch `step` of the synthetic data stream (the same for every recipe).
+std::vector<float> batch(const DemoConfig& c, int64_t step) {
+  std::mt19937_64 rng(c.seed * 7919 + static_cast<uint64_t>(step));
+  std::normal_distribution<float> n01(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(c.tokens * c.hidden));
+  for (float& v : x) v = n01(rng);
+  return x;
+}
+
+}  // namespace
+
+double sqnr_db(const std::vector<float>& ref, const std::vector<float>& test) {
+  TESSERA_CHECK(ref.size() == test.size(), "sqnr_db: sizes differ");
+  double s = 0, n = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    s += double(ref[i]) * ref[i];
+    n += (double(ref[i]) - test[i]) * (double(ref[i]) - test[i]);
+  }
+  if (n == 0) return INFINITY;
+  return 10.0 * std::log10(s / n);
+}
+
+DemoData make_demo_data(const DemoConfig& config) {
+  const std::shared_ptr<Recipe> fp32 = make_demo_recipe("fp32");
+  MoELayer teacher(config, *fp32, config.seed + 1, 1.0f);
+  DemoData d;
+  for (int64_t s = 0; s < config.steps; ++s) {
+    d.x.push_back(batch(config, s));
+    d.target.emplace_back();
+    teacher.step(d.x.back(), nullptr, d.target.back(), false, nullptr);
+  }
+  return d;
+}
+
+RecipeRun train_recipe(const DemoConfig& config, const DemoData& data, const std::string& name,
+                       const Recipe& recipe, void (*progress)(void*, int64_t, double),
+                       void* user) {
+  MoELayer student(config, recipe, config.seed + 2, 1.0f);
+  RecipeRun run;
+  run.name = name;
+  std::vector<double> times;
+  std::vector<float> out;
+  // Calibration pass on the first batch (gradients discarded): delayed scaling starts from real
+  // amax values instead of its initial scale of 1, as after a few steps of any real run.
+  student.step(data.x.front(), &data.target.front(), out, true, nullptr);
+  for (int64_t s = 0; s < config.steps; ++s) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const double loss = student.step(data.x[static_cast<size_t>(s)],
+                                     &data.target[static_cast<size_t>(s)], out, true,
+                                     s == 0 ? &run.saved_bytes : nullptr);
+    if (s == 0) run.step0_grads = student.gradients();
+    student.apply(config.lr);
+    times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    run.losses.push_back(loss);
+    if (progress) progress(user, s, loss);
+  }
+  const size_t tail = std::min<size_t>(10, run.losses.size());
+  for (size_t i = run.losses.size() - tail; i < run.losses.size(); ++i) run.final_loss += run.losses[i];
+  run.final_loss /= double(std::max<size_t>(tail, 1));
+  std::sort(times.begin(), times.end());
+  run.step_ms = times.empty() ? 0 : times[times.size() / 2];
+  return run;
+}
+
+}  // namespace tessera::cli::demo
