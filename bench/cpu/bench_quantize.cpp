@@ -1,7 +1,9 @@
 // Quantize throughput (GB/s of BF16 input read) of every recipe on a 4096x7168 BF16 matrix, rowwise
-// usage (plus rowwise+columnwise for MXFP8 and FP8 current scaling), 1 and 2 threads, next to memcpy
-// of the same input bytes in the same run. Each run first checks the CPU output against the
-// reference backend on a small slice (validate, then time).
+// usage and rowwise+columnwise ("both"; NVFP4 without the Hadamard transform), 1 and 2 threads,
+// next to memcpy of the same input bytes in the same run. Each run first checks the CPU output
+// against the reference backend on a small slice (validate, then time). On a shared machine read
+// the CPU column (the main thread's CPU time) as well as the wall time: bytes / CPU time next to
+// memcpy's gives the ratio without the time other processes took.
 #include <benchmark/benchmark.h>
 #include <omp.h>
 
@@ -95,10 +97,13 @@ TESSERA_QUANTIZE_BENCH(fp8_current_rowwise, "fp8_current:e4m3", false);
 TESSERA_QUANTIZE_BENCH(fp8_current_both, "fp8_current:e4m3", true);
 TESSERA_QUANTIZE_BENCH(fp8_delayed_rowwise, "fp8_delayed:e4m3", false);
 TESSERA_QUANTIZE_BENCH(fp8_rowwise_rowwise, "fp8_rowwise", false);
+TESSERA_QUANTIZE_BENCH(fp8_rowwise_both, "fp8_rowwise", true);
 TESSERA_QUANTIZE_BENCH(fp8_block_1x128_rowwise, "fp8_block", false);
+TESSERA_QUANTIZE_BENCH(fp8_block_1x128_both, "fp8_block", true);
 TESSERA_QUANTIZE_BENCH(mxfp8_rowwise, "mxfp8", false);
 TESSERA_QUANTIZE_BENCH(mxfp8_both, "mxfp8", true);
 TESSERA_QUANTIZE_BENCH(nvfp4_rowwise, "nvfp4", false);
+TESSERA_QUANTIZE_BENCH(nvfp4_both, "nvfp4", true);
 BENCHMARK(BM_Memcpy)->Arg(1)->Arg(2)->ArgName("threads")->UseRealTime()->MinTime(0.5)
     ->Unit(benchmark::kMillisecond);
 

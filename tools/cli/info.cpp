@@ -1,7 +1,9 @@
-// `tessera info`: the format table, build options and the CUDA devices found.
+// `tessera info`: the format table, the recipe table (tessera::kRecipeTable), build options and
+// the CUDA devices found.
 #include <cstdio>
 
 #include "commands.h"
+#include "tessera/quantize/recipe.h"
 #include "tessera/tessera.h"
 
 #if defined(TESSERA_WITH_CUDA)
@@ -26,12 +28,32 @@ void print_devices() {
 #endif
 }
 
+// One row per built-in recipe, read from the constexpr table in tessera/quantize/recipe.h.
+void print_recipes() {
+  std::printf("\n%-12s %-12s %-12s %-7s %-12s %-7s %5s  %s\n", "recipe", "activations", "weights",
+              "element", "scale", "block", "align", "rule");
+  for (const RecipeInfo& r : recipe_table()) {
+    char block[16];
+    if (r.block_rows == 0 && r.block_cols == 0) {
+      std::snprintf(block, sizeof block, "tensor");
+    } else if (r.block_cols == 0) {
+      std::snprintf(block, sizeof block, "row");
+    } else {
+      std::snprintf(block, sizeof block, "%dx%d", r.block_rows, r.block_cols);
+    }
+    std::printf("%-12s %-12s %-12s %-7s %-12s %-7s %5d  %s\n", r.name,
+                scaling_mode_name(r.activation_mode), scaling_mode_name(r.weight_mode),
+                element_format_name(r.default_format), dtype_name(r.scale_dtype), block,
+                r.token_alignment, r.rule);
+  }
+}
+
 }  // namespace
 
 int run_info(const Args& args) {
   if (!args.empty()) {
-    std::printf("usage: tessera info\n  Prints the element format table, build options and the "
-                "CUDA devices found.\n");
+    std::printf("usage: tessera info\n  Prints the element format table, the recipe table, build "
+                "options and the CUDA devices found.\n");
     return args[0] == "--help" || args[0] == "-h" ? 0 : 2;
   }
   std::printf("tessera %s\n", TESSERA_VERSION_STRING);
@@ -47,6 +69,7 @@ int run_info(const Args& args) {
                 f.max_finite, f.min_normal, f.min_subnormal, f.has_inf ? "yes" : "no",
                 f.has_nan ? "yes" : "no");
   }
+  print_recipes();
   return 0;
 }
 

@@ -1,5 +1,6 @@
 // CPU FP8 block scaling: FP32 current-scaling scale per 1x128 block or per 128x128 tile (power of
-// two by default). The columnwise usage is the same quantization of xᵀ, stored transposed.
+// two by default). The columnwise usage (the same quantization of xᵀ, stored transposed) is made
+// by fp8_columnwise.cpp.
 #include <algorithm>
 #include <vector>
 
@@ -20,7 +21,7 @@ float block_scale(const QuantizerConfig& c, uint32_t amax_bits_value) {
 
 // a: (rows, cols). scale_inv: (roundup(rows, 4), ceil(cols/128)), padding rows already zero.
 template <bool kE5M2, class In>
-void blocks_1x128(const QuantizerConfig& c, const In* a, int64_t rows, int64_t cols, uint8_t* out,
+TESSERA_CPU_KERNEL void blocks_1x128(const QuantizerConfig& c, const In* a, int64_t rows, int64_t cols, uint8_t* out,
                   float* scale_inv) {
   const int64_t nb = (cols + kBlock - 1) / kBlock;
 #pragma omp parallel for schedule(static) if (rows * cols >= kParallelWork)
@@ -37,7 +38,7 @@ void blocks_1x128(const QuantizerConfig& c, const In* a, int64_t rows, int64_t c
 
 // a: (rows, cols). scale_inv: (ceil(rows/128), roundup(ceil(cols/128), 4)), padding zero.
 template <bool kE5M2, class In>
-void tiles_128x128(const QuantizerConfig& c, const In* a, int64_t rows, int64_t cols, uint8_t* out,
+TESSERA_CPU_KERNEL void tiles_128x128(const QuantizerConfig& c, const In* a, int64_t rows, int64_t cols, uint8_t* out,
                    float* scale_inv) {
   const int64_t nb = (cols + kBlock - 1) / kBlock, padded = (nb + 3) / 4 * 4;
   const int64_t ntr = (rows + kBlock - 1) / kBlock;
@@ -83,10 +84,7 @@ void run(const QuantizerConfig& c, const TensorView& x, const QuantizedTensorVie
     });
   }
   if (req.columnwise) {
-    zero_view(out.columnwise_scale_inv);
-    const Buffer xt = transpose_to_float(x);  // (k, m)
-    quantize_copy<kE5M2>(c, xt.as<const float>(), k, m, out.columnwise_data.as<uint8_t>(),
-                         out.columnwise_scale_inv.as<float>());
+    quantize_fp8_columnwise(c, x, 1.0f, out.columnwise_data, out.columnwise_scale_inv);
   }
 }
 

@@ -15,7 +15,7 @@ float fp8_max(DType e) { return e == DType::kFloat8E5M2 ? 57344.0f : 448.0f; }
 
 // a: (rows, cols) row-major. One scale for all of it. out: (rows, cols) codes.
 template <bool kE5M2, class In>
-void encode_tensor(const In* a, int64_t n, float scale, uint8_t* out) {
+TESSERA_CPU_KERNEL void encode_tensor(const In* a, int64_t n, float scale, uint8_t* out) {
   constexpr int64_t kChunk = 16384;
 #pragma omp parallel for schedule(static) if (n >= kParallelWork)
   for (int64_t c0 = 0; c0 < n; c0 += kChunk)
@@ -24,7 +24,7 @@ void encode_tensor(const In* a, int64_t n, float scale, uint8_t* out) {
 
 // a: (rows, cols). One current-scaling scale per row; scale_inv (rows, 1).
 template <bool kE5M2, class In>
-void encode_rows(const QuantizerConfig& c, const In* a, int64_t rows, int64_t cols, uint8_t* out,
+TESSERA_CPU_KERNEL void encode_rows(const QuantizerConfig& c, const In* a, int64_t rows, int64_t cols, uint8_t* out,
                  float* scale_inv) {
   const float emax = fp8_max(c.element);
 #pragma omp parallel for schedule(static) if (rows * cols >= kParallelWork)
@@ -61,18 +61,20 @@ void run(const QuantizerConfig& c, const TensorView& x, const QuantizedTensorVie
                                                    c.power_of_two_scales);
     if (c.delayed) req.amax_history[0] = amax;
   }
-  if (req.rowwise) {
+  // Per-tensor scaling with both usages: one tiled pass writes both copies (the same codes).
+  const bool fused = c.mode == ScalingMode::kTensor && req.rowwise && req.columnwise;
+  if (req.rowwise && !fused) {
     dispatch_float_input(x.dtype, "x", [&](auto tag) {
       using In = typename decltype(tag)::type;
       quantize_copy<kE5M2>(c, x.as<const In>(), m, k, scale, out.data.as<uint8_t>(),
                            out.scale_inv.as<float>());
     });
-    if (c.mode == ScalingMode::kTensor) *out.amax.as<float>() = amax;
   }
+  if (fused) out.scale_inv.as<float>()[0] = scale_rules::reciprocal(scale);
+  if (req.rowwise && c.mode == ScalingMode::kTensor) *out.amax.as<float>() = amax;
   if (req.columnwise) {
-    const Buffer xt = transpose_to_float(x);  // (k, m)
-    quantize_copy<kE5M2>(c, xt.as<const float>(), k, m, scale, out.columnwise_data.as<uint8_t>(),
-                         out.columnwise_scale_inv.as<float>());
+    quantize_fp8_columnwise(c, x, scale, out.columnwise_data, out.columnwise_scale_inv,
+                            fused ? out.data.as<uint8_t>() : nullptr);
     if (c.mode == ScalingMode::kTensor) *out.columnwise_amax.as<float>() = amax;
   }
 }

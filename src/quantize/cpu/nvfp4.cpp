@@ -2,6 +2,7 @@
 // FP32 global amax per copy. The columnwise usage is the quantization of xᵀ, optionally after the
 // 16-point random Hadamard transform; optional stochastic rounding (Philox).
 #include <algorithm>
+#include <bit>
 #include <vector>
 
 #include "quantize/cpu/cpu_kernels.h"
@@ -19,7 +20,7 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // The 16-point transform of scale_rules::rht16_forward with its coefficients tabulated once
 // (same products, same summation order, same bits).
-void hadamard_rows(float* a, int64_t rows, int64_t cols) {
+TESSERA_CPU_KERNEL void hadamard_rows(float* a, int64_t rows, int64_t cols) {
   float coef[16][16];
   for (int i = 0; i < 16; ++i)
     for (int j = 0; j < 16; ++j)
@@ -48,7 +49,7 @@ struct Nvfp4Target {
 // a: the copy (rows, cols). Stripes of bh rows (1 or 16); each block of 16 columns of a stripe
 // shares one scale byte.
 template <class In>
-void quantize_copy(const QuantizerConfig& c, const In* a, int64_t rows, int64_t cols, float s_enc,
+TESSERA_CPU_KERNEL void quantize_copy(const QuantizerConfig& c, const In* a, int64_t rows, int64_t cols, float s_enc,
                    int64_t bh, const Nvfp4Target& t, uint64_t stream_base) {
   const int64_t nb = ceil_div(cols, kBlock), row_bytes = ceil_div(cols, 2);
   const int64_t ns = ceil_div(rows, bh);
@@ -69,13 +70,95 @@ void quantize_copy(const QuantizerConfig& c, const In* a, int64_t rows, int64_t 
             const uint64_t e = stream_base + static_cast<uint64_t>(r * cols + k0 + j);
             codes[j] = scale_rules::e2m1_stochastic(v, philox::random_bits(c.rng_seed, c.rng_offset, e));
           } else {
-            codes[j] = formats::encode_e2m1(v);
+            codes[j] = e2m1_element(v);
           }
         }
         uint8_t* d = t.data + r * row_bytes + k0 / 2;
         for (int64_t j = 0; j < n; j += 2) d[j / 2] = static_cast<uint8_t>(codes[j] | (codes[j + 1] << 4));
         t.scale[t.padded_cols != 0 ? swizzled_scale_offset(r, b, t.padded_cols) : r * nb + b] = s_b;
       }
+    }
+  }
+}
+
+// scale_rules::nvfp4_clamp with bit selections (vectorizes; a NaN passes unchanged).
+TESSERA_CPU_INLINE float clamp6(float v) {
+  const uint32_t gt = mask_if(v > 6.0f), lt = mask_if(v < -6.0f);
+  return std::bit_cast<float>((std::bit_cast<uint32_t>(v) & ~(gt | lt)) | (0x40c00000u & gt) |
+                              (0xc0c00000u & lt));
+}
+
+// decode_e4m3 of every code, for the vectorized block-scale loop.
+const float* e4m3_values() {
+  static const auto table = [] {
+    struct Table { float v[256]; } t{};
+    for (int i = 0; i < 256; ++i) t.v[i] = formats::decode_e4m3(static_cast<uint8_t>(i));
+    return t;
+  }();
+  return table.v;
+}
+
+// quantize_copy for 1x16 blocks without stochastic rounding, vectorized: per row piece, the
+// block amaxes, scale bytes (scale_rules::nvfp4_block_scale) and encode scales
+// (nvfp4_encode_scale) as loops over blocks, then the E2M1 codes two per byte.
+template <class In>
+TESSERA_CPU_KERNEL void rows_1x16(const In* a, int64_t rows, int64_t cols, float s_enc,
+                                  const Nvfp4Target& t) {
+  constexpr int64_t kPiece = 256;  // blocks per piece of a row
+  const int64_t nb = ceil_div(cols, kBlock), full_blocks = cols / kBlock, row_bytes = ceil_div(cols, 2);
+  const float k1 = s_enc * scale_rules::kInv6, inv_s = 1.0f / s_enc;
+  const float* dec_table = e4m3_values();
+#pragma omp parallel for schedule(static) if (rows * cols >= kParallelWork)
+  for (int64_t r = 0; r < rows; ++r) {
+    const In* row = a + r * cols;  // (cols)
+    uint8_t* d = t.data + r * row_bytes;
+    for (int64_t b0 = 0; b0 < nb; b0 += kPiece) {
+      const int64_t pb = std::min(kPiece, nb - b0), full = std::min(pb, full_blocks - b0);
+      uint32_t bm[kPiece];
+      uint8_t sb[kPiece];
+      float enc[kPiece];
+      for (int64_t b = 0; b < full; ++b) {
+        const In* p = row + (b0 + b) * kBlock;
+        uint32_t m = 0;
+#pragma omp simd reduction(max : m)
+        for (int64_t j = 0; j < kBlock; ++j) {
+          const uint32_t v = abs_bits(load_float(p[j]));
+          m = v > m ? v : m;
+        }
+        bm[b] = m;
+      }
+      if (pb > full) bm[full] = amax_bits(row + (b0 + full) * kBlock, cols - (b0 + full) * kBlock);
+#pragma omp simd
+      for (int64_t b = 0; b < pb; ++b) {
+        const uint32_t m = bm[b] > 0x7f800000u ? scale_rules::kCanonicalNaN : bm[b];
+        sb[b] = e4m3_element(std::bit_cast<float>(m) * k1);
+        const float e = 1.0f / (dec_table[sb[b]] * inv_s);
+        const uint32_t keep = mask_if(e <= scale_rules::kFloatMax);  // else +inf / NaN → FLT_MAX
+        enc[b] = std::bit_cast<float>((std::bit_cast<uint32_t>(e) & keep) | (0x7f7fffffu & ~keep));
+      }
+      uint8_t codes[kPiece * kBlock];  // (full * 16) codes, then packed two per byte
+      for (int64_t b = 0; b < full; ++b) {
+        const In* p = row + (b0 + b) * kBlock;
+        uint8_t* q = codes + b * kBlock;
+        const float en = enc[b];
+#pragma omp simd
+        for (int64_t j = 0; j < kBlock; ++j) {
+          q[j] = e2m1_element(clamp6(load_float(p[j]) * en));
+        }
+      }
+      uint8_t* o = d + b0 * (kBlock / 2);
+#pragma omp simd
+      for (int64_t j = 0; j < full * (kBlock / 2); ++j)
+        o[j] = static_cast<uint8_t>(codes[2 * j] | (codes[2 * j + 1] << 4));
+      if (pb > full) {
+        const int64_t k0 = (b0 + full) * kBlock, n = cols - k0;
+        uint8_t tail[kBlock + 1] = {};
+        for (int64_t j = 0; j < n; ++j)
+          tail[j] = e2m1_element(scale_rules::nvfp4_clamp(load_float(row[k0 + j]) * enc[full]));
+        for (int64_t j = 0; j < n; j += 2) d[(k0 + j) / 2] = static_cast<uint8_t>(tail[j] | (tail[j + 1] << 4));
+      }
+      for (int64_t b = 0; b < pb; ++b)
+        t.scale[t.padded_cols != 0 ? swizzled_scale_offset(r, b0 + b, t.padded_cols) : r * nb + b0 + b] = sb[b];
     }
   }
 }
@@ -100,7 +183,12 @@ void quantize_nvfp4(const QuantizerConfig& c, const TensorView& x, const Quantiz
     *out.amax.as<float>() = amax;
     dispatch_float_input(x.dtype, "x", [&](auto tag) {
       using In = typename decltype(tag)::type;
-      quantize_copy(c, x.as<const In>(), m, k, scale_rules::nvfp4_global_encode_scale(amax), bh, t, 0);
+      const float s_enc = scale_rules::nvfp4_global_encode_scale(amax);
+      if (bh == 1 && !c.stochastic_rounding) {
+        rows_1x16(x.as<const In>(), m, k, s_enc, t);
+      } else {
+        quantize_copy(c, x.as<const In>(), m, k, s_enc, bh, t, 0);
+      }
     });
   }
   if (req.columnwise) {

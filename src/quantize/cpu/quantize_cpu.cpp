@@ -10,19 +10,26 @@
 namespace tessera::detail {
 namespace cpu {
 
+namespace {
+
+template <class In>
+TESSERA_CPU_KERNEL uint32_t amax_bits_parallel(const In* p, int64_t n) {
+  constexpr int64_t kChunk = 16384;
+  uint32_t m = 0;
+#pragma omp parallel for schedule(static) reduction(max : m) if (n >= kParallelWork)
+  for (int64_t c0 = 0; c0 < n; c0 += kChunk) {
+    const uint32_t cm = amax_bits(p + c0, std::min(kChunk, n - c0));
+    m = cm > m ? cm : m;
+  }
+  return m;
+}
+
+}  // namespace
+
 uint32_t tensor_amax_bits(const TensorView& x) {
   return dispatch_float_input(x.dtype, "x", [&](auto tag) {
     using In = typename decltype(tag)::type;
-    const In* p = x.as<const In>();
-    const int64_t n = x.numel();
-    constexpr int64_t kChunk = 16384;
-    uint32_t m = 0;
-#pragma omp parallel for schedule(static) reduction(max : m) if (n >= kParallelWork)
-    for (int64_t c0 = 0; c0 < n; c0 += kChunk) {
-      const uint32_t cm = amax_bits(p + c0, std::min(kChunk, n - c0));
-      m = cm > m ? cm : m;
-    }
-    return m;
+    return amax_bits_parallel(x.as<const In>(), x.numel());
   });
 }
 
