@@ -279,8 +279,11 @@ double sqnr_db(const std::vector<float>& ref, const std::vector<float>& test) {
 }
 
 DemoData make_demo_data(const DemoConfig& config) {
+  // The teacher is a data generator: FP32 on the host whatever --device says.
+  DemoConfig host = config;
+  host.device = Device::cpu();
   const std::shared_ptr<Recipe> fp32 = make_demo_recipe("fp32");
-  MoELayer teacher(config, *fp32, config.seed + 1, 1.0f);
+  MoELayer teacher(host, *fp32, config.seed + 1, 1.0f);
   DemoData d;
   for (int64_t s = 0; s < config.steps; ++s) {
     d.x.push_back(batch(config, s));
