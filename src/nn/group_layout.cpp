@@ -33,11 +33,24 @@ GroupLayout make_group_layout(const TensorView& splits, int64_t rows, int64_t al
   options.total_bound = rows;
   options.error_flag = error_flag;
   token_padding_offsets(splits, align, layout.offsets, layout.padded_offsets, options, stream);
-  if (device.is_cpu()) {
+  if (align == 1) {
+    layout.padded_rows = rows;
+  } else if (device.is_cpu()) {
     // Host values: the exact padded total sizes the padded buffers.
-    layout.padded_rows = align == 1 ? rows : layout.padded_offsets.as<const int64_t>()[n1 - 1];
+    layout.padded_rows = layout.padded_offsets.as<const int64_t>()[n1 - 1];
+  } else if (splits.device.is_cpu()) {
+    // Host splits, device layout: the exact padded total from the host values (no sync).
+    layout.padded_rows = 0;
+    for (int64_t g = 0; g < layout.num_groups; ++g) {
+      const int64_t s = splits.dtype == DType::kInt32 ? splits.as<const int32_t>()[g]
+                                                      : splits.as<const int64_t>()[g];
+      layout.padded_rows += (s + align - 1) / align * align;
+    }
   } else {
-    layout.padded_rows = align == 1 ? rows : padded_rows_bound(rows, layout.num_groups, align);
+    // Device splits: a host-known bound, itself a multiple of the alignment (kernels that
+    // need the buffer's rows to be aligned accept it).
+    const int64_t bound = padded_rows_bound(rows, layout.num_groups, align);
+    layout.padded_rows = (bound + align - 1) / align * align;
   }
   return layout;
 }

@@ -5,8 +5,8 @@
 // Invariants: offsets and padded_offsets are int64 (G+1), leading 0, on `device`;
 // padded_offsets[g+1] - padded_offsets[g] = roundup(offsets[g+1] - offsets[g], align);
 // rows >= offsets[G] (the token buffer's rows, capacity included); padded_rows >= padded_offsets[G]
-// (exact padded total when the splits were on the host, padded_rows_bound otherwise, so nothing
-// ever waits for the device). align == 1: no padding (padded_offsets == offsets, padded_rows ==
+// (exact padded total when the splits were on the host, padded_rows_bound rounded up to a
+// multiple of align otherwise, so nothing ever waits for the device). align == 1: no padding (padded_offsets == offsets, padded_rows ==
 // rows) and the layers use the caller's buffers directly.
 #pragma once
 
