@@ -7,6 +7,7 @@
 #include "tessera/core/device.h"
 #include "tessera/core/dtype.h"
 #include "tessera/core/status.h"
+#include "tessera/formats/codecs.h"
 #include "tessera/formats/half.h"
 
 namespace tessera {
@@ -41,6 +42,26 @@ decltype(auto) dispatch_quantized_dtype(DType dt, const char* arg, F&& f) {
       TESSERA_FAIL(Status::kDTypeMismatch, arg, ": dtype ", dtype_name(dt),
                    " is not accepted; expected e4m3, e5m2, e8m0 or e2m1");
   }
+}
+
+// FP8 element type → std::bool_constant<is_e5m2> (E4M3: false, E5M2: true).
+template <class F>
+decltype(auto) dispatch_fp8_element(DType dt, const char* arg, F&& f) {
+  switch (dt) {
+    case DType::kFloat8E4M3: return f(std::false_type{});
+    case DType::kFloat8E5M2: return f(std::true_type{});
+    default:
+      TESSERA_FAIL(Status::kDTypeMismatch, arg, ": dtype ", dtype_name(dt),
+                   " is not an FP8 element type; expected e4m3 or e5m2");
+  }
+}
+
+// Largest finite value of an FP8 element type (E4M3 448, E5M2 57344), from the format traits.
+inline float fp8_max_finite(DType dt) {
+  return dispatch_fp8_element(dt, "element", [](auto is_e5m2) {
+    return is_e5m2() ? formats::FormatTraits<DType::kFloat8E5M2>::kMax
+                     : formats::FormatTraits<DType::kFloat8E4M3>::kMax;
+  });
 }
 
 // int32 / int64 → TypeTag<int32_t | int64_t>.

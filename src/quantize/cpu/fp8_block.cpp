@@ -14,7 +14,7 @@ namespace {
 constexpr int64_t kBlock = 128;
 
 float block_scale(const QuantizerConfig& c, uint32_t amax_bits_value) {
-  const float emax = c.element == DType::kFloat8E5M2 ? 57344.0f : 448.0f;
+  const float emax = fp8_max_finite(c.element);
   return scale_rules::current_scale(scale_rules::amax_from_abs_bits(amax_bits_value), emax,
                                     c.amax_epsilon, c.power_of_two_scales);
 }
@@ -92,11 +92,8 @@ void run(const QuantizerConfig& c, const TensorView& x, const QuantizedTensorVie
 
 void quantize_fp8_block(const QuantizerConfig& c, const TensorView& x,
                         const QuantizedTensorView& out, const QuantizeRequest& req) {
-  if (c.element == DType::kFloat8E5M2) {
-    run<true>(c, x, out, req);
-  } else {
-    run<false>(c, x, out, req);
-  }
+  dispatch_fp8_element(c.element, "config.element",
+                       [&](auto is_e5m2) { run<decltype(is_e5m2)::value>(c, x, out, req); });
 }
 
 }  // namespace tessera::detail::cpu

@@ -18,10 +18,9 @@ namespace {
 
 constexpr int64_t kTile = 128;  // = the FP8 block length, so a tile row band is one 128-block
 
-float fp8_max(const QuantizerConfig& c) { return c.element == DType::kFloat8E5M2 ? 57344.0f : 448.0f; }
 
 float current_scale_of(const QuantizerConfig& c, uint32_t amax_bits_value) {
-  return scale_rules::current_scale(scale_rules::amax_from_abs_bits(amax_bits_value), fp8_max(c),
+  return scale_rules::current_scale(scale_rules::amax_from_abs_bits(amax_bits_value), fp8_max_finite(c.element),
                                     c.amax_epsilon, c.power_of_two_scales);
 }
 
@@ -193,11 +192,10 @@ void quantize_fp8_columnwise(const QuantizerConfig& c, const TensorView& x, floa
                 "rowwise_data: only per-tensor scaling shares its codes between the two copies");
   dispatch_float_input(x.dtype, "x", [&](auto tag) {
     using In = typename decltype(tag)::type;
-    if (c.element == DType::kFloat8E5M2) {
-      run<true>(c, x.as<const In>(), x.shape[0], x.shape[1], tensor_scale, data, scale_inv, rowwise_data);
-    } else {
-      run<false>(c, x.as<const In>(), x.shape[0], x.shape[1], tensor_scale, data, scale_inv, rowwise_data);
-    }
+    dispatch_fp8_element(c.element, "config.element", [&](auto is_e5m2) {
+      run<decltype(is_e5m2)::value>(c, x.as<const In>(), x.shape[0], x.shape[1], tensor_scale,
+                                    data, scale_inv, rowwise_data);
+    });
   });
 }
 

@@ -11,7 +11,6 @@
 namespace tessera::detail::cpu {
 namespace {
 
-float fp8_max(DType e) { return e == DType::kFloat8E5M2 ? 57344.0f : 448.0f; }
 
 // a: (rows, cols) row-major. One scale for all of it. out: (rows, cols) codes.
 template <bool kE5M2, class In>
@@ -26,7 +25,7 @@ TESSERA_CPU_KERNEL void encode_tensor(const In* a, int64_t n, float scale, uint8
 template <bool kE5M2, class In>
 TESSERA_CPU_KERNEL void encode_rows(const QuantizerConfig& c, const In* a, int64_t rows, int64_t cols, uint8_t* out,
                  float* scale_inv) {
-  const float emax = fp8_max(c.element);
+  const float emax = fp8_max_finite(c.element);
 #pragma omp parallel for schedule(static) if (rows * cols >= kParallelWork)
   for (int64_t r = 0; r < rows; ++r) {
     const In* row = a + r * cols;
@@ -57,7 +56,7 @@ void run(const QuantizerConfig& c, const TensorView& x, const QuantizedTensorVie
   if (c.mode == ScalingMode::kTensor) {
     amax = scale_rules::amax_from_abs_bits(tensor_amax_bits(x));
     scale = c.delayed ? *req.delayed_scale
-                      : scale_rules::current_scale(amax, fp8_max(c.element), c.amax_epsilon,
+                      : scale_rules::current_scale(amax, fp8_max_finite(c.element), c.amax_epsilon,
                                                    c.power_of_two_scales);
     if (c.delayed) req.amax_history[0] = amax;
   }
@@ -83,11 +82,8 @@ void run(const QuantizerConfig& c, const TensorView& x, const QuantizedTensorVie
 
 void quantize_fp8_tensor(const QuantizerConfig& c, const TensorView& x,
                          const QuantizedTensorView& out, const QuantizeRequest& req) {
-  if (c.element == DType::kFloat8E5M2) {
-    run<true>(c, x, out, req);
-  } else {
-    run<false>(c, x, out, req);
-  }
+  dispatch_fp8_element(c.element, "config.element",
+                       [&](auto is_e5m2) { run<decltype(is_e5m2)::value>(c, x, out, req); });
 }
 
 }  // namespace tessera::detail::cpu

@@ -211,11 +211,9 @@ void quantize_mxfp8(const QuantizerConfig& c, const TensorView& x, const Quantiz
                     const QuantizeRequest& req) {
   dispatch_float_input(x.dtype, "x", [&](auto tag) {
     using In = typename decltype(tag)::type;
-    if (c.element == DType::kFloat8E5M2) {
-      run<true>(c, x.as<const In>(), x.shape[0], x.shape[1], out, req);
-    } else {
-      run<false>(c, x.as<const In>(), x.shape[0], x.shape[1], out, req);
-    }
+    dispatch_fp8_element(c.element, "config.element", [&](auto is_e5m2) {
+      run<decltype(is_e5m2)::value>(c, x.as<const In>(), x.shape[0], x.shape[1], out, req);
+    });
   });
 }
 
