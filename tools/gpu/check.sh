@@ -6,7 +6,8 @@
 # On this machine, first: bash tools/gpu/fetch_deps.sh   (downloads the .debs into .gpu-deps/)
 # Then on the device:     run(command="bash tools/gpu/check.sh", carry=[".gpu-deps"])
 # Options (environment): CHECK_TESTS=0 skips tests, CHECK_BENCH=0 skips benchmarks,
-#   CHECK_FILTER=regex limits ctest, BENCH_FILTER=regex limits benchmarks.
+#   CHECK_FILTER=regex limits ctest, BENCH_FILTER=regex limits benchmarks, CHECK_PYTEST=0 skips
+#   the Python tests.
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$ROOT"
@@ -51,7 +52,7 @@ if [ "${CHECK_TESTS:-1}" = 1 ]; then
   done
   # Which C++ runtimes the Python process holds once tessera is imported (diagnostics).
   PYTHONPATH="$ROOT/build-gpu/python" python3 -c "import numpy, ml_dtypes, tessera; print('python C++ runtimes:', sorted({l.split()[-1] for l in open('/proc/self/maps') if 'stdc++' in l or 'libgcc_s' in l}))" 2>&1 | tail -1
-  if python3 -c "import ml_dtypes, pytest" 2>/dev/null; then
+  if [ "${CHECK_PYTEST:-1}" = 1 ] && python3 -c "import ml_dtypes, pytest" 2>/dev/null; then
     TESSERA_BUILD_DIR="$ROOT/build-gpu" python3 -m pytest -q tests/python > "$OUT/pytest.log" 2>&1
     summary+=("pytest: $(tail -1 "$OUT/pytest.log")")
   fi
