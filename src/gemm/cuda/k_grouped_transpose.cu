@@ -14,7 +14,9 @@ namespace tessera::gemm_cuda {
 namespace {
 
 constexpr int kTile = 32;
-constexpr int kScanThreads = 1024;
+// 256 threads under __launch_bounds__: unbounded, ptxas gave the scan 80 registers per thread and
+// 1024 threads did not fit an SM's 64 K registers (cudaErrorLaunchOutOfResources on the H200).
+constexpr int kScanThreads = 256;
 
 // Start of group i in [0, G], clamped to [0, capacity] (the GEMM kernel's group_start rule).
 __device__ int64_t group_start(const DeviceGroupOffsets& o, int64_t i) {
@@ -33,7 +35,8 @@ __device__ int64_t group_len(const DeviceGroupOffsets& o, int64_t g) {
 }
 
 // One block: thread t scans a contiguous chunk of groups; q_{g+1} = q_g + roundup(len_g, 8).
-__global__ void padded_starts_kernel(const DeviceGroupOffsets o, int64_t* q) {
+__global__ void __launch_bounds__(kScanThreads) padded_starts_kernel(const DeviceGroupOffsets o,
+                                                                     int64_t* q) {
   using Scan = cub::BlockScan<int64_t, kScanThreads>;
   __shared__ typename Scan::TempStorage temp;
   const int64_t chunk = (o.groups + kScanThreads - 1) / kScanThreads;
