@@ -11,7 +11,8 @@
 //     roundup(T, 8)); device group starts must be multiples of 8 rows (16-byte TMA rule): a group
 //     that is not is written as NaN (host offsets are checked in can_implement instead).
 //   - offsets / group_alpha in host memory are copied into the workspace (host→device only).
-//   - FP8 E4M3 quantized operands (per-tensor or rowwise scales) read in place, no transposes:
+//   - FP8 quantized operands, E4M3 × E4M3 or E5M2 × E4M3 (per-tensor or rowwise scales) read in
+//     place, no transposes:
 //     the copies and scale indexing of quantized_operands.h (forward, dgrad, wgrad);
 //     K-grouped FP8 group starts must be multiples of 16 rows.
 #include <cuda_runtime.h>
@@ -149,7 +150,7 @@ void describe_fp8(const GroupedGemmProblem& p, const GroupedGemmDims& d, Sm90Gro
   const Status s = gemm_cuda::map_fp8_problem(p, d, &m, &why);
   TESSERA_CHECK_STATUS(s == Status::kOk, s, why);
   auto& k = g->params;
-  g->elem = gemm_cuda::ElemKind::kE4M3;
+  g->elem = m.elem;
   g->a = m.a.matrix;
   g->b = m.b.matrix;
   k.scale_a = m.a.scale;

@@ -31,9 +31,9 @@ Refusal map_operand(const GemmOperand& o, const char* name, bool want_columnwise
   if (c.mode != ScalingMode::kTensor && c.mode != ScalingMode::kRowwise)
     return refuse(Status::kUnsupported, name, ": scaling mode ", static_cast<int>(c.mode),
                   " is not implemented on CUDA (per-tensor and rowwise FP8 are)");
-  if (c.element != DType::kFloat8E4M3)
+  if (c.element != DType::kFloat8E4M3 && c.element != DType::kFloat8E5M2)
     return refuse(Status::kUnsupported, name, ": element ", dtype_name(c.element),
-                  " is not implemented on CUDA (E4M3 × E4M3 is)");
+                  " is not implemented on CUDA (FP8 E4M3 / E5M2 are)");
   if (o.columnwise != want_columnwise)
     return refuse(Status::kUnsupported, name, ": the CUDA path reads the ",
                   want_columnwise ? "columnwise (transposed, K-major)" : "rowwise",
@@ -105,6 +105,21 @@ Refusal map_k_grouped(const GroupedGemmProblem& p, const detail::GroupedGemmDims
   return {};
 }
 
+// The kernel kind of the operands' element pair (A first).
+Refusal element_kind(const GroupedGemmProblem& p, ElemKind* out) {
+  const DType a = p.a.quantized.config.element, b = p.b.quantized.config.element;
+  if (a == DType::kFloat8E4M3 && b == DType::kFloat8E4M3) {
+    *out = ElemKind::kE4M3;
+  } else if (a == DType::kFloat8E5M2 && b == DType::kFloat8E4M3) {
+    *out = ElemKind::kE5M2E4M3;
+  } else {
+    return refuse(Status::kUnsupported, "A × B = ", dtype_name(a), " × ", dtype_name(b),
+                  " is not instantiated on CUDA (E4M3 × E4M3 and E5M2 × E4M3 are: the FP8 "
+                  "recipes' forward, and the HYBRID backward with E5M2 gradients as A)");
+  }
+  return {};
+}
+
 }  // namespace
 
 Status map_fp8_problem(const GroupedGemmProblem& p, const detail::GroupedGemmDims& d,
@@ -122,6 +137,7 @@ Status map_fp8_problem(const GroupedGemmProblem& p, const detail::GroupedGemmDim
   } else {
     r = refuse(Status::kUnsupported, "batched (3D x 3D) GEMM is not implemented on CUDA");
   }
+  if (r.status == Status::kOk) r = element_kind(p, &m.elem);
   if (r.status != Status::kOk) {
     if (reason != nullptr) *reason = r.reason;
     return r.status;
