@@ -4,6 +4,11 @@
 // tiles t = blockIdx.x, blockIdx.x + gridDim.x, ... and finds each tile's member by binary
 // search, so empty members own no tile and never end the loop; rows past the last offset
 // (capacity) belong to no member and are never touched. Nothing here syncs with the host.
+// grouped_for_each_tile is the generic form every grouped kernel but MXFP8's uses: a per-mode
+// tile-count functor (tiles of a member as a function of its rows) and a body called with
+// (member, rows, member-local tile), which runs the per-tensor kernels' tile functions on the
+// member's own pointers. A mode may give an empty member a tile (per-tensor / per-column
+// scales exist for an empty tensor too).
 #pragma once
 
 #include <cstdint>
