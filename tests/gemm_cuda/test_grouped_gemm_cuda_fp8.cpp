@@ -551,6 +551,13 @@ TEST(CudaFp8GroupedGemmStatus, RefusesWhatTheFp8PathCannotRun) {
     EXPECT_EQ(can_implement(t.p, &reason), Status::kUnsupported);
     EXPECT_NE(reason.find("not instantiated"), std::string::npos) << reason;
   }
+  {  // batched 3D x 3D on quantized operands: no CUDA path
+    SmallFp8 s;
+    s.p.kind = GroupedGemmKind::kBatched;
+    s.p.d = TensorView::contiguous(s.d.ptr, DType::kFloat32, {2, 16, 32}, Device::cuda(0));
+    EXPECT_EQ(can_implement(s.p, &reason), Status::kUnsupported);
+    EXPECT_NE(reason.find("batched"), std::string::npos) << reason;
+  }
   {  // rowwise scales of the wrong length
     SmallFp8 s;
     s.p.a.quantized.scale_inv.shape[0] = 31;
