@@ -4,12 +4,14 @@
 // history), byte for byte. Cases: empty members at the start / middle / end, sizes not multiples
 // of the block, [128, 128, M-256], capacity half full (input rows past the live ones hold NaN,
 // every output byte past the members and between scale slots must keep its poison), K not a
-// multiple of the block, one member, all empty; the noop flag; one CUDA graph captured once and
-// replayed while the device split sizes change. Skips without a GPU.
+// multiple of the block, one member, all empty; the all-same mode (host shapes); the noop flag;
+// one CUDA graph captured once and replayed while the device split sizes change. Skips without
+// a GPU.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -112,8 +114,9 @@ struct Grouped {
   std::vector<uint8_t> host_x;
   GroupedTensor t;
 
+  // from_shapes: a CUDA tensor from host shapes instead (equal sizes: the all-same mode).
   Grouped(const QuantizerConfig& c, const std::vector<int64_t>& sizes, int64_t cap, int64_t cols,
-          DType dt, test::InputKind kind, cudaStream_t s = nullptr)
+          DType dt, test::InputKind kind, cudaStream_t s = nullptr, bool from_shapes = false)
       : config(c), n(static_cast<int64_t>(sizes.size())), capacity(cap), K(cols), dtype(dt),
         splits(static_cast<size_t>(4 * n), Device::cuda(0)),
         x(static_cast<size_t>(std::max<int64_t>(1, dtype_bytes(dt, cap * cols))),
@@ -123,8 +126,15 @@ struct Grouped {
     o.config = c;
     o.device = Device::cuda(0);
     o.capacity_rows = cap;
-    t = GroupedTensor::from_device_splits(splits_view(), cols, o, {}, {}, Stream{s});
-    EXPECT_FALSE(t.has_host_metadata());
+    if (from_shapes) {
+      std::vector<std::array<int64_t, 2>> shapes;
+      for (int64_t r : sizes) shapes.push_back({r, cols});
+      o.capacity_rows = -1;
+      t = GroupedTensor::from_shapes(shapes, o);
+    } else {
+      t = GroupedTensor::from_device_splits(splits_view(), cols, o, {}, {}, Stream{s});
+      EXPECT_FALSE(t.has_host_metadata());
+    }
     host_x = test::make_input(dt, cap, cols, kind, 77).bytes;
     int64_t live = 0;
     for (int64_t r : sizes) live += r;
@@ -350,6 +360,20 @@ TEST_P(GroupedRecipesCuda, DeviceSplitsMatchCpuPerMember) {
                              << " members=" << sizes.size() << ": " << m;
     }
   }
+}
+
+// Host shapes, all members equal: the all-same mode goes through the same grouped kernels.
+TEST_P(GroupedRecipesCuda, AllSameShapesMatchCpuPerMember) {
+  const QuantizerConfig& c = GetParam().config;
+  const std::vector<int64_t> sizes(4, 48);
+  Grouped f(c, sizes, 192, 160, DType::kBFloat16, test::InputKind::kGaussian, nullptr, true);
+  ASSERT_EQ(f.t.view().mode, GroupedShapeMode::kAllSame);
+  Quantizer q = device_quantizer(c);
+  f.poison();
+  const DelayedState before = read_state(q);
+  grouped_quantize_contiguous(q, f.x_view(), f.t);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(check(f, sizes, q, before), "") << GetParam().name;
 }
 
 TEST_P(GroupedRecipesCuda, NoopFlagWritesNothing) {
