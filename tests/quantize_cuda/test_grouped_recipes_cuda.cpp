@@ -236,8 +236,12 @@ struct HostMember {
 // members in order, started from `before` for delayed scaling), the device quantizer's state
 // equals the CPU one after the loop, and nothing outside the members was written; else the
 // first problem.
+//
+// poisoned: a member that breaks the NVFP4 columnwise storage contract (odd rows, or rows not a
+// multiple of 16 with the Hadamard transform): its columnwise scales must all be the E4M3 NaN
+// code (the kernel's poison), its rowwise copy must equal the CPU's rowwise-only quantization.
 std::string check(const Grouped& f, const std::vector<int64_t>& sizes, const Quantizer& qg,
-                  const DelayedState& before) {
+                  const DelayedState& before, int64_t poisoned = -1) {
   const QuantizerConfig& c = f.config;
   std::vector<std::vector<uint8_t>> got;
   for (const TensorView& v : f.outputs()) got.push_back(to_host(v));
@@ -259,11 +263,24 @@ std::string check(const Grouped& f, const std::vector<int64_t>& sizes, const Qua
     const int64_t r = sizes[gi];
     Buffer xin(static_cast<size_t>(std::max<int64_t>(r * f.K * esz, 16)), Device::cpu());
     std::memcpy(xin.data(), f.host_x.data() + row * f.K * esz, static_cast<size_t>(r * f.K * esz));
-    HostMember ref(c, r, f.K);
-    qc.quantize(TensorView::contiguous(xin.data(), f.dtype, {r, f.K}, Device::cpu()), ref.v,
-                Backend::kCPU);
-    const QuantizedTensorView& v = ref.v;
     const std::string tag = "member " + std::to_string(g) + " (" + std::to_string(r) + " rows) ";
+    QuantizerConfig member_config = c;
+    if (g == poisoned) {
+      const int64_t bytes = HostMember(c, r, f.K).v.columnwise_scale_inv.nbytes();
+      for (int64_t i = 0; i < bytes; ++i) {
+        if (got[3][static_cast<size_t>(cso[gi] * csb + i)] != 0x7F) {
+          return tag + "breaks the columnwise contract but its scale byte " + std::to_string(i) +
+                 " is not the NaN poison";
+        }
+      }
+      member_config.columnwise = false;
+    }
+    Quantizer qm(member_config);
+    HostMember ref(member_config, r, f.K);
+    (g == poisoned ? qm : qc)
+        .quantize(TensorView::contiguous(xin.data(), f.dtype, {r, f.K}, Device::cpu()), ref.v,
+                  Backend::kCPU);
+    const QuantizedTensorView& v = ref.v;
     const int64_t off = e2m1 ? row * f.K / 2 : row * f.K;
     const std::vector<std::tuple<const TensorView*, int, int64_t, const char*>> fields = {
         {&v.data, 0, off, "data"},
@@ -279,6 +296,10 @@ std::string check(const Grouped& f, const std::vector<int64_t>& sizes, const Qua
       if (!m.empty()) return m;
     }
     // Scale slot slack between this member's matrix and the next slot: never written.
+    if (g == poisoned) {
+      row += r;
+      continue;
+    }
     for (const std::string& m :
          {c.rowwise ? poison_kept(got[2], so[gi] * sb + v.scale_inv.nbytes(), so[gi + 1] * sb,
                                   tag + "scale slot")
@@ -441,6 +462,26 @@ TEST_P(GroupedRecipesCuda, GraphReplaysFollowDeviceSplits) {
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(s);
+}
+
+// NVFP4 columnwise members whose rows break the storage contract cannot be refused (the host
+// never sees device split sizes): their columnwise scales come out as NaN codes (a dequantize or
+// GEMM of them gives NaN, never silent garbage); every other member is exact.
+TEST(GroupedRecipesCudaContract, Nvfp4ColumnwiseBadRowsArePoisoned) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  QuantizerConfig odd = make_config(ScalingMode::kNVFP4);
+  QuantizerConfig rht = make_config(ScalingMode::kNVFP4_16x16);
+  rht.random_hadamard = true;
+  const std::vector<std::pair<QuantizerConfig, std::vector<int64_t>>> cases = {
+      {odd, {32, 17, 32}}, {rht, {32, 24, 32}}};
+  for (const auto& [c, sizes] : cases) {
+    Grouped f(c, sizes, 96, 64, DType::kBFloat16, test::InputKind::kGaussian);
+    Quantizer q(c, Device::cuda(0));
+    f.poison();
+    grouped_quantize_contiguous(q, f.x_view(), f.t);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(check(f, sizes, q, {}, 1), "") << scaling_mode_name(c.mode) << " rht=" << c.random_hadamard;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Recipes, GroupedRecipesCuda, ::testing::ValuesIn(recipe_cases()),

@@ -25,6 +25,7 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kBlock = 16;
+constexpr uint8_t kE4M3NanCode = 0x7F;  // decodes to NaN (formats/codecs.h)
 
 constexpr bool signs_match_rule() {
   for (int j = 0; j < 16; ++j) {
@@ -171,13 +172,34 @@ __device__ __forceinline__ Nvfp4Args member_nvfp4_args(const Nvfp4Args& a, const
   return m;
 }
 
-// Tiles of kThreads work items. A columnwise member with an odd row count breaks the E2M1
-// storage contract (its transposed rows would not start on a byte) and gets no tile.
+// A columnwise member that breaks the storage contract: an odd row count (its transposed rows
+// would not start on a byte) or, with the Hadamard transform, rows not a multiple of 16. The
+// host cannot see device split sizes, so such a member is not refused but POISONED: every one of
+// its scales becomes the E4M3 NaN code and no data is written, so a dequantize or GEMM of it
+// gives NaN instead of silent garbage (the CPU path refuses the same member with an error).
+__device__ __forceinline__ bool nvfp4_member_breaks_contract(const Nvfp4Args& a, int64_t rows) {
+  return a.columnwise && (rows % 2 != 0 || (a.rht && rows % kBlock != 0));
+}
+
+// Scale of work item w of a poisoned member (see nvfp4_member_breaks_contract), no data.
+__device__ __forceinline__ void nvfp4_poison_item(const Nvfp4Args& a, int64_t w) {
+  const int64_t rows = a.columnwise ? a.cols : a.rows;  // of the copy
+  const int64_t cols = a.columnwise ? a.rows : a.cols;
+  const int64_t nb = ceil_div_device(cols, kBlock), bh = a.tile16 ? kBlock : 1;
+  const int64_t ns = ceil_div_device(rows, bh);
+  const int64_t s = a.columnwise ? w % ns : w / nb, b = a.columnwise ? w / ns : w % nb;
+  const int64_t r0 = s * bh, r1 = min(rows, r0 + bh);
+  for (int64_t r = r0; r < r1; ++r) {
+    a.scale[a.padded_cols != 0 ? swizzled_offset(r, b, a.padded_cols) : r * nb + b] =
+        kE4M3NanCode;
+  }
+}
+
+// Tiles of kThreads work items.
 struct Nvfp4TileCount {
   int64_t cols = 0;
   bool columnwise = false, tile16 = false;
   __device__ int64_t operator()(int64_t rows) const {
-    if (columnwise && rows % 2 != 0) return 0;
     const int64_t copy_rows = columnwise ? cols : rows, copy_cols = columnwise ? rows : cols;
     const int64_t items = ceil_div_device(copy_rows, tile16 ? kBlock : 1) *
                           ceil_div_device(copy_cols, kBlock);
@@ -195,7 +217,12 @@ __global__ __launch_bounds__(kThreads) void nvfp4_grouped_kernel(Nvfp4Args a, Gr
     const float s_enc =
         scale_rules::nvfp4_global_encode_scale(scale_rules::amax_from_abs_bits(*m.amax));
     const int64_t w = local * kThreads + threadIdx.x;
-    if (w < nvfp4_items(m)) nvfp4_item<In>(m, w, s_enc);
+    if (w >= nvfp4_items(m)) return;
+    if (nvfp4_member_breaks_contract(m, rows)) {
+      nvfp4_poison_item(m, w);
+    } else {
+      nvfp4_item<In>(m, w, s_enc);
+    }
   });
 }
 
