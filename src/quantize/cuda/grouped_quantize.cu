@@ -2,7 +2,7 @@
 // - one contiguous varying-first / all-same input: the persistent grouped kernels
 //   (grouped_dispatch.cu) read the DEVICE metadata, so device split sizes never sync; the noop
 //   flag is honoured on the device. Modes: rowwise FP8 (rowwise usage), MXFP8 / MXFP8 32x32
-//   with compact scales.
+//   (compact or swizzled scales).
 // - other modes, and a list of per-member inputs: one Quantizer::quantize per member view (host
 //   metadata needed; a set noop flag cannot be honoured on that path and is refused).
 #include <span>
@@ -20,7 +20,7 @@ bool has_grouped_kernel(const QuantizerConfig& c) {
       return !c.columnwise;
     case ScalingMode::kMXFP8:
     case ScalingMode::kMXFP8_32x32:
-      return c.scale_layout == ScaleLayout::kCompact;
+      return true;  // compact or swizzled scales
     default:
       return false;
   }
@@ -54,8 +54,7 @@ void grouped_quantize_cuda(Quantizer& quantizer, std::span<const TensorView> inp
   TESSERA_CHECK_STATUS(out.host.known(), Status::kUnsupported, "grouped quantize: ",
                        scaling_mode_name(config.mode),
                        " has no grouped CUDA kernel and the member shapes live only on the "
-                       "device; the supported modes are rowwise FP8 (rowwise usage) and MXFP8 "
-                       "with compact scales");
+                       "device; the supported modes are rowwise FP8 (rowwise usage) and MXFP8");
   TESSERA_CHECK_STATUS(noop.data == nullptr, Status::kUnsupported, "grouped quantize: a noop "
                        "flag needs a grouped CUDA kernel; ", scaling_mode_name(config.mode),
                        " is quantized member by member here");

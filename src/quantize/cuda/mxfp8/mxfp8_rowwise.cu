@@ -1,0 +1,119 @@
+// MXFP8, rowwise usage alone (1x32 blocks), for K % 32 == 0 and 16-byte aligned input and codes:
+// the (M, K) input is a flat sequence of 8-element chunks (a 32-element block never crosses a
+// row). A warp takes kUnroll x 32 consecutive chunks per step (lane l: chunks base + 32 u + l,
+// kUnroll independent 16-byte loads in flight), a block's 4 lanes reduce its amax by two
+// shuffles, every lane writes its 8 codes with one 8-byte store and the block's first lane the
+// scale byte: compact scales are the flat block index, swizzled ones take (row, block) from a
+// division without a divide instruction. Warps walk the chunks grid-stride.
+#include <cstdint>
+#include <cstdlib>
+
+#include "quantize/cuda/launch_config.h"
+#include "quantize/cuda/mxfp8/mxfp8_launch.h"
+#include "quantize/cuda/mxfp8/mxfp8_tile.cuh"
+#include "tessera/core/dispatch.h"
+
+namespace tessera::detail::cuda_quant {
+namespace {
+
+using mx::Chunk;
+using mx::MxTensor;
+
+constexpr int kThreads = 256;
+
+// chunks = M * K / 8; nb = K / 32 as a divider (M * nb < 2^31).
+template <class In, DType DT, int kUnroll>
+__global__ __launch_bounds__(kThreads) void mxfp8_rowwise_kernel(MxTensor<In> t, bool floor_rule,
+                                                                 bool swizzled, DivMod31 nb,
+                                                                 int64_t chunks) {
+  const int lane = threadIdx.x % 32;
+  const int64_t warp0 = (int64_t{blockIdx.x} * kThreads + threadIdx.x) / 32;
+  const int64_t warps = int64_t{gridDim.x} * (kThreads / 32);
+  for (int64_t base = warp0 * 32 * kUnroll; base < chunks; base += warps * 32 * kUnroll) {
+    Chunk<In> raw[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t c = base + u * 32 + lane;
+      if (c < chunks) {
+        raw[u].load(t.x + c * mx::kChunk);
+      } else {
+        raw[u].zero();
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      using C = Chunk<In>;
+      uint32_t m = raw[u].row_acc();
+      m = C::acc_max(m, __shfl_xor_sync(0xffffffffu, m, 1));
+      m = C::acc_word_bits(C::acc_max(m, __shfl_xor_sync(0xffffffffu, m, 2)));
+      const int64_t c = base + u * 32 + lane;  // chunks % 4 == 0: a block is all in or all out
+      if (c >= chunks) continue;
+      const uint8_t e = mx::mx_scale<DT>(m, floor_rule);
+      *reinterpret_cast<Vec<uint8_t, mx::kChunk>*>(t.q_row + c * mx::kChunk) =
+          mx::encode_chunk<DT>(raw[u], scale_rules::e8m0_multiplier(e));
+      if (lane % 4 == 0) {
+        const uint32_t b = static_cast<uint32_t>(c / 4);
+        if (swizzled) {
+          const uint32_t r = nb.div(b);
+          t.s_row[swizzled_offset(r, b - r * nb.d, t.row_pad)] = e;
+        } else {
+          t.s_row[b] = e;
+        }
+      }
+    }
+  }
+  if (swizzled) {
+    mx::zero_swizzle_padding(t.s_row, t.M, t.K / mx::kBlock, t.row_pad, warp0 * 32 + lane,
+                             warps * 32);
+  }
+}
+
+// Blocks per multiprocessor of the grid-stride loop (TESSERA_MXFP8_ROW_GRID overrides; 0 = one
+// step per warp).
+int64_t row_grid_cap() {
+  static const int cap = [] {
+    const char* s = std::getenv("TESSERA_MXFP8_ROW_GRID");
+    return s != nullptr ? std::atoi(s) : 0;
+  }();
+  return cap <= 0 ? int64_t{1} << 40 : int64_t{cap} * sm_count();
+}
+
+int row_unroll() {
+  static const int u = [] {
+    const char* s = std::getenv("TESSERA_MXFP8_ROW_UNROLL");
+    return s != nullptr ? std::atoi(s) : 4;
+  }();
+  return u;
+}
+
+template <class In, DType DT, int kUnroll>
+void launch_unrolled(const MxArgs& a, cudaStream_t stream) {
+  const MxTensor<In> t{static_cast<const In*>(a.x), a.rows, a.cols, a.q_row, a.s_row,
+                       nullptr, nullptr, a.s_row_padded_cols, 0};
+  const int64_t chunks = a.rows * a.cols / mx::kChunk;
+  int64_t blocks = ceil_div(chunks, int64_t{kThreads} * kUnroll);
+  blocks = blocks > row_grid_cap() ? row_grid_cap() : blocks;
+  const DivMod31 nb = DivMod31::make(static_cast<uint32_t>(a.cols / mx::kBlock));
+  mxfp8_rowwise_kernel<In, DT, kUnroll><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+      t, a.floor_rule, a.swizzled, nb, chunks);
+}
+
+}  // namespace
+
+void launch_mxfp8_rowwise_stream(const MxArgs& a, cudaStream_t stream) {
+  dispatch_float_input(a.in, "quantize: x", [&](auto tag) {
+    using In = typename decltype(tag)::type;
+    if (a.element == DType::kFloat8E4M3) {
+      if constexpr (std::is_same_v<In, bf16>) {
+        if (row_unroll() == 8) return launch_unrolled<In, DType::kFloat8E4M3, 8>(a, stream);
+        if (row_unroll() == 2) return launch_unrolled<In, DType::kFloat8E4M3, 2>(a, stream);
+      }
+      launch_unrolled<In, DType::kFloat8E4M3, 4>(a, stream);
+    } else {
+      launch_unrolled<In, DType::kFloat8E5M2, 4>(a, stream);
+    }
+  });
+  TESSERA_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace tessera::detail::cuda_quant
