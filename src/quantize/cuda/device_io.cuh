@@ -150,6 +150,13 @@ __device__ __forceinline__ uint32_t max_u16x2(uint32_t a, uint32_t b) {
 #endif
 }
 
+// swizzled_offset for matrices whose padded size is below 2^32 bytes (32-bit arithmetic).
+__device__ __forceinline__ uint32_t swizzled_offset32(uint32_t r, uint32_t c, uint32_t padded_cols) {
+  const uint32_t tile = (r / 128) * (padded_cols / 4) + c / 4;
+  const uint32_t rr = r % 128;
+  return tile * 512 + (rr % 32) * 16 + (rr / 32) * 4 + c % 4;
+}
+
 template <class T>
 __device__ __forceinline__ T warp_max(T v) {
 #pragma unroll

@@ -57,39 +57,47 @@ __device__ __forceinline__ MxTensor<In> member_tensor(const MxArgs& a, const Gro
 
 // Single tensor, tiles w = warp0, + warps, ...; kPipelined keeps the next tile's loads in
 // flight while the current one is quantized (two register tiles).
-template <class In, DType DT, bool kAligned, bool kPipelined>
+template <class In, DType DT, int kSubs, bool kAligned, bool kPipelined>
 __device__ __forceinline__ void single_tensor_tiles(const MxTensor<In>& t, const MxRule& rule,
                                                     DivMod31 tiles_k, uint32_t warp0,
                                                     uint32_t warps) {
   const uint32_t tiles =
       static_cast<uint32_t>((t.M + mx::kTileRows - 1) / mx::kTileRows) * tiles_k.d;
+  auto load = [&](uint32_t w, mx::TileRegs<In, kSubs>& r) {
+    const uint32_t tm = tiles_k.div(w);
+    mx::mx_load_tile<In, kSubs, kAligned>(t, tm, w - tm * tiles_k.d, r);
+  };
+  auto quantize = [&](uint32_t w, const mx::TileRegs<In, kSubs>& r) {
+    const uint32_t tm = tiles_k.div(w);
+    mx::mx_quantize_tile<In, DT, kSubs, kAligned>(t, rule, tm, w - tm * tiles_k.d, r);
+  };
   if constexpr (kPipelined) {
-    mx::TileRegs<In> a, b;
+    mx::TileRegs<In, kSubs> a, b;
     uint32_t w = warp0;
-    if (w < tiles) mx::mx_load_tile<In, kAligned>(t, tiles_k.div(w), w % tiles_k.d, a);
+    if (w < tiles) load(w, a);
     while (w < tiles) {
       const uint32_t n = w + warps;
-      if (n < tiles) mx::mx_load_tile<In, kAligned>(t, tiles_k.div(n), n - tiles_k.div(n) * tiles_k.d, b);
-      mx::mx_quantize_tile<In, DT, kAligned>(t, rule, tiles_k.div(w), w - tiles_k.div(w) * tiles_k.d, a);
+      if (n < tiles) load(n, b);
+      quantize(w, a);
       if (n >= tiles) break;
       const uint32_t n2 = n + warps;
-      if (n2 < tiles) mx::mx_load_tile<In, kAligned>(t, tiles_k.div(n2), n2 - tiles_k.div(n2) * tiles_k.d, a);
-      mx::mx_quantize_tile<In, DT, kAligned>(t, rule, tiles_k.div(n), n - tiles_k.div(n) * tiles_k.d, b);
+      if (n2 < tiles) load(n2, a);
+      quantize(n, b);
       w = n2;
     }
   } else {
     for (uint32_t w = warp0; w < tiles; w += warps) {
-      const uint32_t tm = tiles_k.div(w);
-      mx::TileRegs<In> raw;
-      mx::mx_load_tile<In, kAligned>(t, tm, w - tm * tiles_k.d, raw);
-      mx::mx_quantize_tile<In, DT, kAligned>(t, rule, tm, w - tm * tiles_k.d, raw);
+      mx::TileRegs<In, kSubs> raw;
+      load(w, raw);
+      quantize(w, raw);
     }
   }
 }
 
 // grouped: g.tensor_offsets != null (device member table, noop flag); else the tensor of `a`.
-// tiles_k = ceil(K / 64) as a divider; single-tensor tile counts are < 2^31 (host check).
-template <class In, DType DT, bool kAligned, int kMinBlocks, bool kPipelined>
+// tiles_k = ceil(K / tile columns) as a divider; single-tensor tile counts are < 2^31 (host
+// check).
+template <class In, DType DT, int kSubs, bool kAligned, int kMinBlocks, bool kPipelined>
 __global__ __launch_bounds__(kThreads, kMinBlocks) void mxfp8_tile_kernel(MxArgs a, GroupedMeta g,
                                                                           DivMod31 tiles_k) {
   extern __shared__ int64_t prefix[];  // grouped: (n + 1) tile prefix sums
@@ -99,8 +107,8 @@ __global__ __launch_bounds__(kThreads, kMinBlocks) void mxfp8_tile_kernel(MxArgs
   const int64_t warps = int64_t{gridDim.x} * kWarps;
   if (g.tensor_offsets == nullptr) {
     const MxTensor<In> t = whole_tensor<In>(a);
-    single_tensor_tiles<In, DT, kAligned, kPipelined>(t, rule, tiles_k, static_cast<uint32_t>(warp0),
-                                                      static_cast<uint32_t>(warps));
+    single_tensor_tiles<In, DT, kSubs, kAligned, kPipelined>(
+        t, rule, tiles_k, static_cast<uint32_t>(warp0), static_cast<uint32_t>(warps));
     mx::zero_tensor_padding(t, rule, warp0 * 32 + lane, warps * 32);
     return;
   }
@@ -111,9 +119,9 @@ __global__ __launch_bounds__(kThreads, kMinBlocks) void mxfp8_tile_kernel(MxArgs
     const uint32_t local = static_cast<uint32_t>(w - prefix[i]);
     const uint32_t tm = tiles_k.div(local);
     const MxTensor<In> t = member_tensor<In>(a, g, i);
-    mx::TileRegs<In> raw;
-    mx::mx_load_tile<In, kAligned>(t, tm, local - tm * tiles_k.d, raw);
-    mx::mx_quantize_tile<In, DT, kAligned>(t, rule, tm, local - tm * tiles_k.d, raw);
+    mx::TileRegs<In, kSubs> raw;
+    mx::mx_load_tile<In, kSubs, kAligned>(t, tm, local - tm * tiles_k.d, raw);
+    mx::mx_quantize_tile<In, DT, kSubs, kAligned>(t, rule, tm, local - tm * tiles_k.d, raw);
   }
   if (a.swizzled) {
     for (int64_t i = warp0; i < g.n; i += warps) {
@@ -140,42 +148,56 @@ int tile_variant() {
   return v;
 }
 
-template <class In, DType DT, bool kAligned>
-void launch_tiles(const MxArgs& a, const GroupedMeta& g, int64_t tiles, size_t smem,
-                  cudaStream_t stream) {
-  const DivMod31 tiles_k = DivMod31::make(static_cast<uint32_t>(ceil_div(
-      g.tensor_offsets != nullptr ? g.cols : a.cols, mx::kTileCols)));
-  int64_t blocks = ceil_div(tiles, kWarps);
-  blocks = blocks > grid_cap_blocks() ? grid_cap_blocks() : blocks;
+// row_tiles: 32-row tiles of the launch (grouped: a bound); persistent: cap the grid at 16
+// blocks per multiprocessor (grouped launches loop over device-counted tiles).
+template <class In, DType DT, int kSubs, bool kAligned, int kMinBlocks, bool kPipelined>
+void launch_variant(const MxArgs& a, const GroupedMeta& g, int64_t row_tiles, bool persistent,
+                    size_t smem, cudaStream_t stream) {
+  const int64_t K = g.tensor_offsets != nullptr ? g.cols : a.cols;
+  const int64_t tiles_k = ceil_div(K, mx::TileGeom<kSubs>::kCols);
+  int64_t blocks = ceil_div(row_tiles * tiles_k, kWarps);
+  const int64_t cap = persistent ? int64_t{16} * sm_count() : grid_cap_blocks();
+  blocks = blocks > cap ? cap : blocks;
   const unsigned grid = static_cast<unsigned>(blocks < 1 ? 1 : blocks);
+  mxfp8_tile_kernel<In, DT, kSubs, kAligned, kMinBlocks, kPipelined>
+      <<<grid, kThreads, smem, stream>>>(a, g, DivMod31::make(static_cast<uint32_t>(tiles_k)));
+}
+
+template <class In, DType DT, bool kAligned>
+void launch_tiles(const MxArgs& a, const GroupedMeta& g, int64_t row_tiles, bool persistent,
+                  size_t smem, cudaStream_t stream) {
   if constexpr (kAligned && std::is_same_v<In, bf16> && DT == DType::kFloat8E4M3) {
     switch (tile_variant()) {  // exploration variants (BF16 -> E4M3 only)
       case 1:
-        mxfp8_tile_kernel<In, DT, kAligned, 6, false><<<grid, kThreads, smem, stream>>>(a, g, tiles_k);
-        return;
+        return launch_variant<In, DT, 4, kAligned, 6, false>(a, g, row_tiles, persistent, smem, stream);
       case 3:
-        mxfp8_tile_kernel<In, DT, kAligned, 4, true><<<grid, kThreads, smem, stream>>>(a, g, tiles_k);
-        return;
+        return launch_variant<In, DT, 4, kAligned, 4, true>(a, g, row_tiles, persistent, smem, stream);
+      case 4:
+        return launch_variant<In, DT, 8, kAligned, 8, false>(a, g, row_tiles, persistent, smem, stream);
+      case 5:
+        return launch_variant<In, DT, 8, kAligned, 6, false>(a, g, row_tiles, persistent, smem, stream);
+      case 6:
+        return launch_variant<In, DT, 8, kAligned, 6, true>(a, g, row_tiles, persistent, smem, stream);
       default:
         break;
     }
   }
   // FP32 input holds twice the raw registers: cap 128 instead of spilling.
   constexpr int kMinBlocks = std::is_same_v<In, float> ? 4 : kDefaultMinBlocks;
-  mxfp8_tile_kernel<In, DT, kAligned, kMinBlocks, false><<<grid, kThreads, smem, stream>>>(a, g, tiles_k);
+  launch_variant<In, DT, 4, kAligned, kMinBlocks, false>(a, g, row_tiles, persistent, smem, stream);
 }
 
 // Routes one launch to the (input, element, aligned) instantiation.
-void launch_any(const MxArgs& a, const GroupedMeta& g, bool aligned, int64_t tiles, size_t smem,
-                cudaStream_t stream) {
+void launch_any(const MxArgs& a, const GroupedMeta& g, bool aligned, int64_t row_tiles,
+                bool persistent, size_t smem, cudaStream_t stream) {
   dispatch_float_input(a.in, "quantize: x", [&](auto tag) {
     using In = typename decltype(tag)::type;
     auto go = [&](auto dt) {
       constexpr DType DT = decltype(dt)::value;
       if (aligned) {
-        launch_tiles<In, DT, true>(a, g, tiles, smem, stream);
+        launch_tiles<In, DT, true>(a, g, row_tiles, persistent, smem, stream);
       } else {
-        launch_tiles<In, DT, false>(a, g, tiles, smem, stream);
+        launch_tiles<In, DT, false>(a, g, row_tiles, persistent, smem, stream);
       }
     };
     if (a.element == DType::kFloat8E4M3) {
@@ -192,34 +214,36 @@ void launch_mxfp8_grouped(const MxArgs& a, const GroupedMeta& g, cudaStream_t st
   if (g.n == 0 || g.cols == 0 || g.rows_bound == 0) return;
   TESSERA_CHECK(g.n <= kMaxGroupedMembers, "grouped quantize: ", g.n,
                 " members; the CUDA kernels take at most ", kMaxGroupedMembers);
-  TESSERA_CHECK(ceil_div(g.rows_bound, mx::kTileRows) * 2 < (int64_t{1} << 31),
-                "grouped quantize: ", g.rows_bound, " rows exceed the MXFP8 kernel's tile range");
+  TESSERA_CHECK_STATUS(ceil_div(g.rows_bound, mx::kTileRows) * ceil_div(g.cols, mx::kBlock) <
+                           (int64_t{1} << 31),
+                       Status::kOutOfRange, "grouped quantize: (", g.rows_bound, ", ", g.cols,
+                       ") has more MXFP8 tiles than the kernel supports (2^31)");
   MxArgs b = a;
   b.s_row_padded_cols = (ceil_div(g.cols, mx::kBlock) + 3) / 4 * 4;  // member column pads: device
   // Member offsets are multiples of K; with K % 32 == 0 every member row starts 16-byte aligned.
   const bool aligned = g.cols % mx::kBlock == 0 && aligned16(a.x) && aligned16(a.q_row) &&
                        aligned16(a.q_col);
-  const int64_t tiles_bound =
-      (ceil_div(g.rows_bound, mx::kTileRows) + g.n) * ceil_div(g.cols, mx::kTileCols);
-  const int64_t cap = int64_t{sm_count()} * 16 * kWarps;  // warps of a persistent grid
+  const int64_t row_tiles_bound = ceil_div(g.rows_bound, mx::kTileRows) + g.n;
   const size_t smem = sizeof(int64_t) * static_cast<size_t>(g.n + 1);
-  launch_any(b, g, aligned, tiles_bound < cap ? tiles_bound : cap, smem, stream);
+  launch_any(b, g, aligned, row_tiles_bound, true, smem, stream);
   TESSERA_CUDA_CHECK_LAUNCH();
 }
 
 void launch_mxfp8(const MxArgs& a, cudaStream_t stream) {
   if (a.rows == 0 || a.cols == 0) return;
-  const int64_t tiles = ceil_div(a.rows, mx::kTileRows) * ceil_div(a.cols, mx::kTileCols);
-  TESSERA_CHECK_STATUS(tiles < (int64_t{1} << 31), Status::kOutOfRange, "quantize: x (", a.rows,
-                       ", ", a.cols, ") has more MXFP8 tiles than the kernel supports (2^31)");
+  const int64_t row_tiles = ceil_div(a.rows, mx::kTileRows);
+  TESSERA_CHECK_STATUS(row_tiles * ceil_div(a.cols, mx::kBlock) < (int64_t{1} << 31),
+                       Status::kOutOfRange, "quantize: x (", a.rows, ", ", a.cols,
+                       ") has more MXFP8 tiles than the kernel supports (2^31)");
   const bool aligned = a.cols % mx::kBlock == 0 && aligned16(a.x) && aligned16(a.q_row) &&
                        aligned16(a.q_col);
-  if (aligned && a.q_col == nullptr && !a.tile32x32 &&
-      a.rows * (a.cols / mx::kBlock) < (int64_t{1} << 31)) {
+  // The rowwise kernel indexes scales in 32 bits: the padded scale matrix must stay below 2^31.
+  const int64_t padded_scales = ceil_div(a.rows, 128) * 128 * ceil_div(a.cols / mx::kBlock, 4) * 4;
+  if (aligned && a.q_col == nullptr && !a.tile32x32 && padded_scales < (int64_t{1} << 31)) {
     launch_mxfp8_rowwise_stream(a, stream);
     return;
   }
-  launch_any(a, GroupedMeta{}, aligned, tiles, 0, stream);
+  launch_any(a, GroupedMeta{}, aligned, row_tiles, false, 0, stream);
   TESSERA_CUDA_CHECK_LAUNCH();
 }
 

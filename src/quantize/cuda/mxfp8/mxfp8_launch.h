@@ -8,7 +8,7 @@
 namespace tessera::detail::cuda_quant {
 
 // mxfp8_rowwise.cu: the rowwise usage alone (q_col null, 1x32 blocks) for K % 32 == 0, 16-byte
-// aligned x and q_row, and rows * K / 32 < 2^31; launch_mxfp8 checks these before calling.
+// aligned x and q_row, and a padded scale matrix below 2^31 bytes; launch_mxfp8 checks these.
 void launch_mxfp8_rowwise_stream(const MxArgs& a, cudaStream_t stream);
 
 }  // namespace tessera::detail::cuda_quant

@@ -1,10 +1,11 @@
 // MXFP8, rowwise usage alone (1x32 blocks), for K % 32 == 0 and 16-byte aligned input and codes:
 // the (M, K) input is a flat sequence of 8-element chunks (a 32-element block never crosses a
 // row). A warp takes kUnroll x 32 consecutive chunks per step (lane l: chunks base + 32 u + l,
-// kUnroll independent 16-byte loads in flight), a block's 4 lanes reduce its amax by two
-// shuffles, every lane writes its 8 codes with one 8-byte store and the block's first lane the
-// scale byte: compact scales are the flat block index, swizzled ones take (row, block) from a
-// division without a divide instruction. Warps walk the chunks grid-stride.
+// kUnroll independent 16-byte loads in flight); the 4 lanes of a block split the kUnroll block
+// amaxes among themselves (reduce-scatter), so each lane computes and stores kUnroll / 4 scales
+// and every lane writes its 8 codes per chunk with one 8-byte store. Compact scales are the flat
+// block index, swizzled ones take (row, block) from a division without a divide instruction.
+// Warps walk the chunks grid-stride.
 #include <cstdint>
 #include <cstdlib>
 
@@ -40,25 +41,37 @@ __global__ __launch_bounds__(kThreads) void mxfp8_rowwise_kernel(MxTensor<In> t,
         raw[u].zero();
       }
     }
+    // Block amaxes: lane group g = lane / 4 holds block base / 4 + 8 u + g at step u; a
+    // reduce-scatter leaves steps [q U/4, (q+1) U/4) (q = lane % 4) with this lane, which
+    // computes and stores their scales; gather4 hands every lane its multipliers back.
+    uint32_t part[kUnroll], mine[kUnroll / 4];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      using C = Chunk<In>;
-      uint32_t m = raw[u].row_acc();
-      m = C::acc_max(m, __shfl_xor_sync(0xffffffffu, m, 1));
-      m = C::acc_word_bits(C::acc_max(m, __shfl_xor_sync(0xffffffffu, m, 2)));
-      const int64_t c = base + u * 32 + lane;  // chunks % 4 == 0: a block is all in or all out
-      if (c >= chunks) continue;
-      const uint8_t e = mx::mx_scale<DT>(m, floor_rule);
-      *reinterpret_cast<Vec<uint8_t, mx::kChunk>*>(t.q_row + c * mx::kChunk) =
-          mx::encode_chunk<DT>(raw[u], scale_rules::e8m0_multiplier(e));
-      if (lane % 4 == 0) {
-        const uint32_t b = static_cast<uint32_t>(c / 4);
+    for (int u = 0; u < kUnroll; ++u) part[u] = raw[u].row_acc();
+    mx::reduce_scatter4<kUnroll>(part, mine, 2, 1,
+                                 [](uint32_t x, uint32_t y) { return Chunk<In>::acc_max(x, y); });
+    float mult_mine[kUnroll / 4], mult[kUnroll];
+#pragma unroll
+    for (int i = 0; i < kUnroll / 4; ++i) {
+      const int u = (lane % 4) * (kUnroll / 4) + i;
+      const uint8_t e = mx::mx_scale<DT>(Chunk<In>::acc_word_bits(mine[i]), floor_rule);
+      mult_mine[i] = scale_rules::e8m0_multiplier(e);
+      if (base + u * 32 + (lane & ~3) < chunks) {
+        const uint32_t b = static_cast<uint32_t>(base / 4) + u * 8 + lane / 4;
         if (swizzled) {
-          const uint32_t r = nb.div(b);
-          t.s_row[swizzled_offset(r, b - r * nb.d, t.row_pad)] = e;
+          const uint32_t r = nb.div(b), kb = b - r * nb.d;
+          t.s_row[swizzled_offset32(r, kb, static_cast<uint32_t>(t.row_pad))] = e;
         } else {
           t.s_row[b] = e;
         }
+      }
+    }
+    mx::gather4<kUnroll>(mult_mine, mult, 2, 1);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t c = base + u * 32 + lane;  // chunks % 4 == 0: a block is all in or all out
+      if (c < chunks) {
+        *reinterpret_cast<Vec<uint8_t, mx::kChunk>*>(t.q_row + c * mx::kChunk) =
+            mx::encode_chunk<DT>(raw[u], mult[u]);
       }
     }
   }
@@ -106,7 +119,6 @@ void launch_mxfp8_rowwise_stream(const MxArgs& a, cudaStream_t stream) {
     if (a.element == DType::kFloat8E4M3) {
       if constexpr (std::is_same_v<In, bf16>) {
         if (row_unroll() == 8) return launch_unrolled<In, DType::kFloat8E4M3, 8>(a, stream);
-        if (row_unroll() == 2) return launch_unrolled<In, DType::kFloat8E4M3, 2>(a, stream);
       }
       launch_unrolled<In, DType::kFloat8E4M3, 4>(a, stream);
     } else {

@@ -24,8 +24,6 @@ namespace tessera::detail::cuda_quant::mx {
 constexpr int kBlock = 32;      // MX block length
 constexpr int kChunk = 8;       // elements per lane per row
 constexpr int kTileRows = 32;   // rows of a warp tile (one column block)
-constexpr int kTileCols = 64;   // columns of a warp tile (two row blocks)
-constexpr int kLaneRows = 8;    // rows per lane: sub + 4 j
 
 // E8M0 scale byte of a block whose |x| maximum has float bits amax_bits (NaN: any pattern above
 // +inf). Round-up or floor rule as scale_rules says.
@@ -108,10 +106,11 @@ struct Chunk {
 #pragma unroll
     for (int i = 0; i < kWords; ++i) acc[i] = acc_max(acc[i], abs_word(w[i]));
   }
-  // Float abs bits of element i of an accumulator array.
-  static __device__ __forceinline__ uint32_t acc_bits(const uint32_t (&acc)[kAcc], int i) {
+  // Float abs bits of column i (0 or 1) of a lane's two reduced columns (one packed word or two
+  // float words, see reduce_scatter4).
+  static __device__ __forceinline__ uint32_t pair_bits(const uint32_t (&acc)[kAcc / 4], int i) {
     if constexpr (kPacked) {
-      return widen((acc[i / 2] >> (16 * (i % 2))) & 0xffffu);
+      return widen((acc[0] >> (16 * i)) & 0xffffu);
     } else {
       return acc[i];
     }
@@ -132,6 +131,39 @@ struct Chunk {
     }
   }
 };
+
+// Reduce-scatter over the 4 lanes {l, l^a, l^b, l^a^b}: every lane holds v[N]; afterwards
+// lane l holds out[N/4] = entries [q N/4, (q+1) N/4) of v combined (op) over the 4 lanes, with
+// q = 2 (l & a ? 1 : 0) + (l & b ? 1 : 0). 3 (N = 4) or 6 (N = 8) shuffles instead of 2 N.
+template <int N, class Op>
+__device__ __forceinline__ void reduce_scatter4(const uint32_t (&v)[N], uint32_t (&out)[N / 4],
+                                                int a, int b, Op op) {
+  const int lane = threadIdx.x % 32;
+  const bool hi = (lane & a) != 0, lo = (lane & b) != 0;
+  uint32_t half[N / 2];
+#pragma unroll
+  for (int i = 0; i < N / 2; ++i) {
+    const uint32_t send = hi ? v[i] : v[N / 2 + i], keep = hi ? v[N / 2 + i] : v[i];
+    half[i] = op(keep, __shfl_xor_sync(0xffffffffu, send, a));
+  }
+#pragma unroll
+  for (int i = 0; i < N / 4; ++i) {
+    const uint32_t send = lo ? half[i] : half[N / 4 + i], keep = lo ? half[N / 4 + i] : half[i];
+    out[i] = op(keep, __shfl_xor_sync(0xffffffffu, send, b));
+  }
+}
+
+// The inverse gather: lane l gets all[e] = entry e of the group, held by the lane of quarter
+// e / (N/4) (same a, b as reduce_scatter4) as its mine[e % (N/4)].
+template <int N>
+__device__ __forceinline__ void gather4(const float (&mine)[N / 4], float (&all)[N], int a, int b) {
+  const int base = (threadIdx.x % 32) & ~(a | b);
+#pragma unroll
+  for (int e = 0; e < N; ++e) {
+    const int q = e / (N / 4);
+    all[e] = __shfl_sync(0xffffffffu, mine[e % (N / 4)], base | (q & 2 ? a : 0) | (q & 1 ? b : 0));
+  }
+}
 
 // Eight codes of chunk c times `mult` (one multiplier, the rowwise scale).
 template <DType DT, class In>
@@ -183,95 +215,142 @@ __device__ __forceinline__ int64_t col_scale_offset(bool swizzled, int64_t mb, i
   return swizzled ? swizzled_offset(k, mb, pad) : mb * K + k;
 }
 
-// The warp tile (tm, tk) of t: rows [32 tm, 32 tm + 32), columns [64 tk, 64 tk + 64). Loading
-// (mx_load_tile) and quantizing (mx_quantize_tile) are separate so that a caller may keep the
-// next tile's loads in flight. Every lane of the warp calls both (shuffles over the full warp).
-template <class In>
-using TileRegs = Chunk<In>[kLaneRows];
+// Warp tile geometry: kSubs row groups x kChunks column chunks of lanes (kSubs * kChunks = 32);
+// lane = sub * kChunks + chunk holds rows sub + kSubs j (j < kRows) at columns
+// [8 chunk, 8 chunk + 8). kSubs = 4: 32 x 64 tiles, 8 rows per lane; kSubs = 8: 32 x 32 tiles,
+// 4 rows per lane (half the registers).
+template <int kSubs>
+struct TileGeom {
+  static_assert(kSubs == 4 || kSubs == 8, "4 or 8 row groups");
+  static constexpr int kChunks = 32 / kSubs;
+  static constexpr int kRows = kTileRows / kSubs;  // rows per lane
+  static constexpr int kCols = kChunks * kChunk;   // tile columns
+};
 
-template <class In, bool kAligned>
+// The warp tile (tm, tk) of t: rows [32 tm, 32 tm + 32), columns [kCols tk, kCols (tk + 1)).
+// Loading (mx_load_tile) and quantizing (mx_quantize_tile) are separate so that a caller may
+// keep the next tile's loads in flight. Every lane of the warp calls both (warp shuffles).
+template <class In, int kSubs>
+using TileRegs = Chunk<In>[TileGeom<kSubs>::kRows];
+
+template <class In, int kSubs, bool kAligned>
 __device__ __forceinline__ void mx_load_tile(const MxTensor<In>& t, int64_t tm, int64_t tk,
-                                             TileRegs<In>& raw) {
-  const int lane = threadIdx.x % 32, sub = lane / 8, chunk = lane % 8;
+                                             TileRegs<In, kSubs>& raw) {
+  using G = TileGeom<kSubs>;
+  const int lane = threadIdx.x % 32, sub = lane / G::kChunks, chunk = lane % G::kChunks;
   const int64_t K = t.K;
-  const int64_t m0 = tm * kTileRows + sub;           // this lane's rows: m0 + 4 j
-  const int64_t k = tk * kTileCols + chunk * kChunk;  // this lane's first column
+  const int64_t m0 = tm * kTileRows + sub;            // this lane's rows: m0 + kSubs j
+  const int64_t k = tk * G::kCols + chunk * kChunk;   // this lane's first column
   const int64_t k_left = K - k;                       // columns of the chunk inside x (may be <= 0)
   const In* xp = t.x + m0 * K + k;
 #pragma unroll
-  for (int j = 0; j < kLaneRows; ++j) {
-    const bool row_in = m0 + 4 * j < t.M;
+  for (int j = 0; j < G::kRows; ++j) {
+    const bool row_in = m0 + kSubs * j < t.M;
     if (kAligned) {
       if (row_in && k_left > 0) {
-        raw[j].load(xp + 4 * j * K);
+        raw[j].load(xp + kSubs * j * K);
       } else {
         raw[j].zero();
       }
     } else {
-      raw[j].load_partial(xp + 4 * j * K, row_in ? k_left : 0);
+      raw[j].load_partial(xp + kSubs * j * K, row_in ? k_left : 0);
     }
   }
 }
 
-template <class In, DType DT, bool kAligned>
+template <class In, DType DT, int kSubs, bool kAligned>
 __device__ __forceinline__ void mx_quantize_tile(const MxTensor<In>& t, const MxRule& rule,
-                                                 int64_t tm, int64_t tk, const TileRegs<In>& raw) {
-  const int lane = threadIdx.x % 32, sub = lane / 8, chunk = lane % 8;
+                                                 int64_t tm, int64_t tk,
+                                                 const TileRegs<In, kSubs>& raw) {
+  using G = TileGeom<kSubs>;
+  using C = Chunk<In>;
+  const int lane = threadIdx.x % 32, sub = lane / G::kChunks, chunk = lane % G::kChunks;
   const int64_t K = t.K;
   const int64_t m0 = tm * kTileRows + sub;
-  const int64_t k = tk * kTileCols + chunk * kChunk;
+  const int64_t k = tk * G::kCols + chunk * kChunk;
   const int64_t k_left = K - k;
-  // Column amaxes first (this lane's 8 rows, then the 4 lanes of the column block): their
-  // scales are needed by every row below; row amaxes come one row at a time.
+  const auto acc_max = [](uint32_t x, uint32_t y) { return C::acc_max(x, y); };
+  // Column amaxes: this lane's rows, a butterfly over the sub bits above the lowest two (kSubs
+  // = 8), then a reduce-scatter over the lowest two (lane xor 2 kChunks, kChunks) leaves
+  // columns 2q, 2q + 1 (q = sub % 4) with this lane, which computes their 2 scales (lanes with
+  // sub < 4 store them); gather4 brings the 8 multipliers of the chunk's columns back.
+  constexpr int kColA = 2 * G::kChunks, kColB = G::kChunks;
   const bool need_col = t.q_col != nullptr || rule.tile32x32;
   float cmult[kChunk];
+  float tile_mult = 0.0f;
   uint8_t tile_e = 0;
   if (need_col) {
-    using C = Chunk<In>;
     uint32_t acc[C::kAcc] = {};
 #pragma unroll
-    for (int j = 0; j < kLaneRows; ++j) raw[j].max_into(acc);
+    for (int j = 0; j < G::kRows; ++j) raw[j].max_into(acc);
 #pragma unroll
-    for (int i = 0; i < C::kAcc; ++i) {
-      acc[i] = C::acc_max(acc[i], __shfl_xor_sync(0xffffffffu, acc[i], 8));
-      acc[i] = C::acc_max(acc[i], __shfl_xor_sync(0xffffffffu, acc[i], 16));
+    for (int mask = 16; mask > kColA; mask /= 2) {
+#pragma unroll
+      for (int i = 0; i < C::kAcc; ++i) acc[i] = C::acc_max(acc[i], __shfl_xor_sync(0xffffffffu, acc[i], mask));
     }
-    uint32_t cmax[kChunk];
-#pragma unroll
-    for (int i = 0; i < kChunk; ++i) cmax[i] = C::acc_bits(acc, i);
+    uint32_t mine[C::kAcc / 4];
+    reduce_scatter4<C::kAcc>(acc, mine, kColA, kColB, acc_max);
+    const uint32_t c0 = C::pair_bits(mine, 0), c1 = C::pair_bits(mine, 1);
     if (rule.tile32x32) {  // one scale per 32 x 32 tile: the max of its 32 column amaxes
-      uint32_t m = 0;
-#pragma unroll
-      for (int i = 0; i < kChunk; ++i) m = max(m, cmax[i]);
+      uint32_t m = max(c0, c1);
+      m = max(m, __shfl_xor_sync(0xffffffffu, m, kColA));
+      m = max(m, __shfl_xor_sync(0xffffffffu, m, kColB));
       m = max(m, __shfl_xor_sync(0xffffffffu, m, 1));
       m = max(m, __shfl_xor_sync(0xffffffffu, m, 2));
       tile_e = mx_scale<DT>(m, rule.floor_rule);
+      tile_mult = scale_rules::e8m0_multiplier(tile_e);
     }
-    const bool store = t.q_col != nullptr && sub == 0;
-#pragma unroll
-    for (int i = 0; i < kChunk; ++i) {
-      const uint8_t e = rule.tile32x32 ? tile_e : mx_scale<DT>(cmax[i], rule.floor_rule);
-      cmult[i] = scale_rules::e8m0_multiplier(e);
-      if (store && i < k_left) t.s_col[col_scale_offset(rule.swizzled, tm, k + i, K, t.col_pad)] = e;
+    const uint8_t e0 = rule.tile32x32 ? tile_e : mx_scale<DT>(c0, rule.floor_rule);
+    const uint8_t e1 = rule.tile32x32 ? tile_e : mx_scale<DT>(c1, rule.floor_rule);
+    if (t.q_col != nullptr) {
+      const int64_t kc = k + 2 * (sub % 4);  // this lane's two columns
+      if (sub < 4 && kc < K) t.s_col[col_scale_offset(rule.swizzled, tm, kc, K, t.col_pad)] = e0;
+      if (sub < 4 && kc + 1 < K) t.s_col[col_scale_offset(rule.swizzled, tm, kc + 1, K, t.col_pad)] = e1;
+      const float pair[2] = {scale_rules::e8m0_multiplier(e0), scale_rules::e8m0_multiplier(e1)};
+      gather4<kChunk>(pair, cmult, kColA, kColB);
     }
   }
-  const int64_t nb = (K + kBlock - 1) / kBlock, kb = k / kBlock;
-  int64_t at = m0 * K + k;  // code offset of row m0 + 4 j, advanced by 4 rows per step
+  // Row amaxes: a reduce-scatter over the 4 lanes of each row block (chunk xor 2, 1) leaves
+  // rows [q kRows/4, (q+1) kRows/4) (q = chunk % 4) with this lane, which computes and stores
+  // their scales (32x32: the tile's scale).
+  constexpr int kMine = G::kRows / 4;
+  float rmult[G::kRows];
+  if (t.q_row != nullptr) {
+    uint8_t e[kMine];
+    if (rule.tile32x32) {
 #pragma unroll
-  for (int j = 0; j < kLaneRows; ++j, at += 4 * K) {
-    const int64_t m = m0 + 4 * j;
-    uint32_t rmax = 0;
-    if (t.q_row != nullptr && !rule.tile32x32) {
-      rmax = raw[j].row_acc();
-      rmax = Chunk<In>::acc_max(rmax, __shfl_xor_sync(0xffffffffu, rmax, 1));
-      rmax = Chunk<In>::acc_word_bits(Chunk<In>::acc_max(rmax, __shfl_xor_sync(0xffffffffu, rmax, 2)));
+      for (int j = 0; j < G::kRows; ++j) rmult[j] = tile_mult;
+#pragma unroll
+      for (int i = 0; i < kMine; ++i) e[i] = tile_e;
+    } else {
+      uint32_t part[G::kRows], mine[kMine];
+#pragma unroll
+      for (int j = 0; j < G::kRows; ++j) part[j] = raw[j].row_acc();
+      reduce_scatter4<G::kRows>(part, mine, 2, 1, acc_max);
+      float mult[kMine];
+#pragma unroll
+      for (int i = 0; i < kMine; ++i) {
+        e[i] = mx_scale<DT>(C::acc_word_bits(mine[i]), rule.floor_rule);
+        mult[i] = scale_rules::e8m0_multiplier(e[i]);
+      }
+      gather4<G::kRows>(mult, rmult, 2, 1);
     }
-    if (m >= t.M || k_left <= 0) continue;  // no shuffles below: lanes may leave
-    if (t.q_row != nullptr) {
-      const uint8_t e = rule.tile32x32 ? tile_e : mx_scale<DT>(rmax, rule.floor_rule);
-      store_codes<kAligned>(t.q_row + at, encode_chunk<DT>(raw[j], scale_rules::e8m0_multiplier(e)), k_left);
-      if (chunk % 4 == 0) t.s_row[row_scale_offset(rule.swizzled, m, kb, nb, t.row_pad)] = e;
+    const int q = chunk % 4;
+    const int64_t kb = k / kBlock, nb = (K + kBlock - 1) / kBlock;
+    if (k - q * kChunk < K) {  // the block exists
+#pragma unroll
+      for (int i = 0; i < kMine; ++i) {
+        const int64_t m = m0 + kSubs * (q * kMine + i);
+        if (m < t.M) t.s_row[row_scale_offset(rule.swizzled, m, kb, nb, t.row_pad)] = e[i];
+      }
     }
+  }
+  if (k_left <= 0) return;
+  int64_t at = m0 * K + k;  // code offset of row m0 + kSubs j, advanced per step
+#pragma unroll
+  for (int j = 0; j < G::kRows; ++j, at += kSubs * K) {
+    if (m0 + kSubs * j >= t.M) break;
+    if (t.q_row != nullptr) store_codes<kAligned>(t.q_row + at, encode_chunk<DT>(raw[j], rmult[j]), k_left);
     if (t.q_col != nullptr) {
       float y[kChunk];
 #pragma unroll
