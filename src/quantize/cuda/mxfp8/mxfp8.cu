@@ -8,7 +8,6 @@
 // scans the members' tile counts first (grouped_tiles.cuh). No shared memory or barrier inside
 // the tile loop. The rowwise usage alone on aligned input goes to mxfp8_rowwise.cu instead.
 #include <cstdint>
-#include <cstdlib>
 #include <type_traits>
 
 #include "quantize/cuda/grouped_tiles.cuh"
@@ -26,7 +25,10 @@ using mx::MxTensor;
 
 constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
-constexpr int kDefaultMinBlocks = 5;  // register cap 102: 20 warps per multiprocessor
+// Register cap 102 (96 used, no spills): 20 warps per multiprocessor. Measured on the H200 (both
+// usages, 16384 x 7168 BF16): cap 80 (24 warps, small spills) 3.2 TB/s, a persistent grid with
+// the next tile's loads in flight (128 registers, 16 warps) 2.6 TB/s, this one 3.4 TB/s.
+constexpr int kDefaultMinBlocks = 5;
 
 template <class In>
 __device__ __forceinline__ MxTensor<In> whole_tensor(const MxArgs& a) {
@@ -55,49 +57,10 @@ __device__ __forceinline__ MxTensor<In> member_tensor(const MxArgs& a, const Gro
   return t;
 }
 
-// Single tensor, tiles w = warp0, + warps, ...; kPipelined keeps the next tile's loads in
-// flight while the current one is quantized (two register tiles).
-template <class In, DType DT, int kSubs, bool kAligned, bool kPipelined>
-__device__ __forceinline__ void single_tensor_tiles(const MxTensor<In>& t, const MxRule& rule,
-                                                    DivMod31 tiles_k, uint32_t warp0,
-                                                    uint32_t warps) {
-  const uint32_t tiles =
-      static_cast<uint32_t>((t.M + mx::kTileRows - 1) / mx::kTileRows) * tiles_k.d;
-  auto load = [&](uint32_t w, mx::TileRegs<In, kSubs>& r) {
-    const uint32_t tm = tiles_k.div(w);
-    mx::mx_load_tile<In, kSubs, kAligned>(t, tm, w - tm * tiles_k.d, r);
-  };
-  auto quantize = [&](uint32_t w, const mx::TileRegs<In, kSubs>& r) {
-    const uint32_t tm = tiles_k.div(w);
-    mx::mx_quantize_tile<In, DT, kSubs, kAligned>(t, rule, tm, w - tm * tiles_k.d, r);
-  };
-  if constexpr (kPipelined) {
-    mx::TileRegs<In, kSubs> a, b;
-    uint32_t w = warp0;
-    if (w < tiles) load(w, a);
-    while (w < tiles) {
-      const uint32_t n = w + warps;
-      if (n < tiles) load(n, b);
-      quantize(w, a);
-      if (n >= tiles) break;
-      const uint32_t n2 = n + warps;
-      if (n2 < tiles) load(n2, a);
-      quantize(n, b);
-      w = n2;
-    }
-  } else {
-    for (uint32_t w = warp0; w < tiles; w += warps) {
-      mx::TileRegs<In, kSubs> raw;
-      load(w, raw);
-      quantize(w, raw);
-    }
-  }
-}
-
-// grouped: g.tensor_offsets != null (device member table, noop flag); else the tensor of `a`.
-// tiles_k = ceil(K / tile columns) as a divider; single-tensor tile counts are < 2^31 (host
-// check).
-template <class In, DType DT, int kSubs, bool kAligned, int kMinBlocks, bool kPipelined>
+// grouped: g.tensor_offsets != null (device member table, noop flag); else the tensor of `a`
+// with one tile per warp (a grid-stride loop over more tiles than warps measured slower).
+// tiles_k = ceil(K / 64) as a divider; tile counts are < 2^31 (host checks).
+template <class In, DType DT, bool kAligned, int kMinBlocks>
 __global__ __launch_bounds__(kThreads, kMinBlocks) void mxfp8_tile_kernel(MxArgs a, GroupedMeta g,
                                                                           DivMod31 tiles_k) {
   extern __shared__ int64_t prefix[];  // grouped: (n + 1) tile prefix sums
@@ -105,10 +68,16 @@ __global__ __launch_bounds__(kThreads, kMinBlocks) void mxfp8_tile_kernel(MxArgs
   const int lane = threadIdx.x % 32;
   const int64_t warp0 = int64_t{blockIdx.x} * kWarps + threadIdx.x / 32;
   const int64_t warps = int64_t{gridDim.x} * kWarps;
+  auto tile = [&](const MxTensor<In>& t, uint32_t local) {
+    const uint32_t tm = tiles_k.div(local);
+    mx::TileRegs<In> raw;
+    mx::mx_load_tile<In, kAligned>(t, tm, local - tm * tiles_k.d, raw);
+    mx::mx_quantize_tile<In, DT, kAligned>(t, rule, tm, local - tm * tiles_k.d, raw);
+  };
   if (g.tensor_offsets == nullptr) {
     const MxTensor<In> t = whole_tensor<In>(a);
-    single_tensor_tiles<In, DT, kSubs, kAligned, kPipelined>(
-        t, rule, tiles_k, static_cast<uint32_t>(warp0), static_cast<uint32_t>(warps));
+    const int64_t tiles = (t.M + mx::kTileRows - 1) / mx::kTileRows * tiles_k.d;
+    for (int64_t w = warp0; w < tiles; w += warps) tile(t, static_cast<uint32_t>(w));
     mx::zero_tensor_padding(t, rule, warp0 * 32 + lane, warps * 32);
     return;
   }
@@ -116,12 +85,7 @@ __global__ __launch_bounds__(kThreads, kMinBlocks) void mxfp8_tile_kernel(MxArgs
   grouped_tile_prefix<kThreads>(g, mx::kTileRows, tiles_k.d, prefix);
   for (int64_t w = warp0; w < prefix[g.n]; w += warps) {
     const int64_t i = grouped_member_of(prefix, g.n, w);
-    const uint32_t local = static_cast<uint32_t>(w - prefix[i]);
-    const uint32_t tm = tiles_k.div(local);
-    const MxTensor<In> t = member_tensor<In>(a, g, i);
-    mx::TileRegs<In, kSubs> raw;
-    mx::mx_load_tile<In, kSubs, kAligned>(t, tm, local - tm * tiles_k.d, raw);
-    mx::mx_quantize_tile<In, DT, kSubs, kAligned>(t, rule, tm, local - tm * tiles_k.d, raw);
+    tile(member_tensor<In>(a, g, i), static_cast<uint32_t>(w - prefix[i]));
   }
   if (a.swizzled) {
     for (int64_t i = warp0; i < g.n; i += warps) {
@@ -130,61 +94,21 @@ __global__ __launch_bounds__(kThreads, kMinBlocks) void mxfp8_tile_kernel(MxArgs
   }
 }
 
-// Blocks per multiprocessor a launch may fill (TESSERA_MXFP8_GRID overrides: 0 = one tile per
-// warp, no grid-stride loop).
-int64_t grid_cap_blocks() {
-  static const int cap = [] {
-    const char* s = std::getenv("TESSERA_MXFP8_GRID");
-    return s != nullptr ? std::atoi(s) : 0;
-  }();
-  return cap <= 0 ? int64_t{1} << 40 : int64_t{cap} * sm_count();
-}
-
-int tile_variant() {
-  static const int v = [] {
-    const char* s = std::getenv("TESSERA_MXFP8_TILE");
-    return s != nullptr ? std::atoi(s) : 0;
-  }();
-  return v;
-}
-
-// row_tiles: 32-row tiles of the launch (grouped: a bound); persistent: cap the grid at 16
-// blocks per multiprocessor (grouped launches loop over device-counted tiles).
-template <class In, DType DT, int kSubs, bool kAligned, int kMinBlocks, bool kPipelined>
-void launch_variant(const MxArgs& a, const GroupedMeta& g, int64_t row_tiles, bool persistent,
-                    size_t smem, cudaStream_t stream) {
-  const int64_t K = g.tensor_offsets != nullptr ? g.cols : a.cols;
-  const int64_t tiles_k = ceil_div(K, mx::TileGeom<kSubs>::kCols);
-  int64_t blocks = ceil_div(row_tiles * tiles_k, kWarps);
-  const int64_t cap = persistent ? int64_t{16} * sm_count() : grid_cap_blocks();
-  blocks = blocks > cap ? cap : blocks;
-  const unsigned grid = static_cast<unsigned>(blocks < 1 ? 1 : blocks);
-  mxfp8_tile_kernel<In, DT, kSubs, kAligned, kMinBlocks, kPipelined>
-      <<<grid, kThreads, smem, stream>>>(a, g, DivMod31::make(static_cast<uint32_t>(tiles_k)));
-}
-
+// row_tiles: 32-row tiles of the launch (grouped: a bound). A single tensor gets one warp per
+// tile; a grouped launch (persistent) at most 16 blocks per multiprocessor.
 template <class In, DType DT, bool kAligned>
 void launch_tiles(const MxArgs& a, const GroupedMeta& g, int64_t row_tiles, bool persistent,
                   size_t smem, cudaStream_t stream) {
-  if constexpr (kAligned && std::is_same_v<In, bf16> && DT == DType::kFloat8E4M3) {
-    switch (tile_variant()) {  // exploration variants (BF16 -> E4M3 only)
-      case 1:
-        return launch_variant<In, DT, 4, kAligned, 6, false>(a, g, row_tiles, persistent, smem, stream);
-      case 3:
-        return launch_variant<In, DT, 4, kAligned, 4, true>(a, g, row_tiles, persistent, smem, stream);
-      case 4:
-        return launch_variant<In, DT, 8, kAligned, 8, false>(a, g, row_tiles, persistent, smem, stream);
-      case 5:
-        return launch_variant<In, DT, 8, kAligned, 6, false>(a, g, row_tiles, persistent, smem, stream);
-      case 6:
-        return launch_variant<In, DT, 8, kAligned, 6, true>(a, g, row_tiles, persistent, smem, stream);
-      default:
-        break;
-    }
-  }
+  const int64_t K = g.tensor_offsets != nullptr ? g.cols : a.cols;
+  const int64_t tiles_k = ceil_div(K, mx::kTileCols);
+  int64_t blocks = ceil_div(row_tiles * tiles_k, kWarps);
+  const int64_t cap = int64_t{16} * sm_count();
+  if (persistent && blocks > cap) blocks = cap;
+  const unsigned grid = static_cast<unsigned>(blocks < 1 ? 1 : blocks);
   // FP32 input holds twice the raw registers: cap 128 instead of spilling.
   constexpr int kMinBlocks = std::is_same_v<In, float> ? 4 : kDefaultMinBlocks;
-  launch_variant<In, DT, 4, kAligned, kMinBlocks, false>(a, g, row_tiles, persistent, smem, stream);
+  mxfp8_tile_kernel<In, DT, kAligned, kMinBlocks>
+      <<<grid, kThreads, smem, stream>>>(a, g, DivMod31::make(static_cast<uint32_t>(tiles_k)));
 }
 
 // Routes one launch to the (input, element, aligned) instantiation.

@@ -7,7 +7,6 @@
 // block index, swizzled ones take (row, block) from a division without a divide instruction.
 // Warps walk the chunks grid-stride.
 #include <cstdint>
-#include <cstdlib>
 
 #include "quantize/cuda/launch_config.h"
 #include "quantize/cuda/mxfp8/mxfp8_launch.h"
@@ -21,9 +20,13 @@ using mx::Chunk;
 using mx::MxTensor;
 
 constexpr int kThreads = 256;
+// Chunks per lane per step (independent 16-byte loads in flight). Measured on the H200
+// (16384 x 7168 BF16): 2 → 3.6 TB/s, 4 → 4.0, 8 → 4.0 (more registers); a grid-stride loop
+// capped at 4 or 8 blocks per multiprocessor 3.3-3.7 instead of one step per warp.
+constexpr int kUnroll = 4;
 
 // chunks = M * K / 8; nb = K / 32 as a divider (M * nb < 2^31).
-template <class In, DType DT, int kUnroll>
+template <class In, DType DT>
 __global__ __launch_bounds__(kThreads) void mxfp8_rowwise_kernel(MxTensor<In> t, bool floor_rule,
                                                                  bool swizzled, DivMod31 nb,
                                                                  int64_t chunks) {
@@ -81,33 +84,14 @@ __global__ __launch_bounds__(kThreads) void mxfp8_rowwise_kernel(MxTensor<In> t,
   }
 }
 
-// Blocks per multiprocessor of the grid-stride loop (TESSERA_MXFP8_ROW_GRID overrides; 0 = one
-// step per warp).
-int64_t row_grid_cap() {
-  static const int cap = [] {
-    const char* s = std::getenv("TESSERA_MXFP8_ROW_GRID");
-    return s != nullptr ? std::atoi(s) : 0;
-  }();
-  return cap <= 0 ? int64_t{1} << 40 : int64_t{cap} * sm_count();
-}
-
-int row_unroll() {
-  static const int u = [] {
-    const char* s = std::getenv("TESSERA_MXFP8_ROW_UNROLL");
-    return s != nullptr ? std::atoi(s) : 4;
-  }();
-  return u;
-}
-
-template <class In, DType DT, int kUnroll>
-void launch_unrolled(const MxArgs& a, cudaStream_t stream) {
+template <class In, DType DT>
+void launch_typed(const MxArgs& a, cudaStream_t stream) {
   const MxTensor<In> t{static_cast<const In*>(a.x), a.rows, a.cols, a.q_row, a.s_row,
                        nullptr, nullptr, a.s_row_padded_cols, 0};
   const int64_t chunks = a.rows * a.cols / mx::kChunk;
-  int64_t blocks = ceil_div(chunks, int64_t{kThreads} * kUnroll);
-  blocks = blocks > row_grid_cap() ? row_grid_cap() : blocks;
+  const int64_t blocks = ceil_div(chunks, int64_t{kThreads} * kUnroll);  // one step per warp
   const DivMod31 nb = DivMod31::make(static_cast<uint32_t>(a.cols / mx::kBlock));
-  mxfp8_rowwise_kernel<In, DT, kUnroll><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+  mxfp8_rowwise_kernel<In, DT><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
       t, a.floor_rule, a.swizzled, nb, chunks);
 }
 
@@ -117,12 +101,9 @@ void launch_mxfp8_rowwise_stream(const MxArgs& a, cudaStream_t stream) {
   dispatch_float_input(a.in, "quantize: x", [&](auto tag) {
     using In = typename decltype(tag)::type;
     if (a.element == DType::kFloat8E4M3) {
-      if constexpr (std::is_same_v<In, bf16>) {
-        if (row_unroll() == 8) return launch_unrolled<In, DType::kFloat8E4M3, 8>(a, stream);
-      }
-      launch_unrolled<In, DType::kFloat8E4M3, 4>(a, stream);
+      launch_typed<In, DType::kFloat8E4M3>(a, stream);
     } else {
-      launch_unrolled<In, DType::kFloat8E5M2, 4>(a, stream);
+      launch_typed<In, DType::kFloat8E5M2>(a, stream);
     }
   });
   TESSERA_CUDA_CHECK_LAUNCH();
