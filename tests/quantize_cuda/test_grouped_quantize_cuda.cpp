@@ -1,8 +1,9 @@
 // Grouped CUDA quantization of a contiguous varying-first input with DEVICE metadata: every
 // member == the CPU backend quantizing that member alone (byte for byte), empty members, odd
-// sizes, [128, 128, M-256], compact and swizzled MXFP8 scales, capacity half full with everything past the live rows untouched
-// (poison kept), the noop flag (float32 and int32) writing nothing, and a CUDA graph captured
-// once and replayed while the split sizes change between replays. Skips without a GPU.
+// sizes, [128, 128, M-256], compact and swizzled MXFP8 scales, capacity half full with
+// everything past the live rows untouched (poison kept), the noop flag (float32 and int32)
+// writing nothing, and a CUDA graph captured once and replayed while the split sizes change
+// between replays. Skips without a GPU.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 

@@ -2,7 +2,7 @@
 // runtime's driver entry point, so libcuda is not linked), the K-grouped setup kernel that
 // derives each group's tensor maps ON THE DEVICE from the group offsets (tensormap.replace in
 // shared memory, then tensormap.cp_fenceproxy to the workspace), and the kernel instantiations:
-// {BF16, E4M3} x {block_n 128, 256} — four in total.
+// {BF16, FP16, E4M3 x E4M3, E5M2 x E4M3} x {block_n 128, 256} — eight in total.
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <cudaTypedefs.h>
@@ -35,7 +35,14 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
   return fn;
 }
 
-int elem_bytes(ElemKind e) { return e == ElemKind::kBF16 ? 2 : 1; }
+int elem_bytes(ElemKind e) { return e == ElemKind::kBF16 || e == ElemKind::kFP16 ? 2 : 1; }
+
+// The tensor-map element type of a kind (FP8 codes travel as bytes).
+CUtensorMapDataType map_dtype(ElemKind e) {
+  if (e == ElemKind::kBF16) return CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  if (e == ElemKind::kFP16) return CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  return CU_TENSOR_MAP_DATA_TYPE_UINT8;
+}
 
 // 2-D map over a K-major (rows, cols) matrix, box = (128 bytes of contraction, box_rows rows),
 // 128-byte swizzle, zero fill out of bounds.
@@ -52,8 +59,7 @@ CUtensorMap make_map(const KMajorMatrix& m, ElemKind e, int box_rows) {
                              static_cast<cuuint32_t>(box_rows)};
   const cuuint32_t elem_strides[2] = {1, 1};
   const CUresult r = encode_fn()(
-      &map, e == ElemKind::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_UINT8,
-      2, const_cast<void*>(m.ptr), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+      &map, map_dtype(e), 2, const_cast<void*>(m.ptr), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
       CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   TESSERA_CHECK_STATUS(r == CUDA_SUCCESS, Status::kDeviceError,
@@ -158,6 +164,29 @@ void launch_kernel(const CUtensorMap& ma, const CUtensorMap& mb, const CUtensorM
   TESSERA_CUDA_CHECK_LAUNCH();
 }
 
+// The instantiation list: every element kind x block_n the public API produces.
+void launch_kind(ElemKind e, int block_n, const CUtensorMap& ma, const CUtensorMap& mb,
+                 const CUtensorMap& md, const KernelParams& p, int grid, cudaStream_t stream) {
+  using namespace gemm_sm90;
+  const bool wide = block_n == 256;
+  switch (e) {
+    case ElemKind::kBF16:
+      return wide ? launch_kernel<ElemBF16, 256>(ma, mb, md, p, grid, stream)
+                  : launch_kernel<ElemBF16, 128>(ma, mb, md, p, grid, stream);
+    case ElemKind::kFP16:
+      return wide ? launch_kernel<ElemFP16, 256>(ma, mb, md, p, grid, stream)
+                  : launch_kernel<ElemFP16, 128>(ma, mb, md, p, grid, stream);
+    case ElemKind::kE4M3:
+      return wide ? launch_kernel<ElemE4M3, 256>(ma, mb, md, p, grid, stream)
+                  : launch_kernel<ElemE4M3, 128>(ma, mb, md, p, grid, stream);
+    case ElemKind::kE5M2E4M3:
+      return wide ? launch_kernel<ElemE5M2E4M3, 256>(ma, mb, md, p, grid, stream)
+                  : launch_kernel<ElemE5M2E4M3, 128>(ma, mb, md, p, grid, stream);
+  }
+  TESSERA_FAIL(Status::kInvalidArgument, "unknown grouped GEMM element kind ",
+               static_cast<int>(e));
+}
+
 }  // namespace
 
 int64_t sm90_workspace_bytes(const Sm90GroupedGemm& g) {
@@ -227,15 +256,7 @@ void launch_grouped_gemm_sm90(const Sm90GroupedGemm& g, void* workspace, int64_t
     TESSERA_CUDA_CHECK(cudaGetDevice(&dev));
     TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&grid, cudaDevAttrMultiProcessorCount, dev));
   }
-  using gemm_sm90::ElemBF16;
-  using gemm_sm90::ElemE4M3;
-  if (g.elem == ElemKind::kBF16) {
-    if (cfg.block_n == 256) launch_kernel<ElemBF16, 256>(ma, mb, md, p, grid, stream);
-    else launch_kernel<ElemBF16, 128>(ma, mb, md, p, grid, stream);
-  } else {
-    if (cfg.block_n == 256) launch_kernel<ElemE4M3, 256>(ma, mb, md, p, grid, stream);
-    else launch_kernel<ElemE4M3, 128>(ma, mb, md, p, grid, stream);
-  }
+  launch_kind(g.elem, cfg.block_n, ma, mb, md, p, grid, stream);
 }
 
 }  // namespace tessera::gemm_cuda

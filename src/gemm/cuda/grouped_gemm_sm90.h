@@ -12,7 +12,9 @@
 
 namespace tessera::gemm_cuda {
 
-enum class ElemKind : int { kBF16 = 0, kE4M3 = 1 };
+// The (A, B) element pair of a launch (kernels/sm90_mma_kinds.cuh); both operands of a kind have
+// the same byte width. kE5M2E4M3: A E5M2, B E4M3 (the HYBRID recipes' backward).
+enum class ElemKind : int { kBF16 = 0, kE4M3 = 1, kFP16 = 2, kE5M2E4M3 = 3 };
 
 // A row-major (rows, cols) matrix, cols = contraction, row stride `ld` elements.
 struct KMajorMatrix {

@@ -5,8 +5,9 @@
 // and 2 are consumers (each owns 64 rows of the 128-row tile, issues wgmma on the slot, releases
 // it, and stores its accumulators through the epilogue). Tiles are numbered group by group; CTA b
 // takes tiles b, b + gridDim.x, ... and every role walks the group offsets ON THE DEVICE with the
-// same TileWalker, so no host ever sees group sizes. Template arguments: the element type (BF16 or
-// FP8 E4M3; one stage holds 128 bytes of contraction = 64 or 128 elements) and the tile width.
+// same TileWalker, so no host ever sees group sizes. Template arguments: the element kind (an
+// (A, B) element pair of sm90_mma_kinds.cuh: BF16, FP16, or FP8; one stage holds 128 bytes of
+// contraction = 64 or 128 elements) and the tile width.
 #pragma once
 
 #include <cuda.h>
@@ -16,27 +17,10 @@
 #include <cstdint>
 
 #include "gemm/cuda/kernels/grouped_gemm_params.h"
+#include "gemm/cuda/kernels/sm90_mma_kinds.cuh"
 #include "gemm/cuda/kernels/sm90_primitives.cuh"
-#include "gemm/cuda/kernels/wgmma_ops.cuh"
 
 namespace tessera::gemm_sm90 {
-
-struct ElemBF16 {
-  static constexpr int kBytes = 2;
-  template <int N>
-  __device__ static void mma(float (&d)[N / 2], uint64_t a, uint64_t b) {
-    if constexpr (N == 256) wgmma_m64n256k16_bf16(d, a, b, 1);
-    else wgmma_m64n128k16_bf16(d, a, b, 1);
-  }
-};
-struct ElemE4M3 {
-  static constexpr int kBytes = 1;
-  template <int N>
-  __device__ static void mma(float (&d)[N / 2], uint64_t a, uint64_t b) {
-    if constexpr (N == 256) wgmma_m64n256k32_e4m3(d, a, b, 1);
-    else wgmma_m64n128k32_e4m3(d, a, b, 1);
-  }
-};
 
 // Start offset of group `i` (i in [0, G]) clamped to [0, capacity].
 __device__ __forceinline__ int64_t group_start(const KernelParams& p, int i) {
