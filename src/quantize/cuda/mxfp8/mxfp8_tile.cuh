@@ -1,12 +1,14 @@
 // Device building blocks of the MXFP8 kernels (mxfp8.cu, mxfp8_rowwise.cu): the E8M0 scale of a
-// block amax, 8-element input chunks kept packed in registers, the 32 x 64 warp tile that
-// produces both usages in one pass, and the zero padding of the GEMM-swizzled scale layout.
+// block amax, 8-element input chunks kept packed in registers, reduce-scatter / gather over 4
+// lanes, the 32 x 64 warp tile that produces both usages in one pass, and the zero padding of the
+// GEMM-swizzled scale layout.
 //
 // Warp tile (32 rows x 64 columns, no shared memory, no block barrier): lane = sub * 8 + chunk
 // (sub 0..3, chunk 0..7) holds rows sub, sub + 4, ..., sub + 28 of the tile at columns
 // [8 chunk, 8 chunk + 8): one warp load covers 4 rows x 128 contiguous bytes (BF16), a lane keeps
 // eight independent 16-byte loads in flight. A 32-column row block lives in 4 lanes (chunk xor
-// 1, 2), a 32-row column block in 4 lanes (sub: lane xor 8, 16); both amaxes reduce by shuffles.
+// 1, 2), a 32-row column block in 4 lanes (sub: lane xor 8, 16); both amaxes reduce by a
+// reduce-scatter, so each lane computes 2 row and 2 column scales and gathers the rest.
 // The data path needs K % 32 == 0 and 16-byte aligned x and codes (kAligned); the other path
 // loads and stores element by element with bounds checks. Out-of-range elements count as 0 in
 // every amax.
