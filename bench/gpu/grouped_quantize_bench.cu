@@ -12,11 +12,15 @@
 // zero-filled before; see same_bytes). TB/s = bytes read + written per quantize (every pass
 // counted: e.g. NVFP4 both = amax read + one read and one write per copy) / time. One JSON line
 // per case on stdout.
+// GQ_PROFILE=1: no timing and no validation; each selected case runs the grouped quantize and
+// the one-tensor quantize once per split (for a profiler such as Nsight Compute).
+// GQ_CASES=a,b: only the cases whose name contains one of the comma-separated words.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -107,6 +111,26 @@ bool same_bytes(const GroupedTensorView& a, const GroupedTensorView& b) {
   return true;
 }
 
+// GQ_CASES filter (see the file comment).
+bool selected(const std::string& name) {
+  const char* env = std::getenv("GQ_CASES");
+  if (env == nullptr || *env == 0) return true;
+  std::string list(env);
+  size_t pos = 0;
+  while (pos <= list.size()) {
+    const size_t end = std::min(list.find(',', pos), list.size());
+    const std::string word = list.substr(pos, end - pos);
+    if (!word.empty() && name.find(word) != std::string::npos) return true;
+    pos = end + 1;
+  }
+  return false;
+}
+
+bool profile_mode() {
+  const char* env = std::getenv("GQ_PROFILE");
+  return env != nullptr && std::strcmp(env, "1") == 0;
+}
+
 void run_case(const Case& c, const std::string& split_name, const std::vector<int32_t>& splits,
               const TensorView& x) {
   const Device gpu = Device::cuda(0);
@@ -132,6 +156,16 @@ void run_case(const Case& c, const std::string& split_name, const std::vector<in
   so.mode = GroupedShapeMode::kVaryingFirst;
   GroupedTensor members = GroupedTensor::from_shapes(shapes, so);
   Quantizer qa(c.config, gpu), qb(c.config, gpu);
+  if (profile_mode()) {
+    Quantizer qt(c.config, gpu);
+    QuantizedTensor whole = qt.allocate(kRows, kCols);
+    grouped_quantize_contiguous(qa, x, grouped);
+    qt.quantize(x, whole);
+    BENCH_CHECK_CUDA(cudaDeviceSynchronize());
+    std::printf("{\"name\": \"%s\", \"split\": \"%s\", \"profiled\": 1}\n", c.name.c_str(),
+                split_name.c_str());
+    return;
+  }
   std::string valid;
   try {
     zero(grouped.view());
@@ -177,6 +211,7 @@ int main() {
     left -= r;
   }
   for (const Case& c : cases()) {
+    if (!selected(c.name)) continue;
     run_case(c, "balanced", balanced, x);
     run_case(c, "imbalanced", skewed, x);
   }

@@ -39,23 +39,6 @@ uint32_t* amax_field(const TensorView& v, int64_t n, const char* name) {
   return reinterpret_cast<uint32_t*>(v.data);
 }
 
-// Stream-ordered scratch, freed on the same stream (graph-capturable).
-class Scratch {
- public:
-  Scratch(size_t bytes, cudaStream_t s) : stream_(s) {
-    TESSERA_CUDA_CHECK(cudaMallocAsync(&ptr_, bytes, s));
-    TESSERA_CUDA_CHECK(cudaMemsetAsync(ptr_, 0, bytes, s));
-  }
-  ~Scratch() { cudaFreeAsync(ptr_, stream_); }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  uint32_t* words() const { return static_cast<uint32_t*>(ptr_); }
-
- private:
-  void* ptr_ = nullptr;
-  cudaStream_t stream_;
-};
-
 // Usage u of `p` zeroes every member's scale matrix of `buffer` (one scale matrix =
 // scale_shape(config, rows, K, columnwise), which is one-row's matrix × ceil(rows / align)).
 void zero_scales(cuda_quant::GroupedPrepare& p, int u, const QuantizerConfig& config, int64_t K,
@@ -131,14 +114,17 @@ void grouped_fp8_tensor(const QuantizerConfig& c, const TensorView& x,
   if (c.delayed) cuda_quant::launch_grouped_last_amax(target, delayed.amax_history, g, s);
 }
 
-// Rowwise FP8 with the columnwise usage: per-row (by global row) and per-member per-column amax
-// into scratch, then the cast with the transposed copy.
+// Rowwise FP8 with the columnwise usage: zero the members' scale_inv slots, per-row and
+// per-column amax into them (atomic max of float bits), the cast with the transposed copy (scales
+// from those amaxes), then each slot becomes 1 / scale. No scratch memory.
 void grouped_fp8_lines(const QuantizerConfig& c, const TensorView& x,
                        const GroupedTensorView& out, const GroupedMeta& g, cudaStream_t s) {
-  const int64_t K = g.cols;
-  Scratch amax(sizeof(uint32_t) * static_cast<size_t>(g.rows_bound + g.n * K), s);
-  uint32_t* row_amax = c.rowwise ? amax.words() : nullptr;  // (rows_bound)
-  uint32_t* col_amax = amax.words() + g.rows_bound;         // (n, K)
+  cuda_quant::GroupedPrepare p;
+  if (c.rowwise) zero_scales(p, 0, c, g.cols, false, out.scale_inv, g.scale_offsets);
+  zero_scales(p, 1, c, g.cols, true, out.columnwise_scale_inv, g.col_scale_offsets);
+  cuda_quant::launch_grouped_prepare(p, g, s);
+  auto* row_amax = c.rowwise ? reinterpret_cast<uint32_t*>(out.scale_inv.data) : nullptr;
+  auto* col_amax = reinterpret_cast<uint32_t*>(out.columnwise_scale_inv.data);
   cuda_quant::launch_line_amax_grouped(x.data, x.dtype, g, row_amax, col_amax, s);
   cuda_quant::Fp8GroupedCastArgs G = fp8_cast_args(c, x, out);
   G.scales = cuda_quant::Fp8GroupedScales::kLine;
@@ -146,12 +132,11 @@ void grouped_fp8_lines(const QuantizerConfig& c, const TensorView& x,
   src.stride = 1;
   cuda_quant::Fp8ScaleSource col = src;
   src.amax = row_amax;
-  src.scale_inv_out = c.rowwise ? out.scale_inv.as<float>() : nullptr;
   col.amax = col_amax;
-  col.scale_inv_out = out.columnwise_scale_inv.as<float>();
   G.cast.row_scale = src;
   G.cast.col_scale = col;
   cuda_quant::launch_fp8_cast_transpose_grouped(G, g, s);
+  cuda_quant::launch_grouped_line_scales(p, fp8_rule(c), g, s);
 }
 
 // FP8 block 1x128 / 128x128: zero the members' scale matrices (padding), then one cast pass.

@@ -141,7 +141,8 @@ void launch_rht_amax(const Nvfp4Args& args, uint32_t* amax, cudaStream_t stream)
 // How member i's FP8 scale and amax pointers follow from the whole-buffer ones.
 enum class Fp8GroupedScales : int {
   kTensor = 0,  // per-tensor: row/col_scale.amax, row_scale.amax_out2, amax_accum(2) + i
-  kLine = 1,    // per-row / per-column: row_scale.amax + first global row, col_scale.amax + i*K
+  kLine = 1,    // per-row / per-column: row_scale.amax + scale_offsets[i], col_scale.amax +
+                // col_scale_offsets[i] (amax bits in the scale_inv slots; no scale_inv written)
   kBlock = 2,   // block scales: leading dims derived from the member's rows
 };
 // Both usages' scale_inv outputs are offset by scale_offsets[i] (rowwise: row_scale.scale_inv_out,
@@ -150,6 +151,7 @@ enum class Fp8GroupedScales : int {
 struct Fp8GroupedCastArgs {
   Fp8CastArgs cast;  // whole buffers; rows/cols ignored
   Fp8GroupedScales scales = Fp8GroupedScales::kTensor;
+  bool prefetch = true;  // each block prefetches its next tile's input into L2
 };
 // fp8_tensor/: grouped cast / cast-transpose (per-tensor current or delayed, per-line, block).
 void launch_fp8_cast_transpose_grouped(const Fp8GroupedCastArgs& args, const GroupedMeta& g,
@@ -158,8 +160,9 @@ void launch_fp8_cast_transpose_grouped(const Fp8GroupedCastArgs& args, const Gro
 // when not null, target2[i]; both zeroed before (launch_grouped_prepare).
 void launch_tensor_amax_grouped(const void* x, DType in, const GroupedMeta& g, uint32_t* target,
                                 uint32_t* target2, cudaStream_t stream);
-// fp8_rowwise/: per-row amax by global row (row_amax: rows_bound entries, may be null) and
-// per-member per-column amax (col_amax: (n, K)), atomic max into zeroed arrays.
+// fp8_rowwise/: per-row and per-column amax of every member, atomic max into zeroed float-bit
+// slots: row r of member i at row_amax[scale_offsets[i] + r] (may be null), column k at
+// col_amax[col_scale_offsets[i] + k] (the members' own FP32 scale_inv slots).
 void launch_line_amax_grouped(const void* x, DType in, const GroupedMeta& g, uint32_t* row_amax,
                               uint32_t* col_amax, cudaStream_t stream);
 // nvfp4/: one copy of every member. `a` holds whole buffers: a.amax = per-member amax bits (n),
@@ -184,6 +187,11 @@ struct GroupedPrepare {
   int64_t rows_per_block[2] = {0, 0};
 };
 void launch_grouped_prepare(const GroupedPrepare& p, const GroupedMeta& g, cudaStream_t stream);
+// Per-line FP8: every member's FP32 scale slots of `p` (scales/offsets/per_block/rows_per_block as
+// for the zeroing) hold amax bits; each becomes 1 / current_scale(amax) by `rule` (fp8_max, eps,
+// pow2).
+void launch_grouped_line_scales(const GroupedPrepare& p, const Fp8ScaleSource& rule,
+                                const GroupedMeta& g, cudaStream_t stream);
 // Delayed scaling: dst[0] = src[n - 1] (amax history slot 0 = the last member's amax, what
 // quantizing the members one after the other leaves there). Nothing when n == 0 or noop.
 void launch_grouped_last_amax(const uint32_t* src, float* dst, const GroupedMeta& g,

@@ -20,12 +20,14 @@ constexpr int kThreads = 256;     // line amax kernel
 constexpr int kRowThreads = 128;  // one block per row
 constexpr int kCached = 8;        // vectors per thread kept in registers (bf16: rows <= 8192)
 
-// One row: xr (K) → qr (K) codes and *sinv = 1 / scale. Block-wide (kRowThreads threads). The
-// first kCached vectors of each thread stay in registers as raw input (packed 16-bit pairs).
-template <class In, DType DT, int kVec>
+// One row: xr (K) → qr (K) codes and *sinv_of() = 1 / scale. Block-wide (kRowThreads threads).
+// The first kCached vectors of each thread stay in registers as raw input (packed 16-bit
+// pairs). sinv_of (float*()) runs in thread 0 after the row loads are issued, so a lookup it
+// does (the grouped member search) overlaps their latency.
+template <class In, DType DT, int kVec, class SinvOf>
 __device__ __forceinline__ void rowwise_row(const In* __restrict__ xr, int64_t K, float fp8_max,
                                             float eps, bool pow2, uint8_t* __restrict__ qr,
-                                            float* __restrict__ sinv) {
+                                            const SinvOf& sinv_of) {
   __shared__ uint32_t scratch[kRowThreads / 32];
   using V = Vec<In, kVec>;
   const int64_t nvec = K / kVec;  // the dispatcher picks kVec dividing K
@@ -36,6 +38,7 @@ __device__ __forceinline__ void rowwise_row(const In* __restrict__ xr, int64_t K
     const int64_t j = int64_t{i} * kRowThreads + threadIdx.x;
     if (j < nvec) raw[i] = *reinterpret_cast<const V*>(xr + j * kVec);
   }
+  float* const sinv = threadIdx.x == 0 ? sinv_of() : nullptr;
 #pragma unroll
   for (int i = 0; i < kCached; ++i) {
     const int64_t j = int64_t{i} * kRowThreads + threadIdx.x;
@@ -82,11 +85,14 @@ __global__ __launch_bounds__(kRowThreads) void fp8_rowwise_kernel(const In* __re
                                                                uint8_t* __restrict__ q,
                                                                float* __restrict__ scale_inv) {
   const int64_t row = blockIdx.x;
-  rowwise_row<In, DT, kVec>(x + row * K, K, fp8_max, eps, pow2, q + row * K, scale_inv + row);
+  rowwise_row<In, DT, kVec>(x + row * K, K, fp8_max, eps, pow2, q + row * K,
+                            [&] { return scale_inv + row; });
 }
 
 // Grouped (varying first): block b quantizes live row b of the contiguous (Σ rows, K) input;
 // its member's scales start at scale_offsets[member]. Blocks past the live rows do nothing.
+// Only the live-row bound is read before the row's loads; the member search (a binary search
+// over tensor_offsets, L1-resident) runs while they are in flight.
 template <class In, DType DT, int kVec>
 __global__ __launch_bounds__(kRowThreads) void fp8_rowwise_grouped_kernel(
     const In* __restrict__ x, GroupedMeta g, float fp8_max, float eps, bool pow2,
@@ -94,85 +100,113 @@ __global__ __launch_bounds__(kRowThreads) void fp8_rowwise_grouped_kernel(
   if (grouped_noop(g)) return;
   const int64_t K = g.cols, row = blockIdx.x;
   if (row * K >= g.tensor_offsets[g.n]) return;
-  // Member: the last i with tensor_offsets[i] <= row * K < tensor_offsets[i+1].
-  int64_t lo = 0, hi = g.n - 1;
-  while (lo < hi) {
-    const int64_t mid = (lo + hi + 1) / 2;
-    if (g.tensor_offsets[mid] <= row * K) {
-      lo = mid;
-    } else {
-      hi = mid - 1;
+  rowwise_row<In, DT, kVec>(x + row * K, K, fp8_max, eps, pow2, q + row * K, [&] {
+    // Member: the last i with tensor_offsets[i] <= row * K < tensor_offsets[i+1].
+    int64_t lo = 0, hi = g.n - 1;
+    while (lo < hi) {
+      const int64_t mid = (lo + hi + 1) / 2;
+      if (g.tensor_offsets[mid] <= row * K) {
+        lo = mid;
+      } else {
+        hi = mid - 1;
+      }
     }
-  }
-  const int64_t local = row - g.tensor_offsets[lo] / K;
-  rowwise_row<In, DT, kVec>(x + row * K, K, fp8_max, eps, pow2, q + row * K,
-                            scale_inv + g.scale_offsets[lo] + local);
+    return scale_inv + g.scale_offsets[lo] + (row - g.tensor_offsets[lo] / K);
+  });
 }
 
-// Row and/or column amax over 32 x 256 tiles: a thread reads 8 consecutive elements of one row
-// per step; rows reduce through shared memory, columns through registers then shared atomics.
-// Tile (mb, kb) of the (M, K) tensor x: block-wide, called by the per-tensor kernel (tile =
-// blockIdx) and by the grouped kernel (member-local tiles and amax arrays).
-constexpr int kLineTileRows = 32, kLineTileCols = 256;
+// Row and/or column amax over tiles of kLineTileRows x (32 kVec) elements: warp w reads rows
+// w * kLineWarpRows + r (r < kLineWarpRows) of the tile, lane l the kVec columns l * kVec + e of
+// each, all its loads issued before the first use (kVec = 16 bytes of input when K % kVec == 0
+// and x is aligned, else 1). Row maxima: a warp reduction and one atomic per row and tile;
+// column maxima: over the thread's rows in registers, over the warps in shared memory, then one
+// atomic per column and tile. Tile (mb, kb) of the (M, K) tensor x: block-wide, called by the
+// per-tensor kernel (tile = blockIdx) and by the grouped kernel (member-local tiles and amax
+// arrays).
+constexpr int kLineWarpRows = 8;
+constexpr int kLineTileRows = kLineWarpRows * (kThreads / 32);  // 64
+template <int kVec>
+inline constexpr int kLineTileCols = 32 * kVec;
 
-template <class In>
+template <class In, int kVec>
 __device__ __forceinline__ void line_amax_tile(const In* __restrict__ x, int64_t M, int64_t K,
                                                uint32_t* row_amax, uint32_t* col_amax,
                                                int64_t mb, int64_t kb) {
-  constexpr int kTileRows = kLineTileRows, kTileCols = kLineTileCols;
-  __shared__ uint32_t s_col[kTileCols];
-  __shared__ uint32_t s_row[kTileRows];
-  const int t = threadIdx.x;
-  s_col[t] = 0;
-  if (t < kTileRows) s_row[t] = 0;
-  __syncthreads();
-  const int64_t m0 = mb * kTileRows, k = kb * kTileCols + t;
-  uint32_t cmax = 0;
-  for (int r = 0; r < kTileRows; ++r) {
-    const int64_t m = m0 + r;
-    uint32_t a = 0;
-    if (m < M && k < K) a = abs_bits(load_float(x[m * K + k]));
-    cmax = max(cmax, a);
-    if (row_amax != nullptr) {
-      a = warp_max(a);
-      if ((t % 32) == 0 && a != 0) atomicMax(&s_row[r], a);
+  constexpr int kCols = kLineTileCols<kVec>;
+  constexpr int kPad = kVec + 1;  // per-lane stride of s_col: conflict-free writes
+  __shared__ uint32_t s_col[kThreads / 32][32 * kPad];
+  using V = Vec<In, kVec>;
+  const int t = threadIdx.x, warp = t / 32, lane = t % 32;
+  const int64_t m0 = mb * kLineTileRows + warp * kLineWarpRows;
+  const int64_t k = kb * kCols + int64_t{lane} * kVec;
+  V raw[kLineWarpRows];
+#pragma unroll
+  for (int r = 0; r < kLineWarpRows; ++r) {
+    // K % kVec == 0: a vector starting inside the row ends inside it.
+    if (m0 + r < M && k < K) {
+      raw[r] = *reinterpret_cast<const V*>(x + (m0 + r) * K + k);
+    } else {
+      raw[r] = V{};
     }
   }
+  uint32_t cm[kVec] = {};
+#pragma unroll
+  for (int r = 0; r < kLineWarpRows; ++r) {
+    uint32_t rm = 0;
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) {
+      const uint32_t b = abs_bits(load_float(raw[r].v[e]));
+      rm = max(rm, b);
+      cm[e] = max(cm[e], b);
+    }
+    if (row_amax != nullptr) {
+      rm = warp_max(rm);
+      if (lane == 0 && rm != 0 && m0 + r < M) atomicMax(&row_amax[m0 + r], canonical_amax(rm));
+    }
+  }
+  if (col_amax == nullptr) return;
+#pragma unroll
+  for (int e = 0; e < kVec; ++e) s_col[warp][lane * kPad + e] = cm[e];
   __syncthreads();
-  if (col_amax != nullptr && k < K && cmax != 0) atomicMax(&col_amax[k], canonical_amax(cmax));
-  if (row_amax != nullptr && t < kTileRows && m0 + t < M && s_row[t] != 0) {
-    atomicMax(&row_amax[m0 + t], canonical_amax(s_row[t]));
+  for (int c = t; c < kCols; c += kThreads) {
+    uint32_t m = 0;
+#pragma unroll
+    for (int w = 0; w < kThreads / 32; ++w) m = max(m, s_col[w][(c / kVec) * kPad + c % kVec]);
+    const int64_t col = kb * kCols + c;
+    if (col < K && m != 0) atomicMax(&col_amax[col], canonical_amax(m));
   }
 }
 
-template <class In>
+template <class In, int kVec>
 __global__ __launch_bounds__(kThreads) void line_amax_kernel(const In* __restrict__ x, int64_t M,
                                                              int64_t K, uint32_t* row_amax,
                                                              uint32_t* col_amax) {
-  line_amax_tile<In>(x, M, K, row_amax, col_amax, blockIdx.y, blockIdx.x);
+  line_amax_tile<In, kVec>(x, M, K, row_amax, col_amax, blockIdx.y, blockIdx.x);
 }
 
-// Grouped: member i's tiles with its rows' amax at row_amax[first global row + r] and its
-// column amax at col_amax[i * K + k].
+// Grouped: member i's tiles with its rows' amax at row_amax[scale_offsets[i] + r] and its
+// column amax at col_amax[col_scale_offsets[i] + k] (its own scale_inv slots).
 struct LineTileCount {
-  int64_t tiles_k = 0;
+  int32_t tiles_k = 0;
   __device__ int64_t operator()(int64_t rows) const {
     return ceil_div_device(rows, kLineTileRows) * tiles_k;
   }
 };
 
-template <class In>
+template <class In, int kVec>
 __global__ __launch_bounds__(kThreads) void line_amax_grouped_kernel(const In* __restrict__ x,
                                                                      GroupedMeta g,
                                                                      LineTileCount count,
                                                                      uint32_t* row_amax,
                                                                      uint32_t* col_amax) {
-  extern __shared__ int32_t prefix[];  // (n + 1)
+  extern __shared__ int32_t table[];  // grouped_prefix_bytes(g)
   if (grouped_noop(g)) return;
-  grouped_for_each_tile<kThreads>(g, count, prefix, [&](int64_t i, int64_t rows, int64_t local) {
-    const int64_t off = g.tensor_offsets[i], K = g.cols;
-    line_amax_tile<In>(x + off, rows, K, row_amax != nullptr ? row_amax + off / K : nullptr,
-                       col_amax + i * K, local / count.tiles_k, local % count.tiles_k);
+  grouped_for_each_member_tile<kThreads>(g, count, table, [&](const GroupedTile& w, const GroupedTile&) {
+    const int64_t K = g.cols;
+    const uint32_t local = static_cast<uint32_t>(w.local), tk = static_cast<uint32_t>(count.tiles_k);
+    uint32_t* rows = row_amax != nullptr ? row_amax + g.scale_offsets[w.member] : nullptr;
+    line_amax_tile<In, kVec>(x + int64_t{w.row0} * K, w.rows, K, rows,
+                             col_amax + g.col_scale_offsets[w.member], local / tk, local % tk);
   });
 }
 
@@ -233,14 +267,20 @@ void launch_fp8_rowwise(const void* x, int64_t rows, int64_t cols, DType in, DTy
 void launch_line_amax_grouped(const void* x, DType in, const GroupedMeta& g, uint32_t* row_amax,
                               uint32_t* col_amax, cudaStream_t stream) {
   if (g.n == 0 || g.cols == 0) return;
-  LineTileCount count;
-  count.tiles_k = ceil_div(g.cols, kLineTileCols);
-  const unsigned grid =
-      grouped_grid(g, (ceil_div(g.rows_bound, kLineTileRows) + g.n) * count.tiles_k);
+  const size_t smem = grouped_prefix_bytes(g);
   dispatch_float_input(in, "quantize: x", [&](auto tag) {
     using In = typename decltype(tag)::type;
-    line_amax_grouped_kernel<In><<<grid, kThreads, grouped_prefix_bytes(g), stream>>>(
-        static_cast<const In*>(x), g, count, row_amax, col_amax);
+    constexpr int kV = kVec16<In>;
+    const In* p = static_cast<const In*>(x);
+    // Member offsets are multiples of K: with K % kV == 0 every member row starts aligned.
+    const bool vec = g.cols % kV == 0 && aligned16(p);
+    LineTileCount count;
+    count.tiles_k =
+        static_cast<int32_t>(ceil_div(g.cols, vec ? kLineTileCols<kV> : kLineTileCols<1>));
+    const int64_t bound = (ceil_div(g.rows_bound, kLineTileRows) + g.n) * count.tiles_k;
+    auto* kernel = vec ? line_amax_grouped_kernel<In, kV> : line_amax_grouped_kernel<In, 1>;
+    const unsigned grid = grouped_grid(g, bound, resident_blocks_per_sm(kernel, kThreads, smem));
+    kernel<<<grid, kThreads, smem, stream>>>(p, g, count, row_amax, col_amax);
   });
   TESSERA_CUDA_CHECK_LAUNCH();
 }
@@ -248,14 +288,22 @@ void launch_line_amax_grouped(const void* x, DType in, const GroupedMeta& g, uin
 void launch_line_amax(const void* x, int64_t rows, int64_t cols, DType in, uint32_t* row_amax,
                       uint32_t* col_amax, cudaStream_t stream) {
   if (rows == 0 || cols == 0) return;
-  TESSERA_CHECK_STATUS(ceil_div(rows, 32) <= 65535, Status::kOutOfRange, "quantize: x has ",
-                       rows, " rows; the amax pass supports up to ", 65535 * 32);
-  const dim3 grid(static_cast<unsigned>(ceil_div(cols, 256)),
-                  static_cast<unsigned>(ceil_div(rows, 32)));
+  TESSERA_CHECK_STATUS(ceil_div(rows, kLineTileRows) <= 65535, Status::kOutOfRange,
+                       "quantize: x has ", rows, " rows; the amax pass supports up to ",
+                       65535 * int64_t{kLineTileRows});
   dispatch_float_input(in, "quantize: x", [&](auto tag) {
     using In = typename decltype(tag)::type;
-    line_amax_kernel<In><<<grid, kThreads, 0, stream>>>(static_cast<const In*>(x), rows, cols,
-                                                        row_amax, col_amax);
+    constexpr int kV = kVec16<In>;
+    const In* p = static_cast<const In*>(x);
+    const bool vec = cols % kV == 0 && aligned16(p);
+    const dim3 grid(
+        static_cast<unsigned>(ceil_div(cols, vec ? kLineTileCols<kV> : kLineTileCols<1>)),
+        static_cast<unsigned>(ceil_div(rows, kLineTileRows)));
+    if (vec) {
+      line_amax_kernel<In, kV><<<grid, kThreads, 0, stream>>>(p, rows, cols, row_amax, col_amax);
+    } else {
+      line_amax_kernel<In, 1><<<grid, kThreads, 0, stream>>>(p, rows, cols, row_amax, col_amax);
+    }
   });
   TESSERA_CUDA_CHECK_LAUNCH();
 }

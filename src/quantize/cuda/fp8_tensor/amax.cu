@@ -1,8 +1,8 @@
 // Per-tensor amax (FP8 current scaling, NVFP4 global amax): a grid-stride reduction with 16-byte
 // loads, one atomic max per block on the float bits of |x| (NaN propagates: its bits are the
 // largest). No host synchronization; the caller zeroes the target first (a memset node).
-// Grouped variant: one amax per member, tiles of whole rows of one member (generic driver of
-// grouped_tiles.cuh).
+// Grouped variant: one amax per member, tiles of 16 vectors per thread of one member's
+// contiguous elements (generic driver of grouped_tiles.cuh).
 #include <algorithm>
 #include <cstdint>
 
@@ -48,13 +48,48 @@ __global__ __launch_bounds__(kThreads) void tensor_amax_kernel(const In* __restr
   if (threadIdx.x == 0 && m != 0) atomicMax(amax, m);
 }
 
-// Grouped: a tile is rows_per_tile whole rows of one member (a contiguous element range).
+// Grouped: a tile is kAmaxTileVecs vectors (kThreads x kAmaxVecsPerThread) of one member's
+// contiguous elements (rows x K, so a tile may span rows). A full tile issues all of a thread's
+// loads before the first use; one block reduction and one atomic per tile and member.
+constexpr int kAmaxVecsPerThread = 16;
+constexpr int64_t kAmaxTileVecs = int64_t{kThreads} * kAmaxVecsPerThread;
+
 struct AmaxTileCount {
-  int64_t rows_per_tile = 1;
+  int64_t cols = 0;
+  int64_t tile_elems = 1;  // kAmaxTileVecs * kVec
   __device__ int64_t operator()(int64_t rows) const {
-    return ceil_div_device(rows, rows_per_tile);
+    return ceil_div_device(rows * cols, tile_elems);
   }
 };
+
+// Max of |p[0, n)| over the block's threads (thread part only; the caller reduces).
+template <class In, int kVec>
+__device__ __forceinline__ uint32_t amax_tile_part(const In* __restrict__ p, int64_t n) {
+  uint32_t m = 0;
+  if (n == kAmaxTileVecs * kVec) {
+    Vec<In, kVec> raw[kAmaxVecsPerThread];
+#pragma unroll
+    for (int j = 0; j < kAmaxVecsPerThread; ++j) {
+      raw[j] = reinterpret_cast<const Vec<In, kVec>*>(p)[j * kThreads + threadIdx.x];
+    }
+#pragma unroll
+    for (int j = 0; j < kAmaxVecsPerThread; ++j) {
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) m = max(m, abs_bits(load_float(raw[j].v[e])));
+    }
+    return m;
+  }
+  for (int64_t v = threadIdx.x; v < n / kVec; v += kThreads) {
+    float a[kVec];
+    load_vec<In, kVec>(p + v * kVec, a);
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) m = max(m, abs_bits(a[j]));
+  }
+  for (int64_t e = n / kVec * kVec + threadIdx.x; e < n; e += kThreads) {
+    m = max(m, abs_bits(load_float(p[e])));
+  }
+  return m;
+}
 
 template <class In, int kVec>
 __global__ __launch_bounds__(kThreads) void tensor_amax_grouped_kernel(const In* __restrict__ x,
@@ -62,27 +97,18 @@ __global__ __launch_bounds__(kThreads) void tensor_amax_grouped_kernel(const In*
                                                                        AmaxTileCount count,
                                                                        uint32_t* target,
                                                                        uint32_t* target2) {
-  extern __shared__ int32_t prefix[];  // (n + 1)
+  extern __shared__ int32_t table[];  // grouped_prefix_bytes(g)
   __shared__ uint32_t scratch[kThreads / 32];
   if (grouped_noop(g)) return;
-  grouped_for_each_tile<kThreads>(g, count, prefix, [&](int64_t i, int64_t rows, int64_t local) {
-    const int64_t r0 = local * count.rows_per_tile;
-    const int64_t n = (min(rows, r0 + count.rows_per_tile) - r0) * g.cols;
-    const In* p = x + g.tensor_offsets[i] + r0 * g.cols;  // kVec > 1: K % kVec == 0, aligned
-    uint32_t m = 0;
-    for (int64_t v = threadIdx.x; v < n / kVec; v += kThreads) {
-      float a[kVec];
-      load_vec<In, kVec>(p + v * kVec, a);
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) m = max(m, abs_bits(a[j]));
-    }
-    for (int64_t e = n / kVec * kVec + threadIdx.x; e < n; e += kThreads) {
-      m = max(m, abs_bits(load_float(p[e])));
-    }
+  grouped_for_each_member_tile<kThreads>(g, count, table, [&](const GroupedTile& w, const GroupedTile&) {
+    const int64_t e0 = int64_t{w.local} * count.tile_elems;
+    const int64_t n = min(int64_t{w.rows} * g.cols - e0, count.tile_elems);
+    // kVec > 1: K % kVec == 0 and x aligned, so every member (offset rows * K) is aligned.
+    uint32_t m = amax_tile_part<In, kVec>(x + int64_t{w.row0} * g.cols + e0, n);
     m = canonical_amax(block_max<kThreads>(m, scratch));
     if (threadIdx.x == 0 && m != 0) {
-      atomicMax(target + i, m);
-      if (target2 != nullptr) atomicMax(target2 + i, m);
+      atomicMax(target + w.member, m);
+      if (target2 != nullptr) atomicMax(target2 + w.member, m);
     }
   });
 }
@@ -92,21 +118,20 @@ __global__ __launch_bounds__(kThreads) void tensor_amax_grouped_kernel(const In*
 void launch_tensor_amax_grouped(const void* x, DType in, const GroupedMeta& g, uint32_t* target,
                                 uint32_t* target2, cudaStream_t stream) {
   if (g.n == 0 || g.cols == 0) return;
-  AmaxTileCount count;
-  count.rows_per_tile = std::max<int64_t>(1, 8192 / g.cols);
-  const unsigned grid = grouped_grid(g, ceil_div(g.rows_bound, count.rows_per_tile) + g.n);
   const size_t smem = grouped_prefix_bytes(g);
   dispatch_float_input(in, "quantize: x", [&](auto tag) {
     using In = typename decltype(tag)::type;
     constexpr int kVec = kVec16<In>;
     const In* p = static_cast<const In*>(x);
-    if (g.cols % kVec == 0 && aligned16(p)) {
-      tensor_amax_grouped_kernel<In, kVec>
-          <<<grid, kThreads, smem, stream>>>(p, g, count, target, target2);
-    } else {
-      tensor_amax_grouped_kernel<In, 1>
-          <<<grid, kThreads, smem, stream>>>(p, g, count, target, target2);
-    }
+    const bool vec = g.cols % kVec == 0 && aligned16(p);
+    AmaxTileCount count;
+    count.cols = g.cols;
+    count.tile_elems = kAmaxTileVecs * (vec ? kVec : 1);
+    // Σ ceil(rows_i K / tile) <= capacity K / tile + n.
+    const int64_t bound = ceil_div(g.rows_bound * g.cols, count.tile_elems) + g.n;
+    auto* kernel = vec ? tensor_amax_grouped_kernel<In, kVec> : tensor_amax_grouped_kernel<In, 1>;
+    const unsigned grid = grouped_grid(g, bound, resident_blocks_per_sm(kernel, kThreads, smem));
+    kernel<<<grid, kThreads, smem, stream>>>(p, g, count, target, target2);
   });
   TESSERA_CUDA_CHECK_LAUNCH();
 }

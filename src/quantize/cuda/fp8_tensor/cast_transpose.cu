@@ -11,6 +11,7 @@
 // per-element path with bounds checks.
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 
 #include "quantize/cuda/device_io.cuh"
 #include "quantize/cuda/grouped_tiles.cuh"
@@ -271,12 +272,12 @@ __device__ __forceinline__ void shift(T*& p, int64_t d) {
 
 template <class In>
 __device__ __forceinline__ Fp8CastArgs member_cast_args(const Fp8GroupedCastArgs& G,
-                                                        const GroupedMeta& g, int64_t i,
-                                                        int64_t rows) {
+                                                        const GroupedMeta& g,
+                                                        const GroupedTile& w) {
   Fp8CastArgs m = G.cast;
-  const int64_t off = g.tensor_offsets[i], K = g.cols;
+  const int64_t i = w.member, K = g.cols, off = int64_t{w.row0} * K;
   m.x = static_cast<const In*>(G.cast.x) + off;
-  m.rows = rows;
+  m.rows = w.rows;
   m.cols = K;
   shift(m.q_row, off);
   shift(m.q_col, off);
@@ -295,12 +296,12 @@ __device__ __forceinline__ Fp8CastArgs member_cast_args(const Fp8GroupedCastArgs
       shift(m.amax_accum, i);
       shift(m.amax_accum2, i);
       break;
-    case Fp8GroupedScales::kLine:  // row amax per global row, column amax (n, K)
-      shift(m.row_scale.amax, off / K);
-      shift(m.col_scale.amax, i * K);
+    case Fp8GroupedScales::kLine:  // amax bits in the member's own scale_inv slots
+      shift(m.row_scale.amax, so);
+      shift(m.col_scale.amax, cso);
       break;
     case Fp8GroupedScales::kBlock: {  // the columnwise scale matrix's width follows the rows
-      const int64_t mb = ceil_div_device(rows, kTile);
+      const int64_t mb = (w.rows + kTile - 1) / kTile;
       m.col_block_ld = m.block == Fp8Block::k128x128 ? (mb + 3) / 4 * 4 : mb;
       break;
     }
@@ -308,26 +309,58 @@ __device__ __forceinline__ Fp8CastArgs member_cast_args(const Fp8GroupedCastArgs
   return m;
 }
 
-// Tiles of a member of `rows` rows: 128 x 128 tiles; per-tensor and per-line scales also give an
-// empty member one row of tiles (its scale_inv is written as for an empty tensor alone).
+// The block's next tile into L2 while it works on this one: thread r < kTile asks for row r of
+// the tile (one bulk prefetch of its 128 inputs). vec_ok only (16-byte aligned rows, K % 16 == 0).
+template <class In>
+__device__ __forceinline__ void prefetch_tile_l2(const Fp8GroupedCastArgs& G,
+                                                 const GroupedMeta& g, const GroupedTile& next,
+                                                 uint32_t tiles_k) {
+  if (next.member < 0 || threadIdx.x >= kTile) return;
+  const uint32_t local = static_cast<uint32_t>(next.local);
+  const int64_t r = int64_t{local / tiles_k} * kTile + threadIdx.x;
+  const int64_t k0 = int64_t{local % tiles_k} * kTile;
+  if (r >= next.rows) return;
+  const In* p = static_cast<const In*>(G.cast.x) + (next.row0 + r) * g.cols + k0;
+  const uint32_t bytes = static_cast<uint32_t>(min(int64_t{kTile}, g.cols - k0) * sizeof(In));
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+}
+
+// Tiles of a member of `rows` rows: 128 x 128 tiles; per-tensor scales also give an empty member
+// one row of tiles (its scale_inv is written as for an empty tensor alone; per-line scale_inv
+// come from launch_grouped_line_scales).
 struct CastTileCount {
-  int64_t tiles_k = 0;
-  int64_t min_row_tiles = 0;
+  int32_t tiles_k = 0;
+  int32_t min_row_tiles = 0;
   __device__ int64_t operator()(int64_t rows) const {
-    return max(min_row_tiles, ceil_div_device(rows, kTile)) * tiles_k;
+    return max(int64_t{min_row_tiles}, ceil_div_device(rows, kTile)) * tiles_k;
   }
 };
 
 template <class In, DType DT, bool kRow, bool kCol>
 __global__ __launch_bounds__(kThreads) void fp8_cast_transpose_grouped_kernel(
     Fp8GroupedCastArgs G, GroupedMeta g, CastTileCount count, bool vec_ok) {
-  extern __shared__ int32_t prefix[];  // (n + 1)
+  extern __shared__ int32_t table[];  // grouped_prefix_bytes(g)
   if (grouped_noop(g)) return;
-  grouped_for_each_tile<kThreads>(g, count, prefix, [&](int64_t i, int64_t rows, int64_t local) {
-    const Fp8CastArgs m = member_cast_args<In>(G, g, i, rows);
-    cast_transpose_tile<In, DT, kRow, kCol>(m, local / count.tiles_k, local % count.tiles_k,
-                                            vec_ok && rows % kPatchRows == 0);
+  const uint32_t tk = static_cast<uint32_t>(count.tiles_k);
+  grouped_for_each_member_tile<kThreads>(g, count, table, [&](const GroupedTile& w,
+                                                              const GroupedTile& next) {
+    if (G.prefetch && vec_ok) prefetch_tile_l2<In>(G, g, next, tk);
+    const Fp8CastArgs m = member_cast_args<In>(G, g, w);
+    const uint32_t local = static_cast<uint32_t>(w.local);
+    cast_transpose_tile<In, DT, kRow, kCol>(m, local / tk, local % tk,
+                                            vec_ok && w.rows % kPatchRows == 0);
   });
+}
+
+template <class In, DType DT, bool kRow, bool kCol>
+void launch_grouped_kernel(const Fp8GroupedCastArgs& G, const GroupedMeta& g,
+                           const CastTileCount& count, bool vec_ok, int64_t tiles_bound,
+                           cudaStream_t stream) {
+  auto* kernel = fp8_cast_transpose_grouped_kernel<In, DT, kRow, kCol>;
+  const size_t smem = grouped_prefix_bytes(g);
+  // Persistent: as many blocks as fit at once (more would only recompute the member table).
+  const unsigned grid = grouped_grid(g, tiles_bound, resident_blocks_per_sm(kernel, kThreads, smem));
+  kernel<<<grid, kThreads, smem, stream>>>(G, g, count, vec_ok);
 }
 
 template <class In, DType DT>
@@ -336,21 +369,23 @@ void launch_grouped_typed(const Fp8GroupedCastArgs& G, const GroupedMeta& g, cud
   // Member offsets are multiples of K: with K % 16 == 0 every member row starts aligned.
   const bool vec_ok = g.cols % kPatchCols == 0 && aligned16(a.x) && aligned16(a.q_row) &&
                       aligned16(a.q_col);
+  TESSERA_CHECK_STATUS(ceil_div(g.cols, kTile) <= kMaxGroupedTiles, Status::kOutOfRange,
+                       "grouped quantize: K = ", g.cols, " is too large for the FP8 cast");
   CastTileCount count;
-  count.tiles_k = ceil_div(g.cols, kTile);
-  count.min_row_tiles = G.scales == Fp8GroupedScales::kBlock ? 0 : 1;
-  const unsigned grid =
-      grouped_grid(g, (ceil_div(g.rows_bound, kTile) + g.n) * count.tiles_k);
-  const size_t smem = grouped_prefix_bytes(g);
+  Fp8GroupedCastArgs Gp = G;
+  {
+    const char* env = std::getenv("TESSERA_GQ_PREFETCH");  // EXPERIMENT, removed before landing
+    Gp.prefetch = env == nullptr || env[0] != '0';
+  }
+  count.tiles_k = static_cast<int32_t>(ceil_div(g.cols, kTile));
+  count.min_row_tiles = G.scales == Fp8GroupedScales::kTensor ? 1 : 0;
+  const int64_t bound = (ceil_div(g.rows_bound, kTile) + g.n) * count.tiles_k;
   if (a.q_row != nullptr && a.q_col != nullptr) {
-    fp8_cast_transpose_grouped_kernel<In, DT, true, true>
-        <<<grid, kThreads, smem, stream>>>(G, g, count, vec_ok);
+    launch_grouped_kernel<In, DT, true, true>(Gp, g, count, vec_ok, bound, stream);
   } else if (a.q_row != nullptr) {
-    fp8_cast_transpose_grouped_kernel<In, DT, true, false>
-        <<<grid, kThreads, smem, stream>>>(G, g, count, vec_ok);
+    launch_grouped_kernel<In, DT, true, false>(Gp, g, count, vec_ok, bound, stream);
   } else {
-    fp8_cast_transpose_grouped_kernel<In, DT, false, true>
-        <<<grid, kThreads, smem, stream>>>(G, g, count, vec_ok);
+    launch_grouped_kernel<In, DT, false, true>(Gp, g, count, vec_ok, bound, stream);
   }
 }
 
