@@ -215,6 +215,7 @@ GroupedGemmConfig grouped_gemm_cuda_select_config(const GroupedGemmProblem& p,
   out.tile_n = c.block_n;
   out.tile_k = gemm_sm90::kTileKBytes / (p.a.is_quantized ? 1 : 2);
   out.stages = c.stages;
+  out.variant = (c.tma_store ? 0 : 1) | (c.pingpong ? 2 : 0);
   out.cluster_m = out.cluster_n = 1;
   out.num_sms = c.num_sms;
   return out;
@@ -249,7 +250,9 @@ void grouped_gemm_cuda(const GroupedGemmProblem& p, const GroupedGemmDims& dims,
     g.config.block_n = p.config.tile_n ? p.config.tile_n : 256;
     g.config.stages = p.config.stages ? p.config.stages : (g.config.block_n == 256 ? 4 : 6);
     g.config.num_sms = p.config.num_sms;
-    g.config.tma_store = p.config.variant != 1;  // variant 1: register-store epilogue
+    // variant bit 0: register-store epilogue; bit 1: ping-pong schedule (tile_n 128)
+    g.config.tma_store = (p.config.variant & 1) == 0;
+    g.config.pingpong = (p.config.variant & 2) != 0;
   }
   gemm_cuda::launch_grouped_gemm_sm90(g, ws + w.maps, w.maps_bytes, s);
 }

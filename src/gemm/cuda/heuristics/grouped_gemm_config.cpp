@@ -36,8 +36,10 @@ Sm90Config select_sm90_config(const Sm90GroupedGemm& g, int num_sms) {
   const int64_t per_group = p.num_groups > 0 ? p.capacity / p.num_groups : 0;
   const bool narrow = p.n <= 128 || tiles256 < 2 * num_sms || (c.tma_store && per_group <= 1024);
   c.block_n = narrow ? 128 : 256;
-  if (c.tma_store) c.stages = narrow ? 5 : 3;
-  else c.stages = narrow ? 6 : 4;
+  // 128-wide forward tiles run the ping-pong schedule: each consumer's epilogue overlaps the
+  // other's main loop.
+  c.pingpong = narrow && !p.k_grouped;
+  c.stages = narrow ? 6 : (c.tma_store ? 3 : 4);
   return c;
 }
 
