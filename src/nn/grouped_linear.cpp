@@ -82,6 +82,13 @@ void run_gemm(GroupedGemmProblem g, const OperandStorage& a, const OperandStorag
                                    {b.rows() / b_group_rows, b_group_rows, b.cols()}, b.device())
           : TensorView::contiguous(db.data(), DType::kFloat32, {b.rows(), b.cols()},
                                    b.device()));
+  // The dense FP32 emulation is CPU-only (the CUDA GEMM takes BF16/FP16/FP8 operands): then the
+  // quantized pair's own refusal is the error worth reporting.
+  std::string dense_reason;
+  const Status dense_st = can_implement(g, &dense_reason);
+  TESSERA_CHECK_STATUS(dense_st == Status::kOk, st, "GroupedLinear: the grouped GEMM on ",
+                       to_string(a.device()), " cannot multiply these operands (", reason,
+                       "), nor their FP32 dequantized copies (", dense_reason, ")");
   grouped_gemm(g, stream);
 }
 

@@ -9,7 +9,8 @@
 // are exact, so only FP32 accumulation and output rounding remain). Plus the statuses of what
 // the FP8 path refuses. A second test quantizes with tessera's own CPU Quantizer (rowwise and
 // per-tensor, both usages) and checks forward, dgrad and wgrad against an FP64 loop over the
-// quantize layer's dequantize() of each copy read. Skips without an sm_90 GPU.
+// quantize layer's dequantize() of each copy read, also with E5M2 gradients (the HYBRID recipes'
+// E5M2 x E4M3 dgrad and wgrad). Skips without an sm_90 GPU.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>
@@ -388,8 +389,9 @@ std::string compare_fp32(const std::string& name, const DeviceArray& d, int64_t 
   return "";
 }
 
-// Forward, dgrad and wgrad on operands quantized by tessera's CPU Quantizer.
-std::string run_with_tessera_quantizer(ScalingMode mode) {
+// Forward, dgrad and wgrad on operands quantized by tessera's CPU Quantizer; dy in
+// `grad_element` (E5M2: the HYBRID recipes, dgrad and wgrad then run the E5M2 x E4M3 kind).
+std::string run_with_tessera_quantizer(ScalingMode mode, DType grad_element = DType::kFloat8E4M3) {
   const std::vector<int64_t> rows = {0, 48, 160, 0, 32};  // multiples of 16 (FP8 wgrad)
   const int64_t groups = 5, n = 144, k = 192, cap = 256;  // n: dgrad contraction, multiple of 16
   std::vector<int64_t> start(groups + 1, 0);
@@ -401,7 +403,9 @@ std::string run_with_tessera_quantizer(ScalingMode mode) {
   cfg.rowwise = cfg.columnwise = true;
   const QuantizedTensor qx = quantize_with_tessera(cfg, x, cap, k);
   const QuantizedTensor qw = quantize_with_tessera(cfg, w, groups * n, k);
-  const QuantizedTensor qdy = quantize_with_tessera(cfg, dy, cap, n);
+  QuantizerConfig grad_cfg = make_config(mode, grad_element);
+  grad_cfg.rowwise = grad_cfg.columnwise = true;
+  const QuantizedTensor qdy = quantize_with_tessera(grad_cfg, dy, cap, n);
   DeviceCopy dx(qx.view()), dw(qw.view()), ddy(qdy.view());
   const std::vector<double> x_r = dequantized(qx, false), x_c = dequantized(qx, true);
   const std::vector<double> w_r = dequantized(qw, false), w_c = dequantized(qw, true);
@@ -493,6 +497,16 @@ TEST(CudaFp8GroupedGemmTesseraQuantizer, ForwardDgradWgradPerTensor) {
   EXPECT_EQ(run_with_tessera_quantizer(ScalingMode::kTensor), "");
 }
 
+TEST(CudaFp8GroupedGemmTesseraQuantizer, HybridE5M2GradientsRowwise) {
+  if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  EXPECT_EQ(run_with_tessera_quantizer(ScalingMode::kRowwise, DType::kFloat8E5M2), "");
+}
+
+TEST(CudaFp8GroupedGemmTesseraQuantizer, HybridE5M2GradientsPerTensor) {
+  if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  EXPECT_EQ(run_with_tessera_quantizer(ScalingMode::kTensor, DType::kFloat8E5M2), "");
+}
+
 // A small forward problem on quantized operands, for the refusal checks.
 struct SmallFp8 {
   HostQuantized ha, hb;
@@ -526,12 +540,23 @@ TEST(CudaFp8GroupedGemmStatus, RefusesWhatTheFp8PathCannotRun) {
     EXPECT_EQ(can_implement(s.p, &reason), Status::kUnsupported);
     EXPECT_NE(reason.find("K-major"), std::string::npos) << reason;
   }
-  {  // E5M2 is not instantiated on CUDA
+  {  // E5M2 x E4M3 (the HYBRID backward) runs; E4M3 x E5M2 has no kernel
     SmallFp8 s;
     s.p.a.quantized.config.element = DType::kFloat8E5M2;
     s.p.a.quantized.data.dtype = DType::kFloat8E5M2;
+    EXPECT_EQ(can_implement(s.p, &reason), Status::kOk) << reason;
+    SmallFp8 t;
+    t.p.b.quantized.config.element = DType::kFloat8E5M2;
+    t.p.b.quantized.data.dtype = DType::kFloat8E5M2;
+    EXPECT_EQ(can_implement(t.p, &reason), Status::kUnsupported);
+    EXPECT_NE(reason.find("not instantiated"), std::string::npos) << reason;
+  }
+  {  // batched 3D x 3D on quantized operands: no CUDA path
+    SmallFp8 s;
+    s.p.kind = GroupedGemmKind::kBatched;
+    s.p.d = TensorView::contiguous(s.d.ptr, DType::kFloat32, {2, 16, 32}, Device::cuda(0));
     EXPECT_EQ(can_implement(s.p, &reason), Status::kUnsupported);
-    EXPECT_NE(reason.find("E4M3"), std::string::npos) << reason;
+    EXPECT_NE(reason.find("batched"), std::string::npos) << reason;
   }
   {  // rowwise scales of the wrong length
     SmallFp8 s;

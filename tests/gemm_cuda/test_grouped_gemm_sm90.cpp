@@ -32,7 +32,7 @@ struct Case {
   bool bias = false;  // FP32 bias (G, n)
   bool per_member = false;  // K-grouped operand layout
   bool end_offsets32 = false;
-  int block_n = 256;
+  int block_n = 256;          // 256: cooperative kernel, 128: ping-pong
   bool pingpong = false;     // ping-pong schedule (block_n 128) instead of cooperative
   int stages = 0;            // 0: 4 (block_n 256) or 6 (128); the launcher caps it to what fits
   int64_t capacity_pad = 0;  // extra token rows past the last offset
@@ -165,8 +165,8 @@ Result run_case(const Case& c, uint32_t seed) {
   l.a = {da.ptr, a_rows, a_cols, ld};
   l.b = {db.ptr, b_rows, b_cols, ld};
   l.a_per_member = l.b_per_member = c.per_member;
-  l.config.block_n = c.pingpong ? 128 : c.block_n;
-  l.config.pingpong = c.pingpong;
+  l.config.pingpong = c.pingpong || c.block_n == 128;  // block_n 128 is the ping-pong kernel
+  l.config.block_n = l.config.pingpong ? 128 : 256;
   l.config.stages = c.stages ? c.stages : (l.config.block_n == 256 ? 4 : 6);
   DeviceArray ws(std::vector<uint8_t>(std::max<int64_t>(sm90_workspace_bytes(l), 1) + 128));
   launch_grouped_gemm_sm90(l, test::align128(ws.ptr), sm90_workspace_bytes(l), nullptr);

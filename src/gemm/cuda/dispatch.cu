@@ -3,15 +3,18 @@
 // workspace, and enqueues everything on the stream without a device→host copy.
 //
 // Supported here (anything else answers kUnsupported with the reason):
-//   - sm_90 devices; dense BF16 A and B; D BF16/FP16/FP32 (beta = 1 into FP32), alpha,
+//   - sm_90 devices; dense A and B both BF16 or both FP16; D BF16/FP16/FP32 (beta = 1 into FP32), alpha,
 //     group_alpha, bias;
 //   - M-grouped TN (B (G, N, K)) read in place; NN (B (G, K, N), dgrad) through a batched
 //     transpose of B into the workspace;
-//   - K-grouped (wgrad): A (T, M) and B (T, N) transposed into the workspace (row stride
-//     roundup(T, 8)); device group starts must be multiples of 8 rows (16-byte TMA rule): a group
-//     that is not is written as NaN (host offsets are checked in can_implement instead).
+//   - K-grouped (wgrad): A (T, M) and B (T, N) transposed into the workspace with every group's
+//     token columns starting at a multiple of 8 (k_grouped_transpose.h: padded starts derived on
+//     the device, zero gaps), so any group sizes work, host or device offsets.
+//   - batched (3D x 3D, dense): the M-grouped kernel over (G·M, K) with the uniform starts g·M
+//     written into the workspace; A (G, K, M) and B (G, K, N) transposed there when stored so.
 //   - offsets / group_alpha in host memory are copied into the workspace (host→device only).
-//   - FP8 E4M3 quantized operands (per-tensor or rowwise scales) read in place, no transposes:
+//   - FP8 quantized operands, E4M3 × E4M3 or E5M2 × E4M3 (per-tensor or rowwise scales) read in
+//     place, no transposes:
 //     the copies and scale indexing of quantized_operands.h (forward, dgrad, wgrad);
 //     K-grouped FP8 group starts must be multiples of 16 rows.
 #include <cuda_runtime.h>
@@ -20,6 +23,7 @@
 
 #include "gemm/cuda/grouped_gemm_sm90.h"
 #include "gemm/cuda/heuristics/grouped_gemm_config.h"
+#include "gemm/cuda/k_grouped_transpose.h"
 #include "gemm/cuda/quantized_operands.h"
 #include "gemm/cuda/transpose_16bit.h"
 #include "gemm/gemm_backend.h"
@@ -36,26 +40,33 @@ int64_t round_up(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
 
 // Byte layout of the workspace: every region 256-byte aligned; absent regions have 0 bytes.
 struct WorkspaceLayout {
-  int64_t maps = 0, offsets = 0, alpha = 0, a_t = 0, b_t = 0, total = 0;
-  int64_t maps_bytes = 0, offsets_bytes = 0, alpha_bytes = 0, a_t_bytes = 0, b_t_bytes = 0;
-  int64_t ld_t = 0;  // K-grouped: row stride of the transposed operands (elements)
+  int64_t maps = 0, offsets = 0, alpha = 0, starts = 0, a_t = 0, b_t = 0, total = 0;
+  int64_t maps_bytes = 0, offsets_bytes = 0, alpha_bytes = 0, starts_bytes = 0, a_t_bytes = 0,
+          b_t_bytes = 0;
+  // K-grouped dense: row stride of the transposed operands (elements) = the padded token columns
+  // (k_grouped_padded_cols); `starts` holds the G+1 padded group starts.
+  int64_t ld_t = 0;
 };
 
 WorkspaceLayout layout_of(const GroupedGemmProblem& p, const GroupedGemmDims& d) {
   WorkspaceLayout w;
   const bool kg = p.kind == GroupedGemmKind::kKGrouped;
+  const bool batched = p.kind == GroupedGemmKind::kBatched;
   if (kg) w.maps_bytes = d.groups * (2 * 128 + 4);
-  if (p.group_offsets.device.is_cpu())
+  if (!batched && p.group_offsets.device.is_cpu())
     w.offsets_bytes = p.group_offsets.numel() * (p.group_offsets.dtype == DType::kInt64 ? 8 : 4);
   if (p.group_alpha.data != nullptr && p.group_alpha.device.is_cpu()) w.alpha_bytes = d.groups * 4;
   if (p.a.is_quantized) {
     // FP8 copies are read in place (quantized_operands.h)
   } else if (kg) {
-    w.ld_t = round_up(d.capacity > 0 ? d.capacity : 1, 8);
+    w.ld_t = gemm_cuda::k_grouped_padded_cols(d.capacity > 0 ? d.capacity : 1, d.groups);
+    w.starts_bytes = (d.groups + 1) * 8;
     w.a_t_bytes = d.m * w.ld_t * 2;
     w.b_t_bytes = d.n * w.ld_t * 2;
-  } else if (!p.transpose_b) {
-    w.b_t_bytes = d.groups * d.n * d.k * 2;
+  } else {
+    if (batched) w.starts_bytes = (d.groups + 1) * 8;  // the uniform starts g·M
+    if (batched && p.transpose_a) w.a_t_bytes = d.groups * d.m * d.k * 2;
+    if (!p.transpose_b) w.b_t_bytes = d.groups * d.n * d.k * 2;
   }
   int64_t at = 0;
   auto place = [&](int64_t bytes) {
@@ -66,6 +77,7 @@ WorkspaceLayout layout_of(const GroupedGemmProblem& p, const GroupedGemmDims& d)
   w.maps = place(w.maps_bytes);
   w.offsets = place(w.offsets_bytes);
   w.alpha = place(w.alpha_bytes);
+  w.starts = place(w.starts_bytes);
   w.a_t = place(w.a_t_bytes);
   w.b_t = place(w.b_t_bytes);
   w.total = at;
@@ -82,15 +94,20 @@ bool device_is_sm90(int ordinal) {
 // decides about them afterwards).
 std::string unsupported_reason(const GroupedGemmProblem& p, const GroupedGemmDims& d) {
   if (!device_is_sm90(p.a.device().index)) return "the CUDA grouped GEMM needs an sm_90 GPU";
-  if (p.kind == GroupedGemmKind::kBatched) return "batched (3D x 3D) GEMM is not implemented on CUDA";
   if (p.d.dtype != DType::kBFloat16 && p.d.dtype != DType::kFloat16 && p.d.dtype != DType::kFloat32)
     return "D must be BF16, FP16 or FP32";
   if (d.n % 8 != 0) return "N must be a multiple of 8 on CUDA";
   if (d.groups > 65535) return "more than 65535 groups";
+  if (p.kind == GroupedGemmKind::kBatched && (p.a.is_quantized || p.b.is_quantized))
+    return "batched (3D x 3D) GEMM with quantized operands is not implemented on CUDA (dense "
+           "BF16/FP16 is)";
   if (p.a.is_quantized || p.b.is_quantized) return {};
-  if (p.a.dense.dtype != DType::kBFloat16 || p.b.dense.dtype != DType::kBFloat16)
-    return "dense operands must be BF16 on CUDA (FP32/FP16 operands: CPU backend)";
-  if (p.kind == GroupedGemmKind::kMGrouped && d.k % 8 != 0)
+  const DType da = p.a.dense.dtype, db = p.b.dense.dtype;
+  if (da != db || (da != DType::kBFloat16 && da != DType::kFloat16))
+    return "dense operands must be both BF16 or both FP16 on CUDA, got " +
+           std::string(dtype_name(da)) + " x " + dtype_name(db) +
+           " (FP32 and mixed 16-bit operands: CPU backend)";
+  if (p.kind != GroupedGemmKind::kKGrouped && d.k % 8 != 0)
     return "K must be a multiple of 8 (16-byte TMA rows) on CUDA";
   return {};
 }
@@ -99,10 +116,13 @@ OutType out_type(DType t) {
   return t == DType::kFloat32 ? OutType::kFP32 : (t == DType::kBFloat16 ? OutType::kBF16 : OutType::kFP16);
 }
 
-// Host offsets of a K-grouped problem: every start must be 16-byte aligned (8 BF16 / 16 FP8 rows).
+// Host offsets of a K-grouped FP8 problem (read in place): every start must be 16-byte aligned
+// (16 rows). Dense operands go through the padded transposes and take any starts.
 std::string host_offsets_reason(const GroupedGemmProblem& p) {
-  if (p.kind != GroupedGemmKind::kKGrouped || !p.group_offsets.device.is_cpu()) return {};
-  const int64_t rows = p.a.is_quantized ? 16 : 8;
+  if (p.kind != GroupedGemmKind::kKGrouped || !p.group_offsets.device.is_cpu() ||
+      !p.a.is_quantized)
+    return {};
+  const int64_t rows = 16;
   for (int64_t s : host_start_offsets(p))
     if (s % rows != 0)
       return "K-grouped group starts must be multiples of " + std::to_string(rows) +
@@ -149,7 +169,7 @@ void describe_fp8(const GroupedGemmProblem& p, const GroupedGemmDims& d, Sm90Gro
   const Status s = gemm_cuda::map_fp8_problem(p, d, &m, &why);
   TESSERA_CHECK_STATUS(s == Status::kOk, s, why);
   auto& k = g->params;
-  g->elem = gemm_cuda::ElemKind::kE4M3;
+  g->elem = m.elem;
   g->a = m.a.matrix;
   g->b = m.b.matrix;
   k.scale_a = m.a.scale;
@@ -191,17 +211,63 @@ Sm90GroupedGemm describe(const GroupedGemmProblem& p, const GroupedGemmDims& d,
     k.bias_type = out_type(p.bias.dtype);
     k.bias_gs = d.n;
   }
+  if (!p.a.is_quantized && p.a.dense.dtype == DType::kFloat16) g.elem = gemm_cuda::ElemKind::kFP16;
   if (p.a.is_quantized) {
     describe_fp8(p, d, &g);
-  } else if (k.k_grouped) {
-    g.a = {at(w.a_t), d.m, d.capacity, w.ld_t};
-    g.b = {at(w.b_t), d.n, d.capacity, w.ld_t};
-  } else {
-    g.a = {p.a.dense.data, d.capacity, d.k, d.k};
+  } else if (k.k_grouped) {  // the padded layout: offsets = the padded starts, capacity = ld_t
+    k.offsets = at(w.starts);
+    k.offsets_int64 = 1;
+    k.offsets_start = 1;
+    k.capacity = w.ld_t;
+    g.a = {at(w.a_t), d.m, w.ld_t, w.ld_t};
+    g.b = {at(w.b_t), d.n, w.ld_t, w.ld_t};
+  } else {  // M-grouped; batched = M-grouped with the uniform starts g·M over (G·M, K)
+    const bool batched = p.kind == GroupedGemmKind::kBatched;
+    if (batched) {
+      k.offsets = at(w.starts);
+      k.offsets_int64 = 1;
+      k.offsets_start = 1;
+      k.capacity = d.groups * d.m;
+    }
+    const void* a = batched && p.transpose_a ? at(w.a_t) : p.a.dense.data;
+    g.a = {a, k.capacity, d.k, d.k};
     g.b = {p.transpose_b ? p.b.dense.data : at(w.b_t), d.groups * d.n, d.k, d.k};
     k.b_group_rows = d.n;
   }
   return g;
+}
+
+__global__ void uniform_starts_kernel(int64_t* starts, int64_t count, int64_t step) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < count) starts[i] = i * step;
+}
+
+// Writes the dense operands' K-major copies (and the group starts they need) into the workspace.
+void prepare_dense_operands(const GroupedGemmProblem& p, const GroupedGemmDims& dims,
+                            const WorkspaceLayout& w, char* ws, cudaStream_t s) {
+  if (p.kind == GroupedGemmKind::kKGrouped) {  // (T, M) → (M, ld_t), (T, N) → (N, ld_t)
+    gemm_cuda::DeviceGroupOffsets o;
+    o.data = w.offsets_bytes ? ws + w.offsets : p.group_offsets.data;
+    o.int64 = p.group_offsets.dtype == DType::kInt64;
+    o.start_format = p.offsets_format == GroupOffsetsFormat::kStartOffsets;
+    o.groups = dims.groups;
+    o.capacity = dims.capacity;
+    auto* starts = reinterpret_cast<int64_t*>(ws + w.starts);
+    gemm_cuda::k_grouped_padded_starts(o, starts, s);
+    gemm_cuda::k_grouped_transpose_16bit(p.a.dense.data, dims.m, o, starts, ws + w.a_t, w.ld_t, s);
+    gemm_cuda::k_grouped_transpose_16bit(p.b.dense.data, dims.n, o, starts, ws + w.b_t, w.ld_t, s);
+    return;
+  }
+  if (p.kind == GroupedGemmKind::kBatched) {
+    const int64_t count = dims.groups + 1;
+    uniform_starts_kernel<<<static_cast<unsigned>((count + 255) / 256), 256, 0, s>>>(
+        reinterpret_cast<int64_t*>(ws + w.starts), count, dims.m);
+    TESSERA_CUDA_CHECK_LAUNCH();
+    if (p.transpose_a)  // (G, K, M) → (G, M, K)
+      gemm_cuda::transpose_16bit(p.a.dense.data, ws + w.a_t, dims.groups, dims.k, dims.m, dims.k, s);
+  }
+  if (!p.transpose_b)  // (G, K, N) → (G, N, K)
+    gemm_cuda::transpose_16bit(p.b.dense.data, ws + w.b_t, dims.groups, dims.k, dims.n, dims.k, s);
 }
 
 }  // namespace
@@ -215,7 +281,7 @@ GroupedGemmConfig grouped_gemm_cuda_select_config(const GroupedGemmProblem& p,
   out.tile_n = c.block_n;
   out.tile_k = gemm_sm90::kTileKBytes / (p.a.is_quantized ? 1 : 2);
   out.stages = c.stages;
-  out.variant = (c.tma_store ? 0 : 1) | (c.pingpong ? 2 : 0);
+  out.variant = c.tma_store ? 0 : 1;
   out.cluster_m = out.cluster_n = 1;
   out.num_sms = c.num_sms;
   return out;
@@ -235,24 +301,17 @@ void grouped_gemm_cuda(const GroupedGemmProblem& p, const GroupedGemmDims& dims,
   if (w.alpha_bytes)
     TESSERA_CUDA_CHECK(cudaMemcpyAsync(ws + w.alpha, p.group_alpha.data, w.alpha_bytes,
                                        cudaMemcpyHostToDevice, s));
-  if (p.a.is_quantized) {
-    // FP8: the quantizer's copies are already K-major
-  } else if (p.kind == GroupedGemmKind::kKGrouped) {  // (T, M) → (M, ld_t), (T, N) → (N, ld_t)
-    gemm_cuda::transpose_16bit(p.a.dense.data, ws + w.a_t, 1, dims.capacity, dims.m, w.ld_t, s);
-    gemm_cuda::transpose_16bit(p.b.dense.data, ws + w.b_t, 1, dims.capacity, dims.n, w.ld_t, s);
-  } else if (!p.transpose_b) {  // (G, K, N) → (G, N, K)
-    gemm_cuda::transpose_16bit(p.b.dense.data, ws + w.b_t, dims.groups, dims.k, dims.n, dims.k, s);
-  }
+  if (!p.a.is_quantized) prepare_dense_operands(p, dims, w, ws, s);  // FP8: K-major in place
   Sm90GroupedGemm g = describe(p, dims, w, ws);
   if (p.config.is_default()) {
     g.config = gemm_cuda::select_sm90_config(g, 0);
   } else {
+    // tile_n 256: cooperative schedule; 128: ping-pong. variant bit 0: register-store epilogue.
     g.config.block_n = p.config.tile_n ? p.config.tile_n : 256;
+    g.config.pingpong = g.config.block_n == 128;
     g.config.stages = p.config.stages ? p.config.stages : (g.config.block_n == 256 ? 4 : 6);
     g.config.num_sms = p.config.num_sms;
-    // variant bit 0: register-store epilogue; bit 1: ping-pong schedule (tile_n 128)
     g.config.tma_store = (p.config.variant & 1) == 0;
-    g.config.pingpong = (p.config.variant & 2) != 0;
   }
   gemm_cuda::launch_grouped_gemm_sm90(g, ws + w.maps, w.maps_bytes, s);
 }

@@ -1,8 +1,8 @@
 // Host side of the sm90 grouped GEMM: tensor-map encoding (cuTensorMapEncodeTiled through the
 // runtime's driver entry point, so libcuda is not linked), the K-grouped setup kernel that
 // derives each group's tensor maps ON THE DEVICE from the group offsets (tensormap.replace in
-// shared memory, then tensormap.cp_fenceproxy to the workspace), and the kernel instantiations
-// (launch_for_elem).
+// shared memory, then tensormap.cp_fenceproxy to the workspace), and the kernel instantiations:
+// {BF16, FP16, E4M3 x E4M3, E5M2 x E4M3} x {cooperative 128 x 256, ping-pong 128 x 128} — eight.
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <cudaTypedefs.h>
@@ -35,7 +35,14 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
   return fn;
 }
 
-int elem_bytes(ElemKind e) { return e == ElemKind::kBF16 ? 2 : 1; }
+int elem_bytes(ElemKind e) { return e == ElemKind::kBF16 || e == ElemKind::kFP16 ? 2 : 1; }
+
+// The tensor-map element type of a kind (FP8 codes travel as bytes).
+CUtensorMapDataType map_dtype(ElemKind e) {
+  if (e == ElemKind::kBF16) return CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  if (e == ElemKind::kFP16) return CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  return CU_TENSOR_MAP_DATA_TYPE_UINT8;
+}
 
 // 2-D map over a K-major (rows, cols) matrix, box = (128 bytes of contraction, box_rows rows),
 // 128-byte swizzle, zero fill out of bounds.
@@ -52,8 +59,7 @@ CUtensorMap make_map(const KMajorMatrix& m, ElemKind e, int box_rows) {
                              static_cast<cuuint32_t>(box_rows)};
   const cuuint32_t elem_strides[2] = {1, 1};
   const CUresult r = encode_fn()(
-      &map, e == ElemKind::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_UINT8,
-      2, const_cast<void*>(m.ptr), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+      &map, map_dtype(e), 2, const_cast<void*>(m.ptr), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
       CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   TESSERA_CHECK_STATUS(r == CUDA_SUCCESS, Status::kDeviceError,
@@ -170,14 +176,28 @@ void launch_kernel(const CUtensorMap& ma, const CUtensorMap& mb, const CUtensorM
   TESSERA_CUDA_CHECK_LAUNCH();
 }
 
-// The kernel instantiations: {BF16, E4M3} x {cooperative 128, cooperative 256, ping-pong 128}.
-template <class Elem>
-void launch_for_elem(const Sm90Config& cfg, const CUtensorMap& ma, const CUtensorMap& mb,
-                     const CUtensorMap& md, const KernelParams& p, int grid, cudaStream_t stream) {
-  using gemm_sm90::Schedule;
-  if (cfg.pingpong) launch_kernel<Elem, 128, Schedule::kPingpong>(ma, mb, md, p, grid, stream);
-  else if (cfg.block_n == 256) launch_kernel<Elem, 256, Schedule::kCooperative>(ma, mb, md, p, grid, stream);
-  else launch_kernel<Elem, 128, Schedule::kCooperative>(ma, mb, md, p, grid, stream);
+// The instantiation list: every element kind the public API produces x {cooperative block_n
+// 256, ping-pong block_n 128}.
+void launch_kind(ElemKind e, bool pingpong, const CUtensorMap& ma, const CUtensorMap& mb,
+                 const CUtensorMap& md, const KernelParams& p, int grid, cudaStream_t stream) {
+  using namespace gemm_sm90;
+  constexpr Schedule kCoop = Schedule::kCooperative, kPing = Schedule::kPingpong;
+  switch (e) {
+    case ElemKind::kBF16:
+      return pingpong ? launch_kernel<ElemBF16, 128, kPing>(ma, mb, md, p, grid, stream)
+                      : launch_kernel<ElemBF16, 256, kCoop>(ma, mb, md, p, grid, stream);
+    case ElemKind::kFP16:
+      return pingpong ? launch_kernel<ElemFP16, 128, kPing>(ma, mb, md, p, grid, stream)
+                      : launch_kernel<ElemFP16, 256, kCoop>(ma, mb, md, p, grid, stream);
+    case ElemKind::kE4M3:
+      return pingpong ? launch_kernel<ElemE4M3, 128, kPing>(ma, mb, md, p, grid, stream)
+                      : launch_kernel<ElemE4M3, 256, kCoop>(ma, mb, md, p, grid, stream);
+    case ElemKind::kE5M2E4M3:
+      return pingpong ? launch_kernel<ElemE5M2E4M3, 128, kPing>(ma, mb, md, p, grid, stream)
+                      : launch_kernel<ElemE5M2E4M3, 256, kCoop>(ma, mb, md, p, grid, stream);
+  }
+  TESSERA_FAIL(Status::kInvalidArgument, "unknown grouped GEMM element kind ",
+               static_cast<int>(e));
 }
 
 }  // namespace
@@ -195,8 +215,9 @@ void launch_grouped_gemm_sm90(const Sm90GroupedGemm& g, void* workspace, int64_t
   const Sm90Config& cfg = g.config;
   TESSERA_CHECK_STATUS(cfg.block_n == 128 || cfg.block_n == 256, Status::kInvalidArgument,
                        "block_n must be 128 or 256, got ", cfg.block_n);
-  TESSERA_CHECK_STATUS(!cfg.pingpong || cfg.block_n == 128, Status::kInvalidArgument,
-                       "the ping-pong schedule needs block_n 128, got ", cfg.block_n);
+  TESSERA_CHECK_STATUS(cfg.pingpong == (cfg.block_n == 128), Status::kInvalidArgument,
+                       "block_n 128 runs the ping-pong schedule, 256 the cooperative one (got ",
+                       cfg.block_n, cfg.pingpong ? ", ping-pong)" : ", cooperative)");
   KernelParams p = g.params;
   p.stages = cfg.stages;
   TESSERA_CHECK_STATUS(p.stages >= 2 && p.stages <= gemm_sm90::kMaxStages, Status::kInvalidArgument,
@@ -256,8 +277,7 @@ void launch_grouped_gemm_sm90(const Sm90GroupedGemm& g, void* workspace, int64_t
   }
   int grid = cfg.num_sms;
   if (grid <= 0) TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&grid, cudaDevAttrMultiProcessorCount, dev));
-  if (g.elem == ElemKind::kBF16) launch_for_elem<gemm_sm90::ElemBF16>(cfg, ma, mb, md, p, grid, stream);
-  else launch_for_elem<gemm_sm90::ElemE4M3>(cfg, ma, mb, md, p, grid, stream);
+  launch_kind(g.elem, cfg.pingpong, ma, mb, md, p, grid, stream);
 }
 
 }  // namespace tessera::gemm_cuda

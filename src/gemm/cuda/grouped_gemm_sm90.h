@@ -12,7 +12,9 @@
 
 namespace tessera::gemm_cuda {
 
-enum class ElemKind : int { kBF16 = 0, kE4M3 = 1 };
+// The (A, B) element pair of a launch (kernels/sm90_mma_kinds.cuh); both operands of a kind have
+// the same byte width. kE5M2E4M3: A E5M2, B E4M3 (the HYBRID recipes' backward).
+enum class ElemKind : int { kBF16 = 0, kE4M3 = 1, kFP16 = 2, kE5M2E4M3 = 3 };
 
 // A row-major (rows, cols) matrix, cols = contraction, row stride `ld` elements.
 struct KMajorMatrix {
@@ -22,9 +24,10 @@ struct KMajorMatrix {
 
 // Tile configuration chosen by heuristics/grouped_gemm_config.h.
 struct Sm90Config {
-  int block_n = 256;  // 128 or 256
-  // Ping-pong schedule (each consumer warpgroup a whole 128 x 128 tile, in turns; block_n 128)
-  // instead of cooperative (both on one 128 x block_n tile).
+  // The two kernels: block_n 256 with pingpong = false (cooperative: both consumer warpgroups on
+  // one 128 x 256 tile) or block_n 128 with pingpong = true (each consumer warpgroup a whole
+  // 128 x 128 tile, in turns). Other pairs are refused.
+  int block_n = 256;
   bool pingpong = false;
   int stages = 4;     // capped by the launcher to what fits in shared memory
   int num_sms = 0;    // persistent CTAs (0 = all SMs)

@@ -22,18 +22,20 @@ Refusal refuse(Status s, const Parts&... parts) {
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+bool mode_supported(ScalingMode m) { return m == ScalingMode::kTensor || m == ScalingMode::kRowwise; }
+
 // The stored copy an operand reads: data (rows, cols) row-major, its scales, and how a scale is
 // indexed (stored row for kRowwise; group for kTensor with G values).
 Refusal map_operand(const GemmOperand& o, const char* name, bool want_columnwise, int64_t groups,
                     Fp8OperandMap* out) {
   const QuantizedTensorView& q = o.quantized;
   const QuantizerConfig& c = q.config;
-  if (c.mode != ScalingMode::kTensor && c.mode != ScalingMode::kRowwise)
-    return refuse(Status::kUnsupported, name, ": scaling mode ", static_cast<int>(c.mode),
+  if (!mode_supported(c.mode))
+    return refuse(Status::kUnsupported, name, ": scaling mode ", scaling_mode_name(c.mode),
                   " is not implemented on CUDA (per-tensor and rowwise FP8 are)");
-  if (c.element != DType::kFloat8E4M3)
+  if (c.element != DType::kFloat8E4M3 && c.element != DType::kFloat8E5M2)
     return refuse(Status::kUnsupported, name, ": element ", dtype_name(c.element),
-                  " is not implemented on CUDA (E4M3 × E4M3 is)");
+                  " is not implemented on CUDA (FP8 E4M3 / E5M2 are)");
   if (o.columnwise != want_columnwise)
     return refuse(Status::kUnsupported, name, ": the CUDA path reads the ",
                   want_columnwise ? "columnwise (transposed, K-major)" : "rowwise",
@@ -105,6 +107,21 @@ Refusal map_k_grouped(const GroupedGemmProblem& p, const detail::GroupedGemmDims
   return {};
 }
 
+// The kernel kind of the operands' element pair (A first).
+Refusal element_kind(const GroupedGemmProblem& p, ElemKind* out) {
+  const DType a = p.a.quantized.config.element, b = p.b.quantized.config.element;
+  if (a == DType::kFloat8E4M3 && b == DType::kFloat8E4M3) {
+    *out = ElemKind::kE4M3;
+  } else if (a == DType::kFloat8E5M2 && b == DType::kFloat8E4M3) {
+    *out = ElemKind::kE5M2E4M3;
+  } else {
+    return refuse(Status::kUnsupported, "A × B = ", dtype_name(a), " × ", dtype_name(b),
+                  " is not instantiated on CUDA (E4M3 × E4M3 and E5M2 × E4M3 are: the FP8 "
+                  "recipes' forward, and the HYBRID backward with E5M2 gradients as A)");
+  }
+  return {};
+}
+
 }  // namespace
 
 Status map_fp8_problem(const GroupedGemmProblem& p, const detail::GroupedGemmDims& d,
@@ -113,8 +130,6 @@ Status map_fp8_problem(const GroupedGemmProblem& p, const detail::GroupedGemmDim
   Refusal r;
   if (!p.a.is_quantized || !p.b.is_quantized) {
     r = refuse(Status::kDTypeMismatch, "A and B: both must be quantized");
-  } else if (p.a.quantized.config.mode != p.b.quantized.config.mode) {
-    r = refuse(Status::kUnsupported, "A and B: the CUDA path needs the same scaling mode on both");
   } else if (p.kind == GroupedGemmKind::kMGrouped) {
     r = map_m_grouped(p, d, &m);
   } else if (p.kind == GroupedGemmKind::kKGrouped) {
@@ -122,6 +137,10 @@ Status map_fp8_problem(const GroupedGemmProblem& p, const detail::GroupedGemmDim
   } else {
     r = refuse(Status::kUnsupported, "batched (3D x 3D) GEMM is not implemented on CUDA");
   }
+  // After the operands (an unsupported mode of either is named first), then the pair.
+  if (r.status == Status::kOk && p.a.quantized.config.mode != p.b.quantized.config.mode)
+    r = refuse(Status::kUnsupported, "A and B: the CUDA path needs the same scaling mode on both");
+  if (r.status == Status::kOk) r = element_kind(p, &m.elem);
   if (r.status != Status::kOk) {
     if (reason != nullptr) *reason = r.reason;
     return r.status;

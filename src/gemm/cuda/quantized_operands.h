@@ -2,7 +2,9 @@
 // which stored copy, as which K-major matrix, with which scale indexing (KernelParams' sa/sb
 // convention: scale = scale[g·gs + i·rs]). Host-only, no CUDA types.
 //
-// Supported (E4M3 × E4M3; kTensor with 1 or G scales, or kRowwise on both operands):
+// Supported element pairs (A × B): E4M3 × E4M3, and E5M2 × E4M3 (the HYBRID recipes' backward:
+// dgrad dy × W and wgrad dyᵀ × x with E5M2 gradients); kTensor with 1 or G scales, or kRowwise,
+// the same mode on both operands:
 //   M-grouped TN (forward):  A rowwise (T, K), scales per token row; B rowwise (G·N, K), scales per
 //                            weight row (g·N + n).
 //   M-grouped NN (dgrad):    A rowwise (T, K); B columnwise = the transposed copy (N, G·K) of the
@@ -31,6 +33,7 @@ struct Fp8OperandMap {
 
 struct Fp8ProblemMap {
   Fp8OperandMap a, b;
+  ElemKind elem = ElemKind::kE4M3;  // the (A, B) element pair
   int64_t b_group_rows = 0, b_group_cols = 0;  // M-grouped: B_g's coordinate offsets
 };
 

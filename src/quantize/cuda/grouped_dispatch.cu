@@ -1,15 +1,24 @@
 // Dispatcher of the grouped CUDA quantize kernels (see grouped_quantize_cuda.h): checks the
-// grouped view, builds the device member table and routes to the format folder's grouped
-// launcher. Nothing reads device memory from the host.
+// grouped view, builds the device member table and routes each scaling mode to its format
+// folder's grouped launchers, in the same passes as the per-tensor dispatcher (dispatch.cu) but
+// over all members at once. Nothing reads device memory from the host; set-up that writes
+// outputs (zeroing amax targets and padded scale matrices) runs in a kernel that honours the
+// noop flag (launch_grouped_prepare).
 #include <cuda_runtime_api.h>
+
+#include <utility>
 
 #include "quantize/cuda/grouped_quantize_cuda.h"
 #include "quantize/cuda/kernels.h"
+#include "quantize/cuda/launch_config.h"
 #include "tessera/core/cuda_check.h"
 #include "tessera/core/status.h"
 
 namespace tessera::detail {
 namespace {
+
+using cuda_quant::ceil_div;
+using cuda_quant::GroupedMeta;
 
 const int64_t* device_int64(const TensorView& v, int64_t n, const char* name) {
   TESSERA_CHECK(v.data != nullptr && v.device.is_cuda() && v.dtype == DType::kInt64 &&
@@ -19,31 +28,241 @@ const int64_t* device_int64(const TensorView& v, int64_t n, const char* name) {
   return v.as<const int64_t>();
 }
 
-}  // namespace
+float fp8_max_of(DType element) {
+  TESSERA_CHECK_STATUS(element == DType::kFloat8E4M3 || element == DType::kFloat8E5M2,
+                       Status::kDTypeMismatch, "grouped quantize: FP8 recipes take element e4m3 "
+                       "or e5m2, got ", dtype_name(element));
+  return element == DType::kFloat8E4M3 ? 448.0f : 57344.0f;
+}
 
-void grouped_quantize_contiguous_cuda(const QuantizerConfig& config, const TensorView& x,
-                                      const GroupedTensorView& out, const TensorView& noop,
-                                      Stream stream) {
-  TESSERA_CHECK(out.mode == GroupedShapeMode::kVaryingFirst ||
-                    out.mode == GroupedShapeMode::kAllSame,
-                "grouped quantize: a contiguous input needs a varying-first or all-same tensor");
-  TESSERA_CHECK(x.device.is_cuda() && x.is_contiguous(), "grouped quantize: x must be a "
-                "contiguous CUDA tensor, got ", x.to_string());
-  const int64_t K = out.logical_cols;
-  TESSERA_CHECK_STATUS(x.numel() == out.logical_rows * K, Status::kShapeMismatch,
-                       "grouped quantize: x has ", x.numel(), " elements, the grouped tensor is (",
-                       out.logical_rows, ", ", K, ")");
-  TESSERA_CHECK(config.rowwise || config.columnwise, "grouped quantize: no usage requested");
-  const int64_t n = out.num_tensors;
-  cuda_quant::GroupedMeta g;
-  g.n = n;
-  g.cols = K;
+// A per-member FP32 field (amax, columnwise_amax) of n entries, as float bits.
+uint32_t* amax_field(const TensorView& v, int64_t n, const char* name) {
+  TESSERA_CHECK(v.data != nullptr && v.device.is_cuda() && v.dtype == DType::kFloat32 &&
+                    v.numel() >= n,
+                "grouped quantize: ", name, " must be a float32 CUDA array of ", n,
+                " entries (one per member), got ",
+                v.data == nullptr ? std::string("none") : v.to_string());
+  return reinterpret_cast<uint32_t*>(v.data);
+}
+
+// Stream-ordered scratch, freed on the same stream (graph-capturable).
+class Scratch {
+ public:
+  Scratch(size_t bytes, cudaStream_t s) : stream_(s) {
+    TESSERA_CUDA_CHECK(cudaMallocAsync(&ptr_, bytes, s));
+    TESSERA_CUDA_CHECK(cudaMemsetAsync(ptr_, 0, bytes, s));
+  }
+  ~Scratch() { cudaFreeAsync(ptr_, stream_); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  uint32_t* words() const { return static_cast<uint32_t*>(ptr_); }
+
+ private:
+  void* ptr_ = nullptr;
+  cudaStream_t stream_;
+};
+
+// Usage u of `p` zeroes every member's scale matrix of `buffer` (one scale matrix =
+// scale_shape(config, rows, K, columnwise), which is one-row's matrix × ceil(rows / align)).
+void zero_scales(cuda_quant::GroupedPrepare& p, int u, const QuantizerConfig& config, int64_t K,
+                 bool columnwise, const TensorView& buffer, const int64_t* offsets) {
+  const MatrixShape one = scale_shape(config, 1, K, columnwise);
+  const ScaleSlotRule rule = grouped_scale_slot_rule(config, K, columnwise);
+  p.scales[u] = static_cast<uint8_t*>(buffer.data);
+  p.offsets[u] = offsets;
+  p.elem_bytes[u] = dtype_bytes(one.dtype, 1);
+  p.per_block[u] = one.numel();
+  p.rows_per_block[u] = rule.stride == 0 ? 0 : rule.align;
+}
+
+cuda_quant::Fp8ScaleSource fp8_rule(const QuantizerConfig& c) {
+  cuda_quant::Fp8ScaleSource src;
+  src.fp8_max = fp8_max_of(c.element);
+  src.eps = c.amax_epsilon;
+  src.pow2 = c.power_of_two_scales;
+  return src;
+}
+
+cuda_quant::Fp8GroupedCastArgs fp8_cast_args(const QuantizerConfig& c, const TensorView& x,
+                                             const GroupedTensorView& out) {
+  cuda_quant::Fp8GroupedCastArgs G;
+  G.cast.x = x.data;
+  G.cast.in = x.dtype;
+  G.cast.element = c.element;
+  G.cast.q_row = c.rowwise ? out.data.as<uint8_t>() : nullptr;
+  G.cast.q_col = c.columnwise ? out.columnwise_data.as<uint8_t>() : nullptr;
+  return G;
+}
+
+// Per-tensor FP8: current scaling = per-member amax pass + cast; delayed scaling = one cast pass
+// that also reduces each member's amax, then history slot 0 = the last member's amax.
+void grouped_fp8_tensor(const QuantizerConfig& c, const TensorView& x,
+                        const GroupedTensorView& out, const GroupedMeta& g,
+                        const GroupedDelayedState& delayed, cudaStream_t s) {
+  cuda_quant::Fp8GroupedCastArgs G = fp8_cast_args(c, x, out);
+  G.scales = cuda_quant::Fp8GroupedScales::kTensor;
+  uint32_t* amax_row = c.rowwise ? amax_field(out.amax, g.n, "amax") : nullptr;
+  uint32_t* amax_col = c.columnwise ? amax_field(out.columnwise_amax, g.n, "columnwise_amax")
+                                    : nullptr;
+  uint32_t* target = amax_row != nullptr ? amax_row : amax_col;
+  uint32_t* other = amax_row != nullptr ? amax_col : nullptr;
+  cuda_quant::GroupedPrepare p;
+  p.zero_amax[0] = target;
+  cuda_quant::Fp8ScaleSource src = fp8_rule(c);
+  if (c.delayed) {
+    TESSERA_CHECK(delayed.scale != nullptr && delayed.amax_history != nullptr,
+                  "grouped quantize: delayed scaling needs the quantizer's scale and history");
+    p.zero_amax[1] = other;
+    cuda_quant::launch_grouped_prepare(p, g, s);
+    src.scale = delayed.scale;
+    G.cast.amax_accum = target;
+    G.cast.amax_accum2 = other;
+  } else {
+    cuda_quant::launch_grouped_prepare(p, g, s);
+    cuda_quant::launch_tensor_amax_grouped(x.data, x.dtype, g, target, nullptr, s);
+    src.amax = target;
+  }
+  cuda_quant::Fp8ScaleSource col = src;
+  if (G.cast.q_row != nullptr) {
+    src.scale_inv_out = out.scale_inv.as<float>();
+    src.scale_inv_out2 = G.cast.q_col != nullptr ? out.columnwise_scale_inv.as<float>() : nullptr;
+    src.amax_out2 = c.delayed ? nullptr : reinterpret_cast<float*>(other);
+  } else {
+    col.scale_inv_out = out.columnwise_scale_inv.as<float>();
+  }
+  G.cast.row_scale = src;
+  G.cast.col_scale = col;
+  G.cast.same_scale = true;
+  cuda_quant::launch_fp8_cast_transpose_grouped(G, g, s);
+  if (c.delayed) cuda_quant::launch_grouped_last_amax(target, delayed.amax_history, g, s);
+}
+
+// Rowwise FP8 with the columnwise usage: per-row (by global row) and per-member per-column amax
+// into scratch, then the cast with the transposed copy.
+void grouped_fp8_lines(const QuantizerConfig& c, const TensorView& x,
+                       const GroupedTensorView& out, const GroupedMeta& g, cudaStream_t s) {
+  const int64_t K = g.cols;
+  Scratch amax(sizeof(uint32_t) * static_cast<size_t>(g.rows_bound + g.n * K), s);
+  uint32_t* row_amax = c.rowwise ? amax.words() : nullptr;  // (rows_bound)
+  uint32_t* col_amax = amax.words() + g.rows_bound;         // (n, K)
+  cuda_quant::launch_line_amax_grouped(x.data, x.dtype, g, row_amax, col_amax, s);
+  cuda_quant::Fp8GroupedCastArgs G = fp8_cast_args(c, x, out);
+  G.scales = cuda_quant::Fp8GroupedScales::kLine;
+  cuda_quant::Fp8ScaleSource src = fp8_rule(c);
+  src.stride = 1;
+  cuda_quant::Fp8ScaleSource col = src;
+  src.amax = row_amax;
+  src.scale_inv_out = c.rowwise ? out.scale_inv.as<float>() : nullptr;
+  col.amax = col_amax;
+  col.scale_inv_out = out.columnwise_scale_inv.as<float>();
+  G.cast.row_scale = src;
+  G.cast.col_scale = col;
+  cuda_quant::launch_fp8_cast_transpose_grouped(G, g, s);
+}
+
+// FP8 block 1x128 / 128x128: zero the members' scale matrices (padding), then one cast pass.
+void grouped_fp8_block(const QuantizerConfig& c, const TensorView& x,
+                       const GroupedTensorView& out, const GroupedMeta& g, cudaStream_t s) {
+  const bool tile = c.mode == ScalingMode::kBlock128x128;
+  cuda_quant::Fp8GroupedCastArgs G = fp8_cast_args(c, x, out);
+  G.scales = cuda_quant::Fp8GroupedScales::kBlock;
+  G.cast.block = tile ? cuda_quant::Fp8Block::k128x128 : cuda_quant::Fp8Block::k1x128;
+  G.cast.row_scale = fp8_rule(c);
+  G.cast.same_scale = tile;
+  const int64_t kb = ceil_div(g.cols, 128);
+  cuda_quant::GroupedPrepare p;
+  if (c.rowwise) {
+    G.cast.row_block_sinv = out.scale_inv.as<float>();
+    G.cast.row_block_ld = tile ? (kb + 3) / 4 * 4 : kb;
+    zero_scales(p, 0, c, g.cols, false, out.scale_inv, g.scale_offsets);
+  }
+  if (c.columnwise) {
+    G.cast.col_block_sinv = out.columnwise_scale_inv.as<float>();  // ld per member (device)
+    zero_scales(p, 1, c, g.cols, true, out.columnwise_scale_inv, g.col_scale_offsets);
+  }
+  cuda_quant::launch_grouped_prepare(p, g, s);
+  cuda_quant::launch_fp8_cast_transpose_grouped(G, g, s);
+}
+
+// NVFP4: zero the amax targets (and swizzled scale matrices), per-member amax passes (of x; of
+// the transformed transpose with RHT), then one launch per copy.
+void grouped_nvfp4(const QuantizerConfig& c, const TensorView& x, const GroupedTensorView& out,
+                   const GroupedMeta& g, cudaStream_t s) {
+  TESSERA_CHECK_STATUS(!c.rowwise || g.cols % 2 == 0, Status::kShapeMismatch,
+                       "grouped quantize: NVFP4 rowwise members need an even K (each member "
+                       "row starts on a byte), got K = ", g.cols);
+  uint32_t* amax_row = c.rowwise ? amax_field(out.amax, g.n, "amax") : nullptr;
+  uint32_t* amax_col = c.columnwise ? amax_field(out.columnwise_amax, g.n, "columnwise_amax")
+                                    : nullptr;
+  const bool sw = c.scale_layout == ScaleLayout::kSwizzled;
+  cuda_quant::GroupedPrepare p;
+  p.zero_amax[0] = amax_row;
+  p.zero_amax[1] = amax_col;
+  if (sw && c.rowwise) zero_scales(p, 0, c, g.cols, false, out.scale_inv, g.scale_offsets);
+  if (sw && c.columnwise) {
+    zero_scales(p, 1, c, g.cols, true, out.columnwise_scale_inv, g.col_scale_offsets);
+  }
+  cuda_quant::launch_grouped_prepare(p, g, s);
+  uint32_t* t1 = amax_row;
+  uint32_t* t2 = c.columnwise && !c.random_hadamard ? amax_col : nullptr;
+  if (t1 == nullptr) std::swap(t1, t2);
+  if (t1 != nullptr) cuda_quant::launch_tensor_amax_grouped(x.data, x.dtype, g, t1, t2, s);
+  cuda_quant::Nvfp4Args a;
+  a.x = x.data;
+  a.in = x.dtype;
+  a.tile16 = c.mode == ScalingMode::kNVFP4_16x16;
+  a.stochastic = c.stochastic_rounding;
+  a.seed = c.rng_seed;
+  a.offset = c.rng_offset;
+  a.padded_cols = sw ? 1 : 0;  // nonzero: swizzled (width per member on the device)
+  if (c.rowwise) {
+    a.amax = amax_row;
+    a.data = out.data.as<uint8_t>();
+    a.scale = out.scale_inv.as<uint8_t>();
+    cuda_quant::launch_nvfp4_grouped(a, g, s);
+  }
+  if (c.columnwise) {
+    a.columnwise = true;
+    a.rht = c.random_hadamard;
+    a.amax = amax_col;
+    if (a.rht) cuda_quant::launch_rht_amax_grouped(a, g, amax_col, s);
+    a.data = out.columnwise_data.as<uint8_t>();
+    a.scale = out.columnwise_scale_inv.as<uint8_t>();
+    cuda_quant::launch_nvfp4_grouped(a, g, s);
+  }
+}
+
+void grouped_mxfp8(const QuantizerConfig& config, const TensorView& x,
+                   const GroupedTensorView& out, const GroupedMeta& g, cudaStream_t s) {
+  cuda_quant::MxArgs a;
+  a.x = x.data;
+  a.in = x.dtype;
+  a.element = config.element;
+  a.tile32x32 = config.mode == ScalingMode::kMXFP8_32x32;
+  a.floor_rule = config.e8m0_rounding == E8M0Rounding::kFloor;
+  a.swizzled = config.scale_layout == ScaleLayout::kSwizzled;
+  if (config.rowwise) {
+    a.q_row = out.data.as<uint8_t>();
+    a.s_row = out.scale_inv.as<uint8_t>();
+  }
+  if (config.columnwise) {
+    a.q_col = out.columnwise_data.as<uint8_t>();
+    a.s_col = out.columnwise_scale_inv.as<uint8_t>();
+  }
+  cuda_quant::launch_mxfp8_grouped(a, g, s);
+}
+
+GroupedMeta grouped_meta(const QuantizerConfig& config, const GroupedTensorView& out,
+                         const TensorView& noop) {
+  GroupedMeta g;
+  g.n = out.num_tensors;
+  g.cols = out.logical_cols;
   g.rows_bound = out.logical_rows;
-  g.tensor_offsets = device_int64(out.tensor_offsets, n + 1, "tensor_offsets");
-  if (config.rowwise) g.scale_offsets = device_int64(out.scale_offsets, n + 1, "scale_offsets");
+  g.tensor_offsets = device_int64(out.tensor_offsets, g.n + 1, "tensor_offsets");
+  if (config.rowwise) g.scale_offsets = device_int64(out.scale_offsets, g.n + 1, "scale_offsets");
   if (config.columnwise) {
     g.col_scale_offsets =
-        device_int64(out.columnwise_scale_offsets, n + 1, "columnwise_scale_offsets");
+        device_int64(out.columnwise_scale_offsets, g.n + 1, "columnwise_scale_offsets");
   }
   if (noop.data != nullptr) {
     TESSERA_CHECK(noop.device.is_cuda() && (noop.dtype == DType::kFloat32 ||
@@ -56,40 +275,62 @@ void grouped_quantize_contiguous_cuda(const QuantizerConfig& config, const Tenso
       g.noop_i32 = noop.as<const int32_t>();
     }
   }
+  return g;
+}
+
+}  // namespace
+
+void grouped_quantize_contiguous_cuda(const QuantizerConfig& config, const TensorView& x,
+                                      const GroupedTensorView& out, const TensorView& noop,
+                                      Stream stream, const GroupedDelayedState& delayed) {
+  TESSERA_CHECK(out.mode == GroupedShapeMode::kVaryingFirst ||
+                    out.mode == GroupedShapeMode::kAllSame,
+                "grouped quantize: a contiguous input needs a varying-first or all-same tensor");
+  TESSERA_CHECK(x.device.is_cuda() && x.is_contiguous(), "grouped quantize: x must be a "
+                "contiguous CUDA tensor, got ", x.to_string());
+  const int64_t K = out.logical_cols;
+  TESSERA_CHECK_STATUS(x.numel() == out.logical_rows * K, Status::kShapeMismatch,
+                       "grouped quantize: x has ", x.numel(), " elements, the grouped tensor is (",
+                       out.logical_rows, ", ", K, ")");
+  TESSERA_CHECK(config.rowwise || config.columnwise, "grouped quantize: no usage requested");
+  const GroupedMeta g = grouped_meta(config, out, noop);
   TESSERA_CUDA_CHECK(cudaSetDevice(x.device.index));
   auto s = stream.as<cudaStream_t>();
+  const bool mxfp8 =
+      config.mode == ScalingMode::kMXFP8 || config.mode == ScalingMode::kMXFP8_32x32;
+  // Member rows are (offset difference) / K: with K = 0 they are not recoverable.
+  TESSERA_CHECK_STATUS(K > 0 || mxfp8, Status::kUnsupported, "grouped quantize: ", scaling_mode_name(config.mode),
+                       " with K = 0 has no grouped CUDA kernel (member rows cannot be derived "
+                       "from the element offsets)");
   switch (config.mode) {
+    case ScalingMode::kTensor:
+      grouped_fp8_tensor(config, x, out, g, delayed, s);
+      break;
     case ScalingMode::kRowwise:
-      TESSERA_CHECK_STATUS(!config.columnwise, Status::kUnsupported,
-                           "grouped quantize: rowwise FP8 with the columnwise usage has no grouped "
-                           "CUDA kernel yet");
-      cuda_quant::launch_fp8_rowwise_grouped(x.data, g, x.dtype, config.element,
-                                             config.amax_epsilon, config.power_of_two_scales,
-                                             out.data.as<uint8_t>(), out.scale_inv.as<float>(), s);
+      if (config.columnwise) {
+        grouped_fp8_lines(config, x, out, g, s);
+      } else {
+        cuda_quant::launch_fp8_rowwise_grouped(x.data, g, x.dtype, config.element,
+                                               config.amax_epsilon, config.power_of_two_scales,
+                                               out.data.as<uint8_t>(), out.scale_inv.as<float>(),
+                                               s);
+      }
+      break;
+    case ScalingMode::kBlock1x128:
+    case ScalingMode::kBlock128x128:
+      grouped_fp8_block(config, x, out, g, s);
       break;
     case ScalingMode::kMXFP8:
-    case ScalingMode::kMXFP8_32x32: {
-      cuda_quant::MxArgs a;
-      a.x = x.data;
-      a.in = x.dtype;
-      a.element = config.element;
-      a.tile32x32 = config.mode == ScalingMode::kMXFP8_32x32;
-      a.floor_rule = config.e8m0_rounding == E8M0Rounding::kFloor;
-      a.swizzled = config.scale_layout == ScaleLayout::kSwizzled;
-      if (config.rowwise) {
-        a.q_row = out.data.as<uint8_t>();
-        a.s_row = out.scale_inv.as<uint8_t>();
-      }
-      if (config.columnwise) {
-        a.q_col = out.columnwise_data.as<uint8_t>();
-        a.s_col = out.columnwise_scale_inv.as<uint8_t>();
-      }
-      cuda_quant::launch_mxfp8_grouped(a, g, s);
+    case ScalingMode::kMXFP8_32x32:
+      grouped_mxfp8(config, x, out, g, s);
       break;
-    }
+    case ScalingMode::kNVFP4:
+    case ScalingMode::kNVFP4_16x16:
+      grouped_nvfp4(config, x, out, g, s);
+      break;
     default:
       TESSERA_FAIL(Status::kUnsupported, "grouped quantize: scaling mode ",
-                   static_cast<int>(config.mode), " has no grouped CUDA kernel yet");
+                   scaling_mode_name(config.mode), " has no grouped CUDA kernel");
   }
 }
 

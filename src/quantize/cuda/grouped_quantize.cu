@@ -1,10 +1,11 @@
 // detail::grouped_quantize_cuda (declared in grouped/grouped_backend.h) on the CUDA kernels:
 // - one contiguous varying-first / all-same input: the persistent grouped kernels
 //   (grouped_dispatch.cu) read the DEVICE metadata, so device split sizes never sync; the noop
-//   flag is honoured on the device. Modes: rowwise FP8 (rowwise usage), MXFP8 / MXFP8 32x32
-//   with compact scales.
-// - other modes, and a list of per-member inputs: one Quantizer::quantize per member view (host
-//   metadata needed; a set noop flag cannot be honoured on that path and is refused).
+//   flag is honoured on the device. Modes: every FP8 recipe (per-tensor current and delayed,
+//   rowwise, block), MXFP8 / MXFP8 32x32 with compact scales, NVFP4 / NVFP4 16x16.
+// - other cases (a list of per-member inputs, MXFP8 swizzled, K = 0): one Quantizer::quantize
+//   per member view (host metadata needed; a set noop flag cannot be honoured on that path and
+//   is refused).
 #include <span>
 
 #include "grouped/grouped_backend.h"
@@ -14,10 +15,15 @@
 namespace tessera::detail {
 namespace {
 
-bool has_grouped_kernel(const QuantizerConfig& c) {
+bool has_grouped_kernel(const QuantizerConfig& c, int64_t cols) {
   switch (c.mode) {
+    case ScalingMode::kTensor:
     case ScalingMode::kRowwise:
-      return !c.columnwise;
+    case ScalingMode::kBlock1x128:
+    case ScalingMode::kBlock128x128:
+    case ScalingMode::kNVFP4:
+    case ScalingMode::kNVFP4_16x16:
+      return cols > 0;
     case ScalingMode::kMXFP8:
     case ScalingMode::kMXFP8_32x32:
       return c.scale_layout == ScaleLayout::kCompact;
@@ -47,15 +53,20 @@ void grouped_quantize_cuda(Quantizer& quantizer, std::span<const TensorView> inp
                           inputs[0].shape[0] == out.logical_rows &&
                           (out.mode == GroupedShapeMode::kVaryingFirst ||
                            out.mode == GroupedShapeMode::kAllSame);
-  if (contiguous && has_grouped_kernel(config) && !config.delayed) {
-    grouped_quantize_contiguous_cuda(config, inputs[0], out, noop, stream);
+  if (contiguous && has_grouped_kernel(config, out.logical_cols)) {
+    GroupedDelayedState delayed;
+    if (config.delayed) {
+      delayed.scale = quantizer.scale().as<const float>();
+      delayed.amax_history = quantizer.amax_history().as<float>();
+    }
+    grouped_quantize_contiguous_cuda(config, inputs[0], out, noop, stream, delayed);
     return;
   }
   TESSERA_CHECK_STATUS(out.host.known(), Status::kUnsupported, "grouped quantize: ",
-                       scaling_mode_name(config.mode),
-                       " has no grouped CUDA kernel and the member shapes live only on the "
-                       "device; the supported modes are rowwise FP8 (rowwise usage) and MXFP8 "
-                       "with compact scales");
+                       scaling_mode_name(config.mode), contiguous ? "" : " of a list of inputs",
+                       " has no grouped CUDA kernel here and the member shapes live only on the "
+                       "device; the grouped kernels take one contiguous input of every mode "
+                       "except MXFP8 with swizzled scales, with K > 0 (MXFP8: any K)");
   TESSERA_CHECK_STATUS(noop.data == nullptr, Status::kUnsupported, "grouped quantize: a noop "
                        "flag needs a grouped CUDA kernel; ", scaling_mode_name(config.mode),
                        " is quantized member by member here");

@@ -130,4 +130,62 @@ void launch_nvfp4(const Nvfp4Args& args, cudaStream_t stream);
 // amax of the Hadamard-transformed xᵀ into *amax (atomic max; zeroed by the caller).
 void launch_rht_amax(const Nvfp4Args& args, uint32_t* amax, cudaStream_t stream);
 
+// ---- grouped launchers of every recipe (contiguous varying-first / all-same input) -----------
+// All take whole-buffer pointers plus the device member table `g`; member i's pointers follow
+// from tensor_offsets[i] (data: elements; E2M1 data: bytes = elements / 2), scale_offsets[i] /
+// col_scale_offsets[i] (scales), i (per-member amax arrays). They run one persistent launch
+// over every member's tiles (grouped_tiles.cuh), return before any write when the noop flag is
+// set, never read or write rows past the last offset, and never sync.
+
+// How member i's FP8 scale and amax pointers follow from the whole-buffer ones.
+enum class Fp8GroupedScales : int {
+  kTensor = 0,  // per-tensor: row/col_scale.amax, row_scale.amax_out2, amax_accum(2) + i
+  kLine = 1,    // per-row / per-column: row_scale.amax + first global row, col_scale.amax + i*K
+  kBlock = 2,   // block scales: leading dims derived from the member's rows
+};
+// Both usages' scale_inv outputs are offset by scale_offsets[i] (rowwise: row_scale.scale_inv_out,
+// row_block_sinv) or col_scale_offsets[i] (columnwise: col_scale.scale_inv_out,
+// row_scale.scale_inv_out2, col_block_sinv).
+struct Fp8GroupedCastArgs {
+  Fp8CastArgs cast;  // whole buffers; rows/cols ignored
+  Fp8GroupedScales scales = Fp8GroupedScales::kTensor;
+};
+// fp8_tensor/: grouped cast / cast-transpose (per-tensor current or delayed, per-line, block).
+void launch_fp8_cast_transpose_grouped(const Fp8GroupedCastArgs& args, const GroupedMeta& g,
+                                       cudaStream_t stream);
+// fp8_tensor/: per-member amax: atomic max of member i's |x| (float bits) into target[i] and,
+// when not null, target2[i]; both zeroed before (launch_grouped_prepare).
+void launch_tensor_amax_grouped(const void* x, DType in, const GroupedMeta& g, uint32_t* target,
+                                uint32_t* target2, cudaStream_t stream);
+// fp8_rowwise/: per-row amax by global row (row_amax: rows_bound entries, may be null) and
+// per-member per-column amax (col_amax: (n, K)), atomic max into zeroed arrays.
+void launch_line_amax_grouped(const void* x, DType in, const GroupedMeta& g, uint32_t* row_amax,
+                              uint32_t* col_amax, cudaStream_t stream);
+// nvfp4/: one copy of every member. `a` holds whole buffers: a.amax = per-member amax bits (n),
+// a.data + tensor_offsets[i] / 2, a.scale + (col_)scale_offsets[i]; a.padded_cols != 0 selects
+// the swizzled layout (the padded width is then derived per member). Stochastic rounding uses
+// each member's own element stream (as alone).
+void launch_nvfp4_grouped(const Nvfp4Args& a, const GroupedMeta& g, cudaStream_t stream);
+// nvfp4/: amax of each member's Hadamard-transformed transpose into amax[i] (zeroed before).
+void launch_rht_amax_grouped(const Nvfp4Args& a, const GroupedMeta& g, uint32_t* amax,
+                             cudaStream_t stream);
+
+// Work done before a grouped launch, on the device (so that the noop flag covers it): zero the
+// per-member amax arrays and the scale matrices of every member (padding included), usage u of
+// member i being scales[u][offsets[u][i] * elem_bytes[u] ...] of elem_bytes[u] × per_block[u] ×
+// ceil(rows_i / rows_per_block[u]) bytes (per_block[u] × 1 when rows_per_block[u] == 0).
+struct GroupedPrepare {
+  uint32_t* zero_amax[2] = {nullptr, nullptr};  // (n) each, or null
+  uint8_t* scales[2] = {nullptr, nullptr};      // whole scale buffers, or null
+  const int64_t* offsets[2] = {nullptr, nullptr};
+  int64_t elem_bytes[2] = {1, 1};
+  int64_t per_block[2] = {0, 0};
+  int64_t rows_per_block[2] = {0, 0};
+};
+void launch_grouped_prepare(const GroupedPrepare& p, const GroupedMeta& g, cudaStream_t stream);
+// Delayed scaling: dst[0] = src[n - 1] (amax history slot 0 = the last member's amax, what
+// quantizing the members one after the other leaves there). Nothing when n == 0 or noop.
+void launch_grouped_last_amax(const uint32_t* src, float* dst, const GroupedMeta& g,
+                              cudaStream_t stream);
+
 }  // namespace tessera::detail::cuda_quant

@@ -6,9 +6,13 @@ matrix descriptors, accumulating into N/2 FP32 registers per thread. The registe
     python3 src/gemm/cuda/kernels/gen_wgmma_ops.py > src/gemm/cuda/kernels/wgmma_ops.cuh
 """
 
-VARIANTS = [  # (function suffix, ptx type suffix, k, transpose immediates present)
+VARIANTS = [  # (function suffix, ptx A.B type suffix, k, transpose immediates present)
     ("bf16", "bf16.bf16", 16, True),
-    ("e4m3", "e4m3.e4m3", 32, False),
+    ("f16", "f16.f16", 16, True),
+    # FP8 kinds: A element first. E5M2 x E4M3 is what the HYBRID recipes' backward passes multiply
+    # (dgrad: dy x W, wgrad: dy^T x x, dy in E5M2); the other two mixed/E5M2 kinds are not used.
+    ("e4m3_e4m3", "e4m3.e4m3", 32, False),
+    ("e5m2_e4m3", "e5m2.e4m3", 32, False),
 ]
 NS = [128, 256]
 

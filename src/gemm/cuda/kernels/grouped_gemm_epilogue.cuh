@@ -234,26 +234,46 @@ __device__ __forceinline__ void epilogue_rows_staged(const KernelParams& p,
   }
 }
 
-// Scales and writes the warpgroup's row blocks [kH0, kH1): the straight-line staged path when it
-// applies to all of them, the general one otherwise.
+// One row block kH (staged at `block`) of a tile that is not staged as a whole: nothing when it is
+// entirely past the group end, else the general path. (The staged path per block, for the full
+// blocks of a ragged tile, made ptxas spill in the ping-pong kernel: not done.)
+template <int kBlockN, int kRowBlocks, int kH>
+__device__ __forceinline__ void epilogue_one_block(const KernelParams& p, const Tile& t,
+                                                   const float (&acc)[kRowBlocks][kBlockN / 2],
+                                                   const float (&row_scale)[kRowBlocks][2],
+                                                   int64_t first_row, const float* cols,
+                                                   uint8_t* block) {
+  if (first_row + 64 * kH >= group_rows(p, t)) return;  // uniform across the warpgroup
+  epilogue_rows_general<kBlockN, kRowBlocks, kH, kH + 1>(p, t, acc, row_scale, first_row, cols,
+                                                         block);
+}
+
+// Scales and writes the warpgroup's row blocks [kH0, kH1) (block h staged at staging + (h - kH0)
+// · 64 · kBlockN · 2): the straight-line staged path for all of them when it applies to all;
+// otherwise block by block.
 template <int kBlockN, int kRowBlocks, int kH0, int kH1>
 __device__ __forceinline__ void epilogue_rows(const KernelParams& p, const Tile& t,
                                               const float (&acc)[kRowBlocks][kBlockN / 2],
                                               const float (&row_scale)[kRowBlocks][2],
                                               int64_t first_row, const float* cols,
                                               uint8_t* staging) {
-  bool staged = (t.n_blk + 1) * kBlockN <= p.n;
+  static_assert(kH1 - kH0 == 1 || kH1 - kH0 == 2, "one or two row blocks");
+  const bool full_cols = (t.n_blk + 1) * kBlockN <= p.n;
+  bool staged = full_cols;
 #pragma unroll
   for (int h = kH0; h < kH1; ++h) staged = staged && block_by_tma(p, t, first_row + 64 * h);
-  if (staged && p.out_type == OutType::kBF16)
+  if (staged && p.out_type == OutType::kBF16) {
     epilogue_rows_staged<kBlockN, kRowBlocks, kH0, kH1, OutType::kBF16>(p, acc, row_scale, cols,
                                                                        staging);
-  else if (staged)
+  } else if (staged) {
     epilogue_rows_staged<kBlockN, kRowBlocks, kH0, kH1, OutType::kFP16>(p, acc, row_scale, cols,
                                                                        staging);
-  else
-    epilogue_rows_general<kBlockN, kRowBlocks, kH0, kH1>(p, t, acc, row_scale, first_row, cols,
-                                                         staging);
+  } else {
+    epilogue_one_block<kBlockN, kRowBlocks, kH0>(p, t, acc, row_scale, first_row, cols, staging);
+    if constexpr (kH1 - kH0 == 2)
+      epilogue_one_block<kBlockN, kRowBlocks, kH0 + 1>(p, t, acc, row_scale, first_row, cols,
+                                                       staging + 64 * kBlockN * 2);
+  }
 }
 
 // Issues the TMA stores of row blocks [h0, h1) staged at `staging` (block h at (h - h0) · 64 ·

@@ -4,12 +4,12 @@
 // ring of `stages` shared-memory slots, each guarded by a full/empty mbarrier pair), warpgroups 1
 // and 2 are consumers that issue wgmma on the slots, release them, and store their accumulators
 // through the epilogue (grouped_gemm_epilogue.cuh). Two schedules (grouped_gemm_params.h):
-// cooperative (both consumers on one 128 x block_n tile, 64 rows each) and ping-pong (each
-// consumer owns whole 128 x 128 tiles, in turns, so one's epilogue overlaps the other's MMAs).
-// Tiles are numbered group by group; CTA b takes tiles b, b + gridDim.x, ... and every role walks
-// the group offsets ON THE DEVICE with the same TileWalker, so no host ever sees group sizes.
-// Template arguments: the element type (BF16 or FP8 E4M3; one stage holds 128 bytes of
-// contraction = 64 or 128 elements), the tile width and the schedule.
+// cooperative (both consumers on one 128 x 256 tile, 64 rows each) and ping-pong (each consumer
+// owns whole 128 x 128 tiles, in turns, so one's epilogue overlaps the other's MMAs). Tiles are
+// numbered group by group; CTA b takes tiles b, b + gridDim.x, ... and every role walks the group
+// offsets ON THE DEVICE with the same TileWalker, so no host ever sees group sizes. Template
+// arguments: the element kind (an (A, B) element pair of sm90_mma_kinds.cuh: BF16, FP16, or FP8;
+// one stage holds 128 bytes of contraction = 64 or 128 elements), the tile width and the schedule.
 #pragma once
 
 #include <cuda.h>
@@ -20,27 +20,10 @@
 
 #include "gemm/cuda/kernels/grouped_gemm_epilogue.cuh"
 #include "gemm/cuda/kernels/grouped_gemm_params.h"
+#include "gemm/cuda/kernels/sm90_mma_kinds.cuh"
 #include "gemm/cuda/kernels/sm90_primitives.cuh"
-#include "gemm/cuda/kernels/wgmma_ops.cuh"
 
 namespace tessera::gemm_sm90 {
-
-struct ElemBF16 {
-  static constexpr int kBytes = 2;
-  template <int N>
-  __device__ static void mma(float (&d)[N / 2], uint64_t a, uint64_t b) {
-    if constexpr (N == 256) wgmma_m64n256k16_bf16(d, a, b, 1);
-    else wgmma_m64n128k16_bf16(d, a, b, 1);
-  }
-};
-struct ElemE4M3 {
-  static constexpr int kBytes = 1;
-  template <int N>
-  __device__ static void mma(float (&d)[N / 2], uint64_t a, uint64_t b) {
-    if constexpr (N == 256) wgmma_m64n256k32_e4m3(d, a, b, 1);
-    else wgmma_m64n128k32_e4m3(d, a, b, 1);
-  }
-};
 
 // Start offset of group `i` (i in [0, G]) clamped to [0, capacity].
 __device__ __forceinline__ int64_t group_start(const KernelParams& p, int i) {

@@ -2,7 +2,8 @@
 // block per row reads the row once with 16-byte loads into registers (rows up to
 // kCached * 256 * vector elements; longer rows re-read the rest, which L2 still holds), reduces
 // the row amax, computes the scale exactly as the CPU does and writes the codes.
-// Also the per-row / per-column amax pass used before a transposed (columnwise) cast.
+// Also the per-row / per-column amax pass used before a transposed (columnwise) cast, and its
+// grouped variant on the generic driver of grouped_tiles.cuh.
 #include <cstdint>
 
 #include "quantize/cuda/device_io.cuh"
@@ -110,18 +111,22 @@ __global__ __launch_bounds__(kRowThreads) void fp8_rowwise_grouped_kernel(
 
 // Row and/or column amax over 32 x 256 tiles: a thread reads 8 consecutive elements of one row
 // per step; rows reduce through shared memory, columns through registers then shared atomics.
+// Tile (mb, kb) of the (M, K) tensor x: block-wide, called by the per-tensor kernel (tile =
+// blockIdx) and by the grouped kernel (member-local tiles and amax arrays).
+constexpr int kLineTileRows = 32, kLineTileCols = 256;
+
 template <class In>
-__global__ __launch_bounds__(kThreads) void line_amax_kernel(const In* __restrict__ x, int64_t M,
-                                                             int64_t K, uint32_t* row_amax,
-                                                             uint32_t* col_amax) {
-  constexpr int kTileRows = 32, kTileCols = 256;
+__device__ __forceinline__ void line_amax_tile(const In* __restrict__ x, int64_t M, int64_t K,
+                                               uint32_t* row_amax, uint32_t* col_amax,
+                                               int64_t mb, int64_t kb) {
+  constexpr int kTileRows = kLineTileRows, kTileCols = kLineTileCols;
   __shared__ uint32_t s_col[kTileCols];
   __shared__ uint32_t s_row[kTileRows];
   const int t = threadIdx.x;
   s_col[t] = 0;
   if (t < kTileRows) s_row[t] = 0;
   __syncthreads();
-  const int64_t m0 = int64_t{blockIdx.y} * kTileRows, k = int64_t{blockIdx.x} * kTileCols + t;
+  const int64_t m0 = mb * kTileRows, k = kb * kTileCols + t;
   uint32_t cmax = 0;
   for (int r = 0; r < kTileRows; ++r) {
     const int64_t m = m0 + r;
@@ -138,6 +143,37 @@ __global__ __launch_bounds__(kThreads) void line_amax_kernel(const In* __restric
   if (row_amax != nullptr && t < kTileRows && m0 + t < M && s_row[t] != 0) {
     atomicMax(&row_amax[m0 + t], canonical_amax(s_row[t]));
   }
+}
+
+template <class In>
+__global__ __launch_bounds__(kThreads) void line_amax_kernel(const In* __restrict__ x, int64_t M,
+                                                             int64_t K, uint32_t* row_amax,
+                                                             uint32_t* col_amax) {
+  line_amax_tile<In>(x, M, K, row_amax, col_amax, blockIdx.y, blockIdx.x);
+}
+
+// Grouped: member i's tiles with its rows' amax at row_amax[first global row + r] and its
+// column amax at col_amax[i * K + k].
+struct LineTileCount {
+  int64_t tiles_k = 0;
+  __device__ int64_t operator()(int64_t rows) const {
+    return ceil_div_device(rows, kLineTileRows) * tiles_k;
+  }
+};
+
+template <class In>
+__global__ __launch_bounds__(kThreads) void line_amax_grouped_kernel(const In* __restrict__ x,
+                                                                     GroupedMeta g,
+                                                                     LineTileCount count,
+                                                                     uint32_t* row_amax,
+                                                                     uint32_t* col_amax) {
+  extern __shared__ int32_t prefix[];  // (n + 1)
+  if (grouped_noop(g)) return;
+  grouped_for_each_tile<kThreads>(g, count, prefix, [&](int64_t i, int64_t rows, int64_t local) {
+    const int64_t off = g.tensor_offsets[i], K = g.cols;
+    line_amax_tile<In>(x + off, rows, K, row_amax != nullptr ? row_amax + off / K : nullptr,
+                       col_amax + i * K, local / count.tiles_k, local % count.tiles_k);
+  });
 }
 
 template <class In, DType DT>
@@ -203,6 +239,21 @@ void launch_fp8_rowwise(const void* x, int64_t rows, int64_t cols, DType in, DTy
       launch_rowwise_typed<In, DType::kFloat8E5M2>(p, rows, cols, 57344.0f, eps, pow2, q,
                                                    scale_inv, stream);
     }
+  });
+  TESSERA_CUDA_CHECK_LAUNCH();
+}
+
+void launch_line_amax_grouped(const void* x, DType in, const GroupedMeta& g, uint32_t* row_amax,
+                              uint32_t* col_amax, cudaStream_t stream) {
+  if (g.n == 0 || g.cols == 0) return;
+  LineTileCount count;
+  count.tiles_k = ceil_div(g.cols, kLineTileCols);
+  const unsigned grid =
+      grouped_grid(g, (ceil_div(g.rows_bound, kLineTileRows) + g.n) * count.tiles_k);
+  dispatch_float_input(in, "quantize: x", [&](auto tag) {
+    using In = typename decltype(tag)::type;
+    line_amax_grouped_kernel<In><<<grid, kThreads, grouped_prefix_bytes(g), stream>>>(
+        static_cast<const In*>(x), g, count, row_amax, col_amax);
   });
   TESSERA_CUDA_CHECK_LAUNCH();
 }

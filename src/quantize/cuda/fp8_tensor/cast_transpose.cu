@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "quantize/cuda/device_io.cuh"
+#include "quantize/cuda/grouped_tiles.cuh"
 #include "quantize/cuda/kernels.h"
 #include "quantize/cuda/launch_config.h"
 #include "tessera/core/dispatch.h"
@@ -71,9 +72,10 @@ struct BlockScratch {
   uint32_t col_part[32][kTile + 1];  // [warp * 4 + lane / 8][col]: max over its 4 rows
 };
 
-__device__ __forceinline__ void block_scales(const Fp8CastArgs& a, const float (&v)[kPatchRows][kPatchCols],
-                                             int lm, int lk, BlockScratch& bs, uint32_t* scratch,
-                                             float* s_row, float* s_col) {
+__device__ __forceinline__ void block_scales(const Fp8CastArgs& a,
+                                             const float (&v)[kPatchRows][kPatchCols], int lm,
+                                             int lk, int64_t mb, int64_t kb, BlockScratch& bs,
+                                             uint32_t* scratch, float* s_row, float* s_col) {
   const int t = threadIdx.x, warp = t / 32, lane = t % 32;
   uint32_t cm[kPatchCols] = {};
 #pragma unroll
@@ -99,7 +101,6 @@ __device__ __forceinline__ void block_scales(const Fp8CastArgs& a, const float (
     for (int l = 0; l < 32; ++l) line = max(line, bs.col_part[l][t - kTile]);
   }
   const Fp8ScaleSource& r = a.row_scale;
-  const int64_t mb = blockIdx.y, kb = blockIdx.x;
   const int64_t m0 = mb * kTile, k0 = kb * kTile;
   if (a.block == Fp8Block::k128x128) {
     const uint32_t tile = block_max<kThreads>(t < kTile ? line : 0u, scratch);
@@ -134,13 +135,16 @@ __device__ __forceinline__ void block_scales(const Fp8CastArgs& a, const float (
   __syncthreads();
 }
 
+// Tile (mb, kb) of the (a.rows, a.cols) tensor `a`: block-wide (kThreads threads), called by
+// the per-tensor kernel (tile = blockIdx) and by the grouped kernel (member-local tiles).
 template <class In, DType DT, bool kRow, bool kCol>
-__global__ __launch_bounds__(kThreads) void fp8_cast_transpose_kernel(Fp8CastArgs a, bool vec_ok) {
+__device__ __forceinline__ void cast_transpose_tile(const Fp8CastArgs& a, int64_t mb, int64_t kb,
+                                                    bool vec_ok) {
   __shared__ float s_row[kTile], s_col[kTile];
   __shared__ uint32_t scratch[kThreads / 32];
   __shared__ BlockScratch bs;
   const int64_t M = a.rows, K = a.cols;
-  const int64_t m0 = int64_t{blockIdx.y} * kTile, k0 = int64_t{blockIdx.x} * kTile;
+  const int64_t m0 = mb * kTile, k0 = kb * kTile;
   const int t = threadIdx.x;
   const bool blocked = a.block != Fp8Block::kNone;
   const int warp = t / 32, lane = t % 32;
@@ -178,10 +182,10 @@ __global__ __launch_bounds__(kThreads) void fp8_cast_transpose_kernel(Fp8CastArg
   // Scales only after the patch loads are issued: the amax / scale reads they need are global
   // loads too, and waiting for them first would leave the block idle for a full latency.
   if (blocked) {
-    block_scales(a, v, lm, lk, bs, scratch, s_row, s_col);
+    block_scales(a, v, lm, lk, mb, kb, bs, scratch, s_row, s_col);
   } else {
-    if (kRow && t < kTile) tile_scales(a.row_scale, m0, M, blockIdx.x == 0, t, s_row);
-    if (kCol && t >= kTile) tile_scales(a.col_scale, k0, K, blockIdx.y == 0, t - kTile, s_col);
+    if (kRow && t < kTile) tile_scales(a.row_scale, m0, M, kb == 0, t, s_row);
+    if (kCol && t >= kTile) tile_scales(a.col_scale, k0, K, mb == 0, t - kTile, s_col);
     __syncthreads();
   }
 
@@ -253,6 +257,103 @@ __global__ __launch_bounds__(kThreads) void fp8_cast_transpose_kernel(Fp8CastArg
   }
 }
 
+template <class In, DType DT, bool kRow, bool kCol>
+__global__ __launch_bounds__(kThreads) void fp8_cast_transpose_kernel(Fp8CastArgs a, bool vec_ok) {
+  cast_transpose_tile<In, DT, kRow, kCol>(a, blockIdx.y, blockIdx.x, vec_ok);
+}
+
+// ---- grouped: member i's arguments from the whole-buffer ones (Fp8GroupedCastArgs) ----------
+
+template <class T>
+__device__ __forceinline__ void shift(T*& p, int64_t d) {
+  if (p != nullptr) p += d;
+}
+
+template <class In>
+__device__ __forceinline__ Fp8CastArgs member_cast_args(const Fp8GroupedCastArgs& G,
+                                                        const GroupedMeta& g, int64_t i,
+                                                        int64_t rows) {
+  Fp8CastArgs m = G.cast;
+  const int64_t off = g.tensor_offsets[i], K = g.cols;
+  m.x = static_cast<const In*>(G.cast.x) + off;
+  m.rows = rows;
+  m.cols = K;
+  shift(m.q_row, off);
+  shift(m.q_col, off);
+  const int64_t so = g.scale_offsets != nullptr ? g.scale_offsets[i] : 0;
+  const int64_t cso = g.col_scale_offsets != nullptr ? g.col_scale_offsets[i] : 0;
+  shift(m.row_scale.scale_inv_out, so);
+  shift(m.row_scale.scale_inv_out2, cso);
+  shift(m.col_scale.scale_inv_out, cso);
+  shift(m.row_block_sinv, so);
+  shift(m.col_block_sinv, cso);
+  switch (G.scales) {
+    case Fp8GroupedScales::kTensor:  // one amax / amax target per member
+      shift(m.row_scale.amax, i);
+      shift(m.col_scale.amax, i);
+      shift(m.row_scale.amax_out2, i);
+      shift(m.amax_accum, i);
+      shift(m.amax_accum2, i);
+      break;
+    case Fp8GroupedScales::kLine:  // row amax per global row, column amax (n, K)
+      shift(m.row_scale.amax, off / K);
+      shift(m.col_scale.amax, i * K);
+      break;
+    case Fp8GroupedScales::kBlock: {  // the columnwise scale matrix's width follows the rows
+      const int64_t mb = ceil_div_device(rows, kTile);
+      m.col_block_ld = m.block == Fp8Block::k128x128 ? (mb + 3) / 4 * 4 : mb;
+      break;
+    }
+  }
+  return m;
+}
+
+// Tiles of a member of `rows` rows: 128 x 128 tiles; per-tensor and per-line scales also give an
+// empty member one row of tiles (its scale_inv is written as for an empty tensor alone).
+struct CastTileCount {
+  int64_t tiles_k = 0;
+  int64_t min_row_tiles = 0;
+  __device__ int64_t operator()(int64_t rows) const {
+    return max(min_row_tiles, ceil_div_device(rows, kTile)) * tiles_k;
+  }
+};
+
+template <class In, DType DT, bool kRow, bool kCol>
+__global__ __launch_bounds__(kThreads) void fp8_cast_transpose_grouped_kernel(
+    Fp8GroupedCastArgs G, GroupedMeta g, CastTileCount count, bool vec_ok) {
+  extern __shared__ int32_t prefix[];  // (n + 1)
+  if (grouped_noop(g)) return;
+  grouped_for_each_tile<kThreads>(g, count, prefix, [&](int64_t i, int64_t rows, int64_t local) {
+    const Fp8CastArgs m = member_cast_args<In>(G, g, i, rows);
+    cast_transpose_tile<In, DT, kRow, kCol>(m, local / count.tiles_k, local % count.tiles_k,
+                                            vec_ok && rows % kPatchRows == 0);
+  });
+}
+
+template <class In, DType DT>
+void launch_grouped_typed(const Fp8GroupedCastArgs& G, const GroupedMeta& g, cudaStream_t stream) {
+  const Fp8CastArgs& a = G.cast;
+  // Member offsets are multiples of K: with K % 16 == 0 every member row starts aligned.
+  const bool vec_ok = g.cols % kPatchCols == 0 && aligned16(a.x) && aligned16(a.q_row) &&
+                      aligned16(a.q_col);
+  CastTileCount count;
+  count.tiles_k = ceil_div(g.cols, kTile);
+  count.min_row_tiles = G.scales == Fp8GroupedScales::kBlock ? 0 : 1;
+  const unsigned grid =
+      grouped_grid(g, (ceil_div(g.rows_bound, kTile) + g.n) * count.tiles_k);
+  const size_t smem = grouped_prefix_bytes(g);
+  if (a.q_row != nullptr && a.q_col != nullptr) {
+    fp8_cast_transpose_grouped_kernel<In, DT, true, true>
+        <<<grid, kThreads, smem, stream>>>(G, g, count, vec_ok);
+  } else if (a.q_row != nullptr) {
+    fp8_cast_transpose_grouped_kernel<In, DT, true, false>
+        <<<grid, kThreads, smem, stream>>>(G, g, count, vec_ok);
+  } else {
+    fp8_cast_transpose_grouped_kernel<In, DT, false, true>
+        <<<grid, kThreads, smem, stream>>>(G, g, count, vec_ok);
+  }
+}
+
 template <class In, DType DT>
 void launch_typed(const Fp8CastArgs& a, cudaStream_t stream) {
   const bool vec_ok = a.rows % kPatchRows == 0 && a.cols % kPatchCols == 0 && aligned16(a.x) &&
@@ -282,6 +383,20 @@ void launch_fp8_cast_transpose(const Fp8CastArgs& a, cudaStream_t stream) {
       launch_typed<In, DType::kFloat8E4M3>(a, stream);
     } else {
       launch_typed<In, DType::kFloat8E5M2>(a, stream);
+    }
+  });
+  TESSERA_CUDA_CHECK_LAUNCH();
+}
+
+void launch_fp8_cast_transpose_grouped(const Fp8GroupedCastArgs& G, const GroupedMeta& g,
+                                       cudaStream_t stream) {
+  if (g.n == 0 || g.cols == 0) return;
+  dispatch_float_input(G.cast.in, "quantize: x", [&](auto tag) {
+    using In = typename decltype(tag)::type;
+    if (G.cast.element == DType::kFloat8E4M3) {
+      launch_grouped_typed<In, DType::kFloat8E4M3>(G, g, stream);
+    } else {
+      launch_grouped_typed<In, DType::kFloat8E5M2>(G, g, stream);
     }
   });
   TESSERA_CUDA_CHECK_LAUNCH();

@@ -8,9 +8,11 @@
 // One thread per (stripe, 16-column block) of a copy. Rowwise: lanes take consecutive blocks of a
 // row (coalesced 32-byte reads); columnwise: lanes take consecutive k (for each m the warp reads
 // 32 consecutive elements). A 16x16 tile reads its rows twice (amax, then encode; L1/L2 hits).
+// Grouped variants run the same work items per member on the generic driver (grouped_tiles.cuh).
 #include <cstdint>
 
 #include "quantize/cuda/device_io.cuh"
+#include "quantize/cuda/grouped_tiles.cuh"
 #include "quantize/cuda/kernels.h"
 #include "quantize/cuda/launch_config.h"
 #include "tessera/core/dispatch.h"
@@ -23,6 +25,7 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kBlock = 16;
+constexpr uint8_t kE4M3NanCode = 0x7F;  // decodes to NaN (formats/codecs.h)
 
 constexpr bool signs_match_rule() {
   for (int j = 0; j < 16; ++j) {
@@ -65,53 +68,68 @@ __device__ __forceinline__ void load_copy_row(const Nvfp4Args& a, int64_t r, int
   if (a.rht && c0 + kBlock <= cols) rht16(v);
 }
 
+// Work item w of one copy of `a`: stripe s (1 row, or 16 rows for 16x16 tiles) and 16-column
+// block b of the copy; encodes its elements and writes its scale. s_enc: the copy's global
+// encode scale.
 template <class In>
-__global__ __launch_bounds__(kThreads) void nvfp4_kernel(Nvfp4Args a) {
+__device__ __forceinline__ void nvfp4_item(const Nvfp4Args& a, int64_t w, float s_enc) {
   const int64_t rows = a.columnwise ? a.cols : a.rows;  // of the copy
   const int64_t cols = a.columnwise ? a.rows : a.cols;
   const int64_t nb = ceil_div_device(cols, kBlock), bh = a.tile16 ? kBlock : 1;
   const int64_t ns = ceil_div_device(rows, bh), row_bytes = ceil_div_device(cols, 2);
+  const int64_t s = a.columnwise ? w % ns : w / nb, b = a.columnwise ? w / ns : w % nb;
+  const int64_t r0 = s * bh, r1 = min(rows, r0 + bh), c0 = b * kBlock;
+  float v[kBlock];
+  uint32_t m = 0;
+  for (int64_t r = r0; r < r1; ++r) {
+    load_copy_row<In>(a, r, c0, cols, v);
+#pragma unroll
+    for (int j = 0; j < kBlock; ++j) m = max(m, abs_bits(v[j]));
+  }
+  const uint8_t s_b = scale_rules::nvfp4_block_scale(scale_rules::amax_from_abs_bits(m), s_enc);
+  const float enc = scale_rules::nvfp4_encode_scale(s_b, s_enc);
+  for (int64_t r = r0; r < r1; ++r) {
+    if (bh > 1) load_copy_row<In>(a, r, c0, cols, v);
+    uint32_t packed[2] = {0u, 0u};
+#pragma unroll
+    for (int j = 0; j < kBlock; ++j) {
+      if (c0 + j >= cols) continue;
+      const float y = scale_rules::nvfp4_clamp(v[j] * enc);
+      uint32_t code;
+      if (a.stochastic) {
+        const uint64_t e = a.stream_base + static_cast<uint64_t>(r * cols + c0 + j);
+        code = scale_rules::e2m1_stochastic(y, philox::random_bits(a.seed, a.offset, e));
+      } else {
+        code = formats::encode_e2m1(y);
+      }
+      packed[j / 8] |= code << (4 * (j % 8));
+    }
+    uint8_t* d = a.data + r * row_bytes + c0 / 2;
+    if (c0 + kBlock <= cols && (reinterpret_cast<uintptr_t>(d) & 7u) == 0) {
+      *reinterpret_cast<uint2*>(d) = make_uint2(packed[0], packed[1]);
+    } else {
+      for (int64_t j = 0; j < kBlock / 2 && c0 / 2 + j < row_bytes; ++j) {
+        d[j] = static_cast<uint8_t>(packed[j / 4] >> (8 * (j % 4)));
+      }
+    }
+    a.scale[a.padded_cols != 0 ? swizzled_offset(r, b, a.padded_cols) : r * nb + b] = s_b;
+  }
+}
+
+// Work items of one copy of an (rows, cols) tensor.
+__device__ __forceinline__ int64_t nvfp4_items(const Nvfp4Args& a) {
+  const int64_t rows = a.columnwise ? a.cols : a.rows, cols = a.columnwise ? a.rows : a.cols;
+  return ceil_div_device(rows, a.tile16 ? kBlock : 1) * ceil_div_device(cols, kBlock);
+}
+
+template <class In>
+__global__ __launch_bounds__(kThreads) void nvfp4_kernel(Nvfp4Args a) {
   const float s_enc =
       scale_rules::nvfp4_global_encode_scale(scale_rules::amax_from_abs_bits(*a.amax));
-  for (int64_t w = blockIdx.x * int64_t{kThreads} + threadIdx.x; w < ns * nb;
+  const int64_t items = nvfp4_items(a);
+  for (int64_t w = blockIdx.x * int64_t{kThreads} + threadIdx.x; w < items;
        w += int64_t{gridDim.x} * kThreads) {
-    const int64_t s = a.columnwise ? w % ns : w / nb, b = a.columnwise ? w / ns : w % nb;
-    const int64_t r0 = s * bh, r1 = min(rows, r0 + bh), c0 = b * kBlock;
-    float v[kBlock];
-    uint32_t m = 0;
-    for (int64_t r = r0; r < r1; ++r) {
-      load_copy_row<In>(a, r, c0, cols, v);
-#pragma unroll
-      for (int j = 0; j < kBlock; ++j) m = max(m, abs_bits(v[j]));
-    }
-    const uint8_t s_b = scale_rules::nvfp4_block_scale(scale_rules::amax_from_abs_bits(m), s_enc);
-    const float enc = scale_rules::nvfp4_encode_scale(s_b, s_enc);
-    for (int64_t r = r0; r < r1; ++r) {
-      if (bh > 1) load_copy_row<In>(a, r, c0, cols, v);
-      uint32_t packed[2] = {0u, 0u};
-#pragma unroll
-      for (int j = 0; j < kBlock; ++j) {
-        if (c0 + j >= cols) continue;
-        const float y = scale_rules::nvfp4_clamp(v[j] * enc);
-        uint32_t code;
-        if (a.stochastic) {
-          const uint64_t e = a.stream_base + static_cast<uint64_t>(r * cols + c0 + j);
-          code = scale_rules::e2m1_stochastic(y, philox::random_bits(a.seed, a.offset, e));
-        } else {
-          code = formats::encode_e2m1(y);
-        }
-        packed[j / 8] |= code << (4 * (j % 8));
-      }
-      uint8_t* d = a.data + r * row_bytes + c0 / 2;
-      if (c0 + kBlock <= cols && row_bytes % 8 == 0) {
-        *reinterpret_cast<uint2*>(d) = make_uint2(packed[0], packed[1]);
-      } else {
-        for (int64_t j = 0; j < kBlock / 2 && c0 / 2 + j < row_bytes; ++j) {
-          d[j] = static_cast<uint8_t>(packed[j / 4] >> (8 * (j % 4)));
-        }
-      }
-      a.scale[a.padded_cols != 0 ? swizzled_offset(r, b, a.padded_cols) : r * nb + b] = s_b;
-    }
+    nvfp4_item<In>(a, w, s_enc);
   }
 }
 
@@ -132,7 +150,148 @@ __global__ __launch_bounds__(kThreads) void rht_amax_kernel(Nvfp4Args a, uint32_
   if (threadIdx.x == 0 && m != 0) atomicMax(amax, m);
 }
 
+// ---- grouped (generic driver of grouped_tiles.cuh) ----------------------------------------
+
+// Member i's arguments: its input rows, its data bytes (tensor_offsets[i] / 2), its scales, its
+// amax entry, its own stochastic-rounding stream, its swizzled width.
+template <class In>
+__device__ __forceinline__ Nvfp4Args member_nvfp4_args(const Nvfp4Args& a, const GroupedMeta& g,
+                                                       int64_t i, int64_t rows) {
+  Nvfp4Args m = a;
+  const int64_t off = g.tensor_offsets[i];
+  m.x = static_cast<const In*>(a.x) + off;
+  m.rows = rows;
+  m.cols = g.cols;
+  m.data = a.data + off / 2;
+  m.scale = a.scale + (a.columnwise ? g.col_scale_offsets[i] : g.scale_offsets[i]);
+  m.amax = a.amax + i;
+  m.stream_base = a.columnwise ? static_cast<uint64_t>(rows * g.cols) : 0;
+  if (a.padded_cols != 0) {
+    m.padded_cols = (ceil_div_device(a.columnwise ? rows : g.cols, kBlock) + 3) / 4 * 4;
+  }
+  return m;
+}
+
+// A columnwise member that breaks the storage contract: an odd row count (its transposed rows
+// would not start on a byte) or, with the Hadamard transform, rows not a multiple of 16. The
+// host cannot see device split sizes, so such a member is not refused but POISONED: every one of
+// its scales becomes the E4M3 NaN code and no data is written, so a dequantize or GEMM of it
+// gives NaN instead of silent garbage (the CPU path refuses the same member with an error).
+__device__ __forceinline__ bool nvfp4_member_breaks_contract(const Nvfp4Args& a, int64_t rows) {
+  return a.columnwise && (rows % 2 != 0 || (a.rht && rows % kBlock != 0));
+}
+
+// Scale of work item w of a poisoned member (see nvfp4_member_breaks_contract), no data.
+__device__ __forceinline__ void nvfp4_poison_item(const Nvfp4Args& a, int64_t w) {
+  const int64_t rows = a.columnwise ? a.cols : a.rows;  // of the copy
+  const int64_t cols = a.columnwise ? a.rows : a.cols;
+  const int64_t nb = ceil_div_device(cols, kBlock), bh = a.tile16 ? kBlock : 1;
+  const int64_t ns = ceil_div_device(rows, bh);
+  const int64_t s = a.columnwise ? w % ns : w / nb, b = a.columnwise ? w / ns : w % nb;
+  const int64_t r0 = s * bh, r1 = min(rows, r0 + bh);
+  for (int64_t r = r0; r < r1; ++r) {
+    a.scale[a.padded_cols != 0 ? swizzled_offset(r, b, a.padded_cols) : r * nb + b] =
+        kE4M3NanCode;
+  }
+}
+
+// Tiles of kThreads work items.
+struct Nvfp4TileCount {
+  int64_t cols = 0;
+  bool columnwise = false, tile16 = false;
+  __device__ int64_t operator()(int64_t rows) const {
+    const int64_t copy_rows = columnwise ? cols : rows, copy_cols = columnwise ? rows : cols;
+    const int64_t items = ceil_div_device(copy_rows, tile16 ? kBlock : 1) *
+                          ceil_div_device(copy_cols, kBlock);
+    return ceil_div_device(items, kThreads);
+  }
+};
+
+template <class In>
+__global__ __launch_bounds__(kThreads) void nvfp4_grouped_kernel(Nvfp4Args a, GroupedMeta g,
+                                                                 Nvfp4TileCount count) {
+  extern __shared__ int32_t prefix[];  // (n + 1)
+  if (grouped_noop(g)) return;
+  grouped_for_each_tile<kThreads>(g, count, prefix, [&](int64_t i, int64_t rows, int64_t local) {
+    const Nvfp4Args m = member_nvfp4_args<In>(a, g, i, rows);
+    const float s_enc =
+        scale_rules::nvfp4_global_encode_scale(scale_rules::amax_from_abs_bits(*m.amax));
+    const int64_t w = local * kThreads + threadIdx.x;
+    if (w >= nvfp4_items(m)) return;
+    if (nvfp4_member_breaks_contract(m, rows)) {
+      nvfp4_poison_item(m, w);
+    } else {
+      nvfp4_item<In>(m, w, s_enc);
+    }
+  });
+}
+
+// RHT amax per member: items (k, group of 16 rows) of the member's transpose.
+struct RhtTileCount {
+  int64_t cols = 0;
+  __device__ int64_t operator()(int64_t rows) const {
+    return ceil_div_device(cols * ceil_div_device(rows, kBlock), kThreads);
+  }
+};
+
+template <class In>
+__global__ __launch_bounds__(kThreads) void rht_amax_grouped_kernel(Nvfp4Args a, GroupedMeta g,
+                                                                    RhtTileCount count,
+                                                                    uint32_t* amax) {
+  extern __shared__ int32_t prefix[];  // (n + 1)
+  __shared__ uint32_t scratch[kThreads / 32];
+  if (grouped_noop(g)) return;
+  grouped_for_each_tile<kThreads>(g, count, prefix, [&](int64_t i, int64_t rows, int64_t local) {
+    const Nvfp4Args m = member_nvfp4_args<In>(a, g, i, rows);
+    const int64_t w = local * kThreads + threadIdx.x, ng = ceil_div_device(rows, kBlock);
+    uint32_t mx = 0;
+    if (w < g.cols * ng) {
+      float v[kBlock];
+      load_copy_row<In>(m, w % g.cols, (w / g.cols) * kBlock, rows, v);
+#pragma unroll
+      for (int j = 0; j < kBlock; ++j) mx = max(mx, abs_bits(v[j]));
+    }
+    mx = canonical_amax(block_max<kThreads>(mx, scratch));
+    if (threadIdx.x == 0 && mx != 0) atomicMax(amax + i, mx);
+  });
+}
+
 }  // namespace
+
+void launch_nvfp4_grouped(const Nvfp4Args& a, const GroupedMeta& g, cudaStream_t stream) {
+  if (g.n == 0 || g.cols == 0) return;
+  Nvfp4TileCount count;
+  count.cols = g.cols;
+  count.columnwise = a.columnwise;
+  count.tile16 = a.tile16;
+  // Σ ceil(items_i / kThreads) <= items of the bound (+ one partial block row / column and one
+  // partial tile per member).
+  const int64_t bh = a.tile16 ? kBlock : 1;
+  const int64_t items_bound =
+      a.columnwise ? ceil_div(g.cols, bh) * (ceil_div(g.rows_bound, kBlock) + g.n)
+                   : (ceil_div(g.rows_bound, bh) + g.n) * ceil_div(g.cols, kBlock);
+  const unsigned grid = grouped_grid(g, ceil_div(items_bound, kThreads) + g.n);
+  dispatch_float_input(a.in, "quantize: x", [&](auto tag) {
+    using In = typename decltype(tag)::type;
+    nvfp4_grouped_kernel<In><<<grid, kThreads, grouped_prefix_bytes(g), stream>>>(a, g, count);
+  });
+  TESSERA_CUDA_CHECK_LAUNCH();
+}
+
+void launch_rht_amax_grouped(const Nvfp4Args& a, const GroupedMeta& g, uint32_t* amax,
+                             cudaStream_t stream) {
+  if (g.n == 0 || g.cols == 0) return;
+  RhtTileCount count;
+  count.cols = g.cols;
+  const int64_t items_bound = g.cols * (ceil_div(g.rows_bound, kBlock) + g.n);
+  const unsigned grid = grouped_grid(g, ceil_div(items_bound, kThreads) + g.n);
+  dispatch_float_input(a.in, "quantize: x", [&](auto tag) {
+    using In = typename decltype(tag)::type;
+    rht_amax_grouped_kernel<In><<<grid, kThreads, grouped_prefix_bytes(g), stream>>>(a, g, count,
+                                                                                   amax);
+  });
+  TESSERA_CUDA_CHECK_LAUNCH();
+}
 
 void launch_nvfp4(const Nvfp4Args& a, cudaStream_t stream) {
   if (a.rows == 0 || a.cols == 0) return;

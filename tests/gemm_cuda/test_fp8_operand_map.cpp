@@ -1,0 +1,48 @@
+// Host-only checks of how the CUDA backend maps quantized operands (quantized_operands.h): what
+// it refuses and in which order. No device is needed: the mapping reads only the views' fields.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "gemm/cuda/quantized_operands.h"
+#include "tessera/quantize/types.h"
+
+namespace tessera::test {
+namespace {
+
+GroupedGemmProblem forward_problem(ScalingMode a_mode, ScalingMode b_mode) {
+  QuantizedTensorView a, b;
+  a.config = make_config(a_mode, DType::kFloat8E4M3);
+  b.config = make_config(b_mode, DType::kFloat8E4M3);
+  a.rows = 32, a.cols = 64, b.rows = 64, b.cols = 64;
+  GroupedGemmProblem p;
+  p.kind = GroupedGemmKind::kMGrouped;
+  p.num_groups = 2;
+  p.a = GemmOperand::from_quantized(a, false);
+  p.b = GemmOperand::from_quantized(b, false);
+  return p;
+}
+
+detail::GroupedGemmDims forward_dims() {
+  detail::GroupedGemmDims d;
+  d.groups = 2;
+  d.n = 32;
+  d.k = 64;
+  d.capacity = 32;
+  return d;
+}
+
+// fp8_block's pair (1x128 activations, 128x128 weights): the refusal names the mode that has no
+// CUDA path, not the pair's mismatch.
+TEST(CudaFp8OperandMap, NamesAnUnsupportedScalingModeFirst) {
+  const GroupedGemmProblem p = forward_problem(ScalingMode::kBlock1x128, ScalingMode::kBlock128x128);
+  gemm_cuda::Fp8ProblemMap m;
+  std::string why;
+  EXPECT_EQ(gemm_cuda::map_fp8_problem(p, forward_dims(), &m, &why), Status::kUnsupported);
+  EXPECT_NE(why.find(std::string("A: scaling mode ") + scaling_mode_name(ScalingMode::kBlock1x128)),
+            std::string::npos)
+      << why;
+}
+
+}  // namespace
+}  // namespace tessera::test

@@ -1,0 +1,342 @@
+// GroupedLinear and GroupedMLP on CUDA against the same layers on the CPU (the independent
+// oracle: the CPU quantizers and the CPU grouped GEMM), same weights, data and splits (ragged,
+// an empty expert, sizes that are not multiples of 8 or 16), with the splits in host memory and
+// in device memory, two training steps (the second uses delayed scaling's calibrated scale).
+//
+// What must match, and how closely:
+// - The operands the GEMMs read (x, W, dy as quantized / cast by the recipe) must be IDENTICAL:
+//   same inputs, bit-exact codecs and scale rules on both devices.
+// - Outputs and gradients of GroupedLinear then differ only by the GEMMs' FP32 accumulation
+//   order, plus the FP8 tensor cores' shortened accumulator alignment (torch's use_fast_accum):
+//   per element |cuda - cpu| <= rel(k) · 1.25 · Σ|a||b| (+|bias|), Σ|a||b| from the unquantized
+//   inputs (1.25 covers the quantized magnitudes: E5M2 rounds by <= 2^-3, E4M3 by <= 2^-4),
+//   rel(k) = 2 (k + 4) 2^-24 (+ (k/32 + 1) 2^-12 for FP8), k = the pass's contraction length.
+// - GroupedMLP adds SwiGLU (expf on the device vs std::exp on the host: ulp differences) whose
+//   output is quantized again, so a code may move by one step: compared by SQNR (CUDA vs CPU)
+//   >= 40 dB (BF16) / 30 dB (FP8); a wrong group or scale shows as ~0 dB.
+// Recipes: every one the CUDA GEMM takes (bf16, fp8_current and fp8_delayed = HYBRID with E5M2
+// gradients, their :e4m3 forms, fp8_rowwise); others must refuse with a clear error.
+// Skips without an sm_90 GPU.
+#include <gtest/gtest.h>
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <exception>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "nn_test_util.h"
+#include "tessera/core/buffer.h"
+#include "tessera/core/status.h"
+#include "tessera/nn/grouped_linear.h"
+#include "tessera/nn/grouped_mlp.h"
+
+namespace tessera::nn::test {
+namespace {
+
+bool has_sm90() {
+  if (cuda_device_count() == 0) return false;
+  cudaDeviceProp prop{};
+  return cudaGetDeviceProperties(&prop, 0) == cudaSuccess && prop.major == 9;
+}
+
+constexpr int64_t kG = 4, kIn = 160, kOut = 96;
+const std::vector<int64_t> kSplits = {37, 0, 101, 18};  // T = 156
+constexpr int64_t kT = 156;
+
+// A float32 / int64 tensor on `dev` holding a host vector (or zeros of `count`).
+struct Tensor {
+  Buffer buf;
+  TensorView view;
+  template <class T>
+  Tensor(const std::vector<T>& host, std::initializer_list<int64_t> shape, Device dev)
+      : buf(std::max<size_t>(host.size() * sizeof(T), 4), dev) {
+    copy_bytes(buf.data(), dev, host.data(), Device::cpu(), host.size() * sizeof(T));
+    view = TensorView::contiguous(buf.data(), std::is_same_v<T, float> ? DType::kFloat32
+                                                                        : DType::kInt64,
+                                  shape, dev);
+  }
+  std::vector<float> to_host() const {
+    std::vector<float> h(static_cast<size_t>(view.numel()));
+    copy_bytes(h.data(), Device::cpu(), buf.data(), view.device, h.size() * sizeof(float));
+    return h;
+  }
+};
+
+std::vector<float> zeros(int64_t n) { return std::vector<float>(static_cast<size_t>(n), 0.0f); }
+
+bool is_fp8(const std::string& recipe) { return recipe.rfind("fp8", 0) == 0; }
+
+// The float values of the operands the GEMMs read, first `rows` rows of each.
+struct Operands {
+  std::vector<float> x_col, w_row, w_col, dy_row, dy_col;
+};
+
+std::vector<float> head(std::vector<float> v, int64_t count) {
+  v.resize(static_cast<size_t>(std::min<int64_t>(count, static_cast<int64_t>(v.size()))));
+  return v;
+}
+
+struct LinearStep {
+  std::vector<float> y, dx, dw, db;
+  Operands ops;
+};
+
+// Inputs of step s: x scaled by (1 + s/2) so delayed scaling's stale scale differs from the
+// current amax (saturating on step 1 — the same on both devices).
+std::vector<float> step_input(int step) {
+  std::vector<float> x = random_normal(kT * kIn, 41);
+  for (float& v : x) v *= 1.0f + 0.5f * static_cast<float>(step);
+  return x;
+}
+std::vector<float> grad_output() { return random_normal(kT * kOut, 42, 0.05f); }
+
+int64_t padded_total(int64_t align) {
+  int64_t t = 0;
+  for (int64_t s : kSplits) t += (s + align - 1) / align * align;
+  return t;
+}
+
+// Two training steps of GroupedLinear(kG, kIn, kOut, bias) on `dev`.
+std::vector<LinearStep> run_linear(const std::string& recipe_name, Device dev, bool device_splits) {
+  const auto recipe = make_recipe(recipe_name);
+  GroupedLinearOptions o = named("fc1");
+  o.device = dev;
+  GroupedLinear layer(kG, kIn, kOut, *recipe, true, o);
+  layer.reset_parameters(7);
+  const int64_t tp = padded_total(layer.token_alignment());
+  std::vector<int64_t> splits = kSplits;
+  Tensor splits_t(splits, {kG}, device_splits ? dev : Device::cpu());
+  std::vector<LinearStep> out;
+  for (int step = 0; step < 2; ++step) {
+    Tensor x(step_input(step), {kT, kIn}, dev), dy(grad_output(), {kT, kOut}, dev);
+    Tensor y(zeros(kT * kOut), {kT, kOut}, dev), dx(zeros(kT * kIn), {kT, kIn}, dev);
+    Tensor dw(zeros(kG * kOut * kIn), {kG, kOut, kIn}, dev), db(zeros(kG * kOut), {kG, kOut}, dev);
+    GroupedLinearContext ctx = layer.forward(x.view, splits_t.view, y.view);
+    layer.backward(ctx, dy.view, {dx.view, dw.view, db.view, false});
+    LinearStep r{y.to_host(), dx.to_host(), dw.to_host(), db.to_host(), {}};
+    r.ops.x_col = head(ctx.operand_value(SavedOperand::kInput, true), tp * kIn);
+    r.ops.w_row = ctx.operand_value(SavedOperand::kWeight, false);
+    r.ops.w_col = ctx.operand_value(SavedOperand::kWeight, true);
+    r.ops.dy_row = head(ctx.operand_value(SavedOperand::kGradOutput, false), tp * kOut);
+    r.ops.dy_col = head(ctx.operand_value(SavedOperand::kGradOutput, true), tp * kOut);
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+// Count of elements that differ at all (the operands must be identical).
+int64_t differing(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return -1;
+  int64_t n = 0;
+  for (size_t i = 0; i < a.size(); ++i) n += !(a[i] == b[i] || (std::isnan(a[i]) && std::isnan(b[i])));
+  return n;
+}
+
+double rel(int64_t k, bool fp8) {
+  return 2.0 * double(k + 4) * std::exp2(-24.0) + (fp8 ? double(k / 32 + 1) * std::exp2(-12.0) : 0.0);
+}
+
+// "" or the worst element of |cuda - cpu| > tol · bound[i]; *ratio = the worst error / bound.
+std::string within(const char* what, const std::vector<float>& cuda, const std::vector<float>& cpu,
+                   const std::vector<double>& bound, double tol, double* ratio_out) {
+  *ratio_out = INFINITY;
+  if (cuda.size() != cpu.size() || cpu.size() != bound.size()) return std::string(what) + ": sizes";
+  double worst = 0;
+  size_t at = 0;
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    const double err = std::fabs(double(cuda[i]) - cpu[i]);
+    const double ratio = std::isfinite(cuda[i]) ? err / (tol * bound[i] + 1e-30) : INFINITY;
+    if (ratio > worst) worst = ratio, at = i;
+  }
+  *ratio_out = worst;
+  if (worst <= 1.0) return "";
+  char text[200];
+  std::snprintf(text, sizeof text, "%s[%zu]: cuda %.8g cpu %.8g, error %.3g x the bound; ", what,
+                at, cuda[at], cpu[at], worst);
+  return text;
+}
+
+// Σ|a||b| bounds of every output element of the three passes, from the unquantized inputs.
+struct Bounds {
+  std::vector<double> y, dx, dw, db;
+  int64_t k_wgrad = 0;
+};
+
+Bounds bounds(const std::vector<float>& x, const std::vector<float>& dy,
+              const std::vector<float>& w, const std::vector<float>& bias) {
+  Bounds b;
+  b.y.assign(kT * kOut, 0.0);
+  b.dx.assign(kT * kIn, 0.0);
+  b.dw.assign(kG * kOut * kIn, 0.0);
+  b.db.assign(kG * kOut, 0.0);
+  int64_t start = 0;
+  for (int64_t g = 0; g < kG; ++g) {
+    b.k_wgrad = std::max(b.k_wgrad, kSplits[g]);
+    for (int64_t t = start; t < start + kSplits[g]; ++t)
+      for (int64_t o = 0; o < kOut; ++o) {
+        const double d = std::fabs(dy[t * kOut + o]);
+        double sy = std::fabs(bias[g * kOut + o]);
+        for (int64_t i = 0; i < kIn; ++i) {
+          const double wv = std::fabs(w[(g * kOut + o) * kIn + i]), xv = std::fabs(x[t * kIn + i]);
+          sy += 1.25 * xv * wv;
+          b.dx[t * kIn + i] += 1.25 * d * wv;
+          b.dw[(g * kOut + o) * kIn + i] += 1.25 * d * xv;
+        }
+        b.y[t * kOut + o] = sy;
+        b.db[g * kOut + o] += d;
+      }
+    start += kSplits[g];
+  }
+  return b;
+}
+
+std::string compare_linear_steps(const std::string& recipe, bool device_splits) {
+  const std::vector<LinearStep> cpu = run_linear(recipe, Device::cpu(), false);
+  const std::vector<LinearStep> gpu = run_linear(recipe, Device::cuda(0), device_splits);
+  GroupedLinear ref(kG, kIn, kOut, *make_recipe(recipe), true);
+  ref.reset_parameters(7);
+  const std::vector<float> w(ref.weight().as<float>(), ref.weight().as<float>() + kG * kOut * kIn);
+  const std::vector<float> bias(ref.bias().as<float>(), ref.bias().as<float>() + kG * kOut);
+  const bool fp8 = is_fp8(recipe);
+  std::string err;
+  for (int step = 0; step < 2; ++step) {
+    const LinearStep &c = cpu[step], &d = gpu[step];
+    const std::string at = " (step " + std::to_string(step) + ")";
+    const int64_t nx = differing(d.ops.x_col, c.ops.x_col), nwr = differing(d.ops.w_row, c.ops.w_row),
+                  nwc = differing(d.ops.w_col, c.ops.w_col), ndr = differing(d.ops.dy_row, c.ops.dy_row),
+                  ndc = differing(d.ops.dy_col, c.ops.dy_col);
+    if (nx || nwr || nwc || ndr || ndc)
+      err += "operands differ" + at + ": x col " + std::to_string(nx) + ", W row " +
+             std::to_string(nwr) + ", W col " + std::to_string(nwc) + ", dy row " +
+             std::to_string(ndr) + ", dy col " + std::to_string(ndc) + "; ";
+    const Bounds b = bounds(step_input(step), grad_output(), w, bias);
+    double r[4];
+    err += within(("y" + at).c_str(), d.y, c.y, b.y, rel(kIn, fp8), &r[0]);
+    err += within(("dx" + at).c_str(), d.dx, c.dx, b.dx, rel(kOut, fp8), &r[1]);
+    err += within(("dw" + at).c_str(), d.dw, c.dw, b.dw, rel(b.k_wgrad + 16, fp8), &r[2]);
+    err += within(("db" + at).c_str(), d.db, c.db, b.db, rel(kT, false), &r[3]);
+    std::printf("  %-18s %-6s step %d: worst |cuda - cpu| / bound: y %.3g dx %.3g dw %.3g db %.3g; "
+                "operands differing: %lld\n", recipe.c_str(), device_splits ? "device" : "host",
+                step, r[0], r[1], r[2], r[3], (long long)(nx + nwr + nwc + ndr + ndc));
+  }
+  return err;
+}
+
+// One recipe's comparison; an exception becomes the failure text (the other recipes still run).
+std::string compare_linear(const std::string& recipe, bool device_splits) {
+  try {
+    return compare_linear_steps(recipe, device_splits);
+  } catch (const std::exception& e) {
+    return std::string("threw: ") + e.what();
+  }
+}
+
+// Recipes the CUDA grouped GEMM takes.
+std::vector<std::string> cuda_recipes() {
+  return {"bf16", "fp8_current", "fp8_delayed", "fp8_rowwise", "fp8_current:e4m3",
+          "fp8_delayed:e4m3"};
+}
+
+TEST(GroupedLinearCuda, MatchesCpuWithHostSplits) {
+  if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  for (const std::string& r : cuda_recipes()) EXPECT_EQ(compare_linear(r, false), "") << r;
+}
+
+TEST(GroupedLinearCuda, MatchesCpuWithDeviceSplits) {
+  if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  for (const std::string& r : cuda_recipes()) EXPECT_EQ(compare_linear(r, true), "") << r;
+}
+
+// Recipes without a CUDA GEMM path stop with an error naming the refusal, never garbage.
+TEST(GroupedLinearCuda, RecipesWithoutACudaGemmRefuseClearly) {
+  if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  for (const std::string name : {"fp8_block", "mxfp8", "fp32"}) {
+    GroupedLinearOptions o = named("fc1");
+    o.device = Device::cuda(0);
+    GroupedLinear layer(kG, kIn, kOut, *make_recipe(name), false, o);
+    std::vector<int64_t> splits = kSplits;
+    Tensor s(splits, {kG}, Device::cpu());
+    Tensor x(step_input(0), {kT, kIn}, o.device), y(zeros(kT * kOut), {kT, kOut}, o.device);
+    try {
+      layer.forward(x.view, s.view, y.view);
+      ADD_FAILURE() << name << ": forward ran on CUDA";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), Status::kUnsupported) << name << ": " << e.what();
+      EXPECT_NE(std::string(e.what()).find("CUDA"), std::string::npos) << e.what();
+    }
+  }
+}
+
+struct MlpStep {
+  std::vector<float> y, dx, dp, dw1, dw2;
+};
+
+constexpr int64_t kHidden = 96, kFfn = 80;
+
+std::vector<MlpStep> run_mlp(const std::string& recipe_name, Device dev, bool device_splits) {
+  GroupedMLPOptions o;
+  o.device = dev;
+  GroupedMLP mlp(kG, kHidden, kFfn, *make_recipe(recipe_name), o);
+  mlp.reset_parameters(5);
+  std::vector<int64_t> splits = kSplits;
+  Tensor splits_t(splits, {kG}, device_splits ? dev : Device::cpu());
+  std::vector<MlpStep> out;
+  for (int step = 0; step < 2; ++step) {
+    Tensor x(random_normal(kT * kHidden, 31 + step), {kT, kHidden}, dev);
+    Tensor dy(random_normal(kT * kHidden, 32), {kT, kHidden}, dev);
+    Tensor p(random_normal(kT, 33, 0.3f), {kT}, dev), y(zeros(kT * kHidden), {kT, kHidden}, dev);
+    Tensor dx(zeros(kT * kHidden), {kT, kHidden}, dev), dp(zeros(kT), {kT}, dev);
+    Tensor dw1(zeros(kG * 2 * kFfn * kHidden), {kG, 2 * kFfn, kHidden}, dev);
+    Tensor dw2(zeros(kG * kHidden * kFfn), {kG, kHidden, kFfn}, dev);
+    GroupedMLPContext ctx = mlp.forward(x.view, splits_t.view, p.view, y.view);
+    GroupedMLPGrads g;
+    g.dx = dx.view;
+    g.dprobs = dp.view;
+    g.fc1_dw = dw1.view;
+    g.fc2_dw = dw2.view;
+    mlp.backward(ctx, dy.view, g);
+    out.push_back({y.to_host(), dx.to_host(), dp.to_host(), dw1.to_host(), dw2.to_host()});
+  }
+  return out;
+}
+
+TEST(GroupedMLPCuda, MatchesCpu) {
+  if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  std::printf("GroupedMLP G=%lld hidden=%lld ffn=%lld splits 37,0,101,18: SQNR dB CUDA vs CPU "
+              "(step 1)\n  %-18s %-6s %8s %8s %8s %8s %8s\n", (long long)kG, (long long)kHidden,
+              (long long)kFfn, "recipe", "splits", "y", "dX", "dprobs", "fc1 dW", "fc2 dW");
+  for (const std::string& r : cuda_recipes()) {
+    const double bar = is_fp8(r) ? 30.0 : 40.0;
+    const std::vector<MlpStep> cpu = run_mlp(r, Device::cpu(), false);
+    for (bool device_splits : {false, true}) {
+      std::vector<MlpStep> gpu;
+      try {
+        gpu = run_mlp(r, Device::cuda(0), device_splits);
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << r << (device_splits ? " device" : " host") << " splits threw: " << e.what();
+        continue;
+      }
+      for (int step = 0; step < 2; ++step) {
+        const MlpStep &c = cpu[step], &d = gpu[step];
+        const double s[5] = {sqnr_db(c.y, d.y), sqnr_db(c.dx, d.dx), sqnr_db(c.dp, d.dp),
+                             sqnr_db(c.dw1, d.dw1), sqnr_db(c.dw2, d.dw2)};
+        if (step == 1)
+          std::printf("  %-18s %-6s %8.1f %8.1f %8.1f %8.1f %8.1f\n", r.c_str(),
+                      device_splits ? "device" : "host", s[0], s[1], s[2], s[3], s[4]);
+        for (double v : s)
+          EXPECT_GE(v, bar) << r << (device_splits ? " device" : " host") << " splits, step "
+                            << step;
+        EXPECT_TRUE(all_finite(d.y) && all_finite(d.dx) && all_finite(d.dw1) && all_finite(d.dw2))
+            << r;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tessera::nn::test
