@@ -7,8 +7,9 @@
 // - big groups (> 1024 rows or tokens per group, Mixtral) and enough 256-wide tiles to fill the
 //   SMs twice: cooperative 256, 3 stages (TMA-store epilogue) or 4 (register epilogue);
 // - M-grouped (forward, dgrad) with small groups: ping-pong, 6 stages (one 64-row staging block),
-//   when a tile's contraction is at least 1536 bytes (12 stages of 128 B); shorter contractions
-//   (Qwen3 fc2 FP8, K = 768 bytes) ran best cooperative 256;
+//   up to 8192 bytes of contraction per row (64 stages of 128 B); above, the epilogue is a small
+//   part of a tile and cooperative 256 (fewer bytes loaded per FLOP) won (DSv3 fc1 BF16,
+//   K = 14336 bytes: 661 vs 541 TFLOP/s; FP8, 7168 bytes: tie);
 // - K-grouped (wgrad) with small groups: ping-pong with 5 stages (the whole tile staged, one bulk
 //   store) up to 384 tokens per group (Qwen3), cooperative 256 above (DSv3: 512).
 // - one persistent CTA per SM.
@@ -40,7 +41,7 @@ Sm90Config select_sm90_config(const Sm90GroupedGemm& g, int num_sms) {
   const int elem_bytes = g.elem == ElemKind::kBF16 || g.elem == ElemKind::kFP16 ? 2 : 1;
   bool pingpong = false;
   if (small && p.k_grouped) pingpong = per_group <= 384 || p.n <= 128 || tiles256 < 2 * num_sms;
-  if (small && !p.k_grouped) pingpong = p.k * elem_bytes >= 1536 || p.n <= 128 || tiles256 < 2 * num_sms;
+  if (small && !p.k_grouped) pingpong = p.k * elem_bytes <= 8192 || p.n <= 128 || tiles256 < 2 * num_sms;
   c.pingpong = pingpong;
   c.block_n = pingpong ? 128 : 256;
   if (pingpong) c.stages = p.k_grouped ? 5 : 6;
