@@ -96,7 +96,8 @@ Result run_case(const Case& c, uint32_t seed) {
   const int64_t sb_count = c.scales == 1 ? (c.k_grouped ? c.n : groups * c.n) : groups;
   std::vector<float> sa(sa_count), sb(sb_count), galpha(groups);
   // FP16 D holds at most 65504: FP8 products (codes up to 448 · 448) get A scales 2^-12 then.
-  const float sa_mul = c.out == gemm_sm90::OutType::kFP16 && c.elem == ElemKind::kE4M3 ? 1.0f / 4096 : 1.0f;
+  const bool fp8_to_fp16 = c.out == gemm_sm90::OutType::kFP16 && c.elem == ElemKind::kE4M3;
+  const float sa_mul = fp8_to_fp16 ? 1.0f / 4096 : 1.0f;
   for (auto& v : sa) v = ud(rng) * sa_mul;
   for (auto& v : sb) v = ud(rng);
   for (auto& v : galpha) v = ud(rng);
@@ -114,7 +115,9 @@ Result run_case(const Case& c, uint32_t seed) {
 
   DeviceArray da(a_bytes), db(b_bytes), dsa(sa), dsb(sb), dal(galpha);
   const bool out_fp16 = c.out == gemm_sm90::OutType::kFP16;
-  auto to_float16 = [&](float v) { return out_fp16 ? fp16::from_float(v).to_float() : bf16::from_float(v).to_float(); };
+  auto to_float16 = [&](float v) {
+    return out_fp16 ? fp16::from_float(v).to_float() : bf16::from_float(v).to_float();
+  };
   std::vector<uint16_t> d0_half(d0.size());
   for (size_t i = 0; i < d0.size(); ++i)
     d0_half[i] = out_fp16 ? fp16::from_float(d0[i]).bits : bf16::from_float(d0[i]).bits;
@@ -231,7 +234,8 @@ void expect_case(const Case& c, const char* name) {
     Case v = c;
     v.pingpong = variant > 0;
     if (variant > 0) v.stages = variant == 1 ? 4 : 6;
-    const char* tag = variant == 0 ? "" : (variant == 1 ? " (ping-pong, 4 stages)" : " (ping-pong, 6 stages)");
+    const char* tag =
+        variant == 0 ? "" : (variant == 1 ? " (ping-pong, 4 stages)" : " (ping-pong, 6 stages)");
     const Result r = run_case(v, 1234);
     EXPECT_LT(r.rel_err, budget(v)) << name << tag;
     EXPECT_EQ(r.bad_untouched, 0) << name << tag << ": rows past the last offset were written";

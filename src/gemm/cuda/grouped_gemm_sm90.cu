@@ -230,11 +230,13 @@ void launch_grouped_gemm_sm90(const Sm90GroupedGemm& g, void* workspace, int64_t
                                      : gemm_sm90::Schedule::kCooperative;
   int dev = 0, smem_max = 0;
   TESSERA_CUDA_CHECK(cudaGetDevice(&dev));
-  TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  TESSERA_CUDA_CHECK(
+      cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   // Ping-pong stages its whole 128-row tile when the requested stages fit that way, else one
   // 64-row block at a time.
   p.staging_blocks = cfg.pingpong ? 2 : 1;
-  if (p.staging_blocks == 2 && smem_bytes(p, cfg.block_n, schedule) > smem_max) p.staging_blocks = 1;
+  if (p.staging_blocks == 2 && smem_bytes(p, cfg.block_n, schedule) > smem_max)
+    p.staging_blocks = 1;
   while (p.stages > 2 && smem_bytes(p, cfg.block_n, schedule) > smem_max) --p.stages;
   CUtensorMap md{};
   if (p.tma_store) md = make_store_map(p, p.k_grouped ? int64_t{p.num_groups} * p.m : p.capacity);
@@ -276,7 +278,8 @@ void launch_grouped_gemm_sm90(const Sm90GroupedGemm& g, void* workspace, int64_t
     p.b_k_origin_start = g.b_per_member ? 0 : 1;
   }
   int grid = cfg.num_sms;
-  if (grid <= 0) TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&grid, cudaDevAttrMultiProcessorCount, dev));
+  if (grid <= 0)
+    TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&grid, cudaDevAttrMultiProcessorCount, dev));
   launch_kind(g.elem, cfg.pingpong, ma, mb, md, p, grid, stream);
 }
 

@@ -40,8 +40,9 @@ Sm90Config select_sm90_config(const Sm90GroupedGemm& g, int num_sms) {
   const bool small = p.n <= 128 || tiles256 < 2 * num_sms || per_group <= 1024;
   const int elem_bytes = g.elem == ElemKind::kBF16 || g.elem == ElemKind::kFP16 ? 2 : 1;
   bool pingpong = false;
-  if (small && p.k_grouped) pingpong = per_group <= 384 || p.n <= 128 || tiles256 < 2 * num_sms;
-  if (small && !p.k_grouped) pingpong = p.k * elem_bytes <= 8192 || p.n <= 128 || tiles256 < 2 * num_sms;
+  const bool few_tiles = p.n <= 128 || tiles256 < 2 * num_sms;
+  if (small && p.k_grouped) pingpong = per_group <= 384 || few_tiles;
+  if (small && !p.k_grouped) pingpong = p.k * elem_bytes <= 8192 || few_tiles;
   c.pingpong = pingpong;
   c.block_n = pingpong ? 128 : 256;
   if (pingpong) c.stages = p.k_grouped ? 5 : 6;

@@ -70,7 +70,8 @@ __device__ __forceinline__ void epilogue_prefetch(const KernelParams& p, const T
       const int64_t r = first_row + h * 64 + warp * 16 + lane / 4 + 8 * i;
       const int64_t scale_row = p.k_grouped ? r : t.start + r;
       pre.row_scale[h][i] = alpha;
-      if (r < rows && p.scale_a) pre.row_scale[h][i] *= p.scale_a[t.g * p.sa_gs + scale_row * p.sa_rs];
+      if (r < rows && p.scale_a)
+        pre.row_scale[h][i] *= p.scale_a[t.g * p.sa_gs + scale_row * p.sa_rs];
     }
   }
 #pragma unroll
@@ -324,7 +325,8 @@ __device__ __forceinline__ void tile_epilogue(const KernelParams& p, const CUten
                                                       staging);
     if (p.tma_store) fence_async_shared();
     named_barrier(bar, 128);  // staging complete; column vectors free for the next tile
-    if (p.tma_store && tid == 0) store_staged<kBlockN>(p, map_d, t, first_row, 0, kRowBlocks, staging);
+    if (p.tma_store && tid == 0)
+      store_staged<kBlockN>(p, map_d, t, first_row, 0, kRowBlocks, staging);
   } else {  // one staging block: block 0, its stores, wait until they have read it, block 1
     epilogue_rows<kBlockN, kRowBlocks, 0, 1>(p, t, acc, pre.row_scale, first_row, cols, staging);
     if (p.tma_store) fence_async_shared();

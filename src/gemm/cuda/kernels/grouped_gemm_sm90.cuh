@@ -290,7 +290,8 @@ __global__ void __launch_bounds__(kNumThreads, 1)
   __syncthreads();
   if (wg == 0) {
     regs_dealloc<40>();
-    if (threadIdx.x == 0) producer_loop<Elem, kBlockN>(p, &map_a, &map_b, smem_a, smem_b, full, empty);
+    if (threadIdx.x == 0)
+      producer_loop<Elem, kBlockN>(p, &map_a, &map_b, smem_a, smem_b, full, empty);
   } else {
     regs_alloc<232>();
     const int cw = wg - 1;
