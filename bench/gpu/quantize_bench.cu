@@ -3,10 +3,12 @@
 // bytes the kernels actually move (reads + writes, every pass counted). Before timing, each case
 // is validated byte for byte against the CPU backend on a 1024 x 7168 input. One JSON line per
 // case on stdout; bench/gpu/quantize.sh adds the torch.compile baseline measured in the same run.
+// QUANTIZE_BENCH_FILTER=text runs only the cases whose name contains text.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -72,9 +74,11 @@ std::vector<Case> cases() {
   d.delayed = true;
   v.push_back({"fp8_delayed both = quantize+transpose (one pass)", d, 4.0, 0});
   v.push_back({"mxfp8 rowwise", cfg(ScalingMode::kMXFP8, true, false), 3.0 + 1.0 / 32, 0});
-  v.push_back({"mxfp8 both", cfg(ScalingMode::kMXFP8, true, true), 4.0 + 2.0 / 32, 0});
-  QuantizerConfig sw = cfg(ScalingMode::kMXFP8, true, true);
+  QuantizerConfig sw = cfg(ScalingMode::kMXFP8, true, false);
   sw.scale_layout = ScaleLayout::kSwizzled;
+  v.push_back({"mxfp8 rowwise, swizzled scales", sw, 3.0 + 1.0 / 32, 0});
+  v.push_back({"mxfp8 both", cfg(ScalingMode::kMXFP8, true, true), 4.0 + 2.0 / 32, 0});
+  sw.columnwise = true;
   v.push_back({"mxfp8 both, swizzled scales", sw, 4.0 + 2.0 / 32, 0});
   v.push_back({"fp8_block1x128 both", cfg(ScalingMode::kBlock1x128, true, true), 4.0 + 8.0 / 128, 0});
   v.push_back({"fp8_block128x128 both", cfg(ScalingMode::kBlock128x128, true, true), 4.0, 0});
@@ -171,7 +175,10 @@ int main() {
     std::printf("{\"name\": \"device copy 16384x7168 bf16\", \"us\": %.2f, \"tbps\": %.3f, \"valid\": \"-\"}\n",
                 us, 4.0 * n / us / 1e6);
   }
+  // QUANTIZE_BENCH_FILTER=text: only the cases whose name contains text (kernel variants).
+  const char* filter = std::getenv("QUANTIZE_BENCH_FILTER");
   for (const Case& c : cases()) {
+    if (filter != nullptr && c.name.find(filter) == std::string::npos) continue;
     const std::string valid = validate(c, xbuf.as<uint16_t>());
     if (valid.rfind("error", 0) == 0) {
       std::printf("{\"name\": \"%s\", \"us\": 0, \"tbps\": 0, \"valid\": \"%s\"}\n", c.name.c_str(),

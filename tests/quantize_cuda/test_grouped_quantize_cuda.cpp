@@ -1,8 +1,9 @@
 // Grouped CUDA quantization of a contiguous varying-first input with DEVICE metadata: every
 // member == the CPU backend quantizing that member alone (byte for byte), empty members, odd
-// sizes, [128, 128, M-256], capacity half full with everything past the live rows untouched
-// (poison kept), the noop flag (float32 and int32) writing nothing, and a CUDA graph captured
-// once and replayed while the split sizes change between replays. Skips without a GPU.
+// sizes, [128, 128, M-256], compact and swizzled MXFP8 scales, capacity half full with
+// everything past the live rows untouched (poison kept), the noop flag (float32 and int32)
+// writing nothing, and a CUDA graph captured once and replayed while the split sizes change
+// between replays. Skips without a GPU.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -32,9 +33,13 @@ struct GroupedFixture {
       : config(c), n(members), capacity_rows(cap), K(cols), dtype(dt) {
     const Device d = Device::cuda(0);
     const MatrixShape rs = scale_shape(c, cap, cols, false), cs = scale_shape(c, cap, cols, true);
-    // Worst case of Σ per-member scale sizes: every member may add one partial block.
-    scale_bytes = dtype_bytes(rs.dtype, rs.numel() + members * (rs.numel() / std::max<int64_t>(cap, 1) + 1) * 32 + 64);
-    col_scale_bytes = dtype_bytes(cs.dtype, cs.numel() + members * cols + 64);
+    // Worst case of Σ per-member scale sizes: every member may add one partial block, or with
+    // swizzled scales up to 127 padding rows (rowwise) and 3 padding columns of roundup(K, 128)
+    // rows (columnwise).
+    const int64_t row_pad = c.scale_layout == ScaleLayout::kSwizzled ? 128 : 32;
+    const int64_t col_pad = c.scale_layout == ScaleLayout::kSwizzled ? (cols + 127) / 128 * 128 * 4 : cols;
+    scale_bytes = dtype_bytes(rs.dtype, rs.numel() + members * (rs.numel() / std::max<int64_t>(cap, 1) + 1) * row_pad + 64);
+    col_scale_bytes = dtype_bytes(cs.dtype, cs.numel() + members * col_pad + 64);
     x = Buffer(static_cast<size_t>(dtype_bytes(dt, cap * cols)), d);
     data = Buffer(static_cast<size_t>(cap * cols), d);
     col_data = Buffer(static_cast<size_t>(cap * cols), d);
@@ -183,6 +188,18 @@ std::vector<GroupedCase> grouped_cases() {
   c = make_config(ScalingMode::kMXFP8_32x32);
   c.columnwise = true;
   v.push_back({"mxfp8_32x32_both", c});
+  // Swizzled (GEMM-ready) scales: each member's scale matrices padded to 128 x 4 tiles on their
+  // own, the padding zero, exactly the CPU layout of that member alone.
+  c = make_config(ScalingMode::kMXFP8);
+  c.columnwise = true;
+  c.scale_layout = ScaleLayout::kSwizzled;
+  v.push_back({"mxfp8_swizzled_both", c});
+  c.rowwise = false;
+  c.e8m0_rounding = E8M0Rounding::kFloor;
+  v.push_back({"mxfp8_swizzled_floor_columnwise", c});
+  c = make_config(ScalingMode::kMXFP8_32x32);
+  c.scale_layout = ScaleLayout::kSwizzled;
+  v.push_back({"mxfp8_32x32_swizzled_rowwise", c});
   v.push_back({"fp8_rowwise", make_config(ScalingMode::kRowwise)});
   return v;
 }

@@ -266,7 +266,11 @@ std::string check(const Grouped& f, const std::vector<int64_t>& sizes, const Qua
     const std::string tag = "member " + std::to_string(g) + " (" + std::to_string(r) + " rows) ";
     QuantizerConfig member_config = c;
     if (g == poisoned) {
+      if (!c.columnwise) return "a poisoned member needs the columnwise usage";
       const int64_t bytes = HostMember(c, r, f.K).v.columnwise_scale_inv.nbytes();
+      if (cso[gi] * csb + bytes > static_cast<int64_t>(got[3].size())) {
+        return tag + "columnwise scales lie past the buffer";
+      }
       for (int64_t i = 0; i < bytes; ++i) {
         if (got[3][static_cast<size_t>(cso[gi] * csb + i)] != 0x7F) {
           return tag + "breaks the columnwise contract but its scale byte " + std::to_string(i) +
@@ -472,6 +476,7 @@ TEST(GroupedRecipesCudaContract, Nvfp4ColumnwiseBadRowsArePoisoned) {
   QuantizerConfig odd = make_config(ScalingMode::kNVFP4);
   QuantizerConfig rht = make_config(ScalingMode::kNVFP4_16x16);
   rht.random_hadamard = true;
+  for (QuantizerConfig* c : {&odd, &rht}) c->rowwise = c->columnwise = true;
   const std::vector<std::pair<QuantizerConfig, std::vector<int64_t>>> cases = {
       {odd, {32, 17, 32}}, {rht, {32, 24, 32}}};
   for (const auto& [c, sizes] : cases) {

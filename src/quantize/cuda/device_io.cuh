@@ -119,6 +119,44 @@ __device__ __forceinline__ int64_t swizzled_offset(int64_t r, int64_t c, int64_t
   return tile * 512 + (rr % 32) * 16 + (rr / 32) * 4 + c % 4;
 }
 
+// Unsigned division by a run-time constant d >= 1 for dividends n < 2^31, without a divide
+// instruction: q = (n * mul) >> shift with shift = 31 + ceil(log2 d), mul = ceil(2^shift / d)
+// (< 2^32). The error of mul*d - 2^shift is below d <= 2^(shift-31), so n * error < 2^shift and
+// the floor is exact for every n < 2^31. Host code builds it (make), device code divides.
+struct DivMod31 {
+  uint32_t d = 1, mul = 0x80000000u, shift = 31;
+  static DivMod31 make(uint32_t divisor) {
+    DivMod31 r;
+    uint32_t l = 0;
+    while ((uint64_t{1} << l) < divisor) ++l;
+    r.d = divisor;
+    r.shift = 31 + l;
+    r.mul = static_cast<uint32_t>(((uint64_t{1} << r.shift) + divisor - 1) / divisor);
+    return r;
+  }
+  __device__ __forceinline__ uint32_t div(uint32_t n) const {
+    return static_cast<uint32_t>((static_cast<uint64_t>(n) * mul) >> shift);
+  }
+};
+
+// Per-halfword unsigned maximum of two packed pairs (one max.u16x2 on sm_90 and later).
+__device__ __forceinline__ uint32_t max_u16x2(uint32_t a, uint32_t b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  uint32_t d;
+  asm("max.u16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+#else
+  return __vmaxu2(a, b);
+#endif
+}
+
+// swizzled_offset for matrices whose padded size is below 2^32 bytes (32-bit arithmetic).
+__device__ __forceinline__ uint32_t swizzled_offset32(uint32_t r, uint32_t c, uint32_t padded_cols) {
+  const uint32_t tile = (r / 128) * (padded_cols / 4) + c / 4;
+  const uint32_t rr = r % 128;
+  return tile * 512 + (rr % 32) * 16 + (rr / 32) * 4 + c % 4;
+}
+
 template <class T>
 __device__ __forceinline__ T warp_max(T v) {
 #pragma unroll

@@ -183,16 +183,12 @@ void quantize_mxfp8(const QuantizerConfig& cfg, const TensorView& x,
   if (req.rowwise) {
     a.q_row = out.data.as<uint8_t>();
     a.s_row = out.scale_inv.as<uint8_t>();
-    a.s_row_padded_cols = (row_blocks + 3) / 4 * 4;
-    if (a.swizzled) TESSERA_CUDA_CHECK(cudaMemsetAsync(a.s_row, 0, out.scale_inv.nbytes(), s));
+    a.s_row_padded_cols = (row_blocks + 3) / 4 * 4;  // the kernel writes the swizzle padding
   }
   if (req.columnwise) {
     a.q_col = out.columnwise_data.as<uint8_t>();
     a.s_col = out.columnwise_scale_inv.as<uint8_t>();
     a.s_col_padded_cols = (col_blocks + 3) / 4 * 4;  // swizzled: the transpose (K, ceil(M/32))
-    if (a.swizzled) {
-      TESSERA_CUDA_CHECK(cudaMemsetAsync(a.s_col, 0, out.columnwise_scale_inv.nbytes(), s));
-    }
   }
   cuda_quant::launch_mxfp8(a, s);
 }

@@ -2,10 +2,9 @@
 // - one contiguous varying-first / all-same input: the persistent grouped kernels
 //   (grouped_dispatch.cu) read the DEVICE metadata, so device split sizes never sync; the noop
 //   flag is honoured on the device. Modes: every FP8 recipe (per-tensor current and delayed,
-//   rowwise, block), MXFP8 / MXFP8 32x32 with compact scales, NVFP4 / NVFP4 16x16.
-// - other cases (a list of per-member inputs, MXFP8 swizzled, K = 0): one Quantizer::quantize
-//   per member view (host metadata needed; a set noop flag cannot be honoured on that path and
-//   is refused).
+//   rowwise, block), MXFP8 / MXFP8 32x32 (compact or swizzled scales), NVFP4 / NVFP4 16x16.
+// - other cases (a list of per-member inputs, K = 0): one Quantizer::quantize per member view
+//   (host metadata needed; a set noop flag cannot be honoured on that path and is refused).
 #include <span>
 
 #include "grouped/grouped_backend.h"
@@ -26,7 +25,7 @@ bool has_grouped_kernel(const QuantizerConfig& c, int64_t cols) {
       return cols > 0;
     case ScalingMode::kMXFP8:
     case ScalingMode::kMXFP8_32x32:
-      return c.scale_layout == ScaleLayout::kCompact;
+      return true;  // compact or swizzled scales
     default:
       return false;
   }
@@ -65,8 +64,8 @@ void grouped_quantize_cuda(Quantizer& quantizer, std::span<const TensorView> inp
   TESSERA_CHECK_STATUS(out.host.known(), Status::kUnsupported, "grouped quantize: ",
                        scaling_mode_name(config.mode), contiguous ? "" : " of a list of inputs",
                        " has no grouped CUDA kernel here and the member shapes live only on the "
-                       "device; the grouped kernels take one contiguous input of every mode "
-                       "except MXFP8 with swizzled scales, with K > 0 (MXFP8: any K)");
+                       "device; the grouped kernels take one contiguous input of every mode, "
+                       "with K > 0 (MXFP8: any K)");
   TESSERA_CHECK_STATUS(noop.data == nullptr, Status::kUnsupported, "grouped quantize: a noop "
                        "flag needs a grouped CUDA kernel; ", scaling_mode_name(config.mode),
                        " is quantized member by member here");

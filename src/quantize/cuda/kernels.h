@@ -103,8 +103,9 @@ struct GroupedMeta {
   const float* noop_f32 = nullptr;             // nonzero: the launch does nothing
   const int32_t* noop_i32 = nullptr;
 };
-// mxfp8/: grouped MXFP8 (compact scales) over all members in one persistent launch. `a` holds the
-// whole-buffer pointers (x, q_row, s_row, q_col, s_col); rows/cols are ignored.
+// mxfp8/: grouped MXFP8 (compact or swizzled scales, each member's scale matrices padded on
+// their own) over all members in one persistent launch. `a` holds the whole-buffer pointers
+// (x, q_row, s_row, q_col, s_col); rows/cols and the padded widths are ignored.
 void launch_mxfp8_grouped(const MxArgs& a, const GroupedMeta& g, cudaStream_t stream);
 // fp8_rowwise/: grouped rowwise FP8, rowwise usage: one block per live row, grid from the bound.
 void launch_fp8_rowwise_grouped(const void* x, const GroupedMeta& g, DType in, DType element,
