@@ -171,6 +171,7 @@ int run_demo(const Args& args) {
               static_cast<long long>(c.tokens), static_cast<long long>(c.steps), c.lr,
               to_string(c.device).c_str());
   std::vector<RecipeRun> runs;
+  std::vector<std::string> skipped;  // "recipe: reason" of recipes the device cannot run
   bool has_fp32 = false;
   for (const std::string& name : d.recipes) has_fp32 = has_fp32 || name == "fp32";
   std::vector<std::string> order = d.recipes;
@@ -182,12 +183,23 @@ int run_demo(const Args& args) {
     DemoConfig rc = c;
     if (name == "fp32" && c.device.is_cuda()) rc.device = Device::cpu();
     Progress p{name, c.steps, std::chrono::steady_clock::now()};
-    runs.push_back(
-        demo::train_recipe(rc, data, name, *demo::make_demo_recipe(name), show_progress, &p));
+    try {
+      runs.push_back(
+          demo::train_recipe(rc, data, name, *demo::make_demo_recipe(name), show_progress, &p));
+    } catch (const Error& e) {
+      // A recipe the device cannot run yet (e.g. MXFP8 / NVFP4 GEMM operands on CUDA) is
+      // reported and skipped; any other failure stops the demo.
+      if (e.status() != Status::kUnsupported || name == "fp32") throw;
+      skipped.push_back(name + ": " + e.what());
+      std::fprintf(stderr, "%s%s: not supported on %s, skipped\n", isatty(2) ? "\n" : "",
+                   name.c_str(), to_string(rc.device).c_str());
+      continue;
+    }
     if (rc.device != c.device) runs.back().name += " (cpu)";
   }
   const RecipeRun* fp32 = &runs.front();
   print_table(runs, fp32);
+  for (const std::string& s : skipped) std::printf("skipped %s\n", s.c_str());
   std::filesystem::create_directories(d.out);
   const std::string path = (std::filesystem::path(d.out) / "demo_loss.svg").string();
   demo::write_loss_svg(path, runs, "tessera demo: MoE training loss per recipe");
