@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_cuda.cuh"
 #include "tessera/core/buffer.h"
 #include "tessera/core/device.h"
 #include "tessera/grouped/grouped_quantize.h"
@@ -34,30 +35,6 @@ using namespace tessera;
 
 constexpr int64_t kExperts = 32, kTokens = 512, kCols = 7168, kRows = kExperts * kTokens;
 constexpr int kWarmup = 5, kReps = 50;
-
-#define CHECK_CUDA(call)                                                             \
-  do {                                                                               \
-    cudaError_t e_ = (call);                                                         \
-    if (e_ != cudaSuccess) {                                                         \
-      std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                  \
-    }                                                                                \
-  } while (0)
-
-// Deterministic pseudo-Gaussian BF16 values with row-dependent magnitudes (never zeros).
-__global__ void fill_kernel(uint16_t* x, int64_t n, int64_t cols, uint32_t seed) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
-    h ^= h >> 15;
-    h *= 2246822519u;
-    h ^= h >> 13;
-    const float u = (h & 0xffffff) * (1.0f / 16777216.0f) - 0.5f;
-    const float mag = ldexpf(1.0f, static_cast<int>((i / cols) % 9) - 4);
-    const float v = (u * 4.0f + ((h >> 24) & 1 ? 0.25f : -0.25f)) * mag;
-    x[i] = static_cast<uint16_t>(__float_as_uint(v) >> 16);
-  }
-}
 
 struct Case {
   std::string name;
@@ -91,26 +68,7 @@ std::vector<Case> cases() {
 }
 
 double median_us(const std::function<void()>& f) {
-  cudaEvent_t a, b;
-  CHECK_CUDA(cudaEventCreate(&a));
-  CHECK_CUDA(cudaEventCreate(&b));
-  for (int i = 0; i < kWarmup; ++i) f();
-  CHECK_CUDA(cudaDeviceSynchronize());
-  std::vector<float> ms;
-  for (int i = 0; i < kReps; ++i) {
-    CHECK_CUDA(cudaEventRecord(a));
-    f();
-    CHECK_CUDA(cudaEventRecord(b));
-    CHECK_CUDA(cudaEventSynchronize(b));
-    float t = 0;
-    CHECK_CUDA(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t);
-  }
-  CHECK_CUDA(cudaGetLastError());
-  std::sort(ms.begin(), ms.end());
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  return ms[ms.size() / 2] * 1e3;
+  return bench_cuda::median_us(f, kWarmup, kReps);
 }
 
 std::vector<TensorView> fields(const GroupedTensorView& v) {
@@ -120,7 +78,8 @@ std::vector<TensorView> fields(const GroupedTensorView& v) {
 
 void zero(const GroupedTensorView& v) {
   for (const TensorView& f : fields(v)) {
-    if (f.data != nullptr) CHECK_CUDA(cudaMemset(f.data, 0, static_cast<size_t>(f.nbytes())));
+    if (f.data == nullptr) continue;
+    BENCH_CHECK_CUDA(cudaMemset(f.data, 0, static_cast<size_t>(f.nbytes())));
   }
 }
 
@@ -179,7 +138,7 @@ void run_case(const Case& c, const std::string& split_name, const std::vector<in
     zero(members.view());
     grouped_quantize_contiguous(qa, x, grouped);
     grouped_quantize_list(qb, inputs, members);
-    CHECK_CUDA(cudaDeviceSynchronize());
+    BENCH_CHECK_CUDA(cudaDeviceSynchronize());
     valid = same_bytes(grouped.view(), members.view()) ? "ok" : "MISMATCH";
   } catch (const std::exception& e) {
     valid = std::string("error: ") + std::string(e.what()).substr(0, 100);
@@ -204,8 +163,7 @@ void run_case(const Case& c, const std::string& split_name, const std::vector<in
 int main() {
   const int64_t n = kRows * kCols;
   Buffer xbuf(static_cast<size_t>(n) * 2, Device::cuda(0));
-  fill_kernel<<<4096, 256>>>(xbuf.as<uint16_t>(), n, kCols, 12345u);
-  CHECK_CUDA(cudaDeviceSynchronize());
+  bench_cuda::fill_bf16(xbuf.as<uint16_t>(), n, kCols, 12345u);
   const TensorView x =
       TensorView::contiguous(xbuf.data(), DType::kBFloat16, {kRows, kCols}, Device::cuda(0));
   const std::vector<int32_t> balanced(kExperts, static_cast<int32_t>(kTokens));

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_cuda.cuh"
 #include "tessera/core/buffer.h"
 #include "tessera/core/device.h"
 #include "tessera/formats/half.h"
@@ -24,30 +25,6 @@ using namespace tessera;
 
 constexpr int64_t kRows = 16384, kCols = 7168;
 constexpr int kWarmup = 5, kReps = 50;
-
-#define CHECK_CUDA(call)                                                             \
-  do {                                                                               \
-    cudaError_t e_ = (call);                                                         \
-    if (e_ != cudaSuccess) {                                                         \
-      std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                  \
-    }                                                                                \
-  } while (0)
-
-// Deterministic pseudo-Gaussian BF16 values with row-dependent magnitudes (never zeros).
-__global__ void fill_kernel(uint16_t* x, int64_t n, int64_t cols, uint32_t seed) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
-    h ^= h >> 15;
-    h *= 2246822519u;
-    h ^= h >> 13;
-    const float u = (h & 0xffffff) * (1.0f / 16777216.0f) - 0.5f;
-    const float mag = ldexpf(1.0f, static_cast<int>((i / cols) % 9) - 4);
-    const float v = (u * 4.0f + ((h >> 24) & 1 ? 0.25f : -0.25f)) * mag;
-    x[i] = static_cast<uint16_t>(__float_as_uint(v) >> 16);
-  }
-}
 
 struct Case {
   std::string name;
@@ -122,56 +99,23 @@ std::string validate(const Case& c, const uint16_t* dev_x) {
   }
 }
 
-double median_us(Quantizer& q, const TensorView& x, QuantizedTensor& out) {
-  cudaEvent_t a, b;
-  CHECK_CUDA(cudaEventCreate(&a));
-  CHECK_CUDA(cudaEventCreate(&b));
-  for (int i = 0; i < kWarmup; ++i) q.quantize(x, out);
-  CHECK_CUDA(cudaDeviceSynchronize());
-  std::vector<float> ms;
-  for (int i = 0; i < kReps; ++i) {
-    CHECK_CUDA(cudaEventRecord(a));
-    q.quantize(x, out);
-    CHECK_CUDA(cudaEventRecord(b));
-    CHECK_CUDA(cudaEventSynchronize(b));
-    float t = 0;
-    CHECK_CUDA(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t);
-  }
-  CHECK_CUDA(cudaGetLastError());
-  std::sort(ms.begin(), ms.end());
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  return ms[ms.size() / 2] * 1e3;
-}
-
 }  // namespace
 
 int main() {
   const int64_t n = kRows * kCols;
   Buffer xbuf(static_cast<size_t>(n) * 2, Device::cuda(0));
-  fill_kernel<<<4096, 256>>>(xbuf.as<uint16_t>(), n, kCols, 12345u);
-  CHECK_CUDA(cudaDeviceSynchronize());
+  bench_cuda::fill_bf16(xbuf.as<uint16_t>(), n, kCols, 12345u);
   const TensorView x =
       TensorView::contiguous(xbuf.data(), DType::kBFloat16, {kRows, kCols}, Device::cuda(0));
   // Device copy ceiling in the same process (read + write bytes).
   {
     Buffer y(static_cast<size_t>(n) * 2, Device::cuda(0));
-    cudaEvent_t a, b;
-    cudaEventCreate(&a);
-    cudaEventCreate(&b);
-    std::vector<float> ms;
-    for (int i = 0; i < kWarmup + kReps; ++i) {
-      cudaEventRecord(a);
-      cudaMemcpyAsync(y.data(), xbuf.data(), static_cast<size_t>(n) * 2, cudaMemcpyDeviceToDevice);
-      cudaEventRecord(b);
-      cudaEventSynchronize(b);
-      float t = 0;
-      cudaEventElapsedTime(&t, a, b);
-      if (i >= kWarmup) ms.push_back(t);
-    }
-    std::sort(ms.begin(), ms.end());
-    const double us = ms[ms.size() / 2] * 1e3;
+    const double us = bench_cuda::median_us(
+        [&] {
+          cudaMemcpyAsync(y.data(), xbuf.data(), static_cast<size_t>(n) * 2,
+                          cudaMemcpyDeviceToDevice);
+        },
+        kWarmup, kReps);
     std::printf("{\"name\": \"device copy 16384x7168 bf16\", \"us\": %.2f, \"tbps\": %.3f, \"valid\": \"-\"}\n",
                 us, 4.0 * n / us / 1e6);
   }
@@ -188,7 +132,7 @@ int main() {
     }
     Quantizer q(c.config, Device::cuda(0));
     QuantizedTensor out = q.allocate(kRows, kCols);
-    const double us = median_us(q, x, out);
+    const double us = bench_cuda::median_us([&] { q.quantize(x, out); }, kWarmup, kReps);
     const double bytes = c.bytes_per_elem * static_cast<double>(n) + c.bytes_per_row * kRows;
     std::printf("{\"name\": \"%s\", \"us\": %.2f, \"tbps\": %.3f, \"valid\": \"%s\"}\n",
                 c.name.c_str(), us, bytes / us / 1e6, valid.c_str());

@@ -56,6 +56,19 @@ decltype(auto) dispatch_fp8_element(DType dt, const char* arg, F&& f) {
   }
 }
 
+// Input type x FP8 element → f(TypeTag<float | bf16 | fp16>, std::integral_constant<DType,
+// E4M3 | E5M2>): the pair every FP8 quantize kernel is instantiated on.
+template <class F>
+decltype(auto) dispatch_input_fp8(DType in, DType element, const char* arg, F&& f) {
+  return dispatch_float_input(in, arg, [&](auto tag) -> decltype(auto) {
+    return dispatch_fp8_element(element, "element", [&](auto is_e5m2) -> decltype(auto) {
+      constexpr DType kElement =
+          decltype(is_e5m2)::value ? DType::kFloat8E5M2 : DType::kFloat8E4M3;
+      return f(tag, std::integral_constant<DType, kElement>{});
+    });
+  });
+}
+
 // Largest finite value of an FP8 element type (E4M3 448, E5M2 57344), from the format traits.
 inline float fp8_max_finite(DType dt) {
   return dispatch_fp8_element(dt, "element", [](auto is_e5m2) {

@@ -9,6 +9,7 @@
 #include "quantize/quantize_backend.h"
 #include "quantize/cuda/launch_config.h"
 #include "tessera/core/cuda_check.h"
+#include "tessera/core/dispatch.h"
 #include "tessera/core/status.h"
 
 namespace tessera::detail {
@@ -17,13 +18,6 @@ namespace {
 using cuda_quant::Fp8CastArgs;
 using cuda_quant::Fp8ScaleSource;
 using cuda_quant::ceil_div;
-
-float fp8_max_of(DType element) {
-  TESSERA_CHECK_STATUS(element == DType::kFloat8E4M3 || element == DType::kFloat8E5M2,
-                       Status::kDTypeMismatch, "quantize: FP8 recipes take element e4m3 or e5m2, got ",
-                       dtype_name(element));
-  return element == DType::kFloat8E4M3 ? 448.0f : 57344.0f;
-}
 
 // Stream-ordered scratch, freed on the same stream (graph-capturable).
 class Scratch {
@@ -56,7 +50,7 @@ void quantize_tensor(const QuantizerConfig& cfg, const TensorView& x,
   a.q_row = req.rowwise ? out.data.as<uint8_t>() : nullptr;
   a.q_col = req.columnwise ? out.columnwise_data.as<uint8_t>() : nullptr;
   Fp8ScaleSource src;
-  src.fp8_max = fp8_max_of(cfg.element);
+  src.fp8_max = fp8_max_finite(cfg.element);
   src.eps = cfg.amax_epsilon;
   src.pow2 = cfg.power_of_two_scales;
   float* amax_row = req.rowwise ? out.amax.as<float>() : nullptr;
@@ -99,7 +93,7 @@ void quantize_tensor(const QuantizerConfig& cfg, const TensorView& x,
 
 void quantize_rowwise(const QuantizerConfig& cfg, const TensorView& x,
                       const QuantizedTensorView& out, const QuantizeRequest& req, cudaStream_t s) {
-  const float fp8_max = fp8_max_of(cfg.element);
+  const float fp8_max = fp8_max_finite(cfg.element);
   const int64_t M = out.rows, K = out.cols;
   if (!req.columnwise) {
     cuda_quant::launch_fp8_rowwise(x.data, M, K, x.dtype, cfg.element, cfg.amax_epsilon,
@@ -146,7 +140,7 @@ void quantize_block(const QuantizerConfig& cfg, const TensorView& x,
   a.in = x.dtype;
   a.element = cfg.element;
   a.block = tile ? cuda_quant::Fp8Block::k128x128 : cuda_quant::Fp8Block::k1x128;
-  a.row_scale.fp8_max = fp8_max_of(cfg.element);
+  a.row_scale.fp8_max = fp8_max_finite(cfg.element);
   a.row_scale.eps = cfg.amax_epsilon;
   a.row_scale.pow2 = cfg.power_of_two_scales;
   a.same_scale = tile;
@@ -169,7 +163,7 @@ void quantize_block(const QuantizerConfig& cfg, const TensorView& x,
 
 void quantize_mxfp8(const QuantizerConfig& cfg, const TensorView& x,
                     const QuantizedTensorView& out, const QuantizeRequest& req, cudaStream_t s) {
-  fp8_max_of(cfg.element);
+  fp8_max_finite(cfg.element);  // validates the element (e4m3 / e5m2)
   cuda_quant::MxArgs a;
   a.x = x.data;
   a.rows = out.rows;
@@ -293,7 +287,7 @@ void delayed_update_cuda(const QuantizerConfig& config, float* scale, float* ama
                 "update: delayed scaling needs the scale and the amax history");
   cuda_quant::launch_delayed_update(scale, amax_history, config.amax_history_len,
                                     config.amax_algo == AmaxHistoryAlgo::kMostRecent,
-                                    fp8_max_of(config.element), config.margin,
+                                    fp8_max_finite(config.element), config.margin,
                                     stream.as<cudaStream_t>());
 }
 

@@ -12,6 +12,7 @@
 #include "quantize/cuda/kernels.h"
 #include "quantize/cuda/launch_config.h"
 #include "tessera/core/cuda_check.h"
+#include "tessera/core/dispatch.h"
 #include "tessera/core/status.h"
 
 namespace tessera::detail {
@@ -26,13 +27,6 @@ const int64_t* device_int64(const TensorView& v, int64_t n, const char* name) {
                 "grouped quantize: ", name, " must be an int64 CUDA array of ", n,
                 " entries, got ", v.data == nullptr ? std::string("none") : v.to_string());
   return v.as<const int64_t>();
-}
-
-float fp8_max_of(DType element) {
-  TESSERA_CHECK_STATUS(element == DType::kFloat8E4M3 || element == DType::kFloat8E5M2,
-                       Status::kDTypeMismatch, "grouped quantize: FP8 recipes take element e4m3 "
-                       "or e5m2, got ", dtype_name(element));
-  return element == DType::kFloat8E4M3 ? 448.0f : 57344.0f;
 }
 
 // A per-member FP32 field (amax, columnwise_amax) of n entries, as float bits.
@@ -77,7 +71,7 @@ void zero_scales(cuda_quant::GroupedPrepare& p, int u, const QuantizerConfig& co
 
 cuda_quant::Fp8ScaleSource fp8_rule(const QuantizerConfig& c) {
   cuda_quant::Fp8ScaleSource src;
-  src.fp8_max = fp8_max_of(c.element);
+  src.fp8_max = fp8_max_finite(c.element);
   src.eps = c.amax_epsilon;
   src.pow2 = c.power_of_two_scales;
   return src;

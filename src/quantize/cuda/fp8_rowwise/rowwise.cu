@@ -199,26 +199,18 @@ void launch_fp8_rowwise_grouped(const void* x, const GroupedMeta& g, DType in, D
   TESSERA_CHECK_STATUS(g.rows_bound <= 0x7fffffff, Status::kOutOfRange, "grouped quantize: ",
                        g.rows_bound, " rows; the rowwise FP8 kernel supports up to 2^31 - 1");
   const unsigned grid = static_cast<unsigned>(g.rows_bound);
-  const float fp8_max = element == DType::kFloat8E4M3 ? 448.0f : 57344.0f;
-  dispatch_float_input(in, "quantize: x", [&](auto tag) {
+  dispatch_input_fp8(in, element, "quantize: x", [&](auto tag, auto dt) {
     using In = typename decltype(tag)::type;
+    constexpr DType DT = decltype(dt)::value;
     constexpr int kV = kVec16<In>;
+    constexpr float fp8_max = formats::FormatTraits<DT>::kMax;
     const In* p = static_cast<const In*>(x);
-    const bool vec = g.cols % kV == 0 && aligned16(p) && aligned16(q);
-    auto go = [&](auto dt) {
-      constexpr DType DT = decltype(dt)::value;
-      if (vec) {
-        fp8_rowwise_grouped_kernel<In, DT, kV><<<grid, kRowThreads, 0, stream>>>(p, g, fp8_max, eps,
-                                                                             pow2, q, scale_inv);
-      } else {
-        fp8_rowwise_grouped_kernel<In, DT, 1><<<grid, kRowThreads, 0, stream>>>(p, g, fp8_max, eps,
-                                                                            pow2, q, scale_inv);
-      }
-    };
-    if (element == DType::kFloat8E4M3) {
-      go(std::integral_constant<DType, DType::kFloat8E4M3>{});
+    if (g.cols % kV == 0 && aligned16(p) && aligned16(q)) {
+      fp8_rowwise_grouped_kernel<In, DT, kV><<<grid, kRowThreads, 0, stream>>>(p, g, fp8_max, eps,
+                                                                           pow2, q, scale_inv);
     } else {
-      go(std::integral_constant<DType, DType::kFloat8E5M2>{});
+      fp8_rowwise_grouped_kernel<In, DT, 1><<<grid, kRowThreads, 0, stream>>>(p, g, fp8_max, eps,
+                                                                          pow2, q, scale_inv);
     }
   });
   TESSERA_CUDA_CHECK_LAUNCH();
@@ -229,16 +221,11 @@ void launch_fp8_rowwise(const void* x, int64_t rows, int64_t cols, DType in, DTy
   if (rows == 0) return;
   TESSERA_CHECK_STATUS(rows <= 0x7fffffff, Status::kOutOfRange, "quantize: x has ", rows,
                        " rows; the rowwise FP8 kernel supports up to 2^31 - 1");
-  dispatch_float_input(in, "quantize: x", [&](auto tag) {
+  dispatch_input_fp8(in, element, "quantize: x", [&](auto tag, auto dt) {
     using In = typename decltype(tag)::type;
-    const In* p = static_cast<const In*>(x);
-    if (element == DType::kFloat8E4M3) {
-      launch_rowwise_typed<In, DType::kFloat8E4M3>(p, rows, cols, 448.0f, eps, pow2, q,
-                                                   scale_inv, stream);
-    } else {
-      launch_rowwise_typed<In, DType::kFloat8E5M2>(p, rows, cols, 57344.0f, eps, pow2, q,
-                                                   scale_inv, stream);
-    }
+    constexpr DType DT = decltype(dt)::value;
+    launch_rowwise_typed<In, DT>(static_cast<const In*>(x), rows, cols,
+                                 formats::FormatTraits<DT>::kMax, eps, pow2, q, scale_inv, stream);
   });
   TESSERA_CUDA_CHECK_LAUNCH();
 }

@@ -377,13 +377,8 @@ void launch_fp8_cast_transpose(const Fp8CastArgs& a, cudaStream_t stream) {
   TESSERA_CHECK_STATUS(ceil_div(a.rows, kTile) <= 65535, Status::kOutOfRange,
                        "quantize: x has ", a.rows, " rows; the FP8 cast supports up to ",
                        65535 * int64_t{kTile});
-  dispatch_float_input(a.in, "quantize: x", [&](auto tag) {
-    using In = typename decltype(tag)::type;
-    if (a.element == DType::kFloat8E4M3) {
-      launch_typed<In, DType::kFloat8E4M3>(a, stream);
-    } else {
-      launch_typed<In, DType::kFloat8E5M2>(a, stream);
-    }
+  dispatch_input_fp8(a.in, a.element, "quantize: x", [&](auto tag, auto dt) {
+    launch_typed<typename decltype(tag)::type, decltype(dt)::value>(a, stream);
   });
   TESSERA_CUDA_CHECK_LAUNCH();
 }
@@ -391,13 +386,8 @@ void launch_fp8_cast_transpose(const Fp8CastArgs& a, cudaStream_t stream) {
 void launch_fp8_cast_transpose_grouped(const Fp8GroupedCastArgs& G, const GroupedMeta& g,
                                        cudaStream_t stream) {
   if (g.n == 0 || g.cols == 0) return;
-  dispatch_float_input(G.cast.in, "quantize: x", [&](auto tag) {
-    using In = typename decltype(tag)::type;
-    if (G.cast.element == DType::kFloat8E4M3) {
-      launch_grouped_typed<In, DType::kFloat8E4M3>(G, g, stream);
-    } else {
-      launch_grouped_typed<In, DType::kFloat8E5M2>(G, g, stream);
-    }
+  dispatch_input_fp8(G.cast.in, G.cast.element, "quantize: x", [&](auto tag, auto dt) {
+    launch_grouped_typed<typename decltype(tag)::type, decltype(dt)::value>(G, g, stream);
   });
   TESSERA_CUDA_CHECK_LAUNCH();
 }

@@ -114,20 +114,13 @@ void launch_tiles(const MxArgs& a, const GroupedMeta& g, int64_t row_tiles, bool
 // Routes one launch to the (input, element, aligned) instantiation.
 void launch_any(const MxArgs& a, const GroupedMeta& g, bool aligned, int64_t row_tiles,
                 bool persistent, size_t smem, cudaStream_t stream) {
-  dispatch_float_input(a.in, "quantize: x", [&](auto tag) {
+  dispatch_input_fp8(a.in, a.element, "quantize: x", [&](auto tag, auto dt) {
     using In = typename decltype(tag)::type;
-    auto go = [&](auto dt) {
-      constexpr DType DT = decltype(dt)::value;
-      if (aligned) {
-        launch_tiles<In, DT, true>(a, g, row_tiles, persistent, smem, stream);
-      } else {
-        launch_tiles<In, DT, false>(a, g, row_tiles, persistent, smem, stream);
-      }
-    };
-    if (a.element == DType::kFloat8E4M3) {
-      go(std::integral_constant<DType, DType::kFloat8E4M3>{});
+    constexpr DType DT = decltype(dt)::value;
+    if (aligned) {
+      launch_tiles<In, DT, true>(a, g, row_tiles, persistent, smem, stream);
     } else {
-      go(std::integral_constant<DType, DType::kFloat8E5M2>{});
+      launch_tiles<In, DT, false>(a, g, row_tiles, persistent, smem, stream);
     }
   });
 }

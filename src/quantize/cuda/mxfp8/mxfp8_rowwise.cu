@@ -98,13 +98,8 @@ void launch_typed(const MxArgs& a, cudaStream_t stream) {
 }  // namespace
 
 void launch_mxfp8_rowwise_stream(const MxArgs& a, cudaStream_t stream) {
-  dispatch_float_input(a.in, "quantize: x", [&](auto tag) {
-    using In = typename decltype(tag)::type;
-    if (a.element == DType::kFloat8E4M3) {
-      launch_typed<In, DType::kFloat8E4M3>(a, stream);
-    } else {
-      launch_typed<In, DType::kFloat8E5M2>(a, stream);
-    }
+  dispatch_input_fp8(a.in, a.element, "quantize: x", [&](auto tag, auto dt) {
+    launch_typed<typename decltype(tag)::type, decltype(dt)::value>(a, stream);
   });
   TESSERA_CUDA_CHECK_LAUNCH();
 }
