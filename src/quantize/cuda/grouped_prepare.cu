@@ -67,6 +67,13 @@ __global__ __launch_bounds__(kThreads) void grouped_prepare_kernel(PrepareTileCo
       }
       return;
     }
+    if (((reinterpret_cast<uintptr_t>(base) | static_cast<uintptr_t>(end)) & 3u) == 0) {
+      auto* words = reinterpret_cast<uint32_t*>(base);  // FP32 scales: one store per word
+      for (int64_t w = tile * (kTileBytes / 4) + threadIdx.x; w < end / 4; w += kThreads) {
+        words[w] = 0u;
+      }
+      return;
+    }
     for (int64_t b = tile * kTileBytes + threadIdx.x; b < end; b += kThreads) base[b] = 0;
   });
 }

@@ -176,7 +176,6 @@ __device__ __forceinline__ int32_t grouped_member_of32(const int32_t* prefix, in
 }
 
 // One tile of the generic driver: member i (its rows and first row of x), member-local tile.
-// member < 0: no tile.
 struct GroupedTile {
   int32_t member;
   int32_t rows;
@@ -186,15 +185,13 @@ struct GroupedTile {
 
 __device__ __forceinline__ GroupedTile grouped_tile_at(const GroupedTable& tab, int32_t n,
                                                        int64_t t) {
-  if (t >= tab.prefix[n]) return GroupedTile{-1, 0, 0, 0};
   const int32_t i = grouped_member_of32(tab.prefix, n, static_cast<int32_t>(t));
   const int32_t r0 = tab.row0[i];
   return GroupedTile{i, tab.row0[i + 1] - r0, r0, static_cast<int32_t>(t - tab.prefix[i])};
 }
 
-// The persistent work loop: body(tile, next) for every tile of every member, tiles
-// t = blockIdx.x, blockIdx.x + gridDim.x, ... of the concatenation of all members' tiles; `next`
-// is the block's following tile (member < 0 at the end), for a body that prefetches it.
+// The persistent work loop: body(tile) for every tile of every member, tiles
+// t = blockIdx.x, blockIdx.x + gridDim.x, ... of the concatenation of all members' tiles.
 // `smem`: grouped_prefix_bytes(g) bytes of dynamic shared memory. Block-wide; the body may use
 // __syncthreads (the loop bound is uniform over the block) and the loop syncs after each body,
 // so a body may reuse its shared memory from one tile to the next. Member lookups per tile read
@@ -209,7 +206,7 @@ __device__ __forceinline__ void grouped_for_each_member_tile(const GroupedMeta& 
   const int32_t total = tab.prefix[n];
   for (int64_t t = blockIdx.x; t < total; t += gridDim.x) {
     const GroupedTile w = grouped_tile_at(tab, n, t);
-    body(w, grouped_tile_at(tab, n, int64_t{t} + gridDim.x));
+    body(w);
     __syncthreads();
   }
 }
@@ -219,8 +216,7 @@ template <int kThreads, class TileCount, class Body>
 __device__ __forceinline__ void grouped_for_each_tile(const GroupedMeta& g,
                                                       const TileCount& tiles_of, int32_t* prefix,
                                                       Body&& body) {
-  grouped_for_each_member_tile<kThreads>(g, tiles_of, prefix,
-                                         [&](const GroupedTile& w, const GroupedTile&) {
+  grouped_for_each_member_tile<kThreads>(g, tiles_of, prefix, [&](const GroupedTile& w) {
     body(int64_t{w.member}, int64_t{w.rows}, int64_t{w.local});
   });
 }

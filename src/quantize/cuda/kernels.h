@@ -151,7 +151,6 @@ enum class Fp8GroupedScales : int {
 struct Fp8GroupedCastArgs {
   Fp8CastArgs cast;  // whole buffers; rows/cols ignored
   Fp8GroupedScales scales = Fp8GroupedScales::kTensor;
-  bool prefetch = true;  // each block prefetches its next tile's input into L2
 };
 // fp8_tensor/: grouped cast / cast-transpose (per-tensor current or delayed, per-line, block).
 void launch_fp8_cast_transpose_grouped(const Fp8GroupedCastArgs& args, const GroupedMeta& g,

@@ -201,7 +201,7 @@ __global__ __launch_bounds__(kThreads) void line_amax_grouped_kernel(const In* _
                                                                      uint32_t* col_amax) {
   extern __shared__ int32_t table[];  // grouped_prefix_bytes(g)
   if (grouped_noop(g)) return;
-  grouped_for_each_member_tile<kThreads>(g, count, table, [&](const GroupedTile& w, const GroupedTile&) {
+  grouped_for_each_member_tile<kThreads>(g, count, table, [&](const GroupedTile& w) {
     const int64_t K = g.cols;
     const uint32_t local = static_cast<uint32_t>(w.local), tk = static_cast<uint32_t>(count.tiles_k);
     uint32_t* rows = row_amax != nullptr ? row_amax + g.scale_offsets[w.member] : nullptr;

@@ -100,7 +100,7 @@ __global__ __launch_bounds__(kThreads) void tensor_amax_grouped_kernel(const In*
   extern __shared__ int32_t table[];  // grouped_prefix_bytes(g)
   __shared__ uint32_t scratch[kThreads / 32];
   if (grouped_noop(g)) return;
-  grouped_for_each_member_tile<kThreads>(g, count, table, [&](const GroupedTile& w, const GroupedTile&) {
+  grouped_for_each_member_tile<kThreads>(g, count, table, [&](const GroupedTile& w) {
     const int64_t e0 = int64_t{w.local} * count.tile_elems;
     const int64_t n = min(int64_t{w.rows} * g.cols - e0, count.tile_elems);
     // kVec > 1: K % kVec == 0 and x aligned, so every member (offset rows * K) is aligned.
