@@ -2,7 +2,8 @@
 // device_io.cuh) give exactly scale_rules::fp8_element (the rule every backend follows) for all
 // 2^32 float bit patterns, E4M3 and E5M2: counted on the device, first mismatch reported. The
 // branch-free E2M1 code of the tiled NVFP4 kernels (nvfp4/nvfp4_tile.cuh) is held to
-// formats::encode_e2m1(scale_rules::nvfp4_clamp(y)) the same way.
+// formats::encode_e2m1(scale_rules::nvfp4_clamp(y)) the same way, and their stochastic-rounding
+// code to scale_rules::e2m1_stochastic (one random word per float).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -43,7 +44,11 @@ __global__ void compare_e2m1_kernel(unsigned long long* mismatches, uint32_t* fi
        i += stride) {
     const float y = __uint_as_float(static_cast<uint32_t>(i));
     const uint32_t want = formats::encode_e2m1(scale_rules::nvfp4_clamp(y));
-    if (detail::cuda_quant::nvfp4_code(y) != want) {
+    // Stochastic rounding with a random word derived from the bits (all rounding branches).
+    const uint32_t r = static_cast<uint32_t>((i * 0x9E3779B97F4A7C15ull) >> 32) ^ static_cast<uint32_t>(i);
+    const uint32_t want_sr = scale_rules::e2m1_stochastic(scale_rules::nvfp4_clamp(y), r);
+    if (detail::cuda_quant::nvfp4_code(y) != want ||
+        detail::cuda_quant::nvfp4_sr_code(y, r) != want_sr) {
       atomicAdd(mismatches, 1ull);
       atomicMin(first, static_cast<uint32_t>(i));
     }

@@ -28,13 +28,52 @@ inline constexpr uint8_t kNvNanScale = 0x7F;  // E4M3 NaN code (a poisoned scale
 // bits) minus the exponent bias; NaN gives 0x7 without sign, -0 keeps its sign.
 __device__ __forceinline__ uint32_t nvfp4_code(float y) {
   const uint32_t u = __float_as_uint(y);
-  const uint32_t abits = u & 0x7fffffffu;
-  const float a = fminf(__uint_as_float(abits), 6.0f);
+  const float a = fminf(fabsf(y), 6.0f);
   const uint32_t b = __float_as_uint(a);
   const uint32_t lo = __float_as_uint(__fmaf_rn(a, 2.0f, 12582912.0f)) - 0x4B400000u;
   const uint32_t hi = (b + (0x1FFFFFu - (252u << 22)) + ((b >> 22) & 1u)) >> 22;
   const uint32_t code = a < 1.0f ? lo : hi;
-  return abits > 0x7f800000u ? 0x7u : (code | ((u >> 28) & 0x8u));
+  return y != y ? 0x7u : (code | ((u >> 28) & 0x8u));
+}
+
+// scale_rules::e2m1_stochastic(scale_rules::nvfp4_clamp(y), r) for every float y and word r:
+// the same operations, with the divisions by the power-of-two step done as multiplications by
+// its reciprocal (exact, so the same floats) and the final grid value coded by nvfp4_code.
+__device__ __forceinline__ uint32_t nvfp4_sr_code(float y, uint32_t r) {
+  const float a = fminf(fabsf(y), 6.0f);
+  const float step = a < 2.0f ? 0.5f : (a < 4.0f ? 1.0f : 2.0f);
+  const float inv = a < 2.0f ? 2.0f : (a < 4.0f ? 1.0f : 0.5f);
+  const float lo = truncf(a * inv) * step;
+  const float frac = (a - lo) * inv;
+  const float u = static_cast<float>(r >> 8) * 5.9604644775390625e-08f;  // 2^-24
+  const float q = frac > u ? lo + step : lo;
+  return y != y ? 0x7u : (nvfp4_code(q) | ((__float_as_uint(y) >> 28) & 0x8u));
+}
+
+// Per-copy constants of the scale rules: s_enc, s_enc * fp32(1/6) and 1 / s_enc (the operands
+// nvfp4_block_scale and nvfp4_encode_scale compute from s_enc).
+struct Nvfp4Enc {
+  float s_enc = 1.0f, s6 = scale_rules::kInv6, inv = 1.0f;
+  __device__ static Nvfp4Enc of(float s_enc) {
+    Nvfp4Enc e;
+    e.s_enc = s_enc;
+    e.s6 = s_enc * scale_rules::kInv6;
+    e.inv = 1.0f / s_enc;
+    return e;
+  }
+};
+
+// Block scale byte and element encode scale of a block with amax bits m: nvfp4_block_scale and
+// nvfp4_encode_scale on the hardware E4M3 conversions (the encoder equals encode_e4m3 on every
+// non-NaN float and gives 0x7F, as encode_e4m3 of a positive NaN; E4M3 -> half is exact).
+__device__ __forceinline__ uint8_t nvfp4_scale_of(uint32_t m, const Nvfp4Enc& e, float& enc) {
+  const float block_amax = scale_rules::amax_from_abs_bits(m);
+  const uint8_t s_b = static_cast<uint8_t>(encode_fp8<DType::kFloat8E4M3>(block_amax * e.s6));
+  const __half_raw h = __nv_cvt_fp8_to_halfraw(s_b, __NV_E4M3);
+  float v = 1.0f / (__half2float(__half(h)) * e.inv);
+  if (!(v <= scale_rules::kFloatMax)) v = scale_rules::kFloatMax;
+  enc = v;
+  return s_b;
 }
 
 // Stochastic-rounding stream of one quantize (philox.h).
@@ -72,10 +111,7 @@ __device__ __forceinline__ uint32_t nvfp4_encode8(const float* f, float enc, con
     uint32_t r[8];
     nvfp4_random8(rng, e0, r);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const float y = scale_rules::nvfp4_clamp(f[j] * enc);
-      w |= static_cast<uint32_t>(scale_rules::e2m1_stochastic(y, r[j])) << (4 * j);
-    }
+    for (int j = 0; j < 8; ++j) w |= nvfp4_sr_code(f[j] * enc, r[j]) << (4 * j);
   } else {
 #pragma unroll
     for (int j = 0; j < 8; ++j) w |= nvfp4_code(f[j] * enc) << (4 * j);
@@ -105,7 +141,7 @@ struct Nvfp4TileCopy {
   uint8_t* data = nullptr;   // (copy rows, ceil(copy cols / 2))
   uint8_t* scale = nullptr;  // compact (copy rows, ceil(copy cols / 16)) or swizzled
   int64_t padded_cols = 0;   // swizzled scale width; 0 = compact
-  float s_enc = 1.0f;        // global encode scale of the copy
+  Nvfp4Enc enc;              // global encode scale of the copy and its derived operands
   uint64_t stream_base = 0;  // first element of the copy's stochastic-rounding stream
   bool poison = false;       // columnwise member outside the storage contract: NaN scales only
   __device__ bool active() const { return data != nullptr || poison; }
@@ -177,23 +213,33 @@ __device__ __forceinline__ void nvfp4_tile_rows(const Nvfp4Chunk<In> (&ch)[2], i
                                                 int64_t cols, int64_t tr, int64_t tc,
                                                 const Nvfp4TileCopy& row, const Nvfp4Rng& rng) {
   const int t = threadIdx.x;
+  float f[2][8];
+  uint32_t m[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    chunk_floats<In>(ch[i], f[i]);
+    m[i] = max_abs_bits(f[i], 8);
+    m[i] = max(m[i], __shfl_xor_sync(0xffffffffu, m[i], 1));
+  }
+  // Lane pair (2j, 2j + 1) shares both blocks: the even lane computes chunk 0's block scale,
+  // the odd lane chunk 1's, then they swap.
+  const int odd = t & 1;
+  float enc_mine;
+  const uint32_t sb_mine = nvfp4_scale_of(odd ? m[1] : m[0], row.enc, enc_mine);
+  const float enc_other = __shfl_xor_sync(0xffffffffu, enc_mine, 1);
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const int q = t + i * kNvTileThreads, rr = q / 8, cc = q % 8;
     const int64_t r = tr * kNvTile + rr, k0 = tc * kNvTile + cc * 8;
-    float f[8];
-    chunk_floats<In>(ch[i], f);
-    uint32_t m = max_abs_bits(f, 8);
-    m = max(m, __shfl_xor_sync(0xffffffffu, m, 1));
     if (r >= rows || k0 >= cols) continue;
-    const uint8_t s_b = scale_rules::nvfp4_block_scale(scale_rules::amax_from_abs_bits(m), row.s_enc);
-    const float enc = scale_rules::nvfp4_encode_scale(s_b, row.s_enc);
-    const uint32_t w = nvfp4_encode8(f, enc, rng, row.stream_base + static_cast<uint64_t>(r * cols + k0));
+    const float enc = (i == odd) ? enc_mine : enc_other;
+    const uint32_t w =
+        nvfp4_encode8(f[i], enc, rng, row.stream_base + static_cast<uint64_t>(r * cols + k0));
     *reinterpret_cast<uint32_t*>(row.data + r * (cols / 2) + k0 / 2) = w;
-    if ((cc & 1) == 0) {
+    if (i == odd) {  // the block's scale, by the lane that computed it
       const int64_t b = k0 / kNvBlock;
       row.scale[row.padded_cols != 0 ? swizzled_offset(r, b, row.padded_cols)
-                                     : r * (cols / kNvBlock) + b] = s_b;
+                                     : r * (cols / kNvBlock) + b] = static_cast<uint8_t>(sb_mine);
     }
   }
 }
@@ -218,9 +264,8 @@ __device__ __forceinline__ void nvfp4_tile_column(const In* tile, int64_t rows, 
   float f[kNvBlock];
   tile_column<In>(tile, c, q, f);
   if (rht && nv == kNvBlock) rht16(f);
-  const uint32_t m = max_abs_bits(f, kNvBlock);
-  const uint8_t s_b = scale_rules::nvfp4_block_scale(scale_rules::amax_from_abs_bits(m), col.s_enc);
-  const float enc = scale_rules::nvfp4_encode_scale(s_b, col.s_enc);
+  float enc;
+  const uint8_t s_b = nvfp4_scale_of(max_abs_bits(f, kNvBlock), col.enc, enc);
   const uint64_t e0 = col.stream_base + static_cast<uint64_t>(k * rows + m0);
   uint32_t w0 = nvfp4_encode8(f, enc, rng, e0);
   uint32_t w1 = nvfp4_encode8(f + 8, enc, rng, e0 + 8);

@@ -37,7 +37,7 @@ __device__ __forceinline__ Nvfp4TileCopy tile_copy(uint8_t* data, uint8_t* scale
   c.data = data;
   c.scale = scale;
   c.padded_cols = padded_cols;
-  c.s_enc = global_encode_scale(amax);
+  c.enc = Nvfp4Enc::of(global_encode_scale(amax));
   c.stream_base = stream_base;
   return c;
 }
@@ -48,7 +48,8 @@ template <class In, bool kPlain>
 __global__ __launch_bounds__(kNvTileThreads) void nvfp4_tiles_kernel(Nvfp4TileArgs a,
                                                                       int64_t tiles_c) {
   __shared__ Nvfp4SharedTile<In> tile;
-  const int64_t tr = blockIdx.x / tiles_c, tc = blockIdx.x % tiles_c;
+  const uint32_t tcols = static_cast<uint32_t>(tiles_c);  // tiles <= 2^31 - 1 (launcher)
+  const int64_t tr = blockIdx.x / tcols, tc = blockIdx.x % tcols;
   const Nvfp4TileCopy row = tile_copy(a.row_data, a.row_scale, a.row_padded_cols, a.row_amax, 0);
   const Nvfp4TileCopy col = tile_copy(a.col_data, a.col_scale, a.col_padded_cols, a.col_amax,
                                       static_cast<uint64_t>(a.rows * a.cols));
@@ -65,7 +66,8 @@ __global__ __launch_bounds__(kNvTileThreads) void nvfp4_tile_amax_kernel(Nvfp4Ti
                                                                           uint32_t* rht_amax) {
   __shared__ Nvfp4SharedTile<In> tile;
   __shared__ uint32_t scratch[kNvTileThreads / 32];
-  const int64_t tr = blockIdx.x / tiles_c, tc = blockIdx.x % tiles_c;
+  const uint32_t tcols = static_cast<uint32_t>(tiles_c);  // tiles <= 2^31 - 1 (launcher)
+  const int64_t tr = blockIdx.x / tcols, tc = blockIdx.x % tcols;
   uint32_t mx, mr;
   nvfp4_tile_amax<In>(static_cast<const In*>(a.x), a.rows, a.cols, tr, tc, tile.v, mx, mr);
   mr = canonical_amax(block_max<kNvTileThreads>(mr, scratch));
