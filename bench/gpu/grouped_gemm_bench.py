@@ -28,7 +28,7 @@ lib.tessera_bench_last_error.restype = ctypes.c_char_p
 _vp, _i64, _i32, _f = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
 lib.tessera_bench_grouped_gemm.argtypes = [
     _i32, _i32, _i32, _vp, _i64, _i64, _i64, _i64, _vp, _vp, _vp, _i32, _f, _vp, _vp, _i64, _i64,
-    _vp, _i64, _vp, _i32, _i32, _i32, _i32]
+    _vp, _i64, _vp, _i32, _i32, _i32, _i32, _i32]
 api = None  # the public API entry (grouped_gemm_api_entry.cpp), when it linked
 if os.environ.get("TESSERA_BENCH_API_LIB"):
     api = ctypes.CDLL(os.environ["TESSERA_BENCH_API_LIB"])
@@ -36,8 +36,15 @@ if os.environ.get("TESSERA_BENCH_API_LIB"):
     api.tessera_bench_api_fp8_forward.argtypes = [
         _i32, _vp, _i64, _i64, _i64, _vp, _vp, _vp, _vp, _vp, _vp, _i64, _vp]
 SWEEP = os.environ.get("GEMM_BENCH_SWEEP", "0") == "1"
-# (block_n, stages, epilogue: 1 register stores, 2 TMA stores)
-SWEEP_CONFIGS = [(128, 6, 1), (128, 5, 2), (256, 4, 1), (256, 3, 1), (256, 3, 2)]
+SWEEP_REPS = int(os.environ.get("GEMM_BENCH_SWEEP_REPS", "15"))
+# name: (block_n, stages, epilogue: 1 register stores / 2 TMA stores, schedule: 1 cooperative /
+# 2 ping-pong); the launcher caps stages to what fits in shared memory.
+SWEEP_CONFIGS = {
+    "c256x3t": (256, 3, 2, 1), "c256x4r": (256, 4, 1, 1), "p128x6t": (128, 6, 2, 2),
+    "p128x5t": (128, 5, 2, 2),
+}
+if os.environ.get("GEMM_BENCH_CONFIGS"):  # e.g. "c256x3t,p128x5t"
+    SWEEP_CONFIGS = {k: SWEEP_CONFIGS[k] for k in os.environ["GEMM_BENCH_CONFIGS"].split(",")}
 sweep_rows = []
 
 SHAPES = {  # name: (groups, tokens per group, K, N) -- DESIGN §10, as torch_peers.py
@@ -62,11 +69,12 @@ WS = torch.empty(1 << 20, dtype=torch.uint8, device=dev)
 
 
 def ours(k_grouped, elem, offs, cap, m, n, k, a, b, d, sa=None, sb=None, sa_gs=0, sb_gs=0,
-         out_fp32=False, beta=0.0, block_n=0, stages=0, epilogue=0):
+         out_fp32=False, beta=0.0, block_n=0, stages=0, epilogue=0, schedule=0):
     rc = lib.tessera_bench_grouped_gemm(
         k_grouped, elem, offs.numel(), ptr(offs), cap, m, n, k, ptr(a), ptr(b), ptr(d),
         2 if out_fp32 else 0, beta, ptr(sa), ptr(sb), sa_gs, sb_gs, ptr(WS), WS.numel(),
-        ctypes.c_void_p(torch.cuda.current_stream().cuda_stream), block_n, stages, 0, epilogue)
+        ctypes.c_void_p(torch.cuda.current_stream().cuda_stream), block_n, stages, 0, epilogue,
+        schedule)
     if rc != 0:
         raise RuntimeError(f"tessera rc={rc}: {lib.tessera_bench_last_error().decode()}")
     return d
@@ -81,14 +89,32 @@ def api_fp8_forward(offs, total, n, k, af, sa, wf, sb, d):
     return d
 
 
-def sweep(kind, tag, flops, make_run):
-    """Times ours under each (block_n, stages) of SWEEP_CONFIGS (heuristic tuning data)."""
+def sweep(kind, tag, flops, make_run, d, want, budget):
+    """Times ours under each config of SWEEP_CONFIGS (heuristic tuning data). Each config's
+    output d is first checked against `want` (torch's result): a config off by more than
+    `budget` is reported as bad (and its time as negative)."""
     line = {"kind": kind, "shape": tag}
-    for bn, st, ep in SWEEP_CONFIGS:
-        line[f"{bn}x{st}{'tma' if ep == 2 else 'reg'}"] = round(
-            flops / bench(make_run(bn, st, ep)) / 1e12, 1)
+    for name, (bn, st, ep, sc) in SWEEP_CONFIGS.items():
+        fn = make_run(bn, st, ep, sc)
+        d.fill_(float("nan"))
+        try:
+            fn()
+        except RuntimeError as ex:
+            print(f"sweep {kind} {tag} {name}: {ex}", flush=True)
+            line[name] = 0.0
+            sweep_bad.append(f"{kind} {tag} {name}")
+            continue
+        torch.cuda.synchronize()
+        ok = relerr(d, want) < budget
+        tf = round(flops / bench(fn, 3, SWEEP_REPS) / 1e12, 1)
+        line[name] = tf if ok else -tf
+        if not ok:
+            sweep_bad.append(f"{kind} {tag} {name}")
     sweep_rows.append(line)
     print("sweep", json.dumps(line), flush=True)
+
+
+sweep_bad = []
 
 
 def relerr(x, ref):
@@ -137,8 +163,9 @@ def forward_case(tag, sizes, K, N):
            relerr(d, ref), relerr(tout, ref), relerr(d, tout.float()), 1e-2)
     if SWEEP:
         sweep("bf16 fwd", tag, flops,
-              lambda bn, st, ep: lambda: ours(0, 0, offs, total, 0, N, K, a, w, d, block_n=bn,
-                                              stages=st, epilogue=ep))
+              lambda bn, st, ep, sc: lambda: ours(0, 0, offs, total, 0, N, K, a, w, d, block_n=bn,
+                                                  stages=st, epilogue=ep, schedule=sc),
+              d, tout.float(), 1e-2)
     # FP8 rowwise (the quantization of torch_peers.py)
     a_scale = 448.0 / a.abs().amax(dim=1, keepdim=True).float().clamp(min=1e-12)
     af = (a.float() * a_scale).to(torch.float8_e4m3fn)
@@ -159,8 +186,10 @@ def forward_case(tag, sizes, K, N):
            relerr(d, tout.float()), 5e-2)
     if SWEEP:
         sweep("fp8 rowwise fwd", tag, flops,
-              lambda bn, st, ep: lambda: ours(0, 1, offs, total, 0, N, K, af, wf, d, sa, sb, 0, N,
-                                              block_n=bn, stages=st, epilogue=ep))
+              lambda bn, st, ep, sc: lambda: ours(0, 1, offs, total, 0, N, K, af, wf, d, sa, sb, 0,
+                                                  N, block_n=bn, stages=st, epilogue=ep,
+                                                  schedule=sc),
+              d, tout.float(), 5e-2)
     if api is not None:  # the same FP8 problem through the public API (QuantizedTensorView)
         d.fill_(float("nan"))
         run_api = lambda: api_fp8_forward(offs, total, N, K, af, sa, wf, sb, d)
@@ -202,8 +231,9 @@ def wgrad_case(tag, sizes, K, N):
            relerr(d, tout.float()) if tout is not None else 0.0, 1e-2)
     if SWEEP:
         sweep("bf16 wgrad", tag, flops,
-              lambda bn, st, ep: lambda: ours(1, 0, offs, total, N, K, 0, dyt, xt, d, block_n=bn,
-                                              stages=st, epilogue=ep))
+              lambda bn, st, ep, sc: lambda: ours(1, 0, offs, total, N, K, 0, dyt, xt, d,
+                                                  block_n=bn, stages=st, epilogue=ep, schedule=sc),
+              d, ref, 1e-2)
     # FP8 rowwise wgrad: per-group, per-row scales of the transposed operands (torch's 2d x 2d
     # convention: scale_a (G*N), scale_b (G*K)).
     yq, xq, sy, sx = [], [], [], []
@@ -238,8 +268,10 @@ def wgrad_case(tag, sizes, K, N):
            relerr(d, tout.float()) if tout is not None else 0.0, 5e-2)
     if SWEEP:
         sweep("fp8 rowwise wgrad", tag, flops,
-              lambda bn, st, ep: lambda: ours(1, 1, offs, total, N, K, 0, yq, xq, d, sy, sx, N, K,
-                                              block_n=bn, stages=st, epilogue=ep))
+              lambda bn, st, ep, sc: lambda: ours(1, 1, offs, total, N, K, 0, yq, xq, d, sy, sx, N,
+                                                  K, block_n=bn, stages=st, epilogue=ep,
+                                                  schedule=sc),
+              d, ref, 5e-2)
 
 
 def main():
@@ -273,7 +305,16 @@ def main():
         print(f"{r['kind']:18s} {r['shape']:18s} {r['ours_tflops']:8.1f} {r['torch_tflops']:8.1f} "
               f"{r['ratio']:6.2f} {r['err_ours']:9.2e} {r['err_torch']:9.2e} {r['valid']}")
         bad += not r["valid"]
-    sys.exit(1 if bad else 0)
+    if sweep_rows:
+        names = list(SWEEP_CONFIGS)
+        print("\nSWEEP (TFLOP/s; negative = output failed validation)")
+        print(f"{'kind':18s} {'shape':18s} " + " ".join(f"{n:>8s}" for n in names))
+        for r in sweep_rows:
+            print(f"{r['kind']:18s} {r['shape']:18s} " +
+                  " ".join(f"{r[n]:8.1f}" for n in names))
+        for b in sweep_bad:
+            print("SWEEP CONFIG FAILED VALIDATION:", b)
+    sys.exit(1 if bad or sweep_bad else 0)
 
 
 if __name__ == "__main__":

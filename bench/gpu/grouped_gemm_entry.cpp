@@ -20,7 +20,8 @@ extern "C" const char* tessera_bench_last_error() { return g_last_error.c_str();
 // elem: 0 BF16, 1 FP8 E4M3 with rowwise scales sa[g*sa_gs + row], sb[g*sb_gs + col] (row =
 // token row for M-grouped, output row for K-grouped).
 // out: 0 BF16, 2 FP32. block_n/stages/num_sms: 0 = heuristic. epilogue: 0 heuristic,
-// 1 register stores, 2 TMA stores (where they apply).
+// 1 register stores, 2 TMA stores (where they apply). schedule: 0 heuristic, 1 cooperative
+// (block_n 256), 2 ping-pong (block_n 128); block_n alone picks the matching schedule.
 extern "C" int tessera_bench_grouped_gemm(int k_grouped, int elem, int groups,
                                           const int32_t* end_offsets, int64_t capacity, int64_t m,
                                           int64_t n, int64_t k, const void* a, const void* b,
@@ -28,7 +29,7 @@ extern "C" int tessera_bench_grouped_gemm(int k_grouped, int elem, int groups,
                                           const float* sb, int64_t sa_gs, int64_t sb_gs,
                                           void* workspace,
                                           int64_t workspace_bytes, void* stream, int block_n,
-                                          int stages, int num_sms, int epilogue) {
+                                          int stages, int num_sms, int epilogue, int schedule) {
   using namespace tessera::gemm_cuda;
   try {
     Sm90GroupedGemm g;
@@ -65,10 +66,17 @@ extern "C" int tessera_bench_grouped_gemm(int k_grouped, int elem, int groups,
       p.sb_gs = sb_gs;
     }
     g.config = select_sm90_config(g, 0);
-    if (block_n) g.config.block_n = block_n;
+    if (block_n) {  // 128: the ping-pong kernel, 256: the cooperative one
+      g.config.block_n = block_n;
+      g.config.pingpong = block_n == 128;
+    }
     if (stages) g.config.stages = stages;
     if (num_sms) g.config.num_sms = num_sms;
     if (epilogue) g.config.tma_store = epilogue == 2;
+    if (schedule) {
+      g.config.pingpong = schedule == 2;
+      g.config.block_n = schedule == 2 ? 128 : 256;
+    }
     if (workspace_bytes < sm90_workspace_bytes(g)) {
       g_last_error = "workspace too small";
       return static_cast<int>(tessera::Status::kBufferTooSmall);

@@ -179,7 +179,8 @@ INSTANTIATE_TEST_SUITE_P(Cases, CudaGroupedGemm, ::testing::ValuesIn(cuda_cases(
                          [](const auto& param_info) { return param_info.param.name; });
 
 // The TMA-store epilogue (default for BF16 D, beta = 0) and the register-store epilogue
-// (config.variant = 1) write the same bits; ragged groups mix both paths inside one launch.
+// (config.variant bit 0) write the same bits, under both schedules (tile_n 256: cooperative,
+// 128: ping-pong); ragged groups mix both store paths inside one launch.
 TEST(CudaGroupedGemmEpilogue, TmaStoresEqualRegisterStores) {
   if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
   for (auto kind : {GroupedGemmKind::kMGrouped, GroupedGemmKind::kKGrouped}) {
@@ -188,14 +189,26 @@ TEST(CudaGroupedGemmEpilogue, TmaStoresEqualRegisterStores) {
                            kg ? std::vector<int64_t>{64, 0, 136, 256} : std::vector<int64_t>{0, 200, 64, 0, 333},
                            kg ? 192 : 0, 264, kg ? 0 : 320);
     GemmFixture f = make_fixture(c);
-    DeviceProblem tma(f, false), reg(f, false);
+    DeviceProblem tma(f, false), reg(f, false), pp_tma(f, false), pp_tma6(f, false),
+        pp_reg(f, false);
     reg.problem.config.tile_n = 256;
     reg.problem.config.variant = 1;
     tma.problem.config.tile_n = 256;
-    grouped_gemm(tma.problem);
-    grouped_gemm(reg.problem);
+    pp_tma.problem.config.tile_n = 128;
+    pp_tma.problem.config.stages = 4;  // whole 128-row tile staged (6: one 64-row block reused)
+
+    pp_tma6.problem.config.tile_n = 128;
+    pp_tma6.problem.config.stages = 6;
+
+    pp_reg.problem.config.tile_n = 128;
+    pp_reg.problem.config.variant = 1;
+    for (DeviceProblem* d : {&tma, &reg, &pp_tma, &pp_tma6, &pp_reg}) grouped_gemm(d->problem);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    EXPECT_EQ(tma.d.storage.to_host<uint8_t>(), reg.d.storage.to_host<uint8_t>()) << c.name;
+    const auto want = reg.d.storage.to_host<uint8_t>();
+    EXPECT_EQ(tma.d.storage.to_host<uint8_t>(), want) << c.name;
+    EXPECT_EQ(pp_tma.d.storage.to_host<uint8_t>(), want) << c.name << " ping-pong";
+    EXPECT_EQ(pp_tma6.d.storage.to_host<uint8_t>(), want) << c.name << " ping-pong, 6 stages";
+    EXPECT_EQ(pp_reg.d.storage.to_host<uint8_t>(), want) << c.name << " ping-pong, registers";
   }
 }
 

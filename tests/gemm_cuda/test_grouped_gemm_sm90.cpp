@@ -29,9 +29,12 @@ struct Case {
   gemm_sm90::OutType out = gemm_sm90::OutType::kBF16;
   float beta = 0.0f;
   int scales = 0;  // 0 none, 1 rowwise, 2 per-tensor per group
+  bool bias = false;  // FP32 bias (G, n)
   bool per_member = false;  // K-grouped operand layout
   bool end_offsets32 = false;
-  int block_n = 256;
+  int block_n = 256;          // 256: cooperative kernel, 128: ping-pong
+  bool pingpong = false;     // ping-pong schedule (block_n 128) instead of cooperative
+  int stages = 0;            // 0: 4 (block_n 256) or 6 (128); the launcher caps it to what fits
   int64_t capacity_pad = 0;  // extra token rows past the last offset
 };
 
@@ -92,9 +95,14 @@ Result run_case(const Case& c, uint32_t seed) {
   const int64_t sa_count = c.scales == 1 ? (c.k_grouped ? c.m : cap) : groups;
   const int64_t sb_count = c.scales == 1 ? (c.k_grouped ? c.n : groups * c.n) : groups;
   std::vector<float> sa(sa_count), sb(sb_count), galpha(groups);
-  for (auto& v : sa) v = ud(rng);
+  // FP16 D holds at most 65504: FP8 products (codes up to 448 · 448) get A scales 2^-12 then.
+  const bool fp8_to_fp16 = c.out == gemm_sm90::OutType::kFP16 && c.elem == ElemKind::kE4M3;
+  const float sa_mul = fp8_to_fp16 ? 1.0f / 4096 : 1.0f;
+  for (auto& v : sa) v = ud(rng) * sa_mul;
   for (auto& v : sb) v = ud(rng);
   for (auto& v : galpha) v = ud(rng);
+  std::vector<float> bias(groups * c.n);
+  for (auto& v : bias) v = ud(rng) - 1.25f;
 
   const int64_t d_rows = c.k_grouped ? groups * c.m : cap, d_cols = c.n;
   const bool fp32 = c.out == gemm_sm90::OutType::kFP32;
@@ -106,8 +114,14 @@ Result run_case(const Case& c, uint32_t seed) {
       for (int64_t j = 0; j < d_cols; ++j) d0[r * d_cols + j] = kSentinel;
 
   DeviceArray da(a_bytes), db(b_bytes), dsa(sa), dsb(sb), dal(galpha);
+  const bool out_fp16 = c.out == gemm_sm90::OutType::kFP16;
+  auto to_float16 = [&](float v) {
+    return out_fp16 ? fp16::from_float(v).to_float() : bf16::from_float(v).to_float();
+  };
   std::vector<uint16_t> d0_half(d0.size());
-  for (size_t i = 0; i < d0.size(); ++i) d0_half[i] = bf16::from_float(d0[i]).bits;
+  for (size_t i = 0; i < d0.size(); ++i)
+    d0_half[i] = out_fp16 ? fp16::from_float(d0[i]).bits : bf16::from_float(d0[i]).bits;
+  DeviceArray dbias(bias);
   DeviceArray dd = fp32 ? DeviceArray(d0) : DeviceArray(d0_half);
   std::vector<int64_t> offs64(start);
   std::vector<int32_t> ends32(groups);
@@ -134,6 +148,11 @@ Result run_case(const Case& c, uint32_t seed) {
   p.alpha = 0.75f;
   p.beta = c.beta;
   p.group_alpha = static_cast<const float*>(dal.ptr);
+  if (c.bias) {
+    p.bias = dbias.ptr;
+    p.bias_type = gemm_sm90::OutType::kFP32;
+    p.bias_gs = c.n;
+  }
   if (c.scales) {
     p.scale_a = static_cast<const float*>(dsa.ptr);
     p.scale_b = static_cast<const float*>(dsb.ptr);
@@ -149,13 +168,22 @@ Result run_case(const Case& c, uint32_t seed) {
   l.a = {da.ptr, a_rows, a_cols, ld};
   l.b = {db.ptr, b_rows, b_cols, ld};
   l.a_per_member = l.b_per_member = c.per_member;
-  l.config.block_n = c.block_n;
-  l.config.stages = c.block_n == 256 ? 4 : 6;
+  l.config.pingpong = c.pingpong || c.block_n == 128;  // block_n 128 is the ping-pong kernel
+  l.config.block_n = l.config.pingpong ? 128 : 256;
+  l.config.stages = c.stages ? c.stages : (l.config.block_n == 256 ? 4 : 6);
   DeviceArray ws(std::vector<uint8_t>(std::max<int64_t>(sm90_workspace_bytes(l), 1) + 128));
   launch_grouped_gemm_sm90(l, test::align128(ws.ptr), sm90_workspace_bytes(l), nullptr);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 
-  std::vector<float> out = fp32 ? dd.to_host<float>() : test::bf16_to_float(dd.to_host<uint16_t>());
+  std::vector<float> out;
+  if (fp32) {
+    out = dd.to_host<float>();
+  } else {
+    const std::vector<uint16_t> bits = dd.to_host<uint16_t>();
+    out.resize(bits.size());
+    for (size_t i = 0; i < bits.size(); ++i)
+      out[i] = out_fp16 ? fp16{bits[i]}.to_float() : bf16{bits[i]}.to_float();
+  }
   Result res;
   double num = 0, den = 0;
   for (int64_t g = 0; g < groups; ++g) {
@@ -175,7 +203,7 @@ Result run_case(const Case& c, uint32_t seed) {
         for (int64_t kk = 0; kk < kk_len; ++kk) acc += a_at(g, i, kk) * b_at(g, j, kk);
         const double sbj = c.scales == 1 ? sb[c.k_grouped ? j : g * c.n + j]
                                          : (c.scales == 2 ? sb[g] : 1.0);
-        double ref = 0.75 * galpha[g] * sai * sbj * acc;
+        double ref = 0.75 * galpha[g] * sai * sbj * acc + (c.bias ? bias[g * c.n + j] : 0.0);
         if (c.beta != 0) ref += c.beta * d0[drow * d_cols + j];
         const double got = out[drow * d_cols + j];
         num += (got - ref) * (got - ref);
@@ -186,7 +214,7 @@ Result run_case(const Case& c, uint32_t seed) {
   }
   for (int64_t r = c.k_grouped ? d_rows : total; r < d_rows; ++r)
     for (int64_t j = 0; j < d_cols; ++j)
-      if (out[r * d_cols + j] != (fp32 ? kSentinel : bf16::from_float(kSentinel).to_float()))
+      if (out[r * d_cols + j] != (fp32 ? kSentinel : to_float16(kSentinel)))
         ++res.bad_untouched;
   res.rel_err = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
   return res;
@@ -199,10 +227,19 @@ double budget(const Case& c) {
   return 6e-3;
 }
 
+// Runs the case as given and again under the ping-pong schedule, with 4 stages (the whole
+// 128-row tile staged for the TMA stores) and 6 (one 64-row staging block reused).
 void expect_case(const Case& c, const char* name) {
-  const Result r = run_case(c, 1234);
-  EXPECT_LT(r.rel_err, budget(c)) << name;
-  EXPECT_EQ(r.bad_untouched, 0) << name << ": rows past the last offset were written";
+  for (int variant = 0; variant < 3; ++variant) {
+    Case v = c;
+    v.pingpong = variant > 0;
+    if (variant > 0) v.stages = variant == 1 ? 4 : 6;
+    const char* tag =
+        variant == 0 ? "" : (variant == 1 ? " (ping-pong, 4 stages)" : " (ping-pong, 6 stages)");
+    const Result r = run_case(v, 1234);
+    EXPECT_LT(r.rel_err, budget(v)) << name << tag;
+    EXPECT_EQ(r.bad_untouched, 0) << name << tag << ": rows past the last offset were written";
+  }
 }
 
 class GroupedGemmSm90 : public ::testing::Test {
@@ -246,6 +283,24 @@ TEST_F(GroupedGemmSm90, MGroupedFP8Rowwise) {
   c.scales = 2;
   c.out = gemm_sm90::OutType::kFP32;
   expect_case(c, "fp8 per-tensor fp32 out");
+}
+
+// FP16 D with bias and rowwise scales on whole tiles (n a multiple of 256): the straight-line
+// staged epilogue with both column vectors, and the general one on the group-end tiles.
+TEST_F(GroupedGemmSm90, MGroupedFP8Fp16OutBias) {
+  Case c;
+  c.elem = ElemKind::kE4M3;
+  c.scales = 1;
+  c.bias = true;
+  c.out = gemm_sm90::OutType::kFP16;
+  c.sizes = {256, 0, 128, 200};
+  c.n = 512;
+  c.k = 256;
+  c.capacity_pad = 64;
+  expect_case(c, "fp8 rowwise fp16 out bias");
+  c.elem = ElemKind::kBF16;
+  c.scales = 0;
+  expect_case(c, "bf16 fp16 out bias");
 }
 
 TEST_F(GroupedGemmSm90, MGroupedOneGroupAndManyGroups) {
@@ -302,10 +357,13 @@ TEST_F(GroupedGemmSm90, KGroupedMisalignedGroupIsPoisonedNotFaulted) {
   c.m = 128;
   c.n = 128;
   c.out = gemm_sm90::OutType::kFP32;
-  const Result r = run_case(c, 99);
-  EXPECT_FALSE(r.rel_err < 1e10) << "group 2 must be NaN";
-  EXPECT_EQ(r.nan_groups, 1);
-  EXPECT_EQ(r.bad_untouched, 0);
+  for (bool pingpong : {false, true}) {
+    c.pingpong = pingpong;
+    const Result r = run_case(c, 99);
+    EXPECT_FALSE(r.rel_err < 1e10) << "group 2 must be NaN";
+    EXPECT_EQ(r.nan_groups, 1);
+    EXPECT_EQ(r.bad_untouched, 0);
+  }
 }
 
 }  // namespace

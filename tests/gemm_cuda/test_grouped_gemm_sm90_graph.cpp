@@ -77,6 +77,8 @@ TEST(GroupedGemmSm90Graph, ReplayWithChangedGroupSizes) {
   wg.params.d_group_stride = kM * kN;
   wg.a = {ddyt.ptr, kM, kCap, kCap};
   wg.b = {dxt.ptr, kN, kCap, kCap};
+  wg.config.block_n = 128;  // the forward runs the cooperative schedule, wgrad the ping-pong one
+  wg.config.pingpong = true;
   DeviceArray ws(std::vector<uint8_t>(sm90_workspace_bytes(wg) + 128));
 
   cudaStream_t s;

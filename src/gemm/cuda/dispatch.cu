@@ -281,6 +281,7 @@ GroupedGemmConfig grouped_gemm_cuda_select_config(const GroupedGemmProblem& p,
   out.tile_n = c.block_n;
   out.tile_k = gemm_sm90::kTileKBytes / (p.a.is_quantized ? 1 : 2);
   out.stages = c.stages;
+  out.variant = c.tma_store ? 0 : 1;
   out.cluster_m = out.cluster_n = 1;
   out.num_sms = c.num_sms;
   return out;
@@ -305,10 +306,12 @@ void grouped_gemm_cuda(const GroupedGemmProblem& p, const GroupedGemmDims& dims,
   if (p.config.is_default()) {
     g.config = gemm_cuda::select_sm90_config(g, 0);
   } else {
+    // tile_n 256: cooperative schedule; 128: ping-pong. variant bit 0: register-store epilogue.
     g.config.block_n = p.config.tile_n ? p.config.tile_n : 256;
+    g.config.pingpong = g.config.block_n == 128;
     g.config.stages = p.config.stages ? p.config.stages : (g.config.block_n == 256 ? 4 : 6);
     g.config.num_sms = p.config.num_sms;
-    g.config.tma_store = p.config.variant != 1;  // variant 1: register-store epilogue
+    g.config.tma_store = (p.config.variant & 1) == 0;
   }
   gemm_cuda::launch_grouped_gemm_sm90(g, ws + w.maps, w.maps_bytes, s);
 }

@@ -2,7 +2,7 @@
 // runtime's driver entry point, so libcuda is not linked), the K-grouped setup kernel that
 // derives each group's tensor maps ON THE DEVICE from the group offsets (tensormap.replace in
 // shared memory, then tensormap.cp_fenceproxy to the workspace), and the kernel instantiations:
-// {BF16, FP16, E4M3 x E4M3, E5M2 x E4M3} x {block_n 128, 256} — eight in total.
+// {BF16, FP16, E4M3 x E4M3, E5M2 x E4M3} x {cooperative 128 x 256, ping-pong 128 x 128} — eight.
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <cudaTypedefs.h>
@@ -150,38 +150,51 @@ __global__ void build_group_maps_kernel(const __grid_constant__ CUtensorMap tmpl
 #endif
 }
 
-template <class Elem, int kBlockN>
+// Shared memory of a launch (plus 1 KiB to align the base to 1024 bytes).
+int64_t smem_bytes(const KernelParams& p, int block_n, gemm_sm90::Schedule s) {
+  const int cols = (p.scale_b ? 1 : 0) + (p.bias ? 1 : 0);
+  return gemm_sm90::smem_layout(block_n, s, p.stages, p.tma_store, cols, p.staging_blocks).total +
+         1024;
+}
+
+template <class Elem, int kBlockN, gemm_sm90::Schedule kSchedule>
 void launch_kernel(const CUtensorMap& ma, const CUtensorMap& mb, const CUtensorMap& md,
                    const KernelParams& p, int grid, cudaStream_t stream) {
-  auto kernel = gemm_sm90::grouped_gemm_sm90_kernel<Elem, kBlockN>;
-  const size_t smem = static_cast<size_t>(p.stages) *
-                          (gemm_sm90::kBlockM + kBlockN) * gemm_sm90::kTileKBytes +
-                      (p.tma_store ? 2 * 64 * kBlockN * 2 : 0) +
-                      2 * gemm_sm90::kMaxStages * sizeof(uint64_t) + 1024;
-  TESSERA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          static_cast<int>(smem)));
+  auto kernel = gemm_sm90::grouped_gemm_sm90_kernel<Elem, kBlockN, kSchedule>;
+  const int64_t smem = smem_bytes(p, kBlockN, kSchedule);
+  // The dynamic shared-memory limit is raised once per (thread, device) to what this launch
+  // needs, and again only when a later launch needs more (the call costs host time per launch).
+  thread_local int64_t raised[64] = {};
+  int dev = 0;
+  TESSERA_CUDA_CHECK(cudaGetDevice(&dev));
+  if (dev >= 64 || raised[dev] < smem) {
+    TESSERA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            static_cast<int>(smem)));
+    if (dev < 64) raised[dev] = smem;
+  }
   kernel<<<grid, gemm_sm90::kNumThreads, smem, stream>>>(ma, mb, md, p);
   TESSERA_CUDA_CHECK_LAUNCH();
 }
 
-// The instantiation list: every element kind x block_n the public API produces.
-void launch_kind(ElemKind e, int block_n, const CUtensorMap& ma, const CUtensorMap& mb,
+// The instantiation list: every element kind the public API produces x {cooperative block_n
+// 256, ping-pong block_n 128}.
+void launch_kind(ElemKind e, bool pingpong, const CUtensorMap& ma, const CUtensorMap& mb,
                  const CUtensorMap& md, const KernelParams& p, int grid, cudaStream_t stream) {
   using namespace gemm_sm90;
-  const bool wide = block_n == 256;
+  constexpr Schedule kCoop = Schedule::kCooperative, kPing = Schedule::kPingpong;
   switch (e) {
     case ElemKind::kBF16:
-      return wide ? launch_kernel<ElemBF16, 256>(ma, mb, md, p, grid, stream)
-                  : launch_kernel<ElemBF16, 128>(ma, mb, md, p, grid, stream);
+      return pingpong ? launch_kernel<ElemBF16, 128, kPing>(ma, mb, md, p, grid, stream)
+                      : launch_kernel<ElemBF16, 256, kCoop>(ma, mb, md, p, grid, stream);
     case ElemKind::kFP16:
-      return wide ? launch_kernel<ElemFP16, 256>(ma, mb, md, p, grid, stream)
-                  : launch_kernel<ElemFP16, 128>(ma, mb, md, p, grid, stream);
+      return pingpong ? launch_kernel<ElemFP16, 128, kPing>(ma, mb, md, p, grid, stream)
+                      : launch_kernel<ElemFP16, 256, kCoop>(ma, mb, md, p, grid, stream);
     case ElemKind::kE4M3:
-      return wide ? launch_kernel<ElemE4M3, 256>(ma, mb, md, p, grid, stream)
-                  : launch_kernel<ElemE4M3, 128>(ma, mb, md, p, grid, stream);
+      return pingpong ? launch_kernel<ElemE4M3, 128, kPing>(ma, mb, md, p, grid, stream)
+                      : launch_kernel<ElemE4M3, 256, kCoop>(ma, mb, md, p, grid, stream);
     case ElemKind::kE5M2E4M3:
-      return wide ? launch_kernel<ElemE5M2E4M3, 256>(ma, mb, md, p, grid, stream)
-                  : launch_kernel<ElemE5M2E4M3, 128>(ma, mb, md, p, grid, stream);
+      return pingpong ? launch_kernel<ElemE5M2E4M3, 128, kPing>(ma, mb, md, p, grid, stream)
+                      : launch_kernel<ElemE5M2E4M3, 256, kCoop>(ma, mb, md, p, grid, stream);
   }
   TESSERA_FAIL(Status::kInvalidArgument, "unknown grouped GEMM element kind ",
                static_cast<int>(e));
@@ -202,15 +215,29 @@ void launch_grouped_gemm_sm90(const Sm90GroupedGemm& g, void* workspace, int64_t
   const Sm90Config& cfg = g.config;
   TESSERA_CHECK_STATUS(cfg.block_n == 128 || cfg.block_n == 256, Status::kInvalidArgument,
                        "block_n must be 128 or 256, got ", cfg.block_n);
+  TESSERA_CHECK_STATUS(cfg.pingpong == (cfg.block_n == 128), Status::kInvalidArgument,
+                       "block_n 128 runs the ping-pong schedule, 256 the cooperative one (got ",
+                       cfg.block_n, cfg.pingpong ? ", ping-pong)" : ", cooperative)");
   KernelParams p = g.params;
   p.stages = cfg.stages;
   TESSERA_CHECK_STATUS(p.stages >= 2 && p.stages <= gemm_sm90::kMaxStages, Status::kInvalidArgument,
                        "stages must be in [2, ", gemm_sm90::kMaxStages, "], got ", p.stages);
   if (p.num_groups == 0) return;
-  // TMA-store epilogue: BF16/FP16 D, beta = 0; its staging buffer costs one stage at block_n 256
-  // (3 stages) and at 128 (5 stages) to stay within 227 KiB of shared memory.
+  // TMA-store epilogue: BF16/FP16 D, beta = 0. Its staging buffer (and the column vectors of
+  // the scales / bias) take shared memory: the stage count is capped to what fits.
   p.tma_store = cfg.tma_store && p.beta == 0.0f && p.out_type != gemm_sm90::OutType::kFP32;
-  if (p.tma_store) p.stages = std::min(p.stages, cfg.block_n == 256 ? 3 : 5);
+  const auto schedule = cfg.pingpong ? gemm_sm90::Schedule::kPingpong
+                                     : gemm_sm90::Schedule::kCooperative;
+  int dev = 0, smem_max = 0;
+  TESSERA_CUDA_CHECK(cudaGetDevice(&dev));
+  TESSERA_CUDA_CHECK(
+      cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  // Ping-pong stages its whole 128-row tile when the requested stages fit that way, else one
+  // 64-row block at a time.
+  p.staging_blocks = cfg.pingpong ? 2 : 1;
+  if (p.staging_blocks == 2 && smem_bytes(p, cfg.block_n, schedule) > smem_max)
+    p.staging_blocks = 1;
+  while (p.stages > 2 && smem_bytes(p, cfg.block_n, schedule) > smem_max) --p.stages;
   CUtensorMap md{};
   if (p.tma_store) md = make_store_map(p, p.k_grouped ? int64_t{p.num_groups} * p.m : p.capacity);
   // Per-member K-grouped operands: the template's address/width/stride are replaced per group;
@@ -251,12 +278,9 @@ void launch_grouped_gemm_sm90(const Sm90GroupedGemm& g, void* workspace, int64_t
     p.b_k_origin_start = g.b_per_member ? 0 : 1;
   }
   int grid = cfg.num_sms;
-  if (grid <= 0) {
-    int dev = 0;
-    TESSERA_CUDA_CHECK(cudaGetDevice(&dev));
+  if (grid <= 0)
     TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&grid, cudaDevAttrMultiProcessorCount, dev));
-  }
-  launch_kind(g.elem, cfg.block_n, ma, mb, md, p, grid, stream);
+  launch_kind(g.elem, cfg.pingpong, ma, mb, md, p, grid, stream);
 }
 
 }  // namespace tessera::gemm_cuda

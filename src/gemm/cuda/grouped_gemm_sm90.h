@@ -24,11 +24,15 @@ struct KMajorMatrix {
 
 // Tile configuration chosen by heuristics/grouped_gemm_config.h.
 struct Sm90Config {
-  int block_n = 256;  // 128 or 256
-  int stages = 4;
+  // The two kernels: block_n 256 with pingpong = false (cooperative: both consumer warpgroups on
+  // one 128 x 256 tile) or block_n 128 with pingpong = true (each consumer warpgroup a whole
+  // 128 x 128 tile, in turns). Other pairs are refused.
+  int block_n = 256;
+  bool pingpong = false;
+  int stages = 4;     // capped by the launcher to what fits in shared memory
   int num_sms = 0;    // persistent CTAs (0 = all SMs)
   // Epilogue through shared memory + TMA stores where it applies (BF16/FP16 D, beta = 0; see
-  // KernelParams::tma_store); caps stages at 3 (block_n 256) / 5 (128).
+  // KernelParams::tma_store); its staging buffer takes shared memory from the stages.
   bool tma_store = true;
 };
 

@@ -1,12 +1,18 @@
 // The sm90 grouped GEMM config heuristic (see grouped_gemm_config.h).
 //
-// Rules, each from a measurement on the H200 (docs/gemm_cuda.md):
-// - block_n 256 (128x256 tiles, 4 stages of 48 KiB) when the tile count at that width fills the
-//   SMs at least twice over; otherwise block_n 128 (6 stages of 32 KiB) to double the tiles.
+// Two kernels per element kind: cooperative 128 x 256 tiles and ping-pong 128 x 128 tiles (each
+// consumer warpgroup a whole tile, its epilogue under the other's main loop). Rules, each from
+// the same-run schedule sweep on the H200 (docs/gemm_cuda.md, harmonic mean of the balanced and
+// the imbalanced run of each DESIGN §10 shape, since the host never sees the group sizes):
+// - big groups (> 1024 rows or tokens per group, Mixtral) and enough 256-wide tiles to fill the
+//   SMs twice: cooperative 256, 3 stages (TMA-store epilogue) or 4 (register epilogue);
+// - M-grouped (forward, dgrad) with small groups: ping-pong, 6 stages (one 64-row staging block),
+//   up to 8192 bytes of contraction per row (64 stages of 128 B); above, the epilogue is a small
+//   part of a tile and cooperative 256 (fewer bytes loaded per FLOP) won (DSv3 fc1 BF16,
+//   K = 14336 bytes: 661 vs 541 TFLOP/s; FP8, 7168 bytes: tie);
+// - K-grouped (wgrad) with small groups: ping-pong with 5 stages (the whole tile staged, one bulk
+//   store) up to 384 tokens per group (Qwen3), cooperative 256 above (DSv3: 512).
 // - one persistent CTA per SM.
-// - BF16/FP16 D with beta = 0: epilogue staged through shared memory and written by TMA stores,
-//   overlapped with the next tile's main loop (3 / 5 stages then), and 128-wide tiles when the
-//   groups are small (≤ 1024 rows, or tokens per group for wgrad).
 #include "gemm/cuda/heuristics/grouped_gemm_config.h"
 
 #include <cuda_runtime_api.h>
@@ -28,16 +34,19 @@ Sm90Config select_sm90_config(const Sm90GroupedGemm& g, int num_sms) {
   const int64_t tiles256 = ((rows + 127) / 128) * ((p.n + 255) / 256);
   Sm90Config c;
   c.num_sms = num_sms;
-  // The TMA-store epilogue applies to BF16/FP16 D with beta = 0; its staging buffer takes one
-  // stage's shared memory. With it, 128-wide tiles won whenever groups are small (≤ 1024 rows
-  // or contraction per group; DSv3 / Qwen3 shapes, forward and wgrad, +10-35%), 256-wide tiles
-  // on Mixtral's 4096-token groups.
+  // The TMA-store epilogue applies to BF16/FP16 D with beta = 0 (staging in shared memory).
   c.tma_store = p.beta == 0.0f && p.out_type != gemm_sm90::OutType::kFP32;
   const int64_t per_group = p.num_groups > 0 ? p.capacity / p.num_groups : 0;
-  const bool narrow = p.n <= 128 || tiles256 < 2 * num_sms || (c.tma_store && per_group <= 1024);
-  c.block_n = narrow ? 128 : 256;
-  if (c.tma_store) c.stages = narrow ? 5 : 3;
-  else c.stages = narrow ? 6 : 4;
+  const bool small = p.n <= 128 || tiles256 < 2 * num_sms || per_group <= 1024;
+  const int elem_bytes = g.elem == ElemKind::kBF16 || g.elem == ElemKind::kFP16 ? 2 : 1;
+  bool pingpong = false;
+  const bool few_tiles = p.n <= 128 || tiles256 < 2 * num_sms;
+  if (small && p.k_grouped) pingpong = per_group <= 384 || few_tiles;
+  if (small && !p.k_grouped) pingpong = p.k * elem_bytes <= 8192 || few_tiles;
+  c.pingpong = pingpong;
+  c.block_n = pingpong ? 128 : 256;
+  if (pingpong) c.stages = p.k_grouped ? 5 : 6;
+  else c.stages = c.tma_store ? 3 : 4;
   return c;
 }
 

@@ -18,11 +18,44 @@
 
 namespace tessera::gemm_sm90 {
 
-inline constexpr int kBlockM = 128;         // rows per tile: 2 consumer warpgroups x 64
+inline constexpr int kBlockM = 128;         // rows per tile (2 x 64: one wgmma m64 each)
 inline constexpr int kTileKBytes = 128;     // contraction bytes per stage (one swizzle row)
 inline constexpr int kNumThreads = 384;     // producer warpgroup + 2 consumer warpgroups
 inline constexpr int kMaxStages = 8;
 inline constexpr int kStoreBoxCols = 64;     // TMA store box: 64 columns (128 bytes of BF16/FP16)
+
+// How the two consumer warpgroups share the work (a kernel template argument):
+// - kCooperative: both work on the same 128 x block_n tile, 64 rows each; a stage is released
+//   by both (8 warps).
+// - kPingpong: each warpgroup owns whole 128 x block_n tiles (two m64 wgmma per k-step), the two
+//   take the CTA's tiles in turns; ordering barriers let only one issue its main loop at a time,
+//   so one's epilogue runs while the other's MMAs keep the tensor cores busy. A stage belongs to
+//   one tile and is released by its warpgroup's 4 warps. block_n 128 only (128 accumulators per
+//   thread, as cooperative 256).
+enum class Schedule : int { kCooperative = 0, kPingpong = 1 };
+
+// Byte offsets (from the 1024-byte aligned base) of the kernel's shared-memory regions; the
+// launcher sizes the allocation with the same function. Regions: A stages (kBlockM rows x 128 B),
+// B stages (block_n rows x 128 B), TMA-store staging (per consumer warpgroup: its staged rows x
+// block_n x 2 B, when tma_store), per-warpgroup column vectors (col_vectors x block_n FP32: the tile's
+// B scales and/or bias), the full/empty mbarriers.
+struct SmemLayout {
+  int64_t b = 0, d = 0, cols = 0, bars = 0, total = 0;
+  int64_t d_per_wg = 0, cols_per_wg = 0;
+};
+constexpr SmemLayout smem_layout(int block_n, Schedule s, int stages, int tma_store,
+                                 int col_vectors, int staging_blocks) {
+  SmemLayout l;
+  const int wg_rows = s == Schedule::kPingpong ? 64 * staging_blocks : kBlockM / 2;
+  l.b = int64_t{stages} * kBlockM * kTileKBytes;
+  l.d = l.b + int64_t{stages} * block_n * kTileKBytes;
+  l.d_per_wg = tma_store ? int64_t{wg_rows} * block_n * 2 : 0;
+  l.cols = l.d + 2 * l.d_per_wg;
+  l.cols_per_wg = int64_t{col_vectors} * block_n * 4;
+  l.bars = l.cols + 2 * l.cols_per_wg;
+  l.total = l.bars + 2 * kMaxStages * 8;
+  return l;
+}
 
 enum class OutType : int { kBF16 = 0, kFP16 = 1, kFP32 = 2 };
 
@@ -57,6 +90,10 @@ struct KernelParams {
   // 128-byte swizzle) when a consumer warpgroup's 64 rows are all inside its group; the store
   // overlaps the next tile's main loop. Other tiles, FP32 D and beta = 1 use register stores.
   int tma_store = 0;
+  // Ping-pong with tma_store: 64-row staging blocks per consumer warpgroup, 2 (its whole tile:
+  // one bulk store group) or 1 (reused block by block, a shorter epilogue traded for one more
+  // stage). Cooperative: 1. Set by the launcher.
+  int staging_blocks = 1;
 };
 
 // Everything the K-grouped setup kernel needs to derive group g's tensor maps from a template:

@@ -2,12 +2,14 @@
 //
 // One CTA per SM (384 threads): warpgroup 0 is the producer (one thread issues TMA loads into a
 // ring of `stages` shared-memory slots, each guarded by a full/empty mbarrier pair), warpgroups 1
-// and 2 are consumers (each owns 64 rows of the 128-row tile, issues wgmma on the slot, releases
-// it, and stores its accumulators through the epilogue). Tiles are numbered group by group; CTA b
-// takes tiles b, b + gridDim.x, ... and every role walks the group offsets ON THE DEVICE with the
-// same TileWalker, so no host ever sees group sizes. Template arguments: the element kind (an
-// (A, B) element pair of sm90_mma_kinds.cuh: BF16, FP16, or FP8; one stage holds 128 bytes of
-// contraction = 64 or 128 elements) and the tile width.
+// and 2 are consumers that issue wgmma on the slots, release them, and store their accumulators
+// through the epilogue (grouped_gemm_epilogue.cuh). Two schedules (grouped_gemm_params.h):
+// cooperative (both consumers on one 128 x 256 tile, 64 rows each) and ping-pong (each consumer
+// owns whole 128 x 128 tiles, in turns, so one's epilogue overlaps the other's MMAs). Tiles are
+// numbered group by group; CTA b takes tiles b, b + gridDim.x, ... and every role walks the group
+// offsets ON THE DEVICE with the same TileWalker, so no host ever sees group sizes. Template
+// arguments: the element kind (an (A, B) element pair of sm90_mma_kinds.cuh: BF16, FP16, or FP8;
+// one stage holds 128 bytes of contraction = 64 or 128 elements), the tile width and the schedule.
 #pragma once
 
 #include <cuda.h>
@@ -16,6 +18,7 @@
 
 #include <cstdint>
 
+#include "gemm/cuda/kernels/grouped_gemm_epilogue.cuh"
 #include "gemm/cuda/kernels/grouped_gemm_params.h"
 #include "gemm/cuda/kernels/sm90_mma_kinds.cuh"
 #include "gemm/cuda/kernels/sm90_primitives.cuh"
@@ -32,13 +35,6 @@ __device__ __forceinline__ int64_t group_start(const KernelParams& p, int i) {
   }
   return v < 0 ? 0 : (v > p.capacity ? p.capacity : v);
 }
-
-struct Tile {
-  int g = 0;
-  int64_t start = 0, len = 0;  // group rows (M-grouped) or contraction length (K-grouped)
-  int64_t m_blk = 0, n_blk = 0;
-  bool poisoned = false;       // K-grouped group the setup kernel found misaligned: NaN output
-};
 
 // Maps the linear tile index to (group, m block, n block). Tile indices of one CTA only grow,
 // so the walker moves forward through the groups once: O(G + tiles) per CTA.
@@ -82,9 +78,9 @@ __device__ __forceinline__ int64_t num_k_blocks(const KernelParams& p, const Til
 }
 
 template <class Elem, int kBlockN>
-__device__ void producer_loop(const KernelParams& p, const CUtensorMap* map_a,
-                              const CUtensorMap* map_b, uint8_t* smem_a, uint8_t* smem_b,
-                              uint64_t* full, uint64_t* empty) {
+__device__ __forceinline__ void producer_loop(const KernelParams& p, const CUtensorMap* map_a,
+                                              const CUtensorMap* map_b, uint8_t* smem_a,
+                                              uint8_t* smem_b, uint64_t* full, uint64_t* empty) {
   constexpr int kBlockK = kTileKBytes / Elem::kBytes;
   constexpr uint32_t kBytesA = kBlockM * kTileKBytes, kBytesB = kBlockN * kTileKBytes;
   TileWalker<kBlockN> walker;
@@ -131,225 +127,158 @@ __device__ void producer_loop(const KernelParams& p, const CUtensorMap* map_a,
   }
 }
 
-__device__ __forceinline__ float load_bias(const KernelParams& p, int64_t idx) {
-  if (p.bias_type == OutType::kFP32) return static_cast<const float*>(p.bias)[idx];
-  if (p.bias_type == OutType::kBF16)
-    return __bfloat162float(static_cast<const __nv_bfloat16*>(p.bias)[idx]);
-  return __half2float(static_cast<const __half*>(p.bias)[idx]);
-}
-
-__device__ __forceinline__ void store_pair(const KernelParams& p, void* base, int64_t off, float v0,
-                                           float v1) {
-  if (p.out_type == OutType::kFP32) {
-    float2* dst = reinterpret_cast<float2*>(static_cast<float*>(base) + off);
-    if (p.beta != 0.0f) {
-      const float2 old = *dst;
-      v0 += p.beta * old.x;
-      v1 += p.beta * old.y;
-    }
-    *dst = make_float2(v0, v1);
-  } else if (p.out_type == OutType::kBF16) {
-    *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(base) + off) =
-        __floats2bfloat162_rn(v0, v1);
-  } else {
-    *reinterpret_cast<__half2*>(static_cast<__half*>(base) + off) = __floats2half2_rn(v0, v1);
-  }
-}
-
-// Stores the 64 x kBlockN accumulator block of consumer warpgroup `cw`. wgmma fragment layout:
-// thread (warp w, lane l) holds rows w·16 + l/4 (+8) and columns 8j + 2(l%4) (+1).
-template <int kBlockN>
-__device__ void epilogue(const KernelParams& p, const Tile& t, float (&acc)[kBlockN / 2], int cw) {
-  const int tid = threadIdx.x % 128;
-  const int warp = tid / 32, lane = tid % 32;
-  const int64_t rows = p.k_grouped ? p.m : t.len;
-  float alpha = p.alpha * (p.group_alpha ? p.group_alpha[t.g] : 1.0f);
-  if (t.poisoned) alpha = __int_as_float(0x7fc00000);  // NaN: the group could not be computed
-  bool valid[2];
-  float row_scale[2];
-  int64_t row_off[2];
-  for (int h = 0; h < 2; ++h) {
-    const int64_t r = t.m_blk * kBlockM + cw * 64 + warp * 16 + lane / 4 + 8 * h;
-    valid[h] = r < rows;
-    const int64_t scale_row = p.k_grouped ? r : t.start + r;
-    row_scale[h] = alpha;
-    if (valid[h] && p.scale_a) row_scale[h] *= p.scale_a[t.g * p.sa_gs + scale_row * p.sa_rs];
-    row_off[h] = p.k_grouped ? t.g * p.d_group_stride + r * p.ldd : (t.start + r) * p.ldd;
-  }
-  const int64_t col0 = t.n_blk * kBlockN + (lane % 4) * 2;
-#pragma unroll
-  for (int j = 0; j < kBlockN / 8; ++j) {
-    const int64_t c = col0 + j * 8;
-    if (c >= p.n) continue;
-    float sb0 = 1.0f, sb1 = 1.0f, b0 = 0.0f, b1 = 0.0f;
-    if (p.scale_b) {
-      sb0 = p.scale_b[t.g * p.sb_gs + c * p.sb_rs];
-      sb1 = p.scale_b[t.g * p.sb_gs + (c + 1) * p.sb_rs];
-    }
-    if (p.bias) {
-      b0 = load_bias(p, t.g * p.bias_gs + c);
-      b1 = load_bias(p, t.g * p.bias_gs + c + 1);
-    }
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      if (!valid[h]) continue;
-      const float v0 = acc[j * 4 + 2 * h] * row_scale[h] * sb0 + b0;
-      const float v1 = acc[j * 4 + 2 * h + 1] * row_scale[h] * sb1 + b1;
-      store_pair(p, p.d, row_off[h] + c, v0, v1);
-    }
-  }
-}
-
-// Whether consumer warpgroup `cw` of tile `t` writes D through the staging buffer: BF16/FP16 D,
-// beta = 0, and all of its 64 rows inside the group (TMA clips only at the tensor's bounds).
-template <int kBlockN>
-__device__ __forceinline__ bool stores_by_tma(const KernelParams& p, const Tile& t, int cw) {
-  const int64_t rows = p.k_grouped ? p.m : t.len;
-  return p.tma_store && t.m_blk * kBlockM + cw * 64 + 64 <= rows;
-}
-
-// The 64 x kBlockN block of consumer warpgroup `cw` through shared memory: each thread writes
-// its fragment (same math as epilogue()) into `stage` = kBlockN/64 boxes of 64 rows x 128 bytes
-// in the 128-byte swizzled layout of map_d (16-byte chunk j of row r at chunk j ^ (r % 8):
-// conflict-free for the wgmma fragment), then one thread issues the TMA stores and commits them
-// as one bulk group. The previous group must have finished reading `stage` first (its wait is
-// here, after this tile's main loop, so the store overlapped that loop).
-template <int kBlockN>
-__device__ void epilogue_tma(const KernelParams& p, const CUtensorMap* map_d, const Tile& t,
-                             float (&acc)[kBlockN / 2], int cw, uint8_t* stage) {
-  const int tid = threadIdx.x % 128;
-  const int warp = tid / 32, lane = tid % 32;
-  if (tid == 0) bulk_wait_read<0>();
-  named_barrier(1 + cw, 128);
-  float alpha = p.alpha * (p.group_alpha ? p.group_alpha[t.g] : 1.0f);
-  if (t.poisoned) alpha = __int_as_float(0x7fc00000);
-  const int64_t row0 = t.m_blk * kBlockM + cw * 64;  // first row of this block inside the group
-  float row_scale[2];
-  int rr[2];
-  for (int h = 0; h < 2; ++h) {
-    rr[h] = warp * 16 + lane / 4 + 8 * h;
-    const int64_t r = row0 + rr[h];
-    const int64_t scale_row = p.k_grouped ? r : t.start + r;
-    row_scale[h] = alpha;
-    if (p.scale_a) row_scale[h] *= p.scale_a[t.g * p.sa_gs + scale_row * p.sa_rs];
-  }
-  const int64_t col0 = t.n_blk * kBlockN + (lane % 4) * 2;
-#pragma unroll
-  for (int j = 0; j < kBlockN / 8; ++j) {
-    const int64_t c = col0 + j * 8;
-    if (c >= p.n) continue;
-    float sb0 = 1.0f, sb1 = 1.0f, b0 = 0.0f, b1 = 0.0f;
-    if (p.scale_b) {
-      sb0 = p.scale_b[t.g * p.sb_gs + c * p.sb_rs];
-      sb1 = p.scale_b[t.g * p.sb_gs + (c + 1) * p.sb_rs];
-    }
-    if (p.bias) {
-      b0 = load_bias(p, t.g * p.bias_gs + c);
-      b1 = load_bias(p, t.g * p.bias_gs + c + 1);
-    }
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float v0 = acc[j * 4 + 2 * h] * row_scale[h] * sb0 + b0;
-      const float v1 = acc[j * 4 + 2 * h + 1] * row_scale[h] * sb1 + b1;
-      uint32_t bits;
-      if (p.out_type == OutType::kBF16) {
-        const __nv_bfloat162 v = __floats2bfloat162_rn(v0, v1);
-        bits = *reinterpret_cast<const uint32_t*>(&v);
-      } else {
-        const __half2 v = __floats2half2_rn(v0, v1);
-        bits = *reinterpret_cast<const uint32_t*>(&v);
-      }
-      const int r = rr[h];
-      const int off = (j / 8) * (64 * 128) + r * 128 + (((j % 8) ^ (r % 8)) * 16) + (lane % 4) * 4;
-      *reinterpret_cast<uint32_t*>(stage + off) = bits;
-    }
-  }
-  fence_async_shared();
-  named_barrier(1 + cw, 128);
-  if (tid == 0) {
-    const int64_t d_row = p.k_grouped ? t.g * p.m + row0 : t.start + row0;
-#pragma unroll
-    for (int b = 0; b < kBlockN / kStoreBoxCols; ++b) {
-      const int64_t c = t.n_blk * kBlockN + b * kStoreBoxCols;
-      if (c < p.n)
-        tma_store_2d(map_d, stage + b * (64 * 128), static_cast<int32_t>(c),
-                     static_cast<int32_t>(d_row));
-    }
-    bulk_commit();
-  }
-}
-
-template <class Elem, int kBlockN>
-__device__ void consumer_loop(const KernelParams& p, const CUtensorMap* map_d, uint8_t* smem_a,
-                              uint8_t* smem_b, uint8_t* smem_d, uint64_t* full, uint64_t* empty,
-                              int cw) {
-  constexpr uint32_t kBytesA = kBlockM * kTileKBytes, kBytesB = kBlockN * kTileKBytes;
-  constexpr int kMmaPerStage = kTileKBytes / 32;  // each wgmma consumes 32 bytes of contraction
-  float acc[kBlockN / 2];
-  TileWalker<kBlockN> walker;
-  Tile t;
+// Position in the stage ring: slot and the parity of its current phase.
+struct RingState {
   int stage = 0;
   uint32_t phase = 0;
+  __device__ __forceinline__ void next(int stages) {
+    if (++stage == stages) {
+      stage = 0;
+      phase ^= 1;
+    }
+  }
+  // Skips `count` slots (a ping-pong consumer passing over the other consumer's tile).
+  __device__ __forceinline__ void skip(int64_t count, int stages) {
+    const int64_t s = stage + count;
+    phase ^= static_cast<uint32_t>((s / stages) & 1);
+    stage = static_cast<int>(s % stages);
+  }
+};
+
+// Ping-pong turn taking between the consumers on named barriers kOrderBarrier + cw (256
+// threads): warpgroup cw waits for its turn before its main loop and hands the turn to the other
+// after issuing it. Every hand-over is matched by one wait (see consumer_loop).
+inline constexpr int kOrderBarrier = 3;  // ids 3, 4 (1, 2: the consumers' epilogue barriers)
+__device__ __forceinline__ void wait_turn(int cw) { named_barrier(kOrderBarrier + cw, 256); }
+__device__ __forceinline__ void pass_turn(int cw) {
+  named_barrier_arrive(kOrderBarrier + (1 - cw), 256);
+}
+
+// The main loop of one tile for one consumer warpgroup: kRowBlocks m64 wgmma per k-step on the
+// A rows starting at row block `a_block` of the stage (cooperative: the warpgroup's half;
+// ping-pong: both halves); only the first kActive row blocks (those with rows inside the group)
+// are computed, the others stay zero. kActive is a template argument: a wgmma under a run-time
+// condition makes ptxas serialize every wgmma of the kernel (C7520). Keeps one stage's batch in
+// flight and releases the previous slot. Ping-pong: passes the turn to the other consumer (cw:
+// this one) once all its MMAs are issued. Returns with all MMAs complete and all slots released.
+template <class Elem, int kBlockN, int kRowBlocks, int kActive, bool kPingpong>
+__device__ __forceinline__ void main_loop(const KernelParams& p, const Tile& t,
+                                          float (&acc)[kRowBlocks][kBlockN / 2], uint8_t* smem_a,
+                                          uint8_t* smem_b, uint64_t* full, uint64_t* empty,
+                                          RingState& ring, int a_block, int cw) {
+  constexpr uint32_t kBytesA = kBlockM * kTileKBytes, kBytesB = kBlockN * kTileKBytes;
+  constexpr int kMmaPerStage = kTileKBytes / 32;  // each wgmma consumes 32 bytes of contraction
   const int lane = threadIdx.x % 32;
-  for (int64_t idx = blockIdx.x; walker.find(p, idx, t); idx += gridDim.x) {
 #pragma unroll
-    for (int i = 0; i < kBlockN / 2; ++i) acc[i] = 0.0f;
-    const int64_t nk = num_k_blocks<Elem>(p, t);
-    int prev = -1;  // slot whose wgmma batch may still be in flight
-    for (int64_t kb = 0; kb < nk; ++kb) {
-      mbar_wait(&full[stage], phase);
-      const uint64_t da = smem_desc_k_major_sw128(smem_a + stage * kBytesA + cw * 64 * kTileKBytes);
-      const uint64_t db = smem_desc_k_major_sw128(smem_b + stage * kBytesB);
+  for (int h = 0; h < kRowBlocks; ++h)
 #pragma unroll
-      for (int i = 0; i < kBlockN / 2; ++i) fence_operand(acc[i]);
-      wgmma_fence();
+    for (int i = 0; i < kBlockN / 2; ++i) acc[h][i] = 0.0f;
+  const int64_t nk = num_k_blocks<Elem>(p, t);
+  int prev = -1;
+  for (int64_t kb = 0; kb < nk; ++kb) {
+    mbar_wait(&full[ring.stage], ring.phase);
+    const uint64_t da =
+        smem_desc_k_major_sw128(smem_a + ring.stage * kBytesA + a_block * 64 * kTileKBytes);
+    const uint64_t db = smem_desc_k_major_sw128(smem_b + ring.stage * kBytesB);
 #pragma unroll
-      for (int s = 0; s < kMmaPerStage; ++s) Elem::template mma<kBlockN>(acc, da + 2 * s, db + 2 * s);
-      wgmma_commit();
-      wgmma_wait<1>();  // the previous slot's batch is done: release it
+    for (int h = 0; h < kRowBlocks; ++h)
 #pragma unroll
-      for (int i = 0; i < kBlockN / 2; ++i) fence_operand(acc[i]);
-      if (prev >= 0 && lane == 0) mbar_arrive(&empty[prev]);
-      prev = stage;
-      if (++stage == p.stages) {
-        stage = 0;
-        phase ^= 1;
-      }
-    }
-    wgmma_wait<0>();
+      for (int i = 0; i < kBlockN / 2; ++i) fence_operand(acc[h][i]);
+    wgmma_fence();
 #pragma unroll
-    for (int i = 0; i < kBlockN / 2; ++i) fence_operand(acc[i]);
+    for (int s = 0; s < kMmaPerStage; ++s)
+#pragma unroll
+      for (int h = 0; h < kActive; ++h)  // descriptor units of 16 B: 64 rows = 512
+        Elem::template mma<kBlockN>(acc[h], da + h * 512 + 2 * s, db + 2 * s);
+    wgmma_commit();
+    wgmma_wait<1>();  // the previous slot's batch is done: release it
+#pragma unroll
+    for (int h = 0; h < kRowBlocks; ++h)
+#pragma unroll
+      for (int i = 0; i < kBlockN / 2; ++i) fence_operand(acc[h][i]);
     if (prev >= 0 && lane == 0) mbar_arrive(&empty[prev]);
-    if (stores_by_tma<kBlockN>(p, t, cw)) {
-      epilogue_tma<kBlockN>(p, map_d, t, acc, cw, smem_d + cw * (64 * kBlockN * 2));
-    } else {
-      epilogue<kBlockN>(p, t, acc, cw);
+    prev = ring.stage;
+    ring.next(p.stages);
+  }
+  if (kPingpong) pass_turn(cw);  // the other consumer's MMAs queue behind our last batch
+  wgmma_wait<0>();  // here, not after the caller's branch merge (ptxas would serialize, C7515)
+#pragma unroll
+  for (int h = 0; h < kRowBlocks; ++h)
+#pragma unroll
+    for (int i = 0; i < kBlockN / 2; ++i) fence_operand(acc[h][i]);
+  if (prev >= 0 && lane == 0) mbar_arrive(&empty[prev]);
+}
+
+template <class Elem, int kBlockN, Schedule kSchedule>
+__device__ __forceinline__ void consumer_loop(const KernelParams& p, const CUtensorMap* map_d,
+                                              uint8_t* smem_a, uint8_t* smem_b, uint8_t* staging,
+                                              float* cols, uint64_t* full, uint64_t* empty,
+                                              int cw) {
+  constexpr bool kPingpong = kSchedule == Schedule::kPingpong;
+  constexpr int kRowBlocks = kPingpong ? 2 : 1;
+  float acc[kRowBlocks][kBlockN / 2];
+  TileWalker<kBlockN> walker;
+  Tile t;
+  RingState ring;
+  for (int64_t i = 0, idx = blockIdx.x;; ++i, idx += gridDim.x) {
+    const bool have = walker.find(p, idx, t);
+    if (kPingpong && (i & 1) != cw) {  // the other consumer's tile: skip its slots
+      if (!have) break;
+      ring.skip(num_k_blocks<Elem>(p, t), p.stages);
+      continue;
     }
+    if (!have) {
+      // Ping-pong: take the turn the other consumer passed after this CTA's last tile, so that
+      // every arrive on an order barrier is matched before exit.
+      if (kPingpong && i > 0) wait_turn(cw);
+      break;
+    }
+    const int64_t first_row = t.m_blk * kBlockM + (kPingpong ? 0 : cw * 64);
+    EpiloguePrefetch<kBlockN, kRowBlocks> pre;
+    epilogue_prefetch<kBlockN, kRowBlocks>(p, t, first_row, pre);
+    if (kPingpong && i > 0) wait_turn(cw);
+    // Row blocks entirely past the group end (partial tiles of ragged groups) skip their MMAs.
+    const int64_t left = group_rows(p, t) - first_row;
+    const int active = left <= 0 ? 0 : (left >= 64 * kRowBlocks ? kRowBlocks : (left + 63) / 64);
+    const int a_block = kPingpong ? 0 : cw;
+    if (active == kRowBlocks)
+      main_loop<Elem, kBlockN, kRowBlocks, kRowBlocks, kPingpong>(p, t, acc, smem_a, smem_b, full,
+                                                                  empty, ring, a_block, cw);
+    else if (active == 1)
+      main_loop<Elem, kBlockN, kRowBlocks, 1, kPingpong>(p, t, acc, smem_a, smem_b, full, empty,
+                                                         ring, a_block, cw);
+    else
+      main_loop<Elem, kBlockN, kRowBlocks, 0, kPingpong>(p, t, acc, smem_a, smem_b, full, empty,
+                                                         ring, a_block, cw);
+    tile_epilogue<kBlockN, kRowBlocks>(p, map_d, t, acc, pre, first_row, staging, cols, 1 + cw);
   }
   if (p.tma_store && threadIdx.x % 128 == 0) bulk_wait<0>();  // stores done before exit
 }
 
-template <class Elem, int kBlockN>
+template <class Elem, int kBlockN, Schedule kSchedule>
 __global__ void __launch_bounds__(kNumThreads, 1)
     grouped_gemm_sm90_kernel(const __grid_constant__ CUtensorMap map_a,
                              const __grid_constant__ CUtensorMap map_b,
                              const __grid_constant__ CUtensorMap map_d,
                              const __grid_constant__ KernelParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  constexpr uint32_t kBytesA = kBlockM * kTileKBytes, kBytesB = kBlockN * kTileKBytes;
+  static_assert(kSchedule == Schedule::kCooperative || kBlockN == 128,
+                "ping-pong holds a 128 x 128 tile per consumer (128 accumulators per thread)");
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>(
       (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  const SmemLayout l = smem_layout(kBlockN, kSchedule, p.stages, p.tma_store,
+                                   (p.scale_b ? 1 : 0) + (p.bias ? 1 : 0), p.staging_blocks);
   uint8_t* smem_a = smem;
-  uint8_t* smem_b = smem + p.stages * kBytesA;
-  uint8_t* smem_d = smem_b + p.stages * kBytesB;  // TMA-store staging: 2 x 64 x kBlockN x 2 B
-  auto* full = reinterpret_cast<uint64_t*>(smem_d + (p.tma_store ? 2 * 64 * kBlockN * 2 : 0));
+  uint8_t* smem_b = smem + l.b;
+  auto* full = reinterpret_cast<uint64_t*>(smem + l.bars);
   uint64_t* empty = full + kMaxStages;
   const int wg = threadIdx.x / 128;
   if (threadIdx.x == 0) {
     for (int s = 0; s < p.stages; ++s) {
       mbar_init(&full[s], 1);
-      mbar_init(&empty[s], 8);  // one arrival per consumer warp
+      // One arrival per consumer warp that reads the slot.
+      mbar_init(&empty[s], kSchedule == Schedule::kPingpong ? 4 : 8);
     }
     fence_mbar_init();
     if (!p.k_grouped) {
@@ -361,10 +290,14 @@ __global__ void __launch_bounds__(kNumThreads, 1)
   __syncthreads();
   if (wg == 0) {
     regs_dealloc<40>();
-    if (threadIdx.x == 0) producer_loop<Elem, kBlockN>(p, &map_a, &map_b, smem_a, smem_b, full, empty);
+    if (threadIdx.x == 0)
+      producer_loop<Elem, kBlockN>(p, &map_a, &map_b, smem_a, smem_b, full, empty);
   } else {
     regs_alloc<232>();
-    consumer_loop<Elem, kBlockN>(p, &map_d, smem_a, smem_b, smem_d, full, empty, wg - 1);
+    const int cw = wg - 1;
+    consumer_loop<Elem, kBlockN, kSchedule>(
+        p, &map_d, smem_a, smem_b, smem + l.d + cw * l.d_per_wg,
+        reinterpret_cast<float*>(smem + l.cols + cw * l.cols_per_wg), full, empty, cw);
   }
 #endif
 }

@@ -1,0 +1,346 @@
+// Epilogue of the sm90 grouped GEMM kernel: D = alpha·group_alpha[g]·sa·sb·acc + bias + beta·D
+// for one consumer warpgroup's accumulators (kRowBlocks blocks of 64 rows x kBlockN columns).
+//
+// Two phases so that no global-load latency sits between the last MMA and the stores:
+// - epilogue_prefetch() runs BEFORE the tile's main loop: each thread loads its two row scales per
+//   row block (with alpha, group_alpha, poison folded in) and the B scale / bias of columns
+//   tid + 128·i into registers; the loads complete under the main loop.
+// - tile_epilogue() runs after it: the column values go to the warpgroup's shared-memory column
+//   vectors (one named barrier), then each thread reads 8 column pairs at a time from there,
+//   scales its fragment and writes either the 128-byte swizzled TMA-store staging buffer (64-row
+//   blocks entirely inside the group; one thread then issues the TMA stores as one bulk group
+//   that overlaps the next main loop) or global memory directly (blocks crossing the group end,
+//   FP32 D, beta = 1).
+// wgmma fragment layout: thread (warp w, lane l) holds rows w·16 + l/4 (+8) and columns
+// 8j + 2(l%4) (+1) of its 64-row block.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "gemm/cuda/kernels/grouped_gemm_params.h"
+#include "gemm/cuda/kernels/sm90_primitives.cuh"
+
+namespace tessera::gemm_sm90 {
+
+struct Tile {
+  int g = 0;
+  int64_t start = 0, len = 0;  // group rows (M-grouped) or contraction length (K-grouped)
+  int64_t m_blk = 0, n_blk = 0;
+  bool poisoned = false;       // K-grouped group the setup kernel found misaligned: NaN output
+};
+
+// Registers loaded before the main loop. row_scale[h][i]: alpha·group_alpha·sa of the thread's
+// row i (0: l/4, 1: l/4 + 8) in row block h (rows past the group end: unused). col[v][i]: column
+// vector v (0: scale_b, 1: bias) at column n_blk·kBlockN + tid + 128·i.
+template <int kBlockN, int kRowBlocks>
+struct EpiloguePrefetch {
+  float row_scale[kRowBlocks][2];
+  float col[2][kBlockN / 128];
+};
+
+__device__ __forceinline__ float load_bias(const KernelParams& p, int64_t idx) {
+  if (p.bias_type == OutType::kFP32) return static_cast<const float*>(p.bias)[idx];
+  if (p.bias_type == OutType::kBF16)
+    return __bfloat162float(static_cast<const __nv_bfloat16*>(p.bias)[idx]);
+  return __half2float(static_cast<const __half*>(p.bias)[idx]);
+}
+
+__device__ __forceinline__ int64_t group_rows(const KernelParams& p, const Tile& t) {
+  return p.k_grouped ? p.m : t.len;
+}
+
+// first_row: the warpgroup's first row inside the group's tile (row block h starts 64·h later).
+template <int kBlockN, int kRowBlocks>
+__device__ __forceinline__ void epilogue_prefetch(const KernelParams& p, const Tile& t,
+                                                  int64_t first_row,
+                                                  EpiloguePrefetch<kBlockN, kRowBlocks>& pre) {
+  const int tid = threadIdx.x % 128;
+  const int warp = tid / 32, lane = tid % 32;
+  const int64_t rows = group_rows(p, t);
+  float alpha = p.alpha * (p.group_alpha ? p.group_alpha[t.g] : 1.0f);
+  if (t.poisoned) alpha = __int_as_float(0x7fc00000);  // NaN: the group could not be computed
+#pragma unroll
+  for (int h = 0; h < kRowBlocks; ++h) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int64_t r = first_row + h * 64 + warp * 16 + lane / 4 + 8 * i;
+      const int64_t scale_row = p.k_grouped ? r : t.start + r;
+      pre.row_scale[h][i] = alpha;
+      if (r < rows && p.scale_a)
+        pre.row_scale[h][i] *= p.scale_a[t.g * p.sa_gs + scale_row * p.sa_rs];
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kBlockN / 128; ++i) {
+    const int64_t c = t.n_blk * kBlockN + tid + 128 * i;
+    const bool in = c < p.n;
+    pre.col[0][i] = p.scale_b && in ? p.scale_b[t.g * p.sb_gs + c * p.sb_rs] : 1.0f;
+    pre.col[1][i] = p.bias && in ? load_bias(p, t.g * p.bias_gs + c) : 0.0f;
+  }
+}
+
+__device__ __forceinline__ void store_pair(const KernelParams& p, void* base, int64_t off, float v0,
+                                           float v1) {
+  if (p.out_type == OutType::kFP32) {
+    float2* dst = reinterpret_cast<float2*>(static_cast<float*>(base) + off);
+    if (p.beta != 0.0f) {
+      const float2 old = *dst;
+      v0 += p.beta * old.x;
+      v1 += p.beta * old.y;
+    }
+    *dst = make_float2(v0, v1);
+  } else if (p.out_type == OutType::kBF16) {
+    *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(base) + off) =
+        __floats2bfloat162_rn(v0, v1);
+  } else {
+    *reinterpret_cast<__half2*>(static_cast<__half*>(base) + off) = __floats2half2_rn(v0, v1);
+  }
+}
+
+__device__ __forceinline__ uint32_t pack_out(const KernelParams& p, float v0, float v1) {
+  uint32_t bits;
+  if (p.out_type == OutType::kBF16) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(v0, v1);
+    bits = *reinterpret_cast<const uint32_t*>(&v);
+  } else {
+    const __half2 v = __floats2half2_rn(v0, v1);
+    bits = *reinterpret_cast<const uint32_t*>(&v);
+  }
+  return bits;
+}
+
+// Whether row block starting at `row0` (inside the group) is written through the staging buffer:
+// BF16/FP16 D with beta = 0 and all 64 rows inside the group (TMA clips only at tensor bounds).
+__device__ __forceinline__ bool block_by_tma(const KernelParams& p, const Tile& t, int64_t row0) {
+  return p.tma_store && row0 + 64 <= group_rows(p, t);
+}
+
+// The general epilogue: scales the warpgroup's row blocks [kH0, kH1) (64 rows each) and writes
+// them (staging, block h at staging + (h - kH0) · 64 · kBlockN · 2, or global, per row block),
+// checking every column against n and every row against the group end; FP32 D and beta = 1 go
+// through here. 32 columns at a time: their column values are read once from the shared-memory
+// column vectors `cols` (scale_b first when present, then bias).
+template <int kBlockN, int kRowBlocks, int kH0, int kH1>
+__device__ __forceinline__ void epilogue_rows_general(const KernelParams& p, const Tile& t,
+                                              const float (&acc)[kRowBlocks][kBlockN / 2],
+                                              const float (&row_scale)[kRowBlocks][2],
+                                              int64_t first_row, const float* cols,
+                                              uint8_t* staging) {
+  const int tid = threadIdx.x % 128;
+  const int warp = tid / 32, lane = tid % 32;
+  const int64_t rows = group_rows(p, t);
+  const float* sbv = p.scale_b ? cols : nullptr;
+  const float* biasv = p.bias ? cols + (p.scale_b ? kBlockN : 0) : nullptr;
+  bool by_tma[kRowBlocks];
+#pragma unroll
+  for (int h = kH0; h < kH1; ++h) by_tma[h] = block_by_tma(p, t, first_row + 64 * h);
+#pragma unroll
+  for (int q = 0; q < kBlockN / 32; ++q) {  // quarter boxes: 32 columns
+    const int b = q / 2;
+    float2 s[4], bb[4];  // column values, all loads in flight before the math
+#pragma unroll
+    for (int jq = 0; jq < 4; ++jq) {
+      const int cl = q * 32 + jq * 8 + (lane % 4) * 2;
+      s[jq] = sbv ? *reinterpret_cast<const float2*>(sbv + cl) : make_float2(1.0f, 1.0f);
+      bb[jq] = biasv ? *reinterpret_cast<const float2*>(biasv + cl) : make_float2(0.0f, 0.0f);
+    }
+#pragma unroll
+    for (int h = kH0; h < kH1; ++h) {
+      uint8_t* box = staging + (h - kH0) * (64 * kBlockN * 2) + b * (64 * 128);
+#pragma unroll
+      for (int jq = 0; jq < 4; ++jq) {
+        const int j = q * 4 + jq, jj = j % 8;
+        const int64_t c = t.n_blk * kBlockN + j * 8 + (lane % 4) * 2;
+        if (c >= p.n) continue;
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const int r = warp * 16 + lane / 4 + 8 * i;  // row inside the 64-row block
+          const float v0 = acc[h][j * 4 + 2 * i] * row_scale[h][i] * s[jq].x + bb[jq].x;
+          const float v1 = acc[h][j * 4 + 2 * i + 1] * row_scale[h][i] * s[jq].y + bb[jq].y;
+          if (by_tma[h]) {
+            const int off = r * 128 + ((jj ^ (r % 8)) * 16) + (lane % 4) * 4;
+            *reinterpret_cast<uint32_t*>(box + off) = pack_out(p, v0, v1);
+          } else {
+            const int64_t gr = first_row + 64 * h + r;  // row inside the group
+            if (gr < rows) {
+              const int64_t off = p.k_grouped ? t.g * p.d_group_stride + gr * p.ldd
+                                              : (t.start + gr) * p.ldd;
+              store_pair(p, p.d, off + c, v0, v1);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Packs two FP32 values into the 32 bits of two 16-bit outputs (round to nearest even).
+template <OutType kOut>
+__device__ __forceinline__ uint32_t pack2(float v0, float v1) {
+  if constexpr (kOut == OutType::kBF16) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(v0, v1);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  } else {
+    const __half2 v = __floats2half2_rn(v0, v1);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  }
+}
+
+// The common case, straight-line: every row block goes to the staging buffer (16-bit D, all rows
+// inside the group) and all kBlockN columns are inside n. Per column pair: two FMUL, two FFMA,
+// one pack, one STS at a precomputed swizzled address (16-byte chunk j of row r at j ^ (r % 8);
+// r % 8 = lane / 4 for both rows of a thread).
+template <int kBlockN, int kRowBlocks, int kH0, int kH1, OutType kOut>
+__device__ __forceinline__ void epilogue_rows_staged(const KernelParams& p,
+                                                     const float (&acc)[kRowBlocks][kBlockN / 2],
+                                                     const float (&row_scale)[kRowBlocks][2],
+                                                     const float* cols, uint8_t* staging) {
+  const int tid = threadIdx.x % 128;
+  const int warp = tid / 32, lane = tid % 32;
+  const uint32_t sb_addr = smem_addr(cols);
+  const uint32_t bias_addr = sb_addr + (p.scale_b ? kBlockN * 4 : 0);
+  const uint32_t key = static_cast<uint32_t>(lane / 4) << 4;  // (r % 8) · 16
+  uint32_t row_addr[2];                                        // row r_i, this lane's 4 bytes
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+    row_addr[i] = smem_addr(staging) + (warp * 16 + lane / 4 + 8 * i) * 128 + (lane % 4) * 4;
+#pragma unroll
+  for (int q = 0; q < kBlockN / 32; ++q) {  // 32 columns at a time
+    float2 s[4], bb[4];
+#pragma unroll
+    for (int jq = 0; jq < 4; ++jq) {
+      const uint32_t cl = (q * 32 + jq * 8 + (lane % 4) * 2) * 4;
+      s[jq] = p.scale_b ? ld_shared_f2(sb_addr + cl) : make_float2(1.0f, 1.0f);
+      bb[jq] = p.bias ? ld_shared_f2(bias_addr + cl) : make_float2(0.0f, 0.0f);
+    }
+#pragma unroll
+    for (int jq = 0; jq < 4; ++jq) {
+      const int j = q * 4 + jq;
+      const uint32_t chunk = key ^ static_cast<uint32_t>((j % 8) << 4);
+#pragma unroll
+      for (int h = kH0; h < kH1; ++h) {
+        const uint32_t box = (h - kH0) * (64 * kBlockN * 2) + (j / 8) * (64 * 128);
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const float v0 = acc[h][j * 4 + 2 * i] * row_scale[h][i] * s[jq].x + bb[jq].x;
+          const float v1 = acc[h][j * 4 + 2 * i + 1] * row_scale[h][i] * s[jq].y + bb[jq].y;
+          st_shared_u32(row_addr[i] + box + chunk, pack2<kOut>(v0, v1));
+        }
+      }
+    }
+  }
+}
+
+// One row block kH (staged at `block`) of a tile that is not staged as a whole: nothing when it is
+// entirely past the group end, else the general path. (The staged path per block, for the full
+// blocks of a ragged tile, made ptxas spill in the ping-pong kernel: not done.)
+template <int kBlockN, int kRowBlocks, int kH>
+__device__ __forceinline__ void epilogue_one_block(const KernelParams& p, const Tile& t,
+                                                   const float (&acc)[kRowBlocks][kBlockN / 2],
+                                                   const float (&row_scale)[kRowBlocks][2],
+                                                   int64_t first_row, const float* cols,
+                                                   uint8_t* block) {
+  if (first_row + 64 * kH >= group_rows(p, t)) return;  // uniform across the warpgroup
+  epilogue_rows_general<kBlockN, kRowBlocks, kH, kH + 1>(p, t, acc, row_scale, first_row, cols,
+                                                         block);
+}
+
+// Scales and writes the warpgroup's row blocks [kH0, kH1) (block h staged at staging + (h - kH0)
+// · 64 · kBlockN · 2): the straight-line staged path for all of them when it applies to all;
+// otherwise block by block.
+template <int kBlockN, int kRowBlocks, int kH0, int kH1>
+__device__ __forceinline__ void epilogue_rows(const KernelParams& p, const Tile& t,
+                                              const float (&acc)[kRowBlocks][kBlockN / 2],
+                                              const float (&row_scale)[kRowBlocks][2],
+                                              int64_t first_row, const float* cols,
+                                              uint8_t* staging) {
+  static_assert(kH1 - kH0 == 1 || kH1 - kH0 == 2, "one or two row blocks");
+  const bool full_cols = (t.n_blk + 1) * kBlockN <= p.n;
+  bool staged = full_cols;
+#pragma unroll
+  for (int h = kH0; h < kH1; ++h) staged = staged && block_by_tma(p, t, first_row + 64 * h);
+  if (staged && p.out_type == OutType::kBF16) {
+    epilogue_rows_staged<kBlockN, kRowBlocks, kH0, kH1, OutType::kBF16>(p, acc, row_scale, cols,
+                                                                       staging);
+  } else if (staged) {
+    epilogue_rows_staged<kBlockN, kRowBlocks, kH0, kH1, OutType::kFP16>(p, acc, row_scale, cols,
+                                                                       staging);
+  } else {
+    epilogue_one_block<kBlockN, kRowBlocks, kH0>(p, t, acc, row_scale, first_row, cols, staging);
+    if constexpr (kH1 - kH0 == 2)
+      epilogue_one_block<kBlockN, kRowBlocks, kH0 + 1>(p, t, acc, row_scale, first_row, cols,
+                                                       staging + 64 * kBlockN * 2);
+  }
+}
+
+// Issues the TMA stores of row blocks [h0, h1) staged at `staging` (block h at (h - h0) · 64 ·
+// kBlockN · 2) as one bulk group (one thread).
+template <int kBlockN>
+__device__ __forceinline__ void store_staged(const KernelParams& p, const CUtensorMap* map_d,
+                                             const Tile& t, int64_t first_row, int h0, int h1,
+                                             uint8_t* staging) {
+  bool any = false;
+  for (int h = h0; h < h1; ++h) {
+    const int64_t row0 = first_row + 64 * h;
+    if (!block_by_tma(p, t, row0)) continue;
+    any = true;
+    const int64_t d_row = p.k_grouped ? t.g * p.m + row0 : t.start + row0;
+#pragma unroll
+    for (int b = 0; b < kBlockN / kStoreBoxCols; ++b) {
+      const int64_t c = t.n_blk * kBlockN + b * kStoreBoxCols;
+      if (c < p.n)
+        tma_store_2d(map_d, staging + (h - h0) * (64 * kBlockN * 2) + b * (64 * 128),
+                     static_cast<int32_t>(c), static_cast<int32_t>(d_row));
+    }
+  }
+  if (any) bulk_commit();
+}
+
+// The warpgroup's epilogue of tile `t`: first_row = its first row inside the group's tile;
+// staging = its TMA-store buffer (p.staging_blocks row blocks of 64 x kBlockN x 2 B: all of its
+// kRowBlocks, or one reused block by block); cols = its column vectors; bar = its named barrier
+// id (128 threads). The wait for the previous tile's stores to finish READING the staging buffer
+// is here, so those stores overlapped this tile's main loop.
+template <int kBlockN, int kRowBlocks>
+__device__ __forceinline__ void tile_epilogue(const KernelParams& p, const CUtensorMap* map_d,
+                                              const Tile& t, float (&acc)[kRowBlocks][kBlockN / 2],
+                                              const EpiloguePrefetch<kBlockN, kRowBlocks>& pre,
+                                              int64_t first_row, uint8_t* staging, float* cols,
+                                              int bar) {
+  const int tid = threadIdx.x % 128;
+  if (p.tma_store && tid == 0) bulk_wait_read<0>();
+#pragma unroll
+  for (int i = 0; i < kBlockN / 128; ++i) {
+    int v = 0;
+    if (p.scale_b) cols[(v++) * kBlockN + tid + 128 * i] = pre.col[0][i];
+    if (p.bias) cols[v * kBlockN + tid + 128 * i] = pre.col[1][i];
+  }
+  named_barrier(bar, 128);
+  if (kRowBlocks == 1 || p.staging_blocks == kRowBlocks) {
+    epilogue_rows<kBlockN, kRowBlocks, 0, kRowBlocks>(p, t, acc, pre.row_scale, first_row, cols,
+                                                      staging);
+    if (p.tma_store) fence_async_shared();
+    named_barrier(bar, 128);  // staging complete; column vectors free for the next tile
+    if (p.tma_store && tid == 0)
+      store_staged<kBlockN>(p, map_d, t, first_row, 0, kRowBlocks, staging);
+  } else {  // one staging block: block 0, its stores, wait until they have read it, block 1
+    epilogue_rows<kBlockN, kRowBlocks, 0, 1>(p, t, acc, pre.row_scale, first_row, cols, staging);
+    if (p.tma_store) fence_async_shared();
+    named_barrier(bar, 128);
+    if (p.tma_store && tid == 0) {
+      store_staged<kBlockN>(p, map_d, t, first_row, 0, 1, staging);
+      bulk_wait_read<0>();
+    }
+    named_barrier(bar, 128);
+    epilogue_rows<kBlockN, kRowBlocks, 1, 2>(p, t, acc, pre.row_scale, first_row, cols, staging);
+    if (p.tma_store) fence_async_shared();
+    named_barrier(bar, 128);  // staging complete; column vectors free for the next tile
+    if (p.tma_store && tid == 0) store_staged<kBlockN>(p, map_d, t, first_row, 1, 2, staging);
+  }
+}
+
+}  // namespace tessera::gemm_sm90
