@@ -45,7 +45,8 @@ __global__ void compare_e2m1_kernel(unsigned long long* mismatches, uint32_t* fi
     const float y = __uint_as_float(static_cast<uint32_t>(i));
     const uint32_t want = formats::encode_e2m1(scale_rules::nvfp4_clamp(y));
     // Stochastic rounding with a random word derived from the bits (all rounding branches).
-    const uint32_t r = static_cast<uint32_t>((i * 0x9E3779B97F4A7C15ull) >> 32) ^ static_cast<uint32_t>(i);
+    const uint32_t r =
+        static_cast<uint32_t>((i * 0x9E3779B97F4A7C15ull) >> 32) ^ static_cast<uint32_t>(i);
     const uint32_t want_sr = scale_rules::e2m1_stochastic(scale_rules::nvfp4_clamp(y), r);
     if (detail::cuda_quant::nvfp4_code(y) != want ||
         detail::cuda_quant::nvfp4_sr_code(y, r) != want_sr) {

@@ -7,8 +7,9 @@
 //
 // The generic kernels below take what the tiled kernels (nvfp4_tiles.cu) do not: 16x16 tiles,
 // K % 16 != 0, unaligned views. One thread per (stripe, 16-column block) of a copy. Rowwise:
-// lanes take consecutive blocks of a row (coalesced 32-byte reads); columnwise: lanes take consecutive k (for each m the warp reads
-// 32 consecutive elements). A 16x16 tile reads its rows twice (amax, then encode; L1/L2 hits).
+// lanes take consecutive blocks of a row (coalesced 32-byte reads); columnwise: lanes take
+// consecutive k (for each m the warp reads 32 consecutive elements). A 16x16 tile reads its
+// rows twice (amax, then encode; L1/L2 hits).
 // Grouped variants run the same work items per member on the generic driver (grouped_tiles.cuh).
 #include <cstdint>
 

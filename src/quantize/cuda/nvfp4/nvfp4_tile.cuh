@@ -92,7 +92,8 @@ __device__ __forceinline__ void nvfp4_random8(const Nvfp4Rng& rng, uint64_t e0,
       const uint64_t g = (e0 >> 2) + h;
       const philox::Block b = philox::philox4x32_10(
           philox::Block{{static_cast<uint32_t>(g), static_cast<uint32_t>(g >> 32),
-                         static_cast<uint32_t>(rng.offset), static_cast<uint32_t>(rng.offset >> 32)}},
+                         static_cast<uint32_t>(rng.offset),
+                         static_cast<uint32_t>(rng.offset >> 32)}},
           static_cast<uint32_t>(rng.seed), static_cast<uint32_t>(rng.seed >> 32));
 #pragma unroll
       for (int j = 0; j < 4; ++j) r[4 * h + j] = b.w[j];
