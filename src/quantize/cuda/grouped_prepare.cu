@@ -37,7 +37,8 @@ struct PrepareTileCount {
   }
 };
 
-// finalize == false: zero the amax arrays and every member's scale matrices (bytes).
+// finalize == false: zero the amax arrays and every member's scale matrices (by words when
+// aligned, else by bytes).
 // finalize == true: each member's FP32 scale slots hold amax bits (per-line current scaling);
 // replace each by 1 / scale of that amax (words; the scale matrices are whole words).
 __global__ __launch_bounds__(kThreads) void grouped_prepare_kernel(PrepareTileCount count,

@@ -203,7 +203,8 @@ __global__ __launch_bounds__(kThreads) void line_amax_grouped_kernel(const In* _
   if (grouped_noop(g)) return;
   grouped_for_each_member_tile<kThreads>(g, count, table, [&](const GroupedTile& w) {
     const int64_t K = g.cols;
-    const uint32_t local = static_cast<uint32_t>(w.local), tk = static_cast<uint32_t>(count.tiles_k);
+    const uint32_t local = static_cast<uint32_t>(w.local);
+    const uint32_t tk = static_cast<uint32_t>(count.tiles_k);
     uint32_t* rows = row_amax != nullptr ? row_amax + g.scale_offsets[w.member] : nullptr;
     line_amax_tile<In, kVec>(x + int64_t{w.row0} * K, w.rows, K, rows,
                              col_amax + g.col_scale_offsets[w.member], local / tk, local % tk);

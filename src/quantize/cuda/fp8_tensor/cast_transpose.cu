@@ -343,7 +343,8 @@ void launch_grouped_kernel(const Fp8GroupedCastArgs& G, const GroupedMeta& g,
   auto* kernel = fp8_cast_transpose_grouped_kernel<In, DT, kRow, kCol>;
   const size_t smem = grouped_prefix_bytes(g);
   // Persistent: as many blocks as fit at once (more would only recompute the member table).
-  const unsigned grid = grouped_grid(g, tiles_bound, resident_blocks_per_sm(kernel, kThreads, smem));
+  const unsigned grid =
+      grouped_grid(g, tiles_bound, resident_blocks_per_sm(kernel, kThreads, smem));
   kernel<<<grid, kThreads, smem, stream>>>(G, g, count, vec_ok);
 }
 
