@@ -211,6 +211,7 @@ __device__ __forceinline__ void main_loop(const KernelParams& p, const Tile& t,
 
 template <class Elem, int kBlockN, Schedule kSchedule>
 __device__ __forceinline__ void consumer_loop(const KernelParams& p, const CUtensorMap* map_d,
+                                              const CUtensorMap* map_d8,
                                               uint8_t* smem_a, uint8_t* smem_b, uint8_t* staging,
                                               float* cols, uint64_t* full, uint64_t* empty,
                                               int cw) {
@@ -250,7 +251,7 @@ __device__ __forceinline__ void consumer_loop(const KernelParams& p, const CUten
     else
       main_loop<Elem, kBlockN, kRowBlocks, 0, kPingpong>(p, t, acc, smem_a, smem_b, full, empty,
                                                          ring, a_block, cw);
-    tile_epilogue<kBlockN, kRowBlocks>(p, map_d, t, acc, pre, first_row, staging, cols, 1 + cw);
+    tile_epilogue<kBlockN, kRowBlocks>(p, map_d, map_d8, t, acc, pre, first_row, staging, cols, 1 + cw);
   }
   if (p.tma_store && threadIdx.x % 128 == 0) bulk_wait<0>();  // stores done before exit
 }
@@ -260,6 +261,7 @@ __global__ void __launch_bounds__(kNumThreads, 1)
     grouped_gemm_sm90_kernel(const __grid_constant__ CUtensorMap map_a,
                              const __grid_constant__ CUtensorMap map_b,
                              const __grid_constant__ CUtensorMap map_d,
+                             const __grid_constant__ CUtensorMap map_d8,
                              const __grid_constant__ KernelParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   static_assert(kSchedule == Schedule::kCooperative || kBlockN == 128,
@@ -285,7 +287,10 @@ __global__ void __launch_bounds__(kNumThreads, 1)
       prefetch_tmap(&map_a);
       prefetch_tmap(&map_b);
     }
-    if (p.tma_store) prefetch_tmap(&map_d);
+    if (p.tma_store) {
+      prefetch_tmap(&map_d);
+      prefetch_tmap(&map_d8);
+    }
   }
   __syncthreads();
   if (wg == 0) {
@@ -296,7 +301,7 @@ __global__ void __launch_bounds__(kNumThreads, 1)
     regs_alloc<232>();
     const int cw = wg - 1;
     consumer_loop<Elem, kBlockN, kSchedule>(
-        p, &map_d, smem_a, smem_b, smem + l.d + cw * l.d_per_wg,
+        p, &map_d, &map_d8, smem_a, smem_b, smem + l.d + cw * l.d_per_wg,
         reinterpret_cast<float*>(smem + l.cols + cw * l.cols_per_wg), full, empty, cw);
   }
 #endif
