@@ -222,6 +222,9 @@ void launch_grouped_gemm_sm90(const Sm90GroupedGemm& g, void* workspace, int64_t
                        cfg.block_n, cfg.pingpong ? ", ping-pong)" : ", cooperative)");
   KernelParams p = g.params;
   p.stages = cfg.stages;
+  TESSERA_CHECK_STATUS(cfg.raster_band >= 0, Status::kInvalidArgument,
+                       "raster_band must be >= 0, got ", cfg.raster_band);
+  p.raster_band = cfg.raster_band;
   TESSERA_CHECK_STATUS(p.stages >= 2 && p.stages <= gemm_sm90::kMaxStages, Status::kInvalidArgument,
                        "stages must be in [2, ", gemm_sm90::kMaxStages, "], got ", p.stages);
   if (p.num_groups == 0) return;

@@ -96,6 +96,9 @@ struct KernelParams {
   // one bulk store group) or 1 (reused block by block, a shorter epilogue traded for one more
   // stage). Cooperative: 1. Set by the launcher.
   int staging_blocks = 1;
+  // Tile order inside a group (TileWalker): 0 = m blocks fastest over the whole group; b > 0 =
+  // bands of b m blocks, m fastest inside a band, band after band.
+  int raster_band = 0;
 };
 
 // Everything the K-grouped setup kernel needs to derive group g's tensor maps from a template:

@@ -37,7 +37,10 @@ __device__ __forceinline__ int64_t group_start(const KernelParams& p, int i) {
 }
 
 // Maps the linear tile index to (group, m block, n block). Tile indices of one CTA only grow,
-// so the walker moves forward through the groups once: O(G + tiles) per CTA.
+// so the walker moves forward through the groups once: O(G + tiles) per CTA. Inside a group the
+// m blocks come fastest; with p.raster_band = b > 0 the group's m blocks are cut into bands of b
+// and a band's tiles (all its n blocks) come before the next band's, so the CTAs running at once
+// share fewer, more reused A row blocks (L2) when a group has many m blocks.
 template <int kBlockN>
 class TileWalker {
  public:
@@ -57,8 +60,20 @@ class TileWalker {
     tile.g = g_;
     tile.start = start_;
     tile.len = len_;
-    tile.m_blk = local % m_tiles_;
-    tile.n_blk = local / m_tiles_;
+    // 32-bit tile arithmetic (a group's tile count fits): the producer runs this with 40 registers.
+    const uint32_t local32 = static_cast<uint32_t>(local);
+    const uint32_t mt = static_cast<uint32_t>(m_tiles_);
+    const uint32_t band = static_cast<uint32_t>(p.raster_band);
+    if (band > 0 && mt > band) {  // bands of `band` m blocks, m fastest inside a band
+      const uint32_t per_band = band * static_cast<uint32_t>((p.n + kBlockN - 1) / kBlockN);
+      const uint32_t b = local32 / per_band, w = local32 - b * per_band;
+      const uint32_t in_band = mt - b * band < band ? mt - b * band : band;
+      tile.m_blk = b * band + w % in_band;
+      tile.n_blk = w / in_band;
+    } else {
+      tile.m_blk = local32 % mt;
+      tile.n_blk = local32 / mt;
+    }
     tile.poisoned = poisoned_;
     return true;
   }
