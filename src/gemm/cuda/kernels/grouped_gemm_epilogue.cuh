@@ -7,10 +7,11 @@
 //   tid + 128·i into registers; the loads complete under the main loop.
 // - tile_epilogue() runs after it: the column values go to the warpgroup's shared-memory column
 //   vectors (one named barrier), then each thread reads 8 column pairs at a time from there,
-//   scales its fragment and writes either the 128-byte swizzled TMA-store staging buffer (64-row
-//   blocks entirely inside the group; one thread then issues the TMA stores as one bulk group
-//   that overlaps the next main loop) or global memory directly (blocks crossing the group end,
-//   FP32 D, beta = 1).
+//   scales its fragment and writes either the 128-byte swizzled TMA-store staging buffer (tiles
+//   whose columns are all inside n; one thread then issues the TMA stores as one bulk group that
+//   overlaps the next main loop: 64-row boxes, or 8-row boxes plus plain stores of the last
+//   rows % 8 for the block that crosses the group end) or global memory directly (FP32 D,
+//   beta = 1, columns past n).
 // wgmma fragment layout: thread (warp w, lane l) holds rows w·16 + l/4 (+8) and columns
 // 8j + 2(l%4) (+1) of its 64-row block.
 #pragma once
