@@ -61,6 +61,19 @@ std::vector<Case> cases() {
   v.push_back({"fp8_block128x128 both", cfg(ScalingMode::kBlock128x128, true, true), 4.0, 0});
   v.push_back({"nvfp4 rowwise", cfg(ScalingMode::kNVFP4, true, false), 2.0 + 2.0 + 0.5 + 1.0 / 16, 0});
   v.push_back({"nvfp4 both", cfg(ScalingMode::kNVFP4, true, true), 2.0 + 2.0 + 1.0 + 2.0 / 16, 0});
+  QuantizerConfig nv = cfg(ScalingMode::kNVFP4, true, true);
+  nv.scale_layout = ScaleLayout::kSwizzled;
+  v.push_back({"nvfp4 both, swizzled scales", nv, 2.0 + 2.0 + 1.0 + 2.0 / 16, 0});
+  nv = cfg(ScalingMode::kNVFP4, true, true);
+  nv.random_hadamard = true;  // one amax pass gives amax(x) and the transformed amax
+  v.push_back({"nvfp4 both, RHT", nv, 2.0 + 2.0 + 1.0 + 2.0 / 16, 0});
+  nv = cfg(ScalingMode::kNVFP4, true, true);
+  nv.stochastic_rounding = true;
+  v.push_back({"nvfp4 both, stochastic rounding", nv, 2.0 + 2.0 + 1.0 + 2.0 / 16, 0});
+  nv.rowwise = false;
+  v.push_back({"nvfp4 columnwise, stochastic rounding", nv, 2.0 + 2.0 + 0.5 + 1.0 / 16, 0});
+  v.push_back({"nvfp4_16x16 both (generic kernels)", cfg(ScalingMode::kNVFP4_16x16, true, true),
+               2.0 + 2.0 * (2.0 + 0.5) + 2.0 / 256, 0});
   return v;
 }
 

@@ -38,10 +38,11 @@ TEST_P(CudaMatchesCpu, ShapeSweepEveryUsage) {
   // The Hadamard transform of the columnwise copy needs M % 16 == 0 (checked by the quantizer).
   const bool rht = GetParam().config.random_hadamard;
   const std::vector<Shape> shapes =
-      rht ? std::vector<Shape>{{16, 1}, {32, 33}, {256, 96}, {48, 300}}
+      rht ? std::vector<Shape>{{16, 1}, {32, 33}, {256, 96}, {48, 300}, {80, 208}}
       : subset() ? std::vector<Shape>{{1, 300}, {303, 300}, {33, 17}, {256, 512}}
                  : std::vector<Shape>{{1, 1},    {1, 300}, {1, 7168}, {303, 300}, {130, 257},
-                                      {256, 96}, {33, 17}, {64, 160}, {4, 16},    {256, 512}};
+                                      {256, 96}, {33, 17}, {64, 160}, {4, 16},    {256, 512},
+                                      {37, 144}};
   const std::vector<DType> dtypes =
       subset() ? std::vector<DType>{DType::kBFloat16}
                : std::vector<DType>{DType::kFloat32, DType::kBFloat16, DType::kFloat16};

@@ -187,6 +187,57 @@ void quantize_mxfp8(const QuantizerConfig& cfg, const TensorView& x,
   cuda_quant::launch_mxfp8(a, s);
 }
 
+// NVFP4 on the tiled kernels (1x16, K % 16 == 0, aligned): the global amax (tensor amax; with
+// the Hadamard transform one tile pass gives amax(x) and the transformed amax), then both
+// copies in one pass over x.
+void quantize_nvfp4_tiles(const QuantizerConfig& cfg, const TensorView& x,
+                          const QuantizedTensorView& out, const QuantizeRequest& req,
+                          cudaStream_t s) {
+  const int64_t M = out.rows, K = out.cols;
+  cuda_quant::Nvfp4TileArgs a;
+  a.x = x.data;
+  a.rows = M;
+  a.cols = K;
+  a.in = x.dtype;
+  a.rht = req.columnwise && cfg.random_hadamard;
+  a.stochastic = cfg.stochastic_rounding;
+  a.seed = cfg.rng_seed;
+  a.offset = cfg.rng_offset;
+  const bool sw = cfg.scale_layout == ScaleLayout::kSwizzled;
+  auto* amax_row = req.rowwise ? reinterpret_cast<uint32_t*>(out.amax.as<float>()) : nullptr;
+  auto* amax_col =
+      req.columnwise ? reinterpret_cast<uint32_t*>(out.columnwise_amax.as<float>()) : nullptr;
+  if (amax_row != nullptr) TESSERA_CUDA_CHECK(cudaMemsetAsync(amax_row, 0, sizeof(uint32_t), s));
+  if (amax_col != nullptr) TESSERA_CUDA_CHECK(cudaMemsetAsync(amax_col, 0, sizeof(uint32_t), s));
+  if (a.rht) {
+    cuda_quant::launch_nvfp4_tile_amax(a, amax_row, amax_col, s);
+  } else {
+    uint32_t* target = amax_row != nullptr ? amax_row : amax_col;
+    cuda_quant::launch_tensor_amax(x.data, M * K, x.dtype, target, s);
+    if (amax_row != nullptr && amax_col != nullptr) {
+      TESSERA_CUDA_CHECK(cudaMemcpyAsync(amax_col, amax_row, sizeof(uint32_t),
+                                         cudaMemcpyDeviceToDevice, s));
+    }
+  }
+  if (req.rowwise) {
+    a.row_data = out.data.as<uint8_t>();
+    a.row_scale = out.scale_inv.as<uint8_t>();
+    a.row_padded_cols = sw ? (ceil_div(K, 16) + 3) / 4 * 4 : 0;
+    a.row_amax = amax_row;
+    if (sw) TESSERA_CUDA_CHECK(cudaMemsetAsync(a.row_scale, 0, out.scale_inv.nbytes(), s));
+  }
+  if (req.columnwise) {
+    a.col_data = out.columnwise_data.as<uint8_t>();
+    a.col_scale = out.columnwise_scale_inv.as<uint8_t>();
+    a.col_padded_cols = sw ? (ceil_div(M, 16) + 3) / 4 * 4 : 0;
+    a.col_amax = amax_col;
+    if (sw) {
+      TESSERA_CUDA_CHECK(cudaMemsetAsync(a.col_scale, 0, out.columnwise_scale_inv.nbytes(), s));
+    }
+  }
+  cuda_quant::launch_nvfp4_tiles(a, s);
+}
+
 // NVFP4: global amax pass(es), then one launch per copy.
 void quantize_nvfp4(const QuantizerConfig& cfg, const TensorView& x,
                     const QuantizedTensorView& out, const QuantizeRequest& req, cudaStream_t s) {
@@ -208,6 +259,12 @@ void quantize_nvfp4(const QuantizerConfig& cfg, const TensorView& x,
   a.seed = cfg.rng_seed;
   a.offset = cfg.rng_offset;
   const bool sw = cfg.scale_layout == ScaleLayout::kSwizzled;
+  uint8_t* row_data = req.rowwise ? out.data.as<uint8_t>() : nullptr;
+  uint8_t* col_data = req.columnwise ? out.columnwise_data.as<uint8_t>() : nullptr;
+  if (!a.tile16 && cuda_quant::nvfp4_tiles_eligible(x.data, K, row_data, col_data)) {
+    quantize_nvfp4_tiles(cfg, x, out, req, s);
+    return;
+  }
   if (req.rowwise) {
     auto* target = reinterpret_cast<uint32_t*>(amax_row);
     TESSERA_CUDA_CHECK(cudaMemsetAsync(target, 0, sizeof(uint32_t), s));

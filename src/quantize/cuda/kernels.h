@@ -131,6 +131,41 @@ void launch_nvfp4(const Nvfp4Args& args, cudaStream_t stream);
 // amax of the Hadamard-transformed xᵀ into *amax (atomic max; zeroed by the caller).
 void launch_rht_amax(const Nvfp4Args& args, uint32_t* amax, cudaStream_t stream);
 
+// nvfp4/ tiled path (1x16 blocks; K % 16 == 0, x 16-byte aligned, codes 8-byte aligned: see
+// nvfp4_tiles_eligible): both copies from one read of x on 64x64 tiles. A copy whose data is
+// null is not produced. The amax arguments hold the copies' global amax bits (device), filled
+// before the launch (the tensor amax, or launch_nvfp4_tile_amax with the Hadamard transform).
+// Scales are written for every block; swizzle padding is left as it is (zeroed by the caller).
+struct Nvfp4TileArgs {
+  const void* x = nullptr;  // (M, K)
+  int64_t rows = 0, cols = 0;
+  DType in = DType::kBFloat16;
+  bool rht = false;  // Hadamard transform on the columnwise copy
+  bool stochastic = false;
+  uint64_t seed = 0, offset = 0;
+  uint8_t* row_data = nullptr;   // (M, K / 2)
+  uint8_t* row_scale = nullptr;  // (M, K / 16) or swizzled
+  int64_t row_padded_cols = 0;   // swizzled width; 0 = compact
+  const uint32_t* row_amax = nullptr;
+  uint8_t* col_data = nullptr;   // (K, ceil(M / 2))
+  uint8_t* col_scale = nullptr;  // (K, ceil(M / 16)) or swizzled
+  int64_t col_padded_cols = 0;
+  const uint32_t* col_amax = nullptr;
+};
+// True when the tiled kernels take x (cols % 16 == 0, 16-byte aligned) and the code buffers
+// (8-byte aligned; null counts as aligned).
+bool nvfp4_tiles_eligible(const void* x, int64_t cols, const uint8_t* data0, const uint8_t* data1);
+void launch_nvfp4_tiles(const Nvfp4TileArgs& args, cudaStream_t stream);
+// amax of x into *x_amax (may be null) and of the Hadamard-transformed xᵀ into *rht_amax in one
+// read of x (atomic max; both zeroed by the caller). Needs nvfp4_tiles_eligible(x, cols, ...).
+void launch_nvfp4_tile_amax(const Nvfp4TileArgs& args, uint32_t* x_amax, uint32_t* rht_amax,
+                            cudaStream_t stream);
+// Grouped forms (called by launch_nvfp4_grouped / launch_rht_amax_grouped): false when the
+// input is not eligible (nothing launched; the generic kernels run instead).
+bool launch_nvfp4_tiles_grouped(const Nvfp4Args& a, const GroupedMeta& g, cudaStream_t stream);
+bool launch_nvfp4_tile_amax_grouped(const Nvfp4Args& a, const GroupedMeta& g, uint32_t* amax,
+                                    cudaStream_t stream);
+
 // ---- grouped launchers of every recipe (contiguous varying-first / all-same input) -----------
 // All take whole-buffer pointers plus the device member table `g`; member i's pointers follow
 // from tensor_offsets[i] (data: elements; E2M1 data: bytes = elements / 2), scale_offsets[i] /

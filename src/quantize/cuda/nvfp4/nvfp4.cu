@@ -5,9 +5,11 @@
 // e = M*K + k*M + m). Arithmetic: scale_rules (nvfp4_block_scale, nvfp4_encode_scale,
 // nvfp4_clamp, e2m1_stochastic, rht16_forward's order of sums).
 //
-// One thread per (stripe, 16-column block) of a copy. Rowwise: lanes take consecutive blocks of a
-// row (coalesced 32-byte reads); columnwise: lanes take consecutive k (for each m the warp reads
-// 32 consecutive elements). A 16x16 tile reads its rows twice (amax, then encode; L1/L2 hits).
+// The generic kernels below take what the tiled kernels (nvfp4_tiles.cu) do not: 16x16 tiles,
+// K % 16 != 0, unaligned views. One thread per (stripe, 16-column block) of a copy. Rowwise:
+// lanes take consecutive blocks of a row (coalesced 32-byte reads); columnwise: lanes take
+// consecutive k (for each m the warp reads 32 consecutive elements). A 16x16 tile reads its
+// rows twice (amax, then encode; L1/L2 hits).
 // Grouped variants run the same work items per member on the generic driver (grouped_tiles.cuh).
 #include <cstdint>
 
@@ -15,6 +17,7 @@
 #include "quantize/cuda/grouped_tiles.cuh"
 #include "quantize/cuda/kernels.h"
 #include "quantize/cuda/launch_config.h"
+#include "quantize/cuda/nvfp4/nvfp4_tile.cuh"
 #include "tessera/core/dispatch.h"
 #include "tessera/formats/codecs.h"
 #include "tessera/quantize/philox.h"
@@ -34,23 +37,6 @@ constexpr bool signs_match_rule() {
   return true;
 }
 static_assert(signs_match_rule(), "rht_sign must equal scale_rules::kRhtSigns");
-
-// t = (1/4) H16 diag(s) b with scale_rules::rht16_forward's products and summation order.
-__device__ __forceinline__ void rht16(float (&b)[kBlock]) {
-  float t[kBlock];
-#pragma unroll
-  for (int i = 0; i < kBlock; ++i) {
-    float acc = 0.0f;
-#pragma unroll
-    for (int j = 0; j < kBlock; ++j) {
-      const float coef = scale_rules::hadamard_entry(i, j) * rht_sign(j);
-      acc = __fadd_rn(acc, coef * b[j]);  // coef = ±1: the product is exact
-    }
-    t[i] = acc * 0.25f;
-  }
-#pragma unroll
-  for (int i = 0; i < kBlock; ++i) b[i] = t[i];
-}
 
 // Row r, columns [c0, c0 + 16) of the copy (x or xᵀ), zero past `cols`; transformed when asked
 // (full groups only, as the CPU).
@@ -260,6 +246,7 @@ __global__ __launch_bounds__(kThreads) void rht_amax_grouped_kernel(Nvfp4Args a,
 
 void launch_nvfp4_grouped(const Nvfp4Args& a, const GroupedMeta& g, cudaStream_t stream) {
   if (g.n == 0 || g.cols == 0) return;
+  if (launch_nvfp4_tiles_grouped(a, g, stream)) return;  // 1x16, K % 16 == 0, aligned
   Nvfp4TileCount count;
   count.cols = g.cols;
   count.columnwise = a.columnwise;
@@ -281,6 +268,7 @@ void launch_nvfp4_grouped(const Nvfp4Args& a, const GroupedMeta& g, cudaStream_t
 void launch_rht_amax_grouped(const Nvfp4Args& a, const GroupedMeta& g, uint32_t* amax,
                              cudaStream_t stream) {
   if (g.n == 0 || g.cols == 0) return;
+  if (launch_nvfp4_tile_amax_grouped(a, g, amax, stream)) return;  // K % 16 == 0, aligned
   RhtTileCount count;
   count.cols = g.cols;
   const int64_t items_bound = g.cols * (ceil_div(g.rows_bound, kBlock) + g.n);

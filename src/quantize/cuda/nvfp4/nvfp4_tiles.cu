@@ -1,0 +1,226 @@
+// Tiled NVFP4 (1x16 blocks) for K % 16 == 0, x 16-byte aligned, codes 8-byte aligned: one
+// 256-thread block per 64x64 tile of x (nvfp4_tile.cuh). Each thread loads two 8-element chunks
+// with 16-byte loads, makes the rowwise codes of its half-blocks in registers (the block amax
+// by one shuffle with the neighbour lane) and stores the raw chunk into shared memory; after one
+// barrier each thread encodes one 16-row column block of the transposed copy from shared memory
+// (with the Hadamard transform when asked) and stores its 8 bytes. So both copies come out of one
+// read of x; the global amax (one FP32 per copy) comes from a pass before: the tensor amax, or
+// with the Hadamard transform the tile amax kernel here, which gives amax(x) and the amax of the
+// transformed transpose in one read. Grouped variants run the same tile on member-local tiles
+// through grouped_for_each_tile. Other shapes and 16x16 tiles take nvfp4.cu's generic kernels.
+#include <cstdint>
+
+#include "quantize/cuda/grouped_tiles.cuh"
+#include "quantize/cuda/kernels.h"
+#include "quantize/cuda/launch_config.h"
+#include "quantize/cuda/nvfp4/nvfp4_tile.cuh"
+#include "tessera/core/dispatch.h"
+
+namespace tessera::detail::cuda_quant {
+namespace {
+
+// Shared tile of kNvTile x kNvTile inputs, 16-byte aligned.
+template <class In>
+struct alignas(16) Nvfp4SharedTile {
+  In v[kNvTile * kNvTile];
+};
+
+__device__ __forceinline__ float global_encode_scale(const uint32_t* amax) {
+  return scale_rules::nvfp4_global_encode_scale(scale_rules::amax_from_abs_bits(*amax));
+}
+
+__device__ __forceinline__ Nvfp4TileCopy tile_copy(uint8_t* data, uint8_t* scale,
+                                                   int64_t padded_cols, const uint32_t* amax,
+                                                   uint64_t stream_base) {
+  Nvfp4TileCopy c;
+  if (data == nullptr) return c;
+  c.data = data;
+  c.scale = scale;
+  c.padded_cols = padded_cols;
+  c.enc = Nvfp4Enc::of(global_encode_scale(amax));
+  c.stream_base = stream_base;
+  return c;
+}
+
+// kPlain: no Hadamard transform, no stochastic rounding (compiled without those paths, which
+// hold many more registers).
+template <class In, bool kPlain>
+__global__ __launch_bounds__(kNvTileThreads) void nvfp4_tiles_kernel(Nvfp4TileArgs a,
+                                                                      int64_t tiles_c) {
+  __shared__ Nvfp4SharedTile<In> tile;
+  const uint32_t tcols = static_cast<uint32_t>(tiles_c);  // tiles <= 2^31 - 1 (launcher)
+  const int64_t tr = blockIdx.x / tcols, tc = blockIdx.x % tcols;
+  const Nvfp4TileCopy row = tile_copy(a.row_data, a.row_scale, a.row_padded_cols, a.row_amax, 0);
+  const Nvfp4TileCopy col = tile_copy(a.col_data, a.col_scale, a.col_padded_cols, a.col_amax,
+                                      static_cast<uint64_t>(a.rows * a.cols));
+  const Nvfp4Rng rng{!kPlain && a.stochastic, a.seed, a.offset};
+  nvfp4_tile<In>(static_cast<const In*>(a.x), a.rows, a.cols, tr, tc, row, col,
+                 !kPlain && a.rht, rng, tile.v);
+}
+
+// amax(x) into *x_amax (may be null) and the amax of the transformed xᵀ into *rht_amax.
+template <class In>
+__global__ __launch_bounds__(kNvTileThreads) void nvfp4_tile_amax_kernel(Nvfp4TileArgs a,
+                                                                          int64_t tiles_c,
+                                                                          uint32_t* x_amax,
+                                                                          uint32_t* rht_amax) {
+  __shared__ Nvfp4SharedTile<In> tile;
+  __shared__ uint32_t scratch[kNvTileThreads / 32];
+  const uint32_t tcols = static_cast<uint32_t>(tiles_c);  // tiles <= 2^31 - 1 (launcher)
+  const int64_t tr = blockIdx.x / tcols, tc = blockIdx.x % tcols;
+  uint32_t mx, mr;
+  nvfp4_tile_amax<In>(static_cast<const In*>(a.x), a.rows, a.cols, tr, tc, tile.v, mx, mr);
+  mr = canonical_amax(block_max<kNvTileThreads>(mr, scratch));
+  if (x_amax != nullptr) mx = canonical_amax(block_max<kNvTileThreads>(mx, scratch));
+  if (threadIdx.x == 0) {
+    if (mr != 0) atomicMax(rht_amax, mr);
+    if (x_amax != nullptr && mx != 0) atomicMax(x_amax, mx);
+  }
+}
+
+// ---- grouped ---------------------------------------------------------------------------------
+
+struct Nvfp4TileCount {
+  int64_t tiles_c = 0;
+  __device__ int64_t operator()(int64_t rows) const {
+    return ceil_div_device(rows, kNvTile) * tiles_c;
+  }
+};
+
+// Member i's copy (see launch_nvfp4_grouped): data at tensor_offsets[i] / 2, its scales, its
+// own amax, its own stream, its own swizzled width; poisoned when it breaks the contract.
+__device__ __forceinline__ Nvfp4TileCopy member_tile_copy(const Nvfp4Args& a, const GroupedMeta& g,
+                                                          int64_t i, int64_t rows) {
+  const int64_t off = g.tensor_offsets[i];
+  const int64_t padded =
+      a.padded_cols != 0
+          ? (ceil_div_device(a.columnwise ? rows : g.cols, kNvBlock) + 3) / 4 * 4
+          : 0;
+  Nvfp4TileCopy c = tile_copy(a.data + off / 2,
+                              a.scale + (a.columnwise ? g.col_scale_offsets[i] : g.scale_offsets[i]),
+                              padded, a.amax + i,
+                              a.columnwise ? static_cast<uint64_t>(rows * g.cols) : 0);
+  if (a.columnwise && (rows % 2 != 0 || (a.rht && rows % kNvBlock != 0))) {
+    c.data = nullptr;  // nvfp4_member_breaks_contract (nvfp4.cu): NaN scales, no data
+    c.poison = true;
+  }
+  return c;
+}
+
+template <class In, bool kPlain>
+__global__ __launch_bounds__(kNvTileThreads) void nvfp4_tiles_grouped_kernel(Nvfp4Args a,
+                                                                              GroupedMeta g,
+                                                                              Nvfp4TileCount count) {
+  extern __shared__ int32_t prefix[];  // (n + 1)
+  __shared__ Nvfp4SharedTile<In> tile;
+  if (grouped_noop(g)) return;
+  const Nvfp4Rng rng{!kPlain && a.stochastic, a.seed, a.offset};
+  if (kPlain) a.rht = false;
+  grouped_for_each_tile<kNvTileThreads>(g, count, prefix, [&](int64_t i, int64_t rows, int64_t local) {
+    const Nvfp4TileCopy c = member_tile_copy(a, g, i, rows);
+    const Nvfp4TileCopy none;
+    const In* x = static_cast<const In*>(a.x) + g.tensor_offsets[i];
+    const int64_t tr = local / count.tiles_c, tc = local % count.tiles_c;
+    nvfp4_tile<In>(x, rows, g.cols, tr, tc, a.columnwise ? none : c, a.columnwise ? c : none,
+                   a.rht, rng, tile.v);
+  });
+}
+
+template <class In>
+__global__ __launch_bounds__(kNvTileThreads) void nvfp4_tile_amax_grouped_kernel(
+    Nvfp4Args a, GroupedMeta g, Nvfp4TileCount count, uint32_t* amax) {
+  extern __shared__ int32_t prefix[];  // (n + 1)
+  __shared__ Nvfp4SharedTile<In> tile;
+  __shared__ uint32_t scratch[kNvTileThreads / 32];
+  if (grouped_noop(g)) return;
+  grouped_for_each_tile<kNvTileThreads>(g, count, prefix, [&](int64_t i, int64_t rows, int64_t local) {
+    const In* x = static_cast<const In*>(a.x) + g.tensor_offsets[i];
+    const int64_t tr = local / count.tiles_c, tc = local % count.tiles_c;
+    uint32_t mx, mr;
+    nvfp4_tile_amax<In>(x, rows, g.cols, tr, tc, tile.v, mx, mr);
+    mr = canonical_amax(block_max<kNvTileThreads>(mr, scratch));
+    if (threadIdx.x == 0 && mr != 0) atomicMax(amax + i, mr);
+  });
+}
+
+unsigned grouped_tiles_grid(const GroupedMeta& g) {
+  return grouped_grid(g, (ceil_div(g.rows_bound, kNvTile) + g.n) * ceil_div(g.cols, kNvTile));
+}
+
+}  // namespace
+
+bool nvfp4_tiles_eligible(const void* x, int64_t cols, const uint8_t* data0,
+                          const uint8_t* data1) {
+  auto aligned8 = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 7u) == 0; };
+  return cols > 0 && cols % kNvBlock == 0 && aligned16(x) && aligned8(data0) && aligned8(data1);
+}
+
+void launch_nvfp4_tiles(const Nvfp4TileArgs& a, cudaStream_t stream) {
+  if (a.rows == 0 || a.cols == 0) return;
+  const int64_t tiles_c = ceil_div(a.cols, kNvTile);
+  const int64_t tiles = ceil_div(a.rows, kNvTile) * tiles_c;
+  TESSERA_CHECK_STATUS(tiles <= 0x7fffffff, Status::kOutOfRange, "quantize: NVFP4 input of ",
+                       a.rows, " x ", a.cols, " has more than 2^31 - 1 64x64 tiles");
+  dispatch_float_input(a.in, "quantize: x", [&](auto tag) {
+    using In = typename decltype(tag)::type;
+    const unsigned grid = static_cast<unsigned>(tiles);
+    if (a.rht || a.stochastic) {
+      nvfp4_tiles_kernel<In, false><<<grid, kNvTileThreads, 0, stream>>>(a, tiles_c);
+    } else {
+      nvfp4_tiles_kernel<In, true><<<grid, kNvTileThreads, 0, stream>>>(a, tiles_c);
+    }
+  });
+  TESSERA_CUDA_CHECK_LAUNCH();
+}
+
+void launch_nvfp4_tile_amax(const Nvfp4TileArgs& a, uint32_t* x_amax, uint32_t* rht_amax,
+                            cudaStream_t stream) {
+  if (a.rows == 0 || a.cols == 0) return;
+  const int64_t tiles_c = ceil_div(a.cols, kNvTile);
+  const int64_t tiles = ceil_div(a.rows, kNvTile) * tiles_c;
+  TESSERA_CHECK_STATUS(tiles <= 0x7fffffff, Status::kOutOfRange, "quantize: NVFP4 input of ",
+                       a.rows, " x ", a.cols, " has more than 2^31 - 1 64x64 tiles");
+  dispatch_float_input(a.in, "quantize: x", [&](auto tag) {
+    using In = typename decltype(tag)::type;
+    nvfp4_tile_amax_kernel<In><<<static_cast<unsigned>(tiles), kNvTileThreads, 0, stream>>>(
+        a, tiles_c, x_amax, rht_amax);
+  });
+  TESSERA_CUDA_CHECK_LAUNCH();
+}
+
+bool launch_nvfp4_tiles_grouped(const Nvfp4Args& a, const GroupedMeta& g, cudaStream_t stream) {
+  if (a.tile16 || !nvfp4_tiles_eligible(a.x, g.cols, a.data, a.data)) return false;
+  if (g.n == 0) return true;
+  Nvfp4TileCount count;
+  count.tiles_c = ceil_div(g.cols, kNvTile);
+  const unsigned grid = grouped_tiles_grid(g);
+  dispatch_float_input(a.in, "quantize: x", [&](auto tag) {
+    using In = typename decltype(tag)::type;
+    const size_t smem = grouped_prefix_bytes(g);
+    if ((a.columnwise && a.rht) || a.stochastic) {
+      nvfp4_tiles_grouped_kernel<In, false><<<grid, kNvTileThreads, smem, stream>>>(a, g, count);
+    } else {
+      nvfp4_tiles_grouped_kernel<In, true><<<grid, kNvTileThreads, smem, stream>>>(a, g, count);
+    }
+  });
+  TESSERA_CUDA_CHECK_LAUNCH();
+  return true;
+}
+
+bool launch_nvfp4_tile_amax_grouped(const Nvfp4Args& a, const GroupedMeta& g, uint32_t* amax,
+                                    cudaStream_t stream) {
+  if (!nvfp4_tiles_eligible(a.x, g.cols, nullptr, nullptr)) return false;
+  if (g.n == 0) return true;
+  Nvfp4TileCount count;
+  count.tiles_c = ceil_div(g.cols, kNvTile);
+  const unsigned grid = grouped_tiles_grid(g);
+  dispatch_float_input(a.in, "quantize: x", [&](auto tag) {
+    using In = typename decltype(tag)::type;
+    nvfp4_tile_amax_grouped_kernel<In><<<grid, kNvTileThreads, grouped_prefix_bytes(g), stream>>>(
+        a, g, count, amax);
+  });
+  TESSERA_CUDA_CHECK_LAUNCH();
+  return true;
+}
+
+}  // namespace tessera::detail::cuda_quant
