@@ -28,7 +28,7 @@ lib.tessera_bench_last_error.restype = ctypes.c_char_p
 _vp, _i64, _i32, _f = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
 lib.tessera_bench_grouped_gemm.argtypes = [
     _i32, _i32, _i32, _vp, _i64, _i64, _i64, _i64, _vp, _vp, _vp, _i32, _f, _vp, _vp, _i64, _i64,
-    _vp, _i64, _vp, _i32, _i32, _i32, _i32, _i32]
+    _vp, _i64, _vp, _i32, _i32, _i32, _i32, _i32, _i32]
 api = None  # the public API entry (grouped_gemm_api_entry.cpp), when it linked
 if os.environ.get("TESSERA_BENCH_API_LIB"):
     api = ctypes.CDLL(os.environ["TESSERA_BENCH_API_LIB"])
@@ -38,10 +38,12 @@ if os.environ.get("TESSERA_BENCH_API_LIB"):
 SWEEP = os.environ.get("GEMM_BENCH_SWEEP", "0") == "1"
 SWEEP_REPS = int(os.environ.get("GEMM_BENCH_SWEEP_REPS", "15"))
 # name: (block_n, stages, epilogue: 1 register stores / 2 TMA stores, schedule: 1 cooperative /
-# 2 ping-pong); the launcher caps stages to what fits in shared memory.
+# 2 ping-pong, raster band: -1 heuristic / 0 m blocks fastest / b bands of b m blocks); the
+# launcher caps stages to what fits in shared memory.
 SWEEP_CONFIGS = {
-    "c256x3t": (256, 3, 2, 1), "c256x4r": (256, 4, 1, 1), "p128x6t": (128, 6, 2, 2),
-    "p128x5t": (128, 5, 2, 2),
+    "c256x3t": (256, 3, 2, 1, 0), "c256x3t_b8": (256, 3, 2, 1, 8),
+    "c256x3t_b16": (256, 3, 2, 1, 16), "c256x4r": (256, 4, 1, 1, 0),
+    "p128x6t": (128, 6, 2, 2, 0), "p128x5t": (128, 5, 2, 2, 0), "p128x5t_b8": (128, 5, 2, 2, 8),
 }
 if os.environ.get("GEMM_BENCH_CONFIGS"):  # e.g. "c256x3t,p128x5t"
     SWEEP_CONFIGS = {k: SWEEP_CONFIGS[k] for k in os.environ["GEMM_BENCH_CONFIGS"].split(",")}
@@ -69,12 +71,12 @@ WS = torch.empty(1 << 20, dtype=torch.uint8, device=dev)
 
 
 def ours(k_grouped, elem, offs, cap, m, n, k, a, b, d, sa=None, sb=None, sa_gs=0, sb_gs=0,
-         out_fp32=False, beta=0.0, block_n=0, stages=0, epilogue=0, schedule=0):
+         out_fp32=False, beta=0.0, block_n=0, stages=0, epilogue=0, schedule=0, band=-1):
     rc = lib.tessera_bench_grouped_gemm(
         k_grouped, elem, offs.numel(), ptr(offs), cap, m, n, k, ptr(a), ptr(b), ptr(d),
         2 if out_fp32 else 0, beta, ptr(sa), ptr(sb), sa_gs, sb_gs, ptr(WS), WS.numel(),
         ctypes.c_void_p(torch.cuda.current_stream().cuda_stream), block_n, stages, 0, epilogue,
-        schedule)
+        schedule, band)
     if rc != 0:
         raise RuntimeError(f"tessera rc={rc}: {lib.tessera_bench_last_error().decode()}")
     return d
@@ -94,8 +96,8 @@ def sweep(kind, tag, flops, make_run, d, want, budget):
     output d is first checked against `want` (torch's result): a config off by more than
     `budget` is reported as bad (and its time as negative)."""
     line = {"kind": kind, "shape": tag}
-    for name, (bn, st, ep, sc) in SWEEP_CONFIGS.items():
-        fn = make_run(bn, st, ep, sc)
+    for name, (bn, st, ep, sc, band) in SWEEP_CONFIGS.items():
+        fn = make_run(bn, st, ep, sc, band)
         d.fill_(float("nan"))
         try:
             fn()
@@ -163,8 +165,8 @@ def forward_case(tag, sizes, K, N):
            relerr(d, ref), relerr(tout, ref), relerr(d, tout.float()), 1e-2)
     if SWEEP:
         sweep("bf16 fwd", tag, flops,
-              lambda bn, st, ep, sc: lambda: ours(0, 0, offs, total, 0, N, K, a, w, d, block_n=bn,
-                                                  stages=st, epilogue=ep, schedule=sc),
+              lambda bn, st, ep, sc, band: lambda: ours(0, 0, offs, total, 0, N, K, a, w, d, block_n=bn,
+                                                  stages=st, epilogue=ep, schedule=sc, band=band),
               d, tout.float(), 1e-2)
     # FP8 rowwise (the quantization of torch_peers.py)
     a_scale = 448.0 / a.abs().amax(dim=1, keepdim=True).float().clamp(min=1e-12)
@@ -186,9 +188,9 @@ def forward_case(tag, sizes, K, N):
            relerr(d, tout.float()), 5e-2)
     if SWEEP:
         sweep("fp8 rowwise fwd", tag, flops,
-              lambda bn, st, ep, sc: lambda: ours(0, 1, offs, total, 0, N, K, af, wf, d, sa, sb, 0,
+              lambda bn, st, ep, sc, band: lambda: ours(0, 1, offs, total, 0, N, K, af, wf, d, sa, sb, 0,
                                                   N, block_n=bn, stages=st, epilogue=ep,
-                                                  schedule=sc),
+                                                  schedule=sc, band=band),
               d, tout.float(), 5e-2)
     if api is not None:  # the same FP8 problem through the public API (QuantizedTensorView)
         d.fill_(float("nan"))
@@ -231,8 +233,8 @@ def wgrad_case(tag, sizes, K, N):
            relerr(d, tout.float()) if tout is not None else 0.0, 1e-2)
     if SWEEP:
         sweep("bf16 wgrad", tag, flops,
-              lambda bn, st, ep, sc: lambda: ours(1, 0, offs, total, N, K, 0, dyt, xt, d,
-                                                  block_n=bn, stages=st, epilogue=ep, schedule=sc),
+              lambda bn, st, ep, sc, band: lambda: ours(1, 0, offs, total, N, K, 0, dyt, xt, d,
+                                                  block_n=bn, stages=st, epilogue=ep, schedule=sc, band=band),
               d, ref, 1e-2)
     # FP8 rowwise wgrad: per-group, per-row scales of the transposed operands (torch's 2d x 2d
     # convention: scale_a (G*N), scale_b (G*K)).
@@ -268,9 +270,9 @@ def wgrad_case(tag, sizes, K, N):
            relerr(d, tout.float()) if tout is not None else 0.0, 5e-2)
     if SWEEP:
         sweep("fp8 rowwise wgrad", tag, flops,
-              lambda bn, st, ep, sc: lambda: ours(1, 1, offs, total, N, K, 0, yq, xq, d, sy, sx, N,
+              lambda bn, st, ep, sc, band: lambda: ours(1, 1, offs, total, N, K, 0, yq, xq, d, sy, sx, N,
                                                   K, block_n=bn, stages=st, epilogue=ep,
-                                                  schedule=sc),
+                                                  schedule=sc, band=band),
               d, ref, 5e-2)
 
 

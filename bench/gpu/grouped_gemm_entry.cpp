@@ -22,6 +22,7 @@ extern "C" const char* tessera_bench_last_error() { return g_last_error.c_str();
 // out: 0 BF16, 2 FP32. block_n/stages/num_sms: 0 = heuristic. epilogue: 0 heuristic,
 // 1 register stores, 2 TMA stores (where they apply). schedule: 0 heuristic, 1 cooperative
 // (block_n 256), 2 ping-pong (block_n 128); block_n alone picks the matching schedule.
+// raster_band: -1 heuristic, else Sm90Config::raster_band (0 = m blocks fastest, b = bands of b).
 extern "C" int tessera_bench_grouped_gemm(int k_grouped, int elem, int groups,
                                           const int32_t* end_offsets, int64_t capacity, int64_t m,
                                           int64_t n, int64_t k, const void* a, const void* b,
@@ -29,7 +30,8 @@ extern "C" int tessera_bench_grouped_gemm(int k_grouped, int elem, int groups,
                                           const float* sb, int64_t sa_gs, int64_t sb_gs,
                                           void* workspace,
                                           int64_t workspace_bytes, void* stream, int block_n,
-                                          int stages, int num_sms, int epilogue, int schedule) {
+                                          int stages, int num_sms, int epilogue, int schedule,
+                                          int raster_band) {
   using namespace tessera::gemm_cuda;
   try {
     Sm90GroupedGemm g;
@@ -77,6 +79,7 @@ extern "C" int tessera_bench_grouped_gemm(int k_grouped, int elem, int groups,
       g.config.pingpong = schedule == 2;
       g.config.block_n = schedule == 2 ? 128 : 256;
     }
+    if (raster_band >= 0) g.config.raster_band = raster_band;
     if (workspace_bytes < sm90_workspace_bytes(g)) {
       g_last_error = "workspace too small";
       return static_cast<int>(tessera::Status::kBufferTooSmall);

@@ -36,6 +36,7 @@ struct Case {
   bool pingpong = false;     // ping-pong schedule (block_n 128) instead of cooperative
   int stages = 0;            // 0: 4 (block_n 256) or 6 (128); the launcher caps it to what fits
   int64_t capacity_pad = 0;  // extra token rows past the last offset
+  int raster_band = 0;       // Sm90Config::raster_band (tile order inside a group)
 };
 
 struct Result {
@@ -171,6 +172,7 @@ Result run_case(const Case& c, uint32_t seed) {
   l.config.pingpong = c.pingpong || c.block_n == 128;  // block_n 128 is the ping-pong kernel
   l.config.block_n = l.config.pingpong ? 128 : 256;
   l.config.stages = c.stages ? c.stages : (l.config.block_n == 256 ? 4 : 6);
+  l.config.raster_band = c.raster_band;
   DeviceArray ws(std::vector<uint8_t>(std::max<int64_t>(sm90_workspace_bytes(l), 1) + 128));
   launch_grouped_gemm_sm90(l, test::align128(ws.ptr), sm90_workspace_bytes(l), nullptr);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -228,14 +230,17 @@ double budget(const Case& c) {
 }
 
 // Runs the case as given and again under the ping-pong schedule, with 4 stages (the whole
-// 128-row tile staged for the TMA stores) and 6 (one 64-row staging block reused).
+// 128-row tile staged for the TMA stores) and 6 (one 64-row staging block reused); then
+// cooperative with bands of 2 m blocks and ping-pong (4 stages) with bands of 1 (tile orders).
 void expect_case(const Case& c, const char* name) {
-  for (int variant = 0; variant < 3; ++variant) {
+  static const char* const kTags[] = {"", " (ping-pong, 4 stages)", " (ping-pong, 6 stages)",
+                                      " (raster band 2)", " (ping-pong, raster band 1)"};
+  for (int variant = 0; variant < 5; ++variant) {
     Case v = c;
-    v.pingpong = variant > 0;
-    if (variant > 0) v.stages = variant == 1 ? 4 : 6;
-    const char* tag =
-        variant == 0 ? "" : (variant == 1 ? " (ping-pong, 4 stages)" : " (ping-pong, 6 stages)");
+    v.pingpong = variant == 1 || variant == 2 || variant == 4;
+    if (v.pingpong) v.stages = variant == 2 ? 6 : 4;
+    if (variant >= 3) v.raster_band = variant == 3 ? 2 : 1;
+    const char* tag = kTags[variant];
     const Result r = run_case(v, 1234);
     EXPECT_LT(r.rel_err, budget(v)) << name << tag;
     EXPECT_EQ(r.bad_untouched, 0) << name << tag << ": rows past the last offset were written";

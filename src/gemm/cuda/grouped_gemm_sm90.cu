@@ -68,15 +68,16 @@ CUtensorMap make_map(const KMajorMatrix& m, ElemKind e, int box_rows) {
   return map;
 }
 
-// 2-D map over D (rows, n) BF16/FP16 for the TMA-store epilogue: box 64 columns x 64 rows,
-// 128-byte swizzle (the staging layout of epilogue_tma).
-CUtensorMap make_store_map(const KernelParams& p, int64_t rows) {
+// 2-D map over D (rows, n) BF16/FP16 for the TMA-store epilogue: box 64 columns x box_rows rows
+// (64: row blocks inside a group; 8: the rows of a block that crosses a group end), 128-byte
+// swizzle (the staging layout of the epilogue).
+CUtensorMap make_store_map(const KernelParams& p, int64_t rows, uint32_t box_rows) {
   TESSERA_CHECK_STATUS(reinterpret_cast<uintptr_t>(p.d) % 16 == 0 && (p.ldd * 2) % 16 == 0,
                        Status::kMisaligned, "D must be 16-byte aligned with a 16-byte row stride");
   CUtensorMap map{};
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(p.n), static_cast<cuuint64_t>(rows)};
   const cuuint64_t strides[1] = {static_cast<cuuint64_t>(p.ldd * 2)};
-  const cuuint32_t box[2] = {gemm_sm90::kStoreBoxCols, 64};
+  const cuuint32_t box[2] = {gemm_sm90::kStoreBoxCols, box_rows};
   const cuuint32_t elem_strides[2] = {1, 1};
   const CUresult r = encode_fn()(
       &map, p.out_type == gemm_sm90::OutType::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
@@ -159,7 +160,7 @@ int64_t smem_bytes(const KernelParams& p, int block_n, gemm_sm90::Schedule s) {
 
 template <class Elem, int kBlockN, gemm_sm90::Schedule kSchedule>
 void launch_kernel(const CUtensorMap& ma, const CUtensorMap& mb, const CUtensorMap& md,
-                   const KernelParams& p, int grid, cudaStream_t stream) {
+                   const CUtensorMap& md8, const KernelParams& p, int grid, cudaStream_t stream) {
   auto kernel = gemm_sm90::grouped_gemm_sm90_kernel<Elem, kBlockN, kSchedule>;
   const int64_t smem = smem_bytes(p, kBlockN, kSchedule);
   // The dynamic shared-memory limit is raised once per (thread, device) to what this launch
@@ -172,29 +173,30 @@ void launch_kernel(const CUtensorMap& ma, const CUtensorMap& mb, const CUtensorM
                                             static_cast<int>(smem)));
     if (dev < 64) raised[dev] = smem;
   }
-  kernel<<<grid, gemm_sm90::kNumThreads, smem, stream>>>(ma, mb, md, p);
+  kernel<<<grid, gemm_sm90::kNumThreads, smem, stream>>>(ma, mb, md, md8, p);
   TESSERA_CUDA_CHECK_LAUNCH();
 }
 
 // The instantiation list: every element kind the public API produces x {cooperative block_n
 // 256, ping-pong block_n 128}.
 void launch_kind(ElemKind e, bool pingpong, const CUtensorMap& ma, const CUtensorMap& mb,
-                 const CUtensorMap& md, const KernelParams& p, int grid, cudaStream_t stream) {
+                 const CUtensorMap& md, const CUtensorMap& md8, const KernelParams& p, int grid,
+                 cudaStream_t stream) {
   using namespace gemm_sm90;
   constexpr Schedule kCoop = Schedule::kCooperative, kPing = Schedule::kPingpong;
   switch (e) {
     case ElemKind::kBF16:
-      return pingpong ? launch_kernel<ElemBF16, 128, kPing>(ma, mb, md, p, grid, stream)
-                      : launch_kernel<ElemBF16, 256, kCoop>(ma, mb, md, p, grid, stream);
+      return pingpong ? launch_kernel<ElemBF16, 128, kPing>(ma, mb, md, md8, p, grid, stream)
+                      : launch_kernel<ElemBF16, 256, kCoop>(ma, mb, md, md8, p, grid, stream);
     case ElemKind::kFP16:
-      return pingpong ? launch_kernel<ElemFP16, 128, kPing>(ma, mb, md, p, grid, stream)
-                      : launch_kernel<ElemFP16, 256, kCoop>(ma, mb, md, p, grid, stream);
+      return pingpong ? launch_kernel<ElemFP16, 128, kPing>(ma, mb, md, md8, p, grid, stream)
+                      : launch_kernel<ElemFP16, 256, kCoop>(ma, mb, md, md8, p, grid, stream);
     case ElemKind::kE4M3:
-      return pingpong ? launch_kernel<ElemE4M3, 128, kPing>(ma, mb, md, p, grid, stream)
-                      : launch_kernel<ElemE4M3, 256, kCoop>(ma, mb, md, p, grid, stream);
+      return pingpong ? launch_kernel<ElemE4M3, 128, kPing>(ma, mb, md, md8, p, grid, stream)
+                      : launch_kernel<ElemE4M3, 256, kCoop>(ma, mb, md, md8, p, grid, stream);
     case ElemKind::kE5M2E4M3:
-      return pingpong ? launch_kernel<ElemE5M2E4M3, 128, kPing>(ma, mb, md, p, grid, stream)
-                      : launch_kernel<ElemE5M2E4M3, 256, kCoop>(ma, mb, md, p, grid, stream);
+      return pingpong ? launch_kernel<ElemE5M2E4M3, 128, kPing>(ma, mb, md, md8, p, grid, stream)
+                      : launch_kernel<ElemE5M2E4M3, 256, kCoop>(ma, mb, md, md8, p, grid, stream);
   }
   TESSERA_FAIL(Status::kInvalidArgument, "unknown grouped GEMM element kind ",
                static_cast<int>(e));
@@ -220,6 +222,9 @@ void launch_grouped_gemm_sm90(const Sm90GroupedGemm& g, void* workspace, int64_t
                        cfg.block_n, cfg.pingpong ? ", ping-pong)" : ", cooperative)");
   KernelParams p = g.params;
   p.stages = cfg.stages;
+  TESSERA_CHECK_STATUS(cfg.raster_band >= 0, Status::kInvalidArgument,
+                       "raster_band must be >= 0, got ", cfg.raster_band);
+  p.raster_band = cfg.raster_band;
   TESSERA_CHECK_STATUS(p.stages >= 2 && p.stages <= gemm_sm90::kMaxStages, Status::kInvalidArgument,
                        "stages must be in [2, ", gemm_sm90::kMaxStages, "], got ", p.stages);
   if (p.num_groups == 0) return;
@@ -238,8 +243,12 @@ void launch_grouped_gemm_sm90(const Sm90GroupedGemm& g, void* workspace, int64_t
   if (p.staging_blocks == 2 && smem_bytes(p, cfg.block_n, schedule) > smem_max)
     p.staging_blocks = 1;
   while (p.stages > 2 && smem_bytes(p, cfg.block_n, schedule) > smem_max) --p.stages;
-  CUtensorMap md{};
-  if (p.tma_store) md = make_store_map(p, p.k_grouped ? int64_t{p.num_groups} * p.m : p.capacity);
+  CUtensorMap md{}, md8{};
+  if (p.tma_store) {
+    const int64_t d_rows = p.k_grouped ? int64_t{p.num_groups} * p.m : p.capacity;
+    md = make_store_map(p, d_rows, 64);
+    md8 = make_store_map(p, d_rows, 8);
+  }
   // Per-member K-grouped operands: the template's address/width/stride are replaced per group;
   // give it a valid 16-byte stride.
   KMajorMatrix ta = g.a, tb = g.b;
@@ -280,7 +289,7 @@ void launch_grouped_gemm_sm90(const Sm90GroupedGemm& g, void* workspace, int64_t
   int grid = cfg.num_sms;
   if (grid <= 0)
     TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&grid, cudaDevAttrMultiProcessorCount, dev));
-  launch_kind(g.elem, cfg.pingpong, ma, mb, md, p, grid, stream);
+  launch_kind(g.elem, cfg.pingpong, ma, mb, md, md8, p, grid, stream);
 }
 
 }  // namespace tessera::gemm_cuda

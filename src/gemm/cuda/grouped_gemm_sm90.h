@@ -34,6 +34,9 @@ struct Sm90Config {
   // Epilogue through shared memory + TMA stores where it applies (BF16/FP16 D, beta = 0; see
   // KernelParams::tma_store); its staging buffer takes shared memory from the stages.
   bool tma_store = true;
+  // Tile order inside a group (KernelParams::raster_band): 0 = m blocks fastest, b > 0 = bands
+  // of b m blocks.
+  int raster_band = 0;
 };
 
 struct Sm90GroupedGemm {

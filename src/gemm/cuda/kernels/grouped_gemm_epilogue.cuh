@@ -7,10 +7,11 @@
 //   tid + 128·i into registers; the loads complete under the main loop.
 // - tile_epilogue() runs after it: the column values go to the warpgroup's shared-memory column
 //   vectors (one named barrier), then each thread reads 8 column pairs at a time from there,
-//   scales its fragment and writes either the 128-byte swizzled TMA-store staging buffer (64-row
-//   blocks entirely inside the group; one thread then issues the TMA stores as one bulk group
-//   that overlaps the next main loop) or global memory directly (blocks crossing the group end,
-//   FP32 D, beta = 1).
+//   scales its fragment and writes either the 128-byte swizzled TMA-store staging buffer (tiles
+//   whose columns are all inside n; one thread then issues the TMA stores as one bulk group that
+//   overlaps the next main loop: 64-row boxes, or 8-row boxes plus plain stores of the last
+//   rows % 8 for the block that crosses the group end) or global memory directly (FP32 D,
+//   beta = 1, columns past n).
 // wgmma fragment layout: thread (warp w, lane l) holds rows w·16 + l/4 (+8) and columns
 // 8j + 2(l%4) (+1) of its 64-row block.
 #pragma once
@@ -101,46 +102,33 @@ __device__ __forceinline__ void store_pair(const KernelParams& p, void* base, in
   }
 }
 
-__device__ __forceinline__ uint32_t pack_out(const KernelParams& p, float v0, float v1) {
-  uint32_t bits;
-  if (p.out_type == OutType::kBF16) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(v0, v1);
-    bits = *reinterpret_cast<const uint32_t*>(&v);
-  } else {
-    const __half2 v = __floats2half2_rn(v0, v1);
-    bits = *reinterpret_cast<const uint32_t*>(&v);
-  }
-  return bits;
+// Whether the warpgroup's tile goes through the staging buffer and TMA stores: BF16/FP16 D with
+// beta = 0 (p.tma_store) and all kBlockN columns inside n. Row blocks that cross the group end are
+// staged too: store_staged() writes their rows inside the group with 8-row boxes (map_d8) and the
+// last < 8 rows with plain 16-byte stores (copy_tail_rows); blocks past the group end are staged
+// (zeros) but never stored.
+template <int kBlockN>
+__device__ __forceinline__ bool tile_staged(const KernelParams& p, const Tile& t) {
+  return p.tma_store && (t.n_blk + 1) * kBlockN <= p.n;
 }
 
-// Whether row block starting at `row0` (inside the group) is written through the staging buffer:
-// BF16/FP16 D with beta = 0 and all 64 rows inside the group (TMA clips only at tensor bounds).
-__device__ __forceinline__ bool block_by_tma(const KernelParams& p, const Tile& t, int64_t row0) {
-  return p.tma_store && row0 + 64 <= group_rows(p, t);
-}
-
-// The general epilogue: scales the warpgroup's row blocks [kH0, kH1) (64 rows each) and writes
-// them (staging, block h at staging + (h - kH0) · 64 · kBlockN · 2, or global, per row block),
-// checking every column against n and every row against the group end; FP32 D and beta = 1 go
-// through here. 32 columns at a time: their column values are read once from the shared-memory
-// column vectors `cols` (scale_b first when present, then bias).
+// The general epilogue (tiles not staged: FP32 D, beta = 1, register stores asked for, or columns
+// past n): scales the warpgroup's row blocks [kH0, kH1) (64 rows each) and writes them to global
+// memory, checking every column against n and every row against the group end. 32 columns at a
+// time: their column values are read once from the shared-memory column vectors `cols` (scale_b
+// first when present, then bias).
 template <int kBlockN, int kRowBlocks, int kH0, int kH1>
 __device__ __forceinline__ void epilogue_rows_general(const KernelParams& p, const Tile& t,
                                               const float (&acc)[kRowBlocks][kBlockN / 2],
                                               const float (&row_scale)[kRowBlocks][2],
-                                              int64_t first_row, const float* cols,
-                                              uint8_t* staging) {
+                                              int64_t first_row, const float* cols) {
   const int tid = threadIdx.x % 128;
   const int warp = tid / 32, lane = tid % 32;
   const int64_t rows = group_rows(p, t);
   const float* sbv = p.scale_b ? cols : nullptr;
   const float* biasv = p.bias ? cols + (p.scale_b ? kBlockN : 0) : nullptr;
-  bool by_tma[kRowBlocks];
-#pragma unroll
-  for (int h = kH0; h < kH1; ++h) by_tma[h] = block_by_tma(p, t, first_row + 64 * h);
 #pragma unroll
   for (int q = 0; q < kBlockN / 32; ++q) {  // quarter boxes: 32 columns
-    const int b = q / 2;
     float2 s[4], bb[4];  // column values, all loads in flight before the math
 #pragma unroll
     for (int jq = 0; jq < 4; ++jq) {
@@ -150,10 +138,9 @@ __device__ __forceinline__ void epilogue_rows_general(const KernelParams& p, con
     }
 #pragma unroll
     for (int h = kH0; h < kH1; ++h) {
-      uint8_t* box = staging + (h - kH0) * (64 * kBlockN * 2) + b * (64 * 128);
 #pragma unroll
       for (int jq = 0; jq < 4; ++jq) {
-        const int j = q * 4 + jq, jj = j % 8;
+        const int j = q * 4 + jq;
         const int64_t c = t.n_blk * kBlockN + j * 8 + (lane % 4) * 2;
         if (c >= p.n) continue;
 #pragma unroll
@@ -161,16 +148,11 @@ __device__ __forceinline__ void epilogue_rows_general(const KernelParams& p, con
           const int r = warp * 16 + lane / 4 + 8 * i;  // row inside the 64-row block
           const float v0 = acc[h][j * 4 + 2 * i] * row_scale[h][i] * s[jq].x + bb[jq].x;
           const float v1 = acc[h][j * 4 + 2 * i + 1] * row_scale[h][i] * s[jq].y + bb[jq].y;
-          if (by_tma[h]) {
-            const int off = r * 128 + ((jj ^ (r % 8)) * 16) + (lane % 4) * 4;
-            *reinterpret_cast<uint32_t*>(box + off) = pack_out(p, v0, v1);
-          } else {
-            const int64_t gr = first_row + 64 * h + r;  // row inside the group
-            if (gr < rows) {
-              const int64_t off = p.k_grouped ? t.g * p.d_group_stride + gr * p.ldd
-                                              : (t.start + gr) * p.ldd;
-              store_pair(p, p.d, off + c, v0, v1);
-            }
+          const int64_t gr = first_row + 64 * h + r;  // row inside the group
+          if (gr < rows) {
+            const int64_t off =
+                p.k_grouped ? t.g * p.d_group_stride + gr * p.ldd : (t.start + gr) * p.ldd;
+            store_pair(p, p.d, off + c, v0, v1);
           }
         }
       }
@@ -235,23 +217,20 @@ __device__ __forceinline__ void epilogue_rows_staged(const KernelParams& p,
   }
 }
 
-// One row block kH (staged at `block`) of a tile that is not staged as a whole: nothing when it is
-// entirely past the group end, else the general path. (The staged path per block, for the full
-// blocks of a ragged tile, made ptxas spill in the ping-pong kernel: not done.)
+// One row block kH of a tile that is not staged: nothing when it is entirely past the group end
+// (uniform across the warpgroup), else the general path.
 template <int kBlockN, int kRowBlocks, int kH>
 __device__ __forceinline__ void epilogue_one_block(const KernelParams& p, const Tile& t,
                                                    const float (&acc)[kRowBlocks][kBlockN / 2],
                                                    const float (&row_scale)[kRowBlocks][2],
-                                                   int64_t first_row, const float* cols,
-                                                   uint8_t* block) {
-  if (first_row + 64 * kH >= group_rows(p, t)) return;  // uniform across the warpgroup
-  epilogue_rows_general<kBlockN, kRowBlocks, kH, kH + 1>(p, t, acc, row_scale, first_row, cols,
-                                                         block);
+                                                   int64_t first_row, const float* cols) {
+  if (first_row + 64 * kH >= group_rows(p, t)) return;
+  epilogue_rows_general<kBlockN, kRowBlocks, kH, kH + 1>(p, t, acc, row_scale, first_row, cols);
 }
 
 // Scales and writes the warpgroup's row blocks [kH0, kH1) (block h staged at staging + (h - kH0)
-// · 64 · kBlockN · 2): the straight-line staged path for all of them when it applies to all;
-// otherwise block by block.
+// · 64 · kBlockN · 2): the straight-line staged path when the tile is staged (ragged row blocks
+// included), otherwise the general path block by block.
 template <int kBlockN, int kRowBlocks, int kH0, int kH1>
 __device__ __forceinline__ void epilogue_rows(const KernelParams& p, const Tile& t,
                                               const float (&acc)[kRowBlocks][kBlockN / 2],
@@ -259,10 +238,7 @@ __device__ __forceinline__ void epilogue_rows(const KernelParams& p, const Tile&
                                               int64_t first_row, const float* cols,
                                               uint8_t* staging) {
   static_assert(kH1 - kH0 == 1 || kH1 - kH0 == 2, "one or two row blocks");
-  const bool full_cols = (t.n_blk + 1) * kBlockN <= p.n;
-  bool staged = full_cols;
-#pragma unroll
-  for (int h = kH0; h < kH1; ++h) staged = staged && block_by_tma(p, t, first_row + 64 * h);
+  const bool staged = tile_staged<kBlockN>(p, t);
   if (staged && p.out_type == OutType::kBF16) {
     epilogue_rows_staged<kBlockN, kRowBlocks, kH0, kH1, OutType::kBF16>(p, acc, row_scale, cols,
                                                                        staging);
@@ -270,48 +246,108 @@ __device__ __forceinline__ void epilogue_rows(const KernelParams& p, const Tile&
     epilogue_rows_staged<kBlockN, kRowBlocks, kH0, kH1, OutType::kFP16>(p, acc, row_scale, cols,
                                                                        staging);
   } else {
-    epilogue_one_block<kBlockN, kRowBlocks, kH0>(p, t, acc, row_scale, first_row, cols, staging);
+    epilogue_one_block<kBlockN, kRowBlocks, kH0>(p, t, acc, row_scale, first_row, cols);
     if constexpr (kH1 - kH0 == 2)
-      epilogue_one_block<kBlockN, kRowBlocks, kH0 + 1>(p, t, acc, row_scale, first_row, cols,
-                                                       staging + 64 * kBlockN * 2);
+      epilogue_one_block<kBlockN, kRowBlocks, kH0 + 1>(p, t, acc, row_scale, first_row, cols);
   }
 }
 
-// Issues the TMA stores of row blocks [h0, h1) staged at `staging` (block h at (h - h0) · 64 ·
-// kBlockN · 2) as one bulk group (one thread).
+// D row (of map_d) of row `row0` inside tile t's group.
+__device__ __forceinline__ int64_t d_row_of(const KernelParams& p, const Tile& t, int64_t row0) {
+  return p.k_grouped ? t.g * p.m + row0 : t.start + row0;
+}
+
+// Issues the TMA stores of the staged row blocks [h0, h1) (block h at staging + (h - h0) · 64 ·
+// kBlockN · 2) as one bulk group (one thread): a block inside the group with 64-row boxes
+// (map_d), a block crossing the group end with 8-row boxes (map_d8) for its first
+// floor(valid / 8) · 8 rows (the 128-byte swizzle repeats every 8 rows, so an 8-row box starts
+// 1024-byte aligned in the staging layout); the last valid % 8 rows go to copy_tail_rows.
 template <int kBlockN>
 __device__ __forceinline__ void store_staged(const KernelParams& p, const CUtensorMap* map_d,
-                                             const Tile& t, int64_t first_row, int h0, int h1,
+                                             const CUtensorMap* map_d8, const Tile& t,
+                                             int64_t first_row, int h0, int h1,
                                              uint8_t* staging) {
   bool any = false;
+  const int64_t rows = group_rows(p, t);
   for (int h = h0; h < h1; ++h) {
     const int64_t row0 = first_row + 64 * h;
-    if (!block_by_tma(p, t, row0)) continue;
-    any = true;
-    const int64_t d_row = p.k_grouped ? t.g * p.m + row0 : t.start + row0;
+    const int64_t valid = rows - row0;
+    if (valid <= 0) continue;
+    const int64_t d_row = d_row_of(p, t, row0);
+    uint8_t* block = staging + (h - h0) * (64 * kBlockN * 2);
 #pragma unroll
     for (int b = 0; b < kBlockN / kStoreBoxCols; ++b) {
-      const int64_t c = t.n_blk * kBlockN + b * kStoreBoxCols;
-      if (c < p.n)
-        tma_store_2d(map_d, staging + (h - h0) * (64 * kBlockN * 2) + b * (64 * 128),
-                     static_cast<int32_t>(c), static_cast<int32_t>(d_row));
+      const int32_t c = static_cast<int32_t>(t.n_blk * kBlockN + b * kStoreBoxCols);
+      if (valid >= 64) {
+        tma_store_2d(map_d, block + b * (64 * 128), c, static_cast<int32_t>(d_row));
+        any = true;
+      } else {
+        for (int r8 = 0; r8 + 8 <= valid; r8 += 8) {
+          tma_store_2d(map_d8, block + b * (64 * 128) + r8 * 128, c,
+                       static_cast<int32_t>(d_row + r8));
+          any = true;
+        }
+      }
     }
   }
   if (any) bulk_commit();
 }
 
+// The last valid % 8 rows of a staged row block that crosses the group end, copied by the
+// warpgroup's 128 threads from the swizzled staging buffer to D with 16-byte stores (chunk j of
+// row r at j ^ (r % 8)). Blocks [h0, h1) as in store_staged.
+template <int kBlockN>
+__device__ __forceinline__ void copy_tail_rows(const KernelParams& p, const Tile& t,
+                                               int64_t first_row, int h0, int h1,
+                                               const uint8_t* staging) {
+  constexpr int kChunksPerRow = kBlockN / 8;  // 16-byte chunks: 8 BF16/FP16 values
+  const int tid = threadIdx.x % 128;
+  const int64_t rows = group_rows(p, t);
+  for (int h = h0; h < h1; ++h) {
+    const int64_t row0 = first_row + 64 * h;
+    const int64_t valid = rows - row0;
+    if (valid <= 0 || valid >= 64 || valid % 8 == 0) continue;
+    const int r_first = static_cast<int>(valid / 8 * 8);
+    const int count = static_cast<int>(valid) - r_first;
+    const uint8_t* block = staging + (h - h0) * (64 * kBlockN * 2);
+    auto* d = static_cast<uint8_t*>(p.d);
+    for (int idx = tid; idx < count * kChunksPerRow; idx += 128) {
+      const int r = r_first + idx / kChunksPerRow;
+      const int b = (idx % kChunksPerRow) / 8, j = idx % 8;
+      const uint4 v =
+          *reinterpret_cast<const uint4*>(block + b * (64 * 128) + r * 128 + ((j ^ (r % 8)) * 16));
+      const int64_t col = t.n_blk * kBlockN + b * kStoreBoxCols + j * 8;
+      *reinterpret_cast<uint4*>(d + (d_row_of(p, t, row0 + r) * p.ldd + col) * 2) = v;
+    }
+  }
+}
+
+// Stores the staged blocks [h0, h1): TMA by one thread, tail rows by all (call after the barrier
+// that completes the staging buffer; the caller's next barrier orders the tail reads before the
+// buffer is rewritten).
+template <int kBlockN>
+__device__ __forceinline__ void store_tile_blocks(const KernelParams& p, const CUtensorMap* map_d,
+                                                  const CUtensorMap* map_d8, const Tile& t,
+                                                  int64_t first_row, int h0, int h1,
+                                                  uint8_t* staging) {
+  if (threadIdx.x % 128 == 0)
+    store_staged<kBlockN>(p, map_d, map_d8, t, first_row, h0, h1, staging);
+  copy_tail_rows<kBlockN>(p, t, first_row, h0, h1, staging);
+}
+
 // The warpgroup's epilogue of tile `t`: first_row = its first row inside the group's tile;
 // staging = its TMA-store buffer (p.staging_blocks row blocks of 64 x kBlockN x 2 B: all of its
 // kRowBlocks, or one reused block by block); cols = its column vectors; bar = its named barrier
-// id (128 threads). The wait for the previous tile's stores to finish READING the staging buffer
+// id (128 threads); map_d / map_d8: D with 64-row / 8-row boxes. The wait for the previous tile's stores to finish READING the staging buffer
 // is here, so those stores overlapped this tile's main loop.
 template <int kBlockN, int kRowBlocks>
 __device__ __forceinline__ void tile_epilogue(const KernelParams& p, const CUtensorMap* map_d,
-                                              const Tile& t, float (&acc)[kRowBlocks][kBlockN / 2],
+                                              const CUtensorMap* map_d8, const Tile& t, float (&acc)[kRowBlocks][kBlockN / 2],
                                               const EpiloguePrefetch<kBlockN, kRowBlocks>& pre,
                                               int64_t first_row, uint8_t* staging, float* cols,
                                               int bar) {
   const int tid = threadIdx.x % 128;
+  const bool staged = tile_staged<kBlockN>(p, t);
   if (p.tma_store && tid == 0) bulk_wait_read<0>();
 #pragma unroll
   for (int i = 0; i < kBlockN / 128; ++i) {
@@ -325,21 +361,20 @@ __device__ __forceinline__ void tile_epilogue(const KernelParams& p, const CUten
                                                       staging);
     if (p.tma_store) fence_async_shared();
     named_barrier(bar, 128);  // staging complete; column vectors free for the next tile
-    if (p.tma_store && tid == 0)
-      store_staged<kBlockN>(p, map_d, t, first_row, 0, kRowBlocks, staging);
+    if (staged) store_tile_blocks<kBlockN>(p, map_d, map_d8, t, first_row, 0, kRowBlocks, staging);
   } else {  // one staging block: block 0, its stores, wait until they have read it, block 1
     epilogue_rows<kBlockN, kRowBlocks, 0, 1>(p, t, acc, pre.row_scale, first_row, cols, staging);
     if (p.tma_store) fence_async_shared();
     named_barrier(bar, 128);
-    if (p.tma_store && tid == 0) {
-      store_staged<kBlockN>(p, map_d, t, first_row, 0, 1, staging);
-      bulk_wait_read<0>();
+    if (staged) {
+      store_tile_blocks<kBlockN>(p, map_d, map_d8, t, first_row, 0, 1, staging);
+      if (tid == 0) bulk_wait_read<0>();
     }
     named_barrier(bar, 128);
     epilogue_rows<kBlockN, kRowBlocks, 1, 2>(p, t, acc, pre.row_scale, first_row, cols, staging);
     if (p.tma_store) fence_async_shared();
     named_barrier(bar, 128);  // staging complete; column vectors free for the next tile
-    if (p.tma_store && tid == 0) store_staged<kBlockN>(p, map_d, t, first_row, 1, 2, staging);
+    if (staged) store_tile_blocks<kBlockN>(p, map_d, map_d8, t, first_row, 1, 2, staging);
   }
 }
 

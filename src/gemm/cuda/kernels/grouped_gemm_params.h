@@ -86,14 +86,19 @@ struct KernelParams {
   int64_t bias_gs = 0;
   int stages = 4;
   // 1: BF16/FP16 D with beta = 0 is staged through shared memory and written by TMA stores
-  // (map_d: D as (rows, n), rows = capacity (M-grouped) or G·m (K-grouped), box 64 x 64,
-  // 128-byte swizzle) when a consumer warpgroup's 64 rows are all inside its group; the store
-  // overlaps the next tile's main loop. Other tiles, FP32 D and beta = 1 use register stores.
+  // (map_d / map_d8: D as (rows, n), rows = capacity (M-grouped) or G·m (K-grouped), boxes 64 x
+  // 64 / 64 columns x 8 rows, 128-byte swizzle) for every tile whose columns are all inside n: row
+  // blocks inside the group with 64-row boxes, a block crossing the group end with 8-row boxes
+  // plus plain stores for its last (rows % 8) rows; the stores overlap the next tile's main loop.
+  // Tiles with columns past n, FP32 D and beta = 1 use register stores.
   int tma_store = 0;
   // Ping-pong with tma_store: 64-row staging blocks per consumer warpgroup, 2 (its whole tile:
   // one bulk store group) or 1 (reused block by block, a shorter epilogue traded for one more
   // stage). Cooperative: 1. Set by the launcher.
   int staging_blocks = 1;
+  // Tile order inside a group (TileWalker): 0 = m blocks fastest over the whole group; b > 0 =
+  // bands of b m blocks, m fastest inside a band, band after band.
+  int raster_band = 0;
 };
 
 // Everything the K-grouped setup kernel needs to derive group g's tensor maps from a template:

@@ -37,7 +37,10 @@ __device__ __forceinline__ int64_t group_start(const KernelParams& p, int i) {
 }
 
 // Maps the linear tile index to (group, m block, n block). Tile indices of one CTA only grow,
-// so the walker moves forward through the groups once: O(G + tiles) per CTA.
+// so the walker moves forward through the groups once: O(G + tiles) per CTA. Inside a group the
+// m blocks come fastest; with p.raster_band = b > 0 the group's m blocks are cut into bands of b
+// and a band's tiles (all its n blocks) come before the next band's, so the CTAs running at once
+// share fewer, more reused A row blocks (L2) when a group has many m blocks.
 template <int kBlockN>
 class TileWalker {
  public:
@@ -57,8 +60,20 @@ class TileWalker {
     tile.g = g_;
     tile.start = start_;
     tile.len = len_;
-    tile.m_blk = local % m_tiles_;
-    tile.n_blk = local / m_tiles_;
+    // 32-bit tile arithmetic (a group's tile count fits): the producer runs this with 40 registers.
+    const uint32_t local32 = static_cast<uint32_t>(local);
+    const uint32_t mt = static_cast<uint32_t>(m_tiles_);
+    const uint32_t band = static_cast<uint32_t>(p.raster_band);
+    if (band > 0 && mt > band) {  // bands of `band` m blocks, m fastest inside a band
+      const uint32_t per_band = band * static_cast<uint32_t>((p.n + kBlockN - 1) / kBlockN);
+      const uint32_t b = local32 / per_band, w = local32 - b * per_band;
+      const uint32_t in_band = mt - b * band < band ? mt - b * band : band;
+      tile.m_blk = b * band + w % in_band;
+      tile.n_blk = w / in_band;
+    } else {
+      tile.m_blk = local32 % mt;
+      tile.n_blk = local32 / mt;
+    }
     tile.poisoned = poisoned_;
     return true;
   }
@@ -211,6 +226,7 @@ __device__ __forceinline__ void main_loop(const KernelParams& p, const Tile& t,
 
 template <class Elem, int kBlockN, Schedule kSchedule>
 __device__ __forceinline__ void consumer_loop(const KernelParams& p, const CUtensorMap* map_d,
+                                              const CUtensorMap* map_d8,
                                               uint8_t* smem_a, uint8_t* smem_b, uint8_t* staging,
                                               float* cols, uint64_t* full, uint64_t* empty,
                                               int cw) {
@@ -250,7 +266,7 @@ __device__ __forceinline__ void consumer_loop(const KernelParams& p, const CUten
     else
       main_loop<Elem, kBlockN, kRowBlocks, 0, kPingpong>(p, t, acc, smem_a, smem_b, full, empty,
                                                          ring, a_block, cw);
-    tile_epilogue<kBlockN, kRowBlocks>(p, map_d, t, acc, pre, first_row, staging, cols, 1 + cw);
+    tile_epilogue<kBlockN, kRowBlocks>(p, map_d, map_d8, t, acc, pre, first_row, staging, cols, 1 + cw);
   }
   if (p.tma_store && threadIdx.x % 128 == 0) bulk_wait<0>();  // stores done before exit
 }
@@ -260,6 +276,7 @@ __global__ void __launch_bounds__(kNumThreads, 1)
     grouped_gemm_sm90_kernel(const __grid_constant__ CUtensorMap map_a,
                              const __grid_constant__ CUtensorMap map_b,
                              const __grid_constant__ CUtensorMap map_d,
+                             const __grid_constant__ CUtensorMap map_d8,
                              const __grid_constant__ KernelParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   static_assert(kSchedule == Schedule::kCooperative || kBlockN == 128,
@@ -285,7 +302,10 @@ __global__ void __launch_bounds__(kNumThreads, 1)
       prefetch_tmap(&map_a);
       prefetch_tmap(&map_b);
     }
-    if (p.tma_store) prefetch_tmap(&map_d);
+    if (p.tma_store) {
+      prefetch_tmap(&map_d);
+      prefetch_tmap(&map_d8);
+    }
   }
   __syncthreads();
   if (wg == 0) {
@@ -296,7 +316,7 @@ __global__ void __launch_bounds__(kNumThreads, 1)
     regs_alloc<232>();
     const int cw = wg - 1;
     consumer_loop<Elem, kBlockN, kSchedule>(
-        p, &map_d, smem_a, smem_b, smem + l.d + cw * l.d_per_wg,
+        p, &map_d, &map_d8, smem_a, smem_b, smem + l.d + cw * l.d_per_wg,
         reinterpret_cast<float*>(smem + l.cols + cw * l.cols_per_wg), full, empty, cw);
   }
 #endif
