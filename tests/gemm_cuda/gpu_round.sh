@@ -12,15 +12,7 @@ OUT="${OUT:-/tmp/tessera-out}"
 mkdir -p "$OUT"
 t_start=$(date +%s)
 left() { echo $(( ${ROUND_SECONDS:-400} - ($(date +%s) - t_start) )); }
-P=/tmp/gpu-deps/usr
-DEPS="${TESSERA_GPU_DEPS:-$ROOT/.gpu-deps}"
-if [ -d "$DEPS/debs" ] && [ ! -d "$P" ]; then
-  mkdir -p /tmp/gpu-deps
-  for f in "$DEPS"/debs/*.deb; do dpkg -x "$f" /tmp/gpu-deps; done
-fi
-LIBDIR="$P/lib/x86_64-linux-gnu"
-export LD_LIBRARY_PATH="$LIBDIR:$LIBDIR/openblas-pthread:${LD_LIBRARY_PATH:-}"
-export PATH="/usr/local/cuda/bin:$PATH"
+source "$ROOT/tools/gpu/device_env.sh"  # deps (.gpu-deps), LD_LIBRARY_PATH, PATH
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$OUT/gpu.txt"
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
   -DTESSERA_CUDA=ON -DTESSERA_WERROR=ON -DTESSERA_BUILD_PYTHON=OFF -DCMAKE_PREFIX_PATH="$P" \

@@ -16,15 +16,7 @@ mkdir -p "$OUT"
 summary=()
 
 # ---- dependencies the device image lacks (GoogleTest, Google Benchmark, OpenBLAS) -----------
-P=/tmp/gpu-deps/usr
-DEPS="${TESSERA_GPU_DEPS:-$ROOT/.gpu-deps}"
-if [ -d "$DEPS/debs" ] && [ ! -d "$P" ]; then
-  mkdir -p /tmp/gpu-deps
-  for f in "$DEPS"/debs/*.deb; do dpkg -x "$f" /tmp/gpu-deps; done
-fi
-LIBDIR="$P/lib/x86_64-linux-gnu"
-export LD_LIBRARY_PATH="$LIBDIR:$LIBDIR/openblas-pthread:${LD_LIBRARY_PATH:-}"
-export PATH="/usr/local/cuda/bin:$PATH"
+source "$ROOT/tools/gpu/device_env.sh"  # deps (.gpu-deps), LD_LIBRARY_PATH, PATH
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$OUT/gpu.txt"
 
 # ---- build -------------------------------------------------------------------------------

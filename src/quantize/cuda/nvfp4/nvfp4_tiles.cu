@@ -9,6 +9,7 @@
 // transformed transpose in one read. Grouped variants run the same tile on member-local tiles
 // through grouped_for_each_tile. Other shapes and 16x16 tiles take nvfp4.cu's generic kernels.
 #include <cstdint>
+#include <utility>
 
 #include "quantize/cuda/grouped_tiles.cuh"
 #include "quantize/cuda/kernels.h"
@@ -147,6 +148,15 @@ unsigned grouped_tiles_grid(const GroupedMeta& g) {
   return grouped_grid(g, (ceil_div(g.rows_bound, kNvTile) + g.n) * ceil_div(g.cols, kNvTile));
 }
 
+// (64x64 tiles of x, tiles per row of tiles); the kernels index tiles with 32 bits.
+std::pair<int64_t, int64_t> tile_grid(const Nvfp4TileArgs& a) {
+  const int64_t tiles_c = ceil_div(a.cols, kNvTile);
+  const int64_t tiles = ceil_div(a.rows, kNvTile) * tiles_c;
+  TESSERA_CHECK_STATUS(tiles <= 0x7fffffff, Status::kOutOfRange, "quantize: NVFP4 input of ",
+                       a.rows, " x ", a.cols, " has more than 2^31 - 1 64x64 tiles");
+  return {tiles, tiles_c};
+}
+
 }  // namespace
 
 bool nvfp4_tiles_eligible(const void* x, int64_t cols, const uint8_t* data0,
@@ -157,10 +167,7 @@ bool nvfp4_tiles_eligible(const void* x, int64_t cols, const uint8_t* data0,
 
 void launch_nvfp4_tiles(const Nvfp4TileArgs& a, cudaStream_t stream) {
   if (a.rows == 0 || a.cols == 0) return;
-  const int64_t tiles_c = ceil_div(a.cols, kNvTile);
-  const int64_t tiles = ceil_div(a.rows, kNvTile) * tiles_c;
-  TESSERA_CHECK_STATUS(tiles <= 0x7fffffff, Status::kOutOfRange, "quantize: NVFP4 input of ",
-                       a.rows, " x ", a.cols, " has more than 2^31 - 1 64x64 tiles");
+  const auto [tiles, tiles_c] = tile_grid(a);
   dispatch_float_input(a.in, "quantize: x", [&](auto tag) {
     using In = typename decltype(tag)::type;
     const unsigned grid = static_cast<unsigned>(tiles);
@@ -176,10 +183,7 @@ void launch_nvfp4_tiles(const Nvfp4TileArgs& a, cudaStream_t stream) {
 void launch_nvfp4_tile_amax(const Nvfp4TileArgs& a, uint32_t* x_amax, uint32_t* rht_amax,
                             cudaStream_t stream) {
   if (a.rows == 0 || a.cols == 0) return;
-  const int64_t tiles_c = ceil_div(a.cols, kNvTile);
-  const int64_t tiles = ceil_div(a.rows, kNvTile) * tiles_c;
-  TESSERA_CHECK_STATUS(tiles <= 0x7fffffff, Status::kOutOfRange, "quantize: NVFP4 input of ",
-                       a.rows, " x ", a.cols, " has more than 2^31 - 1 64x64 tiles");
+  const auto [tiles, tiles_c] = tile_grid(a);
   dispatch_float_input(a.in, "quantize: x", [&](auto tag) {
     using In = typename decltype(tag)::type;
     nvfp4_tile_amax_kernel<In><<<static_cast<unsigned>(tiles), kNvTileThreads, 0, stream>>>(

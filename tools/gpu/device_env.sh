@@ -1,0 +1,13 @@
+# Sourced by the device-side scripts (tools/gpu/check.sh, tests/gemm_cuda/gpu_round.sh): unpacks
+# the build dependencies the device image lacks (GoogleTest, Google Benchmark, OpenBLAS; .debs
+# carried in .gpu-deps, fetched here by tools/gpu/fetch_deps.sh) into /tmp/gpu-deps once, and sets
+# P (their prefix), LIBDIR, LD_LIBRARY_PATH and PATH (nvcc). Needs ROOT set by the caller.
+P=/tmp/gpu-deps/usr
+DEPS="${TESSERA_GPU_DEPS:-$ROOT/.gpu-deps}"
+if [ -d "$DEPS/debs" ] && [ ! -d "$P" ]; then
+  mkdir -p /tmp/gpu-deps
+  for f in "$DEPS"/debs/*.deb; do dpkg -x "$f" /tmp/gpu-deps; done
+fi
+LIBDIR="$P/lib/x86_64-linux-gnu"
+export LD_LIBRARY_PATH="$LIBDIR:$LIBDIR/openblas-pthread:${LD_LIBRARY_PATH:-}"
+export PATH="/usr/local/cuda/bin:$PATH"
