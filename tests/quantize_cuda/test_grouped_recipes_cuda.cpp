@@ -82,6 +82,9 @@ std::vector<RecipeCase> recipe_cases() {
   c = make_config(ScalingMode::kNVFP4);
   c.random_hadamard = true;
   add("nvfp4_rht_columnwise", c, false, true);
+  c.stochastic_rounding = true;
+  c.rng_seed = 5;
+  add("nvfp4_rht_sr_both", c, true, true);  // 1x16: both copies from one tiled launch
   return v;
 }
 

@@ -164,7 +164,8 @@ void grouped_fp8_block(const QuantizerConfig& c, const TensorView& x,
 }
 
 // NVFP4: zero the amax targets (and swizzled scale matrices), per-member amax passes (of x; of
-// the transformed transpose with RHT), then one launch per copy.
+// the transformed transpose with RHT), then one launch for both copies (tiled kernels) or one
+// per copy.
 void grouped_nvfp4(const QuantizerConfig& c, const TensorView& x, const GroupedTensorView& out,
                    const GroupedMeta& g, cudaStream_t s) {
   TESSERA_CHECK_STATUS(!c.rowwise || g.cols % 2 == 0, Status::kShapeMismatch,
@@ -194,21 +195,21 @@ void grouped_nvfp4(const QuantizerConfig& c, const TensorView& x, const GroupedT
   a.seed = c.rng_seed;
   a.offset = c.rng_offset;
   a.padded_cols = sw ? 1 : 0;  // nonzero: swizzled (width per member on the device)
-  if (c.rowwise) {
-    a.amax = amax_row;
-    a.data = out.data.as<uint8_t>();
-    a.scale = out.scale_inv.as<uint8_t>();
-    cuda_quant::launch_nvfp4_grouped(a, g, s);
-  }
-  if (c.columnwise) {
-    a.columnwise = true;
-    a.rht = c.random_hadamard;
-    a.amax = amax_col;
-    if (a.rht) cuda_quant::launch_rht_amax_grouped(a, g, amax_col, s);
-    a.data = out.columnwise_data.as<uint8_t>();
-    a.scale = out.columnwise_scale_inv.as<uint8_t>();
-    cuda_quant::launch_nvfp4_grouped(a, g, s);
-  }
+  cuda_quant::Nvfp4Args row = a, col = a;
+  row.amax = amax_row;
+  row.data = c.rowwise ? out.data.as<uint8_t>() : nullptr;
+  row.scale = c.rowwise ? out.scale_inv.as<uint8_t>() : nullptr;
+  col.columnwise = true;
+  col.rht = c.random_hadamard;
+  col.amax = amax_col;
+  col.data = c.columnwise ? out.columnwise_data.as<uint8_t>() : nullptr;
+  col.scale = c.columnwise ? out.columnwise_scale_inv.as<uint8_t>() : nullptr;
+  if (c.columnwise && col.rht) cuda_quant::launch_rht_amax_grouped(col, g, amax_col, s);
+  // Both copies from one read of each member tile where the tiled kernels take the input;
+  // otherwise one launch per copy.
+  if (c.rowwise && c.columnwise && cuda_quant::launch_nvfp4_tiles_grouped(row, col, g, s)) return;
+  if (c.rowwise) cuda_quant::launch_nvfp4_grouped(row, g, s);
+  if (c.columnwise) cuda_quant::launch_nvfp4_grouped(col, g, s);
 }
 
 void grouped_mxfp8(const QuantizerConfig& config, const TensorView& x,

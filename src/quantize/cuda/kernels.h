@@ -160,9 +160,13 @@ void launch_nvfp4_tiles(const Nvfp4TileArgs& args, cudaStream_t stream);
 // read of x (atomic max; both zeroed by the caller). Needs nvfp4_tiles_eligible(x, cols, ...).
 void launch_nvfp4_tile_amax(const Nvfp4TileArgs& args, uint32_t* x_amax, uint32_t* rht_amax,
                             cudaStream_t stream);
-// Grouped forms (called by launch_nvfp4_grouped / launch_rht_amax_grouped): false when the
-// input is not eligible (nothing launched; the generic kernels run instead).
-bool launch_nvfp4_tiles_grouped(const Nvfp4Args& a, const GroupedMeta& g, cudaStream_t stream);
+// Grouped forms (launch_nvfp4_tiles_grouped is called by launch_nvfp4_grouped for one copy and
+// by the grouped dispatcher for both copies in one read of x; launch_nvfp4_tile_amax_grouped by
+// launch_rht_amax_grouped): false when the input is not eligible (nothing launched; the caller
+// runs the generic kernels instead). row / col: the two copies' arguments (same input, seed and
+// offset; col.columnwise set); a copy with data == nullptr is not produced.
+bool launch_nvfp4_tiles_grouped(const Nvfp4Args& row, const Nvfp4Args& col,
+                                const GroupedMeta& g, cudaStream_t stream);
 bool launch_nvfp4_tile_amax_grouped(const Nvfp4Args& a, const GroupedMeta& g, uint32_t* amax,
                                     cudaStream_t stream);
 

@@ -246,7 +246,12 @@ __global__ __launch_bounds__(kThreads) void rht_amax_grouped_kernel(Nvfp4Args a,
 
 void launch_nvfp4_grouped(const Nvfp4Args& a, const GroupedMeta& g, cudaStream_t stream) {
   if (g.n == 0 || g.cols == 0) return;
-  if (launch_nvfp4_tiles_grouped(a, g, stream)) return;  // 1x16, K % 16 == 0, aligned
+  Nvfp4Args none = a;  // the other copy: not produced
+  none.data = nullptr;
+  none.columnwise = !a.columnwise;
+  if (launch_nvfp4_tiles_grouped(a.columnwise ? none : a, a.columnwise ? a : none, g, stream)) {
+    return;  // 1x16, K % 16 == 0, aligned
+  }
   Nvfp4TileCount count;
   count.cols = g.cols;
   count.columnwise = a.columnwise;

@@ -92,6 +92,7 @@ struct Nvfp4TileCount {
 // own amax, its own stream, its own swizzled width; poisoned when it breaks the contract.
 __device__ __forceinline__ Nvfp4TileCopy member_tile_copy(const Nvfp4Args& a, const GroupedMeta& g,
                                                           int64_t i, int64_t rows) {
+  if (a.data == nullptr) return Nvfp4TileCopy{};  // copy not produced
   const int64_t off = g.tensor_offsets[i];
   const int64_t padded =
       a.padded_cols != 0
@@ -108,22 +109,24 @@ __device__ __forceinline__ Nvfp4TileCopy member_tile_copy(const Nvfp4Args& a, co
   return c;
 }
 
+// row / col: the rowwise and the columnwise copy (data == nullptr: not produced); both carry the
+// same input, seed and offset. Both copies come from one read of each member tile.
 template <class In, bool kPlain>
-__global__ __launch_bounds__(kNvTileThreads) void nvfp4_tiles_grouped_kernel(Nvfp4Args a,
+__global__ __launch_bounds__(kNvTileThreads) void nvfp4_tiles_grouped_kernel(Nvfp4Args row,
+                                                                              Nvfp4Args col,
                                                                               GroupedMeta g,
                                                                               Nvfp4TileCount count) {
   extern __shared__ int32_t prefix[];  // (n + 1)
   __shared__ Nvfp4SharedTile<In> tile;
   if (grouped_noop(g)) return;
-  const Nvfp4Rng rng{!kPlain && a.stochastic, a.seed, a.offset};
-  if (kPlain) a.rht = false;
+  const Nvfp4Rng rng{!kPlain && row.stochastic, row.seed, row.offset};
+  const bool rht = !kPlain && col.rht;
   grouped_for_each_tile<kNvTileThreads>(g, count, prefix, [&](int64_t i, int64_t rows, int64_t local) {
-    const Nvfp4TileCopy c = member_tile_copy(a, g, i, rows);
-    const Nvfp4TileCopy none;
-    const In* x = static_cast<const In*>(a.x) + g.tensor_offsets[i];
+    const Nvfp4TileCopy r = member_tile_copy(row, g, i, rows);
+    const Nvfp4TileCopy c = member_tile_copy(col, g, i, rows);
+    const In* x = static_cast<const In*>(row.x) + g.tensor_offsets[i];
     const int64_t tr = local / count.tiles_c, tc = local % count.tiles_c;
-    nvfp4_tile<In>(x, rows, g.cols, tr, tc, a.columnwise ? none : c, a.columnwise ? c : none,
-                   a.rht, rng, tile.v);
+    nvfp4_tile<In>(x, rows, g.cols, tr, tc, r, c, rht, rng, tile.v);
   });
 }
 
@@ -192,19 +195,22 @@ void launch_nvfp4_tile_amax(const Nvfp4TileArgs& a, uint32_t* x_amax, uint32_t* 
   TESSERA_CUDA_CHECK_LAUNCH();
 }
 
-bool launch_nvfp4_tiles_grouped(const Nvfp4Args& a, const GroupedMeta& g, cudaStream_t stream) {
-  if (a.tile16 || !nvfp4_tiles_eligible(a.x, g.cols, a.data, a.data)) return false;
+bool launch_nvfp4_tiles_grouped(const Nvfp4Args& row, const Nvfp4Args& col,
+                                const GroupedMeta& g, cudaStream_t stream) {
+  if (row.tile16 || !nvfp4_tiles_eligible(row.x, g.cols, row.data, col.data)) return false;
   if (g.n == 0) return true;
   Nvfp4TileCount count;
   count.tiles_c = ceil_div(g.cols, kNvTile);
   const unsigned grid = grouped_tiles_grid(g);
-  dispatch_float_input(a.in, "quantize: x", [&](auto tag) {
+  dispatch_float_input(row.in, "quantize: x", [&](auto tag) {
     using In = typename decltype(tag)::type;
     const size_t smem = grouped_prefix_bytes(g);
-    if ((a.columnwise && a.rht) || a.stochastic) {
-      nvfp4_tiles_grouped_kernel<In, false><<<grid, kNvTileThreads, smem, stream>>>(a, g, count);
+    if ((col.data != nullptr && col.rht) || row.stochastic) {
+      nvfp4_tiles_grouped_kernel<In, false>
+          <<<grid, kNvTileThreads, smem, stream>>>(row, col, g, count);
     } else {
-      nvfp4_tiles_grouped_kernel<In, true><<<grid, kNvTileThreads, smem, stream>>>(a, g, count);
+      nvfp4_tiles_grouped_kernel<In, true>
+          <<<grid, kNvTileThreads, smem, stream>>>(row, col, g, count);
     }
   });
   TESSERA_CUDA_CHECK_LAUNCH();
