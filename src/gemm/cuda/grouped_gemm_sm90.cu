@@ -90,13 +90,7 @@ CUtensorMap make_store_map(const KernelParams& p, int64_t rows, uint32_t box_row
 }
 
 __device__ int64_t map_group_start(const GroupMapParams& q, int i) {
-  int64_t v = 0;
-  const int idx = q.offsets_start ? i : i - 1;
-  if (idx >= 0) {
-    v = q.offsets_int64 ? static_cast<const int64_t*>(q.offsets)[idx]
-                        : static_cast<int64_t>(static_cast<const int32_t*>(q.offsets)[idx]);
-  }
-  return v < 0 ? 0 : (v > q.capacity ? q.capacity : v);
+  return gemm_cuda::device_group_start(q.offsets, q.offsets_int64, q.offsets_start, q.capacity, i);
 }
 
 constexpr int kSetupWarps = 8;

@@ -7,6 +7,7 @@
 
 #include <cub/block/block_scan.cuh>
 
+#include "gemm/cuda/kernels/group_offsets.cuh"
 #include "tessera/core/cuda_check.h"
 #include "tessera/core/status.h"
 
@@ -18,15 +19,9 @@ constexpr int kTile = 32;
 // 1024 threads did not fit an SM's 64 K registers (cudaErrorLaunchOutOfResources on the H200).
 constexpr int kScanThreads = 256;
 
-// Start of group i in [0, G], clamped to [0, capacity] (the GEMM kernel's group_start rule).
+// Start of group i in [0, G], clamped to [0, capacity] (the GEMM kernel's rule).
 __device__ int64_t group_start(const DeviceGroupOffsets& o, int64_t i) {
-  int64_t v = 0;
-  const int64_t idx = o.start_format ? i : i - 1;
-  if (idx >= 0) {
-    v = o.int64 ? static_cast<const int64_t*>(o.data)[idx]
-                : static_cast<int64_t>(static_cast<const int32_t*>(o.data)[idx]);
-  }
-  return v < 0 ? 0 : (v > o.capacity ? o.capacity : v);
+  return device_group_start(o.data, o.int64, o.start_format, o.capacity, static_cast<int>(i));
 }
 
 __device__ int64_t group_len(const DeviceGroupOffsets& o, int64_t g) {

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 
+#include "gemm/cuda/kernels/group_offsets.cuh"
 #include "gemm/cuda/kernels/grouped_gemm_epilogue.cuh"
 #include "gemm/cuda/kernels/grouped_gemm_params.h"
 #include "gemm/cuda/kernels/sm90_mma_kinds.cuh"
@@ -27,13 +28,7 @@ namespace tessera::gemm_sm90 {
 
 // Start offset of group `i` (i in [0, G]) clamped to [0, capacity].
 __device__ __forceinline__ int64_t group_start(const KernelParams& p, int i) {
-  int64_t v = 0;
-  const int idx = p.offsets_start ? i : i - 1;
-  if (idx >= 0) {
-    v = p.offsets_int64 ? __ldg(static_cast<const int64_t*>(p.offsets) + idx)
-                        : static_cast<int64_t>(__ldg(static_cast<const int32_t*>(p.offsets) + idx));
-  }
-  return v < 0 ? 0 : (v > p.capacity ? p.capacity : v);
+  return gemm_cuda::device_group_start(p.offsets, p.offsets_int64, p.offsets_start, p.capacity, i);
 }
 
 // Maps the linear tile index to (group, m block, n block). Tile indices of one CTA only grow,
