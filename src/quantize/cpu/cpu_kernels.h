@@ -122,6 +122,21 @@ TESSERA_CPU_INLINE uint32_t amax_bits(const In* x, int64_t n) {
   return m;
 }
 
+// cm[j] = max(cm[j], abs bits of x[r][c0 + j]) over rows [r0, r1) and j < w of a row-major x
+// with k columns: column amaxes of a row band (serial, vectorized along the row).
+template <class In>
+TESSERA_CPU_INLINE void band_column_amax_bits(const In* x, int64_t k, int64_t r0, int64_t r1,
+                                         int64_t c0, int64_t w, uint32_t* cm) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const In* row = x + r * k + c0;
+#pragma omp simd
+    for (int64_t j = 0; j < w; ++j) {
+      const uint32_t a = abs_bits(load_float(row[j]));
+      cm[j] = a > cm[j] ? a : cm[j];
+    }
+  }
+}
+
 // out[i] = fp8(x[i] * scale) for n values (serial, vectorized).
 template <bool kE5M2, class In>
 TESSERA_CPU_INLINE void encode_scaled(const In* x, int64_t n, float scale, uint8_t* out) {

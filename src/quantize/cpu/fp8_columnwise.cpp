@@ -33,14 +33,7 @@ TESSERA_CPU_KERNEL void column_amax_bits(const In* x, int64_t m, int64_t k, uint
     std::vector<uint32_t> local(static_cast<size_t>(k), 0u);
     uint32_t* lm = local.data();
 #pragma omp for schedule(static)
-    for (int64_t r = 0; r < m; ++r) {
-      const In* row = x + r * k;
-#pragma omp simd
-      for (int64_t j = 0; j < k; ++j) {
-        const uint32_t a = abs_bits(load_float(row[j]));
-        lm[j] = a > lm[j] ? a : lm[j];
-      }
-    }
+    for (int64_t r = 0; r < m; ++r) band_column_amax_bits(x, k, r, r + 1, 0, k, lm);
 #pragma omp critical(tessera_column_amax)
     for (int64_t j = 0; j < k; ++j) cm[j] = std::max(cm[j], lm[j]);
   }
@@ -110,14 +103,7 @@ TESSERA_CPU_INLINE void tile_scales(const QuantizerConfig& c, const ColumnScales
     return;
   }
   uint32_t cm[kTile] = {};
-  for (int64_t r = r0; r < r1; ++r) {
-    const In* row = x + r * k + c0;
-#pragma omp simd
-    for (int64_t j = 0; j < w; ++j) {
-      const uint32_t a = abs_bits(load_float(row[j]));
-      cm[j] = a > cm[j] ? a : cm[j];
-    }
-  }
+  band_column_amax_bits(x, k, r0, r1, c0, w, cm);
   const int64_t band = r0 / kTile;
   if (s.mode == ScalingMode::kBlock1x128) {
     // Copy block (row c of xᵀ, 128 values along m): scale_inv[c][band].

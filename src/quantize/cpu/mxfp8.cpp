@@ -147,14 +147,7 @@ TESSERA_CPU_KERNEL void stripes(const QuantizerConfig& c, const In* x, int64_t m
       const int64_t w = std::min(kChunk, k - c0);
       uint32_t* cm = cs.bm;
       std::fill(cm, cm + w, 0u);
-      for (int64_t r = r0; r < r1; ++r) {
-        const In* row = x + r * k + c0;
-#pragma omp simd
-        for (int64_t j = 0; j < w; ++j) {
-          const uint32_t a = abs_bits(load_float(row[j]));
-          cm[j] = a > cm[j] ? a : cm[j];
-        }
-      }
+      band_column_amax_bits(x, k, r0, r1, c0, w, cm);
       for (int64_t j0 = 0; j0 < w && tiles; j0 += kBlock) {
         const int64_t j1 = std::min(w, j0 + kBlock);
         const uint32_t tm = *std::max_element(cm + j0, cm + j1);
