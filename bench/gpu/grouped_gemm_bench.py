@@ -28,7 +28,7 @@ lib.tessera_bench_last_error.restype = ctypes.c_char_p
 _vp, _i64, _i32, _f = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
 lib.tessera_bench_grouped_gemm.argtypes = [
     _i32, _i32, _i32, _vp, _i64, _i64, _i64, _i64, _vp, _vp, _vp, _i32, _f, _vp, _vp, _i64, _i64,
-    _vp, _i64, _vp, _i32, _i32, _i32, _i32, _i32, _i32]
+    _vp, _i64, _vp, _i32, _i32, _i32, _i32, _i32, _i32, _i32]
 api = None  # the public API entry (grouped_gemm_api_entry.cpp), when it linked
 if os.environ.get("TESSERA_BENCH_API_LIB"):
     api = ctypes.CDLL(os.environ["TESSERA_BENCH_API_LIB"])
@@ -36,14 +36,18 @@ if os.environ.get("TESSERA_BENCH_API_LIB"):
     api.tessera_bench_api_fp8_forward.argtypes = [
         _i32, _vp, _i64, _i64, _i64, _vp, _vp, _vp, _vp, _vp, _vp, _i64, _vp]
 SWEEP = os.environ.get("GEMM_BENCH_SWEEP", "0") == "1"
+SWEEP_ONLY = os.environ.get("GEMM_BENCH_SWEEP_ONLY", "")  # shape substring, e.g. "qwen3"
 SWEEP_REPS = int(os.environ.get("GEMM_BENCH_SWEEP_REPS", "15"))
 # name: (block_n, stages, epilogue: 1 register stores / 2 TMA stores, schedule: 1 cooperative /
-# 2 ping-pong, raster band: -1 heuristic / 0 m blocks fastest / b bands of b m blocks); the
-# launcher caps stages to what fits in shared memory.
+# 2 ping-pong, raster band: -1 heuristic / 0 m blocks fastest / b bands of b m blocks, cluster:
+# 1 or 2 CTAs, "_c2" names); the launcher caps stages to what fits in shared memory.
 SWEEP_CONFIGS = {
-    "c256x3t": (256, 3, 2, 1, 0), "c256x3t_b8": (256, 3, 2, 1, 8),
-    "c256x3t_b16": (256, 3, 2, 1, 16), "c256x4r": (256, 4, 1, 1, 0),
-    "p128x6t": (128, 6, 2, 2, 0), "p128x5t": (128, 5, 2, 2, 0), "p128x5t_b8": (128, 5, 2, 2, 8),
+    "c256x3t": (256, 3, 2, 1, 0, 1), "c256x3t_b8": (256, 3, 2, 1, 8, 1),
+    "c256x3t_b16": (256, 3, 2, 1, 16, 1), "c256x4r": (256, 4, 1, 1, 0, 1),
+    "p128x6t": (128, 6, 2, 2, 0, 1), "p128x5t": (128, 5, 2, 2, 0, 1),
+    "p128x5t_b8": (128, 5, 2, 2, 8, 1), "p128x7r": (128, 7, 1, 2, 0, 1),
+    "c256x3t_c2": (256, 3, 2, 1, 0, 2), "c256x3t_b8_c2": (256, 3, 2, 1, 8, 2),
+    "c256x3t_b16_c2": (256, 3, 2, 1, 16, 2), "p128x6t_c2": (128, 6, 2, 2, 0, 2), "p128x5t_c2": (128, 5, 2, 2, 0, 2),
 }
 if os.environ.get("GEMM_BENCH_CONFIGS"):  # e.g. "c256x3t,p128x5t"
     SWEEP_CONFIGS = {k: SWEEP_CONFIGS[k] for k in os.environ["GEMM_BENCH_CONFIGS"].split(",")}
@@ -71,12 +75,13 @@ WS = torch.empty(1 << 20, dtype=torch.uint8, device=dev)
 
 
 def ours(k_grouped, elem, offs, cap, m, n, k, a, b, d, sa=None, sb=None, sa_gs=0, sb_gs=0,
-         out_fp32=False, beta=0.0, block_n=0, stages=0, epilogue=0, schedule=0, band=-1):
+         out_fp32=False, beta=0.0, block_n=0, stages=0, epilogue=0, schedule=0, band=-1,
+         cluster=0):
     rc = lib.tessera_bench_grouped_gemm(
         k_grouped, elem, offs.numel(), ptr(offs), cap, m, n, k, ptr(a), ptr(b), ptr(d),
         2 if out_fp32 else 0, beta, ptr(sa), ptr(sb), sa_gs, sb_gs, ptr(WS), WS.numel(),
         ctypes.c_void_p(torch.cuda.current_stream().cuda_stream), block_n, stages, 0, epilogue,
-        schedule, band)
+        schedule, band, cluster)
     if rc != 0:
         raise RuntimeError(f"tessera rc={rc}: {lib.tessera_bench_last_error().decode()}")
     return d
@@ -95,9 +100,14 @@ def sweep(kind, tag, flops, make_run, d, want, budget):
     """Times ours under each config of SWEEP_CONFIGS (heuristic tuning data). Each config's
     output d is first checked against `want` (torch's result): a config off by more than
     `budget` is reported as bad (and its time as negative)."""
+    if SWEEP_ONLY and SWEEP_ONLY not in tag:
+        return
     line = {"kind": kind, "shape": tag}
-    for name, (bn, st, ep, sc, band) in SWEEP_CONFIGS.items():
-        fn = make_run(bn, st, ep, sc, band)
+    for name, (bn, st, ep, sc, band, cl) in SWEEP_CONFIGS.items():
+        if cl > 1 and kind.endswith("wgrad"):  # clusters: M-grouped only
+            line[name] = 0.0
+            continue
+        fn = make_run(bn, st, ep, sc, band, cl)
         d.fill_(float("nan"))
         try:
             fn()
@@ -129,9 +139,14 @@ def relerr(x, ref):
 rows = []
 
 
-def report(kind, tag, flops, t_ours, t_torch, err_ours, err_torch, err_vs_torch, budget):
+def report(kind, tag, flops, t_ours, t_torch, err_ours, err_torch, err_vs_torch, budget,
+           moved=0):
+    """One timed row; `moved` = bytes a decode-size call must move at least (A, all weights, D,
+    scales): its rows are judged in TB/s."""
     ok = err_ours < budget and err_vs_torch < budget
     row = {"kind": kind, "shape": tag, "ours_tflops": flops / t_ours / 1e12,
+           "ours_tbps": moved / t_ours / 1e12,
+           "torch_tbps": moved / t_torch / 1e12 if t_torch else 0.0,
            "torch_tflops": flops / t_torch / 1e12 if t_torch else 0.0,
            "ratio": t_torch / t_ours if t_torch else 0.0, "ours_us": t_ours * 1e6,
            "err_ours": err_ours, "err_torch": err_torch, "err_vs_torch": err_vs_torch,
@@ -140,10 +155,14 @@ def report(kind, tag, flops, t_ours, t_torch, err_ours, err_torch, err_vs_torch,
     print(json.dumps(row), flush=True)
 
 
-def forward_case(tag, sizes, K, N):
+def forward_case(tag, sizes, K, N, decode=False):
+    """BF16 and FP8 rowwise forward (+ the public-API FP8 row and the sweep unless `decode`:
+    decode-size groups, rows judged in TB/s)."""
     G = len(sizes)
     total = sum(sizes)
     flops = 2 * total * K * N
+    moved16 = (total * K + G * N * K + total * N) * 2 if decode else 0
+    moved8 = total * K + G * N * K + total * N * 2 + 4 * (total + G * N) if decode else 0
     offs = torch.tensor(sizes, device=dev, dtype=torch.int32).cumsum(0).to(torch.int32)
     a = torch.randn(total, K, device=dev, dtype=torch.bfloat16)
     w = torch.randn(G, N, K, device=dev, dtype=torch.bfloat16) / K ** 0.5
@@ -162,11 +181,12 @@ def forward_case(tag, sizes, K, N):
     torch.cuda.synchronize()
     report("bf16 fwd", tag, flops, bench(lambda: ours(0, 0, offs, total, 0, N, K, a, w, d)),
            bench(lambda: torch._grouped_mm(a, bt, offs=offs, out_dtype=torch.bfloat16)),
-           relerr(d, ref), relerr(tout, ref), relerr(d, tout.float()), 1e-2)
-    if SWEEP:
+           relerr(d, ref), relerr(tout, ref), relerr(d, tout.float()), 1e-2, moved16)
+    if SWEEP and not decode:
         sweep("bf16 fwd", tag, flops,
-              lambda bn, st, ep, sc, band: lambda: ours(0, 0, offs, total, 0, N, K, a, w, d, block_n=bn,
-                                                  stages=st, epilogue=ep, schedule=sc, band=band),
+              lambda bn, st, ep, sc, band, cl: lambda: ours(0, 0, offs, total, 0, N, K, a, w, d, block_n=bn,
+                                                  stages=st, epilogue=ep, schedule=sc, band=band,
+                                                  cluster=cl),
               d, tout.float(), 1e-2)
     # FP8 rowwise (the quantization of torch_peers.py)
     a_scale = 448.0 / a.abs().amax(dim=1, keepdim=True).float().clamp(min=1e-12)
@@ -185,14 +205,14 @@ def forward_case(tag, sizes, K, N):
     torch.cuda.synchronize()
     t_sgm = bench(sgm)
     report("fp8 rowwise fwd", tag, flops, bench(run), t_sgm, relerr(d, ref), relerr(tout, ref),
-           relerr(d, tout.float()), 5e-2)
-    if SWEEP:
+           relerr(d, tout.float()), 5e-2, moved8)
+    if SWEEP and not decode:
         sweep("fp8 rowwise fwd", tag, flops,
-              lambda bn, st, ep, sc, band: lambda: ours(0, 1, offs, total, 0, N, K, af, wf, d, sa, sb, 0,
+              lambda bn, st, ep, sc, band, cl: lambda: ours(0, 1, offs, total, 0, N, K, af, wf, d, sa, sb, 0,
                                                   N, block_n=bn, stages=st, epilogue=ep,
-                                                  schedule=sc, band=band),
+                                                  schedule=sc, band=band, cluster=cl),
               d, tout.float(), 5e-2)
-    if api is not None:  # the same FP8 problem through the public API (QuantizedTensorView)
+    if api is not None and not decode:  # the same FP8 problem through the public API (QuantizedTensorView)
         d.fill_(float("nan"))
         run_api = lambda: api_fp8_forward(offs, total, N, K, af, sa, wf, sb, d)
         run_api()
@@ -233,8 +253,9 @@ def wgrad_case(tag, sizes, K, N):
            relerr(d, tout.float()) if tout is not None else 0.0, 1e-2)
     if SWEEP:
         sweep("bf16 wgrad", tag, flops,
-              lambda bn, st, ep, sc, band: lambda: ours(1, 0, offs, total, N, K, 0, dyt, xt, d,
-                                                  block_n=bn, stages=st, epilogue=ep, schedule=sc, band=band),
+              lambda bn, st, ep, sc, band, cl: lambda: ours(1, 0, offs, total, N, K, 0, dyt, xt, d,
+                                                  block_n=bn, stages=st, epilogue=ep, schedule=sc,
+                                                  band=band, cluster=cl),
               d, ref, 1e-2)
     # FP8 rowwise wgrad: per-group, per-row scales of the transposed operands (torch's 2d x 2d
     # convention: scale_a (G*N), scale_b (G*K)).
@@ -270,9 +291,9 @@ def wgrad_case(tag, sizes, K, N):
            relerr(d, tout.float()) if tout is not None else 0.0, 5e-2)
     if SWEEP:
         sweep("fp8 rowwise wgrad", tag, flops,
-              lambda bn, st, ep, sc, band: lambda: ours(1, 1, offs, total, N, K, 0, yq, xq, d, sy, sx, N,
+              lambda bn, st, ep, sc, band, cl: lambda: ours(1, 1, offs, total, N, K, 0, yq, xq, d, sy, sx, N,
                                                   K, block_n=bn, stages=st, epilogue=ep,
-                                                  schedule=sc, band=band),
+                                                  schedule=sc, band=band, cluster=cl),
               d, ref, 5e-2)
 
 
@@ -295,6 +316,17 @@ def main():
                 except Exception as ex:  # noqa: BLE001
                     print(f"FAILED wgrad {tag}: {type(ex).__name__}: {str(ex)[:300]}", flush=True)
             torch.cuda.empty_cache()
+    # Decode sizes (DESIGN §10: 4-64 rows per expert, judged in TB/s), forward, balanced.
+    for rows_per_expert in [int(r) for r in os.environ.get("GEMM_BENCH_DECODE", "4,16,64").split(",") if r]:
+        for name, (G, _, K, N) in SHAPES.items():
+            if only and only not in name:
+                continue
+            tag = f"{name} dec{rows_per_expert}"
+            try:
+                forward_case(tag, [rows_per_expert] * G, K, N, decode=True)
+            except Exception as ex:  # noqa: BLE001
+                print(f"FAILED fwd {tag}: {type(ex).__name__}: {str(ex)[:300]}", flush=True)
+            torch.cuda.empty_cache()
     out_dir = os.environ.get("OUT", "/tmp/out")
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "grouped_gemm_bench.json"), "w") as f:
@@ -302,11 +334,19 @@ def main():
     print("\nSUMMARY (TFLOP/s, median of", REPS, "CUDA-event timings; ratio = torch time / ours)")
     print(f"{'kind':18s} {'shape':18s} {'ours':>8s} {'torch':>8s} {'ratio':>6s} "
           f"{'err ours':>9s} {'err torch':>9s} valid")
-    bad = 0
     for r in rows:
+        if r["ours_tbps"]:
+            continue
         print(f"{r['kind']:18s} {r['shape']:18s} {r['ours_tflops']:8.1f} {r['torch_tflops']:8.1f} "
               f"{r['ratio']:6.2f} {r['err_ours']:9.2e} {r['err_torch']:9.2e} {r['valid']}")
-        bad += not r["valid"]
+    decode_rows = [r for r in rows if r["ours_tbps"]]
+    if decode_rows:
+        print("\nDECODE (TB/s = bytes of A, all weights, D and scales / time; device copy ~4.3)")
+        print(f"{'kind':18s} {'shape':20s} {'ours':>7s} {'torch':>7s} {'ratio':>6s} {'us':>8s} valid")
+        for r in decode_rows:
+            print(f"{r['kind']:18s} {r['shape']:20s} {r['ours_tbps']:7.2f} {r['torch_tbps']:7.2f} "
+                  f"{r['ratio']:6.2f} {r['ours_us']:8.1f} {r['valid']}")
+    bad = sum(not r["valid"] for r in rows)
     if sweep_rows:
         names = list(SWEEP_CONFIGS)
         print("\nSWEEP (TFLOP/s; negative = output failed validation)")

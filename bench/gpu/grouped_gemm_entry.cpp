@@ -23,6 +23,7 @@ extern "C" const char* tessera_bench_last_error() { return g_last_error.c_str();
 // 1 register stores, 2 TMA stores (where they apply). schedule: 0 heuristic, 1 cooperative
 // (block_n 256), 2 ping-pong (block_n 128); block_n alone picks the matching schedule.
 // raster_band: -1 heuristic, else Sm90Config::raster_band (0 = m blocks fastest, b = bands of b).
+// cluster: 0 heuristic, else Sm90Config::cluster (1, or 2 CTAs multicasting shared operands).
 extern "C" int tessera_bench_grouped_gemm(int k_grouped, int elem, int groups,
                                           const int32_t* end_offsets, int64_t capacity, int64_t m,
                                           int64_t n, int64_t k, const void* a, const void* b,
@@ -31,7 +32,7 @@ extern "C" int tessera_bench_grouped_gemm(int k_grouped, int elem, int groups,
                                           void* workspace,
                                           int64_t workspace_bytes, void* stream, int block_n,
                                           int stages, int num_sms, int epilogue, int schedule,
-                                          int raster_band) {
+                                          int raster_band, int cluster) {
   using namespace tessera::gemm_cuda;
   try {
     Sm90GroupedGemm g;
@@ -80,6 +81,7 @@ extern "C" int tessera_bench_grouped_gemm(int k_grouped, int elem, int groups,
       g.config.block_n = schedule == 2 ? 128 : 256;
     }
     if (raster_band >= 0) g.config.raster_band = raster_band;
+    if (cluster > 0) g.config.cluster = cluster;
     if (workspace_bytes < sm90_workspace_bytes(g)) {
       g_last_error = "workspace too small";
       return static_cast<int>(tessera::Status::kBufferTooSmall);

@@ -2,7 +2,8 @@
 # One GPU call of a GEMM tuning round, within a fixed time (ROUND_SECONDS, default 400): configure
 # and build only what the grouped GEMM needs (the library, tests/gemm_cuda, the nn CUDA test) for
 # sm_90a, run those tests, the grouped GEMM benchmark (bench/gpu/grouped_gemm.sh; GEMM_BENCH_*
-# variables pass through, e.g. GEMM_BENCH_SWEEP=1), then compute-sanitizer (sanitize.sh) for the
+# variables pass through, e.g. GEMM_BENCH_SWEEP=1), with ROUND_PROFILE=1 the ncu profile of
+# tools/gpu/gemm_profile.sh (PROFILE_CASES), then compute-sanitizer (sanitize.sh) for the
 # time left. Logs under $OUT. Run from the repository root on the device:
 #   TESSERA_GPU_DEPS=<.gpu-deps> bash tests/gemm_cuda/gpu_round.sh
 set -uo pipefail
@@ -26,7 +27,7 @@ cmake --build build-gpu -j "$(nproc)" --target tessera $TESTS > "$OUT/build.log"
 echo "build: ok at $(( $(date +%s) - t_start )) s"
 for t in $TESTS; do
   exe=$(find build-gpu/tests -name "$t" -type f | head -1)
-  "$exe" > "$OUT/$t.log" 2>&1
+  timeout "${ROUND_TEST_SECONDS:-120}" "$exe" > "$OUT/$t.log" 2>&1  # a hang costs no more
   echo "$t: rc=$? $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$OUT/$t.log" | tr '\n' ' ')"
   grep -E '^\[  FAILED  \]' "$OUT/$t.log" | head -5
 done
@@ -36,6 +37,13 @@ if [ "${ROUND_BENCH:-1}" = 1 ]; then
     > "$OUT/bench_grouped_gemm.log" 2>&1
   echo "bench: rc=$? at $(( $(date +%s) - t_start )) s"
   sed -n '/^SUMMARY/,$p' "$OUT/bench_grouped_gemm.log"
+fi
+if [ "${ROUND_PROFILE:-0}" = 1 ]; then
+  BUILD_DIR="$ROOT/build-gpu" OUT="$OUT" timeout $(( $(left) - 20 )) bash tools/gpu/gemm_profile.sh \
+    > "$OUT/profile.log" 2>&1
+  echo "profile: rc=$? at $(( $(date +%s) - t_start )) s"
+  sed -n '/^PROFILE/,$p' "$OUT/profile.log"
+  grep -m5 -iE "error|==ERR" "$OUT/profile.log"
 fi
 if [ "${ROUND_SANITIZE:-1}" = 1 ] && [ "$(left)" -gt 30 ]; then
   per=$(( ($(left) - 10) / 8 ))

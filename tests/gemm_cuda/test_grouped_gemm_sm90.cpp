@@ -37,6 +37,8 @@ struct Case {
   int stages = 0;            // 0: 4 (block_n 256) or 6 (128); the launcher caps it to what fits
   int64_t capacity_pad = 0;  // extra token rows past the last offset
   int raster_band = 0;       // Sm90Config::raster_band (tile order inside a group)
+  int cluster = 1;           // Sm90Config::cluster (2: tile pairs, multicast shared operands)
+  int num_sms = 0;           // persistent CTAs (0: all SMs)
 };
 
 struct Result {
@@ -173,6 +175,8 @@ Result run_case(const Case& c, uint32_t seed) {
   l.config.block_n = l.config.pingpong ? 128 : 256;
   l.config.stages = c.stages ? c.stages : (l.config.block_n == 256 ? 4 : 6);
   l.config.raster_band = c.raster_band;
+  l.config.cluster = c.cluster;
+  l.config.num_sms = c.num_sms;
   DeviceArray ws(std::vector<uint8_t>(std::max<int64_t>(sm90_workspace_bytes(l), 1) + 128));
   launch_grouped_gemm_sm90(l, test::align128(ws.ptr), sm90_workspace_bytes(l), nullptr);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -231,15 +235,29 @@ double budget(const Case& c) {
 
 // Runs the case as given and again under the ping-pong schedule, with 4 stages (the whole
 // 128-row tile staged for the TMA stores) and 6 (one 64-row staging block reused); then
-// cooperative with bands of 2 m blocks and ping-pong (4 stages) with bands of 1 (tile orders).
+// cooperative with bands of 2 m blocks and ping-pong (4 stages) with bands of 1 (tile orders);
+// M-grouped cases also with clusters of 2 CTAs (tile pairs sharing A or B, phantom partners,
+// pairs across groups): both schedules on all SMs, and on 4 CTAs (2 clusters), so that each
+// cluster walks many pairs and its ring slots wrap many times.
 void expect_case(const Case& c, const char* name) {
-  static const char* const kTags[] = {"", " (ping-pong, 4 stages)", " (ping-pong, 6 stages)",
-                                      " (raster band 2)", " (ping-pong, raster band 1)"};
-  for (int variant = 0; variant < 5; ++variant) {
+  static const char* const kTags[] = {"",
+                                      " (ping-pong, 4 stages)",
+                                      " (ping-pong, 6 stages)",
+                                      " (raster band 2)",
+                                      " (ping-pong, raster band 1)",
+                                      " (cluster 2)",
+                                      " (ping-pong, 6 stages, cluster 2)",
+                                      " (cluster 2, 4 CTAs, raster band 2)",
+                                      " (ping-pong, 5 stages, cluster 2, 4 CTAs)"};
+  const int variants = c.k_grouped ? 5 : 9;
+  for (int variant = 0; variant < variants; ++variant) {
     Case v = c;
-    v.pingpong = variant == 1 || variant == 2 || variant == 4;
-    if (v.pingpong) v.stages = variant == 2 ? 6 : 4;
-    if (variant >= 3) v.raster_band = variant == 3 ? 2 : 1;
+    v.pingpong = variant == 1 || variant == 2 || variant == 4 || variant == 6 || variant == 8;
+    if (v.pingpong) v.stages = variant == 2 || variant == 6 ? 6 : (variant == 8 ? 5 : 4);
+    if (variant == 3 || variant == 7) v.raster_band = 2;
+    if (variant == 4) v.raster_band = 1;
+    if (variant >= 5) v.cluster = 2;
+    if (variant >= 7) v.num_sms = 4;
     const char* tag = kTags[variant];
     const Result r = run_case(v, 1234);
     EXPECT_LT(r.rel_err, budget(v)) << name << tag;

@@ -1,8 +1,9 @@
-// CUDA-graph capture of the sm90 grouped GEMM (setup kernel included for K-grouped): the graph is
-// captured once and replayed with DIFFERENT group sizes written into the device offsets between
-// replays; every replay is checked against an FP64 loop. Nothing in the launch may read the
-// offsets on the host, or the replays would reuse the captured sizes. Group sizes are multiples
-// of 8 (16-byte aligned BF16 contraction starts, what K-grouped TMA loads need). Skips without a GPU.
+// CUDA-graph capture of the sm90 grouped GEMM (setup kernel included for K-grouped; the forward
+// also as a 2-CTA cluster launch): the graph is captured once and replayed with DIFFERENT group
+// sizes written into the device offsets between replays; every replay is checked against an FP64
+// loop. Nothing in the launch may read the offsets on the host, or the replays would reuse the
+// captured sizes. Group sizes are multiples of 8 (16-byte aligned BF16 contraction starts, what
+// K-grouped TMA loads need). Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>
@@ -56,6 +57,7 @@ TEST(GroupedGemmSm90Graph, ReplayWithChangedGroupSizes) {
   DeviceArray dx(x_bits), dw(w_bits), ddyt(dyt_bits), dxt(xt_bits);
   DeviceArray doffs(std::vector<int64_t>(kG + 1, 0));
   DeviceArray dfwd(std::vector<float>(kCap * kN)), dwg(std::vector<float>(kG * kM * kN));
+  DeviceArray dfwd2(std::vector<float>(kCap * kN));
 
   Sm90GroupedGemm fwd;
   fwd.params.num_groups = kG;
@@ -80,6 +82,13 @@ TEST(GroupedGemmSm90Graph, ReplayWithChangedGroupSizes) {
   wg.config.block_n = 128;  // the forward runs the cooperative schedule, wgrad the ping-pong one
   wg.config.pingpong = true;
   DeviceArray ws(std::vector<uint8_t>(sm90_workspace_bytes(wg) + 128));
+  // The forward again on a cluster launch (2 CTAs, ping-pong, 4 CTAs: pairs wrap the ring).
+  Sm90GroupedGemm fwd2 = fwd;
+  fwd2.params.d = dfwd2.ptr;
+  fwd2.config.block_n = 128;
+  fwd2.config.pingpong = true;
+  fwd2.config.cluster = 2;
+  fwd2.config.num_sms = 4;
 
   cudaStream_t s;
   ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
@@ -87,6 +96,7 @@ TEST(GroupedGemmSm90Graph, ReplayWithChangedGroupSizes) {
   ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
   launch_grouped_gemm_sm90(fwd, nullptr, 0, s);
   launch_grouped_gemm_sm90(wg, test::align128(ws.ptr), sm90_workspace_bytes(wg), s);
+  launch_grouped_gemm_sm90(fwd2, nullptr, 0, s);
   ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
   cudaGraphExec_t exec;
   ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
@@ -97,12 +107,14 @@ TEST(GroupedGemmSm90Graph, ReplayWithChangedGroupSizes) {
     doffs.upload(start);
     ASSERT_EQ(cudaMemset(dfwd.ptr, 0xFF, dfwd.bytes), cudaSuccess);  // NaN poison
     ASSERT_EQ(cudaMemset(dwg.ptr, 0xFF, dwg.bytes), cudaSuccess);
+    ASSERT_EQ(cudaMemset(dfwd2.ptr, 0xFF, dfwd2.bytes), cudaSuccess);
     ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
     ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
     const auto fwd_out = dfwd.to_host<float>();
     const auto wg_out = dwg.to_host<float>();
+    const auto fwd2_out = dfwd2.to_host<float>();
     std::vector<double> ref_f, ref_w;
-    std::vector<float> got_f, got_w;
+    std::vector<float> got_f, got_w, got_f2;
     for (int64_t g = 0; g < kG; ++g) {
       for (int64_t r = start[g]; r < start[g + 1]; ++r)
         for (int64_t j = 0; j < kN; ++j) {
@@ -110,6 +122,7 @@ TEST(GroupedGemmSm90Graph, ReplayWithChangedGroupSizes) {
           for (int64_t kk = 0; kk < kK; ++kk) acc += x[r * kK + kk] * w[(g * kN + j) * kK + kk];
           ref_f.push_back(acc);
           got_f.push_back(fwd_out[r * kN + j]);
+          got_f2.push_back(fwd2_out[r * kN + j]);
         }
       for (int64_t i = 0; i < kM; ++i)  // empty groups must come out as zeros
         for (int64_t j = 0; j < kN; ++j) {
@@ -121,6 +134,7 @@ TEST(GroupedGemmSm90Graph, ReplayWithChangedGroupSizes) {
     }
     EXPECT_LT(rel_err(ref_f, got_f), 1e-5) << "forward, sizes[1] = " << sizes[1];
     EXPECT_LT(rel_err(ref_w, got_w), 1e-5) << "wgrad, sizes[1] = " << sizes[1];
+    EXPECT_LT(rel_err(ref_f, got_f2), 1e-5) << "forward, cluster 2, sizes[1] = " << sizes[1];
     if (start[kG] == 0) {
       for (float v : wg_out) ASSERT_EQ(v, 0.0f) << "all groups empty: wgrad must write zeros";
     }

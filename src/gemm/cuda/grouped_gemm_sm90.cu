@@ -152,9 +152,40 @@ int64_t smem_bytes(const KernelParams& p, int block_n, gemm_sm90::Schedule s) {
          1024;
 }
 
+// Persistent grid of a clustered launch: a whole number of clusters, no more than can be resident
+// at once (a second wave of clusters would wait for the first). Queried once per (thread, device,
+// kernel, shared memory size).
+template <class Kernel>
+int clustered_grid(Kernel kernel, int grid, int cluster, int64_t smem, int dev) {
+  grid = std::max(grid, cluster);
+  thread_local struct { const void* fn; int dev; int64_t smem; int clusters; } cache[8] = {};
+  thread_local int next = 0;
+  for (const auto& c : cache)
+    if (c.fn == reinterpret_cast<const void*>(kernel) && c.dev == dev && c.smem == smem)
+      return std::min(grid / cluster, c.clusters) * cluster;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(grid / cluster * cluster));
+  cfg.blockDim = dim3(gemm_sm90::kNumThreads);
+  cfg.dynamicSmemBytes = static_cast<size_t>(smem);
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = static_cast<unsigned>(cluster);
+  attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  int clusters = 0;
+  TESSERA_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg));
+  TESSERA_CHECK_STATUS(clusters > 0, Status::kUnsupported, "no cluster of ", cluster,
+                       " CTAs with ", smem, " bytes of shared memory each fits on this device");
+  cache[next] = {reinterpret_cast<const void*>(kernel), dev, smem, clusters};
+  next = (next + 1) % 8;
+  return std::min(grid / cluster, clusters) * cluster;
+}
+
 template <class Elem, int kBlockN, gemm_sm90::Schedule kSchedule>
-void launch_kernel(const CUtensorMap& ma, const CUtensorMap& mb, const CUtensorMap& md,
-                   const CUtensorMap& md8, const KernelParams& p, int grid, cudaStream_t stream) {
+void launch_kernel(const CUtensorMap& ma, const CUtensorMap& mb, const CUtensorMap& mah,
+                   const CUtensorMap& mbh, const CUtensorMap& md, const CUtensorMap& md8,
+                   const KernelParams& p, int grid, cudaStream_t stream) {
   auto kernel = gemm_sm90::grouped_gemm_sm90_kernel<Elem, kBlockN, kSchedule>;
   const int64_t smem = smem_bytes(p, kBlockN, kSchedule);
   // The dynamic shared-memory limit is raised once per (thread, device) to what this launch
@@ -167,30 +198,45 @@ void launch_kernel(const CUtensorMap& ma, const CUtensorMap& mb, const CUtensorM
                                             static_cast<int>(smem)));
     if (dev < 64) raised[dev] = smem;
   }
-  kernel<<<grid, gemm_sm90::kNumThreads, smem, stream>>>(ma, mb, md, md8, p);
-  TESSERA_CUDA_CHECK_LAUNCH();
+  if (p.cluster <= 1) {
+    kernel<<<grid, gemm_sm90::kNumThreads, smem, stream>>>(ma, mb, mah, mbh, md, md8, p);
+    TESSERA_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(clustered_grid(kernel, grid, p.cluster, smem, dev)));
+  cfg.blockDim = dim3(gemm_sm90::kNumThreads);
+  cfg.dynamicSmemBytes = static_cast<size_t>(smem);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = static_cast<unsigned>(p.cluster);
+  attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  TESSERA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, ma, mb, mah, mbh, md, md8, p));
 }
 
 // The instantiation list: every element kind the public API produces x {cooperative block_n
 // 256, ping-pong block_n 128}.
 void launch_kind(ElemKind e, bool pingpong, const CUtensorMap& ma, const CUtensorMap& mb,
-                 const CUtensorMap& md, const CUtensorMap& md8, const KernelParams& p, int grid,
-                 cudaStream_t stream) {
+                 const CUtensorMap& mah, const CUtensorMap& mbh, const CUtensorMap& md,
+                 const CUtensorMap& md8, const KernelParams& p, int grid, cudaStream_t stream) {
   using namespace gemm_sm90;
   constexpr Schedule kCoop = Schedule::kCooperative, kPing = Schedule::kPingpong;
   switch (e) {
     case ElemKind::kBF16:
-      return pingpong ? launch_kernel<ElemBF16, 128, kPing>(ma, mb, md, md8, p, grid, stream)
-                      : launch_kernel<ElemBF16, 256, kCoop>(ma, mb, md, md8, p, grid, stream);
+      return pingpong ? launch_kernel<ElemBF16, 128, kPing>(ma, mb, mah, mbh, md, md8, p, grid, stream)
+                      : launch_kernel<ElemBF16, 256, kCoop>(ma, mb, mah, mbh, md, md8, p, grid, stream);
     case ElemKind::kFP16:
-      return pingpong ? launch_kernel<ElemFP16, 128, kPing>(ma, mb, md, md8, p, grid, stream)
-                      : launch_kernel<ElemFP16, 256, kCoop>(ma, mb, md, md8, p, grid, stream);
+      return pingpong ? launch_kernel<ElemFP16, 128, kPing>(ma, mb, mah, mbh, md, md8, p, grid, stream)
+                      : launch_kernel<ElemFP16, 256, kCoop>(ma, mb, mah, mbh, md, md8, p, grid, stream);
     case ElemKind::kE4M3:
-      return pingpong ? launch_kernel<ElemE4M3, 128, kPing>(ma, mb, md, md8, p, grid, stream)
-                      : launch_kernel<ElemE4M3, 256, kCoop>(ma, mb, md, md8, p, grid, stream);
+      return pingpong ? launch_kernel<ElemE4M3, 128, kPing>(ma, mb, mah, mbh, md, md8, p, grid, stream)
+                      : launch_kernel<ElemE4M3, 256, kCoop>(ma, mb, mah, mbh, md, md8, p, grid, stream);
     case ElemKind::kE5M2E4M3:
-      return pingpong ? launch_kernel<ElemE5M2E4M3, 128, kPing>(ma, mb, md, md8, p, grid, stream)
-                      : launch_kernel<ElemE5M2E4M3, 256, kCoop>(ma, mb, md, md8, p, grid, stream);
+      return pingpong ? launch_kernel<ElemE5M2E4M3, 128, kPing>(ma, mb, mah, mbh, md, md8, p, grid, stream)
+                      : launch_kernel<ElemE5M2E4M3, 256, kCoop>(ma, mb, mah, mbh, md, md8, p, grid, stream);
   }
   TESSERA_FAIL(Status::kInvalidArgument, "unknown grouped GEMM element kind ",
                static_cast<int>(e));
@@ -219,6 +265,11 @@ void launch_grouped_gemm_sm90(const Sm90GroupedGemm& g, void* workspace, int64_t
   TESSERA_CHECK_STATUS(cfg.raster_band >= 0, Status::kInvalidArgument,
                        "raster_band must be >= 0, got ", cfg.raster_band);
   p.raster_band = cfg.raster_band;
+  TESSERA_CHECK_STATUS(cfg.cluster == 1 || cfg.cluster == 2, Status::kInvalidArgument,
+                       "cluster must be 1 or 2, got ", cfg.cluster);
+  TESSERA_CHECK_STATUS(cfg.cluster == 1 || !p.k_grouped, Status::kInvalidArgument,
+                       "clusters of 2 CTAs pair tiles with equal k blocks: M-grouped only");
+  p.cluster = cfg.cluster;
   TESSERA_CHECK_STATUS(p.stages >= 2 && p.stages <= gemm_sm90::kMaxStages, Status::kInvalidArgument,
                        "stages must be in [2, ", gemm_sm90::kMaxStages, "], got ", p.stages);
   if (p.num_groups == 0) return;
@@ -251,6 +302,9 @@ void launch_grouped_gemm_sm90(const Sm90GroupedGemm& g, void* workspace, int64_t
   if (p.k_grouped && g.b_per_member) tb.ld = tb.cols = (tb.cols + align - 1) / align * align;
   const CUtensorMap ma = make_map(ta, g.elem, gemm_sm90::kBlockM);
   const CUtensorMap mb = make_map(tb, g.elem, cfg.block_n);
+  // Clusters: 64-row boxes for the half of a shared operand each CTA multicasts.
+  const CUtensorMap mah = p.cluster > 1 ? make_map(ta, g.elem, 64) : ma;
+  const CUtensorMap mbh = p.cluster > 1 ? make_map(tb, g.elem, 64) : mb;
   if (p.k_grouped) {
     TESSERA_CHECK_STATUS(workspace_bytes >= sm90_workspace_bytes(g) &&
                              reinterpret_cast<uintptr_t>(workspace) % 128 == 0,
@@ -283,7 +337,7 @@ void launch_grouped_gemm_sm90(const Sm90GroupedGemm& g, void* workspace, int64_t
   int grid = cfg.num_sms;
   if (grid <= 0)
     TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&grid, cudaDevAttrMultiProcessorCount, dev));
-  launch_kind(g.elem, cfg.pingpong, ma, mb, md, md8, p, grid, stream);
+  launch_kind(g.elem, cfg.pingpong, ma, mb, mah, mbh, md, md8, p, grid, stream);
 }
 
 }  // namespace tessera::gemm_cuda

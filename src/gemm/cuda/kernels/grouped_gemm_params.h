@@ -99,7 +99,16 @@ struct KernelParams {
   // Tile order inside a group (TileWalker): 0 = m blocks fastest over the whole group; b > 0 =
   // bands of b m blocks, m fastest inside a band, band after band.
   int raster_band = 0;
+  // CTAs per thread-block cluster (M-grouped only; set by the launcher): 1, or 2 = the CTAs of a
+  // cluster take the two tiles of a tile pair (TileWalker::find_pair) and, where the two tiles
+  // read the same A rows or the same B rows, each loads half of that operand into both CTAs'
+  // shared memory (TMA multicast, map_a_half / map_b_half: 64-row boxes). A ring slot is then
+  // released to the producers of both CTAs.
+  int cluster = 1;
 };
+
+// Which operand the two tiles of a cluster's tile pair share (TileWalker::find_pair).
+inline constexpr int kShareNone = 0, kShareA = 1, kShareB = 2;
 
 // Everything the K-grouped setup kernel needs to derive group g's tensor maps from a template:
 // per-member blocks: address = base + start_g·rows·elem_bytes, dim0 = len_g, stride = len_g·elem;

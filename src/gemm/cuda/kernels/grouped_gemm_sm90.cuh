@@ -73,10 +73,65 @@ class TileWalker {
     return true;
   }
 
+  // Cluster of two CTAs (p.cluster == 2; M-grouped, so every tile has the same k blocks and the
+  // two CTAs walk their shared ring slots in step): pair q is tiles 2q and 2q + 1 of the
+  // numbering above and CTA `rank` takes tile 2q + rank. A missing partner (odd tile count) is a
+  // phantom: the same group and n block, one m block past the group's last (its rows are past
+  // the group end: no MMAs, no stores), so that both CTAs still fill and release every slot.
+  // share: kShareB when the two tiles read the same B rows (same group and n block), kShareA the
+  // same A rows (same group and m block), else kShareNone.
+  __device__ bool find_pair(const KernelParams& p, int64_t q, uint32_t rank, Tile& own,
+                            int& share) {
+    Tile t0, t1;
+    if (!find(p, 2 * q, t0)) return false;
+    const int64_t past_end = m_tiles_;
+    if (!find(p, 2 * q + 1, t1)) {
+      t1 = t0;
+      t1.m_blk = past_end;
+    }
+    share = t1.g != t0.g ? kShareNone
+            : t1.n_blk == t0.n_blk ? kShareB
+            : t1.m_blk == t0.m_blk ? kShareA
+                                   : kShareNone;
+    own = rank ? t1 : t0;
+    return true;
+  }
+
  private:
   int g_ = -1;
   int64_t before_ = 0, count_ = 0, start_ = 0, len_ = 0, m_tiles_ = 1;
   bool poisoned_ = false;
+};
+
+// The tiles of one CTA, in order: tiles blockIdx.x + i·gridDim.x, or with clusters of two the
+// tile 2q + rank of pairs q = clusterid + i·nclusters (TileWalker::find_pair).
+template <int kBlockN>
+class TileSequence {
+ public:
+  __device__ explicit TileSequence(const KernelParams& p) {
+    if (p.cluster > 1) {
+      rank_ = cluster_ctarank();
+      next_ = cluster_id_x();
+      step_ = num_clusters_x();
+    } else {
+      next_ = blockIdx.x;
+      step_ = gridDim.x;
+    }
+  }
+  // The next tile and the operand its cluster pair shares; false when none is left.
+  __device__ bool next(const KernelParams& p, Tile& t, int& share) {
+    share = kShareNone;
+    const bool have = p.cluster > 1 ? walker_.find_pair(p, next_, rank_, t, share)
+                                    : walker_.find(p, next_, t);
+    next_ += step_;
+    return have;
+  }
+  __device__ uint32_t rank() const { return rank_; }
+
+ private:
+  TileWalker<kBlockN> walker_;
+  int64_t next_ = 0, step_ = 1;
+  uint32_t rank_ = 0;
 };
 
 template <class Elem>
@@ -87,18 +142,25 @@ __device__ __forceinline__ int64_t num_k_blocks(const KernelParams& p, const Til
   return (k + kBlockK - 1) / kBlockK;
 }
 
+// map_a_half / map_b_half: the same operands with 64-row boxes, for the half of a shared operand
+// each CTA of a cluster pair multicasts (p.cluster == 2).
 template <class Elem, int kBlockN>
 __device__ __forceinline__ void producer_loop(const KernelParams& p, const CUtensorMap* map_a,
-                                              const CUtensorMap* map_b, uint8_t* smem_a,
+                                              const CUtensorMap* map_b,
+                                              const CUtensorMap* map_a_half,
+                                              const CUtensorMap* map_b_half, uint8_t* smem_a,
                                               uint8_t* smem_b, uint64_t* full, uint64_t* empty) {
   constexpr int kBlockK = kTileKBytes / Elem::kBytes;
   constexpr uint32_t kBytesA = kBlockM * kTileKBytes, kBytesB = kBlockN * kTileKBytes;
-  TileWalker<kBlockN> walker;
+  constexpr uint16_t kBothCtas = 0x3;
+  TileSequence<kBlockN> tiles(p);
+  const int32_t rank = static_cast<int32_t>(tiles.rank());
   Tile t;
+  int share = kShareNone;
   int stage = 0;
   uint32_t phase = 0;
   int acquired = -1;
-  for (int64_t idx = blockIdx.x; walker.find(p, idx, t); idx += gridDim.x) {
+  while (tiles.next(p, t, share)) {
     const void* ma = map_a;
     const void* mb = map_b;
     int64_t a_row, b_row, a_k, b_k;
@@ -123,12 +185,39 @@ __device__ __forceinline__ void producer_loop(const KernelParams& p, const CUten
     }
     const int64_t nk = num_k_blocks<Elem>(p, t);
     for (int64_t kb = 0; kb < nk; ++kb) {
-      mbar_wait(&empty[stage], phase ^ 1);
+      mbar_wait(&empty[stage], phase ^ 1);  // with clusters: free in both CTAs
       mbar_arrive_expect_tx(&full[stage], kBytesA + kBytesB);
-      tma_load_2d(smem_a + stage * kBytesA, ma, &full[stage],
-                  static_cast<int32_t>(a_k + kb * kBlockK), static_cast<int32_t>(a_row));
-      tma_load_2d(smem_b + stage * kBytesB, mb, &full[stage],
-                  static_cast<int32_t>(b_k + kb * kBlockK), static_cast<int32_t>(b_row));
+      const int32_t ak = static_cast<int32_t>(a_k + kb * kBlockK);
+      const int32_t bk = static_cast<int32_t>(b_k + kb * kBlockK);
+      uint8_t* sa = smem_a + stage * kBytesA;
+      uint8_t* sb = smem_b + stage * kBytesB;
+      if (share == kShareA) {  // rows [64·rank, +64) of A into both CTAs
+        tma_load_2d_multicast(sa + rank * 64 * kTileKBytes, map_a_half, &full[stage], ak,
+                              static_cast<int32_t>(a_row) + 64 * rank, kBothCtas);
+      } else {
+        tma_load_2d(sa, ma, &full[stage], ak, static_cast<int32_t>(a_row));
+      }
+      if (share == kShareB) {  // rows [kBlockN/2 · rank, +kBlockN/2) of B, 64 at a time
+#pragma unroll
+        for (int j = 0; j < kBlockN / 128; ++j) {
+          const int32_t r = rank * (kBlockN / 2) + 64 * j;
+          tma_load_2d_multicast(sb + r * kTileKBytes, map_b_half, &full[stage], bk,
+                                static_cast<int32_t>(b_row) + r, kBothCtas);
+        }
+      } else {
+        tma_load_2d(sb, mb, &full[stage], bk, static_cast<int32_t>(b_row));
+      }
+      if (++stage == p.stages) {
+        stage = 0;
+        phase ^= 1;
+      }
+    }
+  }
+  // Clusters: the other CTA's consumers arrive on this CTA's empty barriers; stay until every
+  // slot's last fill is released by both, so that no remote arrival targets an exited CTA.
+  if (p.cluster > 1) {
+    for (int s = 0; s < p.stages; ++s) {
+      mbar_wait(&empty[stage], phase ^ 1);
       if (++stage == p.stages) {
         stage = 0;
         phase ^= 1;
@@ -155,6 +244,13 @@ struct RingState {
   }
 };
 
+// A consumer warp is done reading a ring slot: lane 0 arrives on this CTA's empty barrier and,
+// with clusters (peer >= 0), lane 1 on the other CTA's (its producer multicasts into this slot).
+__device__ __forceinline__ void release_slot(uint64_t* empty, int lane, int peer) {
+  if (lane == 0) mbar_arrive(empty);
+  else if (lane == 1 && peer >= 0) mbar_arrive_remote(empty, static_cast<uint32_t>(peer));
+}
+
 // Ping-pong turn taking between the consumers on named barriers kOrderBarrier + cw (256
 // threads): warpgroup cw waits for its turn before its main loop and hands the turn to the other
 // after issuing it. Every hand-over is matched by one wait (see consumer_loop).
@@ -179,6 +275,7 @@ __device__ __forceinline__ void main_loop(const KernelParams& p, const Tile& t,
   constexpr uint32_t kBytesA = kBlockM * kTileKBytes, kBytesB = kBlockN * kTileKBytes;
   constexpr int kMmaPerStage = kTileKBytes / 32;  // each wgmma consumes 32 bytes of contraction
   const int lane = threadIdx.x % 32;
+  const int peer = p.cluster > 1 ? static_cast<int>(cluster_ctarank() ^ 1) : -1;
 #pragma unroll
   for (int h = 0; h < kRowBlocks; ++h)
 #pragma unroll
@@ -206,7 +303,7 @@ __device__ __forceinline__ void main_loop(const KernelParams& p, const Tile& t,
     for (int h = 0; h < kRowBlocks; ++h)
 #pragma unroll
       for (int i = 0; i < kBlockN / 2; ++i) fence_operand(acc[h][i]);
-    if (prev >= 0 && lane == 0) mbar_arrive(&empty[prev]);
+    if (prev >= 0) release_slot(&empty[prev], lane, peer);
     prev = ring.stage;
     ring.next(p.stages);
   }
@@ -216,7 +313,7 @@ __device__ __forceinline__ void main_loop(const KernelParams& p, const Tile& t,
   for (int h = 0; h < kRowBlocks; ++h)
 #pragma unroll
     for (int i = 0; i < kBlockN / 2; ++i) fence_operand(acc[h][i]);
-  if (prev >= 0 && lane == 0) mbar_arrive(&empty[prev]);
+  if (prev >= 0) release_slot(&empty[prev], lane, peer);
 }
 
 template <class Elem, int kBlockN, Schedule kSchedule>
@@ -228,11 +325,12 @@ __device__ __forceinline__ void consumer_loop(const KernelParams& p, const CUten
   constexpr bool kPingpong = kSchedule == Schedule::kPingpong;
   constexpr int kRowBlocks = kPingpong ? 2 : 1;
   float acc[kRowBlocks][kBlockN / 2];
-  TileWalker<kBlockN> walker;
+  TileSequence<kBlockN> tiles(p);
   Tile t;
+  int share = kShareNone;
   RingState ring;
-  for (int64_t i = 0, idx = blockIdx.x;; ++i, idx += gridDim.x) {
-    const bool have = walker.find(p, idx, t);
+  for (int64_t i = 0;; ++i) {
+    const bool have = tiles.next(p, t, share);
     if (kPingpong && (i & 1) != cw) {  // the other consumer's tile: skip its slots
       if (!have) break;
       ring.skip(num_k_blocks<Elem>(p, t), p.stages);
@@ -270,6 +368,8 @@ template <class Elem, int kBlockN, Schedule kSchedule>
 __global__ void __launch_bounds__(kNumThreads, 1)
     grouped_gemm_sm90_kernel(const __grid_constant__ CUtensorMap map_a,
                              const __grid_constant__ CUtensorMap map_b,
+                             const __grid_constant__ CUtensorMap map_a_half,
+                             const __grid_constant__ CUtensorMap map_b_half,
                              const __grid_constant__ CUtensorMap map_d,
                              const __grid_constant__ CUtensorMap map_d8,
                              const __grid_constant__ KernelParams p) {
@@ -289,24 +389,31 @@ __global__ void __launch_bounds__(kNumThreads, 1)
   if (threadIdx.x == 0) {
     for (int s = 0; s < p.stages; ++s) {
       mbar_init(&full[s], 1);
-      // One arrival per consumer warp that reads the slot.
-      mbar_init(&empty[s], kSchedule == Schedule::kPingpong ? 4 : 8);
+      // One arrival per consumer warp that reads the slot, in each CTA of the cluster.
+      mbar_init(&empty[s], (kSchedule == Schedule::kPingpong ? 4 : 8) * p.cluster);
     }
     fence_mbar_init();
     if (!p.k_grouped) {
       prefetch_tmap(&map_a);
       prefetch_tmap(&map_b);
     }
+    if (p.cluster > 1) {
+      prefetch_tmap(&map_a_half);
+      prefetch_tmap(&map_b_half);
+    }
     if (p.tma_store) {
       prefetch_tmap(&map_d);
       prefetch_tmap(&map_d8);
     }
   }
-  __syncthreads();
+  // Clusters: the other CTA's barriers are initialized before anything is multicast into them.
+  if (p.cluster > 1) cluster_sync();
+  else __syncthreads();
   if (wg == 0) {
     regs_dealloc<40>();
     if (threadIdx.x == 0)
-      producer_loop<Elem, kBlockN>(p, &map_a, &map_b, smem_a, smem_b, full, empty);
+      producer_loop<Elem, kBlockN>(p, &map_a, &map_b, &map_a_half, &map_b_half, smem_a, smem_b,
+                                   full, empty);
   } else {
     regs_alloc<232>();
     const int cw = wg - 1;

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Nsight Compute speed-of-light figures of grouped GEMM cases, ours next to PyTorch's kernel on the
+# same operands (grouped_gemm_profile.py; PROFILE_CASES picks the cases). Not a benchmark: ncu
+# serializes and replays kernels; what it gives is where each kernel sits against the SM, L2 and
+# DRAM ceilings, its tensor-pipe activity and its launch shape (grid, cluster, shared memory).
+# Needs BUILD_DIR with libtessera.a (builds the ctypes library as grouped_gemm.sh does) and ncu.
+# Run by tests/gemm_cuda/gpu_round.sh with ROUND_PROFILE=1, or alone:
+#   BUILD_DIR=build-gpu bash tools/gpu/gemm_profile.sh
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+BUILD_DIR="${BUILD_DIR:-$ROOT/build-gpu}"
+OUT="${OUT:-/tmp/tessera-out}"
+LIB="$BUILD_DIR/libtessera_bench_gemm.so"
+export PATH="/usr/local/cuda/bin:$PATH"
+[ -f "$LIB" ] || g++ -std=c++20 -O2 -fPIC -shared -o "$LIB" "$ROOT/bench/gpu/grouped_gemm_entry.cpp" \
+  -I"$ROOT/src" -I"$ROOT/include" -I"$BUILD_DIR/include" -I/usr/local/cuda/include \
+  "$BUILD_DIR/libtessera.a" -L/usr/local/cuda/lib64 -lcudart -Wl,--no-undefined
+NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+REP="$OUT/grouped_gemm_profile"
+cd "$ROOT/bench/gpu"
+TESSERA_BENCH_LIB="$LIB" "$NCU" --profile-from-start off --clock-control none \
+  --section SpeedOfLight --section LaunchStats --section WarpStateStats \
+  --metrics sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed \
+  -f -o "$REP" python3 grouped_gemm_profile.py
+"$NCU" -i "$REP.ncu-rep" --csv --page details > "$REP.csv"
+python3 - "$REP.csv" <<'PY'
+import csv, sys
+from collections import OrderedDict
+rows = list(csv.DictReader(open(sys.argv[1])))
+want = OrderedDict([("Duration", "us"), ("Compute (SM) Throughput", "SM%"),
+                    ("DRAM Throughput", "DRAM%"), ("L2 Cache Throughput", "L2%"),
+                    ("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed", "TC%"),
+                    ("Grid Size", "grid"), ("Cluster Size", "clus"),
+                    ("Registers Per Thread", "regs"), ("Dynamic Shared Memory Per Block", "dsmem"),
+                    ("Warp Cycles Per Issued Instruction", "cyc/ins")])
+kern = OrderedDict()
+for r in rows:
+    key = (r["ID"], r["Kernel Name"][:60])
+    kern.setdefault(key, {})
+    name = r["Metric Name"]
+    if name in want:
+        v = r["Metric Value"]
+        unit = r.get("Metric Unit", "")
+        if name == "Duration" and unit.startswith("n"):
+            v = f"{float(v.replace(',', '')) / 1e3:.1f}"
+        elif name == "Duration" and unit.startswith("m"):
+            v = f"{float(v.replace(',', '')) * 1e3:.1f}"
+        kern[key][want[name]] = v
+print("PROFILE (ncu, one launch each; order of grouped_gemm_profile.py: ours then torch per case)")
+print(f"{'id':>3s} {'kernel':60s} " + " ".join(f"{h:>8s}" for h in want.values()))
+for (i, n), m in kern.items():
+    print(f"{i:>3s} {n:60s} " + " ".join(f"{m.get(h, '-'):>8s}" for h in want.values()))
+PY
