@@ -193,7 +193,7 @@ TEST(CudaGroupedGemmEpilogue, TmaStoresEqualRegisterStores) {
                            kg ? 197 : 0, 264, kg ? 0 : 320);
     GemmFixture f = make_fixture(c);
     DeviceProblem tma(f, false), reg(f, false), pp_tma(f, false), pp_tma6(f, false),
-        pp_reg(f, false);
+        pp_reg(f, false), c2(f, false), pp_c2(f, false);
     reg.problem.config.tile_n = 256;
     reg.problem.config.variant = 1;
     tma.problem.config.tile_n = 256;
@@ -206,12 +206,29 @@ TEST(CudaGroupedGemmEpilogue, TmaStoresEqualRegisterStores) {
     pp_reg.problem.config.tile_n = 128;
     pp_reg.problem.config.variant = 1;
     for (DeviceProblem* d : {&tma, &reg, &pp_tma, &pp_tma6, &pp_reg}) grouped_gemm(d->problem);
+    // Clusters of 2 CTAs (M-grouped only), both schedules, on 4 and 6 CTAs.
+    c2.problem.config.tile_n = 256;
+    c2.problem.config.cluster_m = 2;
+    c2.problem.config.num_sms = 4;
+    pp_c2.problem.config.tile_n = 128;
+    pp_c2.problem.config.cluster_m = 2;
+    pp_c2.problem.config.num_sms = 6;
+    if (!kg) {
+      grouped_gemm(c2.problem);
+      grouped_gemm(pp_c2.problem);
+    }
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     const auto want = reg.d.storage.to_host<uint8_t>();
     EXPECT_EQ(tma.d.storage.to_host<uint8_t>(), want) << c.name;
     EXPECT_EQ(pp_tma.d.storage.to_host<uint8_t>(), want) << c.name << " ping-pong";
     EXPECT_EQ(pp_tma6.d.storage.to_host<uint8_t>(), want) << c.name << " ping-pong, 6 stages";
     EXPECT_EQ(pp_reg.d.storage.to_host<uint8_t>(), want) << c.name << " ping-pong, registers";
+    if (!kg) {
+      EXPECT_EQ(c2.d.storage.to_host<uint8_t>(), want) << c.name << " cluster 2";
+      EXPECT_EQ(pp_c2.d.storage.to_host<uint8_t>(), want) << c.name << " ping-pong, cluster 2";
+    } else {  // refused with a reason, nothing written
+      EXPECT_THROW(grouped_gemm(c2.problem), Error);
+    }
   }
 }
 

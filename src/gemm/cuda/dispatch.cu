@@ -282,7 +282,8 @@ GroupedGemmConfig grouped_gemm_cuda_select_config(const GroupedGemmProblem& p,
   out.tile_k = gemm_sm90::kTileKBytes / (p.a.is_quantized ? 1 : 2);
   out.stages = c.stages;
   out.variant = c.tma_store ? 0 : 1;
-  out.cluster_m = out.cluster_n = 1;
+  out.cluster_m = c.cluster;  // CTAs per cluster along the tile order (Sm90Config::cluster)
+  out.cluster_n = 1;
   out.num_sms = c.num_sms;
   return out;
 }
@@ -290,6 +291,13 @@ GroupedGemmConfig grouped_gemm_cuda_select_config(const GroupedGemmProblem& p,
 void grouped_gemm_cuda(const GroupedGemmProblem& p, const GroupedGemmDims& dims, void* workspace,
                        int64_t workspace_bytes, Stream stream) {
   const WorkspaceLayout w = layout_of(p, dims);
+  // An explicit cluster shape is checked before anything is written.
+  const int cm = p.config.cluster_m ? p.config.cluster_m : 1;
+  const int cn = p.config.cluster_n ? p.config.cluster_n : 1;
+  TESSERA_CHECK_STATUS(cn == 1 && (cm == 1 || (cm == 2 && p.kind != GroupedGemmKind::kKGrouped)),
+                       Status::kUnsupported,
+                       "config.cluster_m x cluster_n: the sm90 kernel runs 1 CTA, or clusters of "
+                       "2 (cluster_m 2, cluster_n 1) for M-grouped and batched problems; got ", cm, " x ", cn);
   TESSERA_CHECK_STATUS(workspace_bytes >= w.total, Status::kBufferTooSmall, "workspace: ",
                        workspace_bytes, " bytes, ", w.total, " needed");
   TESSERA_CUDA_CHECK(cudaSetDevice(p.a.device().index));
@@ -312,6 +320,7 @@ void grouped_gemm_cuda(const GroupedGemmProblem& p, const GroupedGemmDims& dims,
     g.config.stages = p.config.stages ? p.config.stages : (g.config.block_n == 256 ? 4 : 6);
     g.config.num_sms = p.config.num_sms;
     g.config.tma_store = (p.config.variant & 1) == 0;
+    g.config.cluster = p.config.cluster_m ? p.config.cluster_m : 1;
   }
   gemm_cuda::launch_grouped_gemm_sm90(g, ws + w.maps, w.maps_bytes, s);
 }
