@@ -47,7 +47,10 @@ SWEEP_CONFIGS = {
     "p128x6t": (128, 6, 2, 2, 0, 1), "p128x5t": (128, 5, 2, 2, 0, 1),
     "p128x5t_b8": (128, 5, 2, 2, 8, 1), "p128x7r": (128, 7, 1, 2, 0, 1),
     "c256x3t_c2": (256, 3, 2, 1, 0, 2), "c256x3t_b8_c2": (256, 3, 2, 1, 8, 2),
-    "c256x3t_b16_c2": (256, 3, 2, 1, 16, 2), "p128x6t_c2": (128, 6, 2, 2, 0, 2), "p128x5t_c2": (128, 5, 2, 2, 0, 2),
+    "c256x3t_b16_c2": (256, 3, 2, 1, 16, 2), "p128x6t_c2": (128, 6, 2, 2, 0, 2),
+    "p128x5t_c2": (128, 5, 2, 2, 0, 2),
+    # the same configs again under other names: the run's own noise
+    "c256x3t_b8_again": (256, 3, 2, 1, 8, 1), "c256x3t_b16_again": (256, 3, 2, 1, 16, 1),
 }
 if os.environ.get("GEMM_BENCH_CONFIGS"):  # e.g. "c256x3t,p128x5t"
     SWEEP_CONFIGS = {k: SWEEP_CONFIGS[k] for k in os.environ["GEMM_BENCH_CONFIGS"].split(",")}

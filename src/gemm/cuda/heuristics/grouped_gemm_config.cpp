@@ -20,8 +20,7 @@
 //   1056 (its plain-order balanced figure, 1388, is 11 % above the same config's main-table
 //   figure of that run: noise). Not timed with the
 //   register epilogue (FP32 D, beta = 1), which keeps the plain order.
-// - big groups, M-grouped: clusters of 2 CTAs with the shared operand multicast (below);
-// - one persistent CTA per SM.
+// - one persistent CTA per SM, no clusters (measured: no gain, below).
 #include "gemm/cuda/heuristics/grouped_gemm_config.h"
 
 #include <cuda_runtime_api.h>
@@ -59,12 +58,11 @@ Sm90Config select_sm90_config(const Sm90GroupedGemm& g, int num_sms) {
   // Big groups (cooperative 256, TMA stores): tiles in bands of m blocks (16-bit operands 8, FP8
   // 16: about the same bytes of A per band).
   if (!small && c.tma_store) c.raster_band = elem_bytes == 2 ? 8 : 16;
-  // Big groups, M-grouped: clusters of 2 CTAs, the tile pair's shared operand multicast (B: two
-  // m blocks of one n block). Same-run sweeps on the H200 (Mixtral fwd, harmonic mean of
-  // balanced / imbalanced, TFLOP/s, without → with): BF16 fc1 624 → 636, fc2 656 → 659 (b8),
-  // FP8 fc1 1172 → 1172, fc2 1218 → 1274 (b16); plain order, another run: BF16 fc2 623 → 663,
-  // FP8 fc2 1119 → 1201. Small groups (Qwen3, DSv3: 2-4 m blocks) lost 3-7 %: not used there.
-  if (!small && c.tma_store && !p.k_grouped) c.cluster = 2;
+  // Clusters of 2 CTAs (Sm90Config::cluster, TMA multicast of the tile pair's shared operand)
+  // stay off: on the H200 they measured no gain beyond the run's own noise on big groups
+  // (Mixtral forward, bands as above, with / without: -4 % to +3 %, while the same config timed
+  // twice in that run differed by up to 4 %) and lost 3-7 % on small groups (Qwen3; DSv3 fc2).
+  c.cluster = 1;
   return c;
 }
 
