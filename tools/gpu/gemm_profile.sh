@@ -23,6 +23,16 @@ TESSERA_BENCH_LIB="$LIB" "$NCU" --profile-from-start off --clock-control none \
   --metrics sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed \
   -f -o "$REP" python3 grouped_gemm_profile.py
 "$NCU" -i "$REP.ncu-rep" --csv --page details > "$REP.csv"
+# PROFILE_SOURCE=1: also where the warps of our first kernel of the list stalled (warp-state
+# sampling per SASS instruction, grouped_gemm_ncu_top.py), first case and config only.
+if [ "${PROFILE_SOURCE:-0}" = 1 ]; then
+  TESSERA_BENCH_LIB="$LIB" PROFILE_CASES="${PROFILE_CASES%%,*}" PROFILE_CONFIGS="${PROFILE_CONFIGS:-heuristic}" \
+    "$NCU" --profile-from-start off --clock-control none -k regex:grouped_gemm_sm90 -c 1 \
+    --section SourceCounters --section WarpStateStats --import-source no -f -o "$REP-src" \
+    python3 grouped_gemm_profile.py > /dev/null
+  "$NCU" -i "$REP-src.ncu-rep" --page source --csv --print-source sass \
+    | python3 grouped_gemm_ncu_top.py 40 > "$REP-src.txt" || true
+fi
 python3 - "$REP.csv" <<'PY'
 import csv, sys
 from collections import OrderedDict
@@ -51,3 +61,5 @@ print(f"{'id':>3s} {'kernel':60s} " + " ".join(f"{h:>8s}" for h in want.values()
 for (i, n), m in kern.items():
     print(f"{i:>3s} {n:60s} " + " ".join(f"{m.get(h, '-'):>8s}" for h in want.values()))
 PY
+[ "${PROFILE_SOURCE:-0}" = 1 ] && { echo; echo "STALLS (first case, ours)"; cat "$REP-src.txt"; }
+true

@@ -23,6 +23,8 @@ inline constexpr int kTileKBytes = 128;     // contraction bytes per stage (one 
 inline constexpr int kNumThreads = 384;     // producer warpgroup + 2 consumer warpgroups
 inline constexpr int kMaxStages = 8;
 inline constexpr int kStoreBoxCols = 64;     // TMA store box: 64 columns (128 bytes of BF16/FP16)
+inline constexpr int kTileRing = 4;          // tiles the producer publishes ahead (TileSlot ring)
+inline constexpr int kTileSlotBytes = 32;
 
 // How the two consumer warpgroups share the work (a kernel template argument):
 // - kCooperative: both work on the same 128 x block_n tile, 64 rows each; a stage is released
@@ -38,9 +40,10 @@ enum class Schedule : int { kCooperative = 0, kPingpong = 1 };
 // launcher sizes the allocation with the same function. Regions: A stages (kBlockM rows x 128 B),
 // B stages (block_n rows x 128 B), TMA-store staging (per consumer warpgroup: its staged rows x
 // block_n x 2 B, when tma_store), per-warpgroup column vectors (col_vectors x block_n FP32: the tile's
-// B scales and/or bias), the full/empty mbarriers.
+// B scales and/or bias), the full/empty mbarriers, the tile ring (kTileRing slots: the tiles the
+// producer walked, read by the consumers) and its full/empty mbarriers.
 struct SmemLayout {
-  int64_t b = 0, d = 0, cols = 0, bars = 0, total = 0;
+  int64_t b = 0, d = 0, cols = 0, bars = 0, tiles = 0, tile_bars = 0, total = 0;
   int64_t d_per_wg = 0, cols_per_wg = 0;
 };
 constexpr SmemLayout smem_layout(int block_n, Schedule s, int stages, int tma_store,
@@ -53,7 +56,9 @@ constexpr SmemLayout smem_layout(int block_n, Schedule s, int stages, int tma_st
   l.cols = l.d + 2 * l.d_per_wg;
   l.cols_per_wg = int64_t{col_vectors} * block_n * 4;
   l.bars = l.cols + 2 * l.cols_per_wg;
-  l.total = l.bars + 2 * kMaxStages * 8;
+  l.tiles = l.bars + 2 * kMaxStages * 8;
+  l.tile_bars = l.tiles + kTileRing * kTileSlotBytes;
+  l.total = l.tile_bars + 2 * kTileRing * 8;
   return l;
 }
 

@@ -134,6 +134,67 @@ class TileSequence {
   uint32_t rank_ = 0;
 };
 
+// The tile ring: the producer thread walks the CTA's tiles (TileSequence) and publishes each one
+// in a shared-memory slot; the consumer warps read it there instead of walking the group
+// offsets themselves (on short-K shapes with many groups, Qwen3, the per-tile walk sat on the
+// consumers' critical path). Slot: start, len (int64), g, m block, n block, flags (kTileValid: a
+// tile; 0: none left; kTilePoisoned). full: 1 arrival (producer); empty: one per consumer thread
+// (each releases its own reads: with one elected lane arriving after __syncwarp, racecheck
+// reported every reuse of a slot as a hazard).
+struct TileRing {
+  uint8_t* slots;
+  uint64_t* full;
+  uint64_t* empty;
+  int slot = 0;
+  uint32_t phase = 0;
+  __device__ __forceinline__ void next() {
+    if (++slot == kTileRing) {
+      slot = 0;
+      phase ^= 1;
+    }
+  }
+};
+inline constexpr int32_t kTileValid = 1, kTilePoisoned = 2;
+inline constexpr int kTileReaders = 256;  // both consumer warpgroups
+
+// Producer: publishes tile t (or, with t = nullptr, that no tile is left).
+__device__ __forceinline__ void publish_tile(TileRing& r, const Tile* t) {
+  mbar_wait(&r.empty[r.slot], r.phase ^ 1);
+  uint8_t* s = r.slots + r.slot * kTileSlotBytes;
+  auto* w = reinterpret_cast<int64_t*>(s);
+  auto* i = reinterpret_cast<int32_t*>(s + 16);
+  if (t != nullptr) {
+    w[0] = t->start;
+    w[1] = t->len;
+    i[0] = t->g;
+    i[1] = static_cast<int32_t>(t->m_blk);
+    i[2] = static_cast<int32_t>(t->n_blk);
+    i[3] = kTileValid | (t->poisoned ? kTilePoisoned : 0);
+  } else {
+    i[3] = 0;
+  }
+  mbar_arrive(&r.full[r.slot]);  // release: the slot's stores are visible to its readers
+  r.next();
+}
+
+// Consumer thread: the next tile of the CTA; false when none is left.
+__device__ __forceinline__ bool take_tile(TileRing& r, Tile& t) {
+  mbar_wait(&r.full[r.slot], r.phase);
+  const uint8_t* s = r.slots + r.slot * kTileSlotBytes;
+  const auto* w = reinterpret_cast<const int64_t*>(s);
+  const auto* i = reinterpret_cast<const int32_t*>(s + 16);
+  const int32_t flags = i[3];
+  t.start = w[0];
+  t.len = w[1];
+  t.g = i[0];
+  t.m_blk = i[1];
+  t.n_blk = i[2];
+  t.poisoned = (flags & kTilePoisoned) != 0;
+  mbar_arrive(&r.empty[r.slot]);
+  r.next();
+  return (flags & kTileValid) != 0;
+}
+
 template <class Elem>
 __device__ __forceinline__ int64_t num_k_blocks(const KernelParams& p, const Tile& t) {
   constexpr int kBlockK = kTileKBytes / Elem::kBytes;
@@ -149,7 +210,8 @@ __device__ __forceinline__ void producer_loop(const KernelParams& p, const CUten
                                               const CUtensorMap* map_b,
                                               const CUtensorMap* map_a_half,
                                               const CUtensorMap* map_b_half, uint8_t* smem_a,
-                                              uint8_t* smem_b, uint64_t* full, uint64_t* empty) {
+                                              uint8_t* smem_b, uint64_t* full, uint64_t* empty,
+                                              TileRing tile_ring) {
   constexpr int kBlockK = kTileKBytes / Elem::kBytes;
   constexpr uint32_t kBytesA = kBlockM * kTileKBytes, kBytesB = kBlockN * kTileKBytes;
   constexpr uint16_t kBothCtas = 0x3;
@@ -161,6 +223,7 @@ __device__ __forceinline__ void producer_loop(const KernelParams& p, const CUten
   uint32_t phase = 0;
   int acquired = -1;
   while (tiles.next(p, t, share)) {
+    publish_tile(tile_ring, &t);
     const void* ma = map_a;
     const void* mb = map_b;
     int64_t a_row, b_row, a_k, b_k;
@@ -213,6 +276,7 @@ __device__ __forceinline__ void producer_loop(const KernelParams& p, const CUten
       }
     }
   }
+  publish_tile(tile_ring, nullptr);
   // Clusters: the other CTA's consumers arrive on this CTA's empty barriers; stay until every
   // slot's last fill is released by both, so that no remote arrival targets an exited CTA.
   if (p.cluster > 1) {
@@ -321,16 +385,14 @@ __device__ __forceinline__ void consumer_loop(const KernelParams& p, const CUten
                                               const CUtensorMap* map_d8,
                                               uint8_t* smem_a, uint8_t* smem_b, uint8_t* staging,
                                               float* cols, uint64_t* full, uint64_t* empty,
-                                              int cw) {
+                                              TileRing tile_ring, int cw) {
   constexpr bool kPingpong = kSchedule == Schedule::kPingpong;
   constexpr int kRowBlocks = kPingpong ? 2 : 1;
   float acc[kRowBlocks][kBlockN / 2];
-  TileSequence<kBlockN> tiles(p);
   Tile t;
-  int share = kShareNone;
   RingState ring;
   for (int64_t i = 0;; ++i) {
-    const bool have = tiles.next(p, t, share);
+    const bool have = take_tile(tile_ring, t);
     if (kPingpong && (i & 1) != cw) {  // the other consumer's tile: skip its slots
       if (!have) break;
       ring.skip(num_k_blocks<Elem>(p, t), p.stages);
@@ -385,12 +447,18 @@ __global__ void __launch_bounds__(kNumThreads, 1)
   uint8_t* smem_b = smem + l.b;
   auto* full = reinterpret_cast<uint64_t*>(smem + l.bars);
   uint64_t* empty = full + kMaxStages;
+  TileRing tile_ring{smem + l.tiles, reinterpret_cast<uint64_t*>(smem + l.tile_bars),
+                     reinterpret_cast<uint64_t*>(smem + l.tile_bars) + kTileRing};
   const int wg = threadIdx.x / 128;
   if (threadIdx.x == 0) {
     for (int s = 0; s < p.stages; ++s) {
       mbar_init(&full[s], 1);
       // One arrival per consumer warp that reads the slot, in each CTA of the cluster.
       mbar_init(&empty[s], (kSchedule == Schedule::kPingpong ? 4 : 8) * p.cluster);
+    }
+    for (int s = 0; s < kTileRing; ++s) {
+      mbar_init(&tile_ring.full[s], 1);
+      mbar_init(&tile_ring.empty[s], kTileReaders);
     }
     fence_mbar_init();
     if (!p.k_grouped) {
@@ -413,13 +481,13 @@ __global__ void __launch_bounds__(kNumThreads, 1)
     regs_dealloc<40>();
     if (threadIdx.x == 0)
       producer_loop<Elem, kBlockN>(p, &map_a, &map_b, &map_a_half, &map_b_half, smem_a, smem_b,
-                                   full, empty);
+                                   full, empty, tile_ring);
   } else {
     regs_alloc<232>();
     const int cw = wg - 1;
     consumer_loop<Elem, kBlockN, kSchedule>(
         p, &map_d, &map_d8, smem_a, smem_b, smem + l.d + cw * l.d_per_wg,
-        reinterpret_cast<float*>(smem + l.cols + cw * l.cols_per_wg), full, empty, cw);
+        reinterpret_cast<float*>(smem + l.cols + cw * l.cols_per_wg), full, empty, tile_ring, cw);
   }
 #endif
 }
