@@ -127,6 +127,7 @@ __device__ __forceinline__ void epilogue_rows_general(const KernelParams& p, con
   const int64_t rows = group_rows(p, t);
   const float* sbv = p.scale_b ? cols : nullptr;
   const float* biasv = p.bias ? cols + (p.scale_b ? kBlockN : 0) : nullptr;
+  const bool with_cols = sbv != nullptr || biasv != nullptr;
 #pragma unroll
   for (int q = 0; q < kBlockN / 32; ++q) {  // quarter boxes: 32 columns
     float2 s[4], bb[4];  // column values, all loads in flight before the math
@@ -146,8 +147,13 @@ __device__ __forceinline__ void epilogue_rows_general(const KernelParams& p, con
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
           const int r = warp * 16 + lane / 4 + 8 * i;  // row inside the 64-row block
-          const float v0 = acc[h][j * 4 + 2 * i] * row_scale[h][i] * s[jq].x + bb[jq].x;
-          const float v1 = acc[h][j * 4 + 2 * i + 1] * row_scale[h][i] * s[jq].y + bb[jq].y;
+          // As the staged path: the column math only when there are column vectors (same bits).
+          float v0 = acc[h][j * 4 + 2 * i] * row_scale[h][i];
+          float v1 = acc[h][j * 4 + 2 * i + 1] * row_scale[h][i];
+          if (with_cols) {
+            v0 = v0 * s[jq].x + bb[jq].x;
+            v1 = v1 * s[jq].y + bb[jq].y;
+          }
           const int64_t gr = first_row + 64 * h + r;  // row inside the group
           if (gr < rows) {
             const int64_t off =
@@ -173,10 +179,11 @@ __device__ __forceinline__ uint32_t pack2(float v0, float v1) {
 }
 
 // The common case, straight-line: every row block goes to the staging buffer (16-bit D, all rows
-// inside the group) and all kBlockN columns are inside n. Per column pair: two FMUL, two FFMA,
-// one pack, one STS at a precomputed swizzled address (16-byte chunk j of row r at j ^ (r % 8);
-// r % 8 = lane / 4 for both rows of a thread).
-template <int kBlockN, int kRowBlocks, int kH0, int kH1, OutType kOut>
+// inside the group) and all kBlockN columns are inside n. Per column pair: two FMUL, two FFMA
+// (kCols: B scales and/or bias, read 8 pairs at a time from the column vectors; without them one
+// FMUL per value), one pack, one STS at a precomputed swizzled address (16-byte chunk j of row r
+// at j ^ (r % 8); r % 8 = lane / 4 for both rows of a thread).
+template <int kBlockN, int kRowBlocks, int kH0, int kH1, OutType kOut, bool kCols>
 __device__ __forceinline__ void epilogue_rows_staged(const KernelParams& p,
                                                      const float (&acc)[kRowBlocks][kBlockN / 2],
                                                      const float (&row_scale)[kRowBlocks][2],
@@ -193,11 +200,13 @@ __device__ __forceinline__ void epilogue_rows_staged(const KernelParams& p,
 #pragma unroll
   for (int q = 0; q < kBlockN / 32; ++q) {  // 32 columns at a time
     float2 s[4], bb[4];
+    if constexpr (kCols) {
 #pragma unroll
-    for (int jq = 0; jq < 4; ++jq) {
-      const uint32_t cl = (q * 32 + jq * 8 + (lane % 4) * 2) * 4;
-      s[jq] = p.scale_b ? ld_shared_f2(sb_addr + cl) : make_float2(1.0f, 1.0f);
-      bb[jq] = p.bias ? ld_shared_f2(bias_addr + cl) : make_float2(0.0f, 0.0f);
+      for (int jq = 0; jq < 4; ++jq) {
+        const uint32_t cl = (q * 32 + jq * 8 + (lane % 4) * 2) * 4;
+        s[jq] = p.scale_b ? ld_shared_f2(sb_addr + cl) : make_float2(1.0f, 1.0f);
+        bb[jq] = p.bias ? ld_shared_f2(bias_addr + cl) : make_float2(0.0f, 0.0f);
+      }
     }
 #pragma unroll
     for (int jq = 0; jq < 4; ++jq) {
@@ -208,8 +217,12 @@ __device__ __forceinline__ void epilogue_rows_staged(const KernelParams& p,
         const uint32_t box = (h - kH0) * (64 * kBlockN * 2) + (j / 8) * (64 * 128);
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
-          const float v0 = acc[h][j * 4 + 2 * i] * row_scale[h][i] * s[jq].x + bb[jq].x;
-          const float v1 = acc[h][j * 4 + 2 * i + 1] * row_scale[h][i] * s[jq].y + bb[jq].y;
+          float v0 = acc[h][j * 4 + 2 * i] * row_scale[h][i];
+          float v1 = acc[h][j * 4 + 2 * i + 1] * row_scale[h][i];
+          if constexpr (kCols) {
+            v0 = v0 * s[jq].x + bb[jq].x;
+            v1 = v1 * s[jq].y + bb[jq].y;
+          }
           st_shared_u32(row_addr[i] + box + chunk, pack2<kOut>(v0, v1));
         }
       }
@@ -239,12 +252,16 @@ __device__ __forceinline__ void epilogue_rows(const KernelParams& p, const Tile&
                                               uint8_t* staging) {
   static_assert(kH1 - kH0 == 1 || kH1 - kH0 == 2, "one or two row blocks");
   const bool staged = tile_staged<kBlockN>(p, t);
-  if (staged && p.out_type == OutType::kBF16) {
-    epilogue_rows_staged<kBlockN, kRowBlocks, kH0, kH1, OutType::kBF16>(p, acc, row_scale, cols,
-                                                                       staging);
-  } else if (staged) {
-    epilogue_rows_staged<kBlockN, kRowBlocks, kH0, kH1, OutType::kFP16>(p, acc, row_scale, cols,
-                                                                       staging);
+  const bool with_cols = p.scale_b != nullptr || p.bias != nullptr;
+  if (staged && p.out_type == OutType::kBF16 && with_cols) {
+    epilogue_rows_staged<kBlockN, kRowBlocks, kH0, kH1, OutType::kBF16, true>(p, acc, row_scale,
+                                                                             cols, staging);
+  } else if (staged && p.out_type == OutType::kBF16) {
+    epilogue_rows_staged<kBlockN, kRowBlocks, kH0, kH1, OutType::kBF16, false>(p, acc, row_scale,
+                                                                              cols, staging);
+  } else if (staged) {  // FP16 D: one variant (the column math either way)
+    epilogue_rows_staged<kBlockN, kRowBlocks, kH0, kH1, OutType::kFP16, true>(p, acc, row_scale,
+                                                                             cols, staging);
   } else {
     epilogue_one_block<kBlockN, kRowBlocks, kH0>(p, t, acc, row_scale, first_row, cols);
     if constexpr (kH1 - kH0 == 2)
