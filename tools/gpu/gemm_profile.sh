@@ -8,7 +8,7 @@
 #   BUILD_DIR=build-gpu bash tools/gpu/gemm_profile.sh
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-BUILD_DIR="${BUILD_DIR:-$ROOT/build-gpu}"
+BUILD_DIR="$(cd "${BUILD_DIR:-$ROOT/build-gpu}" && pwd)"  # absolute: the script changes directory
 OUT="${OUT:-/tmp/tessera-out}"
 LIB="$BUILD_DIR/libtessera_bench_gemm.so"
 export PATH="/usr/local/cuda/bin:$PATH"

@@ -7,9 +7,10 @@
 // - big groups (> 1024 rows or tokens per group, Mixtral) and enough 256-wide tiles to fill the
 //   SMs twice: cooperative 256, 3 stages (TMA-store epilogue) or 4 (register epilogue);
 // - M-grouped (forward, dgrad) with small groups: ping-pong, 6 stages (one 64-row staging block),
-//   up to 8192 bytes of contraction per row (64 stages of 128 B); above, the epilogue is a small
-//   part of a tile and cooperative 256 (fewer bytes loaded per FLOP) won (DSv3 fc1 BF16,
-//   K = 14336 bytes: 661 vs 541 TFLOP/s; FP8, 7168 bytes: tie);
+//   up to 4096 bytes of contraction per row (32 stages of 128 B); above, the epilogue is a small
+//   part of a tile and cooperative 256 (half the A re-reads, m64n256 wgmma) won (DSv3 fc1 BF16,
+//   K = 14336 bytes: 661 vs 541 TFLOP/s; FP8, 7168 bytes, ncu one launch each: balanced 662 vs
+//   653 us, imbalanced 736 vs 870 us, the ping-pong imbalanced run at 87 % of L2 throughput);
 // - K-grouped (wgrad) with small groups: ping-pong with 5 stages (the whole tile staged, one bulk
 //   store) up to 384 tokens per group (Qwen3), cooperative 256 above (DSv3: 512).
 // - big groups (cooperative 256 with TMA stores): tile order in bands of 8 m blocks (BF16/FP16)
@@ -50,7 +51,7 @@ Sm90Config select_sm90_config(const Sm90GroupedGemm& g, int num_sms) {
   bool pingpong = false;
   const bool few_tiles = p.n <= 128 || tiles256 < 2 * num_sms;
   if (small && p.k_grouped) pingpong = per_group <= 384 || few_tiles;
-  if (small && !p.k_grouped) pingpong = p.k * elem_bytes <= 8192 || few_tiles;
+  if (small && !p.k_grouped) pingpong = p.k * elem_bytes <= 4096 || few_tiles;
   c.pingpong = pingpong;
   c.block_n = pingpong ? 128 : 256;
   if (pingpong) c.stages = p.k_grouped ? 5 : 6;
