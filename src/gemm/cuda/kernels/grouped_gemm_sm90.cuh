@@ -6,8 +6,10 @@
 // through the epilogue (grouped_gemm_epilogue.cuh). Two schedules (grouped_gemm_params.h):
 // cooperative (both consumers on one 128 x 256 tile, 64 rows each) and ping-pong (each consumer
 // owns whole 128 x 128 tiles, in turns, so one's epilogue overlaps the other's MMAs). Tiles are
-// numbered group by group; CTA b takes tiles b, b + gridDim.x, ... and every role walks the group
-// offsets ON THE DEVICE with the same TileWalker, so no host ever sees group sizes. Template
+// numbered group by group; CTA b takes tiles b, b + gridDim.x, ... (or, on a 2-CTA cluster launch,
+// the tiles of pairs shared with the other CTA); the producer walks the group offsets ON THE
+// DEVICE (TileWalker) and publishes each tile to the consumers in a shared-memory tile ring, so
+// no host ever sees group sizes. Template
 // arguments: the element kind (an (A, B) element pair of sm90_mma_kinds.cuh: BF16, FP16, or FP8;
 // one stage holds 128 bytes of contraction = 64 or 128 elements), the tile width and the schedule.
 #pragma once
