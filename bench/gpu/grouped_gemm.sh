@@ -23,4 +23,6 @@ if g++ -std=c++20 -O2 -fPIC -shared -fopenmp -o "$API_LIB" "$ROOT/bench/gpu/grou
 else
   echo "public-API bench library did not link; its rows are skipped"
 fi
+# GEMM_BENCH_BUILD_ONLY=1: build the libraries and stop (tools/gpu/gemm_profile.sh).
+[ "${GEMM_BENCH_BUILD_ONLY:-0}" = 1 ] && exit 0
 TESSERA_BENCH_LIB="$LIB" python3 "$ROOT/bench/gpu/grouped_gemm_bench.py"

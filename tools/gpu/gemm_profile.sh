@@ -3,7 +3,7 @@
 # same operands (grouped_gemm_profile.py; PROFILE_CASES picks the cases). Not a benchmark: ncu
 # serializes and replays kernels; what it gives is where each kernel sits against the SM, L2 and
 # DRAM ceilings, its tensor-pipe activity and its launch shape (grid, cluster, shared memory).
-# Needs BUILD_DIR with libtessera.a (builds the ctypes library as grouped_gemm.sh does) and ncu.
+# Needs BUILD_DIR with libtessera.a (grouped_gemm.sh builds the ctypes library) and ncu.
 # Run by tests/gemm_cuda/gpu_round.sh with ROUND_PROFILE=1, or alone:
 #   BUILD_DIR=build-gpu bash tools/gpu/gemm_profile.sh
 set -euo pipefail
@@ -12,9 +12,7 @@ BUILD_DIR="$(cd "${BUILD_DIR:-$ROOT/build-gpu}" && pwd)"  # absolute: the script
 OUT="${OUT:-/tmp/tessera-out}"
 LIB="$BUILD_DIR/libtessera_bench_gemm.so"
 export PATH="/usr/local/cuda/bin:$PATH"
-[ -f "$LIB" ] || g++ -std=c++20 -O2 -fPIC -shared -o "$LIB" "$ROOT/bench/gpu/grouped_gemm_entry.cpp" \
-  -I"$ROOT/src" -I"$ROOT/include" -I"$BUILD_DIR/include" -I/usr/local/cuda/include \
-  "$BUILD_DIR/libtessera.a" -L/usr/local/cuda/lib64 -lcudart -Wl,--no-undefined
+[ -f "$LIB" ] || BUILD_DIR="$BUILD_DIR" GEMM_BENCH_BUILD_ONLY=1 bash "$ROOT/bench/gpu/grouped_gemm.sh"
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 REP="$OUT/grouped_gemm_profile"
 cd "$ROOT/bench/gpu"

@@ -152,6 +152,26 @@ int64_t smem_bytes(const KernelParams& p, int block_n, gemm_sm90::Schedule s) {
          1024;
 }
 
+// The launch configuration of `grid` CTAs of kNumThreads in clusters of `cluster` CTAs along x.
+// Not copyable: cfg.attrs points into the object.
+struct ClusterLaunch {
+  cudaLaunchAttribute attr{};
+  cudaLaunchConfig_t cfg{};
+  ClusterLaunch(int grid, int cluster, int64_t smem, cudaStream_t stream) {
+    cfg.gridDim = dim3(static_cast<unsigned>(grid));
+    cfg.blockDim = dim3(gemm_sm90::kNumThreads);
+    cfg.dynamicSmemBytes = static_cast<size_t>(smem);
+    cfg.stream = stream;
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = static_cast<unsigned>(cluster);
+    attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+  }
+  ClusterLaunch(const ClusterLaunch&) = delete;
+  ClusterLaunch& operator=(const ClusterLaunch&) = delete;
+};
+
 // Persistent grid of a clustered launch: a whole number of clusters, no more than can be resident
 // at once (a second wave of clusters would wait for the first). Queried once per (thread, device,
 // kernel, shared memory size).
@@ -163,18 +183,9 @@ int clustered_grid(Kernel kernel, int grid, int cluster, int64_t smem, int dev) 
   for (const auto& c : cache)
     if (c.fn == reinterpret_cast<const void*>(kernel) && c.dev == dev && c.smem == smem)
       return std::min(grid / cluster, c.clusters) * cluster;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(grid / cluster * cluster));
-  cfg.blockDim = dim3(gemm_sm90::kNumThreads);
-  cfg.dynamicSmemBytes = static_cast<size_t>(smem);
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = static_cast<unsigned>(cluster);
-  attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
-  cfg.attrs = &attr;
-  cfg.numAttrs = 1;
+  const ClusterLaunch query(grid / cluster * cluster, cluster, smem, nullptr);
   int clusters = 0;
-  TESSERA_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg));
+  TESSERA_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &query.cfg));
   TESSERA_CHECK_STATUS(clusters > 0, Status::kUnsupported, "no cluster of ", cluster,
                        " CTAs with ", smem, " bytes of shared memory each fits on this device");
   cache[next] = {reinterpret_cast<const void*>(kernel), dev, smem, clusters};
@@ -203,18 +214,9 @@ void launch_kernel(const CUtensorMap& ma, const CUtensorMap& mb, const CUtensorM
     TESSERA_CUDA_CHECK_LAUNCH();
     return;
   }
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(clustered_grid(kernel, grid, p.cluster, smem, dev)));
-  cfg.blockDim = dim3(gemm_sm90::kNumThreads);
-  cfg.dynamicSmemBytes = static_cast<size_t>(smem);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = static_cast<unsigned>(p.cluster);
-  attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
-  cfg.attrs = &attr;
-  cfg.numAttrs = 1;
-  TESSERA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, ma, mb, mah, mbh, md, md8, p));
+  const ClusterLaunch launch(clustered_grid(kernel, grid, p.cluster, smem, dev), p.cluster, smem,
+                             stream);
+  TESSERA_CUDA_CHECK(cudaLaunchKernelEx(&launch.cfg, kernel, ma, mb, mah, mbh, md, md8, p));
 }
 
 // The instantiation list: every element kind the public API produces x {cooperative block_n

@@ -136,6 +136,25 @@ class TileSequence {
   uint32_t rank_ = 0;
 };
 
+// Position in a ring of mbarrier-guarded slots (the stage ring, the tile ring): slot and the
+// parity of its current phase.
+struct RingState {
+  int stage = 0;
+  uint32_t phase = 0;
+  __device__ __forceinline__ void next(int stages) {
+    if (++stage == stages) {
+      stage = 0;
+      phase ^= 1;
+    }
+  }
+  // Skips `count` slots (a ping-pong consumer passing over the other consumer's tile).
+  __device__ __forceinline__ void skip(int64_t count, int stages) {
+    const int64_t s = stage + count;
+    phase ^= static_cast<uint32_t>((s / stages) & 1);
+    stage = static_cast<int>(s % stages);
+  }
+};
+
 // The tile ring: the producer thread walks the CTA's tiles (TileSequence) and publishes each one
 // in a shared-memory slot; the consumer warps read it there instead of walking the group
 // offsets themselves (on short-K shapes with many groups, Qwen3, the per-tile walk sat on the
@@ -147,22 +166,15 @@ struct TileRing {
   uint8_t* slots;
   uint64_t* full;
   uint64_t* empty;
-  int slot = 0;
-  uint32_t phase = 0;
-  __device__ __forceinline__ void next() {
-    if (++slot == kTileRing) {
-      slot = 0;
-      phase ^= 1;
-    }
-  }
+  RingState pos;
 };
 inline constexpr int32_t kTileValid = 1, kTilePoisoned = 2;
 inline constexpr int kTileReaders = 256;  // both consumer warpgroups
 
 // Producer: publishes tile t (or, with t = nullptr, that no tile is left).
 __device__ __forceinline__ void publish_tile(TileRing& r, const Tile* t) {
-  mbar_wait(&r.empty[r.slot], r.phase ^ 1);
-  uint8_t* s = r.slots + r.slot * kTileSlotBytes;
+  mbar_wait(&r.empty[r.pos.stage], r.pos.phase ^ 1);
+  uint8_t* s = r.slots + r.pos.stage * kTileSlotBytes;
   auto* w = reinterpret_cast<int64_t*>(s);
   auto* i = reinterpret_cast<int32_t*>(s + 16);
   if (t != nullptr) {
@@ -175,14 +187,14 @@ __device__ __forceinline__ void publish_tile(TileRing& r, const Tile* t) {
   } else {
     i[3] = 0;
   }
-  mbar_arrive(&r.full[r.slot]);  // release: the slot's stores are visible to its readers
-  r.next();
+  mbar_arrive(&r.full[r.pos.stage]);  // release: the slot's stores are visible to its readers
+  r.pos.next(kTileRing);
 }
 
 // Consumer thread: the next tile of the CTA; false when none is left.
 __device__ __forceinline__ bool take_tile(TileRing& r, Tile& t) {
-  mbar_wait(&r.full[r.slot], r.phase);
-  const uint8_t* s = r.slots + r.slot * kTileSlotBytes;
+  mbar_wait(&r.full[r.pos.stage], r.pos.phase);
+  const uint8_t* s = r.slots + r.pos.stage * kTileSlotBytes;
   const auto* w = reinterpret_cast<const int64_t*>(s);
   const auto* i = reinterpret_cast<const int32_t*>(s + 16);
   const int32_t flags = i[3];
@@ -192,8 +204,8 @@ __device__ __forceinline__ bool take_tile(TileRing& r, Tile& t) {
   t.m_blk = i[1];
   t.n_blk = i[2];
   t.poisoned = (flags & kTilePoisoned) != 0;
-  mbar_arrive(&r.empty[r.slot]);
-  r.next();
+  mbar_arrive(&r.empty[r.pos.stage]);
+  r.pos.next(kTileRing);
   return (flags & kTileValid) != 0;
 }
 
@@ -221,8 +233,7 @@ __device__ __forceinline__ void producer_loop(const KernelParams& p, const CUten
   const int32_t rank = static_cast<int32_t>(tiles.rank());
   Tile t;
   int share = kShareNone;
-  int stage = 0;
-  uint32_t phase = 0;
+  RingState ring;
   int acquired = -1;
   while (tiles.next(p, t, share)) {
     publish_tile(tile_ring, &t);
@@ -250,7 +261,8 @@ __device__ __forceinline__ void producer_loop(const KernelParams& p, const CUten
     }
     const int64_t nk = num_k_blocks<Elem>(p, t);
     for (int64_t kb = 0; kb < nk; ++kb) {
-      mbar_wait(&empty[stage], phase ^ 1);  // with clusters: free in both CTAs
+      const int stage = ring.stage;
+      mbar_wait(&empty[stage], ring.phase ^ 1);  // with clusters: free in both CTAs
       mbar_arrive_expect_tx(&full[stage], kBytesA + kBytesB);
       const int32_t ak = static_cast<int32_t>(a_k + kb * kBlockK);
       const int32_t bk = static_cast<int32_t>(b_k + kb * kBlockK);
@@ -272,10 +284,7 @@ __device__ __forceinline__ void producer_loop(const KernelParams& p, const CUten
       } else {
         tma_load_2d(sb, mb, &full[stage], bk, static_cast<int32_t>(b_row));
       }
-      if (++stage == p.stages) {
-        stage = 0;
-        phase ^= 1;
-      }
+      ring.next(p.stages);
     }
   }
   publish_tile(tile_ring, nullptr);
@@ -283,32 +292,11 @@ __device__ __forceinline__ void producer_loop(const KernelParams& p, const CUten
   // slot's last fill is released by both, so that no remote arrival targets an exited CTA.
   if (p.cluster > 1) {
     for (int s = 0; s < p.stages; ++s) {
-      mbar_wait(&empty[stage], phase ^ 1);
-      if (++stage == p.stages) {
-        stage = 0;
-        phase ^= 1;
-      }
+      mbar_wait(&empty[ring.stage], ring.phase ^ 1);
+      ring.next(p.stages);
     }
   }
 }
-
-// Position in the stage ring: slot and the parity of its current phase.
-struct RingState {
-  int stage = 0;
-  uint32_t phase = 0;
-  __device__ __forceinline__ void next(int stages) {
-    if (++stage == stages) {
-      stage = 0;
-      phase ^= 1;
-    }
-  }
-  // Skips `count` slots (a ping-pong consumer passing over the other consumer's tile).
-  __device__ __forceinline__ void skip(int64_t count, int stages) {
-    const int64_t s = stage + count;
-    phase ^= static_cast<uint32_t>((s / stages) & 1);
-    stage = static_cast<int>(s % stages);
-  }
-};
 
 // A consumer warp is done reading a ring slot: lane 0 arrives on this CTA's empty barrier and,
 // with clusters (peer >= 0), lane 1 on the other CTA's (its producer multicasts into this slot).
