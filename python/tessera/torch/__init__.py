@@ -2,9 +2,11 @@
 
     grouped_mm(mat_a, mat_b, offs=None, out_dtype=None)          ~ torch._grouped_mm
     scaled_grouped_mm(mat_a, mat_b, scale_a, scale_b, offs=None, ...) ~ torch._scaled_grouped_mm
+    grouped_linear(x, weight, offs, recipe)  the training step of a grouped linear layer
     fp8_rowwise_grouped_mm(x, w_t, offs)   differentiable dynamic FP8-rowwise grouped GEMM
     quantize_fp8_rowwise(x, rowwise, columnwise)
     GroupedLinear(num_groups, in_features, out_features, recipe="bf16"|"fp8_rowwise", bias)
+    GroupedMLP(num_groups, hidden, ffn, recipe, bias)   fc1 -> SwiGLU (x probs) -> fc2
 
 The ops are torch.library custom ops in the "tessera" namespace (torch.ops.tessera.*) with fake
 implementations (torch.compile(fullgraph=True) works) and autograd. Tensors reach the C++ library
@@ -17,11 +19,11 @@ try:
 except ImportError as e:  # pragma: no cover - exercised only without torch
     raise ImportError("tessera.torch needs PyTorch (pip install torch)") from e
 
-from .fp8 import (FP8RowwiseGroupedMM, fp8_rowwise_grouped_mm, quantize_backend,
-                  quantize_fp8_rowwise, scaled_operands_rowwise)
-from .modules import GroupedLinear
+from .fp8 import quantize_backend, quantize_fp8_rowwise, scaled_operands_rowwise
+from .linear import RECIPES, WeightCache, fp8_rowwise_grouped_mm, grouped_linear
+from .modules import GroupedLinear, GroupedMLP
 from .ops import grouped_mm, scaled_grouped_mm
 
-__all__ = ["FP8RowwiseGroupedMM", "GroupedLinear", "fp8_rowwise_grouped_mm", "grouped_mm",
-           "quantize_backend", "quantize_fp8_rowwise", "scaled_grouped_mm",
-           "scaled_operands_rowwise"]
+__all__ = ["GroupedLinear", "GroupedMLP", "RECIPES", "WeightCache", "fp8_rowwise_grouped_mm",
+           "grouped_linear", "grouped_mm", "quantize_backend", "quantize_fp8_rowwise",
+           "scaled_grouped_mm", "scaled_operands_rowwise"]

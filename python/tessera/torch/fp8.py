@@ -1,12 +1,8 @@
-"""Differentiable FP8-rowwise grouped GEMM (the torchao dynamic rowwise recipe) on tessera.
+"""FP8 rowwise quantization (the torchao dynamic rowwise recipe) for tessera.torch.
 
-    y (T, N) = x (T, K) @ w_t (G, K, N)   grouped over the rows of x by `offs`
-
-Forward quantizes x per row and the weights per output column (scales along K) and runs
-scaled_grouped_mm. Backward: dgrad quantizes dy per row and the weights per input column (scales
-along N); wgrad quantizes dy and x per column (scales along the token dim, one scale per column
-for all groups — constant along each group's contraction, so exact to apply in the epilogue).
-Every step is a device op on torch's current stream: no host sync, CUDA-graph capturable.
+`quantize_fp8_rowwise` makes both usages of a 2-D tensor in one pass (the differentiable layer
+built on it is tessera.torch.linear). Every step is a device op on torch's current stream: no
+host sync, CUDA-graph capturable.
 
 Quantization: `quantize_fp8_rowwise` (a custom op) runs tessera's rowwise quantizer when the
 extension has it for the tensor's device; otherwise the torch implementation of the same rule
@@ -20,7 +16,6 @@ from torch import Tensor
 
 from .. import _tessera as _C
 from . import _bridge as br
-from .ops import scaled_grouped_mm
 
 _E4M3_MAX = 448.0
 _FLT_MAX = torch.finfo(torch.float32).max
@@ -93,52 +88,6 @@ def _quantize_fake(x, rowwise=True, columnwise=False):
             x.new_empty((c if columnwise else 0,), dtype=torch.float32))
 
 
-class FP8RowwiseGroupedMM(torch.autograd.Function):
-    """y = x @ w_t grouped by offs with dynamic FP8 rowwise quantization (forward and backward).
-
-    x: (T, K) bf16/fp16/fp32. w_t: (G, K, N), the transposed view of (G, N, K) weights (any
-    layout works; that one avoids copies). offs: (G,) int32 cumulative end offsets. y: (T, N) in
-    x's dtype (rows past offs[-1] unwritten; their gradient contribution is ignored).
-    """
-
-    @staticmethod
-    def forward(ctx, x: Tensor, w_t: Tensor, offs: Tensor) -> Tensor:
-        g, k, n = w_t.shape
-        xq, xs, xcq, xcs = quantize_fp8_rowwise(x, True, True)        # (T,K) (T) (K,T) (K)
-        w_nk = w_t.transpose(-2, -1).reshape(g * n, k)                 # (G*N, K) rows = out cols
-        wq, ws, _, _ = quantize_fp8_rowwise(w_nk, True, False)         # scales along K
-        y = scaled_grouped_mm(xq, wq.reshape(g, n, k).transpose(-2, -1), xs, ws, offs,
-                              out_dtype=x.dtype)
-        ctx.save_for_backward(xcq, xcs, w_t, offs)
-        ctx.x_dtype = x.dtype
-        return y
-
-    @staticmethod
-    def backward(ctx, dy: Tensor):
-        xcq, xcs, w_t, offs = ctx.saved_tensors
-        g, k, n = w_t.shape
-        dy = dy.contiguous()
-        need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        dq, ds, dcq, dcs = quantize_fp8_rowwise(dy, need_x, need_w)    # (T,N) (T) (N,T) (N)
-        dx = dw_t = None
-        if need_x:                       # dx (T, K) = dy (T, N) @ W_g (N, K)
-            w_kn = w_t.reshape(g * k, n) if w_t.is_contiguous() else w_t.contiguous().reshape(
-                g * k, n)                                              # (G*K, N)
-            wq, ws, _, _ = quantize_fp8_rowwise(w_kn, True, False)     # scales along N
-            dx = scaled_grouped_mm(dq, wq.reshape(g, k, n).transpose(-2, -1), ds, ws, offs,
-                                   out_dtype=ctx.x_dtype)
-        if need_w:                       # dW_g (N, K) = dy_g^T (N, T_g) @ x_g (T_g, K)
-            dw = scaled_grouped_mm(dcq, xcq.t(), dcs.repeat(g), xcs.repeat(g), offs,
-                                   out_dtype=torch.float32)            # (G, N, K)
-            dw_t = dw.transpose(-2, -1).to(w_t.dtype)
-        return dx, dw_t, None
-
-
-def fp8_rowwise_grouped_mm(x: Tensor, w_t: Tensor, offs: Tensor) -> Tensor:
-    """Differentiable FP8-rowwise grouped GEMM: x (T, K) @ w_t (G, K, N) -> (T, N)."""
-    return FP8RowwiseGroupedMM.apply(x, w_t, offs)
-
-
 def scaled_operands_rowwise(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """FP8 operands for a 2D x 3D scaled_grouped_mm from high-precision a (T, K) and b (G, K, N):
     (a_fp8, b_fp8 (G, K, N) column-major, scale_a (T), scale_b (G, N))."""
@@ -148,7 +97,6 @@ def scaled_operands_rowwise(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor, Tenso
     return aq, bq.reshape(g, n, k).transpose(-2, -1), as_, bs.reshape(g, n)
 
 
-__all__ = ["FP8RowwiseGroupedMM", "fp8_rowwise_grouped_mm", "quantize_backend",
-           "quantize_fp8_rowwise", "scaled_operands_rowwise"]
+__all__ = ["quantize_backend", "quantize_fp8_rowwise", "scaled_operands_rowwise"]
 
 

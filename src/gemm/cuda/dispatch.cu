@@ -5,11 +5,13 @@
 // Supported here (anything else answers kUnsupported with the reason):
 //   - sm_90 devices; dense A and B both BF16 or both FP16; D BF16/FP16/FP32 (beta = 1 into FP32), alpha,
 //     group_alpha, bias;
-//   - M-grouped TN (B (G, N, K)) read in place; NN (B (G, K, N), dgrad) through a batched
-//     transpose of B into the workspace;
-//   - K-grouped (wgrad): A (T, M) and B (T, N) transposed into the workspace with every group's
-//     token columns starting at a multiple of 8 (k_grouped_transpose.h: padded starts derived on
-//     the device, zero gaps), so any group sizes work, host or device offsets.
+//   - M-grouped TN (B (G, N, K)) read in place; NN (B (G, K, N), dgrad): BF16 read in place
+//     (MN-major B), FP16 through a batched transpose of B into the workspace;
+//   - K-grouped (wgrad): BF16 A (T, M) and B (T, N) read in place (MN-major, each group's
+//     contraction clipped at its end by its own tensor maps: any group sizes); FP16, or BF16
+//     with M % 8 != 0 or unaligned bases, transposed into the workspace with every group's
+//     token columns starting at a multiple of 8 (k_grouped_transpose.h: padded starts derived
+//     on the device, zero gaps), so any group sizes work, host or device offsets.
 //   - batched (3D x 3D, dense): the M-grouped kernel over (G·M, K) with the uniform starts g·M
 //     written into the workspace; A (G, K, M) and B (G, K, N) transposed there when stored so.
 //   - offsets / group_alpha in host memory are copied into the workspace (host→device only).
@@ -19,6 +21,8 @@
 //     K-grouped FP8 group starts must be multiples of 16 rows.
 #include <cuda_runtime.h>
 
+#include <atomic>
+#include <cstdint>
 #include <string>
 
 #include "gemm/cuda/grouped_gemm_sm90.h"
@@ -48,16 +52,40 @@ struct WorkspaceLayout {
   int64_t ld_t = 0;
 };
 
+bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
+
+// Which dense operands the kernel reads MN-major in place (no transpose into the workspace):
+// BF16 only (the 16-bit wgmma reads either major-ness; the FP16 path keeps its transposes), with
+// 16-byte aligned bases and row strides, and no explicit cluster launch (clusters multicast
+// K-major operands: with config.cluster_m = 2 the operands are transposed first, as before).
+struct MnPlan {
+  bool a = false, b = false;
+};
+MnPlan mn_plan(const GroupedGemmProblem& p, const GroupedGemmDims& d) {
+  MnPlan m;
+  if (p.a.is_quantized || p.b.is_quantized || p.a.dense.dtype != DType::kBFloat16 ||
+      p.config.cluster_m > 1)
+    return m;
+  if (p.kind == GroupedGemmKind::kMGrouped && !p.transpose_b && aligned16(p.b.dense.data)) {
+    m.b = true;  // (G, K, N): N % 8 == 0 is required of every CUDA problem
+  } else if (p.kind == GroupedGemmKind::kKGrouped && d.m % 8 == 0 && aligned16(p.a.dense.data) &&
+             aligned16(p.b.dense.data)) {
+    m.a = m.b = true;  // A (T, M), B (T, N) token rows
+  }
+  return m;
+}
+
 WorkspaceLayout layout_of(const GroupedGemmProblem& p, const GroupedGemmDims& d) {
   WorkspaceLayout w;
   const bool kg = p.kind == GroupedGemmKind::kKGrouped;
   const bool batched = p.kind == GroupedGemmKind::kBatched;
+  const MnPlan mn = mn_plan(p, d);
   if (kg) w.maps_bytes = d.groups * (2 * 128 + 4);
   if (!batched && p.group_offsets.device.is_cpu())
     w.offsets_bytes = p.group_offsets.numel() * (p.group_offsets.dtype == DType::kInt64 ? 8 : 4);
   if (p.group_alpha.data != nullptr && p.group_alpha.device.is_cpu()) w.alpha_bytes = d.groups * 4;
-  if (p.a.is_quantized) {
-    // FP8 copies are read in place (quantized_operands.h)
+  if (p.a.is_quantized || mn.a) {
+    // FP8 copies (quantized_operands.h) and MN-major BF16 token matrices are read in place
   } else if (kg) {
     w.ld_t = gemm_cuda::k_grouped_padded_cols(d.capacity > 0 ? d.capacity : 1, d.groups);
     w.starts_bytes = (d.groups + 1) * 8;
@@ -66,7 +94,7 @@ WorkspaceLayout layout_of(const GroupedGemmProblem& p, const GroupedGemmDims& d)
   } else {
     if (batched) w.starts_bytes = (d.groups + 1) * 8;  // the uniform starts g·M
     if (batched && p.transpose_a) w.a_t_bytes = d.groups * d.m * d.k * 2;
-    if (!p.transpose_b) w.b_t_bytes = d.groups * d.n * d.k * 2;
+    if (!p.transpose_b && !mn.b) w.b_t_bytes = d.groups * d.n * d.k * 2;
   }
   int64_t at = 0;
   auto place = [&](int64_t bytes) {
@@ -84,10 +112,21 @@ WorkspaceLayout layout_of(const GroupedGemmProblem& p, const GroupedGemmDims& d)
   return w;
 }
 
+// The compute capability major of each device, read once per process (cudaGetDeviceProperties
+// costs milliseconds; can_implement runs on every GEMM call).
 bool device_is_sm90(int ordinal) {
-  cudaDeviceProp prop{};
-  if (cudaGetDeviceProperties(&prop, ordinal) != cudaSuccess) return false;
-  return prop.major == 9;
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> major[kMaxDevices] = {};  // 0 = not read yet
+  if (ordinal < 0 || ordinal >= kMaxDevices) return false;
+  int m = major[ordinal].load(std::memory_order_relaxed);
+  if (m == 0) {
+    if (cudaDeviceGetAttribute(&m, cudaDevAttrComputeCapabilityMajor, ordinal) != cudaSuccess) {
+      cudaGetLastError();  // clear the sticky-free error so later calls see their own
+      return false;
+    }
+    major[ordinal].store(m, std::memory_order_relaxed);
+  }
+  return m == 9;
 }
 
 // The reason the sm90 path cannot run `p`, or empty (quantized operands: map_fp8_problem
@@ -212,8 +251,13 @@ Sm90GroupedGemm describe(const GroupedGemmProblem& p, const GroupedGemmDims& d,
     k.bias_gs = d.n;
   }
   if (!p.a.is_quantized && p.a.dense.dtype == DType::kFloat16) g.elem = gemm_cuda::ElemKind::kFP16;
+  const MnPlan mn = mn_plan(p, d);
   if (p.a.is_quantized) {
     describe_fp8(p, d, &g);
+  } else if (k.k_grouped && mn.a) {  // A (T, m), B (T, n) as stored: contraction = token rows
+    g.a_mn_major = g.b_mn_major = true;
+    g.a = {p.a.dense.data, d.capacity, d.m, d.m};
+    g.b = {p.b.dense.data, d.capacity, d.n, d.n};
   } else if (k.k_grouped) {  // the padded layout: offsets = the padded starts, capacity = ld_t
     k.offsets = at(w.starts);
     k.offsets_int64 = 1;
@@ -231,8 +275,14 @@ Sm90GroupedGemm describe(const GroupedGemmProblem& p, const GroupedGemmDims& d,
     }
     const void* a = batched && p.transpose_a ? at(w.a_t) : p.a.dense.data;
     g.a = {a, k.capacity, d.k, d.k};
-    g.b = {p.transpose_b ? p.b.dense.data : at(w.b_t), d.groups * d.n, d.k, d.k};
-    k.b_group_rows = d.n;
+    if (mn.b) {  // (G, k, n) weights as stored: a 3-D map (n, k, group)
+      g.b_mn_major = true;
+      g.b = {p.b.dense.data, d.k, d.n, d.n};
+      g.b_mn_groups = d.groups;
+    } else {
+      g.b = {p.transpose_b ? p.b.dense.data : at(w.b_t), d.groups * d.n, d.k, d.k};
+      k.b_group_rows = d.n;
+    }
   }
   return g;
 }
@@ -245,6 +295,8 @@ __global__ void uniform_starts_kernel(int64_t* starts, int64_t count, int64_t st
 // Writes the dense operands' K-major copies (and the group starts they need) into the workspace.
 void prepare_dense_operands(const GroupedGemmProblem& p, const GroupedGemmDims& dims,
                             const WorkspaceLayout& w, char* ws, cudaStream_t s) {
+  const MnPlan mn = mn_plan(p, dims);
+  if (mn.a) return;  // K-grouped, read in place
   if (p.kind == GroupedGemmKind::kKGrouped) {  // (T, M) → (M, ld_t), (T, N) → (N, ld_t)
     gemm_cuda::DeviceGroupOffsets o;
     o.data = w.offsets_bytes ? ws + w.offsets : p.group_offsets.data;
@@ -266,7 +318,7 @@ void prepare_dense_operands(const GroupedGemmProblem& p, const GroupedGemmDims& 
     if (p.transpose_a)  // (G, K, M) → (G, M, K)
       gemm_cuda::transpose_16bit(p.a.dense.data, ws + w.a_t, dims.groups, dims.k, dims.m, dims.k, s);
   }
-  if (!p.transpose_b)  // (G, K, N) → (G, N, K)
+  if (!p.transpose_b && !mn.b)  // (G, K, N) → (G, N, K)
     gemm_cuda::transpose_16bit(p.b.dense.data, ws + w.b_t, dims.groups, dims.k, dims.n, dims.k, s);
 }
 

@@ -2,7 +2,8 @@
 // runtime's driver entry point, so libcuda is not linked), the K-grouped setup kernel that
 // derives each group's tensor maps ON THE DEVICE from the group offsets (tensormap.replace in
 // shared memory, then tensormap.cp_fenceproxy to the workspace), and the kernel instantiations:
-// {BF16, FP16, E4M3 x E4M3, E5M2 x E4M3} x {cooperative 128 x 256, ping-pong 128 x 128} — eight.
+// {BF16 (K-major, MN-major B, MN-major A and B), FP16, E4M3 x E4M3, E5M2 x E4M3} x {cooperative
+// 128 x 256, ping-pong 128 x 128} — twelve.
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <cudaTypedefs.h>
@@ -68,6 +69,34 @@ CUtensorMap make_map(const KMajorMatrix& m, ElemKind e, int box_rows) {
   return map;
 }
 
+// Map over an MN-major 16-bit (rows = contraction, cols = M or N) matrix, or with groups > 0 over
+// `groups` such matrices one after the other (dims: cols, rows, group): box 64 x 64 (one 128-byte
+// swizzle row of MN by 64 contraction rows), zero fill out of bounds (so a group's contraction
+// past its rows reads zeros, never the next group's).
+CUtensorMap make_map_mn(const KMajorMatrix& m, ElemKind e, int64_t groups) {
+  const int eb = elem_bytes(e);
+  TESSERA_CHECK_STATUS(reinterpret_cast<uintptr_t>(m.ptr) % 16 == 0 && (m.ld * eb) % 16 == 0,
+                       Status::kMisaligned, "grouped GEMM MN-major operand base and row stride ",
+                       "must be 16-byte aligned (ld = ", m.ld, " elements)");
+  CUtensorMap map{};
+  const cuuint32_t rank = groups > 0 ? 3 : 2;
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(m.cols > 0 ? m.cols : 1),
+                              static_cast<cuuint64_t>(m.rows > 0 ? m.rows : 1),
+                              static_cast<cuuint64_t>(groups > 0 ? groups : 1)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(m.ld * eb),
+                                 static_cast<cuuint64_t>(m.ld * eb * (m.rows > 0 ? m.rows : 1))};
+  const cuuint32_t box[3] = {64, static_cast<cuuint32_t>(gemm_sm90::kTileKBytes / eb), 1};
+  const cuuint32_t elem_strides[3] = {1, 1, 1};
+  const CUresult r = encode_fn()(
+      &map, map_dtype(e), rank, const_cast<void*>(m.ptr), dims, strides, box, elem_strides,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  TESSERA_CHECK_STATUS(r == CUDA_SUCCESS, Status::kDeviceError,
+                       "cuTensorMapEncodeTiled (MN-major) failed with CUresult ", static_cast<int>(r),
+                       " (rows ", m.rows, ", cols ", m.cols, ", ld ", m.ld, ", groups ", groups, ")");
+  return map;
+}
+
 // 2-D map over D (rows, n) BF16/FP16 for the TMA-store epilogue: box 64 columns x box_rows rows
 // (64: row blocks inside a group; 8: the rows of a block that crosses a group end), 128-byte
 // swizzle (the staging layout of the epilogue).
@@ -118,6 +147,7 @@ __global__ void build_group_maps_kernel(const __grid_constant__ CUtensorMap tmpl
     if (which == 0) {
       bool ok = true;
       for (int o = 0; o < 2; ++o) {
+        if (q.contraction_dim[o] == 1) continue;  // a row coordinate: any start
         const int64_t first = q.per_member[o] ? start * q.rows[o] : start;
         ok = ok && (first * q.elem_bytes) % 16 == 0;
         if (q.per_member[o]) ok = ok && ((end - start) * q.elem_bytes) % 16 == 0;
@@ -134,6 +164,9 @@ __global__ void build_group_maps_kernel(const __grid_constant__ CUtensorMap tmpl
                                         static_cast<uint32_t>(len));
       ptx::tensormap_replace_global_stride(ptx::space_shared, &maps[warp], ptx::n32_t<0>{},
                                            static_cast<uint64_t>(len * q.elem_bytes));
+    } else if (q.contraction_dim[which] == 1) {
+      ptx::tensormap_replace_global_dim(ptx::space_shared, &maps[warp], ptx::n32_t<1>{},
+                                        static_cast<uint32_t>(end > 0 ? end : 1));
     } else {
       ptx::tensormap_replace_global_dim(ptx::space_shared, &maps[warp], ptx::n32_t<0>{},
                                         static_cast<uint32_t>(end > 0 ? end : 1));
@@ -221,13 +254,22 @@ void launch_kernel(const CUtensorMap& ma, const CUtensorMap& mb, const CUtensorM
 
 // The instantiation list: every element kind the public API produces x {cooperative block_n
 // 256, ping-pong block_n 128}.
-void launch_kind(ElemKind e, bool pingpong, const CUtensorMap& ma, const CUtensorMap& mb,
+// BF16 also with MN-major operands: B (dgrad on the weights as stored) or A and B (wgrad on the
+// token matrices); FP16 and FP8 K-major only.
+void launch_kind(const Sm90GroupedGemm& g, const CUtensorMap& ma, const CUtensorMap& mb,
                  const CUtensorMap& mah, const CUtensorMap& mbh, const CUtensorMap& md,
                  const CUtensorMap& md8, const KernelParams& p, int grid, cudaStream_t stream) {
   using namespace gemm_sm90;
   constexpr Schedule kCoop = Schedule::kCooperative, kPing = Schedule::kPingpong;
-  switch (e) {
+  const bool pingpong = g.config.pingpong;
+  switch (g.elem) {
     case ElemKind::kBF16:
+      if (g.a_mn_major)
+        return pingpong ? launch_kernel<ElemBF16AbMn, 128, kPing>(ma, mb, mah, mbh, md, md8, p, grid, stream)
+                        : launch_kernel<ElemBF16AbMn, 256, kCoop>(ma, mb, mah, mbh, md, md8, p, grid, stream);
+      if (g.b_mn_major)
+        return pingpong ? launch_kernel<ElemBF16BMn, 128, kPing>(ma, mb, mah, mbh, md, md8, p, grid, stream)
+                        : launch_kernel<ElemBF16BMn, 256, kCoop>(ma, mb, mah, mbh, md, md8, p, grid, stream);
       return pingpong ? launch_kernel<ElemBF16, 128, kPing>(ma, mb, mah, mbh, md, md8, p, grid, stream)
                       : launch_kernel<ElemBF16, 256, kCoop>(ma, mb, mah, mbh, md, md8, p, grid, stream);
     case ElemKind::kFP16:
@@ -241,7 +283,7 @@ void launch_kind(ElemKind e, bool pingpong, const CUtensorMap& ma, const CUtenso
                       : launch_kernel<ElemE5M2E4M3, 256, kCoop>(ma, mb, mah, mbh, md, md8, p, grid, stream);
   }
   TESSERA_FAIL(Status::kInvalidArgument, "unknown grouped GEMM element kind ",
-               static_cast<int>(e));
+               static_cast<int>(g.elem));
 }
 
 }  // namespace
@@ -271,6 +313,14 @@ void launch_grouped_gemm_sm90(const Sm90GroupedGemm& g, void* workspace, int64_t
                        "cluster must be 1 or 2, got ", cfg.cluster);
   TESSERA_CHECK_STATUS(cfg.cluster == 1 || !p.k_grouped, Status::kInvalidArgument,
                        "clusters of 2 CTAs pair tiles with equal k blocks: M-grouped only");
+  TESSERA_CHECK_STATUS(cfg.cluster == 1 || (!g.a_mn_major && !g.b_mn_major),
+                       Status::kInvalidArgument,
+                       "clusters of 2 CTAs multicast K-major operands only (this launch reads an "
+                       "MN-major operand)");
+  TESSERA_CHECK_STATUS((!g.a_mn_major && !g.b_mn_major) || g.elem == ElemKind::kBF16,
+                       Status::kInvalidArgument, "MN-major operands are BF16 only");
+  TESSERA_CHECK_STATUS(!g.a_mn_major || (p.k_grouped && g.b_mn_major), Status::kInvalidArgument,
+                       "an MN-major A is read by the K-grouped kernel with an MN-major B only");
   p.cluster = cfg.cluster;
   TESSERA_CHECK_STATUS(p.stages >= 2 && p.stages <= gemm_sm90::kMaxStages, Status::kInvalidArgument,
                        "stages must be in [2, ", gemm_sm90::kMaxStages, "], got ", p.stages);
@@ -302,8 +352,10 @@ void launch_grouped_gemm_sm90(const Sm90GroupedGemm& g, void* workspace, int64_t
   const int64_t align = 16 / elem_bytes(g.elem);
   if (p.k_grouped && g.a_per_member) ta.ld = ta.cols = (ta.cols + align - 1) / align * align;
   if (p.k_grouped && g.b_per_member) tb.ld = tb.cols = (tb.cols + align - 1) / align * align;
-  const CUtensorMap ma = make_map(ta, g.elem, gemm_sm90::kBlockM);
-  const CUtensorMap mb = make_map(tb, g.elem, cfg.block_n);
+  const CUtensorMap ma = g.a_mn_major ? make_map_mn(ta, g.elem, 0)
+                                      : make_map(ta, g.elem, gemm_sm90::kBlockM);
+  const CUtensorMap mb = g.b_mn_major ? make_map_mn(tb, g.elem, p.k_grouped ? 0 : g.b_mn_groups)
+                                      : make_map(tb, g.elem, cfg.block_n);
   // Clusters: 64-row boxes for the half of a shared operand each CTA multicasts.
   const CUtensorMap mah = p.cluster > 1 ? make_map(ta, g.elem, 64) : ma;
   const CUtensorMap mbh = p.cluster > 1 ? make_map(tb, g.elem, 64) : mb;
@@ -325,6 +377,8 @@ void launch_grouped_gemm_sm90(const Sm90GroupedGemm& g, void* workspace, int64_t
     q.rows[1] = g.b.rows;
     q.per_member[0] = g.a_per_member;
     q.per_member[1] = g.b_per_member;
+    q.contraction_dim[0] = g.a_mn_major ? 1 : 0;
+    q.contraction_dim[1] = g.b_mn_major ? 1 : 0;
     q.elem_bytes = elem_bytes(g.elem);
     q.group_ok = reinterpret_cast<int32_t*>(static_cast<CUtensorMap*>(workspace) + 2 * p.num_groups);
     const int blocks = (2 * p.num_groups + kSetupWarps - 1) / kSetupWarps;
@@ -339,7 +393,7 @@ void launch_grouped_gemm_sm90(const Sm90GroupedGemm& g, void* workspace, int64_t
   int grid = cfg.num_sms;
   if (grid <= 0)
     TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&grid, cudaDevAttrMultiProcessorCount, dev));
-  launch_kind(g.elem, cfg.pingpong, ma, mb, mah, mbh, md, md8, p, grid, stream);
+  launch_kind(g, ma, mb, mah, mbh, md, md8, p, grid, stream);
 }
 
 }  // namespace tessera::gemm_cuda

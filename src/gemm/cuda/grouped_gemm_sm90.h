@@ -16,7 +16,9 @@ namespace tessera::gemm_cuda {
 // the same byte width. kE5M2E4M3: A E5M2, B E4M3 (the HYBRID recipes' backward).
 enum class ElemKind : int { kBF16 = 0, kE4M3 = 1, kFP16 = 2, kE5M2E4M3 = 3 };
 
-// A row-major (rows, cols) matrix, cols = contraction, row stride `ld` elements.
+// A row-major (rows, cols) matrix, row stride `ld` elements. K-major operands: cols = the
+// contraction. MN-major operands (Sm90GroupedGemm::a_mn_major / b_mn_major): rows = the
+// contraction, cols = the operand's M or N.
 struct KMajorMatrix {
   const void* ptr = nullptr;
   int64_t rows = 0, cols = 0, ld = 0;
@@ -52,6 +54,11 @@ struct Sm90GroupedGemm {
   //   (m, len_g)) or whole transposed tensors (m, capacity) whose columns [start_g, end_g) are A_g.
   KMajorMatrix a, b;
   bool a_per_member = false, b_per_member = false;  // K-grouped only
+  // 16-bit operands read MN-major as stored (ElemKind kBF16 only): K-grouped A and B = the whole
+  // (T, m) / (T, n) token matrices (contraction = rows, clipped per group by the setup kernel);
+  // M-grouped B = (G, k, n) weights, b_mn_groups = G (a 3-D map: n, k, group). Not with clusters.
+  bool a_mn_major = false, b_mn_major = false;
+  int64_t b_mn_groups = 0;
   Sm90Config config;
 };
 

@@ -128,6 +128,10 @@ struct GroupMapParams {
   const void* base[2] = {nullptr, nullptr};  // A, B
   int64_t rows[2] = {0, 0};                  // rows of A_g (m) and B_g (n)
   int per_member[2] = {0, 0};
+  // Whole tensors only: which dimension of the map is the contraction clipped at end_g: 0 for
+  // K-major copies (m, capacity), 1 for MN-major token matrices (capacity rows, m) — whose group
+  // starts are row coordinates and need no alignment.
+  int contraction_dim[2] = {0, 0};
   int elem_bytes = 1;
   int32_t* group_ok = nullptr;  // out: 1 when group g's operands meet TMA's 16-byte rules
 };

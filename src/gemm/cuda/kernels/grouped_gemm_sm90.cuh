@@ -11,7 +11,9 @@
 // DEVICE (TileWalker) and publishes each tile to the consumers in a shared-memory tile ring, so
 // no host ever sees group sizes. Template
 // arguments: the element kind (an (A, B) element pair of sm90_mma_kinds.cuh: BF16, FP16, or FP8;
-// one stage holds 128 bytes of contraction = 64 or 128 elements), the tile width and the schedule.
+// one stage holds 128 bytes of contraction = 64 or 128 elements; 16-bit kinds may read A and/or B
+// MN-major, as stored in the token buffer or the weights, so no operand is transposed first), the
+// tile width and the schedule.
 #pragma once
 
 #include <cuda.h>
@@ -253,11 +255,11 @@ __device__ __forceinline__ void producer_loop(const KernelParams& p, const CUten
       b_row = t.n_blk * kBlockN;
       a_k = p.a_k_origin_start ? t.start : 0;
       b_k = p.b_k_origin_start ? t.start : 0;
-    } else {
+    } else {  // MN-major B: a 3-D map (n, k, group), the group is its own coordinate
       a_row = t.start + t.m_blk * kBlockM;
-      b_row = t.g * p.b_group_rows + t.n_blk * kBlockN;
+      b_row = (Elem::kBMn ? 0 : t.g * p.b_group_rows) + t.n_blk * kBlockN;
       a_k = 0;
-      b_k = t.g * p.b_group_cols;
+      b_k = Elem::kBMn ? 0 : t.g * p.b_group_cols;
     }
     const int64_t nk = num_k_blocks<Elem>(p, t);
     for (int64_t kb = 0; kb < nk; ++kb) {
@@ -268,13 +270,25 @@ __device__ __forceinline__ void producer_loop(const KernelParams& p, const CUten
       const int32_t bk = static_cast<int32_t>(b_k + kb * kBlockK);
       uint8_t* sa = smem_a + stage * kBytesA;
       uint8_t* sb = smem_b + stage * kBytesB;
-      if (share == kShareA) {  // rows [64·rank, +64) of A into both CTAs
+      if constexpr (Elem::kAMn) {  // MN-major: 64-row chunks, box (64 rows, kBlockK contraction)
+#pragma unroll
+        for (int h = 0; h < kBlockM / 64; ++h)
+          tma_load_2d(sa + h * kMnChunkBytes, ma, &full[stage], static_cast<int32_t>(a_row) + 64 * h,
+                      ak);
+      } else if (share == kShareA) {  // rows [64·rank, +64) of A into both CTAs
         tma_load_2d_multicast(sa + rank * 64 * kTileKBytes, map_a_half, &full[stage], ak,
                               static_cast<int32_t>(a_row) + 64 * rank, kBothCtas);
       } else {
         tma_load_2d(sa, ma, &full[stage], ak, static_cast<int32_t>(a_row));
       }
-      if (share == kShareB) {  // rows [kBlockN/2 · rank, +kBlockN/2) of B, 64 at a time
+      if constexpr (Elem::kBMn) {  // MN-major: 64-column chunks (K-grouped 2-D, M-grouped 3-D)
+#pragma unroll
+        for (int j = 0; j < kBlockN / 64; ++j) {
+          const int32_t n0 = static_cast<int32_t>(b_row) + 64 * j;
+          if (p.k_grouped) tma_load_2d(sb + j * kMnChunkBytes, mb, &full[stage], n0, bk);
+          else tma_load_3d(sb + j * kMnChunkBytes, mb, &full[stage], n0, bk, t.g);
+        }
+      } else if (share == kShareB) {  // rows [kBlockN/2 · rank, +kBlockN/2) of B, 64 at a time
 #pragma unroll
         for (int j = 0; j < kBlockN / 128; ++j) {
           const int32_t r = rank * (kBlockN / 2) + 64 * j;
@@ -328,6 +342,9 @@ __device__ __forceinline__ void main_loop(const KernelParams& p, const Tile& t,
                                           RingState& ring, int a_block, int cw) {
   constexpr uint32_t kBytesA = kBlockM * kTileKBytes, kBytesB = kBlockN * kTileKBytes;
   constexpr int kMmaPerStage = kTileKBytes / 32;  // each wgmma consumes 32 bytes of contraction
+  // Descriptor step per wgmma (16-byte units): K-major 32 bytes along the row; MN-major 16
+  // contraction rows of 128 bytes.
+  constexpr uint64_t kStepA = Elem::kAMn ? 16 * 128 / 16 : 2, kStepB = Elem::kBMn ? 16 * 128 / 16 : 2;
   const int lane = threadIdx.x % 32;
   const int peer = p.cluster > 1 ? static_cast<int>(cluster_ctarank() ^ 1) : -1;
 #pragma unroll
@@ -338,9 +355,12 @@ __device__ __forceinline__ void main_loop(const KernelParams& p, const Tile& t,
   int prev = -1;
   for (int64_t kb = 0; kb < nk; ++kb) {
     mbar_wait(&full[ring.stage], ring.phase);
-    const uint64_t da =
-        smem_desc_k_major_sw128(smem_a + ring.stage * kBytesA + a_block * 64 * kTileKBytes);
-    const uint64_t db = smem_desc_k_major_sw128(smem_b + ring.stage * kBytesB);
+    // A row block of 64 rows is 8 KiB in both layouts (K-major: 64 rows x 128 B; MN-major: one
+    // chunk), hence `h * 512` below for both.
+    const uint8_t* tile_a = smem_a + ring.stage * kBytesA + a_block * 64 * kTileKBytes;
+    const uint8_t* tile_b = smem_b + ring.stage * kBytesB;
+    const uint64_t da = Elem::kAMn ? smem_desc_mn_major_sw128(tile_a) : smem_desc_k_major_sw128(tile_a);
+    const uint64_t db = Elem::kBMn ? smem_desc_mn_major_sw128(tile_b) : smem_desc_k_major_sw128(tile_b);
 #pragma unroll
     for (int h = 0; h < kRowBlocks; ++h)
 #pragma unroll
@@ -350,7 +370,7 @@ __device__ __forceinline__ void main_loop(const KernelParams& p, const Tile& t,
     for (int s = 0; s < kMmaPerStage; ++s)
 #pragma unroll
       for (int h = 0; h < kActive; ++h)  // descriptor units of 16 B: 64 rows = 512
-        Elem::template mma<kBlockN>(acc[h], da + h * 512 + 2 * s, db + 2 * s);
+        Elem::template mma<kBlockN>(acc[h], da + h * 512 + kStepA * s, db + kStepB * s);
     wgmma_commit();
     wgmma_wait<1>();  // the previous slot's batch is done: release it
 #pragma unroll

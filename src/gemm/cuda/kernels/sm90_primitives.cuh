@@ -88,6 +88,15 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const void* tmap, uint64_
       "l"(reinterpret_cast<uint64_t>(tmap)), "r"(smem_addr(bar)), "r"(c0), "r"(c1)
       : "memory");
 }
+// As tma_load_2d on a 3-D tensor map (c2 = the outermost coordinate, e.g. the group).
+__device__ __forceinline__ void tma_load_3d(void* dst, const void* tmap, uint64_t* bar, int32_t c0,
+                                            int32_t c1, int32_t c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4, %5}], [%2];" ::"r"(smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(tmap)), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+}
 // As tma_load_2d, but the box lands at the same shared-memory offset `dst` in every CTA of the
 // cluster named in `cta_mask`, each completing on its own mbarrier at the offset of `bar`.
 __device__ __forceinline__ void tma_load_2d_multicast(void* dst, const void* tmap, uint64_t* bar,
@@ -177,6 +186,21 @@ __device__ __forceinline__ uint64_t smem_desc_k_major_sw128(const void* tile) {
   desc |= uint64_t{1} << 16;            // leading byte offset (16 B; ignored when swizzled)
   desc |= uint64_t{1024 >> 4} << 32;    // stride byte offset
   desc |= uint64_t{1} << 62;            // layout: 128-byte swizzle
+  return desc;
+}
+
+// Matrix descriptor of an MN-major 16-bit operand: 64-element (128-byte) MN chunks, each a TMA
+// box of 64 contraction rows x 128 bytes written with CU_TENSOR_MAP_SWIZZLE_128B, chunk after
+// chunk (kMnChunkBytes apart; tile base 1024-byte aligned). In the canonical MN-major 128-byte
+// swizzled layout ((T,8,m),(8,k)) : ((1,T,LBO),(8T,SBO)) the leading byte offset is the step
+// between MN chunks and the stride byte offset the step between groups of 8 contraction rows.
+inline constexpr uint32_t kMnChunkBytes = 64 * 128;
+__device__ __forceinline__ uint64_t smem_desc_mn_major_sw128(const void* tile) {
+  const uint64_t addr = smem_addr(tile);
+  uint64_t desc = (addr & 0x3FFFFull) >> 4;
+  desc |= uint64_t{kMnChunkBytes >> 4} << 16;  // leading byte offset: next 64-element MN chunk
+  desc |= uint64_t{1024 >> 4} << 32;           // stride byte offset: next 8 contraction rows
+  desc |= uint64_t{1} << 62;                   // layout: 128-byte swizzle
   return desc;
 }
 

@@ -1,0 +1,1 @@
+"""Benchmarks of tessera against its peers through the public paths (`python -m tessera.bench`)."""

@@ -1,0 +1,17 @@
+"""python -m tessera.bench <suite> [options]; suites: train (GroupedLinear / GroupedMLP steps)."""
+import sys
+
+from . import train
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    suites = {"train": train.main}
+    if not argv or argv[0] not in suites:
+        print(f"usage: python -m tessera.bench {{{','.join(suites)}}} [options]", file=sys.stderr)
+        return 2
+    return suites[argv[0]](argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

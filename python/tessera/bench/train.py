@@ -1,0 +1,269 @@
+"""One training step (forward + backward) of a grouped linear layer and of a grouped MLP, through
+tessera.torch, next to the peers a user would pick instead, in the same run on the same inputs:
+
+    torch BF16     y = torch._grouped_mm(x, Wᵀ, offs); y.backward(dy)          (autograd)
+    tessera bf16   tessera.torch.grouped_linear(x, W, offs, "bf16")
+    tessera fp8    grouped_linear(..., "fp8_rowwise"), weights re-quantized every step
+    tessera fp8 c  the same with the quantized weights cached (a later micro-batch of a step)
+    torchao fp8    torchao's _to_fp8_rowwise_then_scaled_grouped_mm (when torchao imports)
+
+Validate, then time: SQNR (dB) of y, dx and dW against an FP32 reference of the same inputs,
+then the median of CUDA-event timings (after warm-up) of whole steps. Shapes (E experts, tokens
+per expert, K, N): DeepSeek-V3, Qwen3-30B-A3B and Mixtral fc1/fc2, balanced and imbalanced
+(skewed counts, one empty expert, sizes multiples of 16).
+
+    python -m tessera.bench train [--shapes dsv3-fc1,...] [--reps 30] [--no-mlp] [--json FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from typing import Callable, Optional
+
+import torch
+import torch.nn.functional as F
+
+SHAPES = {  # name: (experts, tokens per expert, K = in, N = out)
+    "dsv3-fc1": (32, 512, 7168, 4096),
+    "dsv3-fc2": (32, 512, 2048, 7168),
+    "qwen3-fc1": (128, 256, 2048, 1536),
+    "qwen3-fc2": (128, 256, 768, 2048),
+    "mixtral-fc1": (8, 4096, 4096, 28672),
+    "mixtral-fc2": (8, 4096, 14336, 4096),
+}
+MLP_SHAPES = {  # name: (experts, tokens per expert, hidden, ffn)
+    "dsv3-mlp": (32, 512, 7168, 2048),
+    "qwen3-mlp": (128, 256, 2048, 768),
+}
+
+
+def group_sizes(experts: int, per_expert: int, imbalanced: bool) -> list[int]:
+    """Balanced: per_expert each. Imbalanced: the same total, skewed (geometric weights), one
+    empty expert, every size a multiple of 16."""
+    total = experts * per_expert
+    if not imbalanced:
+        return [per_expert] * experts
+    w = [0.0] + [0.85 ** i for i in range(experts - 1)]
+    sizes = [int(total * wi / sum(w)) // 16 * 16 for wi in w]
+    sizes[1] += total - sum(sizes)
+    return sizes
+
+
+def timed(fn: Callable[[], None], reps: int, warmup: int = 3) -> float:
+    """Median milliseconds of `fn` over `reps` CUDA-event timings."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def sqnr(x: torch.Tensor, ref: torch.Tensor) -> float:
+    x, ref = x.double(), ref.double()
+    noise = (x - ref).square().sum().item()
+    return math.inf if noise == 0 else 10 * math.log10(ref.square().sum().item() / noise)
+
+
+def torchao_rowwise() -> Optional[Callable]:
+    """torchao's FP8 rowwise grouped GEMM (autograd), or None when torchao is not importable."""
+    try:
+        from torchao.prototype.moe_training.scaled_grouped_mm import (  # type: ignore
+            _to_fp8_rowwise_then_scaled_grouped_mm as fn)
+        return fn
+    except Exception:  # noqa: BLE001 - any import failure means "no peer"
+        return None
+
+
+class Case:
+    """Inputs of one linear step: x (T, K), W (G, N, K), dy (T, N), offs, and the FP32 reference
+    y, dx, dW of the valid rows."""
+
+    def __init__(self, experts, per_expert, k, n, imbalanced, seed=0):
+        g = torch.Generator(device="cuda").manual_seed(seed)
+        self.sizes = group_sizes(experts, per_expert, imbalanced)
+        t = sum(self.sizes)
+        self.offs = torch.tensor(self.sizes, device="cuda").cumsum(0).to(torch.int32)
+        self.x = torch.randn(t, k, device="cuda", generator=g).to(torch.bfloat16)
+        self.w = (torch.randn(experts, n, k, device="cuda", generator=g) / math.sqrt(k)).to(
+            torch.bfloat16)
+        self.dy = torch.randn(t, n, device="cuda", generator=g).to(torch.bfloat16)
+        self.flops = 3 * 2 * t * k * n  # fwd + dgrad + wgrad, valid rows only
+
+    def reference(self):
+        """FP32 y, dx, dW per group (torch matmuls in FP32 on the BF16 inputs' values)."""
+        ys, dxs, dws, start = [], [], [], 0
+        for gi, m in enumerate(self.sizes):
+            x = self.x[start:start + m].float()
+            dy = self.dy[start:start + m].float()
+            w = self.w[gi].float()
+            ys.append(x @ w.t())
+            dxs.append(dy @ w)
+            dws.append(dy.t() @ x)
+            start += m
+        return torch.cat(ys), torch.cat(dxs), torch.stack(dws)
+
+
+def linear_step(fn, case: Case):
+    """A step closure: fresh leaf tensors' grads, forward, backward with dy."""
+    x = case.x.detach().requires_grad_()
+    w = case.w.detach().requires_grad_()
+
+    def step():
+        x.grad = None
+        w.grad = None
+        y = fn(x, w)
+        y.backward(case.dy)
+        return y
+
+    return step, x, w
+
+
+def linear_contenders(tt, ao):
+    cached = tt.WeightCache()
+    rows = [
+        ("torch bf16", lambda x, w, o: torch._grouped_mm(x, w.transpose(-2, -1), offs=o)),
+        ("tessera bf16", lambda x, w, o: tt.grouped_linear(x, w, o, "bf16")),
+        ("tessera fp8", lambda x, w, o: tt.grouped_linear(x, w, o, "fp8_rowwise",
+                                                          tt.WeightCache())),
+        ("tessera fp8 cached-W", lambda x, w, o: tt.grouped_linear(x, w, o, "fp8_rowwise",
+                                                                   cached)),
+    ]
+    if ao is not None:
+        rows.append(("torchao fp8", lambda x, w, o: ao(x, w.transpose(-2, -1), o,
+                                                       out_dtype=torch.bfloat16)))
+    return rows
+
+
+def bench_linear(names, reps, out_rows):
+    import tessera.torch as tt
+    ao = torchao_rowwise()
+    print(f"torchao: {'yes' if ao else 'not importable (peer column empty)'}")
+    for name in names:
+        e, per, k, n = SHAPES[name]
+        for imb in (False, True):
+            case = Case(e, per, k, n, imb)
+            ref = case.reference()
+            base_ms = None
+            for label, f in linear_contenders(tt, ao):
+                row = {"suite": "linear", "shape": name, "imbalanced": imb, "impl": label}
+                try:
+                    step, x, w = linear_step(lambda a, b, f=f: f(a, b, case.offs), case)
+                    y = step()
+                    torch.cuda.synchronize()
+                    row["sqnr_y"] = sqnr(y.float(), ref[0])
+                    row["sqnr_dx"] = sqnr(x.grad.float(), ref[1])
+                    row["sqnr_dw"] = sqnr(w.grad.float(), ref[2])
+                    del y
+                    row["ms"] = timed(step, reps)
+                    row["tflops"] = case.flops / row["ms"] / 1e9
+                    if label == "torch bf16":
+                        base_ms = row["ms"]
+                    row["x_torch_bf16"] = base_ms / row["ms"] if base_ms else None
+                except Exception as ex:  # noqa: BLE001 - report and go on
+                    row["error"] = f"{type(ex).__name__}: {str(ex)[:200]}"
+                out_rows.append(row)
+                print(json.dumps(row), flush=True)
+            del case, ref
+            torch.cuda.empty_cache()
+
+
+def torch_mlp(x, w1, w2, offs, probs):
+    h = torch._grouped_mm(x, w1.transpose(-2, -1), offs=offs)
+    gate, up = h.chunk(2, dim=-1)
+    a = F.silu(gate) * up * probs.unsqueeze(-1)
+    return torch._grouped_mm(a, w2.transpose(-2, -1), offs=offs)
+
+
+def bench_mlp(names, reps, out_rows):
+    import tessera.torch as tt
+    for name in names:
+        e, per, hid, ffn = MLP_SHAPES[name]
+        for imb in (False, True):
+            sizes = group_sizes(e, per, imb)
+            t = sum(sizes)
+            offs = torch.tensor(sizes, device="cuda").cumsum(0).to(torch.int32)
+            x0 = torch.randn(t, hid, device="cuda", dtype=torch.bfloat16)
+            probs = torch.rand(t, device="cuda", dtype=torch.bfloat16)
+            dy = torch.randn(t, hid, device="cuda", dtype=torch.bfloat16)
+            mods = {r: tt.GroupedMLP(e, hid, ffn, recipe=r, device="cuda")
+                    for r in ("bf16", "fp8_rowwise")}
+            mods["fp8_rowwise"].load_state_dict(mods["bf16"].state_dict())
+            w1 = mods["bf16"].fc1.weight.detach().clone().requires_grad_()
+            w2 = mods["bf16"].fc2.weight.detach().clone().requires_grad_()
+            base_ms = None
+            flops = 3 * 2 * t * hid * ffn * 3  # fc1 (2·ffn) + fc2 (ffn), fwd + 2 bwd GEMMs
+            for label, fn, params in [
+                    ("torch bf16 mlp", lambda x: torch_mlp(x, w1, w2, offs, probs), [w1, w2]),
+                    ("tessera bf16 mlp", lambda x: mods["bf16"](x, offs, probs),
+                     list(mods["bf16"].parameters())),
+                    ("tessera fp8 mlp", lambda x: (mods["fp8_rowwise"].invalidate_weight_cache(),
+                                                   mods["fp8_rowwise"](x, offs, probs))[1],
+                     list(mods["fp8_rowwise"].parameters()))]:
+                row = {"suite": "mlp", "shape": name, "imbalanced": imb, "impl": label}
+                x = x0.detach().requires_grad_()
+
+                def step(fn=fn, params=params, x=x):
+                    x.grad = None
+                    for p in params:
+                        p.grad = None
+                    fn(x).backward(dy)
+                try:
+                    row["ms"] = timed(step, reps)
+                    row["tflops"] = flops / row["ms"] / 1e9
+                    if base_ms is None:
+                        base_ms = row["ms"]
+                    row["x_torch_bf16"] = base_ms / row["ms"]
+                except Exception as ex:  # noqa: BLE001
+                    row["error"] = f"{type(ex).__name__}: {str(ex)[:200]}"
+                out_rows.append(row)
+                print(json.dumps(row), flush=True)
+            del mods, x0, dy
+            torch.cuda.empty_cache()
+
+
+def print_table(rows):
+    print("\n| suite | shape | balance | impl | ms | TFLOP/s | × torch BF16 | SQNR y / dx / dW (dB) |")
+    print("|---|---|---|---|---:|---:|---:|---|")
+    for r in rows:
+        bal = "imb" if r["imbalanced"] else "bal"
+        if "error" in r:
+            print(f"| {r['suite']} | {r['shape']} | {bal} | {r['impl']} | error: {r['error']} ||||")
+            continue
+        q = ("" if "sqnr_y" not in r else
+             f"{r['sqnr_y']:.1f} / {r['sqnr_dx']:.1f} / {r['sqnr_dw']:.1f}")
+        ratio = f"{r['x_torch_bf16']:.2f}" if r.get("x_torch_bf16") else ""
+        print(f"| {r['suite']} | {r['shape']} | {bal} | {r['impl']} | {r['ms']:.3f} | "
+              f"{r['tflops']:.0f} | {ratio} | {q} |")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tessera.bench train")
+    ap.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated linear shapes")
+    ap.add_argument("--mlp-shapes", default=",".join(MLP_SHAPES))
+    ap.add_argument("--no-mlp", action="store_true")
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--json", default=None, help="write the rows as JSON to this file")
+    a = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("tessera.bench train: needs a CUDA device", file=sys.stderr)
+        return 2
+    print(torch.__version__, torch.cuda.get_device_name(), flush=True)
+    rows: list = []
+    bench_linear([s for s in a.shapes.split(",") if s], a.reps, rows)
+    if not a.no_mlp:
+        bench_mlp([s for s in a.mlp_shapes.split(",") if s], a.reps, rows)
+    print_table(rows)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    return 0

@@ -1,0 +1,197 @@
+"""The training step of a grouped linear layer on tessera: y = x · W_gᵀ per group of rows, its
+dgrad and wgrad, for every recipe the torch front end runs.
+
+    grouped_linear(x (T, K), weight (G, N, K), offs (G,) int32 cumulative end offsets,
+                   recipe="bf16" | "fp8_rowwise", weight_cache=None) -> y (T, N)
+
+Each GEMM reads its operands in the layout they are in (nothing is transposed or copied between
+tessera calls, no PyTorch elementwise op runs in the step):
+- bf16: forward M-grouped TN (x, W as stored); dgrad M-grouped NN (dy, W as stored: the kernel
+  reads W MN-major); wgrad K-grouped (dy, x as stored, MN-major) straight into the weight's
+  dtype.
+- fp8_rowwise (torchao's dynamic rowwise recipe, E4M3 everywhere, FP32 accumulation): x and dy
+  are quantized once each, both usages in one pass (rowwise: scales per token row; columnwise:
+  the transposed codes with one scale per column); W once per weight version, both usages in one
+  pass of the (G·N, K) matrix (rowwise: scales per output row along K; columnwise: the transposed
+  codes (K, G·N), one scale per input column k, shared by the groups — what the C++ nn layer
+  does). forward = xq · Wq, dgrad = dyq · W columnwise, wgrad = dy columnwise · x columnwise, all
+  scales applied in the GEMM epilogue.
+Group sizes for FP8 must be multiples of 16 rows (as torch._scaled_grouped_mm asks): the wgrad
+reads each group's token columns with 16-byte TMA loads and writes NaN for a group that breaks
+this, never silently wrong numbers.
+
+Quantized weights are cached across calls (micro-batches, eval/train alternation) in a
+`WeightCache` and re-quantized only when the weight changes (its version counter, storage or
+shape): both usages are always produced together, so no usage can go stale.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from . import _bridge as br
+from .fp8 import quantize_fp8_rowwise
+from .ops import grouped_mm
+
+RECIPES = ("bf16", "fp8_rowwise")
+
+
+def _fp8_operand(data: Tensor, scale: Tensor, rows: int, cols: int, columnwise: bool):
+    """A rowwise-mode FP8 operand: the rowwise copy (rows, cols) with scales (rows, 1), or the
+    columnwise copy (cols, rows) — stored transposed — with scales (cols, 1)."""
+    n = cols if columnwise else rows
+    return br.quantized(data, scale.reshape(n, 1), "rowwise", rows, cols, columnwise=columnwise)
+
+
+# ---- the three FP8 GEMMs as custom ops (fake implementations: torch.compile traces them) -------
+
+@torch.library.custom_op("tessera::fp8_linear_fprop", mutates_args=())
+def fp8_linear_fprop(xq: Tensor, xs: Tensor, wq: Tensor, ws: Tensor, offs: Tensor,
+                     groups: int, out_dtype: torch.dtype) -> Tensor:
+    """y (T, N) = xq (T, K) · Wq_gᵀ, Wq (G·N, K) rowwise codes, scales xs (T), ws (G·N)."""
+    t, k = xq.shape
+    n = wq.shape[0] // groups
+    y = xq.new_empty((t, n), dtype=out_dtype)
+    br.run(br.KIND_M_GROUPED, _fp8_operand(xq, xs, t, k, False),
+           _fp8_operand(wq, ws, groups * n, k, False), y, offs, transpose_a=False,
+           transpose_b=True)
+    return y
+
+
+@fp8_linear_fprop.register_fake
+def _fprop_fake(xq, xs, wq, ws, offs, groups, out_dtype):
+    return xq.new_empty((xq.shape[0], wq.shape[0] // groups), dtype=out_dtype)
+
+
+@torch.library.custom_op("tessera::fp8_linear_dgrad", mutates_args=())
+def fp8_linear_dgrad(dyq: Tensor, dys: Tensor, wcq: Tensor, wcs: Tensor, offs: Tensor,
+                     groups: int, out_dtype: torch.dtype) -> Tensor:
+    """dx (T, K) = dyq (T, N) · W_g, W's columnwise codes (K, G·N) with scales wcs (K)."""
+    t, n = dyq.shape
+    k = wcq.shape[0]
+    dx = dyq.new_empty((t, k), dtype=out_dtype)
+    br.run(br.KIND_M_GROUPED, _fp8_operand(dyq, dys, t, n, False),
+           _fp8_operand(wcq, wcs, groups * n, k, True), dx, offs, transpose_a=False,
+           transpose_b=False)
+    return dx
+
+
+@fp8_linear_dgrad.register_fake
+def _dgrad_fake(dyq, dys, wcq, wcs, offs, groups, out_dtype):
+    return dyq.new_empty((dyq.shape[0], wcq.shape[0]), dtype=out_dtype)
+
+
+@torch.library.custom_op("tessera::fp8_linear_wgrad", mutates_args=())
+def fp8_linear_wgrad(dycq: Tensor, dycs: Tensor, xcq: Tensor, xcs: Tensor, offs: Tensor,
+                     out_dtype: torch.dtype) -> Tensor:
+    """dW (G, N, K) = dy_gᵀ · x_g from the columnwise copies dycq (N, T), xcq (K, T) and their
+    per-column scales (N), (K); an empty group gives zeros."""
+    n, t = dycq.shape
+    k = xcq.shape[0]
+    g = offs.shape[0]
+    dw = dycq.new_empty((g, n, k), dtype=out_dtype)
+    br.run(br.KIND_K_GROUPED, _fp8_operand(dycq, dycs, t, n, True),
+           _fp8_operand(xcq, xcs, t, k, True), dw, offs, transpose_a=True, transpose_b=False)
+    return dw
+
+
+@fp8_linear_wgrad.register_fake
+def _wgrad_fake(dycq, dycs, xcq, xcs, offs, out_dtype):
+    return dycq.new_empty((offs.shape[0], dycq.shape[0], xcq.shape[0]), dtype=out_dtype)
+
+
+# ---- weight cache ----------------------------------------------------------------------------
+
+class WeightCache:
+    """The quantized copies of one weight, kept until the weight changes.
+
+    Key: the weight's storage pointer, shape and in-place version counter (an optimizer step,
+    `load_state_dict` or any in-place write bumps it). `invalidate()` forces the next call to
+    re-quantize (a benchmark of whole training steps calls it every step). Both usages are made
+    together, so a cached weight never lacks one."""
+
+    def __init__(self):
+        self.key = None
+        self.value = None
+
+    def invalidate(self) -> None:
+        self.key = None
+        self.value = None
+
+    def get(self, weight: Tensor):
+        g, n, k = weight.shape
+        key = (weight.data_ptr(), tuple(weight.shape), weight._version, weight.dtype)
+        compiling = torch.compiler.is_compiling()
+        if compiling or self.key != key:
+            w = weight.detach().reshape(g * n, k)
+            value = quantize_fp8_rowwise(w.contiguous(), True, True)  # (G·N,K) (G·N) (K,G·N) (K)
+            if compiling:
+                return value
+            self.key, self.value = key, value
+        return self.value
+
+
+# ---- autograd ------------------------------------------------------------------------------
+
+class _Fp8RowwiseLinear(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, offs: Tensor, wq: Tensor, ws: Tensor,
+                wcq: Tensor, wcs: Tensor) -> Tensor:
+        g = weight.shape[0]
+        need_wgrad = weight.requires_grad
+        xq, xs, xcq, xcs = quantize_fp8_rowwise(x, True, need_wgrad)   # one pass, both usages
+        y = fp8_linear_fprop(xq, xs, wq, ws, offs, g, x.dtype)
+        ctx.save_for_backward(xcq, xcs, wcq, wcs, offs)
+        ctx.shapes = (g, x.dtype, weight.dtype)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy: Tensor):
+        xcq, xcs, wcq, wcs, offs = ctx.saved_tensors
+        g, x_dtype, w_dtype = ctx.shapes
+        need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        dy = dy if dy.is_contiguous() else dy.contiguous()
+        dyq, dys, dycq, dycs = quantize_fp8_rowwise(dy, need_x, need_w)  # one pass
+        dx = fp8_linear_dgrad(dyq, dys, wcq, wcs, offs, g, x_dtype) if need_x else None
+        dw = fp8_linear_wgrad(dycq, dycs, xcq, xcs, offs, w_dtype) if need_w else None
+        return dx, dw, None, None, None, None, None
+
+
+def _check(x: Tensor, weight: Tensor, offs: Tensor) -> None:
+    if x.dim() != 2:
+        raise ValueError(f"x: expected a 2-D (T, in) tensor, got {tuple(x.shape)}")
+    if weight.dim() != 3 or weight.shape[2] != x.shape[1]:
+        raise ValueError(f"weight: expected (G, out, {x.shape[1]}), got {tuple(weight.shape)}")
+    if offs.dim() != 1 or offs.dtype != torch.int32 or offs.shape[0] != weight.shape[0]:
+        raise ValueError(f"offs: expected ({weight.shape[0]},) int32 cumulative end offsets, "
+                         f"got {tuple(offs.shape)} {offs.dtype}")
+
+
+def grouped_linear(x: Tensor, weight: Tensor, offs: Tensor, recipe: str = "bf16",
+                   weight_cache: Optional[WeightCache] = None) -> Tensor:
+    """y (T, N) = x (T, K) · W_gᵀ for the rows of each group (offs: int32 cumulative ends),
+    weight (G, N, K) as torch.nn.Linear stores it per group. Differentiable in x and weight.
+    Rows past offs[-1] are left unwritten (as torch._grouped_mm)."""
+    _check(x, weight, offs)
+    if recipe == "bf16":
+        return grouped_mm(x.to(weight.dtype), weight.transpose(-2, -1), offs)
+    if recipe == "fp8_rowwise":
+        cache = weight_cache if weight_cache is not None else WeightCache()
+        wq, ws, wcq, wcs = cache.get(weight)
+        xc = x if x.is_contiguous() else x.contiguous()
+        return _Fp8RowwiseLinear.apply(xc, weight, offs, wq, ws, wcq, wcs)
+    raise ValueError(f"recipe: {recipe!r} is not supported by tessera.torch; expected one of "
+                     f"{RECIPES}")
+
+
+def fp8_rowwise_grouped_mm(x: Tensor, w_t: Tensor, offs: Tensor) -> Tensor:
+    """Differentiable FP8-rowwise grouped GEMM: x (T, K) @ w_t (G, K, N) -> (T, N), the
+    functional form of grouped_linear(recipe="fp8_rowwise") with w_t the transposed view of
+    (G, N, K) weights (any other layout is copied once). No weight cache: every call quantizes."""
+    return grouped_linear(x, w_t.transpose(-2, -1), offs, "fp8_rowwise")
+
+
+__all__ = ["RECIPES", "WeightCache", "fp8_linear_dgrad", "fp8_linear_fprop", "fp8_linear_wgrad",
+           "fp8_rowwise_grouped_mm", "grouped_linear"]
