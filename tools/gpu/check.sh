@@ -7,7 +7,9 @@
 # Then on the device:     run(command="bash tools/gpu/check.sh", carry=[".gpu-deps"])
 # Options (environment): CHECK_TESTS=0 skips tests, CHECK_BENCH=0 skips benchmarks,
 #   CHECK_FILTER=regex limits ctest, BENCH_FILTER=regex limits benchmarks, CHECK_PYTEST=0 skips
-#   the Python tests.
+#   the Python tests (PYTEST_ARGS: extra pytest arguments, e.g. a file), CHECK_TRAIN=0 skips the
+#   training-step benchmark (python -m tessera.bench train; TRAIN_ARGS: its options), CHECK_SUMS=0
+#   skips the per-program GoogleTest counts. Wheels carried in .whl (torchao) are installed first.
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$ROOT"
@@ -17,6 +19,10 @@ summary=()
 
 # ---- dependencies the device image lacks (GoogleTest, Google Benchmark, OpenBLAS) -----------
 source "$ROOT/tools/gpu/device_env.sh"  # deps (.gpu-deps), LD_LIBRARY_PATH, PATH
+if ls "$ROOT"/.whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site "$ROOT"/.whl/*.whl && export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$OUT/gpu.txt"
 
 # ---- build -------------------------------------------------------------------------------
@@ -35,7 +41,7 @@ if [ "${CHECK_TESTS:-1}" = 1 ]; then
   grep -E "tests passed|Failed|Skipped|\*\*\*" "$OUT/ctest.log" | head -40
   summary+=("ctest: $(grep -E 'tests passed' "$OUT/ctest.log")")
   # Per-test counts of GoogleTest cases run/skipped (CUDA tests skip without a device).
-  for exe in build-gpu/tests/*/test_*; do
+  [ "${CHECK_SUMS:-1}" = 1 ] && for exe in build-gpu/tests/*/test_*; do
     [ -x "$exe" ] || continue
     case "$exe" in *.c|*.o) continue;; esac
     if [ -n "${CHECK_FILTER:-}" ] && ! [[ "$exe" =~ $CHECK_FILTER ]]; then continue; fi
@@ -45,7 +51,9 @@ if [ "${CHECK_TESTS:-1}" = 1 ]; then
   # Which C++ runtimes the Python process holds once tessera is imported (diagnostics).
   PYTHONPATH="$ROOT/build-gpu/python" python3 -c "import numpy, ml_dtypes, tessera; print('python C++ runtimes:', sorted({l.split()[-1] for l in open('/proc/self/maps') if 'stdc++' in l or 'libgcc_s' in l}))" 2>&1 | tail -1
   if [ "${CHECK_PYTEST:-1}" = 1 ] && python3 -c "import ml_dtypes, pytest" 2>/dev/null; then
-    TESSERA_BUILD_DIR="$ROOT/build-gpu" python3 -m pytest -q tests/python > "$OUT/pytest.log" 2>&1
+    TESSERA_BUILD_DIR="$ROOT/build-gpu" python3 -m pytest -q -p no:logging ${PYTEST_ARGS:-tests/python} \
+      > "$OUT/pytest.log" 2>&1
+    grep -E "passed|failed|FAILED|Error" "$OUT/pytest.log" | tail -15
     summary+=("pytest: $(tail -1 "$OUT/pytest.log")")
   fi
 fi
@@ -60,6 +68,15 @@ if [ "${CHECK_BENCH:-1}" = 1 ] && [ -d bench/gpu ]; then
     summary+=("bench $name: rc=$? (table in bench_$name.log)")
     tail -40 "$OUT/bench_$name.log"
   done
+fi
+
+# ---- the training step through tessera.torch, next to torch and torchao --------------------
+if [ "${CHECK_TRAIN:-1}" = 1 ]; then
+  PYTHONPATH="$ROOT/build-gpu/python${PYTHONPATH:+:$PYTHONPATH}" python3 -m tessera.bench train \
+    ${TRAIN_ARGS:-} --json "$OUT/train.json" > "$OUT/train.log" 2>&1
+  summary+=("bench train: rc=$? (table in train.log)")
+  sed -n '/^| suite/,$p' "$OUT/train.log"
+  grep -E "Error|error" "$OUT/train.log" | head -5
 fi
 
 echo

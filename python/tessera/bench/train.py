@@ -75,13 +75,19 @@ def sqnr(x: torch.Tensor, ref: torch.Tensor) -> float:
 
 
 def torchao_rowwise() -> Optional[Callable]:
-    """torchao's FP8 rowwise grouped GEMM (autograd), or None when torchao is not importable."""
-    try:
-        from torchao.prototype.moe_training.scaled_grouped_mm import (  # type: ignore
-            _to_fp8_rowwise_then_scaled_grouped_mm as fn)
-        return fn
-    except Exception:  # noqa: BLE001 - any import failure means "no peer"
-        return None
+    """torchao's FP8 rowwise grouped GEMM (autograd), or None (the reason printed) when torchao
+    does not import."""
+    errors = []
+    for mod in ("torchao.prototype.moe_training.scaled_grouped_mm",
+                "torchao.prototype.moe_training.fp8_grouped_mm",
+                "torchao.prototype.moe_training"):
+        try:
+            m = __import__(mod, fromlist=["_to_fp8_rowwise_then_scaled_grouped_mm"])
+            return getattr(m, "_to_fp8_rowwise_then_scaled_grouped_mm")
+        except Exception as ex:  # noqa: BLE001 - any failure means "no peer"
+            errors.append(f"{mod}: {type(ex).__name__}: {str(ex)[:160]}")
+    print("torchao peer unavailable:\n  " + "\n  ".join(errors))
+    return None
 
 
 class Case:
@@ -140,7 +146,8 @@ def linear_contenders(tt, ao):
     ]
     if ao is not None:
         rows.append(("torchao fp8", lambda x, w, o: ao(x, w.transpose(-2, -1), o,
-                                                       out_dtype=torch.bfloat16)))
+                                                       out_dtype=torch.bfloat16,
+                                                       pad_token_groups_for_grouped_mm=False)))
     return rows
 
 
