@@ -47,20 +47,40 @@ def quantized(data: torch.Tensor, scale_inv: torch.Tensor, mode: str, rows: int,
                                       element, rows, cols, columnwise)
 
 
+# Workspace bytes per problem signature (run's `key`): a repeated problem runs with one call into
+# the extension instead of a sizing call and a running call. A stale entry is harmless: the
+# extension then answers with the bytes it needs and the call is made again with them.
+_workspace_bytes: dict = {}
+
+
+def device_scope(device: torch.device):
+    """torch.cuda.device(device) when `device` is a CUDA device other than the current one, else a
+    no-op context (entering torch.cuda.device costs two driver calls per op)."""
+    if device.type == "cuda" and device.index not in (None, torch.cuda.current_device()):
+        return torch.cuda.device(device)
+    return _nullcontext()
+
+
 def run(kind: int, a, b, out: torch.Tensor, offs: torch.Tensor | None, *, transpose_a: bool,
-        transpose_b: bool, alpha: float = 1.0, beta: float = 0.0) -> torch.Tensor:
-    """Runs one grouped GEMM into `out` (written in place) and returns `out`."""
+        transpose_b: bool, alpha: float = 1.0, beta: float = 0.0, key=None) -> torch.Tensor:
+    """Runs one grouped GEMM into `out` (written in place) and returns `out`. `key`: a hashable
+    signature of the problem (shapes, dtypes, layouts) to reuse its workspace size."""
     device = out.device
     stream = stream_handle(device)
     offs_arg = None if offs is None else offs.detach()
-    with torch.cuda.device(device) if device.type == "cuda" else _nullcontext():
-        need = _C._grouped_gemm_into(kind, a, b, out.detach(), offs_arg, True, transpose_a,
-                                     transpose_b, alpha, beta, None, stream)
+    o = out.detach()
+    with device_scope(device):
+        known = _workspace_bytes.get(key) if key is not None else None
+        ws = workspace(known, device) if known else None
+        need = _C._grouped_gemm_into(kind, a, b, o, offs_arg, True, transpose_a, transpose_b,
+                                     alpha, beta, ws, stream)
         if need:
             ws = workspace(need, device)
-            left = _C._grouped_gemm_into(kind, a, b, out.detach(), offs_arg, True, transpose_a,
+            left = _C._grouped_gemm_into(kind, a, b, o, offs_arg, True, transpose_a,
                                          transpose_b, alpha, beta, ws, stream)
             assert left == 0, "tessera grouped GEMM asked for more workspace than it sized"
+        if key is not None:
+            _workspace_bytes[key] = need if need else (known or 0)
     return out
 
 

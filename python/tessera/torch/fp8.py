@@ -44,9 +44,8 @@ def _quantize_torch(x: Tensor, dim: int) -> tuple[Tensor, Tensor]:
     return q, (1.0 / scale).reshape(-1)
 
 
-@torch.library.custom_op("tessera::quantize_fp8_rowwise", mutates_args=())
-def quantize_fp8_rowwise(x: Tensor, rowwise: bool = True,
-                         columnwise: bool = False) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+def quantize_fp8_rowwise_impl(x: Tensor, rowwise: bool = True,
+                              columnwise: bool = False) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
     """FP8 E4M3 rowwise quantization of a 2-D (R, C) tensor in one pass.
 
     Returns (data (R, C), scale_inv (R,), columnwise_data (C, R), columnwise_scale_inv (C,));
@@ -62,7 +61,7 @@ def quantize_fp8_rowwise(x: Tensor, rowwise: bool = True,
     csinv = torch.empty((c if columnwise else 0,), dtype=torch.float32, device=dev)
     if quantize_backend(dev) == "tessera":
         x_c = x.detach().contiguous()
-        with torch.cuda.device(dev) if dev.type == "cuda" else br._nullcontext():
+        with br.device_scope(dev):
             _C._quantize_into(x_c, "rowwise", "e4m3", rowwise, columnwise,
                               data.view(torch.uint8), sinv, cdata.view(torch.uint8), csinv,
                               br.stream_handle(dev))
@@ -76,6 +75,14 @@ def quantize_fp8_rowwise(x: Tensor, rowwise: bool = True,
         cdata.copy_(q)
         csinv.copy_(s)
     return data, sinv, cdata, csinv
+
+
+@torch.library.custom_op("tessera::quantize_fp8_rowwise", mutates_args=())
+def quantize_fp8_rowwise(x: Tensor, rowwise: bool = True,
+                         columnwise: bool = False) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """FP8 E4M3 rowwise quantization of a 2-D (R, C) tensor in one pass (the custom op of
+    quantize_fp8_rowwise_impl, traceable by torch.compile)."""
+    return quantize_fp8_rowwise_impl(x, rowwise, columnwise)
 
 
 @quantize_fp8_rowwise.register_fake
@@ -97,6 +104,7 @@ def scaled_operands_rowwise(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor, Tenso
     return aq, bq.reshape(g, n, k).transpose(-2, -1), as_, bs.reshape(g, n)
 
 
-__all__ = ["quantize_backend", "quantize_fp8_rowwise", "scaled_operands_rowwise"]
+__all__ = ["quantize_backend", "quantize_fp8_rowwise", "quantize_fp8_rowwise_impl",
+           "scaled_operands_rowwise"]
 
 

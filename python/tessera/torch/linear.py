@@ -32,7 +32,7 @@ import torch
 from torch import Tensor
 
 from . import _bridge as br
-from .fp8 import quantize_fp8_rowwise
+from .fp8 import quantize_fp8_rowwise, quantize_fp8_rowwise_impl
 from .ops import grouped_mm
 
 RECIPES = ("bf16", "fp8_rowwise")
@@ -47,17 +47,22 @@ def _fp8_operand(data: Tensor, scale: Tensor, rows: int, cols: int, columnwise: 
 
 # ---- the three FP8 GEMMs as custom ops (fake implementations: torch.compile traces them) -------
 
-@torch.library.custom_op("tessera::fp8_linear_fprop", mutates_args=())
-def fp8_linear_fprop(xq: Tensor, xs: Tensor, wq: Tensor, ws: Tensor, offs: Tensor,
-                     groups: int, out_dtype: torch.dtype) -> Tensor:
-    """y (T, N) = xq (T, K) · Wq_gᵀ, Wq (G·N, K) rowwise codes, scales xs (T), ws (G·N)."""
+def _fprop_impl(xq: Tensor, xs: Tensor, wq: Tensor, ws: Tensor, offs: Tensor, groups: int,
+                out_dtype: torch.dtype) -> Tensor:
     t, k = xq.shape
     n = wq.shape[0] // groups
     y = xq.new_empty((t, n), dtype=out_dtype)
     br.run(br.KIND_M_GROUPED, _fp8_operand(xq, xs, t, k, False),
            _fp8_operand(wq, ws, groups * n, k, False), y, offs, transpose_a=False,
-           transpose_b=True)
+           transpose_b=True, key=("fp8_fprop", t, k, n, groups, out_dtype))
     return y
+
+
+@torch.library.custom_op("tessera::fp8_linear_fprop", mutates_args=())
+def fp8_linear_fprop(xq: Tensor, xs: Tensor, wq: Tensor, ws: Tensor, offs: Tensor,
+                     groups: int, out_dtype: torch.dtype) -> Tensor:
+    """y (T, N) = xq (T, K) · Wq_gᵀ, Wq (G·N, K) rowwise codes, scales xs (T), ws (G·N)."""
+    return _fprop_impl(xq, xs, wq, ws, offs, groups, out_dtype)
 
 
 @fp8_linear_fprop.register_fake
@@ -65,17 +70,22 @@ def _fprop_fake(xq, xs, wq, ws, offs, groups, out_dtype):
     return xq.new_empty((xq.shape[0], wq.shape[0] // groups), dtype=out_dtype)
 
 
-@torch.library.custom_op("tessera::fp8_linear_dgrad", mutates_args=())
-def fp8_linear_dgrad(dyq: Tensor, dys: Tensor, wcq: Tensor, wcs: Tensor, offs: Tensor,
-                     groups: int, out_dtype: torch.dtype) -> Tensor:
-    """dx (T, K) = dyq (T, N) · W_g, W's columnwise codes (K, G·N) with scales wcs (K)."""
+def _dgrad_impl(dyq: Tensor, dys: Tensor, wcq: Tensor, wcs: Tensor, offs: Tensor, groups: int,
+                out_dtype: torch.dtype) -> Tensor:
     t, n = dyq.shape
     k = wcq.shape[0]
     dx = dyq.new_empty((t, k), dtype=out_dtype)
     br.run(br.KIND_M_GROUPED, _fp8_operand(dyq, dys, t, n, False),
            _fp8_operand(wcq, wcs, groups * n, k, True), dx, offs, transpose_a=False,
-           transpose_b=False)
+           transpose_b=False, key=("fp8_dgrad", t, k, n, groups, out_dtype))
     return dx
+
+
+@torch.library.custom_op("tessera::fp8_linear_dgrad", mutates_args=())
+def fp8_linear_dgrad(dyq: Tensor, dys: Tensor, wcq: Tensor, wcs: Tensor, offs: Tensor,
+                     groups: int, out_dtype: torch.dtype) -> Tensor:
+    """dx (T, K) = dyq (T, N) · W_g, W's columnwise codes (K, G·N) with scales wcs (K)."""
+    return _dgrad_impl(dyq, dys, wcq, wcs, offs, groups, out_dtype)
 
 
 @fp8_linear_dgrad.register_fake
@@ -83,18 +93,24 @@ def _dgrad_fake(dyq, dys, wcq, wcs, offs, groups, out_dtype):
     return dyq.new_empty((dyq.shape[0], wcq.shape[0]), dtype=out_dtype)
 
 
-@torch.library.custom_op("tessera::fp8_linear_wgrad", mutates_args=())
-def fp8_linear_wgrad(dycq: Tensor, dycs: Tensor, xcq: Tensor, xcs: Tensor, offs: Tensor,
-                     out_dtype: torch.dtype) -> Tensor:
-    """dW (G, N, K) = dy_gᵀ · x_g from the columnwise copies dycq (N, T), xcq (K, T) and their
-    per-column scales (N), (K); an empty group gives zeros."""
+def _wgrad_impl(dycq: Tensor, dycs: Tensor, xcq: Tensor, xcs: Tensor, offs: Tensor,
+                out_dtype: torch.dtype) -> Tensor:
     n, t = dycq.shape
     k = xcq.shape[0]
     g = offs.shape[0]
     dw = dycq.new_empty((g, n, k), dtype=out_dtype)
     br.run(br.KIND_K_GROUPED, _fp8_operand(dycq, dycs, t, n, True),
-           _fp8_operand(xcq, xcs, t, k, True), dw, offs, transpose_a=True, transpose_b=False)
+           _fp8_operand(xcq, xcs, t, k, True), dw, offs, transpose_a=True, transpose_b=False,
+           key=("fp8_wgrad", t, k, n, g, out_dtype))
     return dw
+
+
+@torch.library.custom_op("tessera::fp8_linear_wgrad", mutates_args=())
+def fp8_linear_wgrad(dycq: Tensor, dycs: Tensor, xcq: Tensor, xcs: Tensor, offs: Tensor,
+                     out_dtype: torch.dtype) -> Tensor:
+    """dW (G, N, K) = dy_gᵀ · x_g from the columnwise copies dycq (N, T), xcq (K, T) and their
+    per-column scales (N), (K); an empty group gives zeros."""
+    return _wgrad_impl(dycq, dycs, xcq, xcs, offs, out_dtype)
 
 
 @fp8_linear_wgrad.register_fake
@@ -126,7 +142,8 @@ class WeightCache:
         compiling = torch.compiler.is_compiling()
         if compiling or self.key != key:
             w = weight.detach().reshape(g * n, k)
-            value = quantize_fp8_rowwise(w.contiguous(), True, True)  # (G·N,K) (G·N) (K,G·N) (K)
+            quantize = quantize_fp8_rowwise if compiling else quantize_fp8_rowwise_impl
+            value = quantize(w.contiguous(), True, True)  # (G·N,K) (G·N) (K,G·N) (K)
             if compiling:
                 return value
             self.key, self.value = key, value
@@ -135,14 +152,27 @@ class WeightCache:
 
 # ---- autograd ------------------------------------------------------------------------------
 
+class _Ops:
+    """The step's device ops: the custom ops under torch.compile (traceable, with fake
+    implementations), their plain implementations in eager mode (no dispatcher round trip per op:
+    host time is what bounds the smaller shapes' steps)."""
+    compiled = (quantize_fp8_rowwise, fp8_linear_fprop, fp8_linear_dgrad, fp8_linear_wgrad)
+    eager = (quantize_fp8_rowwise_impl, _fprop_impl, _dgrad_impl, _wgrad_impl)
+
+    @staticmethod
+    def get():
+        return _Ops.compiled if torch.compiler.is_compiling() else _Ops.eager
+
+
 class _Fp8RowwiseLinear(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: Tensor, weight: Tensor, offs: Tensor, wq: Tensor, ws: Tensor,
                 wcq: Tensor, wcs: Tensor) -> Tensor:
+        quantize, fprop, _, _ = _Ops.get()
         g = weight.shape[0]
         need_wgrad = weight.requires_grad
-        xq, xs, xcq, xcs = quantize_fp8_rowwise(x, True, need_wgrad)   # one pass, both usages
-        y = fp8_linear_fprop(xq, xs, wq, ws, offs, g, x.dtype)
+        xq, xs, xcq, xcs = quantize(x, True, need_wgrad)   # one pass, both usages
+        y = fprop(xq, xs, wq, ws, offs, g, x.dtype)
         ctx.save_for_backward(xcq, xcs, wcq, wcs, offs)
         ctx.shapes = (g, x.dtype, weight.dtype)
         return y
@@ -152,11 +182,44 @@ class _Fp8RowwiseLinear(torch.autograd.Function):
         xcq, xcs, wcq, wcs, offs = ctx.saved_tensors
         g, x_dtype, w_dtype = ctx.shapes
         need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        quantize, _, dgrad, wgrad = _Ops.get()
         dy = dy if dy.is_contiguous() else dy.contiguous()
-        dyq, dys, dycq, dycs = quantize_fp8_rowwise(dy, need_x, need_w)  # one pass
-        dx = fp8_linear_dgrad(dyq, dys, wcq, wcs, offs, g, x_dtype) if need_x else None
-        dw = fp8_linear_wgrad(dycq, dycs, xcq, xcs, offs, w_dtype) if need_w else None
+        dyq, dys, dycq, dycs = quantize(dy, need_x, need_w)  # one pass
+        dx = dgrad(dyq, dys, wcq, wcs, offs, g, x_dtype) if need_x else None
+        dw = wgrad(dycq, dycs, xcq, xcs, offs, w_dtype) if need_w else None
         return dx, dw, None, None, None, None, None
+
+
+class _Bf16Linear(torch.autograd.Function):
+    """The eager 16-bit step: forward TN on W as stored, dgrad NN (W read MN-major), wgrad
+    K-grouped on the token matrices (read MN-major) into the weight's dtype."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, offs: Tensor) -> Tensor:
+        g, n, k = weight.shape
+        t = x.shape[0]
+        y = x.new_empty((t, n))
+        br.run(br.KIND_M_GROUPED, br.dense(x), br.dense(weight), y, offs, transpose_a=False,
+               transpose_b=True, key=("fprop", t, k, n, g, x.dtype))
+        ctx.save_for_backward(x, weight, offs)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy: Tensor):
+        x, weight, offs = ctx.saved_tensors
+        g, n, k = weight.shape
+        t = x.shape[0]
+        dy = dy if dy.is_contiguous() else dy.contiguous()
+        dx = dw = None
+        if ctx.needs_input_grad[0]:  # dx (T, K) = dy (T, N) · W_g (N, K)
+            dx = x.new_empty((t, k))
+            br.run(br.KIND_M_GROUPED, br.dense(dy), br.dense(weight), dx, offs,
+                   transpose_a=False, transpose_b=False, key=("dgrad", t, k, n, g, x.dtype))
+        if ctx.needs_input_grad[1]:  # dW_g (N, K) = dy_gᵀ x_g
+            dw = weight.new_empty((g, n, k))
+            br.run(br.KIND_K_GROUPED, br.dense(dy), br.dense(x), dw, offs, transpose_a=True,
+                   transpose_b=False, key=("wgrad", t, k, n, g, x.dtype))
+        return dx, dw, None
 
 
 def _check(x: Tensor, weight: Tensor, offs: Tensor) -> None:
@@ -176,7 +239,10 @@ def grouped_linear(x: Tensor, weight: Tensor, offs: Tensor, recipe: str = "bf16"
     Rows past offs[-1] are left unwritten (as torch._grouped_mm)."""
     _check(x, weight, offs)
     if recipe == "bf16":
-        return grouped_mm(x.to(weight.dtype), weight.transpose(-2, -1), offs)
+        xw = x.to(weight.dtype)
+        if torch.compiler.is_compiling() or not (xw.is_contiguous() and weight.is_contiguous()):
+            return grouped_mm(xw, weight.transpose(-2, -1), offs)
+        return _Bf16Linear.apply(xw, weight, offs)
     if recipe == "fp8_rowwise":
         cache = weight_cache if weight_cache is not None else WeightCache()
         wq, ws, wcq, wcs = cache.get(weight)
