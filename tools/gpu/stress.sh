@@ -58,8 +58,9 @@ status=0
 program_path() { find "$BUILD_DIR/tests" -maxdepth 2 -type f -perm -u+x -name "$1" | head -1; }
 export -f program_path
 
-# One run of program $1 (repeat $2); appends "pass|fail|skip <ms>" to $SD/$1.runs. Once a run
-# of the program has failed (marker $SD/$1.fail) its later runs are skipped (until-fail).
+# One run of program $1 (repeat $2); appends "pass|fail|kill|skip <ms> ..." to $SD/$1.runs
+# (kill: timed out at the deadline or hung; skip: not started, past the deadline). Once a run of
+# the program has failed (marker $SD/$1.fail) its later runs are not started (until-fail).
 stress_run() {
   local name=$1 i=$2
   [ -e "$SD/$name.fail" ] && return 0
