@@ -22,6 +22,19 @@ void require_cuda_device(Device d) {
                        " requested but ", count, " CUDA device(s) are visible");
 }
 
+#if defined(TESSERA_WITH_CUDA)
+// Invariant of fill_bytes / copy_bytes (buffer.h: "synchronous"): when they return, the device
+// bytes are written, as seen from EVERY stream. cudaMemset (device memory), cudaMemcpy
+// device→device and cudaMemcpy from pageable host memory only ENQUEUE their write on the
+// default stream and may return before it lands; streams created with cudaStreamNonBlocking
+// (torch's side streams, the graph-replay streams of the grouped quantize tests) are not
+// ordered after the default stream, so a kernel launched on one right after the call could read
+// the old bytes, or have its output overwritten by the late memset (issue 19: graph replays on a
+// non-blocking stream saw poison bytes and stale split sizes when other processes shared the
+// GPU). Waiting for the default stream restores the invariant.
+void wait_default_stream() { TESSERA_CUDA_CHECK(cudaStreamSynchronize(nullptr)); }
+#endif
+
 }  // namespace
 
 Buffer::Buffer(std::size_t bytes, Device device) : bytes_(bytes), device_(device) {
@@ -93,6 +106,7 @@ void Buffer::fill_bytes(int value) {
   }
 #if defined(TESSERA_WITH_CUDA)
   TESSERA_CUDA_CHECK(cudaMemset(data_, value, bytes_));
+  wait_default_stream();
 #endif
 }
 
@@ -108,6 +122,7 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
   require_cuda_device(dst_device.is_cuda() ? dst_device : src_device);
 #if defined(TESSERA_WITH_CUDA)
   TESSERA_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+  if (dst_device.is_cuda()) wait_default_stream();  // a copy to the host has already finished
 #endif
 }
 

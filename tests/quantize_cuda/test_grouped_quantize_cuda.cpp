@@ -3,12 +3,16 @@
 // sizes, [128, 128, M-256], compact and swizzled MXFP8 scales, capacity half full with
 // everything past the live rows untouched (poison kept), the noop flag (float32 and int32)
 // writing nothing, and a CUDA graph captured once and replayed while the split sizes change
-// between replays. Skips without a GPU.
+// between replays; that Buffer::fill_bytes / copy_bytes, which those fixtures use before launching
+// on a non-blocking stream, are synchronous for such streams (issue 19). Skips without a GPU.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "quantize/cuda/grouped_quantize_cuda.h"
@@ -292,6 +296,55 @@ TEST_P(GroupedCuda, GraphReplaysFollowDeviceSplits) {
 
 INSTANTIATE_TEST_SUITE_P(Recipes, GroupedCuda, ::testing::ValuesIn(grouped_cases()),
                          [](const auto& p) { return p.param.name; });
+
+// The fixtures above poison outputs (Buffer::fill_bytes) and write split sizes (copy_bytes), then
+// launch on a cudaStreamNonBlocking stream, which the default stream does not order: they rely
+// on both calls being synchronous (buffer.h). Issue 19: they were not (a memset or device copy
+// only enqueued), and on a shared GPU replays saw poison bytes and stale offsets. Deterministic
+// check without load: a host function sleeping on a BLOCKING stream holds the default stream
+// back (it waits for blocking streams), so a call that only enqueues its write returns before the
+// write lands, and the read on the non-blocking stream sees the old bytes.
+TEST(BufferCudaOrdering, FillAndCopyAreVisibleToNonBlockingStreams) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  constexpr size_t kBytes = 1 << 16;
+  const Device d = Device::cuda(0);
+  cudaStream_t blocking, nonblocking;
+  ASSERT_EQ(cudaStreamCreate(&blocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithFlags(&nonblocking, cudaStreamNonBlocking), cudaSuccess);
+  void* pinned_mem = nullptr;  // the non-blocking stream's reads land here
+  ASSERT_EQ(cudaMallocHost(&pinned_mem, kBytes), cudaSuccess);
+  auto* pinned = static_cast<uint8_t*>(pinned_mem);
+  Buffer a(kBytes, d), b(kBytes, d);
+  a.fill_bytes(0x11);
+  b.fill_bytes(0x22);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  auto hold_default_stream = [&] {
+    ASSERT_EQ(cudaLaunchHostFunc(blocking, [](void*) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    }, nullptr), cudaSuccess);
+  };
+  // Bytes of `buf` that differ from `want`, read on the non-blocking stream.
+  auto wrong_bytes = [&](const Buffer& buf, uint8_t want) {
+    EXPECT_EQ(cudaMemcpyAsync(pinned, buf.data(), kBytes, cudaMemcpyDeviceToHost, nonblocking),
+              cudaSuccess);
+    EXPECT_EQ(cudaStreamSynchronize(nonblocking), cudaSuccess);
+    return std::count_if(pinned, pinned + kBytes, [&](uint8_t v) { return v != want; });
+  };
+  hold_default_stream();
+  a.fill_bytes(0x5A);
+  EXPECT_EQ(wrong_bytes(a, 0x5A), 0) << "fill_bytes returned before its memset landed";
+  hold_default_stream();
+  copy_bytes(b.data(), d, a.data(), d, kBytes);  // device to device
+  EXPECT_EQ(wrong_bytes(b, 0x5A), 0) << "copy_bytes (device to device) returned early";
+  const std::vector<uint8_t> host(kBytes, 0x3C);  // pageable host memory
+  hold_default_stream();
+  copy_bytes(a.data(), d, host.data(), Device::cpu(), kBytes);
+  EXPECT_EQ(wrong_bytes(a, 0x3C), 0) << "copy_bytes (host to device) returned early";
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  cudaFreeHost(pinned_mem);
+  cudaStreamDestroy(blocking);
+  cudaStreamDestroy(nonblocking);
+}
 
 }  // namespace
 }  // namespace tessera

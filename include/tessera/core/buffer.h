@@ -32,7 +32,8 @@ class Buffer {
   std::size_t bytes() const { return bytes_; }
   Device device() const { return device_; }
   bool empty() const { return bytes_ == 0; }
-  // Sets every byte to `value` (synchronously on the device).
+  // Sets every byte to `value`; synchronous: on return the bytes are written as seen from every
+  // stream (cudaStreamNonBlocking ones included, which the default stream does not order).
   void fill_bytes(int value);
 
  private:
@@ -42,7 +43,9 @@ class Buffer {
   Device device_{};
 };
 
-// Copies `bytes` between any two devices (cpu/cuda); synchronous.
+// Copies `bytes` between any two devices (cpu/cuda); synchronous: on return the destination
+// holds the bytes as seen from every stream (non-blocking ones included). Not stream-ordered: a
+// device source written by pending work on another stream must be synchronized by the caller.
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, std::size_t bytes);
 
 }  // namespace tessera
