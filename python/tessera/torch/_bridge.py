@@ -20,7 +20,8 @@ _WORKSPACE_ALIGNMENT = 256
 def stream_handle(device: torch.device) -> int:
     """The cudaStream_t (as an int) of torch's current stream on `device`; 0 on the CPU."""
     if device.type == "cuda":
-        return torch.cuda.current_stream(device).cuda_stream
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        return torch._C._cuda_getCurrentRawStream(index)  # no Stream object per call
     return 0
 
 
