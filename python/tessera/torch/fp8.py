@@ -60,11 +60,12 @@ def quantize_fp8_rowwise_impl(x: Tensor, rowwise: bool = True,
     cdata = torch.empty((c, r) if columnwise else (0, 0), dtype=torch.float8_e4m3fn, device=dev)
     csinv = torch.empty((c if columnwise else 0,), dtype=torch.float32, device=dev)
     if quantize_backend(dev) == "tessera":
-        x_c = x.detach().contiguous()
+        x_c = x if x.is_contiguous() else x.contiguous()
+        dl = br.dl
         with br.device_scope(dev):
-            _C._quantize_into(x_c, "rowwise", "e4m3", rowwise, columnwise,
-                              data.view(torch.uint8), sinv, cdata.view(torch.uint8), csinv,
-                              br.stream_handle(dev))
+            _C._quantize_into(dl(x_c), "rowwise", "e4m3", rowwise, columnwise,
+                              dl(data.view(torch.uint8)), dl(sinv), dl(cdata.view(torch.uint8)),
+                              dl(csinv), br.stream_handle(dev))
         return data, sinv, cdata, csinv
     if rowwise:
         q, s = _quantize_torch(x, 1)
