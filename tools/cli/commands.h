@@ -11,5 +11,6 @@ using Args = std::vector<std::string>;
 
 int run_info(const Args& args);
 int run_demo(const Args& args);
+int run_bench(const Args& args);
 
 }  // namespace tessera::cli

@@ -17,6 +17,8 @@ constexpr Command kCommands[] = {
     {"info", "print the format table, build options and CUDA devices", tessera::cli::run_info},
     {"demo", "train a small MoE layer under every recipe: loss, gradient error, memory, speed",
      tessera::cli::run_demo},
+    {"bench", "time a grouped-linear training step (bf16, fp8_rowwise) through the C++ API on CUDA",
+     tessera::cli::run_bench},
 };
 
 int usage(std::FILE* out) {
