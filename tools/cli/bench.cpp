@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "commands.h"
@@ -76,7 +77,8 @@ struct DeviceBf16 {
     }
     buf = Buffer(static_cast<size_t>(n) * 2, dev);
     copy_bytes(buf.data(), dev, host.data(), Device::cpu(), buf.bytes());
-    view = TensorView::contiguous(buf.data(), DType::kBFloat16, shape, dev);
+    view = TensorView::contiguous(buf.data(), DType::kBFloat16, shape.data(),
+                                  static_cast<int>(shape.size()), dev);
   }
 };
 
@@ -102,7 +104,8 @@ struct Step {
   }
   TensorView offsets() const { return TensorView::contiguous(offs.data(), DType::kInt64, {g}, dev); }
   TensorView out(const Buffer& b, std::vector<int64_t> shape) const {
-    return TensorView::contiguous(b.data(), DType::kBFloat16, shape, dev);
+    return TensorView::contiguous(b.data(), DType::kBFloat16, shape.data(),
+                                  static_cast<int>(shape.size()), dev);
   }
   GroupedGemmProblem problem(GroupedGemmKind kind, GemmOperand a, GemmOperand b, bool ta, bool tb,
                              TensorView d) const {
@@ -207,6 +210,17 @@ double rel_err(const Buffer& got, const Buffer& ref, int64_t n, Device dev) {
 }
 #endif
 
+// Whether `name` is one of the comma-separated entries of `list`.
+bool listed(const std::string& list, std::string_view name) {
+  size_t start = 0;
+  while (start <= list.size()) {
+    const size_t end = std::min(list.find(',', start), list.size());
+    if (std::string_view(list).substr(start, end - start) == name) return true;
+    start = end + 1;
+  }
+  return false;
+}
+
 int usage() {
   std::printf(
       "usage: tessera bench train [--shapes dsv3-fc1,...] [--reps N]\n"
@@ -237,9 +251,7 @@ int run_bench(const Args& args) {
   std::printf("| shape | balance | step | ms | TFLOP/s | rel. err. of FP8 y / dx / dW vs BF16 |\n"
               "|---|---|---|---:|---:|---|\n");
   for (const Shape& s : kShapes) {
-    if (!shapes.empty() && ("," + shapes + ",").find("," + std::string(s.name) + ",") ==
-                               std::string::npos)
-      continue;
+    if (!shapes.empty() && !listed(shapes, s.name)) continue;
     for (bool imb : {false, true}) {
       Step st(s, group_sizes(s, imb), dev);
       Fp8Step f8(st);

@@ -77,6 +77,10 @@ if [ "${CHECK_TRAIN:-1}" = 1 ]; then
   summary+=("bench train: rc=$? (table in train.log)")
   sed -n '/^| suite/,$p' "$OUT/train.log"
   grep -E "Error|error" "$OUT/train.log" | head -5
+  # The same step through the public C++ API (no PyTorch): tessera bench train.
+  build-gpu/tools/tessera bench train ${TRAIN_CPP_ARGS:-} > "$OUT/train_cpp.log" 2>&1
+  summary+=("tessera bench train (C++): rc=$? (table in train_cpp.log)")
+  cat "$OUT/train_cpp.log"
 fi
 
 echo
