@@ -25,3 +25,9 @@ from .ops import grouped_mm, scaled_grouped_mm
 __all__ = ["FP8RowwiseGroupedMM", "GroupedLinear", "fp8_rowwise_grouped_mm", "grouped_mm",
            "quantize_backend", "quantize_fp8_rowwise", "scaled_grouped_mm",
            "scaled_operands_rowwise"]
+
+# Expert parallelism (issue 17): routing ops and dispatch/combine in tessera.torch.moe.
+from . import moe  # noqa: E402
+from .moe_layer import MoELayer  # noqa: E402
+
+__all__ += ["MoELayer", "moe"]
