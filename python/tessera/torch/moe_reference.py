@@ -136,16 +136,52 @@ def reference_moe(x: Tensor, router: nn.Module, experts: nn.Module, num_experts:
     offs = torch.tensor([len(r) for r in rows_of]).cumsum(0).to(torch.int32)
     index = torch.tensor(flat, dtype=torch.int64)
     y = experts(xq[index // top_k], offs)                           # (pairs kept, H)
-    # Combine: acc = 0; acc = acc + p * y_row for j ascending, FP32, then x's dtype.
     slot = torch.full((t * top_k,), -1, dtype=torch.int64)
     slot[index] = torch.arange(index.numel())
-    acc = torch.zeros(t, h, dtype=torch.float32)
-    y_pad = torch.cat([y.float(), y.new_zeros((1, h)).float()])   # row -1 -> zeros
-    for j in range(top_k):
-        s = slot.reshape(t, top_k)[:, j]
-        term = top_p[:, j:j + 1] * y_pad[s]
-        acc = acc + torch.where((s >= 0).reshape(-1, 1), term, torch.zeros_like(term))
-    return acc.to(x.dtype), dropped
+    return _ReferenceCombine.apply(y, top_p, slot.reshape(t, top_k)), dropped
+
+
+def _warp_order_dot(a: Tensor, b: Tensor) -> Tensor:
+    """Row-wise dot products (FP32) in tessera's order: 32 strided partial sums, halving tree."""
+    n, h = a.shape
+    prod = a.float() * b.float()
+    width = (h + 31) // 32 * 32
+    parts = torch.cat([prod, prod.new_zeros((n, width - h))], dim=1).reshape(n, -1, 32)
+    s = torch.zeros((n, 32), dtype=torch.float32)
+    for i in range(parts.shape[1]):
+        s = s + parts[:, i, :]
+    for w in (16, 8, 4, 2, 1):
+        s = torch.cat([s[:, :w] + s[:, w:2 * w], s[:, w:]], dim=1)
+    return s[:, 0]
+
+
+class _ReferenceCombine(torch.autograd.Function):
+    """out[t] = 0 + sum_j p[t, j] * y[slot[t, j]] (FP32, j ascending, dropped pairs skipped)."""
+
+    @staticmethod
+    def forward(ctx, y: Tensor, probs: Tensor, slot: Tensor) -> Tensor:
+        t, k = slot.shape
+        acc = torch.zeros(t, y.shape[1], dtype=torch.float32)
+        y_pad = torch.cat([y.float(), y.new_zeros((1, y.shape[1])).float()])  # row -1 -> zeros
+        for j in range(k):
+            s = slot[:, j]
+            term = probs[:, j:j + 1] * y_pad[s]
+            acc = torch.where((s >= 0).reshape(-1, 1), acc + term, acc)
+        ctx.save_for_backward(y, probs, slot)
+        return acc.to(y.dtype)
+
+    @staticmethod
+    def backward(ctx, g: Tensor):
+        y, probs, slot = ctx.saved_tensors
+        k = slot.shape[1]
+        flat = slot.reshape(-1)
+        kept = (flat >= 0).nonzero().reshape(-1)
+        tok = kept // k
+        dy = torch.zeros(y.shape, dtype=y.dtype)
+        dy[flat[kept]] = (probs.reshape(-1)[kept].reshape(-1, 1) * g[tok].float()).to(y.dtype)
+        dprobs = torch.zeros(flat.shape[0], dtype=torch.float32)
+        dprobs[kept] = _warp_order_dot(g[tok], y[flat[kept]])
+        return dy, dprobs.reshape(probs.shape), None
 
 
 __all__ = ["ReferenceGroupedMLP", "ReferenceRouter", "quantize_dequantize_rows", "reference_moe",
