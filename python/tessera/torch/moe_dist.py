@@ -49,7 +49,6 @@ _DISPATCH_MODES = {"bf16": "none", "fp32": "none", "fp8_current": "none", "fp8_d
                    "mxfp8": "mxfp8"}
 _ALIGN = {"bf16": 1, "fp32": 1, "fp8_current": 16, "fp8_delayed": 16, "fp8_rowwise": 16,
           "fp8_block": 16, "mxfp8": 32, "nvfp4": 128}
-_checked_configs: set = set()
 
 
 def recipe_dispatch_mode(recipe: str) -> tuple[str, int]:
@@ -107,14 +106,13 @@ def _a2a(out: Tensor, inp: Tensor, out_splits, in_splits, group) -> None:
 
 
 def check_config(group, **config) -> None:
-    """Once per (group, config): every rank must hold the same layer configuration. A fixed-size
-    all_gather, so a rank-dependent configuration raises the same error on every rank."""
+    """Every rank must hold the same configuration: a fixed-size all_gather (one collective), so
+    a rank-dependent configuration raises the same error on every rank instead of hanging in a
+    mismatched all-to-all. Callers run it at the same points on every rank (dispatch: every call
+    unless verify_config=False; MoELayer: its first forward)."""
     if group is None:
         return
     world = _world(group)
-    key = (id(group), tuple(sorted(config.items())))
-    if key in _checked_configs:
-        return
     names = sorted(config)
     mine = torch.tensor([world] + [int(config[n]) for n in names], dtype=torch.int64)
     dev = _comm_device(group)
@@ -130,7 +128,6 @@ def check_config(group, **config) -> None:
             raise ValueError(f"tessera.torch.moe: ranks disagree on the MoE configuration: rank 0 "
                              f"vs rank {rank}: {diff} (every rank of the EP group must build the "
                              f"same layer)")
-    _checked_configs.add(key)
 
 
 def _comm_device(group) -> torch.device:
@@ -230,7 +227,8 @@ def _exchange_layout(group, num_experts: int, group_rows: Tensor, error_bits: Te
 
 
 def _prepare(x: Tensor, indices: Tensor, num_experts: int, group, mode: str, align: int,
-             capacity: Optional[int], sync_checks: Optional[bool]) -> DispatchState:
+             capacity: Optional[int], sync_checks: Optional[bool],
+             verify_config: bool) -> DispatchState:
     if x.dim() != 2 or indices.dim() != 2 or indices.shape[0] != x.shape[0]:
         raise ValueError(f"dispatch: x must be (T, H) and indices (T, k) with one T, got "
                          f"{tuple(x.shape)} and {tuple(indices.shape)}")
@@ -242,9 +240,10 @@ def _prepare(x: Tensor, indices: Tensor, num_experts: int, group, mode: str, ali
     if cap >= 0 and cap % align != 0:
         raise ValueError(f"dispatch: capacity {cap} must be a multiple of the alignment {align}")
     t, k = indices.shape
-    check_config(group, num_experts=num_experts, top_k=k, hidden=x.shape[1], capacity=cap,
-                 align=align, mode=ops.QUANT_MODES.index(mode),
-                 dtype=[torch.float32, torch.bfloat16, torch.float16].index(x.dtype))
+    if verify_config:
+        check_config(group, num_experts=num_experts, top_k=k, hidden=x.shape[1], capacity=cap,
+                     align=align, mode=ops.QUANT_MODES.index(mode),
+                     dtype=[torch.float32, torch.bfloat16, torch.float16].index(x.dtype))
     if sync_checks is None:
         sync_checks = x.device.type == "cpu"
     bad = (indices < 0) | (indices >= num_experts)
@@ -311,16 +310,19 @@ class _CombineFn(torch.autograd.Function):
 
 def dispatch(x: Tensor, indices: Tensor, num_experts: int, group=None, *, recipe: str = "bf16",
              capacity: Optional[int] = None, sync_checks: Optional[bool] = None,
-             e8m0_floor: bool = False) -> tuple[Tensor, DispatchState]:
+             e8m0_floor: bool = False, verify_config: bool = True) -> tuple[Tensor, DispatchState]:
     """Sends each token x (T, H) to the ranks owning its top-k experts indices (T, k).
 
     Returns (recv (R, H) in x's dtype, expert-major for this rank's L local experts — feed it
     with state.offs (L,) int32 to the experts — and the DispatchState that combine needs).
     Differentiable in x (the payload quantization of `recipe` is straight-through).
     Dropless mode (capacity None) copies the split sizes to the host once (see module doc).
+    verify_config: first check that every rank passes the same configuration (one small
+    all_gather; MoELayer does it on its first forward only).
     """
     mode, align = recipe_dispatch_mode(recipe)
-    state = _prepare(x, indices, num_experts, group, mode, align, capacity, sync_checks)
+    state = _prepare(x, indices, num_experts, group, mode, align, capacity, sync_checks,
+                     verify_config)
     return _DispatchFn.apply(x, state, mode, e8m0_floor), state
 
 

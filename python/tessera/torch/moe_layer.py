@@ -68,6 +68,7 @@ class MoELayer(nn.Module):
         self.last_dropped: Optional[Tensor] = None
         self.last_dropped_total: Optional[Tensor] = None
         self.last_error: Optional[Tensor] = None
+        self._config_verified = False  # every rank checks the configuration on its 1st forward
 
     def capacity(self, num_tokens: int) -> Optional[int]:
         if self.capacity_factor is None:
@@ -81,7 +82,9 @@ class MoELayer(nn.Module):
         probs, indices = route(self.router(x2), self.top_k, self.normalize_probs)
         recv, state = moe_dist.dispatch(x2, indices, self.num_experts, self.ep_group,
                                         recipe=self.recipe, capacity=self.capacity(x2.shape[0]),
-                                        sync_checks=self.sync_checks)
+                                        sync_checks=self.sync_checks,
+                                        verify_config=not self._config_verified)
+        self._config_verified = True
         y = self.experts(recv, state.offs)
         out = moe_dist.combine(y, probs, state)
         self.last_dropped, self.last_dropped_total = state.dropped, state.dropped_total
