@@ -265,8 +265,8 @@ def dequantize_rows(data: Tensor, scale_inv: Tensor, mode: str, out_dtype: torch
 __all__ = ["QUANT_MODES", "dequantize_rows", "moe_permute", "moe_permute_backward", "moe_routing",
            "moe_unpermute", "moe_unpermute_backward", "permute", "permuted_rows", "unpermute"]
 
-from .moe_dist import (DispatchState, all_to_all_expert_rows, combine, dispatch,  # noqa: E402
-                       recipe_dispatch_mode)
+from .moe_dist import (DispatchState, all_to_all_expert_rows, capacity_for,  # noqa: E402
+                       check_config, combine, dispatch, recipe_dispatch_mode)
 
-__all__ += ["DispatchState", "all_to_all_expert_rows", "combine", "dispatch",
-            "recipe_dispatch_mode"]
+__all__ += ["DispatchState", "all_to_all_expert_rows", "capacity_for", "check_config", "combine",
+            "dispatch", "recipe_dispatch_mode"]
