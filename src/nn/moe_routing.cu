@@ -171,7 +171,7 @@ __global__ void __launch_bounds__(kThreads) permute_kernel(PermuteArgs a) {
         m = v > m ? v : m;
       }
       m = warp_max(m);
-      uint32_t sink = 0;  // lanes other than 0 compute the multiplier without storing the scale
+      float sink = 0.0f;  // lanes other than 0 compute the multiplier without storing the scale
       const float mult = lane == 0 ? block_multiplier(a.quant, m, a.scale_inv, r * a.quant.scale_cols + b)
                                    : block_multiplier(a.quant, m, &sink, 0);
       for (int64_t c = lane; c < n; c += 32) {

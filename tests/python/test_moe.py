@@ -147,3 +147,31 @@ def test_bad_input_is_a_clear_error():
     rows, offs = moe.all_to_all_expert_rows(torch.arange(12.0).reshape(6, 2),
                                             torch.tensor([2, 2, 2, 0]), 4)
     assert offs.tolist() == [2, 4, 6, 6] and torch.equal(rows, torch.arange(12.0).reshape(6, 2))
+
+
+def test_custom_ops_pass_opcheck_and_compile():
+    g = torch.Generator().manual_seed(5)
+    idx = torch.randint(0, 4, (12, 2), generator=g)
+    x = torch.randn(12, 64, generator=g).bfloat16()
+    probs = torch.rand(12, 2, generator=g)
+    torch.library.opcheck(torch.ops.tessera.moe_routing.default, (idx, 4, 16, -1))
+    torch.library.opcheck(torch.ops.tessera.moe_routing.default, (idx, 4, 16, 32))
+    _, _, slot, row_pair, _, _ = moe.moe_routing(idx, 4, 16, -1)
+    for mode in moe.QUANT_MODES:
+        torch.library.opcheck(torch.ops.tessera.moe_permute.default, (x, row_pair, 2, mode),
+                              test_utils=("test_schema", "test_faketensor"))
+    y = torch.randn(row_pair.shape[0], 64, generator=g).bfloat16()
+    torch.library.opcheck(torch.ops.tessera.moe_unpermute.default, (y, slot, row_pair, probs),
+                          test_utils=("test_schema", "test_faketensor"))
+    torch.library.opcheck(torch.ops.tessera.moe_permute_backward.default, (y, slot, 12))
+    torch.library.opcheck(torch.ops.tessera.moe_unpermute_backward.default,
+                          (x, y, slot, row_pair, probs))
+
+    def step(x, idx, probs):
+        _, _, slot, row_pair, _, _ = moe.moe_routing(idx, 4, 16, -1)
+        data, _ = moe.moe_permute(x, row_pair, 2, "none")
+        return moe.moe_unpermute(data * 2, slot, row_pair, probs)
+
+    eager = step(x, idx, probs)
+    compiled = torch.compile(step, backend="aot_eager", fullgraph=True)(x, idx, probs)
+    assert torch.equal(eager, compiled)
