@@ -172,7 +172,8 @@ __global__ void __launch_bounds__(kThreads) permute_kernel(PermuteArgs a) {
       }
       m = warp_max(m);
       float sink = 0.0f;  // lanes other than 0 compute the multiplier without storing the scale
-      const float mult = lane == 0 ? block_multiplier(a.quant, m, a.scale_inv, r * a.quant.scale_cols + b)
+      const int64_t at = r * a.quant.scale_cols + b;
+      const float mult = lane == 0 ? block_multiplier(a.quant, m, a.scale_inv, at)
                                    : block_multiplier(a.quant, m, &sink, 0);
       for (int64_t c = lane; c < n; c += 32) {
         const float v = src != nullptr ? to_float(src[b0 + c]) : 0.0f;

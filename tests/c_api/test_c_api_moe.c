@@ -90,7 +90,8 @@ int main(void) {
   for (int t = 0; t < kT; ++t)
     for (int c = 0; c < kH; ++c) {
       const float v = x[t * kH + c];
-      EXPECT(fabsf(out[t * kH + c] - (probs[t * kK] + probs[t * kK + 1]) * v) <= 1e-6f * fabsf(v) + 1e-7f);
+      const float want = (probs[t * kK] + probs[t * kK + 1]) * v;
+      EXPECT(fabsf(out[t * kH + c] - want) <= 1e-6f * fabsf(v) + 1e-7f);
       EXPECT(dx[t * kH + c] == v + v);
     }
   EXPECT(tessera_moe_unpermute_backward(x, TESSERA_DTYPE_FLOAT32, perm, TESSERA_DTYPE_FLOAT32,

@@ -131,7 +131,8 @@ inline MoeInputs make_inputs(const MoeCase& c) {
       int64_t e = (rng() % 3 == 0) ? 0 : pick(rng);
       for (int tries = 0; tries < 64 && c.top_k <= c.experts; ++tries) {
         bool dup = false;
-        for (int64_t i = 0; i < j; ++i) dup |= in.indices[static_cast<size_t>(t * c.top_k + i)] == e;
+        for (int64_t i = 0; i < j; ++i)
+          dup |= in.indices[static_cast<size_t>(t * c.top_k + i)] == e;
         if (!dup) break;
         e = pick(rng);
       }
@@ -181,7 +182,8 @@ inline MoeOutputs oracle(const MoeCase& c, const MoeInputs& in) {
   Bytes perm(static_cast<size_t>(dtype_bytes(c.x_dtype, rows * h)), 0);
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t p = o.row_pair[static_cast<size_t>(r)];
-    for (int64_t i = 0; i < h && p >= 0; ++i) store(perm, c.x_dtype, r * h + i, load(in.x, c.x_dtype, (p / k) * h + i));
+    for (int64_t i = 0; i < h && p >= 0; ++i)
+      store(perm, c.x_dtype, r * h + i, load(in.x, c.x_dtype, (p / k) * h + i));
   }
   if (c.quant == ScalingMode::kNone) {
     o.permuted = perm;
@@ -218,14 +220,16 @@ inline MoeOutputs oracle(const MoeCase& c, const MoeInputs& in) {
     const int64_t p = o.row_pair[static_cast<size_t>(r)];
     const float w = p >= 0 && c.with_probs ? in.probs[static_cast<size_t>(p)] : 1.0f;
     for (int64_t i = 0; i < h; ++i)
-      store(o.dy, c.x_dtype, r * h + i, p < 0 ? 0.0f : w * load(in.dout, c.x_dtype, (p / k) * h + i));
+      store(o.dy, c.x_dtype, r * h + i,
+            p < 0 ? 0.0f : w * load(in.dout, c.x_dtype, (p / k) * h + i));
   }
   for (int64_t p = 0; p < t_n * k && c.with_probs; ++p) {
     const int64_t s = o.slot_map[static_cast<size_t>(p)];
     if (s < 0) continue;
     float part[32] = {};
     for (int64_t i = 0; i < h; ++i) {
-      const float prod = load(in.dout, c.x_dtype, (p / k) * h + i) * load(in.y, c.x_dtype, s * h + i);
+      const float prod =
+          load(in.dout, c.x_dtype, (p / k) * h + i) * load(in.y, c.x_dtype, s * h + i);
       part[i % 32] += prod;
     }
     for (int w = 16; w >= 1; w /= 2)
@@ -242,12 +246,14 @@ struct DeviceArray {
   DeviceArray(const void* host, int64_t bytes, DType dt, std::initializer_list<int64_t> shape,
               Device dev)
       : buf(static_cast<size_t>(std::max<int64_t>(bytes, 1)), dev) {
-    if (host != nullptr && bytes > 0) copy_bytes(buf.data(), dev, host, Device::cpu(), static_cast<size_t>(bytes));
+    if (host != nullptr && bytes > 0)
+      copy_bytes(buf.data(), dev, host, Device::cpu(), static_cast<size_t>(bytes));
     view = TensorView::contiguous(buf.data(), dt, shape, dev);
   }
   Bytes host(int64_t bytes) const {
     Bytes b(static_cast<size_t>(bytes));
-    if (bytes > 0) copy_bytes(b.data(), Device::cpu(), buf.data(), buf.device(), static_cast<size_t>(bytes));
+    if (bytes > 0)
+      copy_bytes(b.data(), Device::cpu(), buf.data(), buf.device(), static_cast<size_t>(bytes));
     return b;
   }
 };
@@ -301,8 +307,8 @@ inline MoeOutputs run_ops(const MoeCase& c, const MoeInputs& in, Device dev,
     flag.buf.fill_bytes(0);
     opt.error_flag = flag.view.as<int32_t>();
   }
-  moe_routing(indices.view, opt, {counts.view, offsets.view, slot.view, row_pair.view, dropped.view},
-              ws.view);
+  moe_routing(indices.view, opt,
+              {counts.view, offsets.view, slot.view, row_pair.view, dropped.view}, ws.view);
   MoeOutputs o;
   o.counts = as_i64(counts.host(e_n * 8), DType::kInt64);
   o.padded_offsets = as_i64(offsets.host((e_n + 1) * 8), DType::kInt64);

@@ -198,8 +198,9 @@ TEST(MoeRouting, PermuteErrors) {
                "row_pair[3] = 5 is outside [-1, 4)");
   rp[3] = 3;
   std::vector<uint16_t> yb(16);
-  expect_error([&] { moe_permute(xv, rpv, 2, TensorView::contiguous(yb.data(), DType::kBFloat16, {4, 4})); },
-               Status::kDTypeMismatch, "must have the dtype of x");
+  const TensorView ybv = TensorView::contiguous(yb.data(), DType::kBFloat16, {4, 4});
+  expect_error([&] { moe_permute(xv, rpv, 2, ybv); }, Status::kDTypeMismatch,
+               "must have the dtype of x");
   QuantizedTensor tensor_q(make_config(ScalingMode::kTensor), 4, 4, Device::cpu());
   expect_error([&] { moe_permute_quantize(xv, rpv, 2, tensor_q.view()); }, Status::kUnsupported,
                "is not fused into permute");

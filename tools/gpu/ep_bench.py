@@ -6,7 +6,9 @@
    (stable argsort of the expert ids, index_select of the token rows, then the same quantization
    written in torch), same run, same data — bits compared first;
 3. a CUDA graph of capacity mode (routing + fused permute/quantize + dispatch + combine over
-   NCCL) replayed while the routing changes: every replay's bits equal the eager run's.
+   NCCL) replayed while the routing changes: every replay's bits equal the eager run's;
+4. the whole MoELayer step (forward + backward) in tokens/s with the default experts
+   (tessera.torch.GroupedMLP; skipped when the build does not have it).
 
     torchrun --nproc-per-node 1 tools/gpu/ep_bench.py [--tokens 4096 --hidden 7168 --experts 256
                                                        --top-k 8]
@@ -51,9 +53,11 @@ def torch_mxfp8(x):
     v = amax * (1.0 / 448.0)
     bits = v.view(torch.int32)
     e = (bits >> 23) & 0xFF
-    e = e + (((bits & 0x7FFFFF) != 0) & (e != 0xFE) & ~((e == 0) & ((bits & 0x7FFFFF) <= 0x400000))).int()
+    mant = bits & 0x7FFFFF
+    e = e + ((mant != 0) & (e != 0xFE) & ~((e == 0) & (mant <= 0x400000))).int()
     e = torch.where(v == 0, torch.zeros_like(e), e)
-    mult = torch.where(e == 0xFE, torch.full_like(e, 0x00400000), (254 - e) << 23).view(torch.float32)
+    mult = torch.where(e == 0xFE, torch.full_like(e, 0x00400000), (254 - e) << 23)
+    mult = mult.view(torch.float32)
     q = (xb * mult).clamp(-448, 448).to(torch.float8_e4m3fn).reshape(r, h)
     return q, e.reshape(r, h // 32).to(torch.uint8)
 
@@ -132,7 +136,6 @@ def graph_capacity(device, args):
     idx = torch.zeros(t, k, dtype=torch.int64, device=device)
     probs = torch.rand(t, k, device=device)
     cap = moe.capacity_for(t, k, e, 1.0, 32)
-    ex = ReferenceGroupedMLP(e, h, 256, device=device)
 
     def step():
         recv, state = moe.dispatch(x, idx, e, dist.group.WORLD, recipe="mxfp8", capacity=cap,
@@ -162,7 +165,30 @@ def graph_capacity(device, args):
         print(f"graph replay {r}: dropped {int(dropped_g)} (eager {int(dropped)}), bits equal "
               f"eager: {same}")
     print("CUDA graph of capacity mode:", "PASS" if ok else "FAIL")
-    del ex
+
+
+def bench_layer(device, args):
+    """The whole path, forward + backward, tokens/s (needs tessera.torch.GroupedMLP)."""
+    if not hasattr(tt, "GroupedMLP"):
+        print("whole-path timing skipped: tessera.torch.GroupedMLP is not in this build")
+        return
+    t, h, e, k = args.tokens, args.hidden, args.experts, args.top_k
+    x = torch.randn(t, h, device=device).bfloat16()
+    for recipe in ("bf16", "fp8_rowwise", "mxfp8"):
+        for cf in (None, 1.25):
+            try:
+                layer = tt.MoELayer(h, args.ffn, e, k, recipe=recipe, ep_group=dist.group.WORLD,
+                                    capacity_factor=cf, device=device)
+
+                def step():
+                    xi = x.clone().requires_grad_()
+                    layer(xi).float().square().mean().backward()
+
+                sec = timed(step, iters=5, warmup=2)
+                print(f"MoELayer {recipe:12s} capacity_factor={cf}: fwd+bwd {sec * 1e3:8.2f} ms "
+                      f"{t / sec:10.0f} tokens/s")
+            except Exception as exc:  # a recipe the experts do not run on this device
+                print(f"MoELayer {recipe} capacity_factor={cf}: skipped ({exc})")
 
 
 def main():
@@ -171,6 +197,7 @@ def main():
     p.add_argument("--hidden", type=int, default=7168)
     p.add_argument("--experts", type=int, default=256)
     p.add_argument("--top-k", type=int, default=8)
+    p.add_argument("--ffn", type=int, default=2048)
     args = p.parse_args()
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29511")
@@ -184,6 +211,7 @@ def main():
     check_layer(device, args)
     bench_permute(device, args)
     graph_capacity(device, args)
+    bench_layer(device, args)
     dist.destroy_process_group()
 
 
