@@ -7,7 +7,8 @@ row (fp8_rowwise, fp8_block, mxfp8), dropless and in capacity mode, where the dr
 must be exact. The router's weight gradient is a sum over ranks (a data-parallel all-reduce, whose
 order differs from one process's sum): compared to FP32 rounding. Bad input (an expert index out
 of range on one rank, counts that do not sum, a world size the experts do not fit, ranks that
-disagree on the configuration) raises a clear error on EVERY rank. Skips without torch."""
+disagree on the configuration) raises a clear error on EVERY rank; a rank without tokens works.
+Skips without torch."""
 import os
 import socket
 import tempfile
@@ -94,7 +95,7 @@ def _expect_error(fn, needle):
     raise AssertionError(f"no error; expected {needle!r}")
 
 
-def _worker_errors(rank, world, port, outdir):
+def _worker_edges(rank, world, port, outdir):
     import tessera.torch as tt
     from tessera.torch import moe
     from tessera.torch.moe_reference import ReferenceGroupedMLP
@@ -124,6 +125,18 @@ def _worker_errors(rank, world, port, outdir):
         msgs.append(_expect_error(lambda: moe.dispatch(x, torch.zeros(6, top_k, dtype=torch.int64),
                                                        E, group),
                                   "ranks disagree on the MoE configuration"))
+        # A rank without tokens (rank 0) next to one with some: outputs equal one process's.
+        from tessera.torch.moe_reference import reference_moe
+        experts, router, xs, _ = _model(world)
+        n = 0 if rank == 0 else 5
+        layer = tt.MoELayer(H, F, E, K, ep_group=group, recipe="mxfp8",
+                            experts=_local_experts(experts, rank, world), router=router)
+        xl = xs[:n].clone().requires_grad_()
+        y = layer(xl)
+        y.float().sum().backward()
+        with torch.no_grad():
+            want, _ = reference_moe(xs[:n], router, experts, E, K, "mxfp8")
+        msgs.append(torch.equal(y.detach(), want) and xl.grad.shape == (n, H))
         torch.save(msgs, os.path.join(outdir, f"errors{rank}.pt"))
     finally:
         dist.destroy_process_group()
@@ -168,10 +181,11 @@ def test_expert_parallel_equals_one_process(world):
             assert dropped > 0, name + ": capacity 0.5 must drop pairs"
 
 
-def test_bad_input_raises_on_every_rank():
+def test_bad_input_raises_on_every_rank_and_empty_ranks_work():
     world = 2
     with tempfile.TemporaryDirectory() as outdir:
-        _spawn(_worker_errors, world, outdir)
+        _spawn(_worker_edges, world, outdir)
         msgs = [torch.load(os.path.join(outdir, f"errors{r}.pt")) for r in range(world)]
-    assert len(msgs[0]) == len(msgs[1]) == 6
+    assert len(msgs[0]) == len(msgs[1]) == 7
     assert msgs[0][:3] == msgs[1][:3]  # the same message on every rank
+    assert msgs[0][6] is True and msgs[1][6] is True, "a rank without tokens"

@@ -95,14 +95,18 @@ def _world(group) -> int:
     return 1 if group is None else dist.get_world_size(group)
 
 
+def _byte_rows(t: Tensor) -> Tensor:
+    """A contiguous (n, ...) tensor as (n, bytes per row) uint8 (zero rows included)."""
+    per = math.prod(t.shape[1:]) * t.element_size()
+    return t.view(torch.uint8).reshape(t.shape[0], per)
+
+
 def _a2a(out: Tensor, inp: Tensor, out_splits, in_splits, group) -> None:
     """all_to_all_single on raw bytes (every dtype travels as uint8 rows)."""
     if group is None:
         out.copy_(inp)
         return
-    o = out.view(torch.uint8).reshape(out.shape[0], -1) if out.dim() else out
-    i = inp.view(torch.uint8).reshape(inp.shape[0], -1) if inp.dim() else inp
-    dist.all_to_all_single(o, i, out_splits, in_splits, group=group)
+    dist.all_to_all_single(_byte_rows(out), _byte_rows(inp), out_splits, in_splits, group=group)
 
 
 def check_config(group, **config) -> None:

@@ -92,7 +92,7 @@ def route(logits: Tensor, top_k: int, normalize: bool = True) -> tuple[Tensor, T
 def quantize_dequantize_rows(x: Tensor, mode: str) -> Tensor:
     """Each row of x quantized by tessera's standalone quantizer, then dequantized (x's dtype);
     straight-through in autograd."""
-    if mode == "none":
+    if mode == "none" or x.shape[0] == 0:
         return x
     r, h = x.shape
     data = torch.empty((r, h), dtype=torch.uint8)
