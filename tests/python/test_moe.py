@@ -175,3 +175,16 @@ def test_custom_ops_pass_opcheck_and_compile():
     eager = step(x, idx, probs)
     compiled = torch.compile(step, backend="aot_eager", fullgraph=True)(x, idx, probs)
     assert torch.equal(eager, compiled)
+
+
+def test_layer_with_default_router_and_experts_trains():
+    torch.manual_seed(2)
+    layer = tt.MoELayer(32, 16, 4, 2, recipe="mxfp8", capacity_factor=1.0)
+    assert isinstance(layer.router, torch.nn.Linear) and layer.router.weight.dtype == torch.float32
+    x = torch.randn(3, 10, 32).bfloat16().requires_grad_()
+    y = layer(x)
+    assert y.shape == x.shape and y.dtype == x.dtype and torch.isfinite(y.float()).all()
+    y.float().square().sum().backward()
+    assert x.grad is not None and torch.isfinite(x.grad.float()).all()
+    assert layer.router.weight.grad is not None and layer.router.weight.grad.abs().sum() > 0
+    assert int(layer.last_error.max()) == 0

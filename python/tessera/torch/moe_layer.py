@@ -79,7 +79,9 @@ class MoELayer(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         shape = x.shape
         x2 = x.reshape(-1, self.hidden)
-        probs, indices = route(self.router(x2), self.top_k, self.normalize_probs)
+        param = next(self.router.parameters(), None)
+        router_in = x2 if param is None or not param.is_floating_point() else x2.to(param.dtype)
+        probs, indices = route(self.router(router_in), self.top_k, self.normalize_probs)
         recv, state = moe_dist.dispatch(x2, indices, self.num_experts, self.ep_group,
                                         recipe=self.recipe, capacity=self.capacity(x2.shape[0]),
                                         sync_checks=self.sync_checks,
