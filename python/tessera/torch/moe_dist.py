@@ -44,6 +44,7 @@ from . import moe as ops
 
 _ERR_INDEX = 1       # an expert index outside [0, E)
 _ERR_COUNTS = 2      # per-expert counts that do not sum to the rows given
+_FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 _DISPATCH_MODES = {"bf16": "none", "fp32": "none", "fp8_current": "none", "fp8_delayed": "none",
                    "nvfp4": "none", "fp8_rowwise": "rowwise", "fp8_block": "block1x128",
                    "mxfp8": "mxfp8"}
@@ -236,6 +237,8 @@ def _prepare(x: Tensor, indices: Tensor, num_experts: int, group, mode: str, ali
     if x.dim() != 2 or indices.dim() != 2 or indices.shape[0] != x.shape[0]:
         raise ValueError(f"dispatch: x must be (T, H) and indices (T, k) with one T, got "
                          f"{tuple(x.shape)} and {tuple(indices.shape)}")
+    if x.dtype not in _FLOAT_DTYPES:
+        raise ValueError(f"dispatch: x must be float32, bfloat16 or float16, got {x.dtype}")
     world = _world(group)
     if num_experts < 1 or num_experts % world != 0:
         raise ValueError(f"dispatch: num_experts {num_experts} is not a positive multiple of the "
@@ -247,7 +250,7 @@ def _prepare(x: Tensor, indices: Tensor, num_experts: int, group, mode: str, ali
     if verify_config:
         check_config(group, num_experts=num_experts, top_k=k, hidden=x.shape[1], capacity=cap,
                      align=align, mode=ops.QUANT_MODES.index(mode),
-                     dtype=[torch.float32, torch.bfloat16, torch.float16].index(x.dtype))
+                     dtype=_FLOAT_DTYPES.index(x.dtype))
     if sync_checks is None:
         sync_checks = x.device.type == "cpu"
     bad = (indices < 0) | (indices >= num_experts)
