@@ -190,3 +190,57 @@ def test_layer_with_default_router_and_experts_trains():
     assert x.grad is not None and torch.isfinite(x.grad.float()).all()
     assert layer.router.weight.grad is not None and layer.router.weight.grad.abs().sum() > 0
     assert int(layer.last_error.max()) == 0
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or not C.cuda_compiled(),
+                    reason="needs a CUDA device and tessera built with CUDA")
+@pytest.mark.parametrize("capacity", [-1, 32])
+def test_cuda_ops_equal_cpu_and_graph_replay(capacity):
+    g = torch.Generator().manual_seed(9)
+    idx = torch.randint(0, 16, (300, 4), generator=g)
+    idx[:100, 0] = 0
+    x = torch.randn(300, 256, generator=g).bfloat16()
+    probs = torch.rand(300, 4, generator=g)
+    dout = torch.randn(300, 256, generator=g).bfloat16()
+
+    def run(dev):
+        r = moe.moe_routing(idx.to(dev), 16, 32, capacity)
+        outs = [t.cpu() for t in r[:5]]
+        for mode in moe.QUANT_MODES:
+            outs += [t.cpu() for t in moe.moe_permute(x.to(dev), r[3], 4, mode)]
+        y, _ = moe.moe_permute(x.to(dev), r[3], 4, "none")
+        outs.append(moe.moe_unpermute(y, r[2], r[3], probs.to(dev)).cpu())
+        outs.append(moe.moe_permute_backward(y, r[2], 300).cpu())
+        outs += [t.cpu() for t in moe.moe_unpermute_backward(dout.to(dev), y, r[2], r[3],
+                                                             probs.to(dev))]
+        return outs
+
+    for a, b in zip(run("cuda"), run("cpu")):
+        assert torch.equal(a.view(torch.uint8) if a.dtype.itemsize == 1 else a,
+                           b.view(torch.uint8) if b.dtype.itemsize == 1 else b)
+    if capacity < 0:
+        return
+    # Capacity mode in a CUDA graph (world size 1, no group): replay with new routing.
+    dev = torch.device("cuda")
+    xs, ids, ps = x.to(dev), idx.to(dev), probs.to(dev)
+
+    def step():
+        recv, state = moe.dispatch(xs, ids, 16, None, recipe="mxfp8", capacity=capacity,
+                                   sync_checks=False)
+        return moe.combine(recv * 2, ps, state), state.dropped
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        step()
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out_g, dropped_g = step()
+    for r in range(3):
+        ids.copy_(torch.randint(0, 16, (300, 4), generator=g).to(dev))
+        ids[: 50 * (r + 1), 1] = 3
+        graph.replay()
+        eager, dropped = step()
+        torch.cuda.synchronize()
+        assert torch.equal(out_g, eager) and int(dropped_g) == int(dropped)
