@@ -215,6 +215,62 @@ tessera_status tessera_dequantize(tessera_quantizer q, const tessera_quantized_b
 /* Delayed scaling: rolls the amax history and computes the next scale. */
 tessera_status tessera_quantizer_update(tessera_quantizer q, void* stream);
 
+/* ---- expert-parallel routing (DESIGN §11; contract: tessera/nn/moe_routing.h) ---------------
+ * T tokens, k choices, E experts, H hidden, `rows` permuted rows (tessera_moe_permuted_rows).
+ * Index maps (slot_map (T, k), row_pair (rows)) are int32 or int64 (map_dtype); activations are
+ * float32/bfloat16/float16; probs float32 (T, k) or NULL (weights 1). All pointers on `device`;
+ * `stream` is a cudaStream_t (NULL = default), ignored on the CPU. CUDA routing needs
+ * options->error_flag (a device int32; bit 1 = an expert index outside [0, E)). */
+typedef struct tessera_moe_routing_options {
+  int64_t num_experts;
+  int64_t align;      /* >= 1 */
+  int64_t capacity;   /* < 0 dropless; >= 0 rows per expert, a multiple of align */
+  int32_t* error_flag;
+} tessera_moe_routing_options;
+
+tessera_status tessera_moe_permuted_rows(int64_t num_tokens, int64_t top_k,
+                                         const tessera_moe_routing_options* options,
+                                         int64_t* rows);
+tessera_status tessera_moe_routing_workspace_bytes(int64_t num_tokens, int64_t top_k,
+                                                   const tessera_moe_routing_options* options,
+                                                   tessera_device device, int64_t* bytes);
+/* indices (T, k) index_dtype -> counts (E) int64, padded_offsets (E+1) int64, slot_map,
+ * row_pair, dropped (1) int64. */
+tessera_status tessera_moe_routing(const void* indices, int32_t index_dtype, int64_t num_tokens,
+                                   int64_t top_k, const tessera_moe_routing_options* options,
+                                   int64_t* counts, int64_t* padded_offsets, void* slot_map,
+                                   void* row_pair, int32_t map_dtype, int64_t rows,
+                                   int64_t* dropped, void* workspace, int64_t workspace_bytes,
+                                   tessera_device device, void* stream);
+/* x (T, H) -> out (rows, H) of x's dtype (quant_mode TESSERA_SCALING_NONE), or FP8 codes of
+ * `element` plus scale_inv (rowwise, block 1x128, mxfp8; e8m0_rounding 0 round-up / 1 floor;
+ * compact scales of tessera_quantizer_buffer_sizes' size for (rows, H)). */
+tessera_status tessera_moe_permute(const void* x, int32_t x_dtype, int64_t num_tokens,
+                                   int64_t hidden, const void* row_pair, int32_t map_dtype,
+                                   int64_t rows, int64_t top_k, int32_t quant_mode,
+                                   int32_t element, int32_t e8m0_rounding, void* out,
+                                   void* scale_inv, int64_t scale_inv_bytes,
+                                   tessera_device device, void* stream);
+/* dx (T, H) = gather-add of d_permuted (rows, H) (permute's backward). */
+tessera_status tessera_moe_permute_backward(const void* d_permuted, int32_t d_dtype, int64_t rows,
+                                            int64_t hidden, const void* slot_map,
+                                            int32_t map_dtype, int64_t num_tokens,
+                                            int64_t top_k, void* dx, int32_t dx_dtype,
+                                            tessera_device device, void* stream);
+/* out (T, H) = sum_j probs[t, j] * y[slot_map[t, j]]. */
+tessera_status tessera_moe_unpermute(const void* y, int32_t y_dtype, int64_t rows, int64_t hidden,
+                                     const void* slot_map, int32_t map_dtype, int64_t num_tokens,
+                                     int64_t top_k, const float* probs, void* out,
+                                     int32_t out_dtype, tessera_device device, void* stream);
+/* dy (rows, H, dy_dtype) and dprobs (T, k) float32 (NULL to skip) from dout (T, H). */
+tessera_status tessera_moe_unpermute_backward(const void* dout, int32_t dout_dtype, const void* y,
+                                              int32_t y_dtype, int64_t rows, int64_t hidden,
+                                              const void* slot_map, const void* row_pair,
+                                              int32_t map_dtype, int64_t num_tokens,
+                                              int64_t top_k, const float* probs, void* dy,
+                                              int32_t dy_dtype, float* dprobs,
+                                              tessera_device device, void* stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -58,5 +58,6 @@ void register_torch_gemm(nb::module_& m);
 void register_torch_quantize(nb::module_& m);
 void register_quantize(nb::module_& m);
 void register_grouped(nb::module_& m);
+void register_moe(nb::module_& m);  // expert-parallel routing ops (moe_py.cpp)
 
 }  // namespace tessera::python

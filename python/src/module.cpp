@@ -23,4 +23,5 @@ NB_MODULE(_tessera, m) {
   tessera::python::register_torch_quantize(m);
   tessera::python::register_quantize(m);
   tessera::python::register_grouped(m);
+  tessera::python::register_moe(m);
 }

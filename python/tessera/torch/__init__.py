@@ -7,6 +7,7 @@
     quantize_fp8_rowwise(x, rowwise, columnwise)
     GroupedLinear(num_groups, in_features, out_features, recipe="bf16"|"fp8_rowwise", bias)
     GroupedMLP(num_groups, hidden, ffn, recipe, bias)   fc1 -> SwiGLU (x probs) -> fc2
+    MoELayer(hidden, ffn, num_experts, top_k, recipe, ep_group)  router -> dispatch -> experts
 
 The ops are torch.library custom ops in the "tessera" namespace (torch.ops.tessera.*) with fake
 implementations (torch.compile(fullgraph=True) works) and autograd. Tensors reach the C++ library
@@ -27,3 +28,9 @@ from .ops import grouped_mm, scaled_grouped_mm
 __all__ = ["GroupedLinear", "GroupedMLP", "RECIPES", "WeightCache", "fp8_rowwise_grouped_mm",
            "grouped_linear", "grouped_mm", "quantize_backend", "quantize_fp8_rowwise",
            "scaled_grouped_mm", "scaled_operands_rowwise"]
+
+# Expert parallelism: routing ops and dispatch/combine in tessera.torch.moe (docs/moe.md).
+from . import moe  # noqa: E402
+from .moe_layer import MoELayer  # noqa: E402
+
+__all__ += ["MoELayer", "moe"]

@@ -1,0 +1,112 @@
+// Expert-parallel routing (DESIGN §11): routing metadata from router top-k indices, `permute`
+// (tokens into expert-major order, each expert's group padded, optionally quantized in the same
+// pass), `unpermute` (gather back and combine the top-k rows weighted by the routing
+// probabilities), and the backward of both. CPU and CUDA, chosen by the device of the tensors.
+//
+// Terms. T tokens, k = top_k, E experts, H hidden. A *pair* (t, j) is token t's j-th choice,
+// pair id p = t·k + j, expert indices[t, j]. The *permuted buffer* has `rows` rows (a host-known
+// bound, moe_permuted_rows) holding E groups back to back: group e starts at padded_offsets[e];
+// its first counts[e] rows are the pairs routed to e in ascending pair order (lower token first,
+// then lower j), the rest of the group and every row past padded_offsets[E] are zero rows.
+//   dropless (capacity < 0): group e has roundup(routed_e, align) rows; every pair is kept.
+//   capacity (capacity >= 0, a multiple of align): group e is rows [e·C, (e+1)·C); the first
+//     min(routed_e, C) pairs (in pair order: lower token wins) are kept, the others are DROPPED:
+//     slot -1, never read or written, counted in `dropped`.
+// slot_map[t, j] = permuted row of pair (t, j), or -1 when dropped; row_pair[r] = the pair id
+// held by row r, or -1 for a zero row. Both are int32 or int64 (the same dtype).
+//
+// Numerics (normative; CPU and CUDA give the same bits):
+//   permute copies rows bit for bit; with quantization every permuted row is quantized exactly
+//   as tessera's Quantizer quantizes that row (rowwise FP8, FP8 block 1x128, MXFP8 1x32 with
+//   either E8M0 rule; compact scales; rowwise usage), so the output is bit-identical to
+//   quantize(permute(x)) — zero rows included (scale_inv 1, or E8M0 code 0).
+//   permute backward:   dx[t] = 0.0f + Σ_{j ascending, slot >= 0} float(dy[slot[t,j]]), FP32.
+//   unpermute:          out[t] = 0.0f + Σ_{j ascending, slot >= 0} p[t,j] · float(y[slot[t,j]])
+//                       (one FP32 multiply then one FP32 add per term, never fused; p = 1 when
+//                       probs is empty).
+//   unpermute backward: dy[r] = p[pair] · float(dout[pair / k]) for r holding a pair, else 0;
+//                       dprobs[t,j] = Σ_h float(dout[t,h]) · float(y[slot,h]) for slot >= 0,
+//                       else 0, summed as 32 strided FP32 partial sums s_l = Σ_{h ≡ l mod 32}
+//                       (h ascending) combined by the halving tree s_l += s_{l+w} for
+//                       w = 16, 8, 4, 2, 1 (what a warp's shuffle reduction computes).
+//   Results are rounded once (RNE) to the output dtype.
+//
+// Errors. CPU: every bad argument or expert index throws before anything is written. CUDA:
+// nothing waits for the device (no host sync, graph-capturable); shapes, dtypes and devices are
+// checked on the host, expert indices on the device: an index outside [0, E) ORs
+// MoeRoutingError::kExpertOutOfRange into options.error_flag (a device int32 the caller zeroes
+// and reads when it next synchronizes) and that pair is treated as dropped (slot -1, not
+// counted). Without an error flag a CUDA call refuses to run (kInvalidArgument).
+#pragma once
+
+#include <cstdint>
+
+#include "tessera/core/stream.h"
+#include "tessera/core/tensor_view.h"
+#include "tessera/quantize/types.h"
+
+namespace tessera {
+
+enum class MoeRoutingError : int32_t {
+  kNone = 0,
+  kExpertOutOfRange = 1,  // some indices[t, j] < 0 or >= E
+};
+
+struct MoeRoutingOptions {
+  int64_t num_experts = 0;  // E >= 1
+  int64_t align = 1;        // >= 1: rows per group are a multiple of it (recipe's alignment)
+  int64_t capacity = -1;    // < 0: dropless; >= 0: rows per expert (multiple of align)
+  int32_t* error_flag = nullptr;  // CUDA: device int32 receiving MoeRoutingError bits
+};
+
+// Outputs of moe_routing; all on the device of the indices, contiguous.
+struct MoeRouting {
+  TensorView counts;          // (E) int64: pairs kept per expert
+  TensorView padded_offsets;  // (E+1) int64, leading 0: group starts in the permuted buffer
+  TensorView slot_map;        // (T, k) int32/int64
+  TensorView row_pair;        // (rows) int32/int64 (same dtype), rows >= moe_permuted_rows
+  TensorView dropped;         // (1) int64: pairs dropped (0 in dropless mode)
+};
+
+// Host-known rows of the permuted buffer: dropless padded_rows_bound(T·k, E, align) =
+// T·k + E·(align − 1); capacity E·C. Throws on invalid options or int64 overflow.
+int64_t moe_permuted_rows(int64_t num_tokens, int64_t top_k, const MoeRoutingOptions& options);
+
+// Device workspace moe_routing needs on CUDA (0 on the CPU), in bytes.
+int64_t moe_routing_workspace_bytes(int64_t num_tokens, int64_t top_k,
+                                    const MoeRoutingOptions& options, Device device);
+
+// indices (T, k) int32/int64 → every field of `out`. `workspace`: a byte buffer on the device of
+// the indices of at least moe_routing_workspace_bytes (may be empty on the CPU).
+void moe_routing(const TensorView& indices, const MoeRoutingOptions& options,
+                 const MoeRouting& out, const TensorView& workspace = {}, Stream stream = {});
+
+// x (T, H) float32/bfloat16/float16 → out (rows, H), same dtype: row r = x[row_pair[r] / k], or
+// zeros where row_pair[r] = -1.
+void moe_permute(const TensorView& x, const TensorView& row_pair, int64_t top_k,
+                 const TensorView& out, Stream stream = {});
+
+// The same fused with quantization: `out` (rows, H) has the rowwise usage of config mode
+// kRowwise, kBlock1x128 or kMXFP8 (compact scales) with the shapes of quantize/types.h; its
+// config decides the bits (element, epsilon, power-of-two, E8M0 rule). One read of each token.
+void moe_permute_quantize(const TensorView& x, const TensorView& row_pair, int64_t top_k,
+                          const QuantizedTensorView& out, Stream stream = {});
+
+// Backward of moe_permute: d_permuted (rows, H) → dx (T, H) (gather-add, see Numerics). Both
+// float32/bfloat16/float16, independently.
+void moe_permute_backward(const TensorView& d_permuted, const TensorView& slot_map,
+                          const TensorView& dx, Stream stream = {});
+
+// y (rows, H) → out (T, H): combine of the top-k rows weighted by probs (T, k) float32 (or
+// empty: weight 1). y and out float32/bfloat16/float16, independently.
+void moe_unpermute(const TensorView& y, const TensorView& slot_map, const TensorView& probs,
+                   const TensorView& out, Stream stream = {});
+
+// Backward of moe_unpermute: dout (T, H) → dy (rows, H) (every row written), and dprobs (T, k)
+// float32 when probs is given (dprobs may be empty to skip it).
+void moe_unpermute_backward(const TensorView& dout, const TensorView& y,
+                            const TensorView& slot_map, const TensorView& row_pair,
+                            const TensorView& probs, const TensorView& dy,
+                            const TensorView& dprobs, Stream stream = {});
+
+}  // namespace tessera

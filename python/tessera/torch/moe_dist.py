@@ -1,0 +1,375 @@
+"""Dispatch and combine of an expert-parallel MoE layer over torch.distributed (DESIGN §11).
+
+Experts are sharded over the ranks of a ProcessGroup: rank d owns global experts
+[d*L, (d+1)*L), L = num_experts / world. A step on every rank:
+
+    routing (tessera.torch.moe.moe_routing) -> permute + quantize in one pass (moe_permute)
+    -> header all-to-all: per (rank, local expert) row counts, error bits, dropped counts
+    -> all_to_all_single of the payload (FP8 codes as uint8) and of its scales (FP32 as bytes,
+       E8M0 as uint8), or of the BF16 rows -> dequantize -> regroup expert-major
+    -> local experts (x (R, H), offs (L,) int32 cumulative end offsets)
+    -> combine: regroup source-major -> all_to_all_single back -> unpermute weighted by probs.
+
+Backward mirrors it: dispatch's backward sends the gradient rows back (reverse all-to-all, in the
+activation dtype) and gather-adds them to the tokens (the quantization is straight-through);
+combine's backward scatters the output gradient, returns the probabilities' gradient and sends the
+expert outputs' gradient forward.
+
+Modes.
+* dropless (capacity=None): every pair is kept; each (rank, expert) chunk is padded to `align`
+  rows. all_to_all_single needs its split sizes on the host, so the header (counts received,
+  plus the counts this rank sends) is copied device -> host ONCE per dispatch: that is the one
+  host sync of this mode (torch's NVSHMEM all_to_all_vdev, which takes device splits, is not
+  used: it needs symmetric-memory buffers and a CUDA-only build; see docs/moe.md). The same copy
+  carries every rank's error bits, so bad input raises on EVERY rank, never hangs.
+* capacity (capacity=C, a multiple of align): each rank sends exactly C rows per expert (pairs
+  past C dropped, lower token first; their count is in DispatchState.dropped / dropped_total),
+  so every all-to-all is uniform and nothing syncs: capturable in a CUDA graph. Errors are then
+  recorded in DispatchState.error (device); with sync_checks (default: on for CPU tensors) they
+  are checked at once, on every rank alike.
+
+World size 1 without a group (group=None) runs the same code without communication.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from . import moe as ops
+
+_ERR_INDEX = 1       # an expert index outside [0, E)
+_ERR_COUNTS = 2      # per-expert counts that do not sum to the rows given
+_FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+_DISPATCH_MODES = {"bf16": "none", "fp32": "none", "fp8_current": "none", "fp8_delayed": "none",
+                   "nvfp4": "none", "fp8_rowwise": "rowwise", "fp8_block": "block1x128",
+                   "mxfp8": "mxfp8"}
+_ALIGN = {"bf16": 1, "fp32": 1, "fp8_current": 16, "fp8_delayed": 16, "fp8_rowwise": 16,
+          "fp8_block": 16, "mxfp8": 32, "nvfp4": 128}
+
+
+def recipe_dispatch_mode(recipe: str) -> tuple[str, int]:
+    """(payload quantization of the dispatch, token alignment) of a recipe name.
+
+    Recipes whose scales are per row (fp8_rowwise, fp8_block 1x128, mxfp8) quantize the payload in
+    the permute; per-tensor recipes and nvfp4 dispatch in the activation dtype (their scale would
+    depend on which tokens share a batch) and leave quantization to the experts.
+    """
+    base = recipe.split(":")[0]
+    if base not in _DISPATCH_MODES:
+        raise ValueError(f"recipe: {recipe!r} is not one of {sorted(_DISPATCH_MODES)}")
+    return _DISPATCH_MODES[base], _ALIGN[base]
+
+
+@dataclass
+class DispatchState:
+    """What combine and the backward passes need from a dispatch (one MoE step)."""
+    group: Optional[object]
+    world: int
+    num_experts: int
+    local_experts: int
+    num_tokens: int
+    hidden: int
+    capacity: int                     # -1: dropless
+    slot_map: Tensor                  # (T, k) int64
+    row_pair: Tensor                  # (rows,) int64
+    rows: int                         # rows of the local permuted buffer
+    send_rows: Optional[List[int]]    # dropless: rows sent to each rank (host)
+    recv_chunks: Optional[List[List[int]]]  # dropless: [source][local expert] rows received
+    offs: Tensor                      # (L,) int32 cumulative end offsets of the received groups
+    dropped: Tensor                   # (1,) int64 pairs this rank dropped (capacity mode)
+    dropped_total: Tensor             # (1,) int64 pairs dropped over the group
+    error: Tensor                     # (1,) int64 OR of every rank's error bits (0 = fine)
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def live_rows(self) -> int:
+        return sum(self.send_rows) if self.send_rows is not None else self.rows
+
+
+# ---- communication helpers ---------------------------------------------------------------------
+def _world(group) -> int:
+    return 1 if group is None else dist.get_world_size(group)
+
+
+def _byte_rows(t: Tensor) -> Tensor:
+    """A contiguous (n, ...) tensor as (n, bytes per row) uint8 (zero rows included)."""
+    per = math.prod(t.shape[1:]) * t.element_size()
+    return t.view(torch.uint8).reshape(t.shape[0], per)
+
+
+def _a2a(out: Tensor, inp: Tensor, out_splits, in_splits, group) -> None:
+    """all_to_all_single on raw bytes (every dtype travels as uint8 rows)."""
+    if group is None:
+        out.copy_(inp)
+        return
+    dist.all_to_all_single(_byte_rows(out), _byte_rows(inp), out_splits, in_splits, group=group)
+
+
+def check_config(group, **config) -> None:
+    """Every rank must hold the same configuration: a fixed-size all_gather (one collective), so
+    a rank-dependent configuration raises the same error on every rank instead of hanging in a
+    mismatched all-to-all. Callers run it at the same points on every rank (dispatch: every call
+    unless verify_config=False; MoELayer: its first forward)."""
+    if group is None:
+        return
+    world = _world(group)
+    names = sorted(config)
+    mine = torch.tensor([world] + [int(config[n]) for n in names], dtype=torch.int64)
+    dev = _comm_device(group)
+    gathered = [torch.empty_like(mine, device=dev) for _ in range(world)]
+    dist.all_gather(gathered, mine.to(dev), group=group)
+    rows = [g.cpu().tolist() for g in gathered]
+    for rank, row in enumerate(rows):
+        if row != rows[0]:
+            diff = {n: (rows[0][i + 1], row[i + 1]) for i, n in enumerate(names)
+                    if rows[0][i + 1] != row[i + 1]}
+            if row[0] != rows[0][0]:
+                diff["world_size"] = (rows[0][0], row[0])
+            raise ValueError(f"tessera.torch.moe: ranks disagree on the MoE configuration: rank 0 "
+                             f"vs rank {rank}: {diff} (every rank of the EP group must build the "
+                             f"same layer)")
+
+
+def _comm_device(group) -> torch.device:
+    backend = dist.get_backend(group)
+    if backend == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def _raise_errors(errors: List[int], what: str) -> None:
+    msgs = []
+    for rank, bits in enumerate(errors):
+        if bits & _ERR_INDEX:
+            msgs.append(f"rank {rank}: an expert index is outside [0, num_experts)")
+        if bits & _ERR_COUNTS:
+            msgs.append(f"rank {rank}: per-expert counts do not sum to the rows given")
+    if msgs:
+        raise ValueError(f"tessera.torch.moe.{what}: bad input on the EP group: "
+                         + "; ".join(msgs))
+
+
+def _header(send_wl: Tensor, error_bits: Tensor, dropped: Tensor, group) -> Tensor:
+    """(W, L) rows per (destination, its local expert) + error bits + dropped -> the (W, L+2)
+    header every rank receives from each source."""
+    w, l = send_wl.shape
+    mine = torch.cat([send_wl, error_bits.reshape(1, 1).expand(w, 1),
+                      dropped.reshape(1, 1).expand(w, 1)], dim=1).contiguous()
+    recv = torch.empty_like(mine)
+    _a2a(recv, mine, None, None, group)
+    return recv
+
+
+# ---- regrouping between source-major (as received) and expert-major (what experts read) -------
+def _to_expert_major(x: Tensor, state: DispatchState) -> Tensor:
+    w, l = state.world, state.local_experts
+    if state.capacity >= 0:
+        c = state.capacity
+        return x.reshape(w, l, c, -1).transpose(0, 1).reshape(w * l * c, -1)
+    chunks = torch.split(x, [n for row in state.recv_chunks for n in row])
+    return torch.cat([chunks[s * l + e] for e in range(l) for s in range(w)]) if chunks else x
+
+
+def _to_source_major(x: Tensor, state: DispatchState) -> Tensor:
+    w, l = state.world, state.local_experts
+    if state.capacity >= 0:
+        c = state.capacity
+        return x.reshape(l, w, c, -1).transpose(0, 1).reshape(w * l * c, -1)
+    sizes = [state.recv_chunks[s][e] for e in range(l) for s in range(w)]
+    chunks = torch.split(x, sizes)
+    return torch.cat([chunks[e * w + s] for s in range(w) for e in range(l)]) if chunks else x
+
+
+def _recv_splits(state: DispatchState) -> Optional[List[int]]:
+    return None if state.recv_chunks is None else [sum(r) for r in state.recv_chunks]
+
+
+def _send_back(x_source_major: Tensor, state: DispatchState) -> Tensor:
+    """Rows received by dispatch -> their senders: (live_rows, H) in this rank's permuted order,
+    returned inside a (rows, H) buffer (rows past the live end zero)."""
+    out = x_source_major.new_zeros((state.rows, x_source_major.shape[1]))
+    live = out[:state.live_rows]
+    _a2a(live, x_source_major.contiguous(), state.send_rows, _recv_splits(state), state.group)
+    return out
+
+
+def _send_forward(x_perm: Tensor, state: DispatchState) -> Tensor:
+    """Rows of this rank's permuted buffer -> the owners of their experts (source-major)."""
+    recv_rows = sum(_recv_splits(state)) if state.recv_chunks is not None else state.rows
+    out = x_perm.new_empty((recv_rows, x_perm.shape[1]))
+    _a2a(out, x_perm[:state.live_rows].contiguous(), _recv_splits(state), state.send_rows,
+         state.group)
+    return out
+
+
+def _exchange_layout(group, num_experts: int, group_rows: Tensor, error_bits: Tensor,
+                     dropped: Tensor, capacity: int, sync_checks: bool, what: str) -> dict:
+    """Header exchange: the received chunk sizes, offsets, error bits and drop totals."""
+    world = _world(group)
+    local = num_experts // world
+    send_wl = group_rows.reshape(world, local)
+    hdr = _header(send_wl, error_bits.reshape(()).to(torch.int64), dropped.reshape(()), group)
+    out = dict(offs=hdr[:, :local].sum(0).cumsum(0).to(torch.int32), send_rows=None,
+               recv_chunks=None, error=hdr[:, local].clone(),
+               dropped_total=hdr[:, local + 1].sum().reshape(1))
+    if capacity < 0:
+        # The one device -> host copy of dropless mode: split sizes for all_to_all_single, and
+        # every rank's error bits (so that all ranks raise together).
+        host = torch.cat([send_wl.reshape(-1), hdr.reshape(-1)]).tolist()
+        send, rows = host[:world * local], host[world * local:]
+        table = [rows[s * (local + 2):(s + 1) * (local + 2)] for s in range(world)]
+        _raise_errors([row[local] for row in table], what)
+        out["send_rows"] = [sum(send[d * local:(d + 1) * local]) for d in range(world)]
+        out["recv_chunks"] = [row[:local] for row in table]
+    elif sync_checks:
+        _raise_errors(out["error"].tolist(), what)
+    return out
+
+
+def _prepare(x: Tensor, indices: Tensor, num_experts: int, group, mode: str, align: int,
+             capacity: Optional[int], sync_checks: Optional[bool],
+             verify_config: bool) -> DispatchState:
+    if x.dim() != 2 or indices.dim() != 2 or indices.shape[0] != x.shape[0]:
+        raise ValueError(f"dispatch: x must be (T, H) and indices (T, k) with one T, got "
+                         f"{tuple(x.shape)} and {tuple(indices.shape)}")
+    if x.dtype not in _FLOAT_DTYPES:
+        raise ValueError(f"dispatch: x must be float32, bfloat16 or float16, got {x.dtype}")
+    world = _world(group)
+    if num_experts < 1 or num_experts % world != 0:
+        raise ValueError(f"dispatch: num_experts {num_experts} is not a positive multiple of the "
+                         f"EP world size {world}")
+    cap = -1 if capacity is None else int(capacity)
+    if cap >= 0 and cap % align != 0:
+        raise ValueError(f"dispatch: capacity {cap} must be a multiple of the alignment {align}")
+    t, k = indices.shape
+    if verify_config:
+        check_config(group, num_experts=num_experts, top_k=k, hidden=x.shape[1], capacity=cap,
+                     align=align, mode=ops.QUANT_MODES.index(mode),
+                     dtype=_FLOAT_DTYPES.index(x.dtype))
+    if sync_checks is None:
+        sync_checks = x.device.type == "cpu"
+    bad = (indices < 0) | (indices >= num_experts)
+    error_bits = bad.any().to(torch.int64) * _ERR_INDEX
+    safe = torch.where(bad, torch.zeros_like(indices), indices)
+    counts, offsets, slot_map, row_pair, dropped, _ = ops.moe_routing(safe, num_experts, align,
+                                                                      cap)
+    lay = _exchange_layout(group, num_experts, offsets[1:] - offsets[:-1], error_bits, dropped,
+                           cap, sync_checks, "dispatch")
+    return DispatchState(group=group, world=world, num_experts=num_experts,
+                         local_experts=num_experts // world, num_tokens=t, hidden=x.shape[1],
+                         capacity=cap, slot_map=slot_map, row_pair=row_pair,
+                         rows=row_pair.shape[0], send_rows=lay["send_rows"],
+                         recv_chunks=lay["recv_chunks"], offs=lay["offs"], dropped=dropped,
+                         dropped_total=lay["dropped_total"], error=lay["error"],
+                         extra=dict(counts=counts, padded_offsets=offsets))
+
+
+def _scale_rows(sinv: Tensor, mode: str, rows: int) -> Tensor:
+    """The per-row scales of a permuted payload as a (rows, n) matrix (FP32 or E8M0 bytes)."""
+    if mode == "rowwise":
+        return sinv.reshape(rows, 1)
+    return sinv[:rows]
+
+
+class _DispatchFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: Tensor, state: DispatchState, mode: str, e8m0_floor: bool) -> Tensor:
+        k = state.slot_map.shape[1]
+        data, sinv = ops.moe_permute(x, state.row_pair, k, mode, "e4m3", e8m0_floor)
+        recv = _send_forward(data, state)
+        if mode != "none":
+            recv_scale = _send_forward(_scale_rows(sinv, mode, state.rows), state)
+            recv = ops.dequantize_rows(recv, recv_scale, mode, x.dtype)
+        ctx.state = state
+        return _to_expert_major(recv, state)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        state = ctx.state
+        d_perm = _send_back(_to_source_major(grad.contiguous(), state), state)
+        return ops.moe_permute_backward(d_perm, state.slot_map, state.num_tokens), None, None, None
+
+
+class _CombineFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, y: Tensor, probs: Optional[Tensor], state: DispatchState) -> Tensor:
+        y_perm = _send_back(_to_source_major(y.contiguous(), state), state)
+        out = ops.moe_unpermute(y_perm, state.slot_map, state.row_pair, probs)
+        ctx.state = state
+        ctx.save_for_backward(y_perm, probs)
+        return out
+
+    @staticmethod
+    def backward(ctx, dout: Tensor):
+        state = ctx.state
+        y_perm, probs = ctx.saved_tensors
+        dy_perm, dprobs = ops.moe_unpermute_backward(dout.contiguous(), y_perm, state.slot_map,
+                                                     state.row_pair, probs)
+        dy = _to_expert_major(_send_forward(dy_perm, state), state)
+        need_p = probs is not None and ctx.needs_input_grad[1]
+        return dy, (dprobs if need_p else None), None
+
+
+def dispatch(x: Tensor, indices: Tensor, num_experts: int, group=None, *, recipe: str = "bf16",
+             capacity: Optional[int] = None, sync_checks: Optional[bool] = None,
+             e8m0_floor: bool = False, verify_config: bool = True) -> tuple[Tensor, DispatchState]:
+    """Sends each token x (T, H) to the ranks owning its top-k experts indices (T, k).
+
+    Returns (recv (R, H) in x's dtype, expert-major for this rank's L local experts — feed it
+    with state.offs (L,) int32 to the experts — and the DispatchState that combine needs).
+    Differentiable in x (the payload quantization of `recipe` is straight-through).
+    Dropless mode (capacity None) copies the split sizes to the host once (see module doc).
+    verify_config: first check that every rank passes the same configuration (one small
+    all_gather; MoELayer does it on its first forward only).
+    """
+    mode, align = recipe_dispatch_mode(recipe)
+    state = _prepare(x, indices, num_experts, group, mode, align, capacity, sync_checks,
+                     verify_config)
+    return _DispatchFn.apply(x, state, mode, e8m0_floor), state
+
+
+def combine(y: Tensor, probs: Optional[Tensor], state: DispatchState) -> Tensor:
+    """Expert outputs y (R, H) (dispatch's row order) -> (T, H): sent back to their tokens and
+    combined, out[t] = sum_j probs[t, j] * y_row(t, j) in FP32 (dropped pairs contribute 0).
+    Differentiable in y and probs (float32 (T, k), or None for weights 1)."""
+    if probs is not None:
+        probs = probs.float()
+    return _CombineFn.apply(y, probs, state)
+
+
+def all_to_all_expert_rows(rows: Tensor, counts: Tensor, num_experts: int, group=None,
+                           sync_checks: Optional[bool] = None) -> tuple[Tensor, Tensor]:
+    """The dropless exchange on its own: rows (N, H) grouped by global expert (counts (E,) rows
+    each, summing to N) -> (rows received for this rank's local experts, expert-major; offs (L,)
+    int32). Counts that do not sum to N raise on every rank."""
+    world = _world(group)
+    if num_experts % world != 0 or counts.shape != (num_experts,):
+        raise ValueError(f"all_to_all_expert_rows: counts must be ({num_experts},) and "
+                         f"num_experts a multiple of the world size {world}, got "
+                         f"{tuple(counts.shape)}")
+    counts = counts.to(torch.int64)
+    bad = (counts.sum() != rows.shape[0]) | (counts < 0).any()
+    error_bits = bad.to(torch.int64) * _ERR_COUNTS
+    lay = _exchange_layout(group, num_experts, torch.where(bad, 0, counts), error_bits,
+                           torch.zeros(1, dtype=torch.int64, device=counts.device), -1,
+                           True if sync_checks is None else sync_checks,
+                           "all_to_all_expert_rows")
+    state = DispatchState(group=group, world=world, num_experts=num_experts,
+                          local_experts=num_experts // world, num_tokens=0, hidden=rows.shape[1],
+                          capacity=-1, slot_map=counts, row_pair=counts, rows=rows.shape[0],
+                          send_rows=lay["send_rows"], recv_chunks=lay["recv_chunks"],
+                          offs=lay["offs"], dropped=counts[:1], dropped_total=counts[:1],
+                          error=lay["error"])
+    return _to_expert_major(_send_forward(rows, state), state), lay["offs"]
+
+
+def capacity_for(num_tokens: int, top_k: int, num_experts: int, capacity_factor: float,
+                 align: int) -> int:
+    """Per-(rank, expert) capacity: ceil(factor * T * k / E) rounded up to the alignment."""
+    c = math.ceil(capacity_factor * num_tokens * top_k / num_experts)
+    return max(align, (c + align - 1) // align * align)

@@ -1,0 +1,107 @@
+"""tessera.torch.MoELayer: router -> dispatch -> local experts -> combine (DESIGN §11).
+
+    layer = MoELayer(hidden, ffn, num_experts, top_k, recipe="bf16", ep_group=None,
+                     capacity_factor=None, experts=None)
+    y = layer(x)                       # x (..., hidden) -> (..., hidden)
+
+Experts are sharded over `ep_group` (a torch ProcessGroup; None = one process holding every
+expert): this rank owns global experts [rank * L, (rank + 1) * L), L = num_experts / world. The
+expert module (default tessera.torch.GroupedMLP when the build has it, else the plain-torch
+ReferenceGroupedMLP) is called as experts(x (R, hidden), offs (L,) int32, probs=None); routing
+probabilities are applied in the combine. The router (default a bias-free FP32 Linear) is
+replicated: its gradient, like any data-parallel parameter's, is summed over ranks by the user's
+data-parallel wrapper, not here.
+
+capacity_factor None = dropless (one host copy of split sizes per step); a number = capacity
+mode, C = ceil(factor * T * k / E) rounded up to the recipe's alignment per (rank, expert), no
+host sync; `last_dropped` / `last_dropped_total` hold the pairs dropped by the last forward
+(device tensors: this rank's, and the group's). `last_error` holds every rank's error bits of the
+last forward (capacity mode on CUDA records instead of raising; call check_errors()).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import Tensor, nn
+
+from . import moe_dist
+from .moe_reference import ReferenceGroupedMLP, route
+
+
+def _default_experts(local: int, hidden: int, ffn: int, recipe: str, device, dtype):
+    from .. import torch as tt
+    if hasattr(tt, "GroupedMLP"):
+        return tt.GroupedMLP(local, hidden, ffn, recipe=recipe, bias=False, device=device,
+                             dtype=dtype)
+    return ReferenceGroupedMLP(local, hidden, ffn, recipe=recipe, device=device, dtype=dtype)
+
+
+class MoELayer(nn.Module):
+    def __init__(self, hidden: int, ffn: int, num_experts: int, top_k: int, recipe: str = "bf16",
+                 ep_group=None, capacity_factor: Optional[float] = None,
+                 experts: Optional[nn.Module] = None, router: Optional[nn.Module] = None,
+                 normalize_probs: bool = True, sync_checks: Optional[bool] = None,
+                 device=None, dtype: torch.dtype = torch.bfloat16):
+        super().__init__()
+        world = 1 if ep_group is None else torch.distributed.get_world_size(ep_group)
+        if num_experts < 1 or num_experts % world != 0:
+            raise ValueError(f"MoELayer: num_experts {num_experts} is not a positive multiple of "
+                             f"the EP world size {world}")
+        if not 1 <= top_k <= num_experts:
+            raise ValueError(f"MoELayer: top_k {top_k} must be in [1, num_experts {num_experts}]")
+        self.mode, self.align = moe_dist.recipe_dispatch_mode(recipe)
+        self.hidden, self.ffn, self.num_experts, self.top_k = hidden, ffn, num_experts, top_k
+        self.recipe, self.ep_group, self.world = recipe, ep_group, world
+        self.local_experts = num_experts // world
+        self.capacity_factor, self.normalize_probs = capacity_factor, normalize_probs
+        self.sync_checks = sync_checks
+        self.router = router if router is not None else nn.Linear(hidden, num_experts, bias=False,
+                                                                  device=device)
+        self.experts = experts if experts is not None else _default_experts(
+            self.local_experts, hidden, ffn, recipe, device, dtype)
+        groups = getattr(self.experts, "num_groups", self.local_experts)
+        if groups != self.local_experts:
+            raise ValueError(f"MoELayer: the experts module holds {groups} experts but "
+                             f"num_experts {num_experts} over an EP world size of {world} needs "
+                             f"{self.local_experts} per rank")
+        self.last_dropped: Optional[Tensor] = None
+        self.last_dropped_total: Optional[Tensor] = None
+        self.last_error: Optional[Tensor] = None
+        self._config_verified = False  # every rank checks the configuration on its 1st forward
+
+    def capacity(self, num_tokens: int) -> Optional[int]:
+        if self.capacity_factor is None:
+            return None
+        return moe_dist.capacity_for(num_tokens, self.top_k, self.num_experts,
+                                     self.capacity_factor, self.align)
+
+    def forward(self, x: Tensor) -> Tensor:
+        shape = x.shape
+        x2 = x.reshape(-1, self.hidden)
+        param = next(self.router.parameters(), None)
+        router_in = x2 if param is None or not param.is_floating_point() else x2.to(param.dtype)
+        probs, indices = route(self.router(router_in), self.top_k, self.normalize_probs)
+        recv, state = moe_dist.dispatch(x2, indices, self.num_experts, self.ep_group,
+                                        recipe=self.recipe, capacity=self.capacity(x2.shape[0]),
+                                        sync_checks=self.sync_checks,
+                                        verify_config=not self._config_verified)
+        self._config_verified = True
+        y = self.experts(recv, state.offs)
+        out = moe_dist.combine(y, probs, state)
+        self.last_dropped, self.last_dropped_total = state.dropped, state.dropped_total
+        self.last_error = state.error
+        return out.reshape(shape)
+
+    def check_errors(self) -> None:
+        """Raises (on every rank alike) if the last forward saw bad input anywhere in the group."""
+        if self.last_error is not None:
+            moe_dist._raise_errors(self.last_error.tolist(), "MoELayer")
+
+    def extra_repr(self) -> str:
+        return (f"hidden={self.hidden}, ffn={self.ffn}, num_experts={self.num_experts}, "
+                f"top_k={self.top_k}, recipe={self.recipe!r}, world={self.world}, "
+                f"capacity_factor={self.capacity_factor}")
+
+
+__all__ = ["MoELayer"]

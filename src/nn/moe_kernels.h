@@ -1,0 +1,117 @@
+// Internals of the expert-parallel routing ops (include/tessera/nn/moe_routing.h): the argument
+// blocks the checked entry points (moe_routing.cpp) hand to the CPU loops (moe_permute_cpu.cpp)
+// and the CUDA kernels (moe_routing.cu), and the per-block quantization and reduction rules both
+// backends share so that they give the same bits.
+#pragma once
+
+#include <cstdint>
+
+#include "tessera/core/device.h"
+#include "tessera/core/dtype.h"
+#include "tessera/core/stream.h"
+#include "tessera/quantize/scale_rules.h"
+#include "tessera/quantize/types.h"
+
+namespace tessera::detail::moe {
+
+struct RoutingArgs {
+  const void* indices;  // (T, k) int32/int64
+  DType index_dtype;
+  int64_t tokens, top_k, experts, align, capacity, rows;
+  int64_t* counts;          // (E)
+  int64_t* padded_offsets;  // (E+1)
+  int64_t* dropped;         // (1)
+  void* slot_map;           // (T, k)
+  void* row_pair;           // (rows)
+  DType map_dtype;          // of slot_map and row_pair
+  int32_t* error_flag;      // CUDA only
+  void* workspace;          // CUDA only
+};
+
+// Quantization of permuted rows: FP32 scale per block (rowwise: one block = the whole row;
+// block1x128) or E8M0 per 32-block (MXFP8). Mirrors the CPU/CUDA quantizers exactly.
+enum class RowQuantMode : int { kNone = 0, kRowwise = 1, kBlock1x128 = 2, kMXFP8 = 3 };
+
+struct RowQuant {
+  RowQuantMode mode = RowQuantMode::kNone;
+  bool e5m2 = false;
+  float fp8_max = 448.0f;
+  float epsilon = 0.0f;
+  bool power_of_two = false;
+  bool floor_rule = false;  // MXFP8 E8M0 rule: OCP floor instead of TE round-up
+  int64_t block = 0;        // elements per scale block (H for rowwise)
+  int64_t scale_cols = 0;   // scale entries per row
+};
+
+// Scale of one block from the abs-bits max of its elements: writes the stored scale (FP32
+// scale_inv, or the E8M0 byte) at scale_base[index] and returns the element multiplier.
+TESSERA_HD float block_multiplier(const RowQuant& q, uint32_t amax_bits, void* scale_base,
+                                  int64_t index) {
+  const float amax = scale_rules::amax_from_abs_bits(amax_bits);
+  if (q.mode == RowQuantMode::kMXFP8) {
+    const uint8_t e = q.floor_rule ? scale_rules::e8m0_floor(amax, q.e5m2 ? 15 : 8)
+                                   : scale_rules::e8m0_round_up(
+                                         amax, q.e5m2 ? 1.0f / 57344.0f : 1.0f / 448.0f);
+    static_cast<uint8_t*>(scale_base)[index] = e;
+    return scale_rules::e8m0_multiplier(e);
+  }
+  const float scale = scale_rules::current_scale(amax, q.fp8_max, q.epsilon, q.power_of_two);
+  static_cast<float*>(scale_base)[index] = scale_rules::reciprocal(scale);
+  return scale;
+}
+
+TESSERA_HD uint8_t encode_element(const RowQuant& q, float product) {
+  return scale_rules::fp8_element(product, q.e5m2);
+}
+
+struct PermuteArgs {
+  const void* x;  // (T, H)
+  DType x_dtype;
+  int64_t tokens, hidden, top_k, rows;
+  const void* row_pair;  // (rows)
+  DType map_dtype;
+  void* out;        // (rows, H): x_dtype, or FP8 codes when quant.mode != kNone
+  void* scale_inv;  // quantized: (scale_rows, scale_cols) FP32 or E8M0
+  int64_t scale_rows;  // >= rows (block1x128 pads to a multiple of 4; padding written as 0)
+  RowQuant quant;
+};
+
+struct GatherAddArgs {  // permute backward / unpermute
+  const void* y;  // (rows, H)
+  DType y_dtype;
+  int64_t rows, hidden, tokens, top_k;
+  const void* slot_map;  // (T, k)
+  DType map_dtype;
+  const void* probs;  // (T, k) float32 or null (weights 1)
+  void* out;          // (T, H)
+  DType out_dtype;
+};
+
+struct ScatterArgs {  // unpermute backward
+  const void* dout;  // (T, H)
+  DType dout_dtype;
+  const void* y;  // (rows, H), for dprobs
+  DType y_dtype;
+  int64_t rows, hidden, tokens, top_k;
+  const void* slot_map;  // (T, k)
+  const void* row_pair;  // (rows)
+  DType map_dtype;
+  const void* probs;  // (T, k) float32 or null
+  void* dy;           // (rows, H)
+  DType dy_dtype;
+  float* dprobs;  // (T, k) or null
+};
+
+void routing_cpu(const RoutingArgs& a);
+void permute_cpu(const PermuteArgs& a);
+void gather_add_cpu(const GatherAddArgs& a);
+void scatter_cpu(const ScatterArgs& a);
+
+// CUDA: workspace bytes and the kernels (moe_routing.cu; moe_routing_no_cuda.cpp without nvcc).
+int64_t routing_workspace_bytes_cuda(int64_t pairs, int64_t experts);
+void routing_cuda(const RoutingArgs& a, Device device, Stream stream);
+void permute_cuda(const PermuteArgs& a, Device device, Stream stream);
+void gather_add_cuda(const GatherAddArgs& a, Device device, Stream stream);
+void scatter_cuda(const ScatterArgs& a, Device device, Stream stream);
+
+}  // namespace tessera::detail::moe

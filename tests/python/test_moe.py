@@ -1,0 +1,246 @@
+"""tessera.torch.moe in one process: the routing op against a sort-based torch oracle (dropless
+and capacity), the fused permute + quantize against tessera's standalone quantizer on the
+torch-permuted tensor, unpermute's gradients against torch autograd, and MoELayer (one process
+holding every expert) against the plain-torch reference_moe — outputs and every gradient bit for
+bit, for each recipe whose dispatch is quantized per row, dropless and with capacity. Bad input
+is a clear error. CPU only; skips without torch."""
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tessera import _tessera as C  # noqa: E402
+
+if not hasattr(C, "_moe_routing_into"):
+    pytest.skip("expert-parallel routing ops not in this build", allow_module_level=True)
+
+import tessera.torch as tt  # noqa: E402
+from tessera.torch import moe  # noqa: E402
+from tessera.torch.moe_reference import (ReferenceGroupedMLP, ReferenceRouter,  # noqa: E402
+                                         reference_moe)
+
+RECIPES = ["bf16", "fp8_rowwise", "fp8_block", "mxfp8"]
+
+
+def _oracle_routing(idx, num_experts, align, capacity):
+    """Per expert: its pairs in (t, j) order, the first `capacity` kept; groups padded."""
+    t, k = idx.shape
+    flat = idx.reshape(-1).tolist()
+    slot = [-1] * (t * k)
+    offsets, counts, dropped = [0], [], 0
+    for e in range(num_experts):
+        mine = [p for p, x in enumerate(flat) if x == e]
+        kept = mine if capacity < 0 else mine[:capacity]
+        for i, p in enumerate(kept):
+            slot[p] = offsets[-1] + i
+        size = capacity if capacity >= 0 else -(-len(kept) // align) * align
+        offsets.append(offsets[-1] + size)
+        counts.append(len(kept))
+        dropped += len(mine) - len(kept)
+    return counts, offsets, slot, dropped
+
+
+@pytest.mark.parametrize("align,capacity", [(1, -1), (16, -1), (32, -1), (128, -1), (16, 32),
+                                            (32, 0)])
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_routing_matches_oracle(align, capacity, dtype):
+    g = torch.Generator().manual_seed(align + capacity)
+    idx = torch.randint(0, 6, (70, 3), generator=g).to(dtype)
+    idx[:20, 0] = 0  # a popular expert, so capacity drops
+    counts, offsets, slot, row_pair, dropped, flag = moe.moe_routing(idx, 6, align, capacity)
+    want = _oracle_routing(idx, 6, align, capacity)
+    assert counts.tolist() == want[0]
+    assert offsets.tolist() == want[1]
+    assert slot.reshape(-1).tolist() == want[2]
+    assert int(dropped) == want[3] and int(flag) == 0
+    if capacity == 32:
+        assert want[3] > 0
+    for p, s in enumerate(want[2]):
+        if s >= 0:
+            assert int(row_pair[s]) == p
+    assert int((row_pair >= 0).sum()) == sum(want[0])
+
+
+@pytest.mark.parametrize("mode", ["none", "rowwise", "block1x128", "mxfp8"])
+def test_permute_quantize_equals_standalone_quantizer(mode):
+    g = torch.Generator().manual_seed(3)
+    x = (torch.randn(40, 200, generator=g) * 3).bfloat16()
+    x[5] = 0
+    idx = torch.randint(0, 5, (40, 2), generator=g)
+    _, _, slot, row_pair, _, _ = moe.moe_routing(idx, 5, 32, -1)
+    data, sinv = moe.moe_permute(x, row_pair, 2, mode)
+    rows = row_pair.shape[0]
+    perm = torch.where((row_pair >= 0).reshape(-1, 1), x[row_pair.clamp(min=0) // 2],
+                       torch.zeros((), dtype=x.dtype))
+    if mode == "none":
+        assert torch.equal(data, perm)
+        return
+    want_d = torch.empty((rows, 200), dtype=torch.uint8)
+    shape, sdtype = moe._scale_shape(mode, rows, 200)
+    want_s = torch.empty(shape, dtype=sdtype)
+    C._quantize_into(perm, mode, "e4m3", True, False, want_d, want_s,
+                     torch.empty(0, dtype=torch.uint8), torch.empty(0, dtype=sdtype), 0)
+    assert torch.equal(data.view(torch.uint8), want_d)
+    assert torch.equal(sinv.view(torch.uint8), want_s.view(torch.uint8))
+
+
+def test_unpermute_and_permute_gradients_match_torch():
+    g = torch.Generator().manual_seed(4)
+    idx = torch.randint(0, 4, (30, 2), generator=g)
+    _, _, slot, row_pair, _, _ = moe.moe_routing(idx, 4, 16, -1)
+    x = torch.randn(30, 24, generator=g, dtype=torch.float64).float().requires_grad_()
+    probs = torch.rand(30, 2, generator=g).requires_grad_()
+    perm = moe.permute(x, row_pair, slot, 2)
+    out = moe.unpermute(perm * 2.0, slot, row_pair, probs)
+    w = torch.randn(30, 24, generator=g)
+    (out * w).sum().backward()
+    x2 = x.detach().clone().double().requires_grad_()
+    p2 = probs.detach().clone().double().requires_grad_()
+    ref = sum(p2[:, j:j + 1] * 2.0 * x2 for j in range(2))
+    (ref * w.double()).sum().backward()
+    torch.testing.assert_close(out.double(), ref, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(x.grad.double(), x2.grad, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(probs.grad.double(), p2.grad, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+@pytest.mark.parametrize("capacity_factor", [None, 0.5])
+def test_layer_equals_reference_bitwise(recipe, capacity_factor):
+    torch.manual_seed(11)
+    h, f, e, k, t = 64, 32, 8, 2, 96
+    experts = ReferenceGroupedMLP(e, h, f)
+    router = ReferenceRouter(h, e)
+    layer = tt.MoELayer(h, f, e, k, recipe=recipe, experts=experts, router=router,
+                        capacity_factor=capacity_factor)
+    x = torch.randn(t, h).bfloat16().requires_grad_()
+    g = torch.randn(t, h).bfloat16()
+    y = layer(x)
+    y.backward(g)
+    got = [y, x.grad, experts.fc1_weight.grad, experts.fc2_weight.grad, router.weight.grad]
+    got = [v.clone() for v in got]
+    experts.zero_grad()
+    router.zero_grad()
+    x2 = x.detach().clone().requires_grad_()
+    yr, dropped = reference_moe(x2, router, experts, e, k, recipe, layer.capacity(t))
+    yr.backward(g)
+    want = [yr, x2.grad, experts.fc1_weight.grad, experts.fc2_weight.grad, router.weight.grad]
+    for name, a, b in zip(["out", "dx", "fc1 dw", "fc2 dw", "router dw"], got, want):
+        assert torch.equal(a, b), f"{recipe} {capacity_factor}: {name} differs"
+    assert int(layer.last_dropped) == dropped
+    if capacity_factor is not None and recipe == "bf16":
+        assert dropped > 0, "capacity 0.5 must drop pairs"
+
+
+def test_bad_input_is_a_clear_error():
+    experts = ReferenceGroupedMLP(4, 16, 8)
+    with pytest.raises(ValueError, match="holds 4 experts but num_experts 8"):
+        tt.MoELayer(16, 8, 8, 2, experts=experts)
+    with pytest.raises(ValueError, match="recipe"):
+        tt.MoELayer(16, 8, 8, 2, recipe="fp9")
+    x = torch.randn(5, 16)
+    idx = torch.tensor([[0, 1]] * 4 + [[0, 9]])
+    with pytest.raises(ValueError, match="rank 0: an expert index is outside"):
+        moe.dispatch(x, idx, 8)
+    with pytest.raises(ValueError, match="indices"):
+        moe.moe_routing(idx, 8)
+    with pytest.raises(ValueError, match="x must be float32, bfloat16 or float16"):
+        moe.dispatch(x.double(), idx.clamp(max=7), 8)
+    with pytest.raises(ValueError, match="counts do not sum"):
+        moe.all_to_all_expert_rows(torch.randn(6, 4), torch.tensor([2, 2, 1, 0]), 4)
+    rows, offs = moe.all_to_all_expert_rows(torch.arange(12.0).reshape(6, 2),
+                                            torch.tensor([2, 2, 2, 0]), 4)
+    assert offs.tolist() == [2, 4, 6, 6] and torch.equal(rows, torch.arange(12.0).reshape(6, 2))
+
+
+def test_custom_ops_pass_opcheck_and_compile():
+    g = torch.Generator().manual_seed(5)
+    idx = torch.randint(0, 4, (12, 2), generator=g)
+    x = torch.randn(12, 64, generator=g).bfloat16()
+    probs = torch.rand(12, 2, generator=g)
+    torch.library.opcheck(torch.ops.tessera.moe_routing.default, (idx, 4, 16, -1))
+    torch.library.opcheck(torch.ops.tessera.moe_routing.default, (idx, 4, 16, 32))
+    _, _, slot, row_pair, _, _ = moe.moe_routing(idx, 4, 16, -1)
+    for mode in moe.QUANT_MODES:
+        torch.library.opcheck(torch.ops.tessera.moe_permute.default, (x, row_pair, 2, mode),
+                              test_utils=("test_schema", "test_faketensor"))
+    y = torch.randn(row_pair.shape[0], 64, generator=g).bfloat16()
+    torch.library.opcheck(torch.ops.tessera.moe_unpermute.default, (y, slot, row_pair, probs),
+                          test_utils=("test_schema", "test_faketensor"))
+    torch.library.opcheck(torch.ops.tessera.moe_permute_backward.default, (y, slot, 12))
+    torch.library.opcheck(torch.ops.tessera.moe_unpermute_backward.default,
+                          (x, y, slot, row_pair, probs))
+
+    def step(x, idx, probs):
+        _, _, slot, row_pair, _, _ = moe.moe_routing(idx, 4, 16, -1)
+        data, _ = moe.moe_permute(x, row_pair, 2, "none")
+        return moe.moe_unpermute(data * 2, slot, row_pair, probs)
+
+    eager = step(x, idx, probs)
+    compiled = torch.compile(step, backend="aot_eager", fullgraph=True)(x, idx, probs)
+    assert torch.equal(eager, compiled)
+
+
+def test_layer_with_default_router_and_experts_trains():
+    torch.manual_seed(2)
+    layer = tt.MoELayer(32, 16, 4, 2, recipe="mxfp8", capacity_factor=1.0)
+    assert isinstance(layer.router, torch.nn.Linear) and layer.router.weight.dtype == torch.float32
+    x = torch.randn(3, 10, 32).bfloat16().requires_grad_()
+    y = layer(x)
+    assert y.shape == x.shape and y.dtype == x.dtype and torch.isfinite(y.float()).all()
+    y.float().square().sum().backward()
+    assert x.grad is not None and torch.isfinite(x.grad.float()).all()
+    assert layer.router.weight.grad is not None and layer.router.weight.grad.abs().sum() > 0
+    assert int(layer.last_error.max()) == 0
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or not C.cuda_compiled(),
+                    reason="needs a CUDA device and tessera built with CUDA")
+@pytest.mark.parametrize("capacity", [-1, 32])
+def test_cuda_ops_equal_cpu_and_graph_replay(capacity):
+    g = torch.Generator().manual_seed(9)
+    idx = torch.randint(0, 16, (300, 4), generator=g)
+    idx[:100, 0] = 0
+    x = torch.randn(300, 256, generator=g).bfloat16()
+    probs = torch.rand(300, 4, generator=g)
+    dout = torch.randn(300, 256, generator=g).bfloat16()
+
+    def run(dev):
+        r = moe.moe_routing(idx.to(dev), 16, 32, capacity)
+        outs = [t.cpu() for t in r[:5]]
+        for mode in moe.QUANT_MODES:
+            outs += [t.cpu() for t in moe.moe_permute(x.to(dev), r[3], 4, mode)]
+        y, _ = moe.moe_permute(x.to(dev), r[3], 4, "none")
+        outs.append(moe.moe_unpermute(y, r[2], r[3], probs.to(dev)).cpu())
+        outs.append(moe.moe_permute_backward(y, r[2], 300).cpu())
+        outs += [t.cpu() for t in moe.moe_unpermute_backward(dout.to(dev), y, r[2], r[3],
+                                                             probs.to(dev))]
+        return outs
+
+    for a, b in zip(run("cuda"), run("cpu")):
+        assert torch.equal(a.view(torch.uint8) if a.dtype.itemsize == 1 else a,
+                           b.view(torch.uint8) if b.dtype.itemsize == 1 else b)
+    if capacity < 0:
+        return
+    # Capacity mode in a CUDA graph (world size 1, no group): replay with new routing.
+    dev = torch.device("cuda")
+    xs, ids, ps = x.to(dev), idx.to(dev), probs.to(dev)
+
+    def step():
+        recv, state = moe.dispatch(xs, ids, 16, None, recipe="mxfp8", capacity=capacity,
+                                   sync_checks=False)
+        return moe.combine(recv * 2, ps, state), state.dropped
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        step()
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out_g, dropped_g = step()
+    for r in range(3):
+        ids.copy_(torch.randint(0, 16, (300, 4), generator=g).to(dev))
+        ids[: 50 * (r + 1), 1] = 3
+        graph.replay()
+        eager, dropped = step()
+        torch.cuda.synchronize()
+        assert torch.equal(out_g, eager) and int(dropped_g) == int(dropped)

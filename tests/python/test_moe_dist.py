@@ -1,0 +1,191 @@
+"""Expert parallelism over torch.distributed on the CPU (Gloo): 2 and 4 processes, launched here
+(torch.multiprocessing spawn, a free port on 127.0.0.1, timeouts so nothing hangs), each holding
+num_experts / world experts, give the same outputs, input gradients and expert weight gradients
+as one process holding every expert (tessera.torch.moe_reference.reference_moe over the
+concatenated tokens) — bit for bit for bf16 and for the recipes whose dispatch is quantized per
+row (fp8_rowwise, fp8_block, mxfp8), dropless and in capacity mode, where the dropped-pair counts
+must be exact. The router's weight gradient is a sum over ranks (a data-parallel all-reduce, whose
+order differs from one process's sum): compared to FP32 rounding. Bad input (an expert index out
+of range on one rank, counts that do not sum, a world size the experts do not fit, ranks that
+disagree on the configuration) raises a clear error on EVERY rank; a rank without tokens works.
+Skips without torch."""
+import os
+import socket
+import tempfile
+from datetime import timedelta
+
+import pytest
+
+torch = pytest.importorskip("torch")
+dist = pytest.importorskip("torch.distributed")
+if not dist.is_available() or not dist.is_gloo_available():
+    pytest.skip("torch.distributed with Gloo is not available", allow_module_level=True)
+
+from tessera import _tessera as C  # noqa: E402
+
+if not hasattr(C, "_moe_routing_into"):
+    pytest.skip("expert-parallel routing ops not in this build", allow_module_level=True)
+
+H, F, E, K, T = 64, 32, 8, 2, 48          # T tokens per rank
+CASES = [(r, cf) for r in ("bf16", "fp8_rowwise", "fp8_block", "mxfp8") for cf in (None, 0.5)]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _model(world):
+    """Global parameters and data, the same in every process."""
+    from tessera.torch.moe_reference import ReferenceGroupedMLP, ReferenceRouter
+    torch.manual_seed(1234)
+    experts = ReferenceGroupedMLP(E, H, F)
+    router = ReferenceRouter(H, E)
+    x = torch.randn(world * T, H).bfloat16()
+    g = torch.randn(world * T, H).bfloat16()
+    return experts, router, x, g
+
+
+def _local_experts(experts, rank, world):
+    from tessera.torch.moe_reference import ReferenceGroupedMLP
+    lo, hi = rank * E // world, (rank + 1) * E // world
+    local = ReferenceGroupedMLP(hi - lo, H, F)
+    with torch.no_grad():
+        local.fc1_weight.copy_(experts.fc1_weight[lo:hi])
+        local.fc2_weight.copy_(experts.fc2_weight[lo:hi])
+    return local
+
+
+def _init(rank, world, port):
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=60))
+
+
+def _worker_cases(rank, world, port, outdir):
+    import tessera.torch as tt
+    _init(rank, world, port)
+    try:
+        results = {}
+        for recipe, cf in CASES:
+            experts, router, x, g = _model(world)
+            local = _local_experts(experts, rank, world)
+            layer = tt.MoELayer(H, F, E, K, recipe=recipe, ep_group=dist.group.WORLD,
+                                capacity_factor=cf, experts=local, router=router)
+            xl = x[rank * T:(rank + 1) * T].clone().requires_grad_()
+            y = layer(xl)
+            y.backward(g[rank * T:(rank + 1) * T])
+            results[(recipe, cf)] = dict(
+                y=y.detach(), dx=xl.grad, fc1=local.fc1_weight.grad, fc2=local.fc2_weight.grad,
+                router=router.weight.grad, dropped=int(layer.last_dropped),
+                dropped_total=int(layer.last_dropped_total), capacity=layer.capacity(T))
+        torch.save(results, os.path.join(outdir, f"rank{rank}.pt"))
+    finally:
+        dist.destroy_process_group()
+
+
+def _expect_error(fn, needle):
+    try:
+        fn()
+    except ValueError as e:
+        assert needle in str(e), str(e)
+        return str(e)
+    raise AssertionError(f"no error; expected {needle!r}")
+
+
+def _worker_edges(rank, world, port, outdir):
+    import tessera.torch as tt
+    from tessera.torch import moe
+    from tessera.torch.moe_reference import ReferenceGroupedMLP
+    _init(rank, world, port)
+    group = dist.group.WORLD
+    msgs = []
+    try:
+        x = torch.randn(6, H)
+        idx = torch.randint(0, E, (6, K))
+        if rank == world - 1:
+            idx[2, 1] = E  # only the last rank has a bad index
+        for cf in (None, 8):
+            msgs.append(_expect_error(lambda: moe.dispatch(x, idx, E, group, capacity=cf),
+                                      f"rank {world - 1}: an expert index is outside"))
+        counts = torch.tensor([1] * E)
+        if rank == 0:
+            counts[3] = 2  # rank 0 claims 9 rows but gives 8
+        msgs.append(_expect_error(
+            lambda: moe.all_to_all_expert_rows(torch.randn(E, 4), counts, E, group),
+            "rank 0: per-expert counts do not sum"))
+        msgs.append(_expect_error(
+            lambda: tt.MoELayer(H, F, E, K, ep_group=group, experts=ReferenceGroupedMLP(E, H, F)),
+            f"holds {E} experts but num_experts {E} over an EP world size of {world}"))
+        msgs.append(_expect_error(lambda: tt.MoELayer(H, F, world + 1, 1, ep_group=group),
+                                  "is not a positive multiple of the EP world size"))
+        top_k = 2 if rank == 0 else 3  # ranks disagree: caught by the fixed-size config check
+        msgs.append(_expect_error(lambda: moe.dispatch(x, torch.zeros(6, top_k, dtype=torch.int64),
+                                                       E, group),
+                                  "ranks disagree on the MoE configuration"))
+        # A rank without tokens (rank 0) next to one with some: outputs equal one process's.
+        from tessera.torch.moe_reference import reference_moe
+        experts, router, xs, _ = _model(world)
+        n = 0 if rank == 0 else 5
+        layer = tt.MoELayer(H, F, E, K, ep_group=group, recipe="mxfp8",
+                            experts=_local_experts(experts, rank, world), router=router)
+        xl = xs[:n].clone().requires_grad_()
+        y = layer(xl)
+        y.float().sum().backward()
+        with torch.no_grad():
+            want, _ = reference_moe(xs[:n], router, experts, E, K, "mxfp8")
+        msgs.append(torch.equal(y.detach(), want) and xl.grad.shape == (n, H))
+        torch.save(msgs, os.path.join(outdir, f"errors{rank}.pt"))
+    finally:
+        dist.destroy_process_group()
+
+
+def _spawn(fn, world, outdir):
+    import torch.multiprocessing as mp
+    ctx = mp.start_processes(fn, args=(world, _free_port(), outdir), nprocs=world, join=False,
+                             start_method="spawn")
+    for _ in range(240):  # <= 120 s
+        if ctx.join(timeout=0.5):
+            return
+    for p in ctx.processes:
+        p.kill()
+    raise AssertionError("the distributed workers did not finish in time (a hang)")
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_expert_parallel_equals_one_process(world):
+    from tessera.torch.moe_reference import reference_moe
+    with tempfile.TemporaryDirectory() as outdir:
+        _spawn(_worker_cases, world, outdir)
+        ranks = [torch.load(os.path.join(outdir, f"rank{r}.pt")) for r in range(world)]
+    torch.set_num_threads(1)
+    for recipe, cf in CASES:
+        experts, router, x, g = _model(world)
+        cap = ranks[0][(recipe, cf)]["capacity"]
+        xr = x.clone().requires_grad_()
+        y, dropped = reference_moe(xr, router, experts, E, K, recipe, cap, [T] * world)
+        y.backward(g)
+        name = f"world {world} {recipe} capacity_factor {cf}"
+        got = [r[(recipe, cf)] for r in ranks]
+        assert torch.equal(torch.cat([r["y"] for r in got]), y.detach()), name + ": outputs"
+        assert torch.equal(torch.cat([r["dx"] for r in got]), xr.grad), name + ": dx"
+        assert torch.equal(torch.cat([r["fc1"] for r in got]), experts.fc1_weight.grad), name
+        assert torch.equal(torch.cat([r["fc2"] for r in got]), experts.fc2_weight.grad), name
+        router_sum = sum(r["router"].double() for r in got)
+        torch.testing.assert_close(router_sum.float(), router.weight.grad, rtol=1e-5, atol=1e-6)
+        assert sum(r["dropped"] for r in got) == dropped, name + ": dropped pairs"
+        assert all(r["dropped_total"] == dropped for r in got), name + ": dropped_total"
+        if cf is not None and recipe == "bf16":
+            assert dropped > 0, name + ": capacity 0.5 must drop pairs"
+
+
+def test_bad_input_raises_on_every_rank_and_empty_ranks_work():
+    world = 2
+    with tempfile.TemporaryDirectory() as outdir:
+        _spawn(_worker_edges, world, outdir)
+        msgs = [torch.load(os.path.join(outdir, f"errors{r}.pt")) for r in range(world)]
+    assert len(msgs[0]) == len(msgs[1]) == 7
+    assert msgs[0][:3] == msgs[1][:3]  # the same message on every rank
+    assert msgs[0][6] is True and msgs[1][6] is True, "a rank without tokens"

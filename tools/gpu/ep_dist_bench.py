@@ -1,0 +1,223 @@
+"""Expert parallelism over N GPUs (issue 18; launched by tools/gpu/ep_run.sh through torchrun).
+
+1. correctness: MoELayer over the N ranks vs reference_moe of all ranks' tokens in one process
+   (CPU), small sizes, bits of outputs compared on every rank;
+2. dispatch / combine GB/s per rank at DSv3-like sizes (4096 tokens/rank, hidden 7168, top-8,
+   256 experts): tessera dispatch with an FP8 payload (mxfp8 / fp8_rowwise) and BF16 combine,
+   next to a plain all_to_all_single of the same BF16 rows (torch sort + index_select + a2a);
+   GB/s = bytes this rank sends / time;
+3. a MoE training step (forward + backward) in tokens/s: MoELayer (bf16 and fp8 recipes, the
+   experts tessera.torch.GroupedMLP when the build has it) next to a PyTorch-only BF16 MoE
+   (sort, index_select, all_to_all_single, torch._grouped_mm experts, index_add combine).
+Not run by its author (no GPU); the integrator's run is the first.
+"""
+import argparse
+import os
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+import tessera.torch as tt
+from tessera.torch import moe
+from tessera.torch.moe_reference import ReferenceGroupedMLP, ReferenceRouter, reference_moe
+
+
+def timed(fn, iters=10, warmup=3):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    dist.barrier()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / iters
+
+
+def say(*a):
+    if dist.get_rank() == 0:
+        print(*a, flush=True)
+
+
+def correctness(device, world, rank):
+    h, f, e, k, t = 256, 128, 4 * world, 4, 256
+    for recipe in ("bf16", "fp8_rowwise", "mxfp8", "fp8_block"):
+        for cf in (None, 1.0):
+            torch.manual_seed(7)
+            experts, router = ReferenceGroupedMLP(e, h, f), ReferenceRouter(h, e)
+            x = torch.randn(world * t, h).bfloat16()
+            lo, hi = rank * e // world, (rank + 1) * e // world
+            local = ReferenceGroupedMLP(hi - lo, h, f, device=device)
+            with torch.no_grad():
+                local.fc1_weight.copy_(experts.fc1_weight[lo:hi])
+                local.fc2_weight.copy_(experts.fc2_weight[lo:hi])
+            ro = ReferenceRouter(h, e, device=device)
+            ro.load_state_dict(router.state_dict())
+            layer = tt.MoELayer(h, f, e, k, recipe=recipe, ep_group=dist.group.WORLD,
+                                experts=local, router=ro, capacity_factor=cf)
+            y = layer(x[rank * t:(rank + 1) * t].to(device)).cpu()
+            with torch.no_grad():
+                y_ref, _ = reference_moe(x, router, experts, e, k, recipe, layer.capacity(t),
+                                         [t] * world)
+            same = torch.tensor([int(torch.equal(y, y_ref[rank * t:(rank + 1) * t]))],
+                                device=device)
+            dist.all_reduce(same, op=dist.ReduceOp.MIN)
+            say(f"EP x{world} {recipe:12s} capacity_factor={cf}: outputs bit-identical to one "
+                f"process on every rank: {bool(same.item())}")
+
+
+def torch_a2a_rows(x, idx, e, world):
+    """The plain path: sort pairs by expert, gather rows, all_to_all_single with host splits."""
+    k = idx.shape[1]
+    order = torch.argsort(idx.reshape(-1), stable=True)
+    rows = x.index_select(0, order // k)
+    counts = torch.bincount(idx.reshape(-1), minlength=e).reshape(world, -1).sum(1)
+    recv_counts = torch.empty_like(counts)
+    dist.all_to_all_single(recv_counts, counts)
+    send, recv = counts.tolist(), recv_counts.tolist()
+    out = rows.new_empty((sum(recv), rows.shape[1]))
+    dist.all_to_all_single(out, rows, recv, send)
+    return out, rows.numel() * rows.element_size()
+
+
+def bandwidth(device, world, args):
+    t, h, e, k = args.tokens, args.hidden, args.experts, args.top_k
+    torch.manual_seed(dist.get_rank())
+    x = torch.randn(t, h, device=device).bfloat16()
+    idx = torch.stack([torch.randperm(e, device=device)[:k] for _ in range(t)])
+    probs = torch.rand(t, k, device=device)
+    _, sent_bf16 = torch_a2a_rows(x, idx, e, world)
+    t_plain = timed(lambda: torch_a2a_rows(x, idx, e, world))
+    say(f"plain all_to_all_single BF16 rows: {t_plain * 1e6:9.1f} us "
+        f"{sent_bf16 / t_plain / 1e9:7.1f} GB/s per rank")
+    for recipe in ("fp8_rowwise", "mxfp8", "bf16"):
+        for cf in (None, 1.0):
+            cap = None if cf is None else moe.capacity_for(t, k, e, cf, 32)
+            state_box = {}
+
+            def disp():
+                recv, state = moe.dispatch(x, idx, e, dist.group.WORLD, recipe=recipe,
+                                           capacity=cap, sync_checks=False, verify_config=False)
+                state_box["s"], state_box["r"] = state, recv
+                return recv
+
+            moe.check_config(dist.group.WORLD, recipe=len(recipe))
+            disp()
+            t_d = timed(disp)
+            t_c = timed(lambda: moe.combine(state_box["r"], probs, state_box["s"]))
+            rows = state_box["s"].live_rows
+            payload = rows * h * (2 if recipe == "bf16" else 1)
+            say(f"tessera {recipe:12s} capacity_factor={cf}: dispatch {t_d * 1e6:9.1f} us "
+                f"{payload / t_d / 1e9:7.1f} GB/s | combine (BF16) {t_c * 1e6:9.1f} us "
+                f"{rows * h * 2 / t_c / 1e9:7.1f} GB/s per rank")
+
+
+class TorchMoE(torch.nn.Module):
+    """PyTorch-only BF16 expert-parallel MoE (the baseline a user would write)."""
+
+    def __init__(self, h, f, e, k, world, device):
+        super().__init__()
+        self.e, self.k, self.world, self.local = e, k, world, e // world
+        self.router = torch.nn.Linear(h, e, bias=False, device=device)
+        self.w1 = torch.nn.Parameter(torch.randn(self.local, h, 2 * f, device=device,
+                                                 dtype=torch.bfloat16) * h ** -0.5)
+        self.w2 = torch.nn.Parameter(torch.randn(self.local, f, h, device=device,
+                                                 dtype=torch.bfloat16) * f ** -0.5)
+
+    def forward(self, x):
+        t, h = x.shape
+        p, idx = torch.softmax(self.router(x.float()), -1).topk(self.k, -1)
+        order = torch.argsort(idx.reshape(-1), stable=True)
+        rows = x.index_select(0, order // self.k)
+        counts = torch.bincount(idx.reshape(-1), minlength=self.e)
+        recv_counts = torch.empty_like(counts)
+        dist.all_to_all_single(recv_counts, counts)
+        host = torch.cat([counts, recv_counts]).tolist()
+        send = [sum(host[d * self.local:(d + 1) * self.local]) for d in range(self.world)]
+        rc = host[self.e:]
+        recv = [sum(rc[s * self.local:(s + 1) * self.local]) for s in range(self.world)]
+        got = _A2A.apply(rows, recv, send)
+        chunks = torch.split(got, rc)
+        xe = torch.cat([chunks[s * self.local + j] for j in range(self.local)
+                        for s in range(self.world)])
+        sizes = [sum(rc[s * self.local + j] for s in range(self.world)) for j in range(self.local)]
+        offs = torch.tensor(sizes, device=x.device).cumsum(0).to(torch.int32)
+        hmid = torch._grouped_mm(xe, self.w1, offs=offs)
+        a = F.silu(hmid[:, :hmid.shape[1] // 2]) * hmid[:, hmid.shape[1] // 2:]
+        ye = torch._grouped_mm(a, self.w2, offs=offs)
+        sizes_sm = [rc[s * self.local + j] for j in range(self.local) for s in range(self.world)]
+        ch = torch.split(ye, sizes_sm)
+        back = torch.cat([ch[j * self.world + s] for s in range(self.world)
+                          for j in range(self.local)])
+        y_rows = _A2A.apply(back, send, recv)
+        w = p.reshape(-1)[order].unsqueeze(1).to(y_rows.dtype)
+        return torch.zeros_like(x).index_add(0, order // self.k, y_rows * w)
+
+
+class _A2A(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, out_splits, in_splits):
+        ctx.splits = (out_splits, in_splits)
+        out = x.new_empty((sum(out_splits), x.shape[1]))
+        dist.all_to_all_single(out, x.contiguous(), out_splits, in_splits)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        out_splits, in_splits = ctx.splits
+        return _A2A.apply(g.contiguous(), in_splits, out_splits), None, None
+
+
+def training_step(device, world, args):
+    t, h, e, k, f = args.tokens, args.hidden, args.experts, args.top_k, args.ffn
+    x = torch.randn(t, h, device=device).bfloat16()
+    base = TorchMoE(h, f, e, k, world, device)
+
+    def step_torch():
+        xi = x.clone().requires_grad_()
+        base(xi).float().square().mean().backward()
+
+    t_base = timed(step_torch, iters=5)
+    say(f"PyTorch-only BF16 MoE step: {t / t_base:10.0f} tokens/s per rank")
+    for recipe in ("bf16", "fp8_rowwise", "mxfp8"):
+        try:
+            layer = tt.MoELayer(h, f, e, k, recipe=recipe, ep_group=dist.group.WORLD,
+                                device=device)
+
+            def step():
+                xi = x.clone().requires_grad_()
+                layer(xi).float().square().mean().backward()
+
+            t_ours = timed(step, iters=5)
+            say(f"tessera MoELayer {recipe:12s} step ({type(layer.experts).__name__}): "
+                f"{t / t_ours:10.0f} tokens/s per rank, x{t_base / t_ours:5.2f} vs PyTorch")
+        except Exception as exc:  # a recipe the experts cannot run on this device
+            say(f"tessera MoELayer {recipe}: skipped ({exc})")
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--tokens", type=int, default=4096)
+    p.add_argument("--hidden", type=int, default=7168)
+    p.add_argument("--ffn", type=int, default=2048)
+    p.add_argument("--experts", type=int, default=256)
+    p.add_argument("--top-k", type=int, default=8)
+    p.add_argument("--skip-step", action="store_true")
+    args = p.parse_args()
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    torch.cuda.set_device(local_rank)
+    dist.init_process_group("nccl")
+    device = torch.device("cuda", local_rank)
+    world, rank = dist.get_world_size(), dist.get_rank()
+    say(f"{world} x {torch.cuda.get_device_name(device)}, torch {torch.__version__}")
+    correctness(device, world, rank)
+    bandwidth(device, world, args)
+    if not args.skip_step:
+        training_step(device, world, args)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
