@@ -180,9 +180,9 @@ bool parse_demo_args(const Args& args, DemoArgs& d) {
   }
   TESSERA_CHECK(d.config.topk <= d.config.experts, "--topk ", d.config.topk,
                 " must not exceed --experts ", d.config.experts);
+  check_memory(d.config);
   check_recipes(d);
   check_device(d.config.device);
-  check_memory(d.config);
   check_out(d.out);
   return true;
 }
