@@ -10,6 +10,7 @@
 #include "demo_model.h"
 #include "tessera/core/buffer.h"
 #include "tessera/core/status.h"
+#include "tessera/gemm/grouped_gemm.h"
 #include "tessera/nn/grouped_mlp.h"
 
 namespace tessera::cli::demo {
@@ -28,25 +29,40 @@ struct Routing {
   std::vector<float> row_probs;    // (T)
 };
 
-// Routing of b tokens. Host work O(b·e·h), spread over the OpenMP threads (token by token, so the
-// result does not depend on the thread count).
-Routing route(const std::vector<float>& x, const std::vector<float>& wr, int64_t b, int64_t h,
-              int64_t e, int64_t k) {
+// Router logits (b, e) = x (b, h) · wrᵀ on the host: tessera's grouped GEMM with one group (the
+// CPU backend's BLAS), O(b·e·h) work on every core.
+std::vector<float> router_logits(const std::vector<float>& x, const float* wr, int64_t b,
+                                 int64_t h, int64_t e) {
+  std::vector<float> logits(static_cast<size_t>(b * e));
+  int64_t offsets[2] = {0, b};
+  GroupedGemmProblem p;
+  p.kind = GroupedGemmKind::kMGrouped;
+  p.num_groups = 1;
+  p.a = GemmOperand::from_dense(
+      TensorView::contiguous(const_cast<float*>(x.data()), DType::kFloat32, {b, h}));
+  p.b = GemmOperand::from_dense(
+      TensorView::contiguous(const_cast<float*>(wr), DType::kFloat32, {1, e, h}));
+  p.d = TensorView::contiguous(logits.data(), DType::kFloat32, {b, e});
+  p.group_offsets = TensorView::contiguous(offsets, DType::kInt64, {2});
+  grouped_gemm(p);
+  return logits;
+}
+
+// Routing of b tokens: logits, then top-k and softmax token by token in parallel (the result
+// does not depend on the thread count).
+Routing route(const std::vector<float>& x, const float* wr, int64_t b, int64_t h, int64_t e,
+              int64_t k) {
   Routing r;
   r.splits.assign(static_cast<size_t>(e), 0);
   r.expert.resize(static_cast<size_t>(b * k));
   r.probs.resize(static_cast<size_t>(b * k));
+  const std::vector<float> all_logits = router_logits(x, wr, b, h, e);
 #pragma omp parallel
   {
-    std::vector<float> logits(static_cast<size_t>(e));
     std::vector<int> order(static_cast<size_t>(e));
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < b; ++t) {
-      for (int64_t j = 0; j < e; ++j) {
-        double acc = 0;
-        for (int64_t c = 0; c < h; ++c) acc += double(x[t * h + c]) * wr[j * h + c];
-        logits[j] = static_cast<float>(acc);
-      }
+      const float* logits = all_logits.data() + t * e;
       std::iota(order.begin(), order.end(), 0);
       std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int a, int c) {
         return logits[a] > logits[c] || (logits[a] == logits[c] && a < c);
@@ -90,11 +106,12 @@ void gather_rows(const std::vector<float>& src, const std::vector<int64_t>& inde
 struct DeviceArray {
   Buffer buffer;
   float* data = nullptr;
-  Device device;
+  Device device = Device::cpu();
   DeviceArray(int64_t n, Device d) : device(d) {
     buffer = Buffer(static_cast<size_t>(std::max<int64_t>(n, 1) * 4), d);
     data = buffer.as<float>();
   }
+  DeviceArray() = default;
   DeviceArray(float* host, Device d) : data(host), device(d) {}  // CPU alias
   TensorView view(std::initializer_list<int64_t> shape) const {
     return TensorView::contiguous(data, DType::kFloat32, shape, device);
@@ -152,6 +169,7 @@ class MoELayer {
                c.device, size_t(n_w2_) * 4);
     for (size_t i = size_t(n_router_); i < params_.size(); ++i) params_[i] *= scale;
     push_weights();
+    allocate_scratch();
   }
 
   // out (B, H) for x (B, H); with a target and `train`, also backpropagates the mean squared
@@ -182,12 +200,39 @@ class MoELayer {
   void router_backward(const std::vector<float>& x, const Routing& r,
                        const std::vector<float>& drow_probs);
 
+  void allocate_scratch();
+
   DemoConfig c_;
   GroupedMLP mlp_;
   int64_t n_router_ = 0, n_w1_ = 0, n_w2_ = 0;
   std::vector<float> params_, grads_;
   Adam adam_;
+  // Per-step arrays, allocated once (the row count is fixed): host copies of the routed tokens,
+  // outputs and gradients, and their device arrays (on the CPU: aliases of the host ones, and
+  // the weight gradients write straight into grads_).
+  std::vector<float> xr_, yr_, dyr_, dout_, row_probs_, drow_probs_;
+  DeviceArray xd_, pd_, yd_, dyd_, dpd_, dw1_, dw2_;
 };
+
+void MoELayer::allocate_scratch() {
+  const int64_t rows = c_.tokens * c_.topk, h = c_.hidden;
+  for (std::vector<float>* v : {&xr_, &yr_, &dyr_}) v->resize(static_cast<size_t>(rows * h));
+  dout_.resize(static_cast<size_t>(c_.tokens * h));
+  row_probs_.resize(static_cast<size_t>(rows));
+  drow_probs_.resize(static_cast<size_t>(rows));
+  const Device d = c_.device;
+  float* g1 = grads_.data() + n_router_;
+  if (d.is_cpu()) {
+    xd_ = DeviceArray(xr_.data(), d), yd_ = DeviceArray(yr_.data(), d);
+    dyd_ = DeviceArray(dyr_.data(), d), pd_ = DeviceArray(row_probs_.data(), d);
+    dpd_ = DeviceArray(drow_probs_.data(), d);
+    dw1_ = DeviceArray(g1, d), dw2_ = DeviceArray(g1 + n_w1_, d);
+    return;
+  }
+  xd_ = DeviceArray(rows * h, d), yd_ = DeviceArray(rows * h, d), dyd_ = DeviceArray(rows * h, d);
+  pd_ = DeviceArray(rows, d), dpd_ = DeviceArray(rows, d);
+  dw1_ = DeviceArray(n_w1_, d), dw2_ = DeviceArray(n_w2_, d);
+}
 
 void MoELayer::router_backward(const std::vector<float>& x, const Routing& r,
                                const std::vector<float>& drow_probs) {
@@ -224,56 +269,47 @@ void MoELayer::router_backward(const std::vector<float>& x, const Routing& r,
 void MoELayer::backward(const std::vector<float>& x, const Routing& r, nn::GroupedMLPContext& ctx,
                         const std::vector<float>& dout) {
   const int64_t h = c_.hidden, rows = c_.tokens * c_.topk;
-  std::vector<float> dyr;  // (T, H)
-  gather_rows(dout, r.row_token, h, dyr);
-  const bool cpu = c_.device.is_cpu();
+  gather_rows(dout, r.row_token, h, dyr_);  // (T, H)
   float* g1 = grads_.data() + n_router_;
   float* g2 = g1 + n_w1_;
-  DeviceArray dyd(rows * h, c_.device), dpd(rows, c_.device);
-  DeviceArray dw1 = cpu ? DeviceArray(g1, c_.device) : DeviceArray(n_w1_, c_.device);
-  DeviceArray dw2 = cpu ? DeviceArray(g2, c_.device) : DeviceArray(n_w2_, c_.device);
-  dyd.upload(dyr.data(), rows * h);
+  dyd_.upload(dyr_.data(), rows * h);
   nn::GroupedMLPGrads g;
-  g.dprobs = dpd.view({rows});
-  g.fc1_dw = dw1.view({c_.experts, 2 * c_.ffn, h});
-  g.fc2_dw = dw2.view({c_.experts, h, c_.ffn});
-  mlp_.backward(ctx, dyd.view({rows, h}), g);
-  std::vector<float> drow_probs(static_cast<size_t>(rows));
-  dpd.download(drow_probs.data(), rows);
-  dw1.download(g1, n_w1_);
-  dw2.download(g2, n_w2_);
-  router_backward(x, r, drow_probs);
+  g.dprobs = dpd_.view({rows});
+  g.fc1_dw = dw1_.view({c_.experts, 2 * c_.ffn, h});
+  g.fc2_dw = dw2_.view({c_.experts, h, c_.ffn});
+  mlp_.backward(ctx, dyd_.view({rows, h}), g);
+  dpd_.download(drow_probs_.data(), rows);
+  dw1_.download(g1, n_w1_);
+  dw2_.download(g2, n_w2_);
+  router_backward(x, r, drow_probs_);
 }
 
 double MoELayer::step(const std::vector<float>& x, const std::vector<float>* target,
                       std::vector<float>& out, bool train, int64_t* saved_bytes) {
   const int64_t b = c_.tokens, h = c_.hidden, k = c_.topk, rows = b * k;
-  const std::vector<float> router(params_.begin(), params_.begin() + n_router_);
-  const Routing r = route(x, router, b, h, c_.experts, k);
-  std::vector<float> xr;  // (T, H) routed tokens
-  gather_rows(x, r.row_token, h, xr);
-  DeviceArray xd(rows * h, c_.device), pd(rows, c_.device), yd(rows * h, c_.device);
-  xd.upload(xr.data(), rows * h);
-  pd.upload(r.row_probs.data(), rows);
+  const Routing r = route(x, params_.data(), b, h, c_.experts, k);
+  gather_rows(x, r.row_token, h, xr_);  // (T, H) routed tokens
+  std::copy(r.row_probs.begin(), r.row_probs.end(), row_probs_.begin());
+  xd_.upload(xr_.data(), rows * h);
+  pd_.upload(row_probs_.data(), rows);
   const TensorView splits = TensorView::contiguous(const_cast<int64_t*>(r.splits.data()),
                                                    DType::kInt64, {c_.experts});
   const bool training = train && target != nullptr;
-  nn::GroupedMLPContext ctx = mlp_.forward(xd.view({rows, h}), splits, pd.view({rows}),
-                                           yd.view({rows, h}), {training, true});
-  std::vector<float> yr(static_cast<size_t>(rows * h));
-  yd.download(yr.data(), rows * h);
+  nn::GroupedMLPContext ctx = mlp_.forward(xd_.view({rows, h}), splits, pd_.view({rows}),
+                                           yd_.view({rows, h}), {training, true});
+  yd_.download(yr_.data(), rows * h);
   out.assign(static_cast<size_t>(b * h), 0.0f);
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < b; ++t) {  // combine: the token's slots in slot order
     float* o = out.data() + t * h;
     for (int64_t j = 0; j < k; ++j) {
-      const float* y = yr.data() + r.row_of[t * k + j] * h;
+      const float* y = yr_.data() + r.row_of[t * k + j] * h;
       for (int64_t c = 0; c < h; ++c) o[c] += y[c];
     }
   }
   if (target == nullptr) return 0;
   double loss = 0;
-  std::vector<float> dout(static_cast<size_t>(b * h));  // d loss / d out
+  std::vector<float>& dout = dout_;  // d loss / d out
   const float* tg = target->data();
   const double scale = 2.0 / double(b * h);
 #pragma omp parallel for schedule(static) reduction(+ : loss)
