@@ -121,10 +121,13 @@ void print_reference_notes(const DemoConfig& c, const Plans& p) {
                   "the demo's %.2g TFLOP budget (--device cpu runs everything in full)\n",
                   tflop, p.budget / 1e12);
     } else {
-      std::printf("vs FP32: mean loss of steps %lld-%lld, the steps the FP32 reference ran on the "
-                  "host (%.2g TFLOP each, budget %.2g TFLOP)\n",
-                  static_cast<long long>(rs - std::min<int64_t>(10, rs) + 1),
-                  static_cast<long long>(rs), tflop, p.budget / 1e12);
+      const int64_t first = rs - std::min<int64_t>(10, rs) + 1;
+      char steps[64];
+      if (first == rs) std::snprintf(steps, sizeof steps, "loss of step %lld", (long long)rs);
+      else std::snprintf(steps, sizeof steps, "mean loss of steps %lld-%lld", (long long)first, (long long)rs);
+      std::printf("vs FP32: %s; the FP32 reference ran %lld of %lld steps on the host (%.2g "
+                  "TFLOP each, budget %.2g TFLOP)\n", steps, (long long)rs, (long long)c.steps,
+                  tflop, p.budget / 1e12);
     }
   }
   if (p.recipes.probe_tokens < c.tokens) {
