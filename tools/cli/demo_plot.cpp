@@ -58,7 +58,7 @@ std::vector<double> log_ticks(double lo, double hi) {
       if (v >= lo * (1 - 1e-9) && v <= hi * (1 + 1e-9)) t.push_back(v);
     }
   }
-  if (t.size() < 3) t = linear_ticks(lo, hi, 5, false);
+  if (t.size() < 4) t = linear_ticks(lo, hi, 7, false);
   return t;
 }
 
