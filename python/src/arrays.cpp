@@ -1,4 +1,6 @@
 // DLPack plumbing between nb::ndarray (NumPy, PyTorch, CuPy, JAX) and tessera::TensorView.
+#include <nanobind/stl/string.h>
+
 #include <string>
 
 #include "bindings.h"
@@ -80,6 +82,50 @@ TensorView device_view(const DeviceArray& a, DType dtype, const char* arg) {
 
 TensorView device_view(const DeviceArray& a, const char* arg) {
   return device_view(a, array_dtype(a, arg), arg);
+}
+
+namespace {
+
+[[noreturn]] void bad_arg(nb::handle v, const char* arg, const char* expected) {
+  std::string got;
+  try {
+    got = nb::cast<std::string>(nb::repr(v));
+  } catch (const std::exception&) {
+    got = "?";
+  }
+  const std::string type = nb::cast<std::string>(nb::handle(Py_TYPE(v.ptr())).attr("__name__"));
+  TESSERA_FAIL(Status::kInvalidArgument, arg, ": expected ", expected, ", got ", got, " (", type,
+               ")");
+}
+
+}  // namespace
+
+uint64_t arg_uint64(nb::handle v, const char* arg) {
+  if (PyLong_Check(v.ptr()) && !PyBool_Check(v.ptr())) {
+    const unsigned long long x = PyLong_AsUnsignedLongLong(v.ptr());
+    if (!(x == static_cast<unsigned long long>(-1) && PyErr_Occurred())) return x;
+    PyErr_Clear();
+  }
+  bad_arg(v, arg, "an integer in [0, 2**64)");
+}
+
+std::string arg_string(nb::handle v, const char* arg) {
+  if (!PyUnicode_Check(v.ptr())) bad_arg(v, arg, "a str");
+  return nb::cast<std::string>(v);
+}
+
+bool arg_bool(nb::handle v, const char* arg) {
+  if (!PyBool_Check(v.ptr())) bad_arg(v, arg, "True or False");
+  return v.ptr() == Py_True;
+}
+
+float arg_float(nb::handle v, const char* arg) {
+  if ((PyFloat_Check(v.ptr()) || PyLong_Check(v.ptr())) && !PyBool_Check(v.ptr())) {
+    const double x = PyFloat_AsDouble(v.ptr());
+    if (!(x == -1.0 && PyErr_Occurred())) return static_cast<float>(x);
+    PyErr_Clear();
+  }
+  bad_arg(v, arg, "a number");
 }
 
 nb::dlpack::dtype raw_uint(int bits) {

@@ -7,11 +7,13 @@
 
 #include <cstdint>
 #include <cstddef>
+#include <string>
 #include <vector>
 
 #include "tessera/core/buffer.h"
 #include "tessera/core/stream.h"
 #include "tessera/core/tensor_view.h"
+#include "tessera/quantize/types.h"
 
 namespace tessera::python {
 
@@ -50,6 +52,20 @@ TensorView device_view(const DeviceArray& a, DType dtype, const char* arg);
 // The tessera::Stream of a raw cudaStream_t handle passed from Python as an integer
 // (torch.cuda.current_stream().cuda_stream, cupy's stream.ptr); 0 = the legacy default stream.
 inline Stream stream_of(uintptr_t handle) { return Stream{reinterpret_cast<void*>(handle)}; }
+
+// ---- Python scalars and names with messages naming the argument -----------------------------
+// An int in [0, 2**64) (a bool is refused); throws Error(kInvalidArgument) naming `arg`.
+uint64_t arg_uint64(nb::handle v, const char* arg);
+// A str; a bool; a float (an int is accepted). Throw Error(kInvalidArgument) naming `arg`.
+std::string arg_string(nb::handle v, const char* arg);
+bool arg_bool(nb::handle v, const char* arg);
+float arg_float(nb::handle v, const char* arg);
+
+// The QuantizerConfig of a recipe ("fp8_current:e4m3", ...: the config of `role`) or of a
+// scaling mode ("nvfp4", "block1x128", ...); "mxfp8"/"nvfp4" mean the mode unless `role_given`.
+// Throws naming `arg` and the accepted names. Shared by quantize() and GroupedTensor().
+QuantizerConfig config_from_name(const std::string& what, const std::string& role,
+                                 bool role_given, const char* arg);
 
 void register_formats(nb::module_& m);
 void register_scan(nb::module_& m);

@@ -45,12 +45,22 @@ nb::object encode_py(const AnyArray& x, const std::string& fmt_name, const std::
 
 nb::object decode_py(const AnyArray& codes, const std::string& fmt_name, int64_t last_dim) {
   const DType fmt = parse_dtype(fmt_name);
-  const TensorView raw = view_of(codes, array_dtype(codes, "codes"), "codes");
-  TESSERA_CHECK(raw.device.is_cpu(), "codes: tessera.decode takes host arrays");
+  const bool decodable = fmt == DType::kBFloat16 || fmt == DType::kFloat16 ||
+                         fmt == DType::kFloat8E4M3 || fmt == DType::kFloat8E5M2 ||
+                         fmt == DType::kFloat8E8M0 || fmt == DType::kFloat4E2M1;
+  TESSERA_CHECK(decodable, "format: '", fmt_name, "' is not a decodable format; expected e4m3, "
+                "e5m2, e8m0, e2m1, bfloat16 or float16");
+  // Codes are unsigned integers of the format's width (what encode returns): uint16 for
+  // bfloat16/float16, uint8 for the 8- and 4-bit formats.
   const int want_bits = dtype_bits(fmt) == 16 ? 16 : 8;
-  TESSERA_CHECK_STATUS(codes.dtype().bits == want_bits && codes.dtype().lanes == 1,
+  const auto code = static_cast<nb::dlpack::dtype_code>(codes.dtype().code);
+  TESSERA_CHECK_STATUS(codes.dtype().bits == want_bits && codes.dtype().lanes == 1 &&
+                           code == nb::dlpack::dtype_code::UInt,
                        Status::kDTypeMismatch, "codes: format ", fmt_name, " expects ",
-                       want_bits == 16 ? "uint16" : "uint8", " codes");
+                       want_bits == 16 ? "uint16" : "uint8", " codes (as tessera.encode returns)");
+  const TensorView raw =
+      view_of(codes, want_bits == 16 ? DType::kBFloat16 : DType::kUInt8, "codes");
+  TESSERA_CHECK(raw.device.is_cpu(), "codes: tessera.decode takes host arrays");
   std::vector<int64_t> shape = shape_of(codes);
   if (shape.empty()) shape.push_back(1);
   if (fmt == DType::kFloat4E2M1) {

@@ -124,6 +124,8 @@ void grouped_gemm_py(const nb::object& a, const std::string& a_dtype, const nb::
   p.transpose_b = transpose_b;
   if (offsets) p.group_offsets = view_of(*offsets, array_dtype(*offsets, "offsets"), "offsets");
   p.offsets_format = parse_offsets_format(offsets_format);
+  TESSERA_CHECK(max_total_rows >= -1, "max_total_rows: ", max_total_rows,
+                " is not accepted; expected -1 (no bound) or a row count >= 0");
   p.max_total_rows = max_total_rows;
   p.alpha = alpha;
   if (group_alpha) {

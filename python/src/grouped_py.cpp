@@ -27,19 +27,21 @@ struct PyGrouped {
   std::string recipe;
 };
 
+// `recipe`: a recipe or scaling mode name as tessera.quantize takes it (a recipe gives the config
+// of its input role); the flags switch features on over that config.
 QuantizerConfig config_from(const std::string& recipe, const std::string& element, bool rowwise,
                             bool columnwise, bool swizzled, bool e8m0_floor, bool random_hadamard,
                             bool stochastic_rounding, uint64_t rng_seed, bool delayed) {
-  const ScalingMode mode = scaling_mode_from_name(recipe.c_str());
-  QuantizerConfig c = make_config(mode, element.empty() ? DType::kFloat32 : parse_dtype(element));
+  QuantizerConfig c = config_from_name(recipe, "input", false, "recipe");
+  if (!element.empty()) c.element = parse_dtype(element);
   c.rowwise = rowwise;
   c.columnwise = columnwise;
   if (swizzled) c.scale_layout = ScaleLayout::kSwizzled;
   if (e8m0_floor) c.e8m0_rounding = E8M0Rounding::kFloor;
-  c.random_hadamard = random_hadamard;
-  c.stochastic_rounding = stochastic_rounding;
-  c.rng_seed = rng_seed;
-  c.delayed = delayed;
+  c.random_hadamard = c.random_hadamard || random_hadamard;
+  c.stochastic_rounding = c.stochastic_rounding || stochastic_rounding;
+  if (rng_seed != 0) c.rng_seed = rng_seed;
+  c.delayed = c.delayed || delayed;
   return c;
 }
 
@@ -84,11 +86,14 @@ nb::object numpy_view(const TensorView& v, nb::handle owner) {
   nb::object out = arr.cast();
   if (v.dtype == DType::kFloat16) return out.attr("view")("float16");
   if (v.dtype == DType::kBFloat16) {
+    nb::object ml_dtypes;
     try {
-      return out.attr("view")(nb::module_::import_("ml_dtypes").attr("bfloat16"));
+      ml_dtypes = nb::module_::import_("ml_dtypes");
     } catch (const nb::python_error&) {
-      return out;
+      TESSERA_FAIL(Status::kUnsupported, "bfloat16 data is returned as ml_dtypes.bfloat16 "
+                   "arrays, and ml_dtypes is not installed (pip install ml_dtypes)");
     }
+    return out.attr("view")(ml_dtypes.attr("bfloat16"));
   }
   return out;
 }
@@ -199,11 +204,11 @@ void register_grouped(nb::module_& m) {
               const std::string& dtype, const std::string& recipe, const std::string& element,
               bool rowwise, bool columnwise, int64_t capacity_rows,
               const std::optional<std::string>& mode, bool swizzled, bool e8m0_floor,
-              bool random_hadamard, bool stochastic_rounding, uint64_t rng_seed, bool delayed) {
+              bool random_hadamard, bool stochastic_rounding, nb::handle rng_seed, bool delayed) {
              std::unique_ptr<PyGrouped> p(create(shapes, dtype, recipe, element, rowwise,
                                                  columnwise, capacity_rows, mode, swizzled,
                                                  e8m0_floor, random_hadamard, stochastic_rounding,
-                                                 rng_seed, delayed));
+                                                 arg_uint64(rng_seed, "rng_seed"), delayed));
              new (self) PyGrouped(std::move(*p));
            },
            nb::arg("shapes"), nb::arg("dtype") = "float32", nb::arg("recipe") = "none",
@@ -212,9 +217,12 @@ void register_grouped(nb::module_& m) {
            nb::arg("swizzled") = false, nb::arg("e8m0_floor") = false,
            nb::arg("random_hadamard") = false, nb::arg("stochastic_rounding") = false,
            nb::arg("rng_seed") = 0, nb::arg("delayed") = false,
-           "shapes: list of (rows, cols). recipe: 'none' (dtype float32/float16/bfloat16) or a "
-           "scaling mode name ('tensor', 'rowwise', 'block1x128', 'block128x128', 'mxfp8', "
-           "'mxfp8_32x32', 'nvfp4', 'nvfp4_16x16').")
+           "shapes: list of (rows, cols). recipe: 'none' (dtype float32/float16/bfloat16), a "
+           "recipe as tessera.quantize takes it ('fp8_current', 'fp8_delayed', "
+           "'fp8_current:e4m3', 'fp8_rowwise', 'fp8_block', 'mxfp8', 'nvfp4': the config of its "
+           "input role) or a scaling mode ('tensor', 'rowwise', 'block1x128', 'block128x128', "
+           "'mxfp8', 'mxfp8_32x32', 'nvfp4', 'nvfp4_16x16'). The flags (swizzled, e8m0_floor, "
+           "random_hadamard, stochastic_rounding, delayed) switch features on over that config.")
       .def("quantize", &quantize_list, nb::arg("inputs"),
            "Quantize one high-precision array per member into the grouped storage (in place).")
       .def("quantize_contiguous", &quantize_contiguous, nb::arg("x"),

@@ -27,9 +27,10 @@ TensorType parse_tensor_type(const std::string& s) {
                "output, grad_output, grad_input or grad_weight");
 }
 
-// `what` is a scaling mode ("nvfp4": the plain mode defaults) or a recipe ("fp8_current:e4m3":
-// the config of `role`). "mxfp8" and "nvfp4" name both; they mean the mode unless a role is given.
-QuantizerConfig base_config(const std::string& what, const std::string& role, bool role_given) {
+}  // namespace
+
+QuantizerConfig config_from_name(const std::string& what, const std::string& role,
+                                 bool role_given, const char* arg) {
   const std::string base = what.substr(0, what.find(':'));
   const char* const modes[] = {"tensor", "rowwise", "block1x128", "block128x128", "mxfp8",
                                "mxfp8_32x32", "nvfp4", "nvfp4_16x16"};
@@ -37,41 +38,46 @@ QuantizerConfig base_config(const std::string& what, const std::string& role, bo
   for (const char* m : modes) is_mode = is_mode || what == m;
   if (is_mode && !role_given) return make_config(scaling_mode_from_name(what.c_str()));
   for (const RecipeInfo& r : recipe_table()) {
-    if (base == r.name) return parse_recipe(what).config_for({"python", parse_tensor_type(role), ""});
+    if (base == r.name && r.activation_mode != ScalingMode::kNone) {
+      return parse_recipe(what).config_for({"python", parse_tensor_type(role), ""});
+    }
   }
-  TESSERA_FAIL(Status::kInvalidArgument, "recipe_or_mode: '", what, "' is neither a recipe (",
-               "fp8_delayed, fp8_current, fp8_rowwise, fp8_block, mxfp8, nvfp4) nor a scaling "
-               "mode (tensor, rowwise, block1x128, block128x128, mxfp8, mxfp8_32x32, nvfp4, "
-               "nvfp4_16x16)");
+  TESSERA_FAIL(Status::kInvalidArgument, arg, ": '", what, "' is neither a recipe (",
+               "fp8_delayed, fp8_current[:e4m3|:e5m2|:hybrid], fp8_rowwise, fp8_block, mxfp8, "
+               "nvfp4) nor a scaling mode (tensor, rowwise, block1x128, block128x128, mxfp8, "
+               "mxfp8_32x32, nvfp4, nvfp4_16x16)");
 }
 
+namespace {
+
 void apply_option(QuantizerConfig& c, const std::string& key, nb::handle v, Backend& backend) {
+  const char* k = key.c_str();
   if (key == "element") {
-    c.element = parse_dtype(nb::cast<std::string>(v));
+    c.element = parse_dtype(arg_string(v, k));
   } else if (key == "layout") {
-    const std::string s = nb::cast<std::string>(v);
+    const std::string s = arg_string(v, k);
     TESSERA_CHECK(s == "compact" || s == "swizzled", "layout: '", s,
                   "' is not known; expected compact or swizzled");
     c.scale_layout = s == "compact" ? ScaleLayout::kCompact : ScaleLayout::kSwizzled;
   } else if (key == "power_of_two_scales") {
-    c.power_of_two_scales = nb::cast<bool>(v);
+    c.power_of_two_scales = arg_bool(v, k);
   } else if (key == "e8m0_rounding") {
-    const std::string s = nb::cast<std::string>(v);
+    const std::string s = arg_string(v, k);
     TESSERA_CHECK(s == "round_up" || s == "floor", "e8m0_rounding: '", s,
                   "' is not known; expected round_up or floor");
     c.e8m0_rounding = s == "floor" ? E8M0Rounding::kFloor : E8M0Rounding::kRoundUp;
   } else if (key == "random_hadamard") {
-    c.random_hadamard = nb::cast<bool>(v);
+    c.random_hadamard = arg_bool(v, k);
   } else if (key == "stochastic_rounding") {
-    c.stochastic_rounding = nb::cast<bool>(v);
+    c.stochastic_rounding = arg_bool(v, k);
   } else if (key == "seed") {
-    c.rng_seed = nb::cast<uint64_t>(v);
+    c.rng_seed = arg_uint64(v, k);
   } else if (key == "offset") {
-    c.rng_offset = nb::cast<uint64_t>(v);
+    c.rng_offset = arg_uint64(v, k);
   } else if (key == "amax_epsilon") {
-    c.amax_epsilon = nb::cast<float>(v);
+    c.amax_epsilon = arg_float(v, k);
   } else if (key == "backend") {
-    const std::string s = nb::cast<std::string>(v);
+    const std::string s = arg_string(v, k);
     TESSERA_CHECK(s == "cpu" || s == "reference", "backend: '", s,
                   "' is not known; expected cpu or reference");
     backend = s == "cpu" ? Backend::kCPU : Backend::kReference;
@@ -86,12 +92,12 @@ PyQuantized quantize_py(const AnyArray& x, const std::string& what, const std::s
                         bool rowwise, bool columnwise, const nb::dict& options) {
   std::string role = "input";
   const bool role_given = options.contains("role");
-  if (role_given) role = nb::cast<std::string>(options["role"]);
-  QuantizerConfig c = base_config(what, role, role_given);
+  if (role_given) role = arg_string(options["role"], "role");
+  QuantizerConfig c = config_from_name(what, role, role_given, "recipe_or_mode");
   c.rowwise = rowwise;
   c.columnwise = columnwise;
   Backend backend = Backend::kCPU;
-  for (auto [k, v] : options) apply_option(c, nb::cast<std::string>(k), v, backend);
+  for (auto [k, v] : options) apply_option(c, arg_string(k, "option name"), v, backend);
   const DType in = src_dtype.empty() ? array_dtype(x, "x") : parse_dtype(src_dtype);
   const TensorView xv = view_of(x, in, "x");
   TESSERA_CHECK(xv.device.is_cpu(), "x: tessera.quantize takes host arrays; got ",

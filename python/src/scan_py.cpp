@@ -37,6 +37,11 @@ nb::list splits_to_offsets_multi_py(const AnyArray& splits, const std::vector<in
                 "got ", to_string(sv.device));
   TESSERA_CHECK_STATUS(sv.ndim == 1, Status::kShapeMismatch, "splits: must be 1-D, got ",
                        sv.to_string());
+  for (size_t k = 0; k < aligns.size(); ++k) {
+    const int64_t a = aligns[k];
+    TESSERA_CHECK(a >= 1 && (a & (a - 1)) == 0, "aligns[", k, "]: ", a, " is not accepted; "
+                  "group alignments are powers of two (1 = none, 16, 32, 128, ...)");
+  }
   std::vector<OffsetsSpec> specs(count);
   for (size_t k = 0; k < count; ++k) {
     specs[k] = {strides[k], leading_zero[k], parse_dtype(dtypes[k]),

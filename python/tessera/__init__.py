@@ -4,16 +4,50 @@ Every CPU operation takes and returns NumPy arrays so it can be checked against 
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from . import _tessera
-from ._tessera import Error, __version__, cuda_compiled, cuda_device_count, format_table
+from ._tessera import __version__, cuda_compiled, cuda_device_count, format_table
 
-__all__ = ["Error", "__version__", "cuda_compiled", "cuda_device_count", "decode", "encode",
+# Every error tessera raises is a tessera.Error; the subclass says which status (and derives
+# from the built-in exception callers already catch: ValueError for bad input, MemoryError,
+# RuntimeError for devices, TypeError for an argument of the wrong type).
+from ._tessera import (  # noqa: E402
+    ArgumentTypeError, BufferTooSmallError, DeviceError, DTypeError, Error, InternalError,
+    InvalidArgumentError, MisalignedError, NoDeviceError, OutOfMemoryError, OutOfRangeError,
+    ShapeError, UnsupportedError)
+
+__all__ = ["Error", "ArgumentTypeError", "BufferTooSmallError", "DeviceError", "DTypeError",
+           "InternalError", "InvalidArgumentError", "MisalignedError", "NoDeviceError",
+           "OutOfMemoryError", "OutOfRangeError", "ShapeError", "UnsupportedError",
+           "__version__", "cuda_compiled", "cuda_device_count", "decode", "encode",
            "format_table"]
 
-from ._tessera import splits_to_offsets_multi  # noqa: E402  (DESIGN §6, NumPy in and out)
 
+def _tessera_errors(fn):
+    """Re-raises the TypeError nanobind gives for an argument of the wrong type as a
+    tessera.ArgumentTypeError (still a TypeError), so every error of the package is a
+    tessera.Error."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except Error:
+            raise
+        except TypeError as e:
+            raise ArgumentTypeError(f"tessera dtype mismatch: {fn.__name__}: {e}") from None
+    return wrapper
+
+
+@_tessera_errors
+def splits_to_offsets_multi(splits, strides, leading_zero, dtypes, aligns=()):
+    return _tessera.splits_to_offsets_multi(splits, list(strides), list(leading_zero),
+                                            list(dtypes), list(aligns))
+
+
+splits_to_offsets_multi.__doc__ = _tessera.splits_to_offsets_multi.__doc__
 __all__ += ["splits_to_offsets_multi"]
 
 
@@ -25,6 +59,7 @@ def _as_input(x):
     return arr, ""
 
 
+@_tessera_errors
 def encode(x, format: str) -> np.ndarray:
     """Encodes float32/float16/bfloat16 values into `format` codes (RNE, saturating).
 
@@ -35,9 +70,18 @@ def encode(x, format: str) -> np.ndarray:
     return _tessera.encode(arr, format, src)
 
 
+@_tessera_errors
 def decode(codes, format: str, last_dim: int = -1) -> np.ndarray:
-    """Decodes `format` codes into float32. For "e2m1", `last_dim` gives an odd logical length."""
-    return _tessera.decode(np.ascontiguousarray(codes), format, last_dim)
+    """Decodes `format` codes into float32. For "e2m1", `last_dim` gives an odd logical length.
+
+    `codes` as encode returns them (uint16 for bfloat16/float16, uint8 otherwise), or an
+    ml_dtypes/NumPy array of the format itself (bfloat16, float16, float8_e4m3fn, ...), read as
+    its bit patterns.
+    """
+    arr = np.ascontiguousarray(codes)
+    if arr.dtype.kind not in "ui" and arr.dtype.itemsize in (1, 2):
+        arr = arr.view(np.uint8 if arr.dtype.itemsize == 1 else np.uint16)
+    return _tessera.decode(arr, format, last_dim)
 
 
 # ---- grouped GEMM (DESIGN §7) -----------------------------------------------------------------
@@ -57,12 +101,13 @@ def _gemm_operand(x, name):
 def _quantized_spec(q, usage, layout):
     """The dict the binding reads for one copy of a tessera.quantize(...) result."""
     if usage not in ("rowwise", "columnwise"):
-        raise Error(f"tessera invalid argument: usage: '{usage}' is not rowwise or columnwise")
+        raise InvalidArgumentError(
+            f"tessera invalid argument: usage: '{usage}' is not rowwise or columnwise")
     cw = usage == "columnwise"
     data = q.columnwise_data if cw else q.data
     if data is None:
-        raise Error(f"tessera invalid argument: the GEMM reads the {usage} copy, which this "
-                    "quantized tensor does not have")
+        raise InvalidArgumentError(f"tessera invalid argument: the GEMM reads the {usage} copy, "
+                                   "which this quantized tensor does not have")
     rows, cols = q.shape
     nvfp4 = q.mode.startswith("nvfp4")
     return {"data": data, "scale_inv": q.columnwise_scale_inv if cw else q.scale_inv,
@@ -83,6 +128,29 @@ def _logical_shape(x, arr, groups):
     return (groups, rows // groups, cols) if groups else (rows, cols)
 
 
+def _bfloat16():
+    """ml_dtypes.bfloat16 (a declared dependency); a clear error when it is missing."""
+    try:
+        import ml_dtypes
+    except ImportError:  # pragma: no cover - ml_dtypes is a dependency of the package
+        raise UnsupportedError("tessera unsupported: bfloat16 arrays are ml_dtypes.bfloat16, and "
+                               "ml_dtypes is not installed (pip install ml_dtypes)") from None
+    return ml_dtypes.bfloat16
+
+
+def _check_group_count(offsets, offsets_format, num_groups, b_shape, b_quantized):
+    """Blames a wrong number of offsets on `offsets` (not on b, whose groups it contradicts)."""
+    count = len(offsets) - (1 if offsets_format == "start" else 0)
+    want = num_groups if (num_groups is not None or b_quantized) else (
+        b_shape[0] if len(b_shape) == 3 else None)
+    if want is not None and count != want:
+        entries = "G+1 entries with a leading 0" if offsets_format == "start" else "G entries"
+        raise ShapeError(f"tessera shape mismatch: offsets: {len(offsets)} entries give {count} "
+                         f"groups, but b has {want} (offsets_format '{offsets_format}' takes "
+                         f"{entries})")
+
+
+@_tessera_errors
 def grouped_gemm(a, b, offsets=None, *, kind: str = "m_grouped", transpose_a=None,
                  transpose_b=None, offsets_format: str = "start", out=None, out_dtype=None,
                  alpha: float = 1.0, group_alpha=None, beta: float = 0.0, bias=None,
@@ -110,6 +178,12 @@ def grouped_gemm(a, b, offsets=None, *, kind: str = "m_grouped", transpose_a=Non
         transpose_a = kind == "k_grouped"
     if transpose_b is None:
         transpose_b = kind != "k_grouped"
+    if out_dtype is not None and out_dtype not in _GEMM_DTYPES:
+        raise InvalidArgumentError(f"tessera invalid argument: out_dtype: {out_dtype!r} is not "
+                                   f"accepted; expected one of {', '.join(_GEMM_DTYPES)}")
+    if offsets is not None and kind == "m_grouped" and offsets_format in ("start", "end"):
+        _check_group_count(offsets, offsets_format, num_groups,
+                           getattr(b, "shape", ()) if not _is_quantized(b) else (), _is_quantized(b))
     if num_groups is None and offsets is not None:
         num_groups = len(offsets) - (1 if offsets_format == "start" else 0)
     operands = []
@@ -120,7 +194,8 @@ def grouped_gemm(a, b, offsets=None, *, kind: str = "m_grouped", transpose_a=Non
                 usage = "columnwise" if (kind == "k_grouped" or (name == "b" and not transpose_b)
                                          or (name == "a" and transpose_a)) else "rowwise"
             if three_d and not num_groups:
-                raise Error(f"tessera invalid argument: num_groups: required with a quantized {name}")
+                raise InvalidArgumentError(
+                    f"tessera invalid argument: num_groups: required with a quantized {name}")
             operands.append((_quantized_spec(x, usage, layout), "",
                              _logical_shape(x, None, num_groups if three_d else 0)))
         else:
@@ -129,7 +204,8 @@ def grouped_gemm(a, b, offsets=None, *, kind: str = "m_grouped", transpose_a=Non
     (a_arr, a_hint, a_shape), (b_arr, b_hint, b_shape) = operands
     if kind == "k_grouped":
         if offsets is None:
-            raise Error("tessera invalid argument: offsets: required for kind 'k_grouped'")
+            raise InvalidArgumentError(
+                "tessera invalid argument: offsets: required for kind 'k_grouped'")
         shape = (num_groups, a_shape[-1], b_shape[-1])
     else:
         if num_groups is None:
@@ -145,16 +221,11 @@ def grouped_gemm(a, b, offsets=None, *, kind: str = "m_grouped", transpose_a=Non
         dt = dt if dt in _GEMM_DTYPES else "float32"
         out = np.zeros(shape, dtype=np.uint16 if dt == "bfloat16" else np.dtype(dt))
         out_hint = "bfloat16" if dt == "bfloat16" else ""
-        result = out
-        if dt == "bfloat16":
-            try:
-                import ml_dtypes
-                result = out.view(ml_dtypes.bfloat16)
-            except ImportError:  # bfloat16 bits as uint16
-                pass
+        result = out.view(_bfloat16()) if dt == "bfloat16" else out
     else:
         if not isinstance(out, np.ndarray) or not out.flags.c_contiguous:
-            raise Error("tessera invalid argument: out: must be a C-contiguous NumPy array")
+            raise InvalidArgumentError(
+                "tessera invalid argument: out: must be a C-contiguous NumPy array")
         result = out
         out, out_hint = _as_input(out)
     offs = None if offsets is None else np.ascontiguousarray(offsets)
@@ -175,6 +246,7 @@ from ._tessera import QuantizedTensor, recipe_table  # noqa: E402  (DESIGN §4)
 __all__ += ["QuantizedTensor", "quantize", "recipe_table"]
 
 
+@_tessera_errors
 def quantize(x, recipe_or_mode: str, rowwise: bool = True, columnwise: bool = False, **options):
     """Quantizes a 2-D float32/float16/bfloat16 host array (DESIGN §4, docs/numerics.md).
 
@@ -192,6 +264,14 @@ def quantize(x, recipe_or_mode: str, rowwise: bool = True, columnwise: bool = Fa
     return _tessera.quantize(arr, recipe_or_mode, src, rowwise, columnwise, dict(options))
 
 
-from ._tessera import GroupedTensor  # noqa: E402  (DESIGN §5, NumPy in and out)
+class GroupedTensor(_tessera.GroupedTensor):
+    __doc__ = _tessera.GroupedTensor.__doc__
+
+    @_tessera_errors
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+
+    __init__.__doc__ = _tessera.GroupedTensor.__init__.__doc__
+
 
 __all__ += ["GroupedTensor"]

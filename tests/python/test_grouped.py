@@ -97,7 +97,7 @@ def test_repr_names_members_and_recipe():
 
 
 def test_bad_input_is_a_clear_error():
-    with pytest.raises(tessera.Error, match="scaling mode: 'mxfp9' is not known"):
+    with pytest.raises(tessera.Error, match="recipe: 'mxfp9' is neither a recipe .* nor a scaling mode"):
         tessera.GroupedTensor([(2, 32)], recipe="mxfp9")
     with pytest.raises(tessera.Error, match="negative dimension"):
         tessera.GroupedTensor([(2, 32), (-1, 32)])

@@ -10,6 +10,7 @@
 #include "demo_model.h"
 #include "tessera/core/buffer.h"
 #include "tessera/core/status.h"
+#include "tessera/gemm/grouped_gemm.h"
 #include "tessera/nn/grouped_mlp.h"
 
 namespace tessera::cli::demo {
@@ -28,34 +29,54 @@ struct Routing {
   std::vector<float> row_probs;    // (T)
 };
 
-Routing route(const std::vector<float>& x, const std::vector<float>& wr, int64_t b, int64_t h,
-              int64_t e, int64_t k) {
+// Router logits (b, e) = x (b, h) · wrᵀ on the host: tessera's grouped GEMM with one group (the
+// CPU backend's BLAS), O(b·e·h) work on every core.
+std::vector<float> router_logits(const std::vector<float>& x, const float* wr, int64_t b,
+                                 int64_t h, int64_t e) {
+  std::vector<float> logits(static_cast<size_t>(b * e));
+  int64_t offsets[2] = {0, b};
+  GroupedGemmProblem p;
+  p.kind = GroupedGemmKind::kMGrouped;
+  p.num_groups = 1;
+  p.a = GemmOperand::from_dense(
+      TensorView::contiguous(const_cast<float*>(x.data()), DType::kFloat32, {b, h}));
+  p.b = GemmOperand::from_dense(
+      TensorView::contiguous(const_cast<float*>(wr), DType::kFloat32, {1, e, h}));
+  p.d = TensorView::contiguous(logits.data(), DType::kFloat32, {b, e});
+  p.group_offsets = TensorView::contiguous(offsets, DType::kInt64, {2});
+  grouped_gemm(p);
+  return logits;
+}
+
+// Routing of b tokens: logits, then top-k and softmax token by token in parallel (the result
+// does not depend on the thread count).
+Routing route(const std::vector<float>& x, const float* wr, int64_t b, int64_t h, int64_t e,
+              int64_t k) {
   Routing r;
   r.splits.assign(static_cast<size_t>(e), 0);
   r.expert.resize(static_cast<size_t>(b * k));
   r.probs.resize(static_cast<size_t>(b * k));
-  std::vector<float> logits(static_cast<size_t>(e));
-  std::vector<int> order(static_cast<size_t>(e));
-  for (int64_t t = 0; t < b; ++t) {
-    for (int64_t j = 0; j < e; ++j) {
-      double acc = 0;
-      for (int64_t c = 0; c < h; ++c) acc += double(x[t * h + c]) * wr[j * h + c];
-      logits[j] = static_cast<float>(acc);
-    }
-    std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + k, order.end(),
-                      [&](int a, int c) {
-                        return logits[a] > logits[c] || (logits[a] == logits[c] && a < c);
-                      });
-    const float top = logits[order[0]];
-    double denom = 0;
-    for (int64_t j = 0; j < k; ++j) denom += std::exp(double(logits[order[j]] - top));
-    for (int64_t j = 0; j < k; ++j) {
-      r.expert[t * k + j] = order[j];
-      r.probs[t * k + j] = static_cast<float>(std::exp(double(logits[order[j]] - top)) / denom);
-      ++r.splits[order[j]];
+  const std::vector<float> all_logits = router_logits(x, wr, b, h, e);
+#pragma omp parallel
+  {
+    std::vector<int> order(static_cast<size_t>(e));
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < b; ++t) {
+      const float* logits = all_logits.data() + t * e;
+      std::iota(order.begin(), order.end(), 0);
+      std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int a, int c) {
+        return logits[a] > logits[c] || (logits[a] == logits[c] && a < c);
+      });
+      const float top = logits[order[0]];
+      double denom = 0;
+      for (int64_t j = 0; j < k; ++j) denom += std::exp(double(logits[order[j]] - top));
+      for (int64_t j = 0; j < k; ++j) {
+        r.expert[t * k + j] = order[j];
+        r.probs[t * k + j] = static_cast<float>(std::exp(double(logits[order[j]] - top)) / denom);
+      }
     }
   }
+  for (int64_t s = 0; s < b * k; ++s) ++r.splits[r.expert[s]];
   std::vector<int64_t> next(static_cast<size_t>(e), 0);
   for (int64_t j = 1; j < e; ++j) next[j] = next[j - 1] + r.splits[j - 1];
   r.row_token.resize(static_cast<size_t>(b * k));
@@ -70,15 +91,27 @@ Routing route(const std::vector<float>& x, const std::vector<float>& wr, int64_t
   return r;
 }
 
+// dst row i = src row index[i] (rows of h floats), in parallel.
+void gather_rows(const std::vector<float>& src, const std::vector<int64_t>& index, int64_t h,
+                 std::vector<float>& dst) {
+  const int64_t n = static_cast<int64_t>(index.size());
+  dst.resize(static_cast<size_t>(n * h));
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    std::copy_n(src.begin() + index[i] * h, h, dst.begin() + i * h);
+  }
+}
+
 // A float32 array on the layer's device. On the CPU it can alias host memory (no copies).
 struct DeviceArray {
   Buffer buffer;
   float* data = nullptr;
-  Device device;
+  Device device = Device::cpu();
   DeviceArray(int64_t n, Device d) : device(d) {
     buffer = Buffer(static_cast<size_t>(std::max<int64_t>(n, 1) * 4), d);
     data = buffer.as<float>();
   }
+  DeviceArray() = default;
   DeviceArray(float* host, Device d) : data(host), device(d) {}  // CPU alias
   TensorView view(std::initializer_list<int64_t> shape) const {
     return TensorView::contiguous(data, DType::kFloat32, shape, device);
@@ -136,6 +169,7 @@ class MoELayer {
                c.device, size_t(n_w2_) * 4);
     for (size_t i = size_t(n_router_); i < params_.size(); ++i) params_[i] *= scale;
     push_weights();
+    allocate_scratch();
   }
 
   // out (B, H) for x (B, H); with a target and `train`, also backpropagates the mean squared
@@ -166,28 +200,68 @@ class MoELayer {
   void router_backward(const std::vector<float>& x, const Routing& r,
                        const std::vector<float>& drow_probs);
 
+  void allocate_scratch();
+
   DemoConfig c_;
   GroupedMLP mlp_;
   int64_t n_router_ = 0, n_w1_ = 0, n_w2_ = 0;
   std::vector<float> params_, grads_;
   Adam adam_;
+  // Per-step arrays, allocated once (the row count is fixed): host copies of the routed tokens,
+  // outputs and gradients, and their device arrays (on the CPU: aliases of the host ones, and
+  // the weight gradients write straight into grads_).
+  std::vector<float> xr_, yr_, dyr_, dout_, row_probs_, drow_probs_;
+  DeviceArray xd_, pd_, yd_, dyd_, dpd_, dw1_, dw2_;
 };
+
+void MoELayer::allocate_scratch() {
+  const int64_t rows = c_.tokens * c_.topk, h = c_.hidden;
+  for (std::vector<float>* v : {&xr_, &yr_, &dyr_}) v->resize(static_cast<size_t>(rows * h));
+  dout_.resize(static_cast<size_t>(c_.tokens * h));
+  row_probs_.resize(static_cast<size_t>(rows));
+  drow_probs_.resize(static_cast<size_t>(rows));
+  const Device d = c_.device;
+  float* g1 = grads_.data() + n_router_;
+  if (d.is_cpu()) {
+    xd_ = DeviceArray(xr_.data(), d), yd_ = DeviceArray(yr_.data(), d);
+    dyd_ = DeviceArray(dyr_.data(), d), pd_ = DeviceArray(row_probs_.data(), d);
+    dpd_ = DeviceArray(drow_probs_.data(), d);
+    dw1_ = DeviceArray(g1, d), dw2_ = DeviceArray(g1 + n_w1_, d);
+    return;
+  }
+  xd_ = DeviceArray(rows * h, d), yd_ = DeviceArray(rows * h, d), dyd_ = DeviceArray(rows * h, d);
+  pd_ = DeviceArray(rows, d), dpd_ = DeviceArray(rows, d);
+  dw1_ = DeviceArray(n_w1_, d), dw2_ = DeviceArray(n_w2_, d);
+}
 
 void MoELayer::router_backward(const std::vector<float>& x, const Routing& r,
                                const std::vector<float>& drow_probs) {
-  const int64_t b = c_.tokens, k = c_.topk, h = c_.hidden;
-  float* dwr = grads_.data();
-  std::fill(dwr, dwr + n_router_, 0.0f);
+  const int64_t b = static_cast<int64_t>(r.row_of.size()) / c_.topk, k = c_.topk, h = c_.hidden;
+  // d loss / d logit of each routed row: p (dp − Σ_j p_j dp_j) over the token's slots.
+  std::vector<float> dlogit(r.row_of.size());
+#pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < b; ++t) {
     double dot = 0;
     for (int64_t j = 0; j < k; ++j) {
       dot += double(r.probs[t * k + j]) * drow_probs[r.row_of[t * k + j]];
     }
     for (int64_t j = 0; j < k; ++j) {
-      const double p = r.probs[t * k + j];
-      const float dl = static_cast<float>(p * (drow_probs[r.row_of[t * k + j]] - dot));
-      float* row = dwr + r.expert[t * k + j] * h;
-      for (int64_t c = 0; c < h; ++c) row[c] += dl * x[t * h + c];
+      const int64_t row = r.row_of[t * k + j];
+      dlogit[row] = static_cast<float>(r.probs[t * k + j] * (drow_probs[row] - dot));
+    }
+  }
+  // Rows are grouped by expert: one expert's router row per thread, rows in token order.
+  std::vector<int64_t> start(static_cast<size_t>(c_.experts) + 1, 0);
+  for (int64_t j = 0; j < c_.experts; ++j) start[j + 1] = start[j] + r.splits[j];
+  float* dwr = grads_.data();
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t j = 0; j < c_.experts; ++j) {
+    float* row = dwr + j * h;
+    std::fill(row, row + h, 0.0f);
+    for (int64_t rr = start[j]; rr < start[j + 1]; ++rr) {
+      const float dl = dlogit[rr];
+      const float* xt = x.data() + r.row_token[rr] * h;
+      for (int64_t c = 0; c < h; ++c) row[c] += dl * xt[c];
     }
   }
 }
@@ -195,59 +269,54 @@ void MoELayer::router_backward(const std::vector<float>& x, const Routing& r,
 void MoELayer::backward(const std::vector<float>& x, const Routing& r, nn::GroupedMLPContext& ctx,
                         const std::vector<float>& dout) {
   const int64_t h = c_.hidden, rows = c_.tokens * c_.topk;
-  std::vector<float> dyr(static_cast<size_t>(rows * h));  // (T, H)
-  for (int64_t row = 0; row < rows; ++row) {
-    std::copy_n(dout.begin() + r.row_token[row] * h, h, dyr.begin() + row * h);
-  }
-  const bool cpu = c_.device.is_cpu();
+  gather_rows(dout, r.row_token, h, dyr_);  // (T, H)
   float* g1 = grads_.data() + n_router_;
   float* g2 = g1 + n_w1_;
-  DeviceArray dyd(rows * h, c_.device), dpd(rows, c_.device);
-  DeviceArray dw1 = cpu ? DeviceArray(g1, c_.device) : DeviceArray(n_w1_, c_.device);
-  DeviceArray dw2 = cpu ? DeviceArray(g2, c_.device) : DeviceArray(n_w2_, c_.device);
-  dyd.upload(dyr.data(), rows * h);
+  dyd_.upload(dyr_.data(), rows * h);
   nn::GroupedMLPGrads g;
-  g.dprobs = dpd.view({rows});
-  g.fc1_dw = dw1.view({c_.experts, 2 * c_.ffn, h});
-  g.fc2_dw = dw2.view({c_.experts, h, c_.ffn});
-  mlp_.backward(ctx, dyd.view({rows, h}), g);
-  std::vector<float> drow_probs(static_cast<size_t>(rows));
-  dpd.download(drow_probs.data(), rows);
-  dw1.download(g1, n_w1_);
-  dw2.download(g2, n_w2_);
-  router_backward(x, r, drow_probs);
+  g.dprobs = dpd_.view({rows});
+  g.fc1_dw = dw1_.view({c_.experts, 2 * c_.ffn, h});
+  g.fc2_dw = dw2_.view({c_.experts, h, c_.ffn});
+  mlp_.backward(ctx, dyd_.view({rows, h}), g);
+  dpd_.download(drow_probs_.data(), rows);
+  dw1_.download(g1, n_w1_);
+  dw2_.download(g2, n_w2_);
+  router_backward(x, r, drow_probs_);
 }
 
 double MoELayer::step(const std::vector<float>& x, const std::vector<float>* target,
                       std::vector<float>& out, bool train, int64_t* saved_bytes) {
   const int64_t b = c_.tokens, h = c_.hidden, k = c_.topk, rows = b * k;
-  const std::vector<float> router(params_.begin(), params_.begin() + n_router_);
-  const Routing r = route(x, router, b, h, c_.experts, k);
-  std::vector<float> xr(static_cast<size_t>(rows * h));  // (T, H) routed tokens
-  for (int64_t row = 0; row < rows; ++row) {
-    std::copy_n(x.begin() + r.row_token[row] * h, h, xr.begin() + row * h);
-  }
-  DeviceArray xd(rows * h, c_.device), pd(rows, c_.device), yd(rows * h, c_.device);
-  xd.upload(xr.data(), rows * h);
-  pd.upload(r.row_probs.data(), rows);
+  const Routing r = route(x, params_.data(), b, h, c_.experts, k);
+  gather_rows(x, r.row_token, h, xr_);  // (T, H) routed tokens
+  std::copy(r.row_probs.begin(), r.row_probs.end(), row_probs_.begin());
+  xd_.upload(xr_.data(), rows * h);
+  pd_.upload(row_probs_.data(), rows);
   const TensorView splits = TensorView::contiguous(const_cast<int64_t*>(r.splits.data()),
                                                    DType::kInt64, {c_.experts});
   const bool training = train && target != nullptr;
-  nn::GroupedMLPContext ctx = mlp_.forward(xd.view({rows, h}), splits, pd.view({rows}),
-                                           yd.view({rows, h}), {training, true});
-  std::vector<float> yr(static_cast<size_t>(rows * h));
-  yd.download(yr.data(), rows * h);
+  nn::GroupedMLPContext ctx = mlp_.forward(xd_.view({rows, h}), splits, pd_.view({rows}),
+                                           yd_.view({rows, h}), {training, true});
+  yd_.download(yr_.data(), rows * h);
   out.assign(static_cast<size_t>(b * h), 0.0f);
-  for (int64_t row = 0; row < rows; ++row) {
-    for (int64_t c = 0; c < h; ++c) out[r.row_token[row] * h + c] += yr[row * h + c];
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < b; ++t) {  // combine: the token's slots in slot order
+    float* o = out.data() + t * h;
+    for (int64_t j = 0; j < k; ++j) {
+      const float* y = yr_.data() + r.row_of[t * k + j] * h;
+      for (int64_t c = 0; c < h; ++c) o[c] += y[c];
+    }
   }
   if (target == nullptr) return 0;
   double loss = 0;
-  std::vector<float> dout(static_cast<size_t>(b * h));  // d loss / d out
+  std::vector<float>& dout = dout_;  // d loss / d out
+  const float* tg = target->data();
+  const double scale = 2.0 / double(b * h);
+#pragma omp parallel for schedule(static) reduction(+ : loss)
   for (int64_t i = 0; i < b * h; ++i) {
-    const double d = double(out[i]) - (*target)[i];
+    const double d = double(out[i]) - tg[i];
     loss += d * d;
-    dout[i] = static_cast<float>(2.0 * d / double(b * h));
+    dout[i] = static_cast<float>(scale * d);
   }
   loss /= double(b * h);
   if (!training) return loss;
@@ -256,13 +325,34 @@ double MoELayer::step(const std::vector<float>& x, const std::vector<float>* tar
   return loss;
 }
 
-// Batch `step` of the synthetic data stream (the same for every recipe).
+// Batch `step` of the synthetic data stream (the same for every recipe): one random stream per
+// token, so the rows are drawn in parallel and do not depend on the thread count.
 std::vector<float> batch(const DemoConfig& c, int64_t step) {
-  std::mt19937_64 rng(c.seed * 7919 + static_cast<uint64_t>(step));
-  std::normal_distribution<float> n01(0.0f, 1.0f);
   std::vector<float> x(static_cast<size_t>(c.tokens * c.hidden));
-  for (float& v : x) v = n01(rng);
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < c.tokens; ++t) {
+    std::seed_seq seq{c.seed, uint64_t(step), uint64_t(t)};
+    std::mt19937_64 rng(seq);
+    std::normal_distribution<float> n01(0.0f, 1.0f);
+    for (int64_t i = 0; i < c.hidden; ++i) x[t * c.hidden + i] = n01(rng);
+  }
   return x;
+}
+
+// Gradients at the initial weights on the first `tokens` tokens of batch 0, from a layer of its
+// own (calibrated on the same tokens first, as the training run is).
+GradientSnapshot probe_gradients(const DemoConfig& config, const DemoData& data,
+                                 const Recipe& recipe, int64_t tokens) {
+  DemoConfig pc = config;
+  pc.tokens = tokens;
+  const size_t n = static_cast<size_t>(tokens * config.hidden);
+  const std::vector<float> x(data.x.front().begin(), data.x.front().begin() + n);
+  const std::vector<float> target(data.target.front().begin(), data.target.front().begin() + n);
+  MoELayer probe(pc, recipe, config.seed + 2, 1.0f);
+  std::vector<float> out;
+  if (recipe.quantized()) probe.step(x, &target, out, true, nullptr);
+  probe.step(x, &target, out, true, nullptr);
+  return probe.gradients();
 }
 
 }  // namespace
@@ -270,20 +360,29 @@ std::vector<float> batch(const DemoConfig& c, int64_t step) {
 double sqnr_db(const std::vector<float>& ref, const std::vector<float>& test) {
   TESSERA_CHECK(ref.size() == test.size(), "sqnr_db: sizes differ");
   double s = 0, n = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
+  const int64_t size = static_cast<int64_t>(ref.size());
+#pragma omp parallel for schedule(static) reduction(+ : s, n)
+  for (int64_t i = 0; i < size; ++i) {
+    const double d = double(ref[i]) - test[i];
     s += double(ref[i]) * ref[i];
-    n += (double(ref[i]) - test[i]) * (double(ref[i]) - test[i]);
+    n += d * d;
   }
   if (n == 0) return INFINITY;
   return 10.0 * std::log10(s / n);
 }
 
+double train_flops_per_token(const DemoConfig& c) {
+  // Forward fc1 (2·ffn × hidden) and fc2 (hidden × ffn) per routed row, 2 flops per MAC;
+  // backward twice the forward; plus the router (experts × hidden, forward and backward).
+  const double mlp = 2.0 * (2.0 * double(c.ffn) * double(c.hidden) + double(c.hidden) * double(c.ffn));
+  return 3.0 * mlp * double(c.topk) + 4.0 * double(c.experts) * double(c.hidden);
+}
+
 DemoData make_demo_data(const DemoConfig& config) {
-  // The teacher is a data generator: FP32 on the host whatever --device says.
-  DemoConfig host = config;
-  host.device = Device::cpu();
-  const std::shared_ptr<Recipe> fp32 = make_demo_recipe("fp32");
-  MoELayer teacher(host, *fp32, config.seed + 1, 1.0f);
+  // FP32 on the CPU; on CUDA BF16 GEMMs on the device (the CUDA GEMM takes no FP32 operands,
+  // and an FP32 teacher on the host would cost as much as training).
+  const std::shared_ptr<Recipe> recipe = make_demo_recipe(config.device.is_cpu() ? "fp32" : "bf16");
+  MoELayer teacher(config, *recipe, config.seed + 1, 1.0f);
   DemoData d;
   for (int64_t s = 0; s < config.steps; ++s) {
     d.x.push_back(batch(config, s));
@@ -294,22 +393,28 @@ DemoData make_demo_data(const DemoConfig& config) {
 }
 
 RecipeRun train_recipe(const DemoConfig& config, const DemoData& data, const std::string& name,
-                       const Recipe& recipe, void (*progress)(void*, int64_t, double),
+                       const Recipe& recipe, const RunPlan& plan, ProgressFn progress,
                        void* user) {
-  MoELayer student(config, recipe, config.seed + 2, 1.0f);
+  TESSERA_CHECK(plan.steps <= config.steps && plan.probe_tokens <= config.tokens,
+                "train_recipe: the plan exceeds the data");
   RecipeRun run;
   run.name = name;
+  const bool probe_is_step0 = plan.probe_tokens == config.tokens && plan.steps > 0;
+  if (!probe_is_step0) run.probe_grads = probe_gradients(config, data, recipe, plan.probe_tokens);
+  if (plan.steps == 0) return run;
+  MoELayer student(config, recipe, config.seed + 2, 1.0f);
   std::vector<double> times;
   std::vector<float> out;
   // Calibration pass on the first batch (gradients discarded): delayed scaling starts from real
-  // amax values instead of its initial scale of 1, as after a few steps of any real run.
-  student.step(data.x.front(), &data.target.front(), out, true, nullptr);
-  for (int64_t s = 0; s < config.steps; ++s) {
+  // amax values instead of its initial scale of 1, as after a few steps of any real run. A
+  // recipe without quantizers keeps no state: nothing to calibrate.
+  if (recipe.quantized()) student.step(data.x.front(), &data.target.front(), out, true, nullptr);
+  for (int64_t s = 0; s < plan.steps; ++s) {
     const auto t0 = std::chrono::steady_clock::now();
     const double loss = student.step(data.x[static_cast<size_t>(s)],
                                      &data.target[static_cast<size_t>(s)], out, true,
                                      s == 0 ? &run.saved_bytes : nullptr);
-    if (s == 0) run.step0_grads = student.gradients();
+    if (s == 0 && probe_is_step0) run.probe_grads = student.gradients();
     student.apply(config.lr);
     const auto t1 = std::chrono::steady_clock::now();
     times.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());

@@ -27,12 +27,21 @@ struct DemoConfig {
 // Gradients of every trainable parameter after one backward, flattened (router first).
 using GradientSnapshot = std::vector<float>;
 
+// How much of a run to do: `steps` training steps (<= config.steps) and the gradient probe, one
+// forward + backward at the initial weights on the first `probe_tokens` tokens of batch 0 (all
+// of them: the gradients of training step 0; fewer: a separate layer with the same weights).
+struct RunPlan {
+  int64_t steps = 0;
+  int64_t probe_tokens = 0;
+};
+
 // Result of training one recipe.
 struct RecipeRun {
   std::string name;
-  std::vector<double> losses;        // one per step
+  std::vector<double> losses;        // one per step run
   double final_loss = 0;             // mean of the last min(10, steps) losses
-  GradientSnapshot step0_grads;      // gradients at step 0 (same weights and data for all)
+  GradientSnapshot probe_grads;      // gradients of the probe (same weights and data for all)
+  double grad_sqnr_db = 0;           // of probe_grads against the FP32 reference's (caller sets)
   int64_t saved_bytes = 0;           // bytes the MoE layer's contexts keep for backward (step 0)
   double step_ms = 0;                // median wall time of a training step
 };
@@ -44,23 +53,31 @@ std::vector<std::string> demo_recipe_names();
 std::shared_ptr<Recipe> make_demo_recipe(const std::string& name);
 
 // The synthetic task, the same for every recipe: per step a batch x (tokens, hidden) ~ N(0, 1)
-// and the FP32 teacher MoE's output on it as the regression target.
+// and a fixed random teacher MoE's output on it as the regression target. The teacher runs on
+// config.device: FP32 on the CPU, BF16 GEMMs on CUDA (a data generator; every recipe, the FP32
+// reference included, sees the same targets).
 struct DemoData {
   std::vector<std::vector<float>> x, target;  // [step] (tokens, hidden)
 };
 DemoData make_demo_data(const DemoConfig& config);
 
-// Trains the student for config.steps steps under `recipe`; `progress(step, loss)` is called
-// after every step.
+// Floating-point operations of one training step (forward + backward) per token.
+double train_flops_per_token(const DemoConfig& config);
+
+using ProgressFn = void (*)(void* user, int64_t step, double loss);
+
+// Trains the student under `recipe` as `plan` says; `progress(step, loss)` is called after every
+// step.
 RecipeRun train_recipe(const DemoConfig& config, const DemoData& data, const std::string& name,
-                       const Recipe& recipe,
-                       void (*progress)(void* user, int64_t step, double loss), void* user);
+                       const Recipe& recipe, const RunPlan& plan, ProgressFn progress,
+                       void* user);
 
 // SNR of `test` against `ref` in dB: 10 log10(Σ ref² / Σ (ref − test)²).
 double sqnr_db(const std::vector<float>& ref, const std::vector<float>& test);
 
-// Writes the loss curves (log-scale loss vs step) as a self-contained SVG file.
+// Writes the loss curves (log-scale loss vs step) and, when runs[reference] has losses, each
+// curve relative to it on a second panel, as a self-contained SVG file.
 void write_loss_svg(const std::string& path, const std::vector<RecipeRun>& runs,
-                    const std::string& title);
+                    size_t reference, const std::string& title);
 
 }  // namespace tessera::cli::demo

@@ -1,9 +1,31 @@
 // Entry point of the `tessera` program: dispatches to a subcommand, turns errors into messages.
 #include <cstdio>
 #include <exception>
+#include <new>
+#include <string>
 #include <string_view>
 
 #include "commands.h"
+#include "tessera/core/status.h"
+
+namespace tessera::cli {
+
+std::string user_message(const std::exception& e) {
+  std::string m = e.what();
+  if (dynamic_cast<const Error*>(&e) == nullptr) {
+    if (dynamic_cast<const std::bad_alloc*>(&e) != nullptr) return "out of host memory";
+    return m;
+  }
+  if (m.rfind("tessera ", 0) == 0) {  // "tessera <status>: " prefix
+    const size_t colon = m.find(": ");
+    if (colon != std::string::npos) m.erase(0, colon + 2);
+  }
+  const size_t where = m.rfind(" [");
+  if (where != std::string::npos && m.back() == ']') m.erase(where);
+  return m;
+}
+
+}  // namespace tessera::cli
 
 namespace {
 
@@ -42,7 +64,8 @@ int main(int argc, char** argv) {
     try {
       return c.run(tessera::cli::Args(argv + 2, argv + argc));
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "tessera %s: %s\n", argv[1], e.what());
+      std::fflush(stdout);
+      std::fprintf(stderr, "tessera %s: %s\n", argv[1], tessera::cli::user_message(e).c_str());
       return 1;
     }
   }
