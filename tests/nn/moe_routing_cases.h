@@ -372,7 +372,17 @@ inline void expect_same(const MoeOutputs& got, const MoeOutputs& want, const std
   EXPECT_EQ(got.slot_map, want.slot_map) << name;
   EXPECT_EQ(got.row_pair, want.row_pair) << name;
   EXPECT_EQ(first_mismatch(got.permuted, want.permuted), -1) << name << ": permuted data";
-  EXPECT_EQ(first_mismatch(got.scale_inv, want.scale_inv), -1) << name << ": scale_inv";
+  const int64_t bad_scale = first_mismatch(got.scale_inv, want.scale_inv);
+  std::string scale_note;
+  if (bad_scale >= 0 && got.scale_inv.size() % 4 == 0) {  // the FP32 words around the byte
+    const size_t w = static_cast<size_t>(bad_scale) / 4 * 4;
+    float g = 0, e = 0;
+    std::memcpy(&g, got.scale_inv.data() + w, 4);
+    std::memcpy(&e, want.scale_inv.data() + w, 4);
+    scale_note = " (as FP32 word " + std::to_string(w / 4) + ": got " + std::to_string(g) +
+                 ", want " + std::to_string(e) + ")";
+  }
+  EXPECT_EQ(bad_scale, -1) << name << ": scale_inv" << scale_note;
   EXPECT_EQ(first_mismatch(got.dx, want.dx), -1) << name << ": permute backward";
   EXPECT_EQ(first_mismatch(got.combined, want.combined), -1) << name << ": unpermute";
   EXPECT_EQ(first_mismatch(got.dy, want.dy), -1) << name << ": unpermute backward dy";

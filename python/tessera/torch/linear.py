@@ -18,7 +18,11 @@ tessera calls, no PyTorch elementwise op runs in the step):
   scales applied in the GEMM epilogue.
 Group sizes for FP8 must be multiples of 16 rows (as torch._scaled_grouped_mm asks): the wgrad
 reads each group's token columns with 16-byte TMA loads and writes NaN for a group that breaks
-this, never silently wrong numbers.
+this, never silently wrong numbers. Rows past offs[-1] (a capacity buffer): the BF16 GEMMs leave
+them unwritten, as torch._grouped_mm; the FP8 outputs have them zero, because every row of x and
+dy takes part in the per-column scales of the wgrad operands — a layer's own outputs must not
+feed unwritten memory (possibly NaN) into the next layer's scales. Input rows past offs[-1] must
+be finite for the same reason.
 
 Quantized weights are cached across calls (micro-batches, eval/train alternation) in a
 `WeightCache` and re-quantized only when the weight changes (its version counter, storage or
@@ -51,7 +55,7 @@ def _fprop_impl(xq: Tensor, xs: Tensor, wq: Tensor, ws: Tensor, offs: Tensor, gr
                 out_dtype: torch.dtype) -> Tensor:
     t, k = xq.shape
     n = wq.shape[0] // groups
-    y = xq.new_empty((t, n), dtype=out_dtype)
+    y = xq.new_zeros((t, n), dtype=out_dtype)  # rows past offs[-1] stay 0 (see module doc)
     br.run(br.KIND_M_GROUPED, _fp8_operand(xq, xs, t, k, False),
            _fp8_operand(wq, ws, groups * n, k, False), y, offs, transpose_a=False,
            transpose_b=True, key=("fp8_fprop", t, k, n, groups, out_dtype))
@@ -74,7 +78,7 @@ def _dgrad_impl(dyq: Tensor, dys: Tensor, wcq: Tensor, wcs: Tensor, offs: Tensor
                 out_dtype: torch.dtype) -> Tensor:
     t, n = dyq.shape
     k = wcq.shape[0]
-    dx = dyq.new_empty((t, k), dtype=out_dtype)
+    dx = dyq.new_zeros((t, k), dtype=out_dtype)  # rows past offs[-1] stay 0 (see module doc)
     br.run(br.KIND_M_GROUPED, _fp8_operand(dyq, dys, t, n, False),
            _fp8_operand(wcq, wcs, groups * n, k, True), dx, offs, transpose_a=False,
            transpose_b=False, key=("fp8_dgrad", t, k, n, groups, out_dtype))
