@@ -6,14 +6,17 @@
 // Python surface (private; tessera.torch.quantize_fp8_rowwise wraps it):
 //   _quantize_into(x, mode, element, rowwise, columnwise, data, scale_inv, columnwise_data,
 //                  columnwise_scale_inv, stream) -> None
-// Modes without amax buffers (rowwise, block1x128, block128x128, mxfp8, mxfp8_32x32) with their
-// make_config defaults, compact scales. Output shapes follow tessera/quantize/types.h (a
+// FP8 and MXFP8 modes with their make_config defaults (per-tensor "tensor" = current scaling, which
+// also writes the tensor amax of each copy into the caller's 1-element `amax` arrays), compact
+// scales. Output shapes follow tessera/quantize/types.h (a
 // columnwise rowwise/block copy is stored transposed); a scale array may be given with any shape
 // of the contracted number of elements (torch keeps rowwise scales 1-D), and the arrays of a usage
 // not asked for are ignored (they may be empty).
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "bindings.h"
@@ -41,11 +44,21 @@ TensorView contract_view(const DeviceArray& a, const MatrixShape& want, Device d
 void quantize_into(const DeviceArray& x, const std::string& mode, const std::string& element,
                    bool rowwise, bool columnwise, const DeviceArray& data,
                    const DeviceArray& scale_inv, const DeviceArray& columnwise_data,
-                   const DeviceArray& columnwise_scale_inv, uintptr_t stream) {
+                   const DeviceArray& columnwise_scale_inv, uintptr_t stream,
+                   const std::optional<DeviceArray>& amax,
+                   const std::optional<DeviceArray>& columnwise_amax) {
   const ScalingMode m = scaling_mode_from_name(mode.c_str());
-  TESSERA_CHECK(!has_amax(m) && m != ScalingMode::kNone, "mode: '", mode,
-                "' is not accepted here; expected rowwise, block1x128, block128x128, mxfp8 or "
-                "mxfp8_32x32 (modes with amax buffers need the QuantizedTensor API)");
+  TESSERA_CHECK(m != ScalingMode::kNone && m != ScalingMode::kNVFP4 &&
+                    m != ScalingMode::kNVFP4_16x16,
+                "mode: '", mode,
+                "' is not accepted here; expected tensor, rowwise, block1x128, block128x128, mxfp8 "
+                "or mxfp8_32x32 (NVFP4 needs the QuantizedTensor API)");
+  TESSERA_CHECK(!has_amax(m) || (rowwise ? amax.has_value() : true),
+                "amax: mode '", mode, "' writes the tensor amax of the rowwise copy; pass a "
+                "1-element float32 array");
+  TESSERA_CHECK(!has_amax(m) || (columnwise ? columnwise_amax.has_value() : true),
+                "columnwise_amax: mode '", mode, "' writes the tensor amax of the columnwise "
+                "copy; pass a 1-element float32 array");
   QuantizerConfig config = make_config(m, parse_dtype(element));
   TESSERA_CHECK(rowwise || columnwise, "rowwise/columnwise: at least one usage must be asked for");
   config.rowwise = rowwise;
@@ -71,6 +84,10 @@ void quantize_into(const DeviceArray& x, const std::string& mode, const std::str
         contract_view(columnwise_scale_inv, scale_shape(config, rows, cols, true), xv.device,
                       "columnwise_scale_inv");
   }
+  const MatrixShape one{1, 1, DType::kFloat32};
+  if (has_amax(m) && rowwise) out.amax = contract_view(*amax, one, xv.device, "amax");
+  if (has_amax(m) && columnwise)
+    out.columnwise_amax = contract_view(*columnwise_amax, one, xv.device, "columnwise_amax");
   Quantizer q(config, xv.device);
   nb::gil_scoped_release release;
   q.quantize(xv, out, stream_of(stream));
@@ -83,7 +100,8 @@ void register_torch_quantize(nb::module_& m) {
         nb::arg("element"), nb::arg("rowwise"), nb::arg("columnwise"),
         nb::arg("data").noconvert(), nb::arg("scale_inv").noconvert(),
         nb::arg("columnwise_data").noconvert(), nb::arg("columnwise_scale_inv").noconvert(),
-        nb::arg("stream") = 0,
+        nb::arg("stream") = 0, nb::arg("amax") = nb::none(),
+        nb::arg("columnwise_amax") = nb::none(),
         "Quantizes a 2-D CPU/CUDA array with tessera's Quantizer into caller-owned arrays "
         "(codes as uint8, FP32/E8M0 scale_inv), zero-copy, on the caller's stream.");
 }

@@ -55,7 +55,8 @@ def run_step(fn, x0, w0, dy):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("recipe,floor_db", [("bf16", 40.0), ("fp8_rowwise", 25.0)])
+@pytest.mark.parametrize("recipe,floor_db", [("bf16", 40.0), ("fp8_rowwise", 25.0),
+                                             ("fp8_current", 24.0)])
 def test_grouped_linear_step_matches_fp32_reference(device, recipe, floor_db):
     x, w, dy = inputs(SIZES, 128, 64, device)
     offs = ends(SIZES, device)
@@ -70,14 +71,15 @@ def test_grouped_linear_step_matches_fp32_reference(device, recipe, floor_db):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_fp8_weight_cache_follows_weight_changes_and_never_goes_stale(device):
+@pytest.mark.parametrize("recipe", ["fp8_rowwise", "fp8_current"])
+def test_fp8_weight_cache_follows_weight_changes_and_never_goes_stale(device, recipe):
     torch.manual_seed(1)
-    layer = tt.GroupedLinear(len(SIZES), 64, 32, recipe="fp8_rowwise", device=device)
+    layer = tt.GroupedLinear(len(SIZES), 64, 32, recipe=recipe, device=device)
     offs = ends(SIZES, device)
     x = torch.randn(sum(SIZES), 64, device=device, dtype=torch.bfloat16)
 
     def fresh_output():  # the same weights quantized from scratch
-        return tt.grouped_linear(x, layer.weight.detach(), offs, "fp8_rowwise")
+        return tt.grouped_linear(x, layer.weight.detach(), offs, recipe)
 
     y_train = layer(x, offs)
     key = layer.weight_cache.key
@@ -94,12 +96,12 @@ def test_fp8_weight_cache_follows_weight_changes_and_never_goes_stale(device):
     xr = x.detach().requires_grad_()
     layer(xr, offs).float().sum().backward()
     xr2 = x.detach().requires_grad_()
-    tt.grouped_linear(xr2, layer.weight.detach(), offs, "fp8_rowwise").float().sum().backward()
+    tt.grouped_linear(xr2, layer.weight.detach(), offs, recipe).float().sum().backward()
     assert torch.equal(xr.grad, xr2.grad)
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("recipe", ["bf16", "fp8_rowwise"])
+@pytest.mark.parametrize("recipe", ["bf16", "fp8_rowwise", "fp8_current"])
 def test_grouped_mlp_matches_fp32_reference(device, recipe):
     torch.manual_seed(2)
     g, hid, ffn = len(SIZES), 64, 32
@@ -151,7 +153,7 @@ def test_modules_state_dict_round_trip_and_errors():
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("recipe", ["bf16", "fp8_rowwise"])
+@pytest.mark.parametrize("recipe", ["bf16", "fp8_rowwise", "fp8_current"])
 def test_torch_compile_fullgraph_module_matches_eager(device, recipe):
     torch.manual_seed(3)
     mlp = tt.GroupedMLP(len(SIZES), 64, 32, recipe=recipe, device=device)
@@ -172,7 +174,7 @@ def test_torch_compile_fullgraph_module_matches_eager(device, recipe):
 
 
 @cuda_only
-@pytest.mark.parametrize("recipe", ["bf16", "fp8_rowwise"])
+@pytest.mark.parametrize("recipe", ["bf16", "fp8_rowwise", "fp8_current"])
 def test_cuda_graph_replay_with_changing_device_group_sizes(recipe):
     torch.manual_seed(4)
     g, hid, ffn = 4, 128, 64
@@ -232,3 +234,19 @@ def test_fp8_dsv3_shape_with_2048_outputs_runs_forward_and_backward():
                    x, w, dy)
     ref = reference_linear(x, w, dy, sizes)
     assert min(sqnr(g.float(), r) for g, r in zip(got, ref)) >= 25.0
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_fp8_current_quantizer_matches_torch_oracle(device):
+    # TE's current scaling: scale = 448 / amax (IEEE division), RNE saturating cast, one scale
+    # for both copies; the columnwise copy is the transposed codes.
+    torch.manual_seed(6)
+    x = (torch.randn(48, 80) * 3).to(torch.bfloat16).to(device)
+    data, sinv, cdata, csinv = tt.quantize_fp8_tensor_impl(x, True, True)
+    amax = x.float().abs().max()
+    scale = torch.tensor(448.0) / amax.cpu()
+    want = (x.float().cpu() * scale).clamp(-448, 448).to(torch.float8_e4m3fn)
+    assert torch.equal(data.cpu().view(torch.uint8), want.view(torch.uint8))
+    assert torch.equal(cdata.cpu().view(torch.uint8), want.t().contiguous().view(torch.uint8))
+    assert sinv.shape == (1,) and csinv.shape == (1,)
+    assert sinv.item() == (torch.tensor(1.0) / scale).item() == csinv.item()

@@ -39,7 +39,7 @@ constexpr Shape kShapes[] = {
     {"mixtral-fc1", 8, 4096, 4096, 28672}, {"mixtral-fc2", 8, 4096, 14336, 4096},
 };
 
-std::vector<int64_t> group_sizes(const Shape& s, bool imbalanced) {
+[[maybe_unused]] std::vector<int64_t> group_sizes(const Shape& s, bool imbalanced) {
   std::vector<int64_t> sizes(static_cast<size_t>(s.experts), s.per_expert);
   if (!imbalanced) return sizes;
   const int64_t total = s.experts * s.per_expert;
@@ -211,7 +211,7 @@ double rel_err(const Buffer& got, const Buffer& ref, int64_t n, Device dev) {
 #endif
 
 // Whether `name` is one of the comma-separated entries of `list`.
-bool listed(const std::string& list, std::string_view name) {
+[[maybe_unused]] bool listed(const std::string& list, std::string_view name) {
   size_t start = 0;
   while (start <= list.size()) {
     const size_t end = std::min(list.find(',', start), list.size());

@@ -5,6 +5,7 @@ tessera.torch, next to the peers a user would pick instead, in the same run on t
     tessera bf16   tessera.torch.grouped_linear(x, W, offs, "bf16")
     tessera fp8    grouped_linear(..., "fp8_rowwise"), weights re-quantized every step
     tessera fp8 c  the same with the quantized weights cached (a later micro-batch of a step)
+    tessera fp8_current  per-tensor current scaling (TE's recipe), weights re-quantized
     torchao fp8    torchao's _to_fp8_rowwise_then_scaled_grouped_mm (when torchao imports)
 
 Validate, then time: SQNR (dB) of y, dx and dW against an FP32 reference of the same inputs,
@@ -146,6 +147,8 @@ def linear_contenders(tt, ao):
                                                           tt.WeightCache())),
         ("tessera fp8 cached-W", lambda x, w, o: tt.grouped_linear(x, w, o, "fp8_rowwise",
                                                                    cached)),
+        ("tessera fp8_current", lambda x, w, o: tt.grouped_linear(x, w, o, "fp8_current",
+                                                                  tt.WeightCache())),
     ]
     if ao is not None:
         rows.append(("torchao fp8", lambda x, w, o: ao(x, w.transpose(-2, -1), o,

@@ -5,7 +5,7 @@
     grouped_linear(x, weight, offs, recipe)  the training step of a grouped linear layer
     fp8_rowwise_grouped_mm(x, w_t, offs)   differentiable dynamic FP8-rowwise grouped GEMM
     quantize_fp8_rowwise(x, rowwise, columnwise)
-    GroupedLinear(num_groups, in_features, out_features, recipe="bf16"|"fp8_rowwise", bias)
+    GroupedLinear(num_groups, in_features, out_features, recipe, bias)   recipes: RECIPES
     GroupedMLP(num_groups, hidden, ffn, recipe, bias)   fc1 -> SwiGLU (x probs) -> fc2
     MoELayer(hidden, ffn, num_experts, top_k, recipe, ep_group)  router -> dispatch -> experts
 
@@ -20,13 +20,15 @@ try:
 except ImportError as e:  # pragma: no cover - exercised only without torch
     raise ImportError("tessera.torch needs PyTorch (pip install torch)") from e
 
-from .fp8 import quantize_backend, quantize_fp8_rowwise, scaled_operands_rowwise
+from .fp8 import (quantize_backend, quantize_fp8_rowwise, quantize_fp8_rowwise_impl,
+                  quantize_fp8_tensor, quantize_fp8_tensor_impl, scaled_operands_rowwise)
 from .linear import RECIPES, WeightCache, fp8_rowwise_grouped_mm, grouped_linear
 from .modules import GroupedLinear, GroupedMLP
 from .ops import grouped_mm, scaled_grouped_mm
 
 __all__ = ["GroupedLinear", "GroupedMLP", "RECIPES", "WeightCache", "fp8_rowwise_grouped_mm",
            "grouped_linear", "grouped_mm", "quantize_backend", "quantize_fp8_rowwise",
+           "quantize_fp8_rowwise_impl", "quantize_fp8_tensor", "quantize_fp8_tensor_impl",
            "scaled_grouped_mm", "scaled_operands_rowwise"]
 
 # Expert parallelism: routing ops and dispatch/combine in tessera.torch.moe (docs/moe.md).

@@ -78,6 +78,47 @@ def quantize_fp8_rowwise_impl(x: Tensor, rowwise: bool = True,
     return data, sinv, cdata, csinv
 
 
+def quantize_fp8_tensor_impl(x: Tensor, rowwise: bool = True,
+                             columnwise: bool = False) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """FP8 E4M3 per-tensor current scaling (TE's Float8CurrentScaling) of a 2-D (R, C) tensor:
+    scale = 448 / amax(x) (amax 0 or non-finite -> 1), both copies with that one scale, the
+    columnwise copy stored transposed. Returns (data (R, C), scale_inv (1,), columnwise_data
+    (C, R), columnwise_scale_inv (1,)); a usage not asked for comes back empty."""
+    torch._check(x.dim() == 2, lambda: f"quantize_fp8_tensor: x must be 2-D, got {x.dim()}-D")
+    r, c = x.shape
+    dev = x.device
+    data = torch.empty((r, c) if rowwise else (0, 0), dtype=torch.float8_e4m3fn, device=dev)
+    cdata = torch.empty((c, r) if columnwise else (0, 0), dtype=torch.float8_e4m3fn, device=dev)
+    scales = torch.empty(4, dtype=torch.float32, device=dev)  # scale_inv, cw scale_inv, amaxes
+    x_c = x if x.is_contiguous() else x.contiguous()
+    dl = br.dl
+    with br.device_scope(dev):
+        _C._quantize_into(dl(x_c), "tensor", "e4m3", rowwise, columnwise,
+                          dl(data.view(torch.uint8)), dl(scales[0:1]),
+                          dl(cdata.view(torch.uint8)), dl(scales[1:2]), br.stream_handle(dev),
+                          dl(scales[2:3]), dl(scales[3:4]))
+    return (data, scales[0:1] if rowwise else scales[:0], cdata,
+            scales[1:2] if columnwise else scales[:0])
+
+
+@torch.library.custom_op("tessera::quantize_fp8_tensor", mutates_args=())
+def quantize_fp8_tensor(x: Tensor, rowwise: bool = True,
+                        columnwise: bool = False) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The custom op of quantize_fp8_tensor_impl (traceable by torch.compile)."""
+    out = quantize_fp8_tensor_impl(x, rowwise, columnwise)
+    return tuple(t.clone() if t.dim() == 1 else t for t in out)  # outputs must not alias
+
+
+@quantize_fp8_tensor.register_fake
+def _quantize_tensor_fake(x, rowwise=True, columnwise=False):
+    r, c = x.shape
+    e4m3 = torch.float8_e4m3fn
+    return (x.new_empty((r, c) if rowwise else (0, 0), dtype=e4m3),
+            x.new_empty((1 if rowwise else 0,), dtype=torch.float32),
+            x.new_empty((c, r) if columnwise else (0, 0), dtype=e4m3),
+            x.new_empty((1 if columnwise else 0,), dtype=torch.float32))
+
+
 @torch.library.custom_op("tessera::quantize_fp8_rowwise", mutates_args=())
 def quantize_fp8_rowwise(x: Tensor, rowwise: bool = True,
                          columnwise: bool = False) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -106,6 +147,6 @@ def scaled_operands_rowwise(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor, Tenso
 
 
 __all__ = ["quantize_backend", "quantize_fp8_rowwise", "quantize_fp8_rowwise_impl",
-           "scaled_operands_rowwise"]
+           "quantize_fp8_tensor", "quantize_fp8_tensor_impl", "scaled_operands_rowwise"]
 
 

@@ -2,7 +2,7 @@
 dgrad and wgrad, for every recipe the torch front end runs.
 
     grouped_linear(x (T, K), weight (G, N, K), offs (G,) int32 cumulative end offsets,
-                   recipe="bf16" | "fp8_rowwise", weight_cache=None) -> y (T, N)
+                   recipe="bf16" | "fp8_rowwise" | "fp8_current", weight_cache=None) -> y (T, N)
 
 Each GEMM reads its operands in the layout they are in (nothing is transposed or copied between
 tessera calls, no PyTorch elementwise op runs in the step):
@@ -16,6 +16,9 @@ tessera calls, no PyTorch elementwise op runs in the step):
   codes (K, G·N), one scale per input column k, shared by the groups — what the C++ nn layer
   does). forward = xq · Wq, dgrad = dyq · W columnwise, wgrad = dy columnwise · x columnwise, all
   scales applied in the GEMM epilogue.
+- fp8_current (TE's per-tensor current scaling, E4M3): the same step with one scale per tensor
+  (x, dy, and the whole (G·N, K) weight), scale = 448 / amax; the columnwise copies are the
+  transposed codes of the same scale.
 Group sizes for FP8 must be multiples of 16 rows (as torch._scaled_grouped_mm asks): the wgrad
 reads each group's token columns with 16-byte TMA loads and writes NaN for a group that breaks
 this, never silently wrong numbers. Rows past offs[-1] (a capacity buffer): the BF16 GEMMs leave
@@ -36,16 +39,25 @@ import torch
 from torch import Tensor
 
 from . import _bridge as br
-from .fp8 import quantize_fp8_rowwise, quantize_fp8_rowwise_impl
+from .fp8 import (quantize_fp8_rowwise, quantize_fp8_rowwise_impl, quantize_fp8_tensor,
+                  quantize_fp8_tensor_impl)
 from .ops import grouped_mm
 
-RECIPES = ("bf16", "fp8_rowwise")
+RECIPES = ("bf16", "fp8_rowwise", "fp8_current")
+# FP8 recipes: (the custom-op quantizer, its eager implementation)
+_FP8_QUANTIZERS = {
+    "fp8_rowwise": (quantize_fp8_rowwise, quantize_fp8_rowwise_impl),
+    "fp8_current": (quantize_fp8_tensor, quantize_fp8_tensor_impl),
+}
 
 
 def _fp8_operand(data: Tensor, scale: Tensor, rows: int, cols: int, columnwise: bool):
-    """A rowwise-mode FP8 operand: the rowwise copy (rows, cols) with scales (rows, 1), or the
-    columnwise copy (cols, rows) — stored transposed — with scales (cols, 1)."""
+    """An FP8 operand of the logical (rows, cols) matrix: the rowwise copy (rows, cols) or the
+    columnwise copy (cols, rows), stored transposed. Its scale_inv says the mode: one value per
+    stored row (rowwise mode) or one for the whole tensor (per-tensor mode)."""
     n = cols if columnwise else rows
+    if scale.numel() == 1:
+        return br.quantized(data, scale.reshape(1, 1), "tensor", rows, cols, columnwise=columnwise)
     return br.quantized(data, scale.reshape(n, 1), "rowwise", rows, cols, columnwise=columnwise)
 
 
@@ -58,7 +70,7 @@ def _fprop_impl(xq: Tensor, xs: Tensor, wq: Tensor, ws: Tensor, offs: Tensor, gr
     y = xq.new_zeros((t, n), dtype=out_dtype)  # rows past offs[-1] stay 0 (see module doc)
     br.run(br.KIND_M_GROUPED, _fp8_operand(xq, xs, t, k, False),
            _fp8_operand(wq, ws, groups * n, k, False), y, offs, transpose_a=False,
-           transpose_b=True, key=("fp8_fprop", t, k, n, groups, out_dtype))
+           transpose_b=True, key=("fp8_fprop", t, k, n, groups, out_dtype, xs.numel() == 1))
     return y
 
 
@@ -81,7 +93,7 @@ def _dgrad_impl(dyq: Tensor, dys: Tensor, wcq: Tensor, wcs: Tensor, offs: Tensor
     dx = dyq.new_zeros((t, k), dtype=out_dtype)  # rows past offs[-1] stay 0 (see module doc)
     br.run(br.KIND_M_GROUPED, _fp8_operand(dyq, dys, t, n, False),
            _fp8_operand(wcq, wcs, groups * n, k, True), dx, offs, transpose_a=False,
-           transpose_b=False, key=("fp8_dgrad", t, k, n, groups, out_dtype))
+           transpose_b=False, key=("fp8_dgrad", t, k, n, groups, out_dtype, dys.numel() == 1))
     return dx
 
 
@@ -105,7 +117,7 @@ def _wgrad_impl(dycq: Tensor, dycs: Tensor, xcq: Tensor, xcs: Tensor, offs: Tens
     dw = dycq.new_empty((g, n, k), dtype=out_dtype)
     br.run(br.KIND_K_GROUPED, _fp8_operand(dycq, dycs, t, n, True),
            _fp8_operand(xcq, xcs, t, k, True), dw, offs, transpose_a=True, transpose_b=False,
-           key=("fp8_wgrad", t, k, n, g, out_dtype))
+           key=("fp8_wgrad", t, k, n, g, out_dtype, dycs.numel() == 1))
     return dw
 
 
@@ -140,14 +152,14 @@ class WeightCache:
         self.key = None
         self.value = None
 
-    def get(self, weight: Tensor):
+    def get(self, weight: Tensor, recipe: str = "fp8_rowwise"):
         g, n, k = weight.shape
-        key = (weight.data_ptr(), tuple(weight.shape), weight._version, weight.dtype)
+        key = (weight.data_ptr(), tuple(weight.shape), weight._version, weight.dtype, recipe)
         compiling = torch.compiler.is_compiling()
         if compiling or self.key != key:
             w = weight.detach().reshape(g * n, k)
-            quantize = quantize_fp8_rowwise if compiling else quantize_fp8_rowwise_impl
-            value = quantize(w.contiguous(), True, True)  # (G·N,K) (G·N) (K,G·N) (K)
+            quantize = _FP8_QUANTIZERS[recipe][0 if compiling else 1]
+            value = quantize(w.contiguous(), True, True)  # (G·N,K) scales (K,G·N) scales
             if compiling:
                 return value
             self.key, self.value = key, value
@@ -160,38 +172,43 @@ class _Ops:
     """The step's device ops: the custom ops under torch.compile (traceable, with fake
     implementations), their plain implementations in eager mode (no dispatcher round trip per op:
     host time is what bounds the smaller shapes' steps)."""
-    compiled = (quantize_fp8_rowwise, fp8_linear_fprop, fp8_linear_dgrad, fp8_linear_wgrad)
-    eager = (quantize_fp8_rowwise_impl, _fprop_impl, _dgrad_impl, _wgrad_impl)
+    compiled = (fp8_linear_fprop, fp8_linear_dgrad, fp8_linear_wgrad)
+    eager = (_fprop_impl, _dgrad_impl, _wgrad_impl)
 
     @staticmethod
-    def get():
-        return _Ops.compiled if torch.compiler.is_compiling() else _Ops.eager
+    def get(recipe: str):
+        compiling = torch.compiler.is_compiling()
+        quantize = _FP8_QUANTIZERS[recipe][0 if compiling else 1]
+        return (quantize,) + (_Ops.compiled if compiling else _Ops.eager)
 
 
-class _Fp8RowwiseLinear(torch.autograd.Function):
+class _Fp8Linear(torch.autograd.Function):
+    """The FP8 step of one recipe (fp8_rowwise, fp8_current): quantize once per tensor (both
+    usages), three GEMMs with the scales in the epilogue."""
+
     @staticmethod
-    def forward(ctx, x: Tensor, weight: Tensor, offs: Tensor, wq: Tensor, ws: Tensor,
-                wcq: Tensor, wcs: Tensor) -> Tensor:
-        quantize, fprop, _, _ = _Ops.get()
+    def forward(ctx, x: Tensor, weight: Tensor, offs: Tensor, recipe: str, wq: Tensor,
+                ws: Tensor, wcq: Tensor, wcs: Tensor) -> Tensor:
+        quantize, fprop, _, _ = _Ops.get(recipe)
         g = weight.shape[0]
         need_wgrad = weight.requires_grad
         xq, xs, xcq, xcs = quantize(x, True, need_wgrad)   # one pass, both usages
         y = fprop(xq, xs, wq, ws, offs, g, x.dtype)
         ctx.save_for_backward(xcq, xcs, wcq, wcs, offs)
-        ctx.shapes = (g, x.dtype, weight.dtype)
+        ctx.shapes = (g, x.dtype, weight.dtype, recipe)
         return y
 
     @staticmethod
     def backward(ctx, dy: Tensor):
         xcq, xcs, wcq, wcs, offs = ctx.saved_tensors
-        g, x_dtype, w_dtype = ctx.shapes
+        g, x_dtype, w_dtype, recipe = ctx.shapes
         need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        quantize, _, dgrad, wgrad = _Ops.get()
+        quantize, _, dgrad, wgrad = _Ops.get(recipe)
         dy = dy if dy.is_contiguous() else dy.contiguous()
         dyq, dys, dycq, dycs = quantize(dy, need_x, need_w)  # one pass
         dx = dgrad(dyq, dys, wcq, wcs, offs, g, x_dtype) if need_x else None
         dw = wgrad(dycq, dycs, xcq, xcs, offs, w_dtype) if need_w else None
-        return dx, dw, None, None, None, None, None
+        return dx, dw, None, None, None, None, None, None
 
 
 class _Bf16Linear(torch.autograd.Function):
@@ -247,11 +264,11 @@ def grouped_linear(x: Tensor, weight: Tensor, offs: Tensor, recipe: str = "bf16"
         if torch.compiler.is_compiling() or not (xw.is_contiguous() and weight.is_contiguous()):
             return grouped_mm(xw, weight.transpose(-2, -1), offs)
         return _Bf16Linear.apply(xw, weight, offs)
-    if recipe == "fp8_rowwise":
+    if recipe in _FP8_QUANTIZERS:
         cache = weight_cache if weight_cache is not None else WeightCache()
-        wq, ws, wcq, wcs = cache.get(weight)
+        wq, ws, wcq, wcs = cache.get(weight, recipe)
         xc = x if x.is_contiguous() else x.contiguous()
-        return _Fp8RowwiseLinear.apply(xc, weight, offs, wq, ws, wcq, wcs)
+        return _Fp8Linear.apply(xc, weight, offs, recipe, wq, ws, wcq, wcs)
     raise ValueError(f"recipe: {recipe!r} is not supported by tessera.torch; expected one of "
                      f"{RECIPES}")
 
