@@ -59,4 +59,11 @@ uint32_t philox_word(uint64_t seed, uint64_t offset, uint64_t e);
 int64_t scale_position(ScaleLayout layout, int64_t r, int64_t c, int64_t compact_cols,
                        int64_t padded_cols);
 
+// Position (in entries) of the scale of element (r, k) of one stored copy (R, C) of a tensor
+// quantized with `c` (copy as stored: the transposed columnwise copy is (K, M)), derived from the
+// scaling-mode table's block shapes and padding and scale_position above. Every reference
+// (quantize, dequantize, the GEMM's operand reader) reads scales through it.
+int64_t copy_scale_position(const QuantizerConfig& c, bool columnwise, int64_t r, int64_t k,
+                            int64_t R, int64_t C);
+
 }  // namespace tessera::reference
