@@ -213,8 +213,8 @@ void register_grouped(nb::module_& m) {
            nb::arg("random_hadamard") = false, nb::arg("stochastic_rounding") = false,
            nb::arg("rng_seed") = 0, nb::arg("delayed") = false,
            "shapes: list of (rows, cols). recipe: 'none' (dtype float32/float16/bfloat16) or a "
-           "scaling mode name ('tensor', 'rowwise', 'block1x128', 'block128x128', 'mxfp8', "
-           "'mxfp8_32x32', 'nvfp4', 'nvfp4_16x16').")
+           "scaling mode name ('tensor', 'rowwise', 'block1x128', ...: the rows of "
+           "include/tessera/formats/scaling_modes.h).")
       .def("quantize", &quantize_list, nb::arg("inputs"),
            "Quantize one high-precision array per member into the grouped storage (in place).")
       .def("quantize_contiguous", &quantize_contiguous, nb::arg("x"),

@@ -131,7 +131,8 @@ MatrixShape scale_shape(const QuantizerConfig& config, int64_t rows, int64_t col
   const int64_t c = columnwise ? rows : cols;
   const int64_t nr = blocks(r, info.scale_block_rows), nc = blocks(c, info.scale_block_cols);
   if (config.scale_layout == ScaleLayout::kSwizzled && info.swizzle) {
-    return {round_up(nr, 128), round_up(nc, 4), info.scale_dtype};
+    return {round_up(nr, scale_rules::kSwizzleTileRows), round_up(nc, scale_rules::kSwizzleTileCols),
+            info.scale_dtype};
   }
   const int64_t pr = round_up(nr, info.pad_rows), pc = round_up(nc, info.pad_cols);
   // A columnwise copy stored untransposed keeps its scales in the data's orientation.

@@ -115,8 +115,8 @@ struct ScaleSlotRule {
   int64_t size(int64_t rows) const;
 };
 
-// Derived from scale_shape() alone (no per-recipe table): throws kInternal if scale_shape is
-// not of the form A × ceil(rows / D) or constant in rows.
+// Derived from the scaling-mode table (block shape and padding along the rows of x) and the
+// scale matrix of one row (scale_shape).
 ScaleSlotRule grouped_scale_slot_rule(const QuantizerConfig& config, int64_t cols,
                                       bool columnwise);
 

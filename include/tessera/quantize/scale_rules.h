@@ -183,6 +183,10 @@ TESSERA_HD void rht16_inverse(const float* t, float* b) {
 }
 
 // ---- where a scale lives ------------------------------------------------------------------
+// The swizzled layout pads a scale matrix to whole 128 x 4 tiles.
+inline constexpr int64_t kSwizzleTileRows = 128;
+inline constexpr int64_t kSwizzleTileCols = 4;
+
 // Byte offset of entry (r, c) of a scale matrix in the GEMM-swizzled layout (ScaleLayout::
 // kSwizzled) whose padded width is `padded_cols` (a multiple of 4): 128x4 tiles, tile-major,
 // entry (r, c) of a tile at (r % 32) * 16 + (r % 128 / 32) * 4 + c % 4. The one definition of the

@@ -1,5 +1,6 @@
-// The CUDA quantization dispatcher: validates the views, then routes each scaling mode to its
-// format folder (fp8_tensor/, fp8_rowwise/, fp8_block/, mxfp8/, nvfp4/). Scratch memory comes
+// The CUDA quantization dispatcher: validates the views, then routes each scaling family
+// (dispatch_scaling_mode) to its format folder: fp8_tensor/ (per-tensor and, in the same
+// cast-transpose kernel, the 1x128 / 128x128 blocks), fp8_rowwise/, mxfp8/, nvfp4/. Scratch memory comes
 // from the stream-ordered allocator, so a whole quantize is capturable in a CUDA graph.
 #include <cuda_runtime_api.h>
 
@@ -129,17 +130,21 @@ void quantize_rowwise(const QuantizerConfig& cfg, const TensorView& x,
 }
 
 // FP8 block scaling (1x128 / 128x128): the cast-transpose kernel with in-tile block amaxes.
-void quantize_block(const QuantizerConfig& cfg, const TensorView& x,
+void quantize_block(const QuantizerConfig& cfg, const ScalingModeInfo& info, const TensorView& x,
                     const QuantizedTensorView& out, const QuantizeRequest& req, cudaStream_t s) {
   const int64_t M = out.rows, K = out.cols;
-  const bool tile = cfg.mode == ScalingMode::kBlock128x128;
+  // The cast-transpose tile is 128x128: it holds 128 1x128 blocks or one 128x128 block.
+  TESSERA_CHECK_STATUS(cuda_quant::fp8_block_kernel_fits(info), Status::kUnsupported, "quantize: ", info.name, " (", info.block_rows, "x",
+                       info.block_cols, " blocks) has no CUDA kernel; the block kernel takes "
+                       "1x128 and 128x128");
+  const bool tile = cuda_quant::fp8_block_of(info) == cuda_quant::Fp8Block::k128x128;
   Fp8CastArgs a;
   a.x = x.data;
   a.rows = M;
   a.cols = K;
   a.in = x.dtype;
   a.element = cfg.element;
-  a.block = tile ? cuda_quant::Fp8Block::k128x128 : cuda_quant::Fp8Block::k1x128;
+  a.block = cuda_quant::fp8_block_of(info);
   a.row_scale.fp8_max = fp8_max_finite(cfg.element);
   a.row_scale.eps = cfg.amax_epsilon;
   a.row_scale.pow2 = cfg.power_of_two_scales;
@@ -170,7 +175,7 @@ void quantize_mxfp8(const QuantizerConfig& cfg, const TensorView& x,
   a.cols = out.cols;
   a.in = x.dtype;
   a.element = cfg.element;
-  a.tile32x32 = cfg.mode == ScalingMode::kMXFP8_32x32;
+  a.tile32x32 = scaling_mode_info(cfg.mode).block_rows == 32;
   a.floor_rule = cfg.e8m0_rounding == E8M0Rounding::kFloor;
   a.swizzled = cfg.scale_layout == ScaleLayout::kSwizzled;
   const int64_t row_blocks = ceil_div(out.cols, 32), col_blocks = ceil_div(out.rows, 32);
@@ -254,7 +259,7 @@ void quantize_nvfp4(const QuantizerConfig& cfg, const TensorView& x,
   a.rows = M;
   a.cols = K;
   a.in = x.dtype;
-  a.tile16 = cfg.mode == ScalingMode::kNVFP4_16x16;
+  a.tile16 = scaling_mode_info(cfg.mode).block_rows == 16;
   a.stochastic = cfg.stochastic_rounding;
   a.seed = cfg.rng_seed;
   a.offset = cfg.rng_offset;
@@ -313,29 +318,20 @@ void quantize_cuda(const QuantizerConfig& config, const TensorView& x,
   // Empty tensors still go through the launchers: per-tensor / per-line scales and amax of an
   // empty tensor are written as the CPU writes them (scale 1, amax 0).
   auto s = stream.as<cudaStream_t>();
-  switch (config.mode) {
-    case ScalingMode::kTensor:
+  dispatch_scaling_mode(config.mode, "config.mode", [&](auto family, const ScalingModeInfo& info) {
+    constexpr ScaleFamily kFamily = decltype(family)::value;
+    if constexpr (kFamily == ScaleFamily::kTensor) {
       quantize_tensor(config, x, out, req, s);
-      break;
-    case ScalingMode::kRowwise:
+    } else if constexpr (kFamily == ScaleFamily::kRowwise) {
       quantize_rowwise(config, x, out, req, s);
-      break;
-    case ScalingMode::kBlock1x128:
-    case ScalingMode::kBlock128x128:
-      quantize_block(config, x, out, req, s);
-      break;
-    case ScalingMode::kMXFP8:
-    case ScalingMode::kMXFP8_32x32:
+    } else if constexpr (kFamily == ScaleFamily::kBlock) {
+      quantize_block(config, info, x, out, req, s);
+    } else if constexpr (kFamily == ScaleFamily::kMXFP8) {
       quantize_mxfp8(config, x, out, req, s);
-      break;
-    case ScalingMode::kNVFP4:
-    case ScalingMode::kNVFP4_16x16:
+    } else {
       quantize_nvfp4(config, x, out, req, s);
-      break;
-    default:
-      TESSERA_FAIL(Status::kUnsupported, "quantize: scaling mode ",
-                   static_cast<int>(config.mode), " has no CUDA kernel yet");
-  }
+    }
+  });
 }
 
 void delayed_update_cuda(const QuantizerConfig& config, float* scale, float* amax_history,

@@ -34,6 +34,15 @@ struct Fp8ScaleSource {
 // scales come from the tile's own amaxes instead of a Fp8ScaleSource.
 enum class Fp8Block : int { kNone = 0, k1x128 = 1, k128x128 = 2 };
 
+// The block shapes the cast-transpose kernel takes (its 128x128 tile holds 128 1x128 blocks or
+// one 128x128 block); other block modes of the table are refused (kUnsupported) on CUDA.
+inline bool fp8_block_kernel_fits(const ScalingModeInfo& info) {
+  return info.block_cols == 128 && (info.block_rows == 1 || info.block_rows == 128);
+}
+inline Fp8Block fp8_block_of(const ScalingModeInfo& info) {
+  return info.block_rows == 128 ? Fp8Block::k128x128 : Fp8Block::k1x128;
+}
+
 struct Fp8CastArgs {
   const void* x = nullptr;  // (M, K)
   int64_t rows = 0, cols = 0;
