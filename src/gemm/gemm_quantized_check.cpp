@@ -35,7 +35,8 @@ void check_per_group(const TensorView& v, int64_t groups, Device dev, const char
 
 }  // namespace
 
-void check_quantized_operand(const GemmOperand& o, const char* name, int64_t num_groups) {
+void check_quantized_operand(const GemmOperand& o, const char* name, int64_t num_groups,
+                             GemmPath path) {
   const QuantizedTensorView& q = o.quantized;
   const QuantizerConfig& c = q.config;
   const ScalingModeInfo* info = find_scaling_mode(c.mode);
@@ -52,9 +53,10 @@ void check_quantized_operand(const GemmOperand& o, const char* name, int64_t num
   const bool cw = o.columnwise;
   TESSERA_CHECK(cw ? q.has_columnwise() : q.has_rowwise(), name, ": the GEMM reads the ",
                 cw ? "columnwise" : "rowwise", " copy, which this quantized tensor does not have");
-  TESSERA_CHECK_STATUS(!(fp4 && cw && c.random_hadamard), Status::kUnsupported, name,
+  TESSERA_CHECK_STATUS(path == GemmPath::kEmulated || !(fp4 && cw && c.random_hadamard),
+                       Status::kUnsupported, name,
                        ": NVFP4 copies with the random Hadamard transform are not supported by "
-                       "grouped GEMM yet");
+                       "the fast grouped GEMM (the CPU's emulated path takes them)");
   const TensorView& data = cw ? q.columnwise_data : q.data;
   const TensorView& scale = cw ? q.columnwise_scale_inv : q.scale_inv;
   check_buffer(data, data_shape(c, q.rows, q.cols, cw), q.device, name, cw ? "columnwise_data" : "data");

@@ -13,6 +13,7 @@
 #include "gemm/cpu/blocking_parallel.h"
 #include "gemm/cpu/operand_fp32.h"
 #include "tessera/formats/codecs.h"
+#include "tessera/quantize/scale_rules.h"
 
 namespace tessera::detail::cpu {
 namespace {
@@ -69,6 +70,16 @@ float block_scale(const StoredCopy& s, int64_t r, int64_t c) {
 // NVFP4 block-scale byte of stored element (r, c).
 uint8_t nvfp4_scale_byte(const StoredCopy& s, int64_t r, int64_t c) {
   return s.scales[scale_rules::scale_index(s.geometry, r, c)];
+}
+
+// Undoes the 16-point Hadamard transform of a dequantized stored row (n values), block by block
+// as the quantizer applied it (scale_rules::rht16_inverse; a partial last block is untouched).
+void inverse_hadamard_row(float* row, int64_t n) {
+  for (int64_t k = 0; k + 16 <= n; k += 16) {
+    float b[16];
+    scale_rules::rht16_inverse(row + k, b);
+    std::copy(b, b + 16, row + k);
+  }
 }
 
 // Per logical row: the group's kTensor scale_inv or NVFP4 1/S_enc (one value when shared).
@@ -130,6 +141,9 @@ Fp32Image dequantize_operand(const GemmOperand& o, int64_t rows,
   const ScalingModeInfo& info = scaling_mode_info(cfg.mode);
   const bool nvfp4 = info.family == ScaleFamily::kNVFP4;
   const bool per_tensor = info.family == ScaleFamily::kTensor;
+  // Emulated path only (the fast rules refuse it): a transposed NVFP4 copy quantized after the
+  // 16-point Hadamard transform of its stored rows; `rows` is then the whole copy.
+  const bool rht = nvfp4 && cw && cfg.random_hadamard;
   StoredCopy s;
   s.codes = (cw ? q.columnwise_data : q.data).as<const uint8_t>();
   s.scales = (cw ? q.columnwise_scale_inv : q.scale_inv).as<const uint8_t>();
@@ -153,6 +167,7 @@ Fp32Image dequantize_operand(const GemmOperand& o, int64_t rows,
                     for (int64_t r = r0; r < r1; ++r) {
                       if (nvfp4) {
                         nvfp4_row(s, table, f, r, out + r * s.sc);
+                        if (rht) inverse_hadamard_row(out + r * s.sc, s.sc);
                       } else {
                         fp8_row(per_tensor, s, table, f, r, out + r * s.sc);
                       }
