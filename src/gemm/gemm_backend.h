@@ -62,6 +62,8 @@ Status grouped_gemm_cuda_can_implement(const GroupedGemmProblem& p, const Groupe
 int64_t grouped_gemm_cuda_workspace_size(const GroupedGemmProblem& p, const GroupedGemmDims& dims);
 GroupedGemmConfig grouped_gemm_cuda_select_config(const GroupedGemmProblem& p,
                                                   const GroupedGemmDims& dims);
+// Throws kUnsupported naming a field of an explicit problem.config the sm90 kernel does not take.
+void grouped_gemm_cuda_check_config(const GroupedGemmProblem& p);
 // Asynchronous on `stream`; workspace already checked for size and alignment.
 void grouped_gemm_cuda(const GroupedGemmProblem& p, const GroupedGemmDims& dims, void* workspace,
                        int64_t workspace_bytes, Stream stream);

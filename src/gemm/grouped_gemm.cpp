@@ -36,6 +36,9 @@ bool emulation_may_apply(const GroupedGemmProblem& p, Status s) {
 // Validation plus the backend's own checks; throws Error with the status. A quantized pair the
 // fast backends refuse runs on the emulated path on the CPU (gemm_backend.h, GemmPath).
 Plan plan_for_backend(const GroupedGemmProblem& p) {
+  TESSERA_CHECK(p.a.device().is_cuda() || p.config.is_default(), "config: the CPU backend has "
+                "no tiles, so a set config would go unused; leave problem.config default on the "
+                "CPU");
   Plan plan;
   try {
     plan.dims = detail::check_grouped_gemm(p);
@@ -56,6 +59,7 @@ Plan plan_for_backend(const GroupedGemmProblem& p) {
     std::string reason;
     const Status s = detail::grouped_gemm_cuda_can_implement(p, plan.dims, &reason);
     if (s != Status::kOk) throw Error(s, reason);
+    detail::grouped_gemm_cuda_check_config(p);
   }
   return plan;
 }

@@ -27,6 +27,8 @@
 #include <cuda_runtime_api.h>
 
 #include "tessera/core/cuda_check.h"
+#include "gemm/gemm_backend.h"
+#include "tessera/core/status.h"
 
 namespace tessera::gemm_cuda {
 
@@ -67,4 +69,60 @@ Sm90Config select_sm90_config(const Sm90GroupedGemm& g, int num_sms) {
   return c;
 }
 
+GroupedGemmConfig public_config(const Sm90Config& c, bool fp8) {
+  GroupedGemmConfig out;
+  out.tile_m = gemm_sm90::kBlockM;
+  out.tile_n = c.block_n;
+  out.tile_k = gemm_sm90::kTileKBytes / (fp8 ? 1 : 2);
+  out.stages = c.stages;
+  out.variant = c.tma_store ? 0 : 1;
+  out.cluster_m = c.cluster;  // CTAs per cluster along the tile order (Sm90Config::cluster)
+  out.cluster_n = 1;
+  out.num_sms = c.num_sms;
+  out.raster_band = c.raster_band;
+  return out;
+}
+
+Sm90Config sm90_config_of(const GroupedGemmConfig& c, GroupedGemmKind kind, bool fp8) {
+  const int tile_k = gemm_sm90::kTileKBytes / (fp8 ? 1 : 2);
+  TESSERA_CHECK_STATUS(c.tile_m == 0 || c.tile_m == gemm_sm90::kBlockM, Status::kUnsupported,
+                       "config.tile_m: ", c.tile_m, "; the sm90 kernel's tiles have ",
+                       gemm_sm90::kBlockM, " rows (or leave it 0)");
+  TESSERA_CHECK_STATUS(c.tile_n == 0 || c.tile_n == 128 || c.tile_n == 256, Status::kUnsupported,
+                       "config.tile_n: ", c.tile_n, "; expected 256 (cooperative), 128 "
+                       "(ping-pong) or 0");
+  TESSERA_CHECK_STATUS(c.tile_k == 0 || c.tile_k == tile_k, Status::kUnsupported,
+                       "config.tile_k: ", c.tile_k, "; a stage holds ", gemm_sm90::kTileKBytes,
+                       " bytes of contraction: ", tile_k, " elements here (or leave it 0)");
+  TESSERA_CHECK_STATUS(c.stages >= 0 && c.num_sms >= 0 && c.raster_band >= 0,
+                       Status::kUnsupported, "config.stages / num_sms / raster_band: ", c.stages,
+                       " / ", c.num_sms, " / ", c.raster_band, " must not be negative");
+  const int cm = c.cluster_m ? c.cluster_m : 1;
+  const int cn = c.cluster_n ? c.cluster_n : 1;
+  TESSERA_CHECK_STATUS(cn == 1 && (cm == 1 || (cm == 2 && kind != GroupedGemmKind::kKGrouped)),
+                       Status::kUnsupported,
+                       "config.cluster_m x cluster_n: the sm90 kernel runs 1 CTA, or clusters of "
+                       "2 (cluster_m 2, cluster_n 1) for M-grouped and batched problems; got ", cm,
+                       " x ", cn);
+  TESSERA_CHECK_STATUS((c.variant & ~1) == 0, Status::kUnsupported, "config.variant: ",
+                       c.variant, "; only bit 0 (register-store epilogue) exists");
+  Sm90Config k;
+  k.block_n = c.tile_n ? c.tile_n : 256;
+  k.pingpong = k.block_n == 128;
+  k.stages = c.stages ? c.stages : (k.block_n == 256 ? 4 : 6);
+  k.num_sms = c.num_sms;
+  k.tma_store = (c.variant & 1) == 0;
+  k.raster_band = c.raster_band;
+  k.cluster = cm;
+  return k;
+}
+
 }  // namespace tessera::gemm_cuda
+
+namespace tessera::detail {
+
+void grouped_gemm_cuda_check_config(const GroupedGemmProblem& p) {
+  if (!p.config.is_default()) gemm_cuda::sm90_config_of(p.config, p.kind, p.a.is_quantized);
+}
+
+}  // namespace tessera::detail
