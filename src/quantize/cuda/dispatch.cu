@@ -1,12 +1,13 @@
 // The CUDA quantization dispatcher: validates the views, then routes each scaling family
-// (dispatch_scaling_mode) to its format folder: fp8_tensor/ (per-tensor and, in the same
-// cast-transpose kernel, the 1x128 / 128x128 blocks), fp8_rowwise/, mxfp8/, nvfp4/. Scratch memory comes
-// from the stream-ordered allocator, so a whole quantize is capturable in a CUDA graph.
+// (dispatch_scaling_mode) to its format folder: fp8_cast_transpose/ (per-tensor, the columnwise
+// per-line copies and the 1x128 / 128x128 blocks, one cast-transpose kernel), fp8_rowwise/,
+// mxfp8/, nvfp4/. Scratch memory comes from the stream-ordered allocator, so a whole quantize is
+// capturable in a CUDA graph.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
 
-#include "quantize/cuda/kernels.h"
+#include "quantize/cuda/launchers.h"
 #include "quantize/quantize_backend.h"
 #include "quantize/cuda/launch_config.h"
 #include "tessera/core/cuda_check.h"

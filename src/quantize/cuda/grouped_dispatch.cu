@@ -9,7 +9,7 @@
 #include <utility>
 
 #include "quantize/cuda/grouped_quantize_cuda.h"
-#include "quantize/cuda/kernels.h"
+#include "quantize/cuda/launchers.h"
 #include "quantize/cuda/launch_config.h"
 #include "tessera/core/cuda_check.h"
 #include "tessera/core/dispatch.h"

@@ -64,12 +64,12 @@ struct Fp8CastArgs {
   int64_t col_block_ld = 0;
 };
 
-// fp8_tensor/: amax of a whole tensor into *amax_bits (atomic max; caller zeroes it first).
+// fp8_cast_transpose/: amax of a whole tensor into *amax_bits (atomic max; caller zeroes it first).
 void launch_tensor_amax(const void* x, int64_t n, DType in, uint32_t* amax_bits,
                         cudaStream_t stream);
-// fp8_tensor/: one read of x, rowwise codes and/or the transposed columnwise codes.
+// fp8_cast_transpose/: one read of x, rowwise codes and/or the transposed columnwise codes.
 void launch_fp8_cast_transpose(const Fp8CastArgs& args, cudaStream_t stream);
-// fp8_tensor/: delayed-scaling update of `scale` from `history` (len entries), rolled after.
+// fp8_cast_transpose/: delayed-scaling update of `scale` from `history` (len entries), rolled after.
 void launch_delayed_update(float* scale, float* history, int len, bool most_recent, float fp8_max,
                            int margin, cudaStream_t stream);
 
@@ -200,10 +200,10 @@ struct Fp8GroupedCastArgs {
   Fp8CastArgs cast;  // whole buffers; rows/cols ignored
   Fp8GroupedScales scales = Fp8GroupedScales::kTensor;
 };
-// fp8_tensor/: grouped cast / cast-transpose (per-tensor current or delayed, per-line, block).
+// fp8_cast_transpose/: grouped cast / cast-transpose (per-tensor current or delayed, per-line, block).
 void launch_fp8_cast_transpose_grouped(const Fp8GroupedCastArgs& args, const GroupedMeta& g,
                                        cudaStream_t stream);
-// fp8_tensor/: per-member amax: atomic max of member i's |x| (float bits) into target[i] and,
+// fp8_cast_transpose/: per-member amax: atomic max of member i's |x| (float bits) into target[i] and,
 // when not null, target2[i]; both zeroed before (launch_grouped_prepare).
 void launch_tensor_amax_grouped(const void* x, DType in, const GroupedMeta& g, uint32_t* target,
                                 uint32_t* target2, cudaStream_t stream);
