@@ -12,7 +12,7 @@ from ._tessera import Error, __version__, cuda_compiled, cuda_device_count, form
 __all__ = ["Error", "__version__", "cuda_compiled", "cuda_device_count", "decode", "encode",
            "format_table"]
 
-from ._tessera import splits_to_offsets_multi  # noqa: E402  (DESIGN §6, NumPy in and out)
+from ._tessera import splits_to_offsets_multi  # noqa: E402  (docs/architecture.md, NumPy in and out)
 
 __all__ += ["splits_to_offsets_multi"]
 
@@ -40,7 +40,7 @@ def decode(codes, format: str, last_dim: int = -1) -> np.ndarray:
     return _tessera.decode(np.ascontiguousarray(codes), format, last_dim)
 
 
-# ---- grouped GEMM (DESIGN §7) -----------------------------------------------------------------
+# ---- grouped GEMM (docs/gemm.md) -----------------------------------------------------------------
 _GEMM_DTYPES = ("float32", "float16", "bfloat16")
 
 
@@ -170,13 +170,13 @@ def grouped_gemm(a, b, offsets=None, *, kind: str = "m_grouped", transpose_a=Non
 __all__ += ["grouped_gemm"]
 
 
-from ._tessera import QuantizedTensor, recipe_table  # noqa: E402  (DESIGN §4)
+from ._tessera import QuantizedTensor, recipe_table  # noqa: E402  (docs/numerics.md)
 
 __all__ += ["QuantizedTensor", "quantize", "recipe_table"]
 
 
 def quantize(x, recipe_or_mode: str, rowwise: bool = True, columnwise: bool = False, **options):
-    """Quantizes a 2-D float32/float16/bfloat16 host array (DESIGN §4, docs/numerics.md).
+    """Quantizes a 2-D float32/float16/bfloat16 host array (docs/numerics.md).
 
     `recipe_or_mode`: a recipe ("fp8_delayed", "fp8_current[:e4m3|:e5m2|:hybrid]", "fp8_rowwise",
     "fp8_block", "mxfp8", "nvfp4"; the config of `role`, default "input") or a scaling mode
@@ -192,6 +192,6 @@ def quantize(x, recipe_or_mode: str, rowwise: bool = True, columnwise: bool = Fa
     return _tessera.quantize(arr, recipe_or_mode, src, rowwise, columnwise, dict(options))
 
 
-from ._tessera import GroupedTensor  # noqa: E402  (DESIGN §5, NumPy in and out)
+from ._tessera import GroupedTensor  # noqa: E402  (docs/grouped.md, NumPy in and out)
 
 __all__ += ["GroupedTensor"]

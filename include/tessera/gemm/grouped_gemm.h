@@ -1,5 +1,5 @@
-// Grouped GEMM (DESIGN §7): the problem descriptor, can_implement → workspace_size → run, and the
-// CUDA tile/config heuristic. One call computes, for every group g,
+// Grouped GEMM (docs/gemm.md): the problem descriptor, can_implement → workspace_size → run, and
+// the CUDA tile/config heuristic. One call computes, for every group g,
 //
 //   D_g = alpha_g · op(A_g) · op(B_g) + bias_g + beta · D_g          (FP32 accumulation)
 //

@@ -1,4 +1,4 @@
-// GroupedTensor: N member tensors sharing one allocation per field (DESIGN §5).
+// GroupedTensor: N member tensors sharing one allocation per field (docs/grouped.md).
 //
 // Storage contract (what quantizers, the GEMM setup and the reference all rely on):
 // - Member g is a 2-D tensor (rows_g, cols_g). Its RAW elements start at element offset

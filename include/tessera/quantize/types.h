@@ -1,7 +1,7 @@
 // The quantization data model shared by every layer: scaling modes, quantizer configuration,
 // the storage of a quantized tensor (QuantizedTensorView / QuantizedTensor) and the one function
 // that sizes data and scale buffers (used by the quantizers, GroupedTensor, the GEMM setup and
-// the reference alike). DESIGN §4.
+// the reference alike). docs/numerics.md.
 //
 // Storage contract of a quantized (rows, cols) = (M, K) tensor, K the last (contiguous) dim:
 //   rowwise copy: blocks along K. data (M, K) codes row-major (E2M1: two per byte, each row

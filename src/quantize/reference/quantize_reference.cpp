@@ -1,5 +1,6 @@
-// The reference quantizer: DESIGN §4 as plain loops over a float copy of the input, one function
-// per scaling family, scales written entry by entry (padding zero). The oracle of the tests.
+// The reference quantizer: docs/numerics.md as plain loops over a float copy of the input, one
+// function per scaling family, scales written entry by entry (padding zero). The oracle of the
+// tests.
 #include <algorithm>
 #include <cstring>
 

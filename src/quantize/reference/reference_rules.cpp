@@ -1,4 +1,4 @@
-// Plain, independent statements of the DESIGN §4 rules for the reference backend.
+// Plain, independent statements of the docs/numerics.md rules for the reference backend.
 #include "quantize/reference/reference_rules.h"
 
 #include <cfloat>

@@ -1,7 +1,7 @@
-// The rules of DESIGN §4 written a second time, plainly, for the reference backend only: amax,
-// scale choices, E8M0 exponents, NVFP4 scales, the Hadamard matrix, Philox and stochastic
-// rounding. Deliberately independent of include/tessera/quantize/scale_rules.h and philox.h
-// (which the fast paths use); the tests hold both to the same bits.
+// The rules of docs/numerics.md written a second time, plainly, for the reference backend only:
+// amax, scale choices, E8M0 exponents, NVFP4 scales, the Hadamard matrix, Philox and stochastic
+// rounding. Deliberately independent of include/tessera/quantize/scale_rules.h and philox.h (which
+// the fast paths use); the tests hold both to the same bits.
 #pragma once
 
 #include <cstdint>

@@ -3,7 +3,8 @@
 // Two kernels per element kind: cooperative 128 x 256 tiles and ping-pong 128 x 128 tiles (each
 // consumer warpgroup a whole tile, its epilogue under the other's main loop). Rules, each from
 // the same-run schedule sweep on the H200 (docs/gemm_cuda.md, harmonic mean of the balanced and
-// the imbalanced run of each DESIGN §10 shape, since the host never sees the group sizes):
+// the imbalanced run of each docs/architecture.md shape, since the host never sees the group
+// sizes):
 // - big groups (> 1024 rows or tokens per group, Mixtral) and enough 256-wide tiles to fill the
 //   SMs twice: cooperative 256, 3 stages (TMA-store epilogue) or 4 (register epilogue);
 // - M-grouped (forward, dgrad) with small groups: ping-pong, 6 stages (one 64-row staging block),
