@@ -170,15 +170,9 @@ void quantize_block(const QuantizerConfig& cfg, const ScalingModeInfo& info, con
 void quantize_mxfp8(const QuantizerConfig& cfg, const TensorView& x,
                     const QuantizedTensorView& out, const QuantizeRequest& req, cudaStream_t s) {
   fp8_max_finite(cfg.element);  // validates the element (e4m3 / e5m2)
-  cuda_quant::MxArgs a;
-  a.x = x.data;
+  cuda_quant::MxArgs a = cuda_quant::mx_args_of(cfg, x.data, x.dtype);
   a.rows = out.rows;
   a.cols = out.cols;
-  a.in = x.dtype;
-  a.element = cfg.element;
-  a.tile32x32 = scaling_mode_info(cfg.mode).block_rows == 32;
-  a.floor_rule = cfg.e8m0_rounding == E8M0Rounding::kFloor;
-  a.swizzled = cfg.scale_layout == ScaleLayout::kSwizzled;
   const int64_t row_blocks = ceil_div(out.cols, 32), col_blocks = ceil_div(out.rows, 32);
   if (req.rowwise) {
     a.q_row = out.data.as<uint8_t>();
@@ -255,15 +249,9 @@ void quantize_nvfp4(const QuantizerConfig& cfg, const TensorView& x,
   float* amax_col = req.columnwise ? out.columnwise_amax.as<float>() : nullptr;
   TESSERA_CHECK((!req.rowwise || amax_row != nullptr) && (!req.columnwise || amax_col != nullptr),
                 "quantize: NVFP4 output lacks an amax buffer");
-  cuda_quant::Nvfp4Args a;
-  a.x = x.data;
+  cuda_quant::Nvfp4Args a = cuda_quant::nvfp4_args_of(cfg, x.data, x.dtype);
   a.rows = M;
   a.cols = K;
-  a.in = x.dtype;
-  a.tile16 = scaling_mode_info(cfg.mode).block_rows == 16;
-  a.stochastic = cfg.stochastic_rounding;
-  a.seed = cfg.rng_seed;
-  a.offset = cfg.rng_offset;
   const bool sw = cfg.scale_layout == ScaleLayout::kSwizzled;
   uint8_t* row_data = req.rowwise ? out.data.as<uint8_t>() : nullptr;
   uint8_t* col_data = req.columnwise ? out.columnwise_data.as<uint8_t>() : nullptr;

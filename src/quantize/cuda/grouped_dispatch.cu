@@ -191,13 +191,7 @@ void grouped_nvfp4(const QuantizerConfig& c, const TensorView& x, const GroupedT
   uint32_t* t2 = c.columnwise && !c.random_hadamard ? amax_col : nullptr;
   if (t1 == nullptr) std::swap(t1, t2);
   if (t1 != nullptr) cuda_quant::launch_tensor_amax_grouped(x.data, x.dtype, g, t1, t2, s);
-  cuda_quant::Nvfp4Args a;
-  a.x = x.data;
-  a.in = x.dtype;
-  a.tile16 = scaling_mode_info(c.mode).block_rows == 16;
-  a.stochastic = c.stochastic_rounding;
-  a.seed = c.rng_seed;
-  a.offset = c.rng_offset;
+  cuda_quant::Nvfp4Args a = cuda_quant::nvfp4_args_of(c, x.data, x.dtype);
   a.padded_cols = sw ? 1 : 0;  // nonzero: swizzled (width per member on the device)
   cuda_quant::Nvfp4Args row = a, col = a;
   row.amax = amax_row;
@@ -218,13 +212,7 @@ void grouped_nvfp4(const QuantizerConfig& c, const TensorView& x, const GroupedT
 
 void grouped_mxfp8(const QuantizerConfig& config, const TensorView& x,
                    const GroupedTensorView& out, const GroupedMeta& g, cudaStream_t s) {
-  cuda_quant::MxArgs a;
-  a.x = x.data;
-  a.in = x.dtype;
-  a.element = config.element;
-  a.tile32x32 = scaling_mode_info(config.mode).block_rows == 32;
-  a.floor_rule = config.e8m0_rounding == E8M0Rounding::kFloor;
-  a.swizzled = config.scale_layout == ScaleLayout::kSwizzled;
+  cuda_quant::MxArgs a = cuda_quant::mx_args_of(config, x.data, x.dtype);
   if (config.rowwise) {
     a.q_row = out.data.as<uint8_t>();
     a.s_row = out.scale_inv.as<uint8_t>();

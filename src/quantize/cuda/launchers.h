@@ -97,6 +97,18 @@ struct MxArgs {
   int64_t s_col_padded_cols = 0;
 };
 void launch_mxfp8(const MxArgs& args, cudaStream_t stream);
+// The config-derived fields of MxArgs (element, 32x32 tiles, rounding rule, layout); the caller
+// adds shapes and pointers. One definition for the per-tensor and the grouped dispatchers.
+inline MxArgs mx_args_of(const QuantizerConfig& c, const void* x, DType in) {
+  MxArgs a;
+  a.x = x;
+  a.in = in;
+  a.element = c.element;
+  a.tile32x32 = scaling_mode_info(c.mode).block_rows == 32;
+  a.floor_rule = c.e8m0_rounding == E8M0Rounding::kFloor;
+  a.swizzled = c.scale_layout == ScaleLayout::kSwizzled;
+  return a;
+}
 
 // Device metadata of a grouped (varying-first) tensor for the grouped launchers. All pointers
 // are device memory; member i is rows [tensor_offsets[i] / cols, tensor_offsets[i+1] / cols) of
@@ -137,6 +149,18 @@ struct Nvfp4Args {
   int64_t padded_cols = 0;         // swizzled: padded scale width; 0 = compact
 };
 void launch_nvfp4(const Nvfp4Args& args, cudaStream_t stream);
+// The config-derived fields of Nvfp4Args (16x16 tiles, stochastic rounding and its stream); the
+// caller adds shapes, the copy and pointers. One definition for both dispatchers.
+inline Nvfp4Args nvfp4_args_of(const QuantizerConfig& c, const void* x, DType in) {
+  Nvfp4Args a;
+  a.x = x;
+  a.in = in;
+  a.tile16 = scaling_mode_info(c.mode).block_rows == 16;
+  a.stochastic = c.stochastic_rounding;
+  a.seed = c.rng_seed;
+  a.offset = c.rng_offset;
+  return a;
+}
 // amax of the Hadamard-transformed xᵀ into *amax (atomic max; zeroed by the caller).
 void launch_rht_amax(const Nvfp4Args& args, uint32_t* amax, cudaStream_t stream);
 
