@@ -23,22 +23,28 @@ float fp8_value(uint8_t code, bool e5m2) {
 void fp8_row(const QuantizerConfig& c, const uint8_t* d, const void* s,
              const scale_rules::ScaleGeometry& g, bool e8m0, int64_t r, int64_t cols, float* dst) {
   const bool e5 = c.element == DType::kFloat8E5M2;
-  for (int64_t k = 0; k < cols; ++k) {
-    const int64_t i = scale_rules::scale_index(g, r, k);
+  const int64_t step = g.block_cols > 0 ? g.block_cols : std::max<int64_t>(cols, 1);
+  for (int64_t k0 = 0; k0 < cols; k0 += step) {  // one scale per run of a block's columns
+    const int64_t i = scale_rules::scale_index(g, r, k0);
     const float si = e8m0 ? formats::decode_e8m0(static_cast<const uint8_t*>(s)[i])
                           : static_cast<const float*>(s)[i];
-    dst[k] = fp8_value(d[r * cols + k], e5) * si;
+    for (int64_t k = k0; k < std::min(cols, k0 + step); ++k) {
+      dst[k] = fp8_value(d[r * cols + k], e5) * si;
+    }
   }
 }
 
 void nvfp4_row(const uint8_t* d, const uint8_t* s, const scale_rules::ScaleGeometry& g,
                float s_enc, int64_t r, int64_t cols, float* dst) {
   const int64_t row_bytes = ceil_div(cols, 2);
-  for (int64_t k = 0; k < cols; ++k) {
-    const uint8_t s_b = s[scale_rules::scale_index(g, r, k)];
-    const uint8_t byte = d[r * row_bytes + k / 2];
-    const uint8_t code = static_cast<uint8_t>(k % 2 == 0 ? byte & 0xf : byte >> 4);
-    dst[k] = formats::decode_e2m1(code) * scale_rules::nvfp4_decode_scale(s_b, s_enc);
+  for (int64_t k0 = 0; k0 < cols; k0 += g.block_cols) {  // NVFP4: block_cols = 16
+    const float dec =
+        scale_rules::nvfp4_decode_scale(s[scale_rules::scale_index(g, r, k0)], s_enc);
+    for (int64_t k = k0; k < std::min(cols, k0 + g.block_cols); ++k) {
+      const uint8_t byte = d[r * row_bytes + k / 2];
+      const uint8_t code = static_cast<uint8_t>(k % 2 == 0 ? byte & 0xf : byte >> 4);
+      dst[k] = formats::decode_e2m1(code) * dec;
+    }
   }
 }
 
