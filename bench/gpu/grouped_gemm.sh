@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU benchmark (run by tools/gpu/check.sh with BUILD_DIR set): tessera's sm90 grouped GEMM next
-# to torch._grouped_mm / torch._scaled_grouped_mm on the DESIGN §10 shapes, same run, same inputs.
+# to torch._grouped_mm / torch._scaled_grouped_mm on the docs/architecture.md shapes, same run, same inputs.
 # Builds the bench-only ctypes libraries from bench/gpu/grouped_gemm_entry.cpp (internal launch
 # API) and grouped_gemm_api_entry.cpp (the public API; optional: it also needs the build's BLAS
 # and OpenMP) against the build's libtessera.a, then runs bench/gpu/grouped_gemm_bench.py

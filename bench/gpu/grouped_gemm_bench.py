@@ -1,4 +1,4 @@
-"""tessera sm90 grouped GEMM vs PyTorch on the DESIGN §10 MoE shapes, measured in the same run.
+"""tessera sm90 grouped GEMM vs PyTorch on the docs/architecture.md MoE shapes, measured in the same run.
 
 Driven by bench/gpu/grouped_gemm.sh, which builds libtessera_bench_gemm.so (bench/gpu/
 grouped_gemm_entry.cpp linked against the build's libtessera.a). Ours is called through ctypes on
@@ -56,7 +56,7 @@ if os.environ.get("GEMM_BENCH_CONFIGS"):  # e.g. "c256x3t,p128x5t"
     SWEEP_CONFIGS = {k: SWEEP_CONFIGS[k] for k in os.environ["GEMM_BENCH_CONFIGS"].split(",")}
 sweep_rows = []
 
-SHAPES = {  # name: (groups, tokens per group, K, N) -- DESIGN §10, as torch_peers.py
+SHAPES = {  # name: (groups, tokens per group, K, N) -- docs/architecture.md, as torch_peers.py
     "dsv3-fc1": (32, 512, 7168, 4096),
     "dsv3-fc2": (32, 512, 2048, 7168),
     "qwen3-fc1": (128, 256, 2048, 1536),
@@ -319,7 +319,7 @@ def main():
                 except Exception as ex:  # noqa: BLE001
                     print(f"FAILED wgrad {tag}: {type(ex).__name__}: {str(ex)[:300]}", flush=True)
             torch.cuda.empty_cache()
-    # Decode sizes (DESIGN §10: 4-64 rows per expert, judged in TB/s), forward, balanced.
+    # Decode sizes (docs/architecture.md: 4-64 rows per expert, judged in TB/s), forward, balanced.
     for rows_per_expert in [int(r) for r in os.environ.get("GEMM_BENCH_DECODE", "4,16,64").split(",") if r]:
         for name, (G, _, K, N) in SHAPES.items():
             if only and only not in name:

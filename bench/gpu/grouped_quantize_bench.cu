@@ -1,6 +1,6 @@
-// Grouped quantization benchmark (DESIGN §10, DeepSeek-V3 fc1 activations: 32 experts x 512
-// tokens, K = 7168, BF16; balanced, and imbalanced: 30 experts of 16-368 rows, one empty, the
-// last one the remaining 10832 rows). For each recipe, three timings of the same bytes (median
+// Grouped quantization benchmark (docs/architecture.md shapes, DeepSeek-V3 fc1 activations: 32
+// experts x 512 tokens, K = 7168, BF16; balanced, and imbalanced: 30 experts of 16-368 rows, one
+// empty, the last one the remaining 10832 rows). For each recipe, three timings of the same bytes (median
 // of 50 CUDA-event timings after 5 warm-ups):
 //   grouped    — grouped_quantize_contiguous on a tensor made from DEVICE split sizes (one
 //                persistent launch per pass over all members, no host metadata);

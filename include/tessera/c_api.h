@@ -60,7 +60,7 @@ const char* tessera_status_string(int32_t status);
 const char* tessera_last_error(void);
 
 /* Encodes `numel` elements of `src` (float32/bfloat16/float16) into `dst` (e4m3, e5m2, e8m0,
- * e2m1 packed, bfloat16 or float16), round-to-nearest-even with saturation (DESIGN §3).
+ * e2m1 packed, bfloat16 or float16), round-to-nearest-even with saturation (docs/formats.md).
  * `stream` is a cudaStream_t for CUDA memory (NULL = default stream), ignored on the CPU. */
 tessera_status tessera_encode(const void* src, int32_t src_dtype, void* dst, int32_t dst_dtype,
                               int64_t numel, tessera_device device,
@@ -69,7 +69,7 @@ tessera_status tessera_encode(const void* src, int32_t src_dtype, void* dst, int
 tessera_status tessera_decode(const void* src, int32_t src_dtype, float* dst, int64_t numel,
                               tessera_device device, void* stream);
 
-/* ---- grouped GEMM (DESIGN §7) ----------------------------------------------------------------
+/* ---- grouped GEMM (docs/gemm.md) ----------------------------------------------------------------
  * D_g = alpha_g * op(A_g) op(B_g) + bias_g + beta * D_g, FP32 accumulation. An opaque problem
  * handle is filled with setters (new settings can be added without breaking callers), then
  * checked, sized and run. Shapes per kind are those of tessera/gemm/grouped_gemm.h:
@@ -126,7 +126,7 @@ tessera_status tessera_grouped_gemm_workspace_size(tessera_grouped_gemm_problem 
 tessera_status tessera_grouped_gemm_run(tessera_grouped_gemm_problem problem, void* workspace,
                                         int64_t workspace_bytes, void* stream);
 
-/* ---- quantization (DESIGN §4; exact numerics in docs/numerics.md) ---------------------------
+/* ---- quantization (exact numerics: docs/numerics.md) ---------------------------
  * A quantizer turns a float32/bfloat16/float16 (rows, cols) matrix into quantized data plus
  * scales. Buffers are caller-owned, on the quantizer's device; a usage is present when its data
  * pointer is not NULL. tessera_quantizer_buffer_sizes() gives the byte sizes to allocate. */

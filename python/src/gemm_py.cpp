@@ -38,9 +38,7 @@ ScaleLayout resolve_layout(QuantizerConfig c, int64_t rows, int64_t cols, bool c
                   "' is not known; expected compact or swizzled");
     return layout == "compact" ? ScaleLayout::kCompact : ScaleLayout::kSwizzled;
   }
-  const bool swizzle_possible = c.mode == ScalingMode::kMXFP8 ||
-                                c.mode == ScalingMode::kMXFP8_32x32 ||
-                                c.mode == ScalingMode::kNVFP4 || c.mode == ScalingMode::kNVFP4_16x16;
+  const bool swizzle_possible = scaling_mode_info(c.mode).swizzle;
   const bool compact = matches(ScaleLayout::kCompact);
   const bool swizzled = swizzle_possible && matches(ScaleLayout::kSwizzled);
   TESSERA_CHECK(!(compact && swizzled), "layout: the scales of this ", scaling_mode_name(c.mode),
@@ -70,11 +68,10 @@ GemmOperand quantized_operand(const nb::dict& d, const char* arg) {
   const bool cw = nb::cast<bool>(d["columnwise"]);
   const AnyArray data = nb::cast<AnyArray>(d["data"]);
   const AnyArray scale = nb::cast<AnyArray>(d["scale_inv"]);
-  const DType scale_dtype = array_dtype(scale, arg) == DType::kFloat32 ? DType::kFloat32
-                            : (q.config.mode == ScalingMode::kMXFP8 ||
-                               q.config.mode == ScalingMode::kMXFP8_32x32)
-                                ? DType::kFloat8E8M0
-                                : DType::kFloat8E4M3;
+  // FP32 scales arrive as float32 arrays, E8M0 / E4M3 ones as uint8: the table says which.
+  const DType scale_dtype = array_dtype(scale, arg) == DType::kFloat32
+                                ? DType::kFloat32
+                                : scaling_mode_info(q.config.mode).scale_dtype;
   const TensorView s = view_of(scale, scale_dtype, arg);
   q.config.scale_layout =
       resolve_layout(q.config, q.rows, q.cols, cw, s, nb::cast<std::string>(d["layout"]));

@@ -32,10 +32,10 @@ TensorType parse_tensor_type(const std::string& s) {
 QuantizerConfig config_from_name(const std::string& what, const std::string& role,
                                  bool role_given, const char* arg) {
   const std::string base = what.substr(0, what.find(':'));
-  const char* const modes[] = {"tensor", "rowwise", "block1x128", "block128x128", "mxfp8",
-                               "mxfp8_32x32", "nvfp4", "nvfp4_16x16"};
-  bool is_mode = false;
-  for (const char* m : modes) is_mode = is_mode || what == m;
+  bool is_mode = false;  // a quantizing mode of the scaling-mode table
+  for (const ScalingModeInfo& m : scaling_mode_table()) {
+    is_mode = is_mode || (m.family != ScaleFamily::kNone && what == m.name);
+  }
   if (is_mode && !role_given) return make_config(scaling_mode_from_name(what.c_str()));
   for (const RecipeInfo& r : recipe_table()) {
     if (base == r.name && r.activation_mode != ScalingMode::kNone) {
@@ -44,8 +44,7 @@ QuantizerConfig config_from_name(const std::string& what, const std::string& rol
   }
   TESSERA_FAIL(Status::kInvalidArgument, arg, ": '", what, "' is neither a recipe (",
                "fp8_delayed, fp8_current[:e4m3|:e5m2|:hybrid], fp8_rowwise, fp8_block, mxfp8, "
-               "nvfp4) nor a scaling mode (tensor, rowwise, block1x128, block128x128, mxfp8, "
-               "mxfp8_32x32, nvfp4, nvfp4_16x16)");
+               "nvfp4) nor a scaling mode (", scaling_mode_names(), ")");
 }
 
 namespace {

@@ -28,9 +28,19 @@ struct GroupedGemmDims {
 int64_t operand_rows(const GemmOperand& o);  // dense: shape[0] (2-D) or shape[0]*shape[1] (3-D)
 int64_t operand_cols(const GemmOperand& o);  // last dim
 
+// Which operand formats a run accepts.
+//   kFast: what the backends multiply directly — both operands dense, or both quantized with
+//     modes of one scale family (formats/scaling_modes.h), no Hadamard-transformed copy.
+//   kEmulated (CPU only): anything else a quantized operand can be — a quantized × dense pair,
+//     two families, NVFP4 copies with the random Hadamard transform. Each operand is dequantized
+//     to FP32 on its own (as the CPU backend does for every quantized operand; the Hadamard
+//     transform undone) and the FP32 GEMM runs. The front end chooses it when the fast rules
+//     refuse a pair on the CPU; on CUDA the refusal stands, saying so.
+enum class GemmPath : int { kFast = 0, kEmulated = 1 };
+
 // Validates everything but device-specific alignment; throws Error with the specific status.
 // Reads host offsets (kOutOfRange past the capacity, kInvalidArgument when not non-decreasing).
-GroupedGemmDims check_grouped_gemm(const GroupedGemmProblem& p);
+GroupedGemmDims check_grouped_gemm(const GroupedGemmProblem& p, GemmPath path = GemmPath::kFast);
 
 // The G+1 start offsets of a problem whose offsets live in host memory (kBatched: g·0).
 // Precondition: check_grouped_gemm(p) passed.
@@ -52,6 +62,8 @@ Status grouped_gemm_cuda_can_implement(const GroupedGemmProblem& p, const Groupe
 int64_t grouped_gemm_cuda_workspace_size(const GroupedGemmProblem& p, const GroupedGemmDims& dims);
 GroupedGemmConfig grouped_gemm_cuda_select_config(const GroupedGemmProblem& p,
                                                   const GroupedGemmDims& dims);
+// Throws kUnsupported naming a field of an explicit problem.config the sm90 kernel does not take.
+void grouped_gemm_cuda_check_config(const GroupedGemmProblem& p);
 // Asynchronous on `stream`; workspace already checked for size and alignment.
 void grouped_gemm_cuda(const GroupedGemmProblem& p, const GroupedGemmDims& dims, void* workspace,
                        int64_t workspace_bytes, Stream stream);

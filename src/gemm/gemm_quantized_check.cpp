@@ -5,23 +5,6 @@
 namespace tessera::detail {
 namespace {
 
-// Recipes that can meet in one GEMM share a family: the scales of both are applied the same way.
-int recipe_family(ScalingMode m) {
-  switch (m) {
-    case ScalingMode::kTensor: return 1;
-    case ScalingMode::kRowwise: return 2;
-    case ScalingMode::kBlock1x128:
-    case ScalingMode::kBlock128x128: return 3;  // DeepGEMM: 1x128 activations, 128x128 weights
-    case ScalingMode::kMXFP8:
-    case ScalingMode::kMXFP8_32x32: return 4;
-    case ScalingMode::kNVFP4:
-    case ScalingMode::kNVFP4_16x16: return 5;
-    default: return 0;
-  }
-}
-
-bool is_nvfp4(ScalingMode m) { return recipe_family(m) == 5; }
-
 // The view has exactly `want`'s dtype and (rows, cols) (E2M1: cols rounded up to even, each row
 // starting on a byte), is contiguous and lives on `dev`.
 void check_buffer(const TensorView& v, const MatrixShape& want, Device dev, const char* name,
@@ -52,12 +35,15 @@ void check_per_group(const TensorView& v, int64_t groups, Device dev, const char
 
 }  // namespace
 
-void check_quantized_operand(const GemmOperand& o, const char* name, int64_t num_groups) {
+void check_quantized_operand(const GemmOperand& o, const char* name, int64_t num_groups,
+                             GemmPath path) {
   const QuantizedTensorView& q = o.quantized;
   const QuantizerConfig& c = q.config;
-  TESSERA_CHECK(recipe_family(c.mode) != 0, name, ": scaling mode ", static_cast<int>(c.mode),
-                " is not a quantized recipe");
-  const bool fp4 = is_nvfp4(c.mode);
+  const ScalingModeInfo* info = find_scaling_mode(c.mode);
+  TESSERA_CHECK(info != nullptr && info->family != ScaleFamily::kNone, name, ": scaling mode ",
+                static_cast<int>(c.mode), " is not a quantized recipe; expected one of ",
+                scaling_mode_names());
+  const bool fp4 = info->fp4;
   TESSERA_CHECK_STATUS(fp4 ? c.element == DType::kFloat4E2M1
                            : (c.element == DType::kFloat8E4M3 || c.element == DType::kFloat8E5M2),
                        Status::kDTypeMismatch, name, ": element ", dtype_name(c.element),
@@ -67,19 +53,20 @@ void check_quantized_operand(const GemmOperand& o, const char* name, int64_t num
   const bool cw = o.columnwise;
   TESSERA_CHECK(cw ? q.has_columnwise() : q.has_rowwise(), name, ": the GEMM reads the ",
                 cw ? "columnwise" : "rowwise", " copy, which this quantized tensor does not have");
-  TESSERA_CHECK_STATUS(!(fp4 && cw && c.random_hadamard), Status::kUnsupported, name,
+  TESSERA_CHECK_STATUS(path == GemmPath::kEmulated || !(fp4 && cw && c.random_hadamard),
+                       Status::kUnsupported, name,
                        ": NVFP4 copies with the random Hadamard transform are not supported by "
-                       "grouped GEMM yet");
+                       "the fast grouped GEMM (the CPU's emulated path takes them)");
   const TensorView& data = cw ? q.columnwise_data : q.data;
   const TensorView& scale = cw ? q.columnwise_scale_inv : q.scale_inv;
   check_buffer(data, data_shape(c, q.rows, q.cols, cw), q.device, name, cw ? "columnwise_data" : "data");
   const char* scale_field = cw ? "columnwise_scale_inv" : "scale_inv";
-  if (c.mode == ScalingMode::kTensor) {
+  if (info->family == ScaleFamily::kTensor) {
     check_per_group(scale, num_groups, q.device, name, scale_field);
   } else {
     check_buffer(scale, scale_shape(c, q.rows, q.cols, cw), q.device, name, scale_field);
   }
-  if (fp4) check_per_group(cw ? q.columnwise_amax : q.amax, num_groups, q.device, name,
+  if (info->family == ScaleFamily::kNVFP4) check_per_group(cw ? q.columnwise_amax : q.amax, num_groups, q.device, name,
                            cw ? "columnwise_amax" : "amax");
 }
 
@@ -89,10 +76,10 @@ void check_quantized_pair(const GemmOperand& a, const GemmOperand& b) {
                        "quantized (compatible recipes) or both FP32/BF16/FP16");
   if (!a.is_quantized) return;
   const ScalingMode ma = a.quantized.config.mode, mb = b.quantized.config.mode;
-  TESSERA_CHECK_STATUS(recipe_family(ma) == recipe_family(mb), Status::kDTypeMismatch,
+  TESSERA_CHECK_STATUS(scale_family(ma) == scale_family(mb), Status::kDTypeMismatch,
                        "A and B: recipes ", scaling_mode_name(ma), " and ", scaling_mode_name(mb),
-                       " cannot meet in one GEMM; expected the same recipe family (tensor, "
-                       "rowwise, block1x128/128x128, mxfp8/mxfp8_32x32, nvfp4/nvfp4_16x16)");
+                       " cannot meet in one GEMM; expected two modes of the same family "
+                       "(formats/scaling_modes.h: e.g. block1x128 with block128x128)");
 }
 
 }  // namespace tessera::detail

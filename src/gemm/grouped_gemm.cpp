@@ -1,5 +1,6 @@
-// The grouped GEMM front end: can_implement / workspace_size / run and the device dispatch to
-// the CPU backend (src/gemm/cpu/) or the CUDA backend (src/gemm/cuda/).
+// The grouped GEMM front end: can_implement / workspace_size / run, the choice of the emulated
+// path for operand formats the fast backends refuse (CPU only), and the device dispatch to the
+// CPU backend (src/gemm/cpu/) or the CUDA backend (src/gemm/cuda/).
 #include "tessera/gemm/grouped_gemm.h"
 
 #include <new>
@@ -19,27 +20,84 @@ const char* grouped_gemm_kind_name(GroupedGemmKind k) noexcept {
 
 namespace {
 
-// Validation plus the backend's own checks; throws Error with the status.
-detail::GroupedGemmDims check_for_backend(const GroupedGemmProblem& p) {
-  const detail::GroupedGemmDims dims = detail::check_grouped_gemm(p);
-  if (p.a.device().is_cuda()) {
-    std::string reason;
-    const Status s = detail::grouped_gemm_cuda_can_implement(p, dims, &reason);
-    if (s != Status::kOk) throw Error(s, reason);
-  }
-  return dims;
+// How a validated problem runs: its sizes and whether it takes the emulated path.
+struct Plan {
+  detail::GroupedGemmDims dims;
+  detail::GemmPath path = detail::GemmPath::kFast;
+};
+
+// A refusal of the fast format rules that the emulated path may lift: a format status with a
+// quantized operand involved.
+bool emulation_may_apply(const GroupedGemmProblem& p, Status s) {
+  return (s == Status::kDTypeMismatch || s == Status::kUnsupported) &&
+         (p.a.is_quantized || p.b.is_quantized);
 }
 
-int64_t backend_workspace_size(const GroupedGemmProblem& p, const detail::GroupedGemmDims& dims) {
-  return p.a.device().is_cuda() ? detail::grouped_gemm_cuda_workspace_size(p, dims)
-                                : detail::grouped_gemm_cpu_workspace_size(p, dims);
+// Validation plus the backend's own checks; throws Error with the status. A quantized pair the
+// fast backends refuse runs on the emulated path on the CPU (gemm_backend.h, GemmPath).
+Plan plan_for_backend(const GroupedGemmProblem& p) {
+  TESSERA_CHECK(p.a.device().is_cuda() || p.config.is_default(), "config: the CPU backend has "
+                "no tiles, so a set config would go unused; leave problem.config default on the "
+                "CPU");
+  Plan plan;
+  try {
+    plan.dims = detail::check_grouped_gemm(p);
+  } catch (const Error& e) {
+    if (!emulation_may_apply(p, e.status())) throw;
+    try {
+      plan.dims = detail::check_grouped_gemm(p, detail::GemmPath::kEmulated);
+    } catch (const Error&) {
+      throw e;  // not for the emulated path either: the first refusal is the one to report
+    }
+    TESSERA_CHECK_STATUS(!p.a.device().is_cuda(), e.status(), e.what(), " (on CUDA there is "
+                         "no emulated path; dequantize the operands or quantize both with "
+                         "modes of one family)");
+    plan.path = detail::GemmPath::kEmulated;
+    return plan;
+  }
+  if (p.a.device().is_cuda()) {
+    std::string reason;
+    const Status s = detail::grouped_gemm_cuda_can_implement(p, plan.dims, &reason);
+    if (s != Status::kOk) throw Error(s, reason);
+    detail::grouped_gemm_cuda_check_config(p);
+  }
+  return plan;
+}
+
+int64_t backend_workspace_size(const GroupedGemmProblem& p, const Plan& plan) {
+  return p.a.device().is_cuda() ? detail::grouped_gemm_cuda_workspace_size(p, plan.dims)
+                                : detail::grouped_gemm_cpu_workspace_size(p, plan.dims);
+}
+
+// run() after planning: checks the workspace, then launches.
+void run_planned(const GroupedGemmProblem& problem, const Plan& plan, const TensorView& workspace,
+                 Stream stream) {
+  const int64_t need = backend_workspace_size(problem, plan);
+  const int64_t have = workspace.data == nullptr ? 0 : workspace.nbytes();
+  TESSERA_CHECK_STATUS(have >= need, Status::kBufferTooSmall, "workspace: ", have,
+                       " bytes given, ", need, " needed (see workspace_size)");
+  if (need > 0) {
+    TESSERA_CHECK(workspace.device == problem.a.device(), "workspace: is on ",
+                  to_string(workspace.device), " but the operands are on ",
+                  to_string(problem.a.device()));
+    TESSERA_CHECK_STATUS(reinterpret_cast<uintptr_t>(workspace.data) % kBufferAlignment == 0,
+                         Status::kMisaligned, "workspace: must be ", kBufferAlignment,
+                         "-byte aligned");
+  }
+  if (problem.a.device().is_cuda()) {
+    detail::grouped_gemm_cuda(problem, plan.dims, workspace.data, have, stream);
+  } else {
+    // The CPU backend dequantizes every quantized operand on its own, so the emulated path is
+    // the same code once its format rules have passed.
+    detail::grouped_gemm_cpu(problem, plan.dims, workspace.data, have);
+  }
 }
 
 }  // namespace
 
 Status can_implement(const GroupedGemmProblem& problem, std::string* reason) {
   try {
-    check_for_backend(problem);
+    plan_for_backend(problem);
     if (reason != nullptr) reason->clear();
     return Status::kOk;
   } catch (const Error& e) {
@@ -55,41 +113,25 @@ Status can_implement(const GroupedGemmProblem& problem, std::string* reason) {
 }
 
 int64_t workspace_size(const GroupedGemmProblem& problem) {
-  return backend_workspace_size(problem, check_for_backend(problem));
+  return backend_workspace_size(problem, plan_for_backend(problem));
 }
 
 void run(const GroupedGemmProblem& problem, const TensorView& workspace, Stream stream) {
-  const detail::GroupedGemmDims dims = check_for_backend(problem);
-  const int64_t need = backend_workspace_size(problem, dims);
-  const int64_t have = workspace.data == nullptr ? 0 : workspace.nbytes();
-  TESSERA_CHECK_STATUS(have >= need, Status::kBufferTooSmall, "workspace: ", have,
-                       " bytes given, ", need, " needed (see workspace_size)");
-  if (need > 0) {
-    TESSERA_CHECK(workspace.device == problem.a.device(), "workspace: is on ",
-                  to_string(workspace.device), " but the operands are on ",
-                  to_string(problem.a.device()));
-    TESSERA_CHECK_STATUS(reinterpret_cast<uintptr_t>(workspace.data) % kBufferAlignment == 0,
-                         Status::kMisaligned, "workspace: must be ", kBufferAlignment,
-                         "-byte aligned");
-  }
-  if (problem.a.device().is_cuda()) {
-    detail::grouped_gemm_cuda(problem, dims, workspace.data, have, stream);
-  } else {
-    detail::grouped_gemm_cpu(problem, dims, workspace.data, have);
-  }
+  run_planned(problem, plan_for_backend(problem), workspace, stream);
 }
 
 void grouped_gemm(const GroupedGemmProblem& problem, Stream stream) {
-  const int64_t need = workspace_size(problem);
+  const Plan plan = plan_for_backend(problem);  // validated once
+  const int64_t need = backend_workspace_size(problem, plan);
   Buffer ws(static_cast<size_t>(need), problem.a.device());
-  run(problem, TensorView::contiguous(ws.data(), DType::kUInt8, {need}, problem.a.device()),
-      stream);
+  run_planned(problem, plan,
+              TensorView::contiguous(ws.data(), DType::kUInt8, {need}, problem.a.device()), stream);
 }
 
 GroupedGemmConfig select_grouped_gemm_config(const GroupedGemmProblem& problem) {
-  const detail::GroupedGemmDims dims = check_for_backend(problem);
+  const Plan plan = plan_for_backend(problem);
   if (!problem.config.is_default()) return problem.config;
-  return detail::grouped_gemm_cuda_select_config(problem, dims);
+  return detail::grouped_gemm_cuda_select_config(problem, plan.dims);
 }
 
 }  // namespace tessera

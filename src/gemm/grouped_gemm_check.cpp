@@ -19,10 +19,10 @@ const char* op_name(const GemmOperand& o, const GroupedGemmProblem& p) {
 }
 
 // ndim of the operand's position: 2 (grouped token dim) or 3 ((G, X, Y)).
-void check_operand(const GroupedGemmProblem& p, const GemmOperand& o, int ndim) {
+void check_operand(const GroupedGemmProblem& p, const GemmOperand& o, int ndim, GemmPath path) {
   const char* name = op_name(o, p);
   if (o.is_quantized) {
-    check_quantized_operand(o, name, p.num_groups);
+    check_quantized_operand(o, name, p.num_groups, path);
     return;
   }
   check_view(o.dense, name, kFloatInputs);
@@ -136,12 +136,12 @@ int64_t resolve_capacity(const GroupedGemmProblem& p, int64_t rows) {
   return p.max_total_rows;
 }
 
-GroupedGemmDims check_m_grouped(const GroupedGemmProblem& p) {
+GroupedGemmDims check_m_grouped(const GroupedGemmProblem& p, GemmPath path) {
   TESSERA_CHECK_STATUS(!p.transpose_a, Status::kUnsupported,
                        "transpose_a: an M-grouped GEMM reads A as (rows, K); use transpose_a = "
                        "false");
-  check_operand(p, p.a, 2);
-  check_operand(p, p.b, 3);
+  check_operand(p, p.a, 2, path);
+  check_operand(p, p.b, 3, path);
   GroupedGemmDims dims;
   dims.groups = p.num_groups;
   dims.k = operand_cols(p.a);
@@ -160,12 +160,12 @@ GroupedGemmDims check_m_grouped(const GroupedGemmProblem& p) {
   return dims;
 }
 
-GroupedGemmDims check_k_grouped(const GroupedGemmProblem& p) {
+GroupedGemmDims check_k_grouped(const GroupedGemmProblem& p, GemmPath path) {
   TESSERA_CHECK_STATUS(p.transpose_a && !p.transpose_b, Status::kUnsupported,
                        "transpose_a/transpose_b: a K-grouped GEMM computes A_gᵀ B_g with A (T, M), "
                        "B (T, N); set transpose_a = true, transpose_b = false");
-  check_operand(p, p.a, 2);
-  check_operand(p, p.b, 2);
+  check_operand(p, p.a, 2, path);
+  check_operand(p, p.b, 2, path);
   GroupedGemmDims dims;
   dims.groups = p.num_groups;
   dims.m = operand_cols(p.a);
@@ -185,9 +185,9 @@ GroupedGemmDims check_k_grouped(const GroupedGemmProblem& p) {
   return dims;
 }
 
-GroupedGemmDims check_batched(const GroupedGemmProblem& p) {
-  check_operand(p, p.a, 3);
-  check_operand(p, p.b, 3);
+GroupedGemmDims check_batched(const GroupedGemmProblem& p, GemmPath path) {
+  check_operand(p, p.a, 3, path);
+  check_operand(p, p.b, 3, path);
   const auto [ax, ay] = group_dims(p, p.a);
   const auto [bx, by] = group_dims(p, p.b);
   GroupedGemmDims dims;
@@ -220,16 +220,16 @@ int64_t operand_cols(const GemmOperand& o) {
   return o.dense.ndim >= 1 ? o.dense.shape[o.dense.ndim - 1] : 0;
 }
 
-GroupedGemmDims check_grouped_gemm(const GroupedGemmProblem& p) {
+GroupedGemmDims check_grouped_gemm(const GroupedGemmProblem& p, GemmPath path) {
   TESSERA_CHECK(p.num_groups >= 1, "num_groups: ", p.num_groups, " must be at least 1");
   check_devices(p);
   check_output(p);
-  check_quantized_pair(p.a, p.b);
+  if (path == GemmPath::kFast) check_quantized_pair(p.a, p.b);
   GroupedGemmDims dims;
   switch (p.kind) {
-    case GroupedGemmKind::kMGrouped: dims = check_m_grouped(p); break;
-    case GroupedGemmKind::kKGrouped: dims = check_k_grouped(p); break;
-    case GroupedGemmKind::kBatched: dims = check_batched(p); break;
+    case GroupedGemmKind::kMGrouped: dims = check_m_grouped(p, path); break;
+    case GroupedGemmKind::kKGrouped: dims = check_k_grouped(p, path); break;
+    case GroupedGemmKind::kBatched: dims = check_batched(p, path); break;
     default:
       TESSERA_FAIL(Status::kInvalidArgument, "kind: value ", static_cast<int>(p.kind),
                    " is unknown; expected kMGrouped, kKGrouped or kBatched");

@@ -22,6 +22,10 @@ GroupedGemmConfig grouped_gemm_cuda_select_config(const GroupedGemmProblem&,
   TESSERA_FAIL(Status::kNoDevice, "grouped GEMM config heuristic: tessera was built without CUDA");
 }
 
+void grouped_gemm_cuda_check_config(const GroupedGemmProblem&) {
+  TESSERA_FAIL(Status::kNoDevice, "grouped GEMM config: tessera was built without CUDA");
+}
+
 void grouped_gemm_cuda(const GroupedGemmProblem& p, const GroupedGemmDims&, void*, int64_t,
                        Stream) {
   TESSERA_FAIL(Status::kNoDevice, "grouped GEMM: operands on ", to_string(p.a.device()),

@@ -1,10 +1,8 @@
 // Internal entry points of the grouped layer that live in device code.
 //
-// grouped_quantize_cuda is DECLARED here and IMPLEMENTED by the CUDA quantize kernels under
-// src/quantize/cuda/ (owned by the quantize-CUDA work): a .cu file there with a line starting
-// `void grouped_quantize_cuda(` (the definition, in namespace tessera::detail). While none
-// exists (or without CUDA), src/grouped/grouped_quantize_cuda_stub.cpp defines it to throw
-// kUnsupported / kNoDevice; src/grouped/CMakeLists.txt picks one of the two at configure time.
+// grouped_quantize_cuda (grouped_quantize_cuda.cpp) chooses between the grouped CUDA kernels
+// and member-by-member quantization; it calls down into quantize/quantize_backend.h. Without
+// CUDA it throws kNoDevice.
 #pragma once
 
 #include <cstdint>

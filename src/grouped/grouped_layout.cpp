@@ -10,9 +10,6 @@
 namespace tessera {
 namespace {
 
-// Largest rows-per-scale-block probed; every recipe's blocks are far smaller (<= 512 rows).
-constexpr int64_t kMaxRowBlock = int64_t{1} << 12;
-
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace
@@ -40,34 +37,31 @@ int64_t ScaleSlotRule::size(int64_t rows) const {
   return stride * ceil_div(rows, align) * align;
 }
 
-// The scale matrix of every recipe has A × ceil(rows / D) entries for fixed cols (D = rows per
-// scale block along the first dim, padding included: e.g. roundup(M, 4) = 4 × ceil(M / 4)), or
-// a number independent of rows. D is found as the largest power of two whose scale matrix is as
-// large as one row's; the form is then verified on a spread of row counts.
+// The rows of a member run along one axis of its scale matrix: the scale rows of the rowwise
+// copy, the scale columns of the columnwise one (xᵀ, or MXFP8's 32x1 blocks). Along that axis
+// the matrix has roundup(ceil(rows / block), pad) entries (block and pad from the scaling-mode
+// table; the swizzled layout pads to 128 rows / 4 columns), i.e. one row's matrix ×
+// ceil(rows / (block × pad)) — so align = block × pad and stride = ceil(one / align). A block
+// of 0 (per-tensor, or the per-row mode's columnwise scales) makes the matrix constant in rows.
 ScaleSlotRule grouped_scale_slot_rule(const QuantizerConfig& config, int64_t cols,
                                       bool columnwise) {
   TESSERA_CHECK(config.mode != ScalingMode::kNone,
                 "grouped_scale_slot_rule: config.mode is kNone (not quantized): no scales");
   TESSERA_CHECK(cols >= 0, "grouped_scale_slot_rule: cols ", cols, " is negative");
-  auto exact = [&](int64_t rows) { return scale_shape(config, rows, cols, columnwise).numel(); };
-  const int64_t one = exact(1);
+  const ScalingModeInfo& info = scaling_mode_info(config.mode);
+  const bool swizzled = config.scale_layout == ScaleLayout::kSwizzled && info.swizzle;
+  const int64_t block = columnwise ? info.scale_block_cols : info.scale_block_rows;
+  const int64_t pad = swizzled ? (columnwise ? scale_rules::kSwizzleTileCols
+                                             : scale_rules::kSwizzleTileRows)
+                               : (columnwise ? info.pad_cols : info.pad_rows);
+  const int64_t one = scale_shape(config, 1, cols, columnwise).numel();
   ScaleSlotRule rule;
-  if (exact(4 * kMaxRowBlock + 1) == one) {
+  if (block == 0) {
     rule.constant = one;
     return rule;
   }
-  int64_t d = 1;
-  while (d * 2 <= kMaxRowBlock && exact(d * 2) == one) d *= 2;
-  rule.align = d;
-  rule.stride = ceil_div(one, d);
-  for (int64_t r : {int64_t{1}, d - 1, d, d + 1, 2 * d, 3 * d + 1, 7 * d + 5, int64_t{1000003}}) {
-    if (r < 1) continue;
-    TESSERA_CHECK_STATUS(exact(r) == one * ceil_div(r, d), Status::kInternal,
-                         "grouped_scale_slot_rule: scale_shape of ", scaling_mode_name(config.mode),
-                         columnwise ? " columnwise" : " rowwise", " (cols ", cols, ") gives ",
-                         exact(r), " entries for ", r, " rows, not ", one, " x ceil(rows / ", d,
-                         ")");
-  }
+  rule.align = block * pad;
+  rule.stride = ceil_div(one, rule.align);
   return rule;
 }
 

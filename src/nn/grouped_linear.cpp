@@ -56,42 +56,6 @@ void refresh_weights(LinearParams& p, const ForwardMode& mode, Stream stream) {
   ++p.weight_version;
 }
 
-// Runs a grouped GEMM. A custom recipe may give the two operands of a backward GEMM formats no
-// kernel multiplies together (e.g. NVFP4 gradients × MXFP8 weights): can_implement says so, and
-// then both operands are dequantized to FP32 (their exact quantized values) and multiplied
-// densely — the numerics of an emulated mixed-format GEMM, without a fused kernel.
-void run_gemm(GroupedGemmProblem g, const OperandStorage& a, const OperandStorage& b,
-              int64_t b_group_rows, Stream stream) {
-  std::string reason;
-  const Status st = can_implement(g, &reason);
-  if (st == Status::kOk || (!a.quantized() && !b.quantized()) ||
-      (st != Status::kDTypeMismatch && st != Status::kUnsupported)) {
-    return grouped_gemm(g, stream);  // runs, or throws the specific error
-  }
-  Buffer da(static_cast<size_t>(a.rows() * a.cols() * 4), a.device());
-  Buffer db(static_cast<size_t>(b.rows() * b.cols() * 4), b.device());
-  const TensorView av = TensorView::contiguous(da.data(), DType::kFloat32, {a.rows(), a.cols()},
-                                               a.device());
-  a.to_float(av, g.a.columnwise, stream);
-  b.to_float(TensorView::contiguous(db.data(), DType::kFloat32, {b.rows(), b.cols()}, b.device()),
-             g.b.columnwise, stream);
-  g.a = GemmOperand::from_dense(av);
-  g.b = GemmOperand::from_dense(
-      b_group_rows > 0
-          ? TensorView::contiguous(db.data(), DType::kFloat32,
-                                   {b.rows() / b_group_rows, b_group_rows, b.cols()}, b.device())
-          : TensorView::contiguous(db.data(), DType::kFloat32, {b.rows(), b.cols()},
-                                   b.device()));
-  // The dense FP32 emulation is CPU-only (the CUDA GEMM takes BF16/FP16/FP8 operands): then the
-  // quantized pair's own refusal is the error worth reporting.
-  std::string dense_reason;
-  const Status dense_st = can_implement(g, &dense_reason);
-  TESSERA_CHECK_STATUS(dense_st == Status::kOk, st, "GroupedLinear: the grouped GEMM on ",
-                       to_string(a.device()), " cannot multiply these operands (", reason,
-                       "), nor their FP32 dequantized copies (", dense_reason, ")");
-  grouped_gemm(g, stream);
-}
-
 // y (Tp, out) = x (Tp, in) · W_gᵀ + b_g per group: M-grouped TN GEMM on rowwise operands.
 void fprop(const LinearParams& p, const OperandStorage& x, const GroupLayout& layout,
            const TensorView& y, Stream stream) {
@@ -108,7 +72,7 @@ void fprop(const LinearParams& p, const OperandStorage& x, const GroupLayout& la
     g.bias = TensorView::contiguous(p.bias.data(), DType::kFloat32, {p.groups, p.out},
                                     p.options.device);
   }
-  run_gemm(g, x, *p.weight_operand, p.out, stream);
+  grouped_gemm(g, stream);  // gemm picks its path (mixed formats: emulated on the CPU)
 }
 
 // dx (Tp, in) = dy (Tp, out) · W_g per group: M-grouped NN GEMM, dy rowwise × W columnwise.
@@ -123,7 +87,7 @@ void dgrad(const LinearParams& p, const LinearSaved& s, const OperandStorage& dy
   g.d = dx;
   g.group_offsets = s.layout.padded_offsets;
   g.max_total_rows = s.layout.padded_rows;
-  run_gemm(g, dy, *s.weight, p.out, stream);
+  grouped_gemm(g, stream);
 }
 
 // dW_g (out, in) (+)= dy_gᵀ x_g: K-grouped NT GEMM on the columnwise copies.
@@ -140,7 +104,7 @@ void wgrad(const LinearParams& p, const LinearSaved& s, const OperandStorage& x,
   g.group_offsets = s.layout.padded_offsets;
   g.max_total_rows = s.layout.padded_rows;
   g.beta = accumulate ? 1.0f : 0.0f;
-  run_gemm(g, dy, x, 0, stream);
+  grouped_gemm(g, stream);
 }
 
 void check_grads(const LinearParams& p, const GroupedLinearGrads& grads, int64_t rows) {

@@ -1,7 +1,7 @@
 // How the nn layers turn a high-precision activation or weight into a grouped-GEMM operand for one
 // quantizer role, and the storage they keep of it: a dense cast (FP32 / BF16 recipes) or a
 // quantized tensor whose usages (rowwise / columnwise) live in separate buffers, so that a context
-// can release the copy backward does not read (DESIGN §4 usages, §8 saved operands).
+// can release the copy backward does not read (docs/numerics.md usages, docs/nn.md saved operands).
 #pragma once
 
 #include <cstdint>

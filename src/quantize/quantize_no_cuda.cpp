@@ -20,4 +20,13 @@ void delayed_update_cuda(const QuantizerConfig&, float*, float*, Stream) {
                "was built without CUDA");
 }
 
+bool has_grouped_quantize_kernel(const QuantizerConfig&, int64_t) { return false; }
+
+void grouped_quantize_contiguous_cuda(const QuantizerConfig&, const TensorView& x,
+                                      const GroupedTensorView&, const TensorView&, Stream,
+                                      const GroupedDelayedState&) {
+  TESSERA_FAIL(Status::kNoDevice, "grouped quantize: x is on ", to_string(x.device),
+               " but tessera was built without CUDA");
+}
+
 }  // namespace tessera::detail

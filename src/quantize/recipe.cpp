@@ -15,7 +15,8 @@ std::string recipe_names() {
 }
 
 bool is_fp8_mode(ScalingMode m) {
-  return m != ScalingMode::kNone && m != ScalingMode::kNVFP4 && m != ScalingMode::kNVFP4_16x16;
+  const ScalingModeInfo& info = scaling_mode_info(m);
+  return info.family != ScaleFamily::kNone && !info.fp4;
 }
 
 }  // namespace
@@ -72,7 +73,7 @@ Recipe parse_recipe(std::string_view text) {
   r.format = info.default_format;
   r.token_alignment = info.token_alignment;
   r.delayed = base == "fp8_delayed";
-  r.power_of_two_scales = info.activation_mode == ScalingMode::kBlock1x128;
+  r.power_of_two_scales = scaling_mode_info(info.activation_mode).power_of_two_default;
   if (colon != std::string_view::npos) {
     const std::string_view fmt = text.substr(colon + 1);
     TESSERA_CHECK(is_fp8_mode(info.activation_mode), "recipe: '", text, "': ", base,
@@ -116,15 +117,12 @@ QuantizerConfig Recipe::config_for(const QuantizerRole& role) const {
   c.amax_algo = amax_algo;
   c.margin = margin;
   c.amax_epsilon = amax_epsilon;
-  c.power_of_two_scales = power_of_two_scales && (c.mode == ScalingMode::kBlock1x128 ||
-                                                  c.mode == ScalingMode::kBlock128x128 ||
-                                                  c.mode == ScalingMode::kTensor ||
-                                                  c.mode == ScalingMode::kRowwise);
+  const ScalingModeInfo& info = scaling_mode_info(c.mode);
+  // Power-of-two scales exist for the FP32-scaled families.
+  c.power_of_two_scales = power_of_two_scales && info.scale_dtype == DType::kFloat32;
   c.e8m0_rounding = e8m0_rounding;
-  const bool nvfp4 = c.mode == ScalingMode::kNVFP4 || c.mode == ScalingMode::kNVFP4_16x16;
-  c.scale_layout = nvfp4 || c.mode == ScalingMode::kMXFP8 || c.mode == ScalingMode::kMXFP8_32x32
-                       ? scale_layout
-                       : ScaleLayout::kCompact;
+  const bool nvfp4 = info.family == ScaleFamily::kNVFP4;
+  c.scale_layout = info.swizzle ? scale_layout : ScaleLayout::kCompact;
   if (nvfp4 && !weight) {
     c.random_hadamard = random_hadamard && (role.tensor_type == TensorType::kInput ||
                                             role.tensor_type == TensorType::kGradOutput);

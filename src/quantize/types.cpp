@@ -13,14 +13,6 @@ namespace {
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 
-bool is_mxfp8(ScalingMode m) { return m == ScalingMode::kMXFP8 || m == ScalingMode::kMXFP8_32x32; }
-bool is_nvfp4(ScalingMode m) { return m == ScalingMode::kNVFP4 || m == ScalingMode::kNVFP4_16x16; }
-
-constexpr ScalingMode kAllModes[] = {
-    ScalingMode::kNone,   ScalingMode::kTensor,      ScalingMode::kRowwise,
-    ScalingMode::kBlock1x128, ScalingMode::kBlock128x128, ScalingMode::kMXFP8,
-    ScalingMode::kMXFP8_32x32, ScalingMode::kNVFP4, ScalingMode::kNVFP4_16x16};
-
 // E2M1 rows start on a byte: the view covers (rows, roundup(cols, 2)) codes.
 TensorView view_2d(const Buffer& b, const MatrixShape& s) {
   if (b.empty()) return {};
@@ -37,52 +29,44 @@ Buffer alloc_zeroed(int64_t bytes, Device device) {
 }  // namespace
 
 const char* scaling_mode_name(ScalingMode m) noexcept {
-  switch (m) {
-    case ScalingMode::kNone: return "none";
-    case ScalingMode::kTensor: return "tensor";
-    case ScalingMode::kRowwise: return "rowwise";
-    case ScalingMode::kBlock1x128: return "block1x128";
-    case ScalingMode::kBlock128x128: return "block128x128";
-    case ScalingMode::kMXFP8: return "mxfp8";
-    case ScalingMode::kMXFP8_32x32: return "mxfp8_32x32";
-    case ScalingMode::kNVFP4: return "nvfp4";
-    case ScalingMode::kNVFP4_16x16: return "nvfp4_16x16";
-  }
-  return "unknown";
+  const ScalingModeInfo* r = find_scaling_mode(m);
+  return r == nullptr ? "unknown" : r->name;
 }
 
 ScalingMode scaling_mode_from_name(const char* name) {
   const std::string n = name == nullptr ? "" : name;
-  for (ScalingMode m : kAllModes) {
-    if (n == scaling_mode_name(m)) return m;
+  for (const ScalingModeInfo& r : kScalingModeTable) {
+    if (n == r.name) return r.mode;
   }
-  TESSERA_FAIL(Status::kInvalidArgument, "scaling mode: '", n, "' is not known; expected none, "
-               "tensor, rowwise, block1x128, block128x128, mxfp8, mxfp8_32x32, nvfp4 or "
-               "nvfp4_16x16");
+  TESSERA_FAIL(Status::kInvalidArgument, "scaling mode: '", n, "' is not known; expected ",
+               scaling_mode_names(true));
 }
 
-bool has_amax(ScalingMode mode) { return mode == ScalingMode::kTensor || is_nvfp4(mode); }
+bool has_amax(ScalingMode mode) {
+  const ScalingModeInfo* r = find_scaling_mode(mode);
+  return r != nullptr && r->has_amax;
+}
 
 QuantizerConfig make_config(ScalingMode mode, DType element) {
+  const ScalingModeInfo* info = find_scaling_mode(mode);
   QuantizerConfig c;
   c.mode = mode;
-  c.element = is_nvfp4(mode) ? DType::kFloat4E2M1 : DType::kFloat8E4M3;
+  c.element = info != nullptr && info->fp4 ? DType::kFloat4E2M1 : DType::kFloat8E4M3;
   if (element != DType::kFloat32) c.element = element;
-  c.power_of_two_scales = mode == ScalingMode::kBlock1x128 || mode == ScalingMode::kBlock128x128;
+  c.power_of_two_scales = info != nullptr && info->power_of_two_default;
   return c;
 }
 
 void validate_config(const QuantizerConfig& c) {
-  TESSERA_CHECK(c.mode != ScalingMode::kNone, "config.mode: 'none' does not quantize; expected "
-                "tensor, rowwise, block1x128, block128x128, mxfp8, mxfp8_32x32, nvfp4 or "
-                "nvfp4_16x16");
-  bool known = false;
-  for (ScalingMode m : kAllModes) known = known || m == c.mode;
-  TESSERA_CHECK(known, "config.mode: value ", static_cast<int>(c.mode), " is not a ScalingMode");
-  if (is_nvfp4(c.mode)) {
+  TESSERA_CHECK(c.mode != ScalingMode::kNone, "config.mode: 'none' does not quantize; expected ",
+                scaling_mode_names());
+  const ScalingModeInfo* info = find_scaling_mode(c.mode);
+  TESSERA_CHECK(info != nullptr, "config.mode: value ", static_cast<int>(c.mode),
+                " is not a ScalingMode");
+  if (info->fp4) {
     TESSERA_CHECK_STATUS(c.element == DType::kFloat4E2M1, Status::kDTypeMismatch,
                          "config.element: ", dtype_name(c.element), " is not allowed for ",
-                         scaling_mode_name(c.mode), "; NVFP4 stores e2m1 elements");
+                         scaling_mode_name(c.mode), "; it stores e2m1 elements");
   } else {
     TESSERA_CHECK_STATUS(c.element == DType::kFloat8E4M3 || c.element == DType::kFloat8E5M2,
                          Status::kDTypeMismatch, "config.element: ", dtype_name(c.element),
@@ -91,10 +75,10 @@ void validate_config(const QuantizerConfig& c) {
   }
   TESSERA_CHECK(c.scale_layout == ScaleLayout::kCompact || c.scale_layout == ScaleLayout::kSwizzled,
                 "config.scale_layout: value ", static_cast<int>(c.scale_layout), " is not known");
-  TESSERA_CHECK(c.scale_layout == ScaleLayout::kCompact || is_mxfp8(c.mode) || is_nvfp4(c.mode),
+  TESSERA_CHECK(c.scale_layout == ScaleLayout::kCompact || info->swizzle,
                 "config.scale_layout: the swizzled layout exists for MXFP8 and NVFP4 only, not ",
                 scaling_mode_name(c.mode));
-  TESSERA_CHECK(!c.delayed || c.mode == ScalingMode::kTensor,
+  TESSERA_CHECK(!c.delayed || info->delayed,
                 "config.delayed: delayed scaling exists for the 'tensor' mode only, not ",
                 scaling_mode_name(c.mode));
   TESSERA_CHECK(c.amax_history_len >= 1, "config.amax_history_len: ", c.amax_history_len,
@@ -107,10 +91,10 @@ void validate_config(const QuantizerConfig& c) {
                 "config.amax_epsilon: ", c.amax_epsilon, " must be finite and >= 0");
   TESSERA_CHECK(c.e8m0_rounding == E8M0Rounding::kRoundUp || c.e8m0_rounding == E8M0Rounding::kFloor,
                 "config.e8m0_rounding: value ", static_cast<int>(c.e8m0_rounding), " is not known");
-  TESSERA_CHECK(!c.random_hadamard || is_nvfp4(c.mode),
+  TESSERA_CHECK(!c.random_hadamard || info->fp4,
                 "config.random_hadamard: the Hadamard transform exists for NVFP4 only, not ",
                 scaling_mode_name(c.mode));
-  TESSERA_CHECK(!c.stochastic_rounding || is_nvfp4(c.mode),
+  TESSERA_CHECK(!c.stochastic_rounding || info->fp4,
                 "config.stochastic_rounding: exists for NVFP4 only, not ", scaling_mode_name(c.mode));
 }
 
@@ -122,42 +106,56 @@ int64_t MatrixShape::bytes() const {
 MatrixShape data_shape(const QuantizerConfig& config, int64_t rows, int64_t cols, bool columnwise) {
   TESSERA_CHECK(rows >= 0 && cols >= 0, "shape: (", rows, ", ", cols, ") must be non-negative");
   TESSERA_CHECK(config.mode != ScalingMode::kNone, "config.mode: 'none' has no quantized data");
-  const bool transposed = columnwise && !is_mxfp8(config.mode);
+  const bool transposed = columnwise && scaling_mode_info(config.mode).columnwise_transposed;
   return transposed ? MatrixShape{cols, rows, config.element} : MatrixShape{rows, cols, config.element};
 }
 
-MatrixShape scale_shape(const QuantizerConfig& config, int64_t rows, int64_t cols, bool columnwise) {
-  TESSERA_CHECK(rows >= 0 && cols >= 0, "shape: (", rows, ", ", cols, ") must be non-negative");
-  // (r, c): the shape of the copy being scaled (transposed for the columnwise copy of every mode
-  // except MXFP8, whose columnwise scales are handled below).
-  const int64_t r = columnwise ? cols : rows;
-  const int64_t c = columnwise ? rows : cols;
-  const bool swizzled = config.scale_layout == ScaleLayout::kSwizzled;
-  switch (config.mode) {
-    case ScalingMode::kTensor: return {1, 1, DType::kFloat32};
-    case ScalingMode::kRowwise: return {r, 1, DType::kFloat32};
-    case ScalingMode::kBlock1x128: return {round_up(r, 4), ceil_div(c, 128), DType::kFloat32};
-    case ScalingMode::kBlock128x128:
-      return {ceil_div(r, 128), round_up(ceil_div(c, 128), 4), DType::kFloat32};
-    case ScalingMode::kMXFP8:
-    case ScalingMode::kMXFP8_32x32:
-      if (swizzled) return {round_up(r, 128), round_up(ceil_div(c, 32), 4), DType::kFloat8E8M0};
-      if (columnwise) return {ceil_div(rows, 32), cols, DType::kFloat8E8M0};
-      return {rows, ceil_div(cols, 32), DType::kFloat8E8M0};
-    case ScalingMode::kNVFP4:
-    case ScalingMode::kNVFP4_16x16:
-      if (swizzled) return {round_up(r, 128), round_up(ceil_div(c, 16), 4), DType::kFloat8E4M3};
-      return {r, ceil_div(c, 16), DType::kFloat8E4M3};
-    default:
-      TESSERA_FAIL(Status::kInvalidArgument, "config.mode: ", scaling_mode_name(config.mode),
-                   " has no scales");
-  }
+namespace {
+
+// The table row of a mode that has scales (not kNone).
+const ScalingModeInfo& scaled_mode(const QuantizerConfig& config) {
+  const ScalingModeInfo& info = scaling_mode_info(config.mode);
+  TESSERA_CHECK(info.family != ScaleFamily::kNone, "config.mode: ", info.name, " has no scales");
+  return info;
 }
 
-int64_t swizzled_scale_offset(int64_t r, int64_t c, int64_t padded_cols) {
-  const int64_t tile = (r / 128) * (padded_cols / 4) + c / 4;
-  const int64_t rr = r % 128;
-  return tile * 512 + (rr % 32) * 16 + (rr / 32) * 4 + c % 4;
+int64_t blocks(int64_t n, int64_t block) { return block == 0 ? 1 : ceil_div(n, block); }
+
+}  // namespace
+
+MatrixShape scale_shape(const QuantizerConfig& config, int64_t rows, int64_t cols, bool columnwise) {
+  TESSERA_CHECK(rows >= 0 && cols >= 0, "shape: (", rows, ", ", cols, ") must be non-negative");
+  const ScalingModeInfo& info = scaled_mode(config);
+  // (r, c): the copy in its blocked orientation (xᵀ for every columnwise copy).
+  const int64_t r = columnwise ? cols : rows;
+  const int64_t c = columnwise ? rows : cols;
+  const int64_t nr = blocks(r, info.scale_block_rows), nc = blocks(c, info.scale_block_cols);
+  if (config.scale_layout == ScaleLayout::kSwizzled && info.swizzle) {
+    return {round_up(nr, scale_rules::kSwizzleTileRows), round_up(nc, scale_rules::kSwizzleTileCols),
+            info.scale_dtype};
+  }
+  const int64_t pr = round_up(nr, info.pad_rows), pc = round_up(nc, info.pad_cols);
+  // A columnwise copy stored untransposed keeps its scales in the data's orientation.
+  if (columnwise && !info.columnwise_transposed) return {pc, pr, info.scale_dtype};
+  return {pr, pc, info.scale_dtype};
+}
+
+scale_rules::ScaleGeometry scale_geometry(const QuantizerConfig& config, int64_t rows,
+                                          int64_t cols, bool columnwise) {
+  const ScalingModeInfo& info = scaled_mode(config);
+  const MatrixShape s = scale_shape(config, rows, cols, columnwise);
+  scale_rules::ScaleGeometry g;
+  g.swizzled = config.scale_layout == ScaleLayout::kSwizzled && info.swizzle;
+  g.ld = s.cols;
+  g.block_rows = info.scale_block_rows;
+  g.block_cols = info.scale_block_cols;
+  if (columnwise && !info.columnwise_transposed) {
+    // Data (M, K) with scales per block_cols x block_rows: the blocks of xᵀ, transposed.
+    g.block_rows = info.scale_block_cols;
+    g.block_cols = info.scale_block_rows;
+    g.swizzle_transposed = g.swizzled;
+  }
+  return g;
 }
 
 QuantizedTensor::QuantizedTensor(const QuantizerConfig& config, int64_t rows, int64_t cols,

@@ -106,7 +106,7 @@ TEST(Codecs, SaturationAndSpecials) {
   EXPECT_EQ(formats::encode_e4m3(-0.0f), 0x80);
   EXPECT_EQ(formats::encode_e4m3(std::ldexp(1.0f, -10)), 0x00);  // half the min subnormal: tie → 0
   EXPECT_EQ(formats::encode_e4m3(std::ldexp(1.5f, -10)), 0x01);
-  // E2M1 grid rounding from DESIGN §3.
+  // E2M1 grid rounding from docs/formats.md.
   const float xs[] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 5.01f, 100.0f};
   const float want[] = {0.0f, 1.0f, 1.0f, 2.0f, 2.0f, 4.0f, 4.0f, 6.0f, 6.0f};
   for (int i = 0; i < 9; ++i) {

@@ -155,6 +155,12 @@ TEST(GroupedGemmErrors, QuantizedTimesDenseIsARecipeMismatch) {
   expect_status(f, Status::kDTypeMismatch, "quantized");
 }
 
+TEST(GroupedGemmErrors, ConfigOnTheCpuIsRefusedNotIgnored) {
+  GemmFixture f = make_fixture(base_case());
+  f.problem.config.tile_n = 128;  // the CPU backend has no tiles
+  expect_status(f, Status::kInvalidArgument, "config");
+}
+
 TEST(GroupedGemmErrors, NonPositiveGroupCount) {
   GemmFixture f = make_fixture(base_case());
   f.problem.num_groups = 0;

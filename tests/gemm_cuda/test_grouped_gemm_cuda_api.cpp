@@ -232,6 +232,48 @@ TEST(CudaGroupedGemmEpilogue, TmaStoresEqualRegisterStores) {
   }
 }
 
+// select_grouped_gemm_config's choice, passed back as problem.config, gives the same launch (the
+// same bits as the heuristic's own run, and the same config selected back); fields the sm90
+// kernel does not take are refused by can_implement, naming the field.
+TEST(CudaGroupedGemmConfig, HeuristicChoiceRoundTripsAndUnusedValuesAreRefused) {
+  if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  for (auto kind : {GroupedGemmKind::kMGrouped, GroupedGemmKind::kKGrouped}) {
+    const bool kg = kind == GroupedGemmKind::kKGrouped;
+    GemmCase c = bf16_case(kg ? "k_grouped" : "m_grouped", kind,
+                           kg ? std::vector<int64_t>{64, 0, 1536, 2048}
+                              : std::vector<int64_t>{0, 2000, 64, 1500},
+                           kg ? 197 : 0, 1024, kg ? 0 : 512);
+    GemmFixture f = make_fixture(c);
+    DeviceProblem heuristic(f, false), chosen(f, false);
+    const GroupedGemmConfig cfg = select_grouped_gemm_config(heuristic.problem);
+    EXPECT_FALSE(cfg.is_default());
+    chosen.problem.config = cfg;
+    const GroupedGemmConfig again = select_grouped_gemm_config(chosen.problem);
+    EXPECT_EQ(again.tile_n, cfg.tile_n);
+    EXPECT_EQ(again.stages, cfg.stages);
+    EXPECT_EQ(again.raster_band, cfg.raster_band);
+    grouped_gemm(heuristic.problem);
+    grouped_gemm(chosen.problem);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(chosen.d.storage.to_host<uint8_t>(), heuristic.d.storage.to_host<uint8_t>())
+        << c.name;
+    std::string reason;
+    DeviceProblem bad(f, false);
+    bad.problem.config = cfg;
+    bad.problem.config.tile_m = 64;
+    EXPECT_EQ(can_implement(bad.problem, &reason), Status::kUnsupported);
+    EXPECT_NE(reason.find("config.tile_m"), std::string::npos) << reason;
+    bad.problem.config = cfg;
+    bad.problem.config.tile_k = 32;
+    EXPECT_EQ(can_implement(bad.problem, &reason), Status::kUnsupported);
+    EXPECT_NE(reason.find("config.tile_k"), std::string::npos) << reason;
+    bad.problem.config = cfg;
+    bad.problem.config.variant = 2;
+    EXPECT_EQ(can_implement(bad.problem, &reason), Status::kUnsupported);
+    EXPECT_NE(reason.find("config.variant"), std::string::npos) << reason;
+  }
+}
+
 TEST(CudaGroupedGemmStatus, RefusesWhatTheSm90PathCannotRun) {
   if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
   // FP32 operands: the CUDA path takes BF16 or FP16.

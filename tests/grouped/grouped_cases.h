@@ -23,7 +23,7 @@ struct NamedConfig {
   QuantizerConfig config;
 };
 
-// Every recipe of DESIGN §4 (both FP8 elements, both scale layouts, the NVFP4 options), with
+// Every recipe of docs/numerics.md (both FP8 elements, both scale layouts, the NVFP4 options), with
 // rowwise + columnwise usages; callers narrow the usages.
 inline std::vector<NamedConfig> all_recipes() {
   std::vector<NamedConfig> out;

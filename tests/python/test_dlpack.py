@@ -151,7 +151,7 @@ needs_quantize_into = pytest.mark.skipif(not hasattr(C, "_quantize_into"),
 
 
 def rowwise_e4m3_oracle(x):
-    """Independent NumPy rule (DESIGN §4 current scaling): scale = 448 / amax per row (amax 0 or
+    """Independent NumPy rule (docs/numerics.md current scaling): scale = 448 / amax per row (amax 0 or
     non-finite -> 1), codes = saturating RNE cast; returns (codes as uint8, scale_inv (M,))."""
     ml_dtypes = pytest.importorskip("ml_dtypes")
     amax = np.abs(x).max(axis=1).astype(np.float32)

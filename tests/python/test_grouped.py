@@ -14,7 +14,7 @@ def rand(shape, seed):
 
 
 def fp8_tensor_oracle(x):
-    """FP8 E4M3 current scaling per DESIGN §4: scale = 448 / amax (RNE division), saturating RNE."""
+    """FP8 E4M3 current scaling per docs/numerics.md: scale = 448 / amax (RNE division), saturating RNE."""
     amax = np.float32(np.max(np.abs(x))) if x.size else np.float32(0)
     scale = np.float32(1) if amax == 0 else np.float32(448) / amax
     codes = np.clip(x * scale, -448, 448).astype(ml_dtypes.float8_e4m3fn).view(np.uint8)

@@ -1,4 +1,4 @@
-"""An independent NumPy + ml_dtypes statement of DESIGN §4 (written from the spec, not from the
+"""An independent NumPy + ml_dtypes statement of docs/numerics.md (written from the spec, not from the
 C++): the oracle that tessera's reference quantizer is compared with in test_quantize.py.
 
 All arithmetic is float32 (np.float32 scalars and arrays); summation orders that matter (the

@@ -1,6 +1,7 @@
 // The building blocks against independent statements: Philox known-answer vectors (both
 // implementations), the CPU's branch-free FP8 encoders and fp16 load against the codecs over
-// billions of bit patterns, and hand-computed values of every scale rule (DESIGN §4 examples).
+// billions of bit patterns, and hand-computed values of every scale rule (docs/numerics.md
+// examples).
 #include <gtest/gtest.h>
 
 #include <bit>

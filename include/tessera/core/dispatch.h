@@ -9,6 +9,7 @@
 #include "tessera/core/status.h"
 #include "tessera/formats/codecs.h"
 #include "tessera/formats/half.h"
+#include "tessera/formats/scaling_modes.h"
 
 namespace tessera {
 
@@ -87,6 +88,32 @@ decltype(auto) dispatch_index_dtype(DType dt, const char* arg, F&& f) {
       TESSERA_FAIL(Status::kDTypeMismatch, arg, ": dtype ", dtype_name(dt),
                    " is not accepted; expected int32 or int64");
   }
+}
+
+// Quantizing scaling mode → f(std::integral_constant<ScaleFamily, family>, const
+// ScalingModeInfo&): the family picks the kernels at compile time, the row (kScalingModeTable)
+// gives the block shape, scale dtype and layout at run time. kNone and values outside the table
+// are refused, naming the value and the accepted names.
+template <class F>
+decltype(auto) dispatch_scaling_mode(ScalingMode m, const char* arg, F&& f) {
+  const ScalingModeInfo* info = find_scaling_mode(m);
+  switch (info == nullptr ? ScaleFamily::kNone : info->family) {
+    case ScaleFamily::kTensor:
+      return f(std::integral_constant<ScaleFamily, ScaleFamily::kTensor>{}, *info);
+    case ScaleFamily::kRowwise:
+      return f(std::integral_constant<ScaleFamily, ScaleFamily::kRowwise>{}, *info);
+    case ScaleFamily::kBlock:
+      return f(std::integral_constant<ScaleFamily, ScaleFamily::kBlock>{}, *info);
+    case ScaleFamily::kMXFP8:
+      return f(std::integral_constant<ScaleFamily, ScaleFamily::kMXFP8>{}, *info);
+    case ScaleFamily::kNVFP4:
+      return f(std::integral_constant<ScaleFamily, ScaleFamily::kNVFP4>{}, *info);
+    case ScaleFamily::kNone:
+      break;
+  }
+  TESSERA_FAIL(Status::kInvalidArgument, arg, ": scaling mode ",
+               info != nullptr ? info->name : "(value not in the table)", " (", static_cast<int>(m),
+               ") is not accepted; expected one of ", scaling_mode_names());
 }
 
 // Backend chosen by the device of the operands.

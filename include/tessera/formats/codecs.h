@@ -1,4 +1,4 @@
-// Codecs of the low-precision element formats (DESIGN §3), bit-exact, host and device.
+// Codecs of the low-precision element formats (docs/formats.md), bit-exact, host and device.
 //
 // Encoders round to nearest even and SATURATE to the largest finite value (as cvt.rn.satfinite):
 // ±inf and overflow map to ±max. NaN maps to NaN where the format has one (E4M3 0x7F|sign,

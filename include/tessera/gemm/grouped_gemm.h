@@ -1,5 +1,5 @@
-// Grouped GEMM (DESIGN §7): the problem descriptor, can_implement → workspace_size → run, and the
-// CUDA tile/config heuristic. One call computes, for every group g,
+// Grouped GEMM (docs/gemm.md): the problem descriptor, can_implement → workspace_size → run, and
+// the CUDA tile/config heuristic. One call computes, for every group g,
 //
 //   D_g = alpha_g · op(A_g) · op(B_g) + bias_g + beta · D_g          (FP32 accumulation)
 //
@@ -77,17 +77,27 @@ struct GemmOperand {
   Device device() const { return is_quantized ? quantized.device : dense.device; }
 };
 
-// Tile/config of the CUDA kernel. All zeros = "let the heuristic choose" (see
-// select_grouped_gemm_config). The CPU backend ignores it.
+// Tile/config of the CUDA kernel. All zeros = "let the heuristic choose". The heuristic's choice
+// (select_grouped_gemm_config) round-trips: set as problem.config it gives the same launch. A
+// field left 0 takes the kernel's default for the other fields' choice. Values the sm90 kernel
+// does not take are refused (kUnsupported) by run(), naming the field; the CPU backend has no
+// tiles and refuses any non-default config (kInvalidArgument) rather than ignore it.
+//   tile_m: 128 (the kernel's tile rows). tile_n: 256 (cooperative schedule) or 128 (ping-pong).
+//   tile_k: the contraction elements per stage, 128 bytes: 128 (FP8) or 64 (BF16/FP16).
+//   stages: pipeline depth (>= 1; the launcher caps it to what fits in shared memory).
+//   cluster_m x cluster_n: 1 x 1, or 2 x 1 (M-grouped and batched). num_sms: persistent CTAs.
+//   variant: bit 0 set = register-store epilogue (else TMA stores where they apply).
+//   raster_band: tile order inside a group, bands of this many m blocks (0: m blocks fastest).
 struct GroupedGemmConfig {
   int tile_m = 0, tile_n = 0, tile_k = 0;
   int stages = 0;
   int cluster_m = 0, cluster_n = 0;
-  int num_sms = 0;   // persistent grid size (0 = all SMs)
-  int variant = 0;   // backend-defined kernel family id (0 = default)
+  int num_sms = 0;      // persistent grid size (0 = all SMs)
+  int variant = 0;      // epilogue variant, see above (0 = default)
+  int raster_band = 0;  // tile order, see above
   bool is_default() const {
     return tile_m == 0 && tile_n == 0 && tile_k == 0 && stages == 0 && cluster_m == 0 &&
-           cluster_n == 0 && num_sms == 0 && variant == 0;
+           cluster_n == 0 && num_sms == 0 && variant == 0 && raster_band == 0;
   }
 };
 
@@ -139,8 +149,9 @@ void run(const GroupedGemmProblem& problem, const TensorView& workspace, Stream 
 // Convenience: sizes and allocates the workspace itself, then run().
 void grouped_gemm(const GroupedGemmProblem& problem, Stream stream = {});
 
-// The CUDA tile/config heuristic (a function of the descriptor and the current device). Returns
-// problem.config when it is not the default. Throws kNoDevice without the CUDA backend.
+// The CUDA tile/config heuristic (a function of the descriptor and the current device), in the
+// form that round-trips through problem.config. Returns problem.config when it is not the
+// default. Throws kNoDevice without the CUDA backend.
 GroupedGemmConfig select_grouped_gemm_config(const GroupedGemmProblem& problem);
 
 }  // namespace tessera

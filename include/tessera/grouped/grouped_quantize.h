@@ -1,4 +1,4 @@
-// Grouped quantize and dequantize (DESIGN §5): many members into / out of one GroupedTensor.
+// Grouped quantize and dequantize (docs/grouped.md): many members into / out of one GroupedTensor.
 //
 // Every member comes out byte-identical to quantizing it alone with the same Quantizer
 // (`quantizer.quantize(input_g, member view g)`): same data, scales, padding and amax. Usages:

@@ -1,4 +1,4 @@
-// GroupedTensor: N member tensors sharing one allocation per field (DESIGN §5).
+// GroupedTensor: N member tensors sharing one allocation per field (docs/grouped.md).
 //
 // Storage contract (what quantizers, the GEMM setup and the reference all rely on):
 // - Member g is a 2-D tensor (rows_g, cols_g). Its RAW elements start at element offset
@@ -115,8 +115,8 @@ struct ScaleSlotRule {
   int64_t size(int64_t rows) const;
 };
 
-// Derived from scale_shape() alone (no per-recipe table): throws kInternal if scale_shape is
-// not of the form A × ceil(rows / D) or constant in rows.
+// Derived from the scaling-mode table (block shape and padding along the rows of x) and the
+// scale matrix of one row (scale_shape).
 ScaleSlotRule grouped_scale_slot_rule(const QuantizerConfig& config, int64_t cols,
                                       bool columnwise);
 

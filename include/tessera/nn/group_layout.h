@@ -1,6 +1,6 @@
 // GroupLayout: where each group (expert) of a grouped activation lives, unpadded and padded to the
-// recipe's token alignment, computed by ONE splits_to_offsets_multi call (DESIGN §6, §8) and kept
-// in the contexts of GroupedLinear / GroupedMLP for backward.
+// recipe's token alignment, computed by ONE splits_to_offsets_multi call (docs/architecture.md,
+// docs/nn.md) and kept in the contexts of GroupedLinear / GroupedMLP for backward.
 //
 // Invariants: offsets and padded_offsets are int64 (G+1), leading 0, on `device`;
 // padded_offsets[g+1] - padded_offsets[g] = roundup(offsets[g+1] - offsets[g], align);

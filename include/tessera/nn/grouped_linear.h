@@ -1,5 +1,5 @@
 // GroupedLinear: y_g = x_g W_gᵀ (+ b_g) for every group g of a grouped activation, with explicit
-// forward / backward and a saved context (DESIGN §8).
+// forward / backward and a saved context (docs/nn.md).
 //
 // Parameters: FP32 master weights (G, out, in) in one contiguous buffer and an optional FP32 bias
 // (G, out). Every step the weights are quantized IN PLACE into one persistent (G*out, in) operand

@@ -2,7 +2,7 @@
 //   h = x W1_gᵀ (+ b1_g)          fc1: hidden → 2·ffn, h = [gate | up]
 //   a = silu(gate) ⊙ up ⊙ p       SwiGLU, optionally scaled by the per-token routing probability p
 //   y = a W2_gᵀ (+ b2_g)          fc2: ffn → hidden
-// with explicit forward / backward (DESIGN §8). The per-group metadata (unpadded and padded
+// with explicit forward / backward (docs/nn.md). The per-group metadata (unpadded and padded
 // offsets) comes from ONE splits_to_offsets_multi call and is kept in the context; fc1, SwiGLU and
 // fc2 all run on the padded layout (tokens padded once on entry, padding removed once on exit).
 //

@@ -1,4 +1,4 @@
-// Token padding (DESIGN §8): pad each group of rows of a grouped activation to a multiple of
+// Token padding (docs/nn.md): pad each group of rows of a grouped activation to a multiple of
 // `align` rows (the recipe's token alignment) and take the padding away again.
 //
 // x (rows_cap, K) holds N groups of M_g rows back to back, group g at rows
@@ -8,8 +8,8 @@
 // are int64, N+1 entries, leading 0, on the device of x (token_padding_offsets makes them).
 //
 // Capacity: rows past the live end (offsets[N] in x, padded_offsets[N] in x_padded) are never
-// read or written (GroupedTensor's capacity rule, DESIGN §5), so the outputs keep whatever was
-// there. Allocate x_padded with padded_rows_bound(rows_cap, N, align) rows to hold any split.
+// read or written (GroupedTensor's capacity rule, docs/grouped.md), so the outputs keep whatever
+// was there. Allocate x_padded with padded_rows_bound(rows_cap, N, align) rows to hold any split.
 // Nothing waits for the device: the CUDA paths are asynchronous on `stream` and capturable in a
 // CUDA graph (except with host splits and CUDA x, whose offsets are uploaded from host values at
 // call time). Element types: float32, bfloat16, float16 (rows are copied bit for bit).

@@ -1,7 +1,7 @@
 // Philox 4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC'11), the
 // counter-based generator behind tessera's stochastic rounding. Host and device share this one
 // definition, so CPU and CUDA draw the same bits. Checked against the Random123 known-answer
-// vectors in tests/quantize/test_philox.cpp.
+// vectors in tests/quantize/test_quantize_rules.cpp.
 //
 // Stream of a quantized copy: key = (lo32(seed), hi32(seed)); element e of the stream uses word
 // e % 4 of the block with counter (lo32(e/4), hi32(e/4), lo32(offset), hi32(offset)).

@@ -1,5 +1,5 @@
 // Quantizer: turns a high-precision (M, K) tensor into a QuantizedTensor per its config, on the
-// backend of the input's device (cpu/ or cuda/), and owns delayed-scaling state. DESIGN §4.
+// backend of the input's device (cpu/ or cuda/), and owns delayed-scaling state. docs/numerics.md.
 //
 // Usage rule: quantize() produces the usages config().rowwise/columnwise asks for PLUS every usage
 // the output already has (a re-quantized weight never drops a usage: no stale columnwise copy).

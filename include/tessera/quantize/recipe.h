@@ -1,6 +1,6 @@
-// Recipes and roles (DESIGN §4): what a quantizer is for (QuantizerRole), the built-in recipes as
-// a constexpr table (what `tessera info` and the tests read), Recipe (built-in or a custom
-// factory) → QuantizerConfig per role, and RecipeState, which keeps one Quantizer per role —
+// Recipes and roles (docs/numerics.md): what a quantizer is for (QuantizerRole), the built-in
+// recipes as a constexpr table (what `tessera info` and the tests read), Recipe (built-in or a
+// custom factory) → QuantizerConfig per role, and RecipeState, which keeps one Quantizer per role —
 // and with it the delayed-scaling state — across changes of the role list.
 #pragma once
 
@@ -46,7 +46,7 @@ struct QuantizerRole {
 enum class ElementFormat : int { kE4M3 = 0, kE5M2 = 1, kHybrid = 2, kE2M1 = 3, kNone = 4 };
 const char* element_format_name(ElementFormat f) noexcept;
 
-// One row per built-in recipe (DESIGN §4 table) plus "bf16"/"fp32" (no quantization).
+// One row per built-in recipe (docs/numerics.md table) plus "bf16"/"fp32" (no quantization).
 struct RecipeInfo {
   const char* name;
   ScalingMode activation_mode;   // inputs, outputs and gradients

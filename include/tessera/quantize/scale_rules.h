@@ -1,4 +1,4 @@
-// The scale and element rules of every recipe (DESIGN §4), as host/device functions shared by the
+// The scale and element rules of every recipe (docs/numerics.md), as host/device functions shared by the
 // CPU backend (src/quantize/cpu) and the CUDA backend (src/quantize/cuda). The reference
 // (src/quantize/reference) re-derives the same rules independently; tests hold them to the same
 // bits. The ORDER of float operations written here is normative: every backend performs exactly
@@ -180,6 +180,43 @@ TESSERA_HD void rht16_inverse(const float* t, float* b) {
     for (int i = 0; i < 16; ++i) acc = acc + hadamard_entry(i, j) * t[i];
     b[j] = kRhtSigns[j] * (acc * 0.25f);
   }
+}
+
+// ---- where a scale lives ------------------------------------------------------------------
+// The swizzled layout pads a scale matrix to whole 128 x 4 tiles.
+inline constexpr int64_t kSwizzleTileRows = 128;
+inline constexpr int64_t kSwizzleTileCols = 4;
+
+// Byte offset of entry (r, c) of a scale matrix in the GEMM-swizzled layout (ScaleLayout::
+// kSwizzled) whose padded width is `padded_cols` (a multiple of 4): 128x4 tiles, tile-major,
+// entry (r, c) of a tile at (r % 32) * 16 + (r % 128 / 32) * 4 + c % 4. The one definition of the
+// swizzle (int64_t on the host; device code may instantiate it on uint32_t for matrices below
+// 2^32 bytes).
+template <class I>
+TESSERA_HD I swizzled_scale_offset(I r, I c, I padded_cols) {
+  const I tile = (r / 128) * (padded_cols / 4) + c / 4;
+  const I rr = r % 128;
+  return tile * 512 + (rr % 32) * 16 + (rr / 32) * 4 + c % 4;
+}
+
+// Scales of one stored copy: element (r, c) of the copy (stored orientation) has its scale in
+// block (r / block_rows, c / block_cols) (a block size of 0 spans the whole dimension). Compact
+// layout: entry at sr * ld + sc (ld = width of the scale matrix, padding included). Swizzled:
+// swizzled_scale_offset of (sr, sc), or of (sc, sr) when `swizzle_transposed` (MXFP8 columnwise:
+// its 32x1 block scales are swizzled as the transpose). types.h scale_geometry() fills it.
+struct ScaleGeometry {
+  int64_t block_rows = 0, block_cols = 0;
+  int64_t ld = 1;
+  bool swizzled = false;
+  bool swizzle_transposed = false;
+};
+
+TESSERA_HD int64_t scale_index(const ScaleGeometry& g, int64_t r, int64_t c) {
+  const int64_t sr = g.block_rows > 0 ? r / g.block_rows : 0;
+  const int64_t sc = g.block_cols > 0 ? c / g.block_cols : 0;
+  if (!g.swizzled) return sr * g.ld + sc;
+  return g.swizzle_transposed ? swizzled_scale_offset<int64_t>(sc, sr, g.ld)
+                              : swizzled_scale_offset<int64_t>(sr, sc, g.ld);
 }
 
 // ---- element codes -------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 // The quantization data model shared by every layer: scaling modes, quantizer configuration,
 // the storage of a quantized tensor (QuantizedTensorView / QuantizedTensor) and the one function
 // that sizes data and scale buffers (used by the quantizers, GroupedTensor, the GEMM setup and
-// the reference alike). DESIGN §4.
+// the reference alike). docs/numerics.md.
 //
 // Storage contract of a quantized (rows, cols) = (M, K) tensor, K the last (contiguous) dim:
 //   rowwise copy: blocks along K. data (M, K) codes row-major (E2M1: two per byte, each row
@@ -15,33 +15,20 @@
 //   kNVFP4* (the global amax of that copy; with the Hadamard transform the columnwise one is taken
 //   after the transform). Other modes have no amax buffers.
 // Exact numerics of every mode: docs/numerics.md and include/tessera/quantize/scale_rules.h.
-//
-// Changes since the first landing (names and meaning kept): make_config() gives the per-mode
-// defaults (power-of-two scales on for kBlock*, E2M1 for kNVFP4*); scaling_mode_from_name();
-// QuantizedTensor::has_rowwise/has_columnwise; has_amax().
 #pragma once
 
 #include <cstdint>
 
 #include "tessera/core/buffer.h"
 #include "tessera/core/tensor_view.h"
+#include "tessera/formats/scaling_modes.h"
+#include "tessera/quantize/scale_rules.h"
 
 namespace tessera {
 
-enum class ScalingMode : int {
-  kNone = 0,          // not quantized (FP32 / BF16 / FP16)
-  kTensor = 1,        // FP8, one FP32 scale per tensor (current or delayed scaling)
-  kRowwise = 2,       // FP8, one FP32 scale per row (columnwise usage: per column)
-  kBlock1x128 = 3,    // FP8, FP32 scale per 1x128 block (columnwise: 128x1)
-  kBlock128x128 = 4,  // FP8, FP32 scale per 128x128 tile
-  kMXFP8 = 5,         // E4M3/E5M2, E8M0 scale per 1x32 (columnwise: 32x1)
-  kMXFP8_32x32 = 6,   // weights: one E8M0 per 32x32 tile, stored expanded as kMXFP8 scales
-  kNVFP4 = 7,         // E2M1, E4M3 scale per 1x16 + FP32 global amax
-  kNVFP4_16x16 = 8,   // weights: one E4M3 per 16x16 tile, stored expanded as kNVFP4 scales
-};
-
-// "none", "tensor", "rowwise", "block1x128", "block128x128", "mxfp8", "mxfp8_32x32", "nvfp4",
-// "nvfp4_16x16".
+// The modes themselves (ScalingMode) and their facts (block shapes, scale dtype, ...) are the
+// rows of formats/scaling_modes.h.
+// "none", "tensor", ... : the names of kScalingModeTable.
 const char* scaling_mode_name(ScalingMode m) noexcept;
 // Inverse of scaling_mode_name; throws Error(kInvalidArgument) listing the accepted names.
 ScalingMode scaling_mode_from_name(const char* name);
@@ -116,8 +103,14 @@ MatrixShape data_shape(const QuantizerConfig& config, int64_t rows, int64_t cols
 // Padding entries are written as 0 by the quantizers.
 MatrixShape scale_shape(const QuantizerConfig& config, int64_t rows, int64_t cols, bool columnwise);
 // Byte offset of scale (r, c) of a logical (unpadded) scale matrix in the swizzled layout whose
-// padded width (blocks) is `padded_cols` (a multiple of 4).
-int64_t swizzled_scale_offset(int64_t r, int64_t c, int64_t padded_cols);
+// padded width (blocks) is `padded_cols` (a multiple of 4): scale_rules::swizzled_scale_offset.
+inline int64_t swizzled_scale_offset(int64_t r, int64_t c, int64_t padded_cols) {
+  return scale_rules::swizzled_scale_offset(r, c, padded_cols);
+}
+// Where the scale of each element of one stored copy lives (scale_rules::scale_index), for a
+// (rows, cols) tensor quantized with `config`, in the copy's stored orientation.
+scale_rules::ScaleGeometry scale_geometry(const QuantizerConfig& config, int64_t rows,
+                                          int64_t cols, bool columnwise);
 
 // Non-owning views of every buffer a quantized tensor may have. A field whose data is nullptr
 // is absent. Invariant: present fields have exactly the shapes data_shape/scale_shape give,

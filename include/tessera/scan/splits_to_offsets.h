@@ -1,4 +1,5 @@
-// Offsets from split sizes (DESIGN §6): one inclusive scan of per-group sizes, many outputs.
+// Offsets from split sizes (docs/architecture.md): one inclusive scan of per-group sizes, many
+// outputs.
 //
 // For splits s[0..N) (int32 or int64, every s[i] >= 0) and scan[i] = s[0] + ... + s[i]:
 //   output k = stride_k × scan, of length N (leading_zero = false: cumulative end offsets,

@@ -13,18 +13,12 @@
 #include "gemm/cpu/blocking_parallel.h"
 #include "gemm/cpu/operand_fp32.h"
 #include "tessera/formats/codecs.h"
+#include "tessera/quantize/scale_rules.h"
 
 namespace tessera::detail::cpu {
 namespace {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-int64_t pad4(int64_t a) { return (a + 3) / 4 * 4; }
-
-// Byte offset of (r, c) in a swizzled scale matrix whose padded width is `padded_cols`.
-int64_t swizzled(int64_t r, int64_t c, int64_t padded_cols) {
-  const int64_t rr = r % 128;
-  return ((r / 128) * (padded_cols / 4) + c / 4) * 512 + (rr % 32) * 16 + (rr / 32) * 4 + c % 4;
-}
 
 using DecodeTable = std::array<float, 256>;
 
@@ -56,8 +50,8 @@ struct StoredCopy {
   int64_t sr_full = 0, sc_full = 0;  // stored matrix dims (capacity included)
   int64_t sr = 0, sc = 0;            // stored dims to produce (live)
   bool transposed = false;           // stored (cols, rows) of the logical matrix
-  bool mx_columnwise = false;        // MXFP8 columnwise: scales per 32 stored rows
-  bool swizzled = false;
+  DType scale_dtype = DType::kFloat32;
+  scale_rules::ScaleGeometry geometry;  // scale of stored (r, c): scale_index(geometry, r, c)
 };
 
 float f32_at(const uint8_t* p, int64_t i) {
@@ -66,33 +60,26 @@ float f32_at(const uint8_t* p, int64_t i) {
   return f;
 }
 
-// The block scale of stored element (r, c) for every mode but kTensor (1) and NVFP4 (handled by
-// the caller with the per-group factor).
-float block_scale(ScalingMode mode, const StoredCopy& s, int64_t r, int64_t c) {
-  switch (mode) {
-    case ScalingMode::kRowwise: return f32_at(s.scales, r);
-    case ScalingMode::kBlock1x128: return f32_at(s.scales, r * ceil_div(s.sc_full, 128) + c / 128);
-    case ScalingMode::kBlock128x128:
-      return f32_at(s.scales, (r / 128) * pad4(ceil_div(s.sc_full, 128)) + c / 128);
-    case ScalingMode::kMXFP8:
-    case ScalingMode::kMXFP8_32x32: {
-      int64_t off;
-      if (s.mx_columnwise) {
-        off = s.swizzled ? swizzled(c, r / 32, pad4(ceil_div(s.sr_full, 32))) : (r / 32) * s.sc_full + c;
-      } else {
-        const int64_t w = ceil_div(s.sc_full, 32);
-        off = s.swizzled ? swizzled(r, c / 32, pad4(w)) : r * w + c / 32;
-      }
-      return formats::decode_e8m0(s.scales[off]);
-    }
-    default: return 1.0f;
-  }
+// The block scale of stored element (r, c) for the FP32-block and E8M0 families (kTensor and
+// NVFP4 take the per-group factor of the caller).
+float block_scale(const StoredCopy& s, int64_t r, int64_t c) {
+  const int64_t i = scale_rules::scale_index(s.geometry, r, c);
+  return s.scale_dtype == DType::kFloat32 ? f32_at(s.scales, i) : formats::decode_e8m0(s.scales[i]);
 }
 
 // NVFP4 block-scale byte of stored element (r, c).
 uint8_t nvfp4_scale_byte(const StoredCopy& s, int64_t r, int64_t c) {
-  const int64_t w = ceil_div(s.sc_full, 16);
-  return s.scales[s.swizzled ? swizzled(r, c / 16, pad4(w)) : r * w + c / 16];
+  return s.scales[scale_rules::scale_index(s.geometry, r, c)];
+}
+
+// Undoes the 16-point Hadamard transform of a dequantized stored row (n values), block by block
+// as the quantizer applied it (scale_rules::rht16_inverse; a partial last block is untouched).
+void inverse_hadamard_row(float* row, int64_t n) {
+  for (int64_t k = 0; k + 16 <= n; k += 16) {
+    float b[16];
+    scale_rules::rht16_inverse(row + k, b);
+    std::copy(b, b + 16, row + k);
+  }
 }
 
 // Per logical row: the group's kTensor scale_inv or NVFP4 1/S_enc (one value when shared).
@@ -114,22 +101,19 @@ std::vector<float> per_row_factor(const TensorView& values, bool nvfp4, int64_t 
 }
 
 // Stored row `r` of an FP8 copy into out[0, s.sc).
-void fp8_row(ScalingMode mode, const StoredCopy& s, const DecodeTable& t, const float* row_factor,
+void fp8_row(bool per_tensor, const StoredCopy& s, const DecodeTable& t, const float* row_factor,
              int64_t r, float* out) {
   const uint8_t* codes = s.codes + r * s.sc_full;
-  if (mode == ScalingMode::kTensor) {
+  if (per_tensor) {
     for (int64_t c = 0; c < s.sc; ++c) {
       out[c] = t[codes[c]] * row_factor[s.transposed ? c : r];
     }
     return;
   }
-  // Scale constant along a run of `step` stored columns (block width; MXFP8 columnwise: 1).
-  const int64_t step = mode == ScalingMode::kRowwise ? s.sc
-                       : (mode == ScalingMode::kMXFP8 || mode == ScalingMode::kMXFP8_32x32)
-                           ? (s.mx_columnwise ? 1 : 32)
-                           : 128;
+  // Scale constant along a run of `step` stored columns (block width; 0: the whole row).
+  const int64_t step = s.geometry.block_cols > 0 ? s.geometry.block_cols : s.sc;
   for (int64_t c0 = 0; c0 < s.sc; c0 += step) {
-    const float scale = block_scale(mode, s, r, c0);
+    const float scale = block_scale(s, r, c0);
     const int64_t c1 = std::min(c0 + step, s.sc);
     for (int64_t c = c0; c < c1; ++c) out[c] = t[codes[c]] * scale;
   }
@@ -154,20 +138,24 @@ Fp32Image dequantize_operand(const GemmOperand& o, int64_t rows,
   const QuantizedTensorView& q = o.quantized;
   const QuantizerConfig& cfg = q.config;
   const bool cw = o.columnwise;
-  const bool mx = cfg.mode == ScalingMode::kMXFP8 || cfg.mode == ScalingMode::kMXFP8_32x32;
-  const bool nvfp4 = cfg.mode == ScalingMode::kNVFP4 || cfg.mode == ScalingMode::kNVFP4_16x16;
+  const ScalingModeInfo& info = scaling_mode_info(cfg.mode);
+  const bool nvfp4 = info.family == ScaleFamily::kNVFP4;
+  const bool per_tensor = info.family == ScaleFamily::kTensor;
+  // Emulated path only (the fast rules refuse it): a transposed NVFP4 copy quantized after the
+  // 16-point Hadamard transform of its stored rows; `rows` is then the whole copy.
+  const bool rht = nvfp4 && cw && cfg.random_hadamard;
   StoredCopy s;
   s.codes = (cw ? q.columnwise_data : q.data).as<const uint8_t>();
   s.scales = (cw ? q.columnwise_scale_inv : q.scale_inv).as<const uint8_t>();
-  s.transposed = cw && !mx;
-  s.mx_columnwise = cw && mx;
-  s.swizzled = cfg.scale_layout == ScaleLayout::kSwizzled;
+  s.transposed = cw && info.columnwise_transposed;
+  s.scale_dtype = info.scale_dtype;
+  if (!per_tensor) s.geometry = scale_geometry(cfg, q.rows, q.cols, cw);
   s.sr_full = s.transposed ? q.cols : q.rows;
   s.sc_full = s.transposed ? q.rows : q.cols;
   s.sr = s.transposed ? q.cols : rows;
   s.sc = s.transposed ? rows : q.cols;
   std::vector<float> factor;  // per logical row (kTensor scale_inv, NVFP4 1/S_enc)
-  if (cfg.mode == ScalingMode::kTensor || nvfp4) {
+  if (per_tensor || nvfp4) {
     const TensorView& v = nvfp4 ? (cw ? q.columnwise_amax : q.amax)
                                 : (cw ? q.columnwise_scale_inv : q.scale_inv);
     factor = per_row_factor(v, nvfp4, rows, group_starts);
@@ -179,8 +167,9 @@ Fp32Image dequantize_operand(const GemmOperand& o, int64_t rows,
                     for (int64_t r = r0; r < r1; ++r) {
                       if (nvfp4) {
                         nvfp4_row(s, table, f, r, out + r * s.sc);
+                        if (rht) inverse_hadamard_row(out + r * s.sc, s.sc);
                       } else {
-                        fp8_row(cfg.mode, s, table, f, r, out + r * s.sc);
+                        fp8_row(per_tensor, s, table, f, r, out + r * s.sc);
                       }
                     }
                   });

@@ -14,6 +14,13 @@ bool used_in_place(const GemmOperand& o) {
   return !o.is_quantized && o.dense.dtype == DType::kFloat32;
 }
 
+// Rows to produce: the live ones, or every stored one for a Hadamard-transformed copy, whose
+// 16-row blocks were transformed over the whole stored copy (the emulated path undoes it).
+int64_t image_rows(const GemmOperand& o, int64_t rows) {
+  return o.is_quantized && o.columnwise && o.quantized.config.random_hadamard ? o.quantized.rows
+                                                                               : rows;
+}
+
 }  // namespace
 
 int64_t fp32_region_bytes(int64_t elems) {
@@ -31,15 +38,15 @@ float* WorkspaceCursor::take_floats(int64_t elems) {
 }
 
 int64_t operand_fp32_bytes(const GemmOperand& o, int64_t rows, int64_t cols) {
-  return used_in_place(o) ? 0 : fp32_region_bytes(rows * cols);
+  return used_in_place(o) ? 0 : fp32_region_bytes(image_rows(o, rows) * cols);
 }
 
 Fp32Image operand_fp32(const GemmOperand& o, const char* name, int64_t rows,
                        const std::vector<int64_t>& group_starts, WorkspaceCursor& ws) {
   const int64_t cols = o.is_quantized ? o.quantized.cols : o.dense.shape[o.dense.ndim - 1];
   if (used_in_place(o)) return {o.dense.as<float>(), cols, false};
-  float* out = ws.take_floats(rows * cols);
-  if (o.is_quantized) return cpu::dequantize_operand(o, rows, group_starts, out);
+  float* out = ws.take_floats(image_rows(o, rows) * cols);
+  if (o.is_quantized) return cpu::dequantize_operand(o, image_rows(o, rows), group_starts, out);
   const int64_t n = rows * cols;
   dispatch_float_input(o.dense.dtype, name, [&](auto tag) {
     using T = typename decltype(tag)::type;

@@ -328,28 +328,17 @@ GroupedGemmConfig grouped_gemm_cuda_select_config(const GroupedGemmProblem& p,
                                                   const GroupedGemmDims& dims) {
   const WorkspaceLayout w = layout_of(p, dims);
   const gemm_cuda::Sm90Config c = gemm_cuda::select_sm90_config(describe(p, dims, w, nullptr), 0);
-  GroupedGemmConfig out;
-  out.tile_m = gemm_sm90::kBlockM;
-  out.tile_n = c.block_n;
-  out.tile_k = gemm_sm90::kTileKBytes / (p.a.is_quantized ? 1 : 2);
-  out.stages = c.stages;
-  out.variant = c.tma_store ? 0 : 1;
-  out.cluster_m = c.cluster;  // CTAs per cluster along the tile order (Sm90Config::cluster)
-  out.cluster_n = 1;
-  out.num_sms = c.num_sms;
-  return out;
+  return gemm_cuda::public_config(c, p.a.is_quantized);
 }
 
 void grouped_gemm_cuda(const GroupedGemmProblem& p, const GroupedGemmDims& dims, void* workspace,
                        int64_t workspace_bytes, Stream stream) {
   const WorkspaceLayout w = layout_of(p, dims);
-  // An explicit cluster shape is checked before anything is written.
-  const int cm = p.config.cluster_m ? p.config.cluster_m : 1;
-  const int cn = p.config.cluster_n ? p.config.cluster_n : 1;
-  TESSERA_CHECK_STATUS(cn == 1 && (cm == 1 || (cm == 2 && p.kind != GroupedGemmKind::kKGrouped)),
-                       Status::kUnsupported,
-                       "config.cluster_m x cluster_n: the sm90 kernel runs 1 CTA, or clusters of "
-                       "2 (cluster_m 2, cluster_n 1) for M-grouped and batched problems; got ", cm, " x ", cn);
+  // An explicit config is checked before anything is written.
+  const bool explicit_config = !p.config.is_default();
+  const gemm_cuda::Sm90Config requested =
+      explicit_config ? gemm_cuda::sm90_config_of(p.config, p.kind, p.a.is_quantized)
+                      : gemm_cuda::Sm90Config{};
   TESSERA_CHECK_STATUS(workspace_bytes >= w.total, Status::kBufferTooSmall, "workspace: ",
                        workspace_bytes, " bytes, ", w.total, " needed");
   TESSERA_CUDA_CHECK(cudaSetDevice(p.a.device().index));
@@ -363,17 +352,7 @@ void grouped_gemm_cuda(const GroupedGemmProblem& p, const GroupedGemmDims& dims,
                                        cudaMemcpyHostToDevice, s));
   if (!p.a.is_quantized) prepare_dense_operands(p, dims, w, ws, s);  // FP8: K-major in place
   Sm90GroupedGemm g = describe(p, dims, w, ws);
-  if (p.config.is_default()) {
-    g.config = gemm_cuda::select_sm90_config(g, 0);
-  } else {
-    // tile_n 256: cooperative schedule; 128: ping-pong. variant bit 0: register-store epilogue.
-    g.config.block_n = p.config.tile_n ? p.config.tile_n : 256;
-    g.config.pingpong = g.config.block_n == 128;
-    g.config.stages = p.config.stages ? p.config.stages : (g.config.block_n == 256 ? 4 : 6);
-    g.config.num_sms = p.config.num_sms;
-    g.config.tma_store = (p.config.variant & 1) == 0;
-    g.config.cluster = p.config.cluster_m ? p.config.cluster_m : 1;
-  }
+  g.config = explicit_config ? requested : gemm_cuda::select_sm90_config(g, 0);
   gemm_cuda::launch_grouped_gemm_sm90(g, ws + w.maps, w.maps_bytes, s);
 }
 

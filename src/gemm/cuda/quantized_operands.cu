@@ -22,7 +22,10 @@ Refusal refuse(Status s, const Parts&... parts) {
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-bool mode_supported(ScalingMode m) { return m == ScalingMode::kTensor || m == ScalingMode::kRowwise; }
+// The sm90 kernel's epilogue applies one FP32 scale per group or per row.
+bool mode_supported(ScalingMode m) {
+  return is_family(m, ScaleFamily::kTensor) || is_family(m, ScaleFamily::kRowwise);
+}
 
 // The stored copy an operand reads: data (rows, cols) row-major, its scales, and how a scale is
 // indexed (stored row for kRowwise; group for kTensor with G values).
@@ -55,7 +58,7 @@ Refusal map_operand(const GemmOperand& o, const char* name, bool want_columnwise
     return refuse(Status::kMisaligned, name, ": data must be 16-byte aligned (TMA)");
   out->matrix = {data.data, rows, cols, cols};
   out->scale = static_cast<const float*>(scale.data);
-  if (c.mode == ScalingMode::kRowwise) {
+  if (is_family(c.mode, ScaleFamily::kRowwise)) {
     if (scale.numel() != rows)
       return refuse(Status::kShapeMismatch, name, ": rowwise scales: expected ", rows,
                     " values, got ", scale.numel());

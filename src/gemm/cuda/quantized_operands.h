@@ -1,6 +1,6 @@
-// How the sm90 grouped GEMM reads FP8 operands of the public API (QuantizedTensorView, DESIGN §4):
-// which stored copy, as which K-major matrix, with which scale indexing (KernelParams' sa/sb
-// convention: scale = scale[g·gs + i·rs]). Host-only, no CUDA types.
+// How the sm90 grouped GEMM reads FP8 operands of the public API (QuantizedTensorView,
+// docs/numerics.md): which stored copy, as which K-major matrix, with which scale indexing
+// (KernelParams' sa/sb convention: scale = scale[g·gs + i·rs]). Host-only, no CUDA types.
 //
 // Supported element pairs (A × B): E4M3 × E4M3, and E5M2 × E4M3 (the HYBRID recipes' backward:
 // dgrad dy × W and wgrad dyᵀ × x with E5M2 gradients); kTensor with 1 or G scales, or kRowwise,

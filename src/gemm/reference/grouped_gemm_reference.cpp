@@ -127,7 +127,14 @@ void reference_batched(const GroupedGemmProblem& p, const GroupedGemmDims& dims)
 }  // namespace
 
 void grouped_gemm_reference(const GroupedGemmProblem& p) {
-  const GroupedGemmDims dims = check_grouped_gemm(p);
+  // Any pair of operand formats (each operand is read on its own), but not Hadamard-transformed
+  // copies, which the reference does not undo.
+  const GroupedGemmDims dims = check_grouped_gemm(p, GemmPath::kEmulated);
+  for (const GemmOperand* o : {&p.a, &p.b}) {
+    TESSERA_CHECK_STATUS(!(o->is_quantized && o->columnwise && o->quantized.config.random_hadamard),
+                         Status::kUnsupported, "grouped_gemm_reference: ", o == &p.a ? "A" : "B",
+                         " is a Hadamard-transformed copy, which the reference does not undo");
+  }
   TESSERA_CHECK_STATUS(p.a.device().is_cpu(), Status::kUnsupported,
                        "grouped_gemm_reference: host memory only");
   const std::vector<int64_t> s = reference_starts(p);

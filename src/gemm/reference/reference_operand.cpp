@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "gemm/gemm_backend.h"
+#include "quantize/reference/reference_rules.h"
 #include "tessera/core/dispatch.h"
 #include "tessera/formats/codecs.h"
 
@@ -14,19 +15,11 @@ namespace tessera::detail {
 namespace {
 
 int64_t div_up(int64_t a, int64_t b) { return (a + b - 1) / b; }
-int64_t round4(int64_t a) { return div_up(a, 4) * 4; }
 
 float fp32_at(const TensorView& v, int64_t i) {
   float f;
   std::memcpy(&f, v.as<const uint8_t>() + i * 4, 4);
   return f;
-}
-
-// Position of scale (r, c) in the GEMM-swizzled layout (128×4 tiles, padded width `width`).
-int64_t swizzle_position(int64_t r, int64_t c, int64_t width) {
-  const int64_t tile = (r / 128) * (width / 4) + c / 4;
-  const int64_t in_tile = r % 128;
-  return tile * 512 + (in_tile % 32) * 16 + (in_tile / 32) * 4 + c % 4;
 }
 
 float fp8_decode(uint8_t code, DType element) {
@@ -47,10 +40,9 @@ float nvfp4_factor(uint8_t s_b, float global_amax) {
 // Logical element (r, c) of quantized operand `o`, in group `g`.
 double quantized_element(const GemmOperand& o, int64_t r, int64_t c, int64_t g) {
   const QuantizedTensorView& q = o.quantized;
-  const ScalingMode mode = q.config.mode;
+  const ScalingModeInfo& info = scaling_mode_info(q.config.mode);
   const bool cw = o.columnwise;
-  const bool mx = mode == ScalingMode::kMXFP8 || mode == ScalingMode::kMXFP8_32x32;
-  const bool transposed = cw && !mx;
+  const bool transposed = cw && info.columnwise_transposed;
   // Stored coordinates and stored (full) dims of the copy.
   const int64_t sr = transposed ? c : r, sc = transposed ? r : c;
   const int64_t SR = transposed ? q.cols : q.rows, SC = transposed ? q.rows : q.cols;
@@ -58,39 +50,26 @@ double quantized_element(const GemmOperand& o, int64_t r, int64_t c, int64_t g) 
   const TensorView& scale = cw ? q.columnwise_scale_inv : q.scale_inv;
   const uint8_t* codes = data.as<const uint8_t>();
   const uint8_t* s = scale.as<const uint8_t>();
-  const bool swz = q.config.scale_layout == ScaleLayout::kSwizzled;
   const DType el = q.config.element;
-  switch (mode) {
-    case ScalingMode::kTensor:
+  const int64_t pos = info.family == ScaleFamily::kTensor
+                          ? 0
+                          : reference::copy_scale_position(q.config, cw, sr, sc, SR, SC);
+  switch (info.family) {
+    case ScaleFamily::kTensor:
       return fp8_decode(codes[sr * SC + sc], el) * fp32_at(scale, scale.numel() == 1 ? 0 : g);
-    case ScalingMode::kRowwise: return fp8_decode(codes[sr * SC + sc], el) * fp32_at(scale, sr);
-    case ScalingMode::kBlock1x128:
-      return fp8_decode(codes[sr * SC + sc], el) * fp32_at(scale, sr * div_up(SC, 128) + sc / 128);
-    case ScalingMode::kBlock128x128:
-      return fp8_decode(codes[sr * SC + sc], el) *
-             fp32_at(scale, (sr / 128) * round4(div_up(SC, 128)) + sc / 128);
-    case ScalingMode::kMXFP8:
-    case ScalingMode::kMXFP8_32x32: {
-      int64_t pos = 0;
-      if (cw) {  // scales per 32 rows; swizzled as the transpose (cols, ceil(rows/32))
-        pos = swz ? swizzle_position(sc, sr / 32, round4(div_up(SR, 32))) : (sr / 32) * SC + sc;
-      } else {
-        pos = swz ? swizzle_position(sr, sc / 32, round4(div_up(SC, 32))) : sr * div_up(SC, 32) + sc / 32;
-      }
+    case ScaleFamily::kRowwise:
+    case ScaleFamily::kBlock: return fp8_decode(codes[sr * SC + sc], el) * fp32_at(scale, pos);
+    case ScaleFamily::kMXFP8:
       return fp8_decode(codes[sr * SC + sc], el) * formats::decode_e8m0(s[pos]);
-    }
-    case ScalingMode::kNVFP4:
-    case ScalingMode::kNVFP4_16x16: {
+    case ScaleFamily::kNVFP4: {
       const uint8_t byte = codes[sr * div_up(SC, 2) + sc / 2];
       const uint8_t code = static_cast<uint8_t>(sc % 2 == 0 ? byte & 0xF : byte >> 4);
-      const int64_t w = div_up(SC, 16);
-      const uint8_t s_b = s[swz ? swizzle_position(sr, sc / 16, round4(w)) : sr * w + sc / 16];
       const TensorView& amax = cw ? q.columnwise_amax : q.amax;
-      return formats::decode_e2m1(code) * nvfp4_factor(s_b, fp32_at(amax, amax.numel() == 1 ? 0 : g));
+      return formats::decode_e2m1(code) * nvfp4_factor(s[pos], fp32_at(amax, amax.numel() == 1 ? 0 : g));
     }
-    default:
-      TESSERA_FAIL(Status::kInternal, "reference: scaling mode ", static_cast<int>(mode));
+    case ScaleFamily::kNone: break;
   }
+  TESSERA_FAIL(Status::kInternal, "reference: scaling mode ", info.name, " is not quantized");
 }
 
 }  // namespace

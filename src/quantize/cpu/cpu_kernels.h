@@ -150,8 +150,11 @@ uint32_t tensor_amax_bits(const TensorView& x);
 // xᵀ as float32 (cols, rows), multithreaded, tiled. Returns the owning buffer (NVFP4 only).
 Buffer transpose_to_float(const TensorView& x);
 
+// True when quantize_fp8_columnwise makes the columnwise copy of mode `info` (FP32-scaled
+// families; blocks of 1x128 or 128x128, the tile it works on).
+bool fp8_columnwise_tiles_fit(const ScalingModeInfo& info);
 // The columnwise FP8 copy of x (m, k) for the FP32-scaled modes (tensor with `tensor_scale`,
-// rowwise, block1x128, block128x128): data (k, m) transposed, scale_inv of the copy; made from x
+// rowwise, blocks that fp8_columnwise_tiles_fit): data (k, m) transposed, scale_inv of the copy; made from x
 // by cache-blocked tiles (fp8_columnwise.cpp). Mode tensor only: `rowwise_data` (m, k), when not
 // null, receives the rowwise codes in the same pass (one scale: the same codes).
 void quantize_fp8_columnwise(const QuantizerConfig& c, const TensorView& x, float tensor_scale,

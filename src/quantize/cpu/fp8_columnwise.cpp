@@ -1,4 +1,5 @@
-// CPU FP8 columnwise copies with FP32 scales (modes tensor, rowwise, block1x128, block128x128):
+// CPU FP8 columnwise copies with FP32 scales (families tensor, rowwise, and blocks of 1x128 /
+// 128x128, see fp8_columnwise_tiles_fit):
 // the quantization of xᵀ, stored transposed (k, m), made directly from x by cache-blocked
 // 128x128 tiles — no transposed float copy. Each tile is read once: its column maxima (block
 // modes), its codes into a small row-major byte tile, then the byte tile is written transposed.
@@ -81,7 +82,8 @@ TESSERA_CPU_INLINE void transpose_bytes(const uint8_t* src, int64_t sp, int64_t 
 
 // What scales the columnwise copy (k, m) of one call uses.
 struct ColumnScales {
-  ScalingMode mode;
+  ScaleFamily family;
+  bool tile_blocks;            // block modes: one scale per kTile x kTile tile (else per column)
   float tensor_scale;          // kTensor
   const float* column_scale;   // kRowwise: (k) one per column of x
   float* scale_inv;            // block modes: the copy's scale_inv, written here
@@ -94,25 +96,25 @@ template <class In>
 TESSERA_CPU_INLINE void tile_scales(const QuantizerConfig& c, const ColumnScales& s, const In* x,
                                     int64_t k, int64_t r0, int64_t r1, int64_t c0, int64_t w,
                                     float* sc) {
-  if (s.mode == ScalingMode::kTensor) {
+  if (s.family == ScaleFamily::kTensor) {
     std::fill(sc, sc + w, s.tensor_scale);
     return;
   }
-  if (s.mode == ScalingMode::kRowwise) {
+  if (s.family == ScaleFamily::kRowwise) {
     std::copy(s.column_scale + c0, s.column_scale + c0 + w, sc);
     return;
   }
   uint32_t cm[kTile] = {};
   band_column_amax_bits(x, k, r0, r1, c0, w, cm);
   const int64_t band = r0 / kTile;
-  if (s.mode == ScalingMode::kBlock1x128) {
-    // Copy block (row c of xᵀ, 128 values along m): scale_inv[c][band].
+  if (!s.tile_blocks) {
+    // 1x128: copy block (row c of xᵀ, 128 values along m): scale_inv[c][band].
     for (int64_t j = 0; j < w; ++j) {
       sc[j] = current_scale_of(c, cm[j]);
       s.scale_inv[(c0 + j) * s.scale_cols + band] = scale_rules::reciprocal(sc[j]);
     }
   } else {
-    // kBlock128x128: one scale per tile, scale_inv[c0 / 128][band].
+    // 128x128: one scale per tile, scale_inv[c0 / 128][band].
     const float t = current_scale_of(c, *std::max_element(cm, cm + w));
     std::fill(sc, sc + w, t);
     s.scale_inv[(c0 / kTile) * s.scale_cols + band] = scale_rules::reciprocal(t);
@@ -147,9 +149,11 @@ TESSERA_CPU_KERNEL void encode_transposed(const QuantizerConfig& c, const Column
 template <bool kE5M2, class In>
 void run(const QuantizerConfig& c, const In* x, int64_t m, int64_t k, float tensor_scale,
          const TensorView& data, const TensorView& scale_inv, uint8_t* rowwise_data) {
-  ColumnScales s{c.mode, tensor_scale, nullptr, nullptr, 0, rowwise_data};
+  const ScalingModeInfo& info = scaling_mode_info(c.mode);
+  ColumnScales s{info.family, info.block_rows == kTile, tensor_scale, nullptr, nullptr, 0,
+                 rowwise_data};
   std::vector<float> col_scale;
-  if (c.mode == ScalingMode::kRowwise) {
+  if (info.family == ScaleFamily::kRowwise) {
     std::vector<uint32_t> cm(static_cast<size_t>(k));
     column_amax_bits(x, m, k, cm.data());
     col_scale.resize(static_cast<size_t>(k));
@@ -159,7 +163,7 @@ void run(const QuantizerConfig& c, const In* x, int64_t m, int64_t k, float tens
       si[j] = scale_rules::reciprocal(col_scale[static_cast<size_t>(j)]);
     }
     s.column_scale = col_scale.data();
-  } else if (c.mode == ScalingMode::kTensor) {
+  } else if (info.family == ScaleFamily::kTensor) {
     scale_inv.as<float>()[0] = scale_rules::reciprocal(tensor_scale);
   } else {
     zero_view(scale_inv);
@@ -171,10 +175,17 @@ void run(const QuantizerConfig& c, const In* x, int64_t m, int64_t k, float tens
 
 }  // namespace
 
+bool fp8_columnwise_tiles_fit(const ScalingModeInfo& info) {
+  return info.family != ScaleFamily::kBlock ||
+         (info.block_cols == kTile && (info.block_rows == 1 || info.block_rows == kTile));
+}
+
 void quantize_fp8_columnwise(const QuantizerConfig& c, const TensorView& x, float tensor_scale,
                              const TensorView& data, const TensorView& scale_inv,
                              uint8_t* rowwise_data) {
-  TESSERA_CHECK(rowwise_data == nullptr || c.mode == ScalingMode::kTensor,
+  TESSERA_CHECK(fp8_columnwise_tiles_fit(scaling_mode_info(c.mode)), "quantize: block shape of ",
+                scaling_mode_name(c.mode), " does not fit the 128x128 columnwise tiles");
+  TESSERA_CHECK(rowwise_data == nullptr || is_family(c.mode, ScaleFamily::kTensor),
                 "rowwise_data: only per-tensor scaling shares its codes between the two copies");
   dispatch_float_input(x.dtype, "x", [&](auto tag) {
     using In = typename decltype(tag)::type;

@@ -40,7 +40,7 @@ TESSERA_CPU_KERNEL void encode_rows(const QuantizerConfig& c, const In* a, int64
 template <bool kE5M2, class In>
 void quantize_copy(const QuantizerConfig& c, const In* a, int64_t rows, int64_t cols, float scale,
                    uint8_t* out, float* scale_inv) {
-  if (c.mode == ScalingMode::kTensor) {
+  if (is_family(c.mode, ScaleFamily::kTensor)) {
     encode_tensor<kE5M2>(a, rows * cols, scale, out);
     scale_inv[0] = scale_rules::reciprocal(scale);
   } else {
@@ -52,8 +52,9 @@ template <bool kE5M2>
 void run(const QuantizerConfig& c, const TensorView& x, const QuantizedTensorView& out,
          const QuantizeRequest& req) {
   const int64_t m = x.shape[0], k = x.shape[1];
+  const bool per_tensor = is_family(c.mode, ScaleFamily::kTensor);
   float amax = 0.0f, scale = 1.0f;
-  if (c.mode == ScalingMode::kTensor) {
+  if (per_tensor) {
     amax = scale_rules::amax_from_abs_bits(tensor_amax_bits(x));
     scale = c.delayed ? *req.delayed_scale
                       : scale_rules::current_scale(amax, fp8_max_finite(c.element), c.amax_epsilon,
@@ -61,7 +62,7 @@ void run(const QuantizerConfig& c, const TensorView& x, const QuantizedTensorVie
     if (c.delayed) req.amax_history[0] = amax;
   }
   // Per-tensor scaling with both usages: one tiled pass writes both copies (the same codes).
-  const bool fused = c.mode == ScalingMode::kTensor && req.rowwise && req.columnwise;
+  const bool fused = per_tensor && req.rowwise && req.columnwise;
   if (req.rowwise && !fused) {
     dispatch_float_input(x.dtype, "x", [&](auto tag) {
       using In = typename decltype(tag)::type;
@@ -70,11 +71,11 @@ void run(const QuantizerConfig& c, const TensorView& x, const QuantizedTensorVie
     });
   }
   if (fused) out.scale_inv.as<float>()[0] = scale_rules::reciprocal(scale);
-  if (req.rowwise && c.mode == ScalingMode::kTensor) *out.amax.as<float>() = amax;
+  if (req.rowwise && per_tensor) *out.amax.as<float>() = amax;
   if (req.columnwise) {
     quantize_fp8_columnwise(c, x, scale, out.columnwise_data, out.columnwise_scale_inv,
                             fused ? out.data.as<uint8_t>() : nullptr);
-    if (c.mode == ScalingMode::kTensor) *out.columnwise_amax.as<float>() = amax;
+    if (per_tensor) *out.columnwise_amax.as<float>() = amax;
   }
 }
 

@@ -181,7 +181,7 @@ TESSERA_CPU_KERNEL void stripes(const QuantizerConfig& c, const In* x, int64_t m
 template <bool kE5M2, class In>
 void run(const QuantizerConfig& c, const In* x, int64_t m, int64_t k,
          const QuantizedTensorView& out, const QuantizeRequest& req) {
-  const bool tiles = c.mode == ScalingMode::kMXFP8_32x32;
+  const bool tiles = scaling_mode_info(c.mode).block_rows == kBlock;  // 32x32 tiles
   const bool sw = c.scale_layout == ScaleLayout::kSwizzled;
   ScaleSink row_sink{}, col_sink{};
   if (req.rowwise) row_sink = sink_of(c, out.scale_inv, ceil_div(k, kBlock));

@@ -176,7 +176,7 @@ Nvfp4Target target_of(const QuantizerConfig& c, const TensorView& data, const Te
 void quantize_nvfp4(const QuantizerConfig& c, const TensorView& x, const QuantizedTensorView& out,
                     const QuantizeRequest& req) {
   const int64_t m = x.shape[0], k = x.shape[1];
-  const int64_t bh = c.mode == ScalingMode::kNVFP4_16x16 ? kBlock : 1;
+  const int64_t bh = scaling_mode_info(c.mode).block_rows;  // 1 or kBlock (16x16 tiles)
   const float amax = scale_rules::amax_from_abs_bits(tensor_amax_bits(x));
   if (req.rowwise) {
     const Nvfp4Target t = target_of(c, out.data, out.scale_inv, k);

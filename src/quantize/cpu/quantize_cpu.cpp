@@ -60,19 +60,18 @@ void zero_view(const TensorView& v) { std::memset(v.data, 0, static_cast<size_t>
 
 void quantize_cpu(const QuantizerConfig& config, const TensorView& x,
                   const QuantizedTensorView& out, const QuantizeRequest& req) {
-  switch (config.mode) {
-    case ScalingMode::kTensor:
-    case ScalingMode::kRowwise: return cpu::quantize_fp8_tensor(config, x, out, req);
-    case ScalingMode::kBlock1x128:
-    case ScalingMode::kBlock128x128: return cpu::quantize_fp8_block(config, x, out, req);
-    case ScalingMode::kMXFP8:
-    case ScalingMode::kMXFP8_32x32: return cpu::quantize_mxfp8(config, x, out, req);
-    case ScalingMode::kNVFP4:
-    case ScalingMode::kNVFP4_16x16: return cpu::quantize_nvfp4(config, x, out, req);
-    default:
-      TESSERA_FAIL(Status::kInvalidArgument, "config.mode: ", scaling_mode_name(config.mode),
-                   " cannot be quantized");
-  }
+  dispatch_scaling_mode(config.mode, "config.mode", [&](auto family, const ScalingModeInfo&) {
+    constexpr ScaleFamily kFamily = decltype(family)::value;
+    if constexpr (kFamily == ScaleFamily::kTensor || kFamily == ScaleFamily::kRowwise) {
+      cpu::quantize_fp8_tensor(config, x, out, req);
+    } else if constexpr (kFamily == ScaleFamily::kBlock) {
+      cpu::quantize_fp8_block(config, x, out, req);
+    } else if constexpr (kFamily == ScaleFamily::kMXFP8) {
+      cpu::quantize_mxfp8(config, x, out, req);
+    } else {
+      cpu::quantize_nvfp4(config, x, out, req);
+    }
+  });
 }
 
 }  // namespace tessera::detail

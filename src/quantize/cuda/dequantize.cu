@@ -2,84 +2,54 @@
 // x̂ = decode(q) * scale_inv with the scale of the element's block (FP32 for tensor / rowwise /
 // block modes, E8M0 for MXFP8, E4M3 block scale times 1/S_enc for NVFP4), written in the logical
 // orientation also for transposed columnwise copies. Same bits as the CPU (one multiply per
-// element). The inverse Hadamard transform of an NVFP4 columnwise copy runs as a second kernel.
+// element; the scale's position from the scaling-mode table, scale_rules::scale_index). The
+// inverse Hadamard transform of an NVFP4 columnwise copy runs as a second kernel.
 #include <cstdint>
 
 #include "quantize/cuda/device_io.cuh"
 #include "quantize/cuda/launch_config.h"
 #include "quantize/quantize_backend.h"
 #include "tessera/core/cuda_check.h"
+#include "tessera/core/dispatch.h"
 #include "tessera/formats/codecs.h"
 #include "tessera/quantize/scale_rules.h"
 
 namespace tessera::detail {
 namespace {
 
-using cuda_quant::ceil_div;
 using cuda_quant::ceil_div_device;
-using cuda_quant::swizzled_offset;
 
 constexpr int kThreads = 256;
+
+// How a copy's scales are read: FP32 scale_inv (tensor, rowwise, block families), E8M0 (MXFP8)
+// or E4M3 block scale times 1/S_enc (NVFP4) — the table's scale dtype.
+enum class ScaleKind : int { kFloat32 = 0, kE8M0 = 1, kNvfp4 = 2 };
 
 struct DequantArgs {
   const uint8_t* d = nullptr;
   const void* s = nullptr;
   float* out = nullptr;
   int64_t rows = 0, cols = 0;  // of the stored copy
-  int64_t logical_rows = 0;    // M of the tensor (MXFP8 columnwise scale index)
-  ScalingMode mode = ScalingMode::kTensor;
-  bool e5m2 = false, swizzled = false, transposed = false, columnwise = false;
+  ScaleKind kind = ScaleKind::kFloat32;
+  scale_rules::ScaleGeometry geometry;  // scale of stored (r, k): scale_index(geometry, r, k)
+  bool e5m2 = false, transposed = false;
   const float* nv_amax = nullptr;  // NVFP4: the copy's global amax (device)
 };
 
-
 __device__ float element_value(const DequantArgs& a, int64_t r, int64_t k) {
-  const int64_t cols = a.cols;
-  switch (a.mode) {
-    case ScalingMode::kTensor:
-    case ScalingMode::kRowwise:
-    case ScalingMode::kBlock1x128:
-    case ScalingMode::kBlock128x128: {
-      const float* s = static_cast<const float*>(a.s);
-      const int64_t nb = ceil_div_device(cols, 128);
-      float si;
-      if (a.mode == ScalingMode::kTensor) {
-        si = s[0];
-      } else if (a.mode == ScalingMode::kRowwise) {
-        si = s[r];
-      } else if (a.mode == ScalingMode::kBlock1x128) {
-        si = s[r * nb + k / 128];
-      } else {
-        si = s[(r / 128) * ((nb + 3) / 4 * 4) + k / 128];
-      }
-      const uint8_t c = a.d[r * cols + k];
-      return (a.e5m2 ? formats::decode_e5m2(c) : formats::decode_e4m3(c)) * si;
-    }
-    case ScalingMode::kMXFP8:
-    case ScalingMode::kMXFP8_32x32: {
-      const uint8_t* s = static_cast<const uint8_t*>(a.s);
-      const int64_t nb = ceil_div_device(cols, 32), ns = ceil_div_device(a.rows, 32);
-      int64_t pos;
-      if (!a.columnwise) {
-        pos = a.swizzled ? swizzled_offset(r, k / 32, (nb + 3) / 4 * 4) : r * nb + k / 32;
-      } else {
-        pos = a.swizzled ? swizzled_offset(k, r / 32, (ns + 3) / 4 * 4) : (r / 32) * cols + k;
-      }
-      const uint8_t c = a.d[r * cols + k];
-      return (a.e5m2 ? formats::decode_e5m2(c) : formats::decode_e4m3(c)) *
-             formats::decode_e8m0(s[pos]);
-    }
-    default: {  // NVFP4
-      const uint8_t* s = static_cast<const uint8_t*>(a.s);
-      const int64_t nb = ceil_div_device(cols, 16), row_bytes = ceil_div_device(cols, 2);
-      const uint8_t s_b =
-          s[a.swizzled ? swizzled_offset(r, k / 16, (nb + 3) / 4 * 4) : r * nb + k / 16];
-      const uint8_t byte = a.d[r * row_bytes + k / 2];
-      const uint8_t code = static_cast<uint8_t>(k % 2 == 0 ? byte & 0xf : byte >> 4);
-      const float s_enc = scale_rules::nvfp4_global_encode_scale(*a.nv_amax);
-      return formats::decode_e2m1(code) * scale_rules::nvfp4_decode_scale(s_b, s_enc);
-    }
+  const int64_t i = scale_rules::scale_index(a.geometry, r, k);
+  if (a.kind == ScaleKind::kNvfp4) {
+    const uint8_t s_b = static_cast<const uint8_t*>(a.s)[i];
+    const uint8_t byte = a.d[r * ceil_div_device(a.cols, 2) + k / 2];
+    const uint8_t code = static_cast<uint8_t>(k % 2 == 0 ? byte & 0xf : byte >> 4);
+    const float s_enc = scale_rules::nvfp4_global_encode_scale(*a.nv_amax);
+    return formats::decode_e2m1(code) * scale_rules::nvfp4_decode_scale(s_b, s_enc);
   }
+  const float si = a.kind == ScaleKind::kE8M0
+                       ? formats::decode_e8m0(static_cast<const uint8_t*>(a.s)[i])
+                       : static_cast<const float*>(a.s)[i];
+  const uint8_t c = a.d[r * a.cols + k];
+  return (a.e5m2 ? formats::decode_e5m2(c) : formats::decode_e4m3(c)) * si;
 }
 
 __global__ __launch_bounds__(kThreads) void dequantize_kernel(DequantArgs a) {
@@ -121,19 +91,21 @@ void dequantize_cuda(const QuantizedTensorView& q, const TensorView& out, bool c
                     out.numel() == q.rows * q.cols,
                 "dequantize: out must be a float32 (", q.rows, ", ", q.cols,
                 ") CUDA view, got ", out.to_string());
+  // Refuses kNone and values outside the table (naming them) instead of guessing a layout.
+  const ScaleFamily family = dispatch_scaling_mode(
+      c.mode, "dequantize: config.mode", [](auto f, const ScalingModeInfo&) { return f(); });
   TESSERA_CUDA_CHECK(cudaSetDevice(out.device.index));
   if (q.rows == 0 || q.cols == 0) return;
-  const bool mx = c.mode == ScalingMode::kMXFP8 || c.mode == ScalingMode::kMXFP8_32x32;
-  const bool nv = c.mode == ScalingMode::kNVFP4 || c.mode == ScalingMode::kNVFP4_16x16;
+  const ScalingModeInfo& info = scaling_mode_info(c.mode);
+  const bool nv = family == ScaleFamily::kNVFP4;
   DequantArgs a;
-  a.transposed = columnwise && !mx;
-  a.columnwise = columnwise;
+  a.transposed = columnwise && info.columnwise_transposed;
   a.rows = a.transposed ? q.cols : q.rows;
   a.cols = a.transposed ? q.rows : q.cols;
-  a.logical_rows = q.rows;
-  a.mode = c.mode;
+  a.kind = nv ? ScaleKind::kNvfp4
+              : (info.scale_dtype == DType::kFloat8E8M0 ? ScaleKind::kE8M0 : ScaleKind::kFloat32);
+  a.geometry = scale_geometry(c, q.rows, q.cols, columnwise);
   a.e5m2 = c.element == DType::kFloat8E5M2;
-  a.swizzled = c.scale_layout == ScaleLayout::kSwizzled;
   a.d = (columnwise ? q.columnwise_data : q.data).as<const uint8_t>();
   a.s = (columnwise ? q.columnwise_scale_inv : q.scale_inv).data;
   a.out = out.as<float>();

@@ -13,6 +13,7 @@
 #include "tessera/core/dtype.h"
 #include "tessera/formats/codecs.h"
 #include "tessera/formats/half.h"
+#include "tessera/quantize/scale_rules.h"
 
 namespace tessera::detail::cuda_quant {
 
@@ -111,12 +112,10 @@ inline constexpr uint32_t kRhtNegativeMask = (1u << 3) | (1u << 5) | (1u << 6) |
                                              (1u << 14) | (1u << 15);
 TESSERA_HD constexpr float rht_sign(int j) { return (kRhtNegativeMask >> j) & 1u ? -1.0f : 1.0f; }
 
-// Byte offset of scale (r, c) in the GEMM-swizzled layout (types.h ScaleLayout::kSwizzled) of a
-// scale matrix whose padded width is padded_cols (a multiple of 4).
+// Byte offset of scale (r, c) in the GEMM-swizzled layout of a scale matrix whose padded width
+// is padded_cols: scale_rules::swizzled_scale_offset (the one definition).
 __device__ __forceinline__ int64_t swizzled_offset(int64_t r, int64_t c, int64_t padded_cols) {
-  const int64_t tile = (r / 128) * (padded_cols / 4) + c / 4;
-  const int64_t rr = r % 128;
-  return tile * 512 + (rr % 32) * 16 + (rr / 32) * 4 + c % 4;
+  return scale_rules::swizzled_scale_offset<int64_t>(r, c, padded_cols);
 }
 
 // Unsigned division by a run-time constant d >= 1 for dividends n < 2^31, without a divide
@@ -152,9 +151,7 @@ __device__ __forceinline__ uint32_t max_u16x2(uint32_t a, uint32_t b) {
 
 // swizzled_offset for matrices whose padded size is below 2^32 bytes (32-bit arithmetic).
 __device__ __forceinline__ uint32_t swizzled_offset32(uint32_t r, uint32_t c, uint32_t padded_cols) {
-  const uint32_t tile = (r / 128) * (padded_cols / 4) + c / 4;
-  const uint32_t rr = r % 128;
-  return tile * 512 + (rr % 32) * 16 + (rr / 32) * 4 + c % 4;
+  return scale_rules::swizzled_scale_offset<uint32_t>(r, c, padded_cols);
 }
 
 template <class T>

@@ -1,11 +1,13 @@
-// The CUDA quantization dispatcher: validates the views, then routes each scaling mode to its
-// format folder (fp8_tensor/, fp8_rowwise/, fp8_block/, mxfp8/, nvfp4/). Scratch memory comes
-// from the stream-ordered allocator, so a whole quantize is capturable in a CUDA graph.
+// The CUDA quantization dispatcher: validates the views, then routes each scaling family
+// (dispatch_scaling_mode) to its format folder: fp8_cast_transpose/ (per-tensor, the columnwise
+// per-line copies and the 1x128 / 128x128 blocks, one cast-transpose kernel), fp8_rowwise/,
+// mxfp8/, nvfp4/. Scratch memory comes from the stream-ordered allocator, so a whole quantize is
+// capturable in a CUDA graph.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
 
-#include "quantize/cuda/kernels.h"
+#include "quantize/cuda/launchers.h"
 #include "quantize/quantize_backend.h"
 #include "quantize/cuda/launch_config.h"
 #include "tessera/core/cuda_check.h"
@@ -129,17 +131,21 @@ void quantize_rowwise(const QuantizerConfig& cfg, const TensorView& x,
 }
 
 // FP8 block scaling (1x128 / 128x128): the cast-transpose kernel with in-tile block amaxes.
-void quantize_block(const QuantizerConfig& cfg, const TensorView& x,
+void quantize_block(const QuantizerConfig& cfg, const ScalingModeInfo& info, const TensorView& x,
                     const QuantizedTensorView& out, const QuantizeRequest& req, cudaStream_t s) {
   const int64_t M = out.rows, K = out.cols;
-  const bool tile = cfg.mode == ScalingMode::kBlock128x128;
+  // The cast-transpose tile is 128x128: it holds 128 1x128 blocks or one 128x128 block.
+  TESSERA_CHECK_STATUS(cuda_quant::fp8_block_kernel_fits(info), Status::kUnsupported, "quantize: ", info.name, " (", info.block_rows, "x",
+                       info.block_cols, " blocks) has no CUDA kernel; the block kernel takes "
+                       "1x128 and 128x128");
+  const bool tile = cuda_quant::fp8_block_of(info) == cuda_quant::Fp8Block::k128x128;
   Fp8CastArgs a;
   a.x = x.data;
   a.rows = M;
   a.cols = K;
   a.in = x.dtype;
   a.element = cfg.element;
-  a.block = tile ? cuda_quant::Fp8Block::k128x128 : cuda_quant::Fp8Block::k1x128;
+  a.block = cuda_quant::fp8_block_of(info);
   a.row_scale.fp8_max = fp8_max_finite(cfg.element);
   a.row_scale.eps = cfg.amax_epsilon;
   a.row_scale.pow2 = cfg.power_of_two_scales;
@@ -164,15 +170,9 @@ void quantize_block(const QuantizerConfig& cfg, const TensorView& x,
 void quantize_mxfp8(const QuantizerConfig& cfg, const TensorView& x,
                     const QuantizedTensorView& out, const QuantizeRequest& req, cudaStream_t s) {
   fp8_max_finite(cfg.element);  // validates the element (e4m3 / e5m2)
-  cuda_quant::MxArgs a;
-  a.x = x.data;
+  cuda_quant::MxArgs a = cuda_quant::mx_args_of(cfg, x.data, x.dtype);
   a.rows = out.rows;
   a.cols = out.cols;
-  a.in = x.dtype;
-  a.element = cfg.element;
-  a.tile32x32 = cfg.mode == ScalingMode::kMXFP8_32x32;
-  a.floor_rule = cfg.e8m0_rounding == E8M0Rounding::kFloor;
-  a.swizzled = cfg.scale_layout == ScaleLayout::kSwizzled;
   const int64_t row_blocks = ceil_div(out.cols, 32), col_blocks = ceil_div(out.rows, 32);
   if (req.rowwise) {
     a.q_row = out.data.as<uint8_t>();
@@ -249,15 +249,9 @@ void quantize_nvfp4(const QuantizerConfig& cfg, const TensorView& x,
   float* amax_col = req.columnwise ? out.columnwise_amax.as<float>() : nullptr;
   TESSERA_CHECK((!req.rowwise || amax_row != nullptr) && (!req.columnwise || amax_col != nullptr),
                 "quantize: NVFP4 output lacks an amax buffer");
-  cuda_quant::Nvfp4Args a;
-  a.x = x.data;
+  cuda_quant::Nvfp4Args a = cuda_quant::nvfp4_args_of(cfg, x.data, x.dtype);
   a.rows = M;
   a.cols = K;
-  a.in = x.dtype;
-  a.tile16 = cfg.mode == ScalingMode::kNVFP4_16x16;
-  a.stochastic = cfg.stochastic_rounding;
-  a.seed = cfg.rng_seed;
-  a.offset = cfg.rng_offset;
   const bool sw = cfg.scale_layout == ScaleLayout::kSwizzled;
   uint8_t* row_data = req.rowwise ? out.data.as<uint8_t>() : nullptr;
   uint8_t* col_data = req.columnwise ? out.columnwise_data.as<uint8_t>() : nullptr;
@@ -313,29 +307,20 @@ void quantize_cuda(const QuantizerConfig& config, const TensorView& x,
   // Empty tensors still go through the launchers: per-tensor / per-line scales and amax of an
   // empty tensor are written as the CPU writes them (scale 1, amax 0).
   auto s = stream.as<cudaStream_t>();
-  switch (config.mode) {
-    case ScalingMode::kTensor:
+  dispatch_scaling_mode(config.mode, "config.mode", [&](auto family, const ScalingModeInfo& info) {
+    constexpr ScaleFamily kFamily = decltype(family)::value;
+    if constexpr (kFamily == ScaleFamily::kTensor) {
       quantize_tensor(config, x, out, req, s);
-      break;
-    case ScalingMode::kRowwise:
+    } else if constexpr (kFamily == ScaleFamily::kRowwise) {
       quantize_rowwise(config, x, out, req, s);
-      break;
-    case ScalingMode::kBlock1x128:
-    case ScalingMode::kBlock128x128:
-      quantize_block(config, x, out, req, s);
-      break;
-    case ScalingMode::kMXFP8:
-    case ScalingMode::kMXFP8_32x32:
+    } else if constexpr (kFamily == ScaleFamily::kBlock) {
+      quantize_block(config, info, x, out, req, s);
+    } else if constexpr (kFamily == ScaleFamily::kMXFP8) {
       quantize_mxfp8(config, x, out, req, s);
-      break;
-    case ScalingMode::kNVFP4:
-    case ScalingMode::kNVFP4_16x16:
+    } else {
       quantize_nvfp4(config, x, out, req, s);
-      break;
-    default:
-      TESSERA_FAIL(Status::kUnsupported, "quantize: scaling mode ",
-                   static_cast<int>(config.mode), " has no CUDA kernel yet");
-  }
+    }
+  });
 }
 
 void delayed_update_cuda(const QuantizerConfig& config, float* scale, float* amax_history,

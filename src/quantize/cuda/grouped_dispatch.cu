@@ -9,7 +9,7 @@
 #include <utility>
 
 #include "quantize/cuda/grouped_quantize_cuda.h"
-#include "quantize/cuda/kernels.h"
+#include "quantize/cuda/launchers.h"
 #include "quantize/cuda/launch_config.h"
 #include "tessera/core/cuda_check.h"
 #include "tessera/core/dispatch.h"
@@ -142,10 +142,14 @@ void grouped_fp8_lines(const QuantizerConfig& c, const TensorView& x,
 // FP8 block 1x128 / 128x128: zero the members' scale matrices (padding), then one cast pass.
 void grouped_fp8_block(const QuantizerConfig& c, const TensorView& x,
                        const GroupedTensorView& out, const GroupedMeta& g, cudaStream_t s) {
-  const bool tile = c.mode == ScalingMode::kBlock128x128;
+  const ScalingModeInfo& info = scaling_mode_info(c.mode);
+  TESSERA_CHECK_STATUS(cuda_quant::fp8_block_kernel_fits(info), Status::kUnsupported,
+                       "grouped quantize: ", info.name, " has no CUDA kernel; the block kernel "
+                       "takes 1x128 and 128x128");
+  const bool tile = cuda_quant::fp8_block_of(info) == cuda_quant::Fp8Block::k128x128;
   cuda_quant::Fp8GroupedCastArgs G = fp8_cast_args(c, x, out);
   G.scales = cuda_quant::Fp8GroupedScales::kBlock;
-  G.cast.block = tile ? cuda_quant::Fp8Block::k128x128 : cuda_quant::Fp8Block::k1x128;
+  G.cast.block = cuda_quant::fp8_block_of(info);
   G.cast.row_scale = fp8_rule(c);
   G.cast.same_scale = tile;
   const int64_t kb = ceil_div(g.cols, 128);
@@ -187,13 +191,7 @@ void grouped_nvfp4(const QuantizerConfig& c, const TensorView& x, const GroupedT
   uint32_t* t2 = c.columnwise && !c.random_hadamard ? amax_col : nullptr;
   if (t1 == nullptr) std::swap(t1, t2);
   if (t1 != nullptr) cuda_quant::launch_tensor_amax_grouped(x.data, x.dtype, g, t1, t2, s);
-  cuda_quant::Nvfp4Args a;
-  a.x = x.data;
-  a.in = x.dtype;
-  a.tile16 = c.mode == ScalingMode::kNVFP4_16x16;
-  a.stochastic = c.stochastic_rounding;
-  a.seed = c.rng_seed;
-  a.offset = c.rng_offset;
+  cuda_quant::Nvfp4Args a = cuda_quant::nvfp4_args_of(c, x.data, x.dtype);
   a.padded_cols = sw ? 1 : 0;  // nonzero: swizzled (width per member on the device)
   cuda_quant::Nvfp4Args row = a, col = a;
   row.amax = amax_row;
@@ -214,13 +212,7 @@ void grouped_nvfp4(const QuantizerConfig& c, const TensorView& x, const GroupedT
 
 void grouped_mxfp8(const QuantizerConfig& config, const TensorView& x,
                    const GroupedTensorView& out, const GroupedMeta& g, cudaStream_t s) {
-  cuda_quant::MxArgs a;
-  a.x = x.data;
-  a.in = x.dtype;
-  a.element = config.element;
-  a.tile32x32 = config.mode == ScalingMode::kMXFP8_32x32;
-  a.floor_rule = config.e8m0_rounding == E8M0Rounding::kFloor;
-  a.swizzled = config.scale_layout == ScaleLayout::kSwizzled;
+  cuda_quant::MxArgs a = cuda_quant::mx_args_of(config, x.data, x.dtype);
   if (config.rowwise) {
     a.q_row = out.data.as<uint8_t>();
     a.s_row = out.scale_inv.as<uint8_t>();
@@ -260,6 +252,14 @@ GroupedMeta grouped_meta(const QuantizerConfig& config, const GroupedTensorView&
 
 }  // namespace
 
+bool has_grouped_quantize_kernel(const QuantizerConfig& config, int64_t cols) {
+  const ScalingModeInfo* info = find_scaling_mode(config.mode);
+  if (info == nullptr || info->family == ScaleFamily::kNone) return false;
+  if (info->family == ScaleFamily::kBlock && !cuda_quant::fp8_block_kernel_fits(*info)) return false;
+  // Member rows are offset differences / K, so K = 0 needs MXFP8's row-free member table.
+  return cols > 0 || info->family == ScaleFamily::kMXFP8;
+}
+
 void grouped_quantize_contiguous_cuda(const QuantizerConfig& config, const TensorView& x,
                                       const GroupedTensorView& out, const TensorView& noop,
                                       Stream stream, const GroupedDelayedState& delayed) {
@@ -276,17 +276,16 @@ void grouped_quantize_contiguous_cuda(const QuantizerConfig& config, const Tenso
   const GroupedMeta g = grouped_meta(config, out, noop);
   TESSERA_CUDA_CHECK(cudaSetDevice(x.device.index));
   auto s = stream.as<cudaStream_t>();
-  const bool mxfp8 =
-      config.mode == ScalingMode::kMXFP8 || config.mode == ScalingMode::kMXFP8_32x32;
+  const bool mxfp8 = is_family(config.mode, ScaleFamily::kMXFP8);
   // Member rows are (offset difference) / K: with K = 0 they are not recoverable.
   TESSERA_CHECK_STATUS(K > 0 || mxfp8, Status::kUnsupported, "grouped quantize: ", scaling_mode_name(config.mode),
                        " with K = 0 has no grouped CUDA kernel (member rows cannot be derived "
                        "from the element offsets)");
-  switch (config.mode) {
-    case ScalingMode::kTensor:
+  dispatch_scaling_mode(config.mode, "config.mode", [&](auto family, const ScalingModeInfo&) {
+    constexpr ScaleFamily kFamily = decltype(family)::value;
+    if constexpr (kFamily == ScaleFamily::kTensor) {
       grouped_fp8_tensor(config, x, out, g, delayed, s);
-      break;
-    case ScalingMode::kRowwise:
+    } else if constexpr (kFamily == ScaleFamily::kRowwise) {
       if (config.columnwise) {
         grouped_fp8_lines(config, x, out, g, s);
       } else {
@@ -295,23 +294,14 @@ void grouped_quantize_contiguous_cuda(const QuantizerConfig& config, const Tenso
                                                out.data.as<uint8_t>(), out.scale_inv.as<float>(),
                                                s);
       }
-      break;
-    case ScalingMode::kBlock1x128:
-    case ScalingMode::kBlock128x128:
+    } else if constexpr (kFamily == ScaleFamily::kBlock) {
       grouped_fp8_block(config, x, out, g, s);
-      break;
-    case ScalingMode::kMXFP8:
-    case ScalingMode::kMXFP8_32x32:
+    } else if constexpr (kFamily == ScaleFamily::kMXFP8) {
       grouped_mxfp8(config, x, out, g, s);
-      break;
-    case ScalingMode::kNVFP4:
-    case ScalingMode::kNVFP4_16x16:
+    } else {
       grouped_nvfp4(config, x, out, g, s);
-      break;
-    default:
-      TESSERA_FAIL(Status::kUnsupported, "grouped quantize: scaling mode ",
-                   scaling_mode_name(config.mode), " has no grouped CUDA kernel");
-  }
+    }
+  });
 }
 
 }  // namespace tessera::detail

@@ -13,7 +13,7 @@
 
 #include <cstdint>
 
-#include "quantize/cuda/kernels.h"
+#include "quantize/cuda/launchers.h"
 #include "quantize/cuda/launch_config.h"
 #include "tessera/core/cuda_check.h"
 #include "tessera/core/status.h"

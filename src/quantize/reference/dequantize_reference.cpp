@@ -25,52 +25,37 @@ float float_at(const TensorView& v, int64_t index) {
 // The copy's values (R, C): rowwise (M, K); columnwise (K, M) except MXFP8 (M, K).
 reference::Matrix decode_copy(const QuantizedTensorView& q, bool columnwise) {
   const QuantizerConfig& c = q.config;
-  const bool mx = c.mode == ScalingMode::kMXFP8 || c.mode == ScalingMode::kMXFP8_32x32;
-  const bool transposed = columnwise && !mx;
+  const ScalingModeInfo& info = scaling_mode_info(c.mode);
+  const bool transposed = columnwise && info.columnwise_transposed;
   reference::Matrix a{transposed ? q.cols : q.rows, transposed ? q.rows : q.cols, {}};
   a.v.resize(static_cast<size_t>(a.rows * a.cols));
   const TensorView& data = columnwise ? q.columnwise_data : q.data;
   const TensorView& scale = columnwise ? q.columnwise_scale_inv : q.scale_inv;
   const uint8_t* d = data.as<const uint8_t>();
   const uint8_t* s = scale.as<const uint8_t>();
-  const bool swizzled = c.scale_layout == ScaleLayout::kSwizzled;
   for (int64_t r = 0; r < a.rows; ++r) {
     for (int64_t k = 0; k < a.cols; ++k) {
+      const int64_t pos = reference::copy_scale_position(c, columnwise, r, k, a.rows, a.cols);
       float v = 0.0f;
-      switch (c.mode) {
-        case ScalingMode::kTensor: v = fp8_value(d[r * a.cols + k], c.element) * float_at(scale, 0); break;
-        case ScalingMode::kRowwise: v = fp8_value(d[r * a.cols + k], c.element) * float_at(scale, r); break;
-        case ScalingMode::kBlock1x128:
-          v = fp8_value(d[r * a.cols + k], c.element) * float_at(scale, r * ceil_div(a.cols, 128) + k / 128);
+      switch (info.family) {
+        case ScaleFamily::kTensor:
+        case ScaleFamily::kRowwise:
+        case ScaleFamily::kBlock:
+          v = fp8_value(d[r * a.cols + k], c.element) * float_at(scale, pos);
           break;
-        case ScalingMode::kBlock128x128: {
-          const int64_t scols = (ceil_div(a.cols, 128) + 3) / 4 * 4;
-          v = fp8_value(d[r * a.cols + k], c.element) * float_at(scale, (r / 128) * scols + k / 128);
+        case ScaleFamily::kMXFP8:
+          v = fp8_value(d[r * a.cols + k], c.element) * formats::decode_e8m0(s[pos]);
           break;
-        }
-        case ScalingMode::kMXFP8:
-        case ScalingMode::kMXFP8_32x32: {
-          const int64_t sr = columnwise ? r / 32 : r, sc = columnwise ? k : k / 32;
-          const int64_t s_cols = columnwise ? a.cols : ceil_div(a.cols, 32);
-          const int64_t pr = swizzled && columnwise ? sc : sr, pc = swizzled && columnwise ? sr : sc;
-          const int64_t pw = ((swizzled && columnwise ? ceil_div(a.rows, 32) : s_cols) + 3) / 4 * 4;
-          const uint8_t e = s[reference::scale_position(c.scale_layout, pr, pc, s_cols, pw)];
-          v = fp8_value(d[r * a.cols + k], c.element) * formats::decode_e8m0(e);
-          break;
-        }
-        case ScalingMode::kNVFP4:
-        case ScalingMode::kNVFP4_16x16: {
+        case ScaleFamily::kNVFP4: {
           const TensorView& amax = columnwise ? q.columnwise_amax : q.amax;
           const float s_enc = reference::nvfp4_s_enc(float_at(amax, 0));
-          const int64_t s_cols = ceil_div(a.cols, 16);
-          const uint8_t s_b = s[reference::scale_position(c.scale_layout, r, k / 16, s_cols,
-                                                          (s_cols + 3) / 4 * 4)];
           const uint8_t byte = d[r * ceil_div(a.cols, 2) + k / 2];
           const uint8_t code = static_cast<uint8_t>(k % 2 == 0 ? byte & 0xf : byte >> 4);
-          v = formats::decode_e2m1(code) * reference::nvfp4_dec(s_b, s_enc);
+          v = formats::decode_e2m1(code) * reference::nvfp4_dec(s[pos], s_enc);
           break;
         }
-        default: TESSERA_FAIL(Status::kInternal, "reference: mode ", scaling_mode_name(c.mode));
+        case ScaleFamily::kNone:
+          TESSERA_FAIL(Status::kInternal, "reference: mode ", info.name, " does not quantize");
       }
       a.at(r, k) = v;
     }

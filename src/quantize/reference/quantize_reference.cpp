@@ -1,5 +1,6 @@
-// The reference quantizer: DESIGN §4 as plain loops over a float copy of the input, one function
-// per scaling family, scales written entry by entry (padding zero). The oracle of the tests.
+// The reference quantizer: docs/numerics.md as plain loops over a float copy of the input, one
+// function per scaling family, scales written entry by entry (padding zero). The oracle of the
+// tests.
 #include <algorithm>
 #include <cstring>
 
@@ -58,14 +59,13 @@ void rowwise_scaling(const QuantizerConfig& c, const Matrix& a, const Target& t)
   }
 }
 
-// Blocks of bh x 128 (bh = 1 or 128). Scales: 1x128 → (roundup(R,4), ceil(C/128));
-// 128x128 → (ceil(R/128), roundup(ceil(C/128), 4)).
-void block_scaling(const QuantizerConfig& c, const Matrix& a, const Target& t, int64_t bh) {
-  const int64_t bw = 128;
-  const int64_t block_cols = ceil_div(a.cols, bw);
-  const int64_t scale_cols = bh == 1 ? block_cols : (block_cols + 3) / 4 * 4;
+// Blocks of bh x bw of the copy `a` (the table's block shape); each scale entry at
+// copy_scale_position (padding stays zero).
+void block_scaling(const QuantizerConfig& c, const Matrix& a, const Target& t, bool columnwise) {
+  const ScalingModeInfo& info = scaling_mode_info(c.mode);
+  const int64_t bh = info.block_rows, bw = info.block_cols;
   for (int64_t br = 0; br < ceil_div(a.rows, bh); ++br) {
-    for (int64_t bc = 0; bc < block_cols; ++bc) {
+    for (int64_t bc = 0; bc < ceil_div(a.cols, bw); ++bc) {
       AmaxAccumulator amax;
       for (int64_t r = br * bh; r < std::min(a.rows, (br + 1) * bh); ++r)
         for (int64_t k = bc * bw; k < std::min(a.cols, (bc + 1) * bw); ++k) amax.add(a.at(r, k));
@@ -73,7 +73,9 @@ void block_scaling(const QuantizerConfig& c, const Matrix& a, const Target& t, i
       for (int64_t r = br * bh; r < std::min(a.rows, (br + 1) * bh); ++r)
         for (int64_t k = bc * bw; k < std::min(a.cols, (bc + 1) * bw); ++k)
           t.data[r * a.cols + k] = reference::fp8_code(a.at(r, k) * scale, c.element);
-      put_float_scale(t, br * scale_cols + bc, 1.0f / scale);
+      const int64_t pos =
+          reference::copy_scale_position(c, columnwise, br * bh, bc * bw, a.rows, a.cols);
+      put_float_scale(t, pos, 1.0f / scale);
     }
   }
 }
@@ -83,15 +85,11 @@ void block_scaling(const QuantizerConfig& c, const Matrix& a, const Target& t, i
 // x (M, K). Rowwise: blocks 1x32; columnwise: blocks 32x1, data in the (M, K) layout; 32x32
 // tiles: one exponent per tile, repeated in every scale entry the tile covers.
 void mxfp8_scaling(const QuantizerConfig& c, const Matrix& x, const Target& t, bool columnwise) {
-  const bool tiles = c.mode == ScalingMode::kMXFP8_32x32;
-  const int64_t bh = tiles || columnwise ? 32 : 1;
-  const int64_t bw = tiles || !columnwise ? 32 : 1;
-  // Logical scale matrix of this usage: rowwise (M, ceil(K/32)), columnwise (ceil(M/32), K).
-  const int64_t s_rows = columnwise ? ceil_div(x.rows, 32) : x.rows;
-  const int64_t s_cols = columnwise ? x.cols : ceil_div(x.cols, 32);
-  // Swizzled columnwise scales are the transpose (K, ceil(M/32)).
-  const int64_t sw_cols = columnwise ? s_rows : s_cols;
-  const int64_t padded_cols = (sw_cols + 3) / 4 * 4;
+  const ScalingModeInfo& info = scaling_mode_info(c.mode);
+  // The block in x's orientation: the table's block, transposed for the columnwise usage
+  // (1x32 → 32x1; a 32x32 tile stays a tile).
+  const int64_t bh = columnwise ? info.block_cols : info.block_rows;
+  const int64_t bw = columnwise ? info.block_rows : info.block_cols;
   for (int64_t br = 0; br < ceil_div(x.rows, bh); ++br) {
     for (int64_t bc = 0; bc < ceil_div(x.cols, bw); ++bc) {
       const int64_t r0 = br * bh, r1 = std::min(x.rows, r0 + bh);
@@ -104,13 +102,10 @@ void mxfp8_scaling(const QuantizerConfig& c, const Matrix& x, const Target& t, b
       for (int64_t r = r0; r < r1; ++r)
         for (int64_t k = k0; k < k1; ++k)
           t.data[r * x.cols + k] = reference::fp8_code(x.at(r, k) * mult, c.element);
-      // Every scale entry of this block (tile): rows/cols of the logical scale matrix.
+      // Every scale entry of this block (tile).
       for (int64_t r = r0; r < r1; ++r) {
         for (int64_t k = k0; k < k1; ++k) {
-          const int64_t sr = columnwise ? r / 32 : r, sc = columnwise ? k : k / 32;
-          const int64_t pr = c.scale_layout == ScaleLayout::kSwizzled && columnwise ? sc : sr;
-          const int64_t pc = c.scale_layout == ScaleLayout::kSwizzled && columnwise ? sr : sc;
-          t.scale[reference::scale_position(c.scale_layout, pr, pc, s_cols, padded_cols)] = e;
+          t.scale[reference::copy_scale_position(c, columnwise, r, k, x.rows, x.cols)] = e;
         }
       }
     }
@@ -134,14 +129,14 @@ void nvfp4_scaling(const QuantizerConfig& c, Matrix a, const Target& t, bool col
   for (float v : a.v) global.add(v);
   const float s_enc = reference::nvfp4_s_enc(global.value());
   *t.amax = global.value();
-  const int64_t bh = c.mode == ScalingMode::kNVFP4_16x16 ? 16 : 1;
-  const int64_t s_cols = ceil_div(a.cols, 16);
-  const int64_t padded_cols = (s_cols + 3) / 4 * 4;
+  const ScalingModeInfo& info = scaling_mode_info(c.mode);
+  const int64_t bh = info.block_rows, bw = info.block_cols;
+  const int64_t s_cols = ceil_div(a.cols, bw);
   const int64_t row_bytes = ceil_div(a.cols, 2);
   for (int64_t br = 0; br < ceil_div(a.rows, bh); ++br) {
     for (int64_t bc = 0; bc < s_cols; ++bc) {
       const int64_t r0 = br * bh, r1 = std::min(a.rows, r0 + bh);
-      const int64_t k0 = bc * 16, k1 = std::min(a.cols, k0 + 16);
+      const int64_t k0 = bc * bw, k1 = std::min(a.cols, k0 + bw);
       AmaxAccumulator amax;
       for (int64_t r = r0; r < r1; ++r)
         for (int64_t k = k0; k < k1; ++k) amax.add(a.at(r, k));
@@ -160,7 +155,7 @@ void nvfp4_scaling(const QuantizerConfig& c, Matrix a, const Target& t, bool col
                   : reference::e2m1_nearest(v);
           t.data[r * row_bytes + k / 2] |= static_cast<uint8_t>(k % 2 == 0 ? q : q << 4);
         }
-        t.scale[reference::scale_position(c.scale_layout, r, bc, s_cols, padded_cols)] = s_b;
+        t.scale[reference::copy_scale_position(c, columnwise, r, k0, a.rows, a.cols)] = s_b;
       }
     }
   }
@@ -169,25 +164,22 @@ void nvfp4_scaling(const QuantizerConfig& c, Matrix a, const Target& t, bool col
 void quantize_usage(const QuantizerConfig& c, const Matrix& x, const QuantizedTensorView& out,
                     const QuantizeRequest& req, bool columnwise, float tensor_amax) {
   const Target t = target_of(out, columnwise);
-  const bool transposed = c.mode != ScalingMode::kMXFP8 && c.mode != ScalingMode::kMXFP8_32x32;
-  const Matrix a = columnwise && transposed ? reference::transposed(x) : x;
-  switch (c.mode) {
-    case ScalingMode::kTensor: {
+  const ScalingModeInfo& info = scaling_mode_info(c.mode);
+  const Matrix a = columnwise && info.columnwise_transposed ? reference::transposed(x) : x;
+  switch (info.family) {
+    case ScaleFamily::kTensor: {
       const float scale = c.delayed ? *req.delayed_scale
                                     : reference::current_scaling_scale(tensor_amax, c);
       return tensor_scaling(c, a, t, tensor_amax, scale);
     }
-    case ScalingMode::kRowwise: return rowwise_scaling(c, a, t);
-    case ScalingMode::kBlock1x128: return block_scaling(c, a, t, 1);
-    case ScalingMode::kBlock128x128: return block_scaling(c, a, t, 128);
-    case ScalingMode::kMXFP8:
-    case ScalingMode::kMXFP8_32x32: return mxfp8_scaling(c, x, t, columnwise);
-    case ScalingMode::kNVFP4:
-    case ScalingMode::kNVFP4_16x16:
+    case ScaleFamily::kRowwise: return rowwise_scaling(c, a, t);
+    case ScaleFamily::kBlock: return block_scaling(c, a, t, columnwise);
+    case ScaleFamily::kMXFP8: return mxfp8_scaling(c, x, t, columnwise);
+    case ScaleFamily::kNVFP4:
       return nvfp4_scaling(c, a, t, columnwise, columnwise ? x.rows * x.cols : 0);
-    default:
-      TESSERA_FAIL(Status::kInternal, "reference: mode ", scaling_mode_name(c.mode));
+    case ScaleFamily::kNone: break;
   }
+  TESSERA_FAIL(Status::kInternal, "reference: mode ", info.name, " does not quantize");
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// Plain, independent statements of the DESIGN §4 rules for the reference backend.
+// Plain, independent statements of the docs/numerics.md rules for the reference backend.
 #include "quantize/reference/reference_rules.h"
 
 #include <cfloat>
@@ -196,6 +196,27 @@ int64_t scale_position(ScaleLayout layout, int64_t r, int64_t c, int64_t compact
   const int64_t tile = (r / 128) * tiles_per_row + (c / 4);
   const int64_t row_in_tile = r % 128;
   return tile * 512 + (row_in_tile % 32) * 16 + (row_in_tile / 32) * 4 + (c % 4);
+}
+
+int64_t copy_scale_position(const QuantizerConfig& c, bool columnwise, int64_t r, int64_t k,
+                            int64_t R, int64_t C) {
+  const ScalingModeInfo& info = scaling_mode_info(c.mode);
+  const bool swizzled = c.scale_layout == ScaleLayout::kSwizzled && info.swizzle;
+  auto blocks = [](int64_t n, int64_t b) { return b == 0 ? int64_t{1} : (n + b - 1) / b; };
+  auto block = [](int64_t i, int64_t b) { return b == 0 ? int64_t{0} : i / b; };
+  auto pad = [](int64_t n, int64_t a) { return (n + a - 1) / a * a; };
+  if (columnwise && !info.columnwise_transposed) {
+    // Copy (M, K) blocked along its rows: the scales of xᵀ (K, ceil(M/bw)), kept compact in the
+    // data's orientation (ceil(M/bw), K) and swizzled as (K, ceil(M/bw)).
+    const int64_t br = block(r, info.scale_block_cols), bc = block(k, info.scale_block_rows);
+    const int64_t width = blocks(R, info.scale_block_cols);
+    if (swizzled) return scale_position(ScaleLayout::kSwizzled, bc, br, 0, pad(width, 4));
+    return scale_position(ScaleLayout::kCompact, br, bc, C, 0);
+  }
+  const int64_t br = block(r, info.scale_block_rows), bc = block(k, info.scale_block_cols);
+  const int64_t width = blocks(C, info.scale_block_cols);
+  if (swizzled) return scale_position(ScaleLayout::kSwizzled, br, bc, 0, pad(width, 4));
+  return scale_position(ScaleLayout::kCompact, br, bc, pad(width, info.pad_cols), 0);
 }
 
 }  // namespace tessera::reference

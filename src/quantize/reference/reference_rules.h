@@ -1,7 +1,7 @@
-// The rules of DESIGN §4 written a second time, plainly, for the reference backend only: amax,
-// scale choices, E8M0 exponents, NVFP4 scales, the Hadamard matrix, Philox and stochastic
-// rounding. Deliberately independent of include/tessera/quantize/scale_rules.h and philox.h
-// (which the fast paths use); the tests hold both to the same bits.
+// The rules of docs/numerics.md written a second time, plainly, for the reference backend only:
+// amax, scale choices, E8M0 exponents, NVFP4 scales, the Hadamard matrix, Philox and stochastic
+// rounding. Deliberately independent of include/tessera/quantize/scale_rules.h and philox.h (which
+// the fast paths use); the tests hold both to the same bits.
 #pragma once
 
 #include <cstdint>
@@ -58,5 +58,12 @@ uint32_t philox_word(uint64_t seed, uint64_t offset, uint64_t e);
 // width is `cols` (compact) or padded width `padded_cols` (swizzled 128x4 tiles).
 int64_t scale_position(ScaleLayout layout, int64_t r, int64_t c, int64_t compact_cols,
                        int64_t padded_cols);
+
+// Position (in entries) of the scale of element (r, k) of one stored copy (R, C) of a tensor
+// quantized with `c` (copy as stored: the transposed columnwise copy is (K, M)), derived from the
+// scaling-mode table's block shapes and padding and scale_position above. Every reference
+// (quantize, dequantize, the GEMM's operand reader) reads scales through it.
+int64_t copy_scale_position(const QuantizerConfig& c, bool columnwise, int64_t r, int64_t k,
+                            int64_t R, int64_t C);
 
 }  // namespace tessera::reference

@@ -1,32 +1,28 @@
-// The sm90 grouped GEMM config heuristic (see grouped_gemm_config.h).
+// The sm90 grouped GEMM config heuristic (see grouped_gemm_config.h) and the two-way mapping
+// between the public GroupedGemmConfig and the kernel's Sm90Config.
 //
 // Two kernels per element kind: cooperative 128 x 256 tiles and ping-pong 128 x 128 tiles (each
-// consumer warpgroup a whole tile, its epilogue under the other's main loop). Rules, each from
-// the same-run schedule sweep on the H200 (docs/gemm_cuda.md, harmonic mean of the balanced and
-// the imbalanced run of each DESIGN §10 shape, since the host never sees the group sizes):
-// - big groups (> 1024 rows or tokens per group, Mixtral) and enough 256-wide tiles to fill the
-//   SMs twice: cooperative 256, 3 stages (TMA-store epilogue) or 4 (register epilogue);
-// - M-grouped (forward, dgrad) with small groups: ping-pong, 6 stages (one 64-row staging block),
-//   up to 4096 bytes of contraction per row (32 stages of 128 B); above, the epilogue is a small
-//   part of a tile and cooperative 256 (half the A re-reads, m64n256 wgmma) won (DSv3 fc1 BF16,
-//   K = 14336 bytes: 661 vs 541 TFLOP/s; FP8, 7168 bytes, ncu one launch each: balanced 662 vs
-//   653 us, imbalanced 736 vs 870 us, the ping-pong imbalanced run at 87 % of L2 throughput);
-// - K-grouped (wgrad) with small groups: ping-pong with 5 stages (the whole tile staged, one bulk
-//   store) up to 384 tokens per group (Qwen3), cooperative 256 above (DSv3: 512).
-// - big groups (cooperative 256 with TMA stores): tile order in bands of 8 m blocks (BF16/FP16)
-//   or 16 (FP8) instead of m blocks fastest over the whole group. Same-run sweep on the H200
-//   (harmonic mean of balanced / imbalanced, TFLOP/s, plain order → bands of 8 / 16): Mixtral
-//   fc1 wgrad BF16 535 → 655 / 637, FP8 949 → 1025 / 1033; fc1 forward BF16 651 → 673 / 658,
-//   FP8 1199 → 1229 / 1298; fc2 forward and BF16 wgrad within ±2 %, FP8 fc2 wgrad 1095 → 1037 /
-//   1056 (its plain-order balanced figure, 1388, is 11 % above the same config's main-table
-//   figure of that run: noise). Not timed with the
-//   register epilogue (FP32 D, beta = 1), which keeps the plain order.
-// - one persistent CTA per SM, no clusters (measured: no gain, below).
+// consumer warpgroup a whole tile, its epilogue under the other's main loop). The host never sees
+// the group sizes, so each rule was chosen on the harmonic mean of a balanced and an imbalanced
+// run of each benchmark shape (docs/architecture.md), from same-run schedule sweeps on the H200
+// (figures: bench/results/2026-11-21-gemm-cuda.md):
+// - big groups (> 1024 rows or tokens per group) and enough 256-wide tiles to fill the SMs
+//   twice: cooperative 256, 3 stages (TMA-store epilogue) or 4 (register epilogue);
+// - M-grouped (forward, dgrad) with small groups: ping-pong, 6 stages (one 64-row staging
+//   block), up to 4096 bytes of contraction per row; above, the epilogue is a small part of a
+//   tile and cooperative 256 (half the A re-reads, m64n256 wgmma) wins;
+// - K-grouped (wgrad) with small groups: ping-pong with 5 stages (the whole tile staged, one
+//   bulk store) up to 384 tokens per group, cooperative 256 above;
+// - big groups with TMA stores: tiles in bands of 8 m blocks (BF16/FP16) or 16 (FP8), so a
+//   group's A is not streamed from DRAM once per n-block column (register epilogue: plain order);
+// - one persistent CTA per SM, no clusters (2-CTA clusters measured no gain).
 #include "gemm/cuda/heuristics/grouped_gemm_config.h"
 
 #include <cuda_runtime_api.h>
 
 #include "tessera/core/cuda_check.h"
+#include "gemm/gemm_backend.h"
+#include "tessera/core/status.h"
 
 namespace tessera::gemm_cuda {
 
@@ -59,12 +55,66 @@ Sm90Config select_sm90_config(const Sm90GroupedGemm& g, int num_sms) {
   // Big groups (cooperative 256, TMA stores): tiles in bands of m blocks (16-bit operands 8, FP8
   // 16: about the same bytes of A per band).
   if (!small && c.tma_store) c.raster_band = elem_bytes == 2 ? 8 : 16;
-  // Clusters of 2 CTAs (Sm90Config::cluster, TMA multicast of the tile pair's shared operand)
-  // stay off: on the H200 they measured no gain beyond the run's own noise on big groups
-  // (Mixtral forward, bands as above, with / without: -4 % to +3 %, while the same config timed
-  // twice in that run differed by up to 4 %) and lost 3-7 % on small groups (Qwen3; DSv3 fc2).
+  // Clusters of 2 CTAs (Sm90Config::cluster, TMA multicast of a tile pair's shared operand)
+  // stay off: no gain measured (bench/results/2026-11-21-gemm-cuda.md, round 3).
   c.cluster = 1;
   return c;
 }
 
+GroupedGemmConfig public_config(const Sm90Config& c, bool fp8) {
+  GroupedGemmConfig out;
+  out.tile_m = gemm_sm90::kBlockM;
+  out.tile_n = c.block_n;
+  out.tile_k = gemm_sm90::kTileKBytes / (fp8 ? 1 : 2);
+  out.stages = c.stages;
+  out.variant = c.tma_store ? 0 : 1;
+  out.cluster_m = c.cluster;  // CTAs per cluster along the tile order (Sm90Config::cluster)
+  out.cluster_n = 1;
+  out.num_sms = c.num_sms;
+  out.raster_band = c.raster_band;
+  return out;
+}
+
+Sm90Config sm90_config_of(const GroupedGemmConfig& c, GroupedGemmKind kind, bool fp8) {
+  const int tile_k = gemm_sm90::kTileKBytes / (fp8 ? 1 : 2);
+  TESSERA_CHECK_STATUS(c.tile_m == 0 || c.tile_m == gemm_sm90::kBlockM, Status::kUnsupported,
+                       "config.tile_m: ", c.tile_m, "; the sm90 kernel's tiles have ",
+                       gemm_sm90::kBlockM, " rows (or leave it 0)");
+  TESSERA_CHECK_STATUS(c.tile_n == 0 || c.tile_n == 128 || c.tile_n == 256, Status::kUnsupported,
+                       "config.tile_n: ", c.tile_n, "; expected 256 (cooperative), 128 "
+                       "(ping-pong) or 0");
+  TESSERA_CHECK_STATUS(c.tile_k == 0 || c.tile_k == tile_k, Status::kUnsupported,
+                       "config.tile_k: ", c.tile_k, "; a stage holds ", gemm_sm90::kTileKBytes,
+                       " bytes of contraction: ", tile_k, " elements here (or leave it 0)");
+  TESSERA_CHECK_STATUS(c.stages >= 0 && c.num_sms >= 0 && c.raster_band >= 0,
+                       Status::kUnsupported, "config.stages / num_sms / raster_band: ", c.stages,
+                       " / ", c.num_sms, " / ", c.raster_band, " must not be negative");
+  const int cm = c.cluster_m ? c.cluster_m : 1;
+  const int cn = c.cluster_n ? c.cluster_n : 1;
+  TESSERA_CHECK_STATUS(cn == 1 && (cm == 1 || (cm == 2 && kind != GroupedGemmKind::kKGrouped)),
+                       Status::kUnsupported,
+                       "config.cluster_m x cluster_n: the sm90 kernel runs 1 CTA, or clusters of "
+                       "2 (cluster_m 2, cluster_n 1) for M-grouped and batched problems; got ", cm,
+                       " x ", cn);
+  TESSERA_CHECK_STATUS((c.variant & ~1) == 0, Status::kUnsupported, "config.variant: ",
+                       c.variant, "; only bit 0 (register-store epilogue) exists");
+  Sm90Config k;
+  k.block_n = c.tile_n ? c.tile_n : 256;
+  k.pingpong = k.block_n == 128;
+  k.stages = c.stages ? c.stages : (k.block_n == 256 ? 4 : 6);
+  k.num_sms = c.num_sms;
+  k.tma_store = (c.variant & 1) == 0;
+  k.raster_band = c.raster_band;
+  k.cluster = cm;
+  return k;
+}
+
 }  // namespace tessera::gemm_cuda
+
+namespace tessera::detail {
+
+void grouped_gemm_cuda_check_config(const GroupedGemmProblem& p) {
+  if (!p.config.is_default()) gemm_cuda::sm90_config_of(p.config, p.kind, p.a.is_quantized);
+}
+
+}  // namespace tessera::detail

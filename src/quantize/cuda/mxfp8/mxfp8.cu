@@ -11,7 +11,7 @@
 #include <type_traits>
 
 #include "quantize/cuda/grouped_tiles.cuh"
-#include "quantize/cuda/kernels.h"
+#include "quantize/cuda/launchers.h"
 #include "quantize/cuda/launch_config.h"
 #include "quantize/cuda/mxfp8/mxfp8_launch.h"
 #include "quantize/cuda/mxfp8/mxfp8_tile.cuh"

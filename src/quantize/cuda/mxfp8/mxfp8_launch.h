@@ -1,9 +1,9 @@
-// Launchers internal to the MXFP8 folder (the public ones are in quantize/cuda/kernels.h).
+// Launchers internal to the MXFP8 folder (the public ones are in quantize/cuda/launchers.h).
 #pragma once
 
 #include <cuda_runtime_api.h>
 
-#include "quantize/cuda/kernels.h"
+#include "quantize/cuda/launchers.h"
 
 namespace tessera::detail::cuda_quant {
 

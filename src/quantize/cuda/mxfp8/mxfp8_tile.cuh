@@ -18,7 +18,7 @@
 #include <type_traits>
 
 #include "quantize/cuda/device_io.cuh"
-#include "quantize/cuda/kernels.h"
+#include "quantize/cuda/launchers.h"
 #include "tessera/quantize/scale_rules.h"
 
 namespace tessera::detail::cuda_quant::mx {

@@ -15,7 +15,7 @@
 
 #include "quantize/cuda/device_io.cuh"
 #include "quantize/cuda/grouped_tiles.cuh"
-#include "quantize/cuda/kernels.h"
+#include "quantize/cuda/launchers.h"
 #include "quantize/cuda/launch_config.h"
 #include "quantize/cuda/nvfp4/nvfp4_tile.cuh"
 #include "tessera/core/dispatch.h"

@@ -12,7 +12,7 @@
 #include <utility>
 
 #include "quantize/cuda/grouped_tiles.cuh"
-#include "quantize/cuda/kernels.h"
+#include "quantize/cuda/launchers.h"
 #include "quantize/cuda/launch_config.h"
 #include "quantize/cuda/nvfp4/nvfp4_tile.cuh"
 #include "tessera/core/dispatch.h"

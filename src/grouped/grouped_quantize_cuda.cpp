@@ -1,35 +1,20 @@
-// detail::grouped_quantize_cuda (declared in grouped/grouped_backend.h) on the CUDA kernels:
-// - one contiguous varying-first / all-same input: the persistent grouped kernels
-//   (grouped_dispatch.cu) read the DEVICE metadata, so device split sizes never sync; the noop
-//   flag is honoured on the device. Modes: every FP8 recipe (per-tensor current and delayed,
-//   rowwise, block), MXFP8 / MXFP8 32x32 (compact or swizzled scales), NVFP4 / NVFP4 16x16.
-// - other cases (a list of per-member inputs, K = 0): one Quantizer::quantize per member view
-//   (host metadata needed; a set noop flag cannot be honoured on that path and is refused).
+// detail::grouped_quantize_cuda (grouped_backend.h): how the grouped layer quantizes into CUDA
+// storage, calling down into the quantize layer (quantize/quantize_backend.h):
+// - one contiguous varying-first / all-same input that the grouped kernels take
+//   (has_grouped_quantize_kernel): grouped_quantize_contiguous_cuda, which reads the DEVICE
+//   metadata, so device split sizes never sync; the noop flag is honoured on the device;
+// - other cases (a list of per-member inputs, a mode without a grouped kernel): one
+//   Quantizer::quantize per member view (host metadata needed; a set noop flag cannot be
+//   honoured on that path and is refused).
 #include <span>
 
 #include "grouped/grouped_backend.h"
-#include "quantize/cuda/grouped_quantize_cuda.h"
+#include "quantize/quantize_backend.h"
+#include "tessera/core/device.h"
 #include "tessera/core/status.h"
 
 namespace tessera::detail {
 namespace {
-
-bool has_grouped_kernel(const QuantizerConfig& c, int64_t cols) {
-  switch (c.mode) {
-    case ScalingMode::kTensor:
-    case ScalingMode::kRowwise:
-    case ScalingMode::kBlock1x128:
-    case ScalingMode::kBlock128x128:
-    case ScalingMode::kNVFP4:
-    case ScalingMode::kNVFP4_16x16:
-      return cols > 0;
-    case ScalingMode::kMXFP8:
-    case ScalingMode::kMXFP8_32x32:
-      return true;  // compact or swizzled scales
-    default:
-      return false;
-  }
-}
 
 // Member g's input: inputs[g] (list) or its rows of the contiguous x.
 TensorView member_input(std::span<const TensorView> inputs, bool contiguous,
@@ -45,6 +30,8 @@ TensorView member_input(std::span<const TensorView> inputs, bool contiguous,
 
 void grouped_quantize_cuda(Quantizer& quantizer, std::span<const TensorView> inputs,
                            const GroupedTensorView& out, const TensorView& noop, Stream stream) {
+  TESSERA_CHECK_STATUS(cuda_compiled(), Status::kNoDevice, "grouped_quantize: out is on ",
+                       to_string(out.device), " but tessera was built without CUDA");
   QuantizerConfig config = quantizer.config();
   config.rowwise = out.config.rowwise;
   config.columnwise = out.config.columnwise;
@@ -52,7 +39,7 @@ void grouped_quantize_cuda(Quantizer& quantizer, std::span<const TensorView> inp
                           inputs[0].shape[0] == out.logical_rows &&
                           (out.mode == GroupedShapeMode::kVaryingFirst ||
                            out.mode == GroupedShapeMode::kAllSame);
-  if (contiguous && has_grouped_kernel(config, out.logical_cols)) {
+  if (contiguous && has_grouped_quantize_kernel(config, out.logical_cols)) {
     GroupedDelayedState delayed;
     if (config.delayed) {
       delayed.scale = quantizer.scale().as<const float>();

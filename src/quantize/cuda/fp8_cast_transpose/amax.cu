@@ -8,7 +8,7 @@
 
 #include "quantize/cuda/device_io.cuh"
 #include "quantize/cuda/grouped_tiles.cuh"
-#include "quantize/cuda/kernels.h"
+#include "quantize/cuda/launchers.h"
 #include "quantize/cuda/launch_config.h"
 #include "tessera/core/dispatch.h"
 

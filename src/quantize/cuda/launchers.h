@@ -34,6 +34,15 @@ struct Fp8ScaleSource {
 // scales come from the tile's own amaxes instead of a Fp8ScaleSource.
 enum class Fp8Block : int { kNone = 0, k1x128 = 1, k128x128 = 2 };
 
+// The block shapes the cast-transpose kernel takes (its 128x128 tile holds 128 1x128 blocks or
+// one 128x128 block); other block modes of the table are refused (kUnsupported) on CUDA.
+inline bool fp8_block_kernel_fits(const ScalingModeInfo& info) {
+  return info.block_cols == 128 && (info.block_rows == 1 || info.block_rows == 128);
+}
+inline Fp8Block fp8_block_of(const ScalingModeInfo& info) {
+  return info.block_rows == 128 ? Fp8Block::k128x128 : Fp8Block::k1x128;
+}
+
 struct Fp8CastArgs {
   const void* x = nullptr;  // (M, K)
   int64_t rows = 0, cols = 0;
@@ -55,12 +64,12 @@ struct Fp8CastArgs {
   int64_t col_block_ld = 0;
 };
 
-// fp8_tensor/: amax of a whole tensor into *amax_bits (atomic max; caller zeroes it first).
+// fp8_cast_transpose/: amax of a whole tensor into *amax_bits (atomic max; caller zeroes it first).
 void launch_tensor_amax(const void* x, int64_t n, DType in, uint32_t* amax_bits,
                         cudaStream_t stream);
-// fp8_tensor/: one read of x, rowwise codes and/or the transposed columnwise codes.
+// fp8_cast_transpose/: one read of x, rowwise codes and/or the transposed columnwise codes.
 void launch_fp8_cast_transpose(const Fp8CastArgs& args, cudaStream_t stream);
-// fp8_tensor/: delayed-scaling update of `scale` from `history` (len entries), rolled after.
+// fp8_cast_transpose/: delayed-scaling update of `scale` from `history` (len entries), rolled after.
 void launch_delayed_update(float* scale, float* history, int len, bool most_recent, float fp8_max,
                            int margin, cudaStream_t stream);
 
@@ -88,6 +97,18 @@ struct MxArgs {
   int64_t s_col_padded_cols = 0;
 };
 void launch_mxfp8(const MxArgs& args, cudaStream_t stream);
+// The config-derived fields of MxArgs (element, 32x32 tiles, rounding rule, layout); the caller
+// adds shapes and pointers. One definition for the per-tensor and the grouped dispatchers.
+inline MxArgs mx_args_of(const QuantizerConfig& c, const void* x, DType in) {
+  MxArgs a;
+  a.x = x;
+  a.in = in;
+  a.element = c.element;
+  a.tile32x32 = scaling_mode_info(c.mode).block_rows == 32;
+  a.floor_rule = c.e8m0_rounding == E8M0Rounding::kFloor;
+  a.swizzled = c.scale_layout == ScaleLayout::kSwizzled;
+  return a;
+}
 
 // Device metadata of a grouped (varying-first) tensor for the grouped launchers. All pointers
 // are device memory; member i is rows [tensor_offsets[i] / cols, tensor_offsets[i+1] / cols) of
@@ -128,6 +149,18 @@ struct Nvfp4Args {
   int64_t padded_cols = 0;         // swizzled: padded scale width; 0 = compact
 };
 void launch_nvfp4(const Nvfp4Args& args, cudaStream_t stream);
+// The config-derived fields of Nvfp4Args (16x16 tiles, stochastic rounding and its stream); the
+// caller adds shapes, the copy and pointers. One definition for both dispatchers.
+inline Nvfp4Args nvfp4_args_of(const QuantizerConfig& c, const void* x, DType in) {
+  Nvfp4Args a;
+  a.x = x;
+  a.in = in;
+  a.tile16 = scaling_mode_info(c.mode).block_rows == 16;
+  a.stochastic = c.stochastic_rounding;
+  a.seed = c.rng_seed;
+  a.offset = c.rng_offset;
+  return a;
+}
 // amax of the Hadamard-transformed xᵀ into *amax (atomic max; zeroed by the caller).
 void launch_rht_amax(const Nvfp4Args& args, uint32_t* amax, cudaStream_t stream);
 
@@ -191,10 +224,10 @@ struct Fp8GroupedCastArgs {
   Fp8CastArgs cast;  // whole buffers; rows/cols ignored
   Fp8GroupedScales scales = Fp8GroupedScales::kTensor;
 };
-// fp8_tensor/: grouped cast / cast-transpose (per-tensor current or delayed, per-line, block).
+// fp8_cast_transpose/: grouped cast / cast-transpose (per-tensor current or delayed, per-line, block).
 void launch_fp8_cast_transpose_grouped(const Fp8GroupedCastArgs& args, const GroupedMeta& g,
                                        cudaStream_t stream);
-// fp8_tensor/: per-member amax: atomic max of member i's |x| (float bits) into target[i] and,
+// fp8_cast_transpose/: per-member amax: atomic max of member i's |x| (float bits) into target[i] and,
 // when not null, target2[i]; both zeroed before (launch_grouped_prepare).
 void launch_tensor_amax_grouped(const void* x, DType in, const GroupedMeta& g, uint32_t* target,
                                 uint32_t* target2, cudaStream_t stream);

@@ -1,0 +1,36 @@
+// Look-ups in the scaling-mode table (formats/scaling_modes.h).
+#include "tessera/formats/scaling_modes.h"
+
+#include <string>
+
+#include "tessera/core/status.h"
+
+namespace tessera {
+namespace {
+
+std::string join_names(bool with_none) {
+  std::string s;
+  for (const ScalingModeInfo& r : kScalingModeTable) {
+    if (r.family == ScaleFamily::kNone && !with_none) continue;
+    s += (s.empty() ? "" : ", ") + std::string(r.name);
+  }
+  return s;
+}
+
+}  // namespace
+
+const ScalingModeInfo& scaling_mode_info(ScalingMode m) {
+  const ScalingModeInfo* r = find_scaling_mode(m);
+  TESSERA_CHECK(r != nullptr, "scaling mode: value ", static_cast<int>(m),
+                " is not a ScalingMode; expected one of ", scaling_mode_names(true));
+  return *r;
+}
+
+std::span<const ScalingModeInfo> scaling_mode_table() { return kScalingModeTable; }
+
+const char* scaling_mode_names(bool with_none) {
+  static const std::string kWith = join_names(true), kWithout = join_names(false);
+  return with_none ? kWith.c_str() : kWithout.c_str();
+}
+
+}  // namespace tessera
