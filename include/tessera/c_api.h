@@ -61,11 +61,23 @@ const char* tessera_last_error(void);
 
 /* Encodes `numel` elements of `src` (float32/bfloat16/float16) into `dst` (e4m3, e5m2, e8m0,
  * e2m1 packed, bfloat16 or float16), round-to-nearest-even with saturation (DESIGN §3).
+ * `src_bytes` / `dst_bytes` are the sizes of the caller's buffers: when numel elements of the
+ * dtype do not fit, the call returns TESSERA_STATUS_BUFFER_TOO_SMALL naming the buffer (a numel
+ * whose byte size overflows int64: TESSERA_STATUS_OUT_OF_RANGE) and touches no memory.
  * `stream` is a cudaStream_t for CUDA memory (NULL = default stream), ignored on the CPU. */
+tessera_status tessera_encode_sized(const void* src, int64_t src_bytes, int32_t src_dtype, void* dst,
+                                    int64_t dst_bytes, int32_t dst_dtype, int64_t numel,
+                                    tessera_device device, void* stream);
+/* Decodes `numel` elements of `src` into float32 `dst`; sizes checked as in tessera_encode_sized. */
+tessera_status tessera_decode_sized(const void* src, int64_t src_bytes, int32_t src_dtype,
+                                    float* dst, int64_t dst_bytes, int64_t numel,
+                                    tessera_device device, void* stream);
+/* UNCHECKED forms of the two calls above, kept for existing callers: they take no buffer sizes
+ * and trust that `src` and `dst` hold `numel` elements (a wrong numel reads or writes out of
+ * bounds). New code should call tessera_encode_sized / tessera_decode_sized. */
 tessera_status tessera_encode(const void* src, int32_t src_dtype, void* dst, int32_t dst_dtype,
                               int64_t numel, tessera_device device,
                               void* stream);
-/* Decodes `numel` elements of `src` into float32 `dst`. */
 tessera_status tessera_decode(const void* src, int32_t src_dtype, float* dst, int64_t numel,
                               tessera_device device, void* stream);
 

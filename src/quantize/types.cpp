@@ -5,13 +5,15 @@
 #include <cstring>
 #include <string>
 
+#include "tessera/core/checked_math.h"
 #include "tessera/core/status.h"
 
 namespace tessera {
 namespace {
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
+// Overflow-safe (core/checked_math.h): a padded extent past INT64_MAX throws kOutOfRange.
+int64_t ceil_div(int64_t a, int64_t b) { return ceil_div_nonneg(a, b); }
+int64_t round_up(int64_t a, int64_t b) { return checked_round_up(a, b, "(rows, cols) padded"); }
 
 bool is_mxfp8(ScalingMode m) { return m == ScalingMode::kMXFP8 || m == ScalingMode::kMXFP8_32x32; }
 bool is_nvfp4(ScalingMode m) { return m == ScalingMode::kNVFP4 || m == ScalingMode::kNVFP4_16x16; }
@@ -115,8 +117,8 @@ void validate_config(const QuantizerConfig& c) {
 }
 
 int64_t MatrixShape::bytes() const {
-  if (dtype == DType::kFloat4E2M1) return rows * ceil_div(cols, 2);
-  return dtype_bytes(dtype, rows * cols);
+  if (dtype == DType::kFloat4E2M1) return checked_mul(rows, ceil_div(cols, 2), "(rows, cols) bytes");
+  return checked_dtype_bytes(dtype, numel(), "(rows, cols) bytes");
 }
 
 MatrixShape data_shape(const QuantizerConfig& config, int64_t rows, int64_t cols, bool columnwise) {
