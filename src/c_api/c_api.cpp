@@ -94,10 +94,11 @@ tessera_status tessera_encode_sized(const void* src, int64_t src_bytes, int32_t 
   return guard([&] {
     using namespace tessera::c_api;
     const tessera::Device dev = to_device(device);
-    tessera::encode(
-        flat_sized(src, src_bytes, to_dtype(src_dtype, "src_dtype"), numel, dev, "src", "src_bytes"),
-        flat_sized(dst, dst_bytes, to_dtype(dst_dtype, "dst_dtype"), numel, dev, "dst", "dst_bytes"),
-        tessera::Stream{stream});
+    const tessera::TensorView s =
+        flat_sized(src, src_bytes, to_dtype(src_dtype, "src_dtype"), numel, dev, "src", "src_bytes");
+    const tessera::TensorView d =
+        flat_sized(dst, dst_bytes, to_dtype(dst_dtype, "dst_dtype"), numel, dev, "dst", "dst_bytes");
+    tessera::encode(s, d, tessera::Stream{stream});
   });
 }
 
@@ -107,10 +108,11 @@ tessera_status tessera_decode_sized(const void* src, int64_t src_bytes, int32_t 
   return guard([&] {
     using namespace tessera::c_api;
     const tessera::Device dev = to_device(device);
-    tessera::decode(
-        flat_sized(src, src_bytes, to_dtype(src_dtype, "src_dtype"), numel, dev, "src", "src_bytes"),
-        flat_sized(dst, dst_bytes, tessera::DType::kFloat32, numel, dev, "dst", "dst_bytes"),
-        tessera::Stream{stream});
+    const tessera::TensorView s =
+        flat_sized(src, src_bytes, to_dtype(src_dtype, "src_dtype"), numel, dev, "src", "src_bytes");
+    const tessera::TensorView d =
+        flat_sized(dst, dst_bytes, tessera::DType::kFloat32, numel, dev, "dst", "dst_bytes");
+    tessera::decode(s, d, tessera::Stream{stream});
   });
 }
 

@@ -26,8 +26,11 @@ int64_t checked_round_up(int64_t a, int64_t b, const char* what) {
 }
 
 int64_t checked_numel(const int64_t* shape, int ndim, const char* what) {
-  int64_t n = 1;
-  for (int i = ndim - 1; i >= 0; --i) n = checked_mul(n, shape[i], what);
+  int64_t n = 1, nonzero = 1;
+  for (int i = ndim - 1; i >= 0; --i) {
+    n = checked_mul(n, shape[i], what);
+    if (shape[i] != 0) nonzero = checked_mul(nonzero, shape[i], what);
+  }
   return n;
 }
 

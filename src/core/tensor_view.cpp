@@ -17,14 +17,18 @@ TensorView TensorView::contiguous(void* data, DType dtype, const int64_t* shape,
   v.dtype = dtype;
   v.device = device;
   v.ndim = ndim;
+  for (int i = 0; i < ndim; ++i)
+    TESSERA_CHECK(shape[i] >= 0, "TensorView: shape[", i, "] = ", shape[i], " is negative");
+  // kOutOfRange when the element count (of the non-zero extents) or the byte size overflows;
+  // after it every stride below fits.
+  (void)checked_dtype_bytes(dtype, checked_numel(shape, ndim, "TensorView: shape"),
+                            "TensorView: bytes");
   int64_t stride = 1;
   for (int i = ndim - 1; i >= 0; --i) {
-    TESSERA_CHECK(shape[i] >= 0, "TensorView: shape[", i, "] = ", shape[i], " is negative");
     v.shape[i] = shape[i];
     v.strides[i] = stride;
-    stride = checked_mul(stride, shape[i], "TensorView: shape");
+    stride *= shape[i];
   }
-  (void)v.nbytes();  // throws kOutOfRange when the byte size overflows int64
   return v;
 }
 

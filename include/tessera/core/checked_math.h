@@ -18,8 +18,9 @@ int64_t checked_add(int64_t a, int64_t b, const char* what);
 // ceil(a / b) for a >= 0, b > 0 (never overflows); round_up(a, b) = ceil(a / b) * b, checked.
 int64_t ceil_div_nonneg(int64_t a, int64_t b) noexcept;
 int64_t checked_round_up(int64_t a, int64_t b, const char* what);
-// Product of ndim extents (each >= 0). Throws kOutOfRange when any partial product from the
-// innermost dim outward overflows (such a shape has no int64 strides even if it is empty).
+// Product of ndim extents (each >= 0). Throws kOutOfRange when the product of the non-zero
+// extents overflows, even if another extent is 0: every product of a subset of the dims (rows
+// of a 3-D operand, strides) of an accepted shape then fits int64.
 int64_t checked_numel(const int64_t* shape, int ndim, const char* what);
 // Bytes of `numel` elements of `dt` (sub-byte types rounded up), checked.
 int64_t checked_dtype_bytes(DType dt, int64_t numel, const char* what);
