@@ -3,8 +3,8 @@
 #include <memory>
 
 #include "c_api/c_api_guard.h"
-#include "tessera/core/checked_math.h"
 #include "tessera/c_api.h"
+#include "tessera/core/checked_math.h"
 #include "tessera/gemm/grouped_gemm.h"
 
 struct tessera_grouped_gemm_problem_s {

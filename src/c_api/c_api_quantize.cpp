@@ -4,8 +4,8 @@
 #include <string>
 
 #include "c_api/c_api_guard.h"
-#include "tessera/core/checked_math.h"
 #include "tessera/c_api.h"
+#include "tessera/core/checked_math.h"
 #include "tessera/quantize/quantizer.h"
 #include "tessera/quantize/recipe.h"
 
