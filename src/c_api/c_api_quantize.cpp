@@ -87,7 +87,8 @@ TensorView buffer_view(void* p, int64_t bytes, const MatrixShape& want, Device d
   TESSERA_CHECK_STATUS(bytes >= want.bytes(), Status::kBufferTooSmall, name, ": ", bytes,
                        " bytes given but (", want.rows, ", ", want.cols, ") ", dtype_name(want.dtype),
                        " needs ", want.bytes());
-  const int64_t cols = want.dtype == DType::kFloat4E2M1 ? (want.cols + 1) / 2 * 2 : want.cols;
+  const int64_t cols = want.dtype == DType::kFloat4E2M1 ? checked_round_up(want.cols, 2, name)
+                                                        : want.cols;
   return TensorView::contiguous(p, want.dtype, {want.rows, cols}, dev);
 }
 

@@ -62,6 +62,24 @@ static void test_quantizer_sizes(void) {
   }
   EXPECT(tessera_quantizer_destroy(q) == TESSERA_STATUS_OK);
 
+  /* NVFP4 (0, INT64_MAX): 0 data bytes, but E2M1 rows padded to an even count of codes do not
+   * fit int64 (found by tests/fuzz/fuzz_c_api.c, seed 8: UBSan overflow in cols + 1). */
+  EXPECT(tessera_quantizer_config_default(TESSERA_SCALING_NVFP4, &c) == TESSERA_STATUS_OK);
+  EXPECT(tessera_quantizer_create(&c, kCpu, &q) == TESSERA_STATUS_OK);
+  {
+    unsigned char d[1], s[1];
+    float x[1] = {0.0f}, amax = 0.0f;
+    tessera_quantized_buffers b;
+    memset(&b, 0, sizeof b);
+    b.data = d;
+    b.scale_inv = s;
+    b.amax = &amax;
+    EXPECT(tessera_quantize(q, x, TESSERA_DTYPE_FLOAT32, 0, INT64_MAX, &b, NULL) ==
+           TESSERA_STATUS_OUT_OF_RANGE);
+    EXPECT(mentions("data"));
+  }
+  EXPECT(tessera_quantizer_destroy(q) == TESSERA_STATUS_OK);
+
   /* Every mode and usage at the int64 edges: OK with a size >= 0, or OUT_OF_RANGE. */
   for (mode = 1; mode <= 8; ++mode) {
     for (cw = 0; cw <= 1; ++cw) {
