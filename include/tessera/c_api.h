@@ -3,7 +3,9 @@
  * Every function returns a tessera_status; on failure tessera_last_error() returns a message for
  * the calling thread (valid until that thread's next tessera call). No C++ exception ever crosses
  * this boundary. Objects are opaque handles created and destroyed by the API; enums have fixed
- * values so that fields and values can be added without breaking callers. */
+ * values so that fields and values can be added without breaking callers. Sizes are int64: a
+ * size whose element count or byte count does not fit int64 gives TESSERA_STATUS_OUT_OF_RANGE
+ * with a message naming the argument. */
 #ifndef TESSERA_C_API_H_
 #define TESSERA_C_API_H_
 
