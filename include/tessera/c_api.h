@@ -219,10 +219,12 @@ tessera_status tessera_quantizer_buffer_sizes(tessera_quantizer q, int64_t rows,
                                               int32_t columnwise, int64_t* data_bytes,
                                               int64_t* scale_inv_bytes);
 /* Quantizes x (rows, cols) of x_dtype into `out`: the config's usages plus every usage whose
- * buffers are given (non-NULL data). */
+ * buffers are given (non-NULL data). The out buffers are checked against their *_bytes; x is
+ * trusted to hold rows * cols elements (no size is passed for it). */
 tessera_status tessera_quantize(tessera_quantizer q, const void* x, int32_t x_dtype, int64_t rows,
                                 int64_t cols, const tessera_quantized_buffers* out, void* stream);
-/* Dequantizes one usage of `in` (produced by this quantizer) into float32 out (rows, cols). */
+/* Dequantizes one usage of `in` (produced by this quantizer) into float32 out (rows, cols); `in`
+ * is checked against its *_bytes, out is trusted to hold rows * cols floats. */
 tessera_status tessera_dequantize(tessera_quantizer q, const tessera_quantized_buffers* in,
                                   int64_t rows, int64_t cols, int32_t columnwise, float* out,
                                   void* stream);
