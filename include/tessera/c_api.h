@@ -3,7 +3,9 @@
  * Every function returns a tessera_status; on failure tessera_last_error() returns a message for
  * the calling thread (valid until that thread's next tessera call). No C++ exception ever crosses
  * this boundary. Objects are opaque handles created and destroyed by the API; enums have fixed
- * values so that fields and values can be added without breaking callers. */
+ * values so that fields and values can be added without breaking callers. Sizes are int64: a
+ * size whose element count or byte count does not fit int64 gives TESSERA_STATUS_OUT_OF_RANGE
+ * with a message naming the argument. */
 #ifndef TESSERA_C_API_H_
 #define TESSERA_C_API_H_
 
@@ -61,11 +63,23 @@ const char* tessera_last_error(void);
 
 /* Encodes `numel` elements of `src` (float32/bfloat16/float16) into `dst` (e4m3, e5m2, e8m0,
  * e2m1 packed, bfloat16 or float16), round-to-nearest-even with saturation (docs/formats.md).
+ * `src_bytes` / `dst_bytes` are the sizes of the caller's buffers: when numel elements of the
+ * dtype do not fit, the call returns TESSERA_STATUS_BUFFER_TOO_SMALL naming the buffer (a numel
+ * whose byte size overflows int64: TESSERA_STATUS_OUT_OF_RANGE) and touches no memory.
  * `stream` is a cudaStream_t for CUDA memory (NULL = default stream), ignored on the CPU. */
+tessera_status tessera_encode_sized(const void* src, int64_t src_bytes, int32_t src_dtype, void* dst,
+                                    int64_t dst_bytes, int32_t dst_dtype, int64_t numel,
+                                    tessera_device device, void* stream);
+/* Decodes `numel` elements of `src` into float32 `dst`; sizes checked as in tessera_encode_sized. */
+tessera_status tessera_decode_sized(const void* src, int64_t src_bytes, int32_t src_dtype,
+                                    float* dst, int64_t dst_bytes, int64_t numel,
+                                    tessera_device device, void* stream);
+/* UNCHECKED forms of the two calls above, kept for existing callers: they take no buffer sizes
+ * and trust that `src` and `dst` hold `numel` elements (a wrong numel reads or writes out of
+ * bounds). New code should call tessera_encode_sized / tessera_decode_sized. */
 tessera_status tessera_encode(const void* src, int32_t src_dtype, void* dst, int32_t dst_dtype,
                               int64_t numel, tessera_device device,
                               void* stream);
-/* Decodes `numel` elements of `src` into float32 `dst`. */
 tessera_status tessera_decode(const void* src, int32_t src_dtype, float* dst, int64_t numel,
                               tessera_device device, void* stream);
 
@@ -205,10 +219,12 @@ tessera_status tessera_quantizer_buffer_sizes(tessera_quantizer q, int64_t rows,
                                               int32_t columnwise, int64_t* data_bytes,
                                               int64_t* scale_inv_bytes);
 /* Quantizes x (rows, cols) of x_dtype into `out`: the config's usages plus every usage whose
- * buffers are given (non-NULL data). */
+ * buffers are given (non-NULL data). The out buffers are checked against their *_bytes; x is
+ * trusted to hold rows * cols elements (no size is passed for it). */
 tessera_status tessera_quantize(tessera_quantizer q, const void* x, int32_t x_dtype, int64_t rows,
                                 int64_t cols, const tessera_quantized_buffers* out, void* stream);
-/* Dequantizes one usage of `in` (produced by this quantizer) into float32 out (rows, cols). */
+/* Dequantizes one usage of `in` (produced by this quantizer) into float32 out (rows, cols); `in`
+ * is checked against its *_bytes, out is trusted to hold rows * cols floats. */
 tessera_status tessera_dequantize(tessera_quantizer q, const tessera_quantized_buffers* in,
                                   int64_t rows, int64_t cols, int32_t columnwise, float* out,
                                   void* stream);

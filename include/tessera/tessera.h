@@ -1,15 +1,33 @@
-// tessera: low-precision grouped tensors and grouped GEMM. The one header C++ users include.
+// tessera: low-precision grouped tensors and grouped GEMM. The one header C++ users include: it
+// declares the whole public C++ API (and the C API). Needs C++20. Not included here:
+// tessera/core/cuda_check.h, which needs the CUDA toolkit's headers (for CUDA translation units).
 #pragma once
 
+#include "tessera/c_api.h"
 #include "tessera/core/buffer.h"
+#include "tessera/core/checked_math.h"
 #include "tessera/core/device.h"
 #include "tessera/core/dispatch.h"
 #include "tessera/core/dtype.h"
+#include "tessera/core/macros.h"
 #include "tessera/core/status.h"
 #include "tessera/core/stream.h"
 #include "tessera/core/tensor_view.h"
+#include "tessera/formats/bits.h"
 #include "tessera/formats/codecs.h"
 #include "tessera/formats/convert.h"
 #include "tessera/formats/format_table.h"
 #include "tessera/formats/half.h"
 #include "tessera/gemm/grouped_gemm.h"
+#include "tessera/grouped/grouped_quantize.h"
+#include "tessera/grouped/grouped_tensor.h"
+#include "tessera/nn/group_layout.h"
+#include "tessera/nn/grouped_linear.h"
+#include "tessera/nn/grouped_mlp.h"
+#include "tessera/nn/token_padding.h"
+#include "tessera/quantize/philox.h"
+#include "tessera/quantize/quantizer.h"
+#include "tessera/quantize/recipe.h"
+#include "tessera/quantize/scale_rules.h"
+#include "tessera/quantize/types.h"
+#include "tessera/scan/splits_to_offsets.h"

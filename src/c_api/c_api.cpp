@@ -2,6 +2,7 @@
 #include "tessera/c_api.h"
 
 #include "c_api/c_api_guard.h"
+#include "tessera/core/checked_math.h"
 #include "tessera/core/tensor_view.h"
 #include "tessera/formats/convert.h"
 
@@ -24,7 +25,19 @@ Device to_device(tessera_device d) {
 TensorView flat(const void* p, DType dt, int64_t numel, Device dev, const char* arg) {
   TESSERA_CHECK(numel >= 0, "numel ", numel, " is negative");
   TESSERA_CHECK(p != nullptr || numel == 0, arg, " is NULL");
+  (void)checked_dtype_bytes(dt, numel, arg);  // names the buffer when numel's bytes overflow
   return TensorView::contiguous(const_cast<void*>(p), dt, {numel}, dev);
+}
+
+// flat() plus the caller's byte size of the buffer, which must hold numel elements of dt.
+TensorView flat_sized(const void* p, int64_t bytes, DType dt, int64_t numel, Device dev,
+                      const char* arg, const char* bytes_arg) {
+  TESSERA_CHECK(bytes >= 0, bytes_arg, ": ", bytes, " is negative");
+  const TensorView v = flat(p, dt, numel, dev, arg);
+  TESSERA_CHECK_STATUS(v.nbytes() <= bytes, Status::kBufferTooSmall, bytes_arg, ": ", arg,
+                       " holds ", bytes, " bytes but ", numel, " elements of ", dtype_name(dt),
+                       " need ", v.nbytes());
+  return v;
 }
 }  // namespace
 
@@ -72,6 +85,34 @@ tessera_status tessera_decode(const void* src, int32_t src_dtype, float* dst, in
     tessera::decode(flat(src, to_dtype(src_dtype, "src_dtype"), numel, dev, "src"),
                     flat(dst, tessera::DType::kFloat32, numel, dev, "dst"),
                     tessera::Stream{stream});
+  });
+}
+
+tessera_status tessera_encode_sized(const void* src, int64_t src_bytes, int32_t src_dtype, void* dst,
+                                    int64_t dst_bytes, int32_t dst_dtype, int64_t numel,
+                                    tessera_device device, void* stream) {
+  return guard([&] {
+    using namespace tessera::c_api;
+    const tessera::Device dev = to_device(device);
+    const tessera::TensorView s =
+        flat_sized(src, src_bytes, to_dtype(src_dtype, "src_dtype"), numel, dev, "src", "src_bytes");
+    const tessera::TensorView d =
+        flat_sized(dst, dst_bytes, to_dtype(dst_dtype, "dst_dtype"), numel, dev, "dst", "dst_bytes");
+    tessera::encode(s, d, tessera::Stream{stream});
+  });
+}
+
+tessera_status tessera_decode_sized(const void* src, int64_t src_bytes, int32_t src_dtype,
+                                    float* dst, int64_t dst_bytes, int64_t numel,
+                                    tessera_device device, void* stream) {
+  return guard([&] {
+    using namespace tessera::c_api;
+    const tessera::Device dev = to_device(device);
+    const tessera::TensorView s =
+        flat_sized(src, src_bytes, to_dtype(src_dtype, "src_dtype"), numel, dev, "src", "src_bytes");
+    const tessera::TensorView d =
+        flat_sized(dst, dst_bytes, tessera::DType::kFloat32, numel, dev, "dst", "dst_bytes");
+    tessera::decode(s, d, tessera::Stream{stream});
   });
 }
 

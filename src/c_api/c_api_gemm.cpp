@@ -4,6 +4,7 @@
 
 #include "c_api/c_api_guard.h"
 #include "tessera/c_api.h"
+#include "tessera/core/checked_math.h"
 #include "tessera/gemm/grouped_gemm.h"
 
 struct tessera_grouped_gemm_problem_s {
@@ -30,13 +31,25 @@ GroupedGemmProblem& problem_of(tessera_grouped_gemm_problem h) {
   return h->problem;
 }
 
-TensorView tensor_of(const void* data, int32_t dtype, int32_t ndim, const int64_t* shape,
-                     tessera_device device) {
+const char* tensor_name(int32_t which) {
+  constexpr const char* kNames[] = {"A", "B", "D", "bias", "group_offsets", "group_alpha"};
+  return which >= 0 && which < 6 ? kNames[which] : "tensor";
+}
+
+// `which` names the tensor in messages; a shape whose element count or byte size overflows
+// int64 is kOutOfRange.
+TensorView tensor_of(int32_t which, const void* data, int32_t dtype, int32_t ndim,
+                     const int64_t* shape, tessera_device device) {
   if (data == nullptr) return TensorView{};
-  TESSERA_CHECK(ndim >= 0 && ndim <= kMaxDims, "ndim: ", ndim, " must be in [0, ", kMaxDims, "]");
-  TESSERA_CHECK(shape != nullptr || ndim == 0, "shape: NULL for a ", ndim, "-D tensor");
-  return TensorView::contiguous(const_cast<void*>(data), gemm_dtype(dtype, "dtype"), shape, ndim,
-                                gemm_device(device));
+  const char* name = tensor_name(which);
+  TESSERA_CHECK(ndim >= 0 && ndim <= kMaxDims, name, ": ndim ", ndim, " must be in [0, ",
+                kMaxDims, "]");
+  TESSERA_CHECK(shape != nullptr || ndim == 0, name, ": shape is NULL for a ", ndim, "-D tensor");
+  for (int i = 0; i < ndim; ++i)
+    TESSERA_CHECK(shape[i] >= 0, name, ": shape[", i, "] = ", shape[i], " is negative");
+  const DType dt = gemm_dtype(dtype, "dtype");
+  (void)checked_dtype_bytes(dt, checked_numel(shape, ndim, name), name);
+  return TensorView::contiguous(const_cast<void*>(data), dt, shape, ndim, gemm_device(device));
 }
 
 }  // namespace
@@ -74,7 +87,7 @@ tessera_status tessera_grouped_gemm_set_tensor(tessera_grouped_gemm_problem prob
                                                const int64_t* shape, tessera_device device) {
   return guard([&] {
     tessera::GroupedGemmProblem& p = problem_of(problem);
-    const tessera::TensorView v = tessera::c_api::tensor_of(data, dtype, ndim, shape, device);
+    const tessera::TensorView v = tessera::c_api::tensor_of(which, data, dtype, ndim, shape, device);
     switch (which) {
       case TESSERA_GROUPED_GEMM_A: p.a = tessera::GemmOperand::from_dense(v); break;
       case TESSERA_GROUPED_GEMM_B: p.b = tessera::GemmOperand::from_dense(v); break;

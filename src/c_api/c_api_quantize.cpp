@@ -5,6 +5,7 @@
 
 #include "c_api/c_api_guard.h"
 #include "tessera/c_api.h"
+#include "tessera/core/checked_math.h"
 #include "tessera/quantize/quantizer.h"
 #include "tessera/quantize/recipe.h"
 
@@ -69,6 +70,13 @@ tessera_quantizer_config to_c(const QuantizerConfig& q) {
   return c;
 }
 
+// rows * cols of a (rows, cols) argument pair: non-negative and representable.
+int64_t checked_elements(int64_t rows, int64_t cols) {
+  TESSERA_CHECK_STATUS(rows >= 0 && cols >= 0, Status::kShapeMismatch, "shape: (", rows, ", ",
+                       cols, ") must be non-negative");
+  return checked_mul(rows, cols, "rows * cols");
+}
+
 Quantizer& quantizer_of(tessera_quantizer q) {
   TESSERA_CHECK(q != nullptr && q->quantizer != nullptr, "quantizer: NULL handle");
   return *q->quantizer;
@@ -79,7 +87,8 @@ TensorView buffer_view(void* p, int64_t bytes, const MatrixShape& want, Device d
   TESSERA_CHECK_STATUS(bytes >= want.bytes(), Status::kBufferTooSmall, name, ": ", bytes,
                        " bytes given but (", want.rows, ", ", want.cols, ") ", dtype_name(want.dtype),
                        " needs ", want.bytes());
-  const int64_t cols = want.dtype == DType::kFloat4E2M1 ? (want.cols + 1) / 2 * 2 : want.cols;
+  const int64_t cols = want.dtype == DType::kFloat4E2M1 ? checked_round_up(want.cols, 2, name)
+                                                        : want.cols;
   return TensorView::contiguous(p, want.dtype, {want.rows, cols}, dev);
 }
 
@@ -181,7 +190,9 @@ tessera_status tessera_quantize(tessera_quantizer q, const void* x, int32_t x_dt
     using namespace tessera;
     Quantizer& qz = c_api::quantizer_of(q);
     TESSERA_CHECK(x_dtype >= 0 && x_dtype < kNumDTypes, "x_dtype: value ", x_dtype, " is not a tessera_dtype");
-    TESSERA_CHECK(x != nullptr || rows * cols == 0, "x: NULL");
+    const int64_t numel = c_api::checked_elements(rows, cols);
+    TESSERA_CHECK(x != nullptr || numel == 0, "x: NULL");
+    (void)checked_dtype_bytes(static_cast<DType>(x_dtype), numel, "x: rows * cols elements");
     QuantizedTensorView v = c_api::view_of(qz, out, rows, cols);
     const TensorView xv = TensorView::contiguous(const_cast<void*>(x), static_cast<DType>(x_dtype),
                                                  {rows, cols}, qz.device());
@@ -195,7 +206,9 @@ tessera_status tessera_dequantize(tessera_quantizer q, const tessera_quantized_b
   return guard([&] {
     using namespace tessera;
     Quantizer& qz = c_api::quantizer_of(q);
-    TESSERA_CHECK(out != nullptr || rows * cols == 0, "out: NULL");
+    const int64_t numel = c_api::checked_elements(rows, cols);
+    TESSERA_CHECK(out != nullptr || numel == 0, "out: NULL");
+    (void)checked_dtype_bytes(DType::kFloat32, numel, "out: rows * cols float32");
     const QuantizedTensorView v = c_api::view_of(qz, in, rows, cols);
     dequantize(v, TensorView::contiguous(out, DType::kFloat32, {rows, cols}, qz.device()),
                columnwise != 0, Stream{stream});

@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "tessera/core/checked_math.h"
 #include "tessera/core/dispatch.h"
 #include "tessera/core/status.h"
 
@@ -66,8 +67,8 @@ DType parse_dtype(std::string_view name) {
                "float8_e8m0fnu, float4_e2m1fn)");
 }
 
-int64_t dtype_bytes(DType dt, int64_t numel) noexcept {
-  return (numel * dtype_bits(dt) + 7) / 8;
+int64_t dtype_bytes(DType dt, int64_t numel) {
+  return checked_dtype_bytes(dt, numel, dtype_name(dt));
 }
 
 bool is_floating_input(DType dt) noexcept {

@@ -3,6 +3,7 @@
 
 #include <sstream>
 
+#include "tessera/core/checked_math.h"
 #include "tessera/core/status.h"
 
 namespace tessera {
@@ -16,9 +17,14 @@ TensorView TensorView::contiguous(void* data, DType dtype, const int64_t* shape,
   v.dtype = dtype;
   v.device = device;
   v.ndim = ndim;
+  for (int i = 0; i < ndim; ++i)
+    TESSERA_CHECK(shape[i] >= 0, "TensorView: shape[", i, "] = ", shape[i], " is negative");
+  // kOutOfRange when the element count (of the non-zero extents) or the byte size overflows;
+  // after it every stride below fits.
+  (void)checked_dtype_bytes(dtype, checked_numel(shape, ndim, "TensorView: shape"),
+                            "TensorView: bytes");
   int64_t stride = 1;
   for (int i = ndim - 1; i >= 0; --i) {
-    TESSERA_CHECK(shape[i] >= 0, "TensorView: shape[", i, "] = ", shape[i], " is negative");
     v.shape[i] = shape[i];
     v.strides[i] = stride;
     stride *= shape[i];
@@ -38,17 +44,13 @@ int64_t TensorView::size(int dim) const {
   return shape[d];
 }
 
-int64_t TensorView::numel() const {
-  int64_t n = 1;
-  for (int i = 0; i < ndim; ++i) n *= shape[i];
-  return n;
-}
+int64_t TensorView::numel() const { return checked_numel(shape.data(), ndim, "TensorView: shape"); }
 
 bool TensorView::is_contiguous() const {
   int64_t stride = 1;
   for (int i = ndim - 1; i >= 0; --i) {
     if (shape[i] != 1 && strides[i] != stride) return false;
-    stride *= shape[i];
+    stride = checked_mul(stride, shape[i], "TensorView: shape");
   }
   return true;
 }

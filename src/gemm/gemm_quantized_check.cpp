@@ -2,6 +2,8 @@
 // recipe pairing of A and B.
 #include "gemm/gemm_quantized_check.h"
 
+#include "tessera/core/checked_math.h"
+
 namespace tessera::detail {
 namespace {
 
@@ -9,7 +11,8 @@ namespace {
 // starting on a byte), is contiguous and lives on `dev`.
 void check_buffer(const TensorView& v, const MatrixShape& want, Device dev, const char* name,
                   const char* field) {
-  const int64_t cols = want.dtype == DType::kFloat4E2M1 ? (want.cols + 1) / 2 * 2 : want.cols;
+  const int64_t cols = want.dtype == DType::kFloat4E2M1 ? checked_round_up(want.cols, 2, "cols")
+                                                        : want.cols;
   TESSERA_CHECK_STATUS(v.dtype == want.dtype, Status::kDTypeMismatch, name, ".", field,
                        ": dtype ", dtype_name(v.dtype), ", expected ", dtype_name(want.dtype));
   TESSERA_CHECK_STATUS(v.ndim == 2 && v.shape[0] == want.rows && v.shape[1] == cols,

@@ -84,6 +84,8 @@ void run_planned(const GroupedGemmProblem& problem, const Plan& plan, const Tens
                          Status::kMisaligned, "workspace: must be ", kBufferAlignment,
                          "-byte aligned");
   }
+  // No output element (e.g. 2^40 empty batches): nothing to compute, whatever the group count.
+  if (problem.d.numel() == 0) return;
   if (problem.a.device().is_cuda()) {
     detail::grouped_gemm_cuda(problem, plan.dims, workspace.data, have, stream);
   } else {

@@ -6,6 +6,7 @@
 
 #include "gemm/gemm_backend.h"
 #include "gemm/gemm_quantized_check.h"
+#include "tessera/core/checked_math.h"
 #include "tessera/core/dispatch.h"
 
 namespace tessera::detail {
@@ -96,7 +97,7 @@ void check_host_offsets(const GroupedGemmProblem& p, const I* offs, int64_t capa
                   static_cast<int64_t>(offs[0]));
   }
   int64_t prev = 0;
-  const int64_t n = start ? p.num_groups + 1 : p.num_groups;
+  const int64_t n = start ? checked_add(p.num_groups, 1, "num_groups + 1") : p.num_groups;
   for (int64_t i = 0; i < n; ++i) {
     const int64_t v = static_cast<int64_t>(offs[i]);
     TESSERA_CHECK_STATUS(v >= 0, Status::kOutOfRange, "group_offsets[", i, "] = ", v,
@@ -117,7 +118,7 @@ void check_offsets(const GroupedGemmProblem& p, int64_t capacity) {
   const bool start = p.offsets_format == GroupOffsetsFormat::kStartOffsets;
   TESSERA_CHECK(start || p.offsets_format == GroupOffsetsFormat::kEndOffsets,
                 "offsets_format: value ", static_cast<int>(p.offsets_format), " is unknown");
-  const int64_t want = start ? p.num_groups + 1 : p.num_groups;
+  const int64_t want = start ? checked_add(p.num_groups, 1, "num_groups + 1") : p.num_groups;
   TESSERA_CHECK_STATUS(o.ndim == 1 && o.numel() == want, Status::kShapeMismatch,
                        "group_offsets: expected ", want, " entries (",
                        start ? "G+1 start offsets" : "G end offsets", "), got ", o.to_string());
@@ -212,7 +213,8 @@ GroupedGemmDims check_batched(const GroupedGemmProblem& p, GemmPath path) {
 
 int64_t operand_rows(const GemmOperand& o) {
   if (o.is_quantized) return o.quantized.rows;
-  return o.dense.ndim == 3 ? o.dense.shape[0] * o.dense.shape[1] : o.dense.shape[0];
+  return o.dense.ndim == 3 ? checked_mul(o.dense.shape[0], o.dense.shape[1], "operand: G x rows")
+                           : o.dense.shape[0];
 }
 
 int64_t operand_cols(const GemmOperand& o) {

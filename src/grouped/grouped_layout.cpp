@@ -4,13 +4,14 @@
 #include <algorithm>
 #include <map>
 
+#include "tessera/core/checked_math.h"
 #include "tessera/core/status.h"
 #include "tessera/grouped/grouped_tensor.h"
 
 namespace tessera {
 namespace {
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t ceil_div(int64_t a, int64_t b) { return ceil_div_nonneg(a, b); }
 
 }  // namespace
 
@@ -34,7 +35,7 @@ QuantizerConfig unquantized_config() {
 
 int64_t ScaleSlotRule::size(int64_t rows) const {
   if (stride == 0) return constant;
-  return stride * ceil_div(rows, align) * align;
+  return checked_mul(stride, checked_round_up(rows, align, "scale slot: rows"), "scale slot");
 }
 
 // The rows of a member run along one axis of its scale matrix: the scale rows of the rowwise
@@ -79,7 +80,7 @@ std::vector<int64_t> grouped_scale_offsets(const QuantizerConfig& config,
     if (it == rules.end()) {
       it = rules.emplace(cols[g], grouped_scale_slot_rule(config, cols[g], columnwise)).first;
     }
-    offsets[g + 1] = offsets[g] + it->second.size(rows[g]);
+    offsets[g + 1] = checked_add(offsets[g], it->second.size(rows[g]), "grouped_scale_offsets");
   }
   return offsets;
 }
@@ -89,10 +90,12 @@ int64_t grouped_scale_capacity(const QuantizerConfig& config, int64_t num_tensor
   TESSERA_CHECK(num_tensors >= 0 && rows_bound >= 0, "grouped_scale_capacity: num_tensors ",
                 num_tensors, " and rows_bound ", rows_bound, " must be >= 0");
   const ScaleSlotRule rule = grouped_scale_slot_rule(config, cols, columnwise);
-  if (rule.stride == 0) return rule.constant * num_tensors;
+  const char* what = "grouped_scale_capacity";
+  if (rule.stride == 0) return checked_mul(rule.constant, num_tensors, what);
   // Σ roundup(r_g, a) <= Σ (r_g + a - 1) <= rows_bound + N (a - 1).
-  const int64_t padded_rows = rows_bound + num_tensors * (rule.align - 1);
-  return rule.stride * padded_rows;
+  const int64_t padded_rows =
+      checked_add(rows_bound, checked_mul(num_tensors, rule.align - 1, what), what);
+  return checked_mul(rule.stride, padded_rows, what);
 }
 
 }  // namespace tessera

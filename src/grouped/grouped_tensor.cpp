@@ -6,6 +6,7 @@
 
 #include "grouped/grouped_backend.h"
 #include "grouped/grouped_plan.h"
+#include "tessera/core/checked_math.h"
 #include "tessera/core/dispatch.h"
 #include "tessera/core/status.h"
 #include "tessera/quantize/quantizer.h"
@@ -107,12 +108,12 @@ GroupedPlan plan_from_shapes(std::span<const std::array<int64_t, 2>> shapes,
   }
   p.mode = infer_mode(shapes, options.mode);
   int64_t sum_rows = 0;
-  for (int64_t r : p.rows) sum_rows += r;
+  for (int64_t r : p.rows) sum_rows = checked_add(sum_rows, r, "GroupedTensor: member rows");
   p.uniform_rows = p.rows[0];
   p.uniform_cols = p.cols[0];
   switch (p.mode) {
     case GroupedShapeMode::kAllSame:
-      p.logical_rows = p.n * p.uniform_rows;
+      p.logical_rows = checked_mul(p.n, p.uniform_rows, "GroupedTensor: members x rows");
       p.logical_cols = p.uniform_cols;
       break;
     case GroupedShapeMode::kVaryingFirst:
@@ -141,7 +142,7 @@ GroupedPlan plan_from_shapes(std::span<const std::array<int64_t, 2>> shapes,
                          " is smaller than the ", sum_rows, " rows of the members");
     p.logical_rows = options.capacity_rows;
   }
-  p.data_elems = p.logical_rows * p.logical_cols;
+  p.data_elems = checked_mul(p.logical_rows, p.logical_cols, "GroupedTensor: rows x cols");
   plan_scales(p, options.config, capacity);
   return p;
 }
@@ -461,7 +462,8 @@ void fill_metadata_cpu(const TensorView& splits, int64_t* first_dims,
     for (int64_t g = 0; g < n; ++g) first_dims[g] = static_cast<int64_t>(s[g]);
   });
   for (size_t k = 0; k < arange_out.size(); ++k) {
-    for (int64_t g = 0; g <= n; ++g) arange_out[k][g] = g * step[k];
+    for (int64_t g = 0; g <= n; ++g)
+      arange_out[k][g] = checked_mul(g, step[k], "GroupedTensor: scale offsets");
   }
 }
 
@@ -476,9 +478,10 @@ void check_precomputed_offsets_cpu(const TensorView& offsets, const TensorView& 
                   "] = ", o[g], " > [", g + 1, "] = ", o[g + 1]);
   }
   for (int64_t g = 0; g < first_dims.shape[0]; ++g) {
-    TESSERA_CHECK(o[g + 1] - o[g] == f[g] * cols, "GroupedTensor: tensor_offsets[", g + 1,
-                  "] - tensor_offsets[", g, "] = ", o[g + 1] - o[g], " but splits[", g, "] x cols = ",
-                  f[g] * cols);
+    const int64_t want = checked_mul(f[g], cols, "GroupedTensor: splits x cols");
+    TESSERA_CHECK(o[g + 1] - o[g] == want, "GroupedTensor: tensor_offsets[", g + 1,
+                  "] - tensor_offsets[", g, "] = ", o[g + 1] - o[g], " but splits[", g,
+                  "] x cols = ", want);
   }
 }
 

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "grouped/grouped_plan.h"
+#include "tessera/core/checked_math.h"
 #include "tessera/core/status.h"
 
 namespace tessera {
@@ -62,7 +63,8 @@ QuantizedTensorView grouped_quantized_member(const GroupedTensorView& t, int64_t
     const MatrixShape ds = data_shape(t.config, rows, cols, cw);
     const MatrixShape ss = scale_shape(t.config, rows, cols, cw);
     // E2M1 rows start on a byte: the view has roundup(cols, 2) codes per row, as standalone.
-    const int64_t dcols = ds.dtype == DType::kFloat4E2M1 ? (ds.cols + 1) / 2 * 2 : ds.cols;
+    const int64_t dcols =
+        ds.dtype == DType::kFloat4E2M1 ? checked_round_up(ds.cols, 2, "member cols") : ds.cols;
     (cw ? q.columnwise_data : q.data) = TensorView::contiguous(
         byte_at(data, ds.dtype, off), ds.dtype, {ds.rows, dcols}, t.device);
     (cw ? q.columnwise_scale_inv : q.scale_inv) = TensorView::contiguous(

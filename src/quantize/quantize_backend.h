@@ -33,6 +33,12 @@ void quantize_cpu(const QuantizerConfig& config, const TensorView& x,
                   const QuantizedTensorView& out, const QuantizeRequest& req);
 void dequantize_cpu(const QuantizedTensorView& q, const TensorView& out, bool columnwise);
 
+// An input without elements (M == 0 or K == 0) in host memory, instead of a host backend
+// (quantize_empty.cpp): the same bits as the reference and the CPU backend give, with work
+// proportional to the output (a (2^40, 0) input returns at once).
+void quantize_empty_host(const QuantizerConfig& config, const QuantizedTensorView& out,
+                         const QuantizeRequest& req);
+
 // The CUDA backend (src/quantize/cuda, owned by the CUDA engineer); quantize_no_cuda.cpp throws
 // kNoDevice in builds without CUDA. Asynchronous on `stream`; no host synchronization.
 void quantize_cuda(const QuantizerConfig& config, const TensorView& x,

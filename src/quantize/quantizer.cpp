@@ -121,14 +121,18 @@ void Quantizer::quantize(const TensorView& x, QuantizedTensorView& out, Backend 
     req.delayed_scale = scale_.as<float>();
     req.amax_history = amax_history_.as<float>();
   }
+  // No element: host backends take the empty path (work proportional to the output).
+  const bool empty = x.numel() == 0;
   switch (backend) {
     case Backend::kReference:
       TESSERA_CHECK(device_.is_cpu(), "backend: the reference runs on host memory only");
-      detail::quantize_reference(config_, x, out, req);
+      empty ? detail::quantize_empty_host(config_, out, req)
+            : detail::quantize_reference(config_, x, out, req);
       break;
     case Backend::kCPU:
       TESSERA_CHECK(device_.is_cpu(), "backend: cpu, but the data is on ", to_string(device_));
-      detail::quantize_cpu(config_, x, out, req);
+      empty ? detail::quantize_empty_host(config_, out, req)
+            : detail::quantize_cpu(config_, x, out, req);
       break;
     case Backend::kCUDA:
       TESSERA_CHECK_STATUS(device_.is_cuda(), Status::kInvalidArgument,
@@ -196,16 +200,20 @@ void dequantize(const QuantizedTensorView& q, const TensorView& out, bool column
   TESSERA_CHECK(columnwise ? q.has_columnwise() : q.has_rowwise(), "q: has no ",
                 columnwise ? "columnwise" : "rowwise", " copy to dequantize");
   check_usage_buffers(q, columnwise, q.device);
+  const bool empty = out.numel() == 0;  // nothing to write, whatever the empty extent
   switch (backend) {
     case Backend::kReference:
       TESSERA_CHECK(q.device.is_cpu(), "backend: the reference runs on host memory only");
-      return detail::dequantize_reference(q, out, columnwise);
+      if (!empty) detail::dequantize_reference(q, out, columnwise);
+      return;
     case Backend::kCPU:
       TESSERA_CHECK(q.device.is_cpu(), "backend: cpu, but the data is on ", to_string(q.device));
-      return detail::dequantize_cpu(q, out, columnwise);
+      if (!empty) detail::dequantize_cpu(q, out, columnwise);
+      return;
     case Backend::kCUDA:
       TESSERA_CHECK(q.device.is_cuda(), "backend: cuda, but the data is on ", to_string(q.device));
-      return detail::dequantize_cuda(q, out, columnwise, stream);
+      if (!empty) detail::dequantize_cuda(q, out, columnwise, stream);
+      return;
     default:
       TESSERA_FAIL(Status::kInvalidArgument, "backend: value ", static_cast<int>(backend),
                    " is not known; expected reference, cpu or cuda");

@@ -5,13 +5,15 @@
 #include <cstring>
 #include <string>
 
+#include "tessera/core/checked_math.h"
 #include "tessera/core/status.h"
 
 namespace tessera {
 namespace {
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
+// Overflow-safe (core/checked_math.h): a padded extent past INT64_MAX throws kOutOfRange.
+int64_t ceil_div(int64_t a, int64_t b) { return ceil_div_nonneg(a, b); }
+int64_t round_up(int64_t a, int64_t b) { return checked_round_up(a, b, "(rows, cols) padded"); }
 
 // E2M1 rows start on a byte: the view covers (rows, roundup(cols, 2)) codes.
 TensorView view_2d(const Buffer& b, const MatrixShape& s) {
@@ -99,8 +101,8 @@ void validate_config(const QuantizerConfig& c) {
 }
 
 int64_t MatrixShape::bytes() const {
-  if (dtype == DType::kFloat4E2M1) return rows * ceil_div(cols, 2);
-  return dtype_bytes(dtype, rows * cols);
+  if (dtype == DType::kFloat4E2M1) return checked_mul(rows, ceil_div(cols, 2), "(rows, cols) bytes");
+  return checked_dtype_bytes(dtype, numel(), "(rows, cols) bytes");
 }
 
 MatrixShape data_shape(const QuantizerConfig& config, int64_t rows, int64_t cols, bool columnwise) {

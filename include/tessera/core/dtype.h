@@ -29,8 +29,9 @@ const char* dtype_name(DType dt) noexcept;
 // Accepts the canonical names and common aliases ("fp32", "bf16", "float8_e4m3fn", ...).
 // Throws Error(kInvalidArgument) naming the accepted values.
 DType parse_dtype(std::string_view name);
-// Bytes needed for `numel` elements (rounds sub-byte types up).
-int64_t dtype_bytes(DType dt, int64_t numel) noexcept;
+// Bytes needed for `numel` elements (rounds sub-byte types up). Throws Error(kOutOfRange) when
+// the byte count overflows int64 (see core/checked_math.h).
+int64_t dtype_bytes(DType dt, int64_t numel);
 bool is_floating_input(DType dt) noexcept;  // float32 / bfloat16 / float16
 
 }  // namespace tessera

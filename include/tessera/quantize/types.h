@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include "tessera/core/buffer.h"
+#include "tessera/core/checked_math.h"
 #include "tessera/core/tensor_view.h"
 #include "tessera/formats/scaling_modes.h"
 #include "tessera/quantize/scale_rules.h"
@@ -87,7 +88,8 @@ struct MatrixShape {
   int64_t rows = 0;
   int64_t cols = 0;
   DType dtype = DType::kFloat32;
-  int64_t numel() const { return rows * cols; }
+  // Both throw Error(kOutOfRange) when the result overflows int64.
+  int64_t numel() const { return checked_mul(rows, cols, "(rows, cols)"); }
   int64_t bytes() const;  // E2M1 rows start on a byte: rows * ceil(cols/2)
 };
 

@@ -17,6 +17,7 @@
 #include "gemm/cpu/blocking_parallel.h"
 #include "gemm/cpu/operand_fp32.h"
 #include "gemm/gemm_backend.h"
+#include "tessera/core/checked_math.h"
 #include "tessera/core/dispatch.h"
 
 namespace tessera::detail {
@@ -41,10 +42,10 @@ LiveRows live_rows(const GroupedGemmProblem& p, const GroupedGemmDims& dims, int
       r = {total, operand_rows(p.b), total};
       break;
     case GroupedGemmKind::kKGrouped:
-      r = {total, total, dims.groups * dims.m};
+      r = {total, total, checked_mul(dims.groups, dims.m, "D: G x M")};
       break;
     case GroupedGemmKind::kBatched:
-      r = {operand_rows(p.a), operand_rows(p.b), dims.groups * dims.m};
+      r = {operand_rows(p.a), operand_rows(p.b), checked_mul(dims.groups, dims.m, "D: G x M")};
       break;
   }
   return r;
@@ -144,9 +145,11 @@ std::vector<int64_t> uniform_starts(int64_t groups, int64_t rows_per_group) {
 
 int64_t grouped_gemm_cpu_workspace_size(const GroupedGemmProblem& p, const GroupedGemmDims& dims) {
   const LiveRows cap = capacity_rows(p, dims);
+  const char* what = "CPU grouped GEMM workspace";
   int64_t bytes = operand_fp32_bytes(p.a, cap.a, operand_cols(p.a));
-  bytes += operand_fp32_bytes(p.b, cap.b, operand_cols(p.b));
-  if (p.d.dtype != DType::kFloat32) bytes += fp32_region_bytes(cap.d * dims.n);
+  bytes = checked_add(bytes, operand_fp32_bytes(p.b, cap.b, operand_cols(p.b)), what);
+  if (p.d.dtype != DType::kFloat32)
+    bytes = checked_add(bytes, fp32_region_bytes(checked_mul(cap.d, dims.n, "D rows x N")), what);
   return bytes;
 }
 

@@ -3,6 +3,7 @@
 
 #include "gemm/cpu/blocking_parallel.h"
 #include "tessera/core/buffer.h"
+#include "tessera/core/checked_math.h"
 #include "tessera/core/dispatch.h"
 
 namespace tessera::detail {
@@ -25,7 +26,8 @@ int64_t image_rows(const GemmOperand& o, int64_t rows) {
 
 int64_t fp32_region_bytes(int64_t elems) {
   const int64_t a = static_cast<int64_t>(kBufferAlignment);
-  return (elems * 4 + a - 1) / a * a;
+  const char* what = "CPU grouped GEMM workspace (float32 operand copy)";
+  return checked_round_up(checked_mul(elems, 4, what), a, what);
 }
 
 float* WorkspaceCursor::take_floats(int64_t elems) {
@@ -38,7 +40,9 @@ float* WorkspaceCursor::take_floats(int64_t elems) {
 }
 
 int64_t operand_fp32_bytes(const GemmOperand& o, int64_t rows, int64_t cols) {
-  return used_in_place(o) ? 0 : fp32_region_bytes(image_rows(o, rows) * cols);
+  return used_in_place(o) ? 0
+                          : fp32_region_bytes(checked_mul(image_rows(o, rows), cols,
+                                                          "operand rows x cols"));
 }
 
 Fp32Image operand_fp32(const GemmOperand& o, const char* name, int64_t rows,
