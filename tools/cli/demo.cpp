@@ -138,20 +138,22 @@ void print_reference_notes(const DemoConfig& c, const Plans& p) {
 }
 
 // Trains one recipe; returns false (and notes why) when the device cannot run it.
+// `name` is the recipe's name as shown, e.g. "fp32 (cpu)": the recipe is its first word.
 bool run_one(const DemoConfig& c, const demo::DemoData& data, const std::string& name,
              const RunPlan& plan, RecipeRun& out, std::vector<std::string>& skipped) {
+  const std::string recipe = name.substr(0, name.find(' '));
   Progress progress{name, plan.steps, std::chrono::steady_clock::now()};
   if (plan.steps == 0) {
     std::fprintf(stderr, "  %-12s gradient probe on %lld tokens\n", name.c_str(),
                  static_cast<long long>(plan.probe_tokens));
   }
   try {
-    out = demo::train_recipe(c, data, name, *demo::make_demo_recipe(name), plan,
+    out = demo::train_recipe(c, data, name, *demo::make_demo_recipe(recipe), plan,
                              show_progress, &progress);
   } catch (const Error& e) {
     // A recipe the device cannot run yet (e.g. MXFP8 / NVFP4 GEMM operands on CUDA) is
     // reported and skipped; any other failure stops the demo.
-    if (e.status() != Status::kUnsupported || name == "fp32") throw;
+    if (e.status() != Status::kUnsupported || recipe == "fp32") throw;
     skipped.push_back(name + ": " + user_message(e));
     std::fprintf(stderr, "%s%s: not supported on %s, skipped\n", isatty(2) ? "\n" : "",
                  name.c_str(), to_string(c.device).c_str());
