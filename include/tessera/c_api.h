@@ -231,7 +231,7 @@ tessera_status tessera_dequantize(tessera_quantizer q, const tessera_quantized_b
 /* Delayed scaling: rolls the amax history and computes the next scale. */
 tessera_status tessera_quantizer_update(tessera_quantizer q, void* stream);
 
-/* ---- expert-parallel routing (DESIGN §11; contract: tessera/nn/moe_routing.h) ---------------
+/* ---- expert-parallel routing (docs/moe.md; contract: tessera/nn/moe_routing.h) ---------------
  * T tokens, k choices, E experts, H hidden, `rows` permuted rows (tessera_moe_permuted_rows).
  * Index maps (slot_map (T, k), row_pair (rows)) are int32 or int64 (map_dtype); activations are
  * float32/bfloat16/float16; probs float32 (T, k) or NULL (weights 1). All pointers on `device`;

@@ -84,7 +84,7 @@ def decode(codes, format: str, last_dim: int = -1) -> np.ndarray:
     return _tessera.decode(arr, format, last_dim)
 
 
-# ---- grouped GEMM (DESIGN §7) -----------------------------------------------------------------
+# ---- grouped GEMM (docs/gemm.md) -----------------------------------------------------------------
 _GEMM_DTYPES = ("float32", "float16", "bfloat16")
 
 
@@ -241,14 +241,14 @@ def grouped_gemm(a, b, offsets=None, *, kind: str = "m_grouped", transpose_a=Non
 __all__ += ["grouped_gemm"]
 
 
-from ._tessera import QuantizedTensor, recipe_table  # noqa: E402  (DESIGN §4)
+from ._tessera import QuantizedTensor, recipe_table  # noqa: E402  (docs/numerics.md)
 
 __all__ += ["QuantizedTensor", "quantize", "recipe_table"]
 
 
 @_tessera_errors
 def quantize(x, recipe_or_mode: str, rowwise: bool = True, columnwise: bool = False, **options):
-    """Quantizes a 2-D float32/float16/bfloat16 host array (DESIGN §4, docs/numerics.md).
+    """Quantizes a 2-D float32/float16/bfloat16 host array (docs/numerics.md).
 
     `recipe_or_mode`: a recipe ("fp8_delayed", "fp8_current[:e4m3|:e5m2|:hybrid]", "fp8_rowwise",
     "fp8_block", "mxfp8", "nvfp4"; the config of `role`, default "input") or a scaling mode

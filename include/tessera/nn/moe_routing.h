@@ -1,4 +1,4 @@
-// Expert-parallel routing (DESIGN §11): routing metadata from router top-k indices, `permute`
+// Expert-parallel routing (docs/moe.md): routing metadata from router top-k indices, `permute`
 // (tokens into expert-major order, each expert's group padded, optionally quantized in the same
 // pass), `unpermute` (gather back and combine the top-k rows weighted by the routing
 // probabilities), and the backward of both. CPU and CUDA, chosen by the device of the tensors.

@@ -6,7 +6,7 @@ host sync, CUDA-graph capturable.
 
 Quantization: `quantize_fp8_rowwise` (a custom op) runs tessera's rowwise quantizer when the
 extension has it for the tensor's device; otherwise the torch implementation of the same rule
-(DESIGN §4 current scaling: scale = 448 / amax, amax 0 or non-finite -> 1, saturating RNE cast).
+(docs/numerics.md, current scaling: scale = 448 / amax, amax 0 or non-finite -> 1, saturating RNE cast).
 `quantize_backend(device)` says which one runs.
 """
 from typing import Tuple

@@ -1,4 +1,4 @@
-"""Expert parallelism for tessera.torch (DESIGN §11): routing ops on one device, and (re-exported
+"""Expert parallelism for tessera.torch (docs/moe.md): routing ops on one device, and (re-exported
 from moe_dist) dispatch / combine over torch.distributed.
 
 Ops (torch.library custom ops in the "tessera" namespace, fake impls for torch.compile):

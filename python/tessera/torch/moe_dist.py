@@ -1,4 +1,4 @@
-"""Dispatch and combine of an expert-parallel MoE layer over torch.distributed (DESIGN §11).
+"""Dispatch and combine of an expert-parallel MoE layer over torch.distributed (docs/moe.md).
 
 Experts are sharded over the ranks of a ProcessGroup: rank d owns global experts
 [d*L, (d+1)*L), L = num_experts / world. A step on every rank:

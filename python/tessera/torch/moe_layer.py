@@ -1,4 +1,4 @@
-"""tessera.torch.MoELayer: router -> dispatch -> local experts -> combine (DESIGN §11).
+"""tessera.torch.MoELayer: router -> dispatch -> local experts -> combine (docs/moe.md).
 
     layer = MoELayer(hidden, ffn, num_experts, top_k, recipe="bf16", ep_group=None,
                      capacity_factor=None, experts=None)
