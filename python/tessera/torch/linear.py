@@ -63,15 +63,26 @@ def _fp8_operand(data: Tensor, scale: Tensor, rows: int, cols: int, columnwise: 
 
 # ---- the three FP8 GEMMs as custom ops (fake implementations: torch.compile traces them) -------
 
+def _m_grouped_fp8(aq: Tensor, a_s: Tensor, bq: Tensor, b_s: Tensor, offs: Tensor,
+                   b_rows: int, b_cols: int, b_columnwise: bool, out_cols: int,
+                   out_dtype: torch.dtype, name: str) -> Tensor:
+    """out (T, out_cols) = A (T, ·) rowwise × the logical (b_rows, b_cols) weight matrix read
+    from its rowwise copy (TN: forward) or its transposed columnwise copy (NN: dgrad); rows past
+    offs[-1] zero (see module doc)."""
+    t, c = aq.shape
+    out = aq.new_zeros((t, out_cols), dtype=out_dtype)
+    br.run(br.KIND_M_GROUPED, _fp8_operand(aq, a_s, t, c, False),
+           _fp8_operand(bq, b_s, b_rows, b_cols, b_columnwise), out, offs, transpose_a=False,
+           transpose_b=not b_columnwise,
+           key=(name, t, c, b_rows, b_cols, out_dtype, a_s.numel() == 1))
+    return out
+
+
 def _fprop_impl(xq: Tensor, xs: Tensor, wq: Tensor, ws: Tensor, offs: Tensor, groups: int,
                 out_dtype: torch.dtype) -> Tensor:
-    t, k = xq.shape
     n = wq.shape[0] // groups
-    y = xq.new_zeros((t, n), dtype=out_dtype)  # rows past offs[-1] stay 0 (see module doc)
-    br.run(br.KIND_M_GROUPED, _fp8_operand(xq, xs, t, k, False),
-           _fp8_operand(wq, ws, groups * n, k, False), y, offs, transpose_a=False,
-           transpose_b=True, key=("fp8_fprop", t, k, n, groups, out_dtype, xs.numel() == 1))
-    return y
+    return _m_grouped_fp8(xq, xs, wq, ws, offs, groups * n, xq.shape[1], False, n, out_dtype,
+                          "fp8_fprop")
 
 
 @torch.library.custom_op("tessera::fp8_linear_fprop", mutates_args=())
@@ -88,13 +99,9 @@ def _fprop_fake(xq, xs, wq, ws, offs, groups, out_dtype):
 
 def _dgrad_impl(dyq: Tensor, dys: Tensor, wcq: Tensor, wcs: Tensor, offs: Tensor, groups: int,
                 out_dtype: torch.dtype) -> Tensor:
-    t, n = dyq.shape
     k = wcq.shape[0]
-    dx = dyq.new_zeros((t, k), dtype=out_dtype)  # rows past offs[-1] stay 0 (see module doc)
-    br.run(br.KIND_M_GROUPED, _fp8_operand(dyq, dys, t, n, False),
-           _fp8_operand(wcq, wcs, groups * n, k, True), dx, offs, transpose_a=False,
-           transpose_b=False, key=("fp8_dgrad", t, k, n, groups, out_dtype, dys.numel() == 1))
-    return dx
+    return _m_grouped_fp8(dyq, dys, wcq, wcs, offs, groups * dyq.shape[1], k, True, k, out_dtype,
+                          "fp8_dgrad")
 
 
 @torch.library.custom_op("tessera::fp8_linear_dgrad", mutates_args=())
