@@ -70,8 +70,8 @@ QuantizerConfig config_from_name(const std::string& what, const std::string& rol
 void register_formats(nb::module_& m);
 void register_scan(nb::module_& m);
 void register_gemm(nb::module_& m);
-void register_torch_gemm(nb::module_& m);
-void register_torch_quantize(nb::module_& m);
+void register_dlpack_gemm(nb::module_& m);
+void register_dlpack_quantize(nb::module_& m);
 void register_quantize(nb::module_& m);
 void register_grouped(nb::module_& m);
 void register_moe(nb::module_& m);  // expert-parallel routing ops (moe_py.cpp)

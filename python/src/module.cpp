@@ -99,8 +99,8 @@ NB_MODULE(_tessera, m) {
   tessera::python::register_formats(m);
   tessera::python::register_scan(m);
   tessera::python::register_gemm(m);
-  tessera::python::register_torch_gemm(m);
-  tessera::python::register_torch_quantize(m);
+  tessera::python::register_dlpack_gemm(m);
+  tessera::python::register_dlpack_quantize(m);
   tessera::python::register_quantize(m);
   tessera::python::register_grouped(m);
   tessera::python::register_moe(m);

@@ -1,7 +1,9 @@
 // Plain-data parameters of the sm90 grouped GEMM kernel (host and device share this struct; no
-// CUDA types in it). Built by the launcher (grouped_gemm_sm90.cu) from a GroupedGemmLaunch.
+// CUDA types in it). Built by the launcher (grouped_gemm_sm90.cu) from an Sm90GroupedGemm
+// (grouped_gemm_sm90.h).
 //
-// Conventions (all operands K-major, i.e. the contraction dim is contiguous):
+// Conventions (operands K-major, i.e. the contraction dim contiguous, unless the element kind reads
+// one MN-major: sm90_mma_kinds.cuh):
 //   M-grouped: D rows [start_g, end_g) = A rows [start_g, end_g) (capacity, k) · B_gᵀ; B_g is the
 //     box of the B tensor map at rows g·b_group_rows + [0, n) and contraction columns
 //     g·b_group_cols + [0, k). D (capacity, n), row stride ldd.

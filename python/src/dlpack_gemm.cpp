@@ -22,18 +22,12 @@
 #include "bindings.h"
 #include "tessera/core/status.h"
 
-// The grouped GEMM layer lands separately; until its header is in the tree this file registers
-// nothing (tessera.torch then reports the missing entry points when called).
-#if __has_include("tessera/gemm/grouped_gemm.h")
-#define TESSERA_PY_HAS_GEMM 1
 #include "tessera/gemm/grouped_gemm.h"
 #include "tessera/quantize/types.h"
-#endif
 
 namespace tessera::python {
 void register_dlpack(nb::module_& m);
 
-#if TESSERA_PY_HAS_GEMM
 namespace {
 
 // A GemmOperand plus the arrays that back it (holding them keeps the memory alive for as long as
@@ -48,20 +42,6 @@ ArrayOperand dense_operand(const DeviceArray& x) {
   o.op = GemmOperand::from_dense(device_view(x, "array"));
   o.keep.push_back(x);
   return o;
-}
-
-// The names of ScalingMode (those of scaling_mode_name in types.h), kept here so the binding
-// does not need the quantize layer's implementation to be linked in.
-ScalingMode parse_scaling_mode(const std::string& name) {
-  static constexpr const char* kNames[] = {"none",  "tensor",      "rowwise", "block1x128",
-                                           "block128x128", "mxfp8", "mxfp8_32x32", "nvfp4",
-                                           "nvfp4_16x16"};
-  for (int i = 1; i < static_cast<int>(std::size(kNames)); ++i) {
-    if (name == kNames[i]) return static_cast<ScalingMode>(i);
-  }
-  TESSERA_FAIL(Status::kInvalidArgument, "mode: '", name,
-               "' is not a scaling mode; expected tensor, rowwise, block1x128, block128x128, "
-               "mxfp8, mxfp8_32x32, nvfp4 or nvfp4_16x16");
 }
 
 // A 2-D array of codes (any 8-bit element, read as `dtype`) or FP32/E8M0/E4M3 scales, as given.
@@ -82,7 +62,7 @@ ArrayOperand quantized_operand(const DeviceArray& data, const DeviceArray& scale
                                int64_t cols, bool columnwise) {
   TESSERA_CHECK(rows >= 0 && cols >= 0, "rows/cols: must be >= 0, got (", rows, ", ", cols, ")");
   QuantizerConfig config;
-  config.mode = parse_scaling_mode(mode);
+  config.mode = scaling_mode_from_name(mode.c_str());
   config.element = parse_dtype(element);
   TESSERA_CHECK(dtype_bits(config.element) == 8, "element: '", element,
                 "' is not accepted here; expected an 8-bit element (e4m3, e5m2)");
@@ -142,7 +122,7 @@ int64_t grouped_gemm_into(int kind, const ArrayOperand& a, const ArrayOperand& b
   const int64_t need = workspace_size(p);
   TensorView ws;
   if (workspace) ws = device_view(*workspace, DType::kUInt8, "workspace");
-  if (need > 0 && ws.numel() < need) return need;
+  if (ws.numel() < need) return need;
   {
     nb::gil_scoped_release release;
     run(p, ws, stream_of(stream));
@@ -152,7 +132,7 @@ int64_t grouped_gemm_into(int kind, const ArrayOperand& a, const ArrayOperand& b
 
 }  // namespace
 
-void register_torch_gemm(nb::module_& m) {
+void register_dlpack_gemm(nb::module_& m) {
   register_dlpack(m);
   nb::class_<ArrayOperand>(m, "_GemmOperand",
                            "A grouped GEMM operand over caller-owned DLPack arrays (private).");
@@ -171,9 +151,6 @@ void register_torch_gemm(nb::module_& m) {
         "Grouped GEMM into a caller-owned `out` on the caller's stream. Returns 0 when it ran, "
         "else the workspace bytes needed (nothing ran).");
 }
-#else
-void register_torch_gemm(nb::module_& m) { register_dlpack(m); }
-#endif
 
 namespace {
 // What tessera sees of an array (no copy): its data pointer, shape, dtype and device. Lets tests

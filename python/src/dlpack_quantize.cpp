@@ -95,7 +95,7 @@ void quantize_into(const DeviceArray& x, const std::string& mode, const std::str
 
 }  // namespace
 
-void register_torch_quantize(nb::module_& m) {
+void register_dlpack_quantize(nb::module_& m) {
   m.def("_quantize_into", &quantize_into, nb::arg("x").noconvert(), nb::arg("mode"),
         nb::arg("element"), nb::arg("rowwise"), nb::arg("columnwise"),
         nb::arg("data").noconvert(), nb::arg("scale_inv").noconvert(),
