@@ -401,3 +401,24 @@ def test_quantize_fp8_rowwise_is_tessera_bit_exact_cpu_cuda_and_oracle(device):
     print(f"\n[quantize {device}] tessera vs torch fallback: codes differing "
           f"{int((a != b).sum())} of {a.numel()}, scales differing {int((cpu[1] != s).sum())}")
     assert torch.all((a - b).abs() <= torch.maximum(b.abs() / 8, torch.tensor(2.0 ** -9)))
+
+
+def test_signatures_are_torchs_and_bias_is_refused_as_torch_does():
+    import inspect
+
+    def names(fn):
+        return list(inspect.signature(fn).parameters)
+
+    # torch's own schemas: aten::_grouped_mm / aten::_scaled_grouped_mm, whose two matrices are
+    # named (self, mat2) there and (mat_a, mat_b) in torch.nn.functional.grouped_mm
+    for ours, theirs in [(tt.grouped_mm, torch.ops.aten._grouped_mm.default),
+                         (tt.scaled_grouped_mm, torch.ops.aten._scaled_grouped_mm.default)]:
+        want = ["mat_a", "mat_b"] + [a.name for a in theirs._schema.arguments][2:]
+        assert names(ours) == want, (names(ours), want)
+    a = torch.randn(8, 16, dtype=torch.bfloat16)
+    b = torch.randn(2, 16, 8, dtype=torch.bfloat16)
+    offs = torch.tensor([4, 8], dtype=torch.int32)
+    with pytest.raises(ValueError, match="bias"):
+        tt.grouped_mm(a, b, offs, bias=torch.zeros(2, 8, dtype=torch.bfloat16))
+    # out_dtype keeps its keyword, as in torch
+    assert tt.grouped_mm(a, b, offs=offs, out_dtype=torch.float32).dtype == torch.float32

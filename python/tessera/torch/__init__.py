@@ -1,6 +1,6 @@
 """tessera.torch: tessera's grouped GEMM as PyTorch ops, autograd functions and modules.
 
-    grouped_mm(mat_a, mat_b, offs=None, out_dtype=None)          ~ torch._grouped_mm
+    grouped_mm(mat_a, mat_b, offs=None, bias=None, out_dtype=None) ~ torch._grouped_mm
     scaled_grouped_mm(mat_a, mat_b, scale_a, scale_b, offs=None, ...) ~ torch._scaled_grouped_mm
     grouped_linear(x, weight, offs, recipe)  the training step of a grouped linear layer
     fp8_rowwise_grouped_mm(x, w_t, offs)   differentiable dynamic FP8-rowwise grouped GEMM

@@ -13,6 +13,7 @@ K-grouped). An operand whose memory layout the kernel cannot read directly is co
 .contiguous(); the usual layouts (row-major A, B as a transposed view of contiguous weights) are
 never copied.
 """
+import inspect
 from typing import Optional
 
 import torch
@@ -97,10 +98,18 @@ def _resolve_out_dtype(a: Tensor, out_dtype: Optional[torch.dtype]) -> torch.dty
     return dt
 
 
+def _check_no_bias(bias: Optional[Tensor], name: str) -> None:
+    if bias is not None:
+        raise ValueError(f"{name}: bias is not supported (as in torch.{'_' + name}); add it to "
+                         f"the output, or use tessera.torch.GroupedLinear(bias=True)")
+
+
 @torch.library.custom_op("tessera::grouped_mm", mutates_args=())
 def grouped_mm(mat_a: Tensor, mat_b: Tensor, offs: Optional[Tensor] = None,
-               out_dtype: Optional[torch.dtype] = None) -> Tensor:
-    """torch._grouped_mm(mat_a, mat_b, offs=offs, out_dtype=out_dtype) on tessera's GEMM."""
+               bias: Optional[Tensor] = None, out_dtype: Optional[torch.dtype] = None) -> Tensor:
+    """torch._grouped_mm(mat_a, mat_b, offs=offs, bias=bias, out_dtype=out_dtype) on tessera's
+    GEMM (the same signature; bias must be None, as torch requires)."""
+    _check_no_bias(bias, "grouped_mm")
     _validate(mat_a, mat_b, offs, "grouped_mm")
     torch._check(mat_a.dtype in _FLOAT_DTYPES and mat_b.dtype == mat_a.dtype,
                  lambda: f"grouped_mm: mat_a/mat_b must share a float32/bfloat16/float16 dtype, "
@@ -128,13 +137,14 @@ def grouped_mm(mat_a: Tensor, mat_b: Tensor, offs: Optional[Tensor] = None,
 
 
 @grouped_mm.register_fake
-def _grouped_mm_fake(mat_a, mat_b, offs=None, out_dtype=None):
+def _grouped_mm_fake(mat_a, mat_b, offs=None, bias=None, out_dtype=None):
+    _check_no_bias(bias, "grouped_mm")
     _validate(mat_a, mat_b, offs, "grouped_mm")
     return _empty_out(mat_a, mat_b, offs, _resolve_out_dtype(mat_a, out_dtype))
 
 
 def _grouped_mm_setup(ctx, inputs, output):
-    mat_a, mat_b, offs, _ = inputs
+    mat_a, mat_b, offs, _, _ = inputs
     ctx.save_for_backward(mat_a, mat_b, offs)
 
 
@@ -171,7 +181,7 @@ def _grouped_mm_backward(ctx, grad):
             ga = gm(grad, b.t(), offs)                               # 2D x 2D -> (G, M, K)
         if need_b:
             gb = gm(_transposed(a), grad, offs)                      # 3D x 2D -> (K, T)
-    return ga, gb, None, None
+    return ga, gb, None, None, None
 
 
 grouped_mm.register_autograd(_grouped_mm_backward, setup_context=_grouped_mm_setup)
@@ -239,8 +249,9 @@ def scaled_grouped_mm(mat_a: Tensor, mat_b: Tensor, scale_a: Tensor, scale_b: Te
     """torch._scaled_grouped_mm with rowwise FP8 scales (scale_a per row of A, scale_b per column
     of B, per group for 2D x 2D), FP32 accumulation (use_fast_accum is accepted and ignored:
     tessera always accumulates in FP32)."""
-    torch._check(bias is None and scale_result is None,
-                 lambda: "scaled_grouped_mm: bias and scale_result are not supported (as torch)")
+    _check_no_bias(bias, "scaled_grouped_mm")
+    torch._check(scale_result is None,
+                 lambda: "scaled_grouped_mm: scale_result is not supported (as torch)")
     dt = _validate_scaled(mat_a, mat_b, scale_a, scale_b, offs, out_dtype)
     out = _empty_out(mat_a, mat_b, offs, dt)
     if mat_a.dim() == 2 and mat_b.dim() == 3:           # (T, K) x (G, K, N) -> (T, N)
@@ -290,3 +301,8 @@ def _scaled_grouped_mm_fake(mat_a, mat_b, scale_a, scale_b, offs=None, bias=None
                             scale_result=None, out_dtype=None, use_fast_accum=False):
     dt = _validate_scaled(mat_a, mat_b, scale_a, scale_b, offs, out_dtype)
     return _empty_out(mat_a, mat_b, offs, dt)
+
+
+# inspect.signature shows torch's argument lists (a custom op object wraps its function).
+grouped_mm.__signature__ = inspect.signature(grouped_mm._init_fn)
+scaled_grouped_mm.__signature__ = inspect.signature(scaled_grouped_mm._init_fn)
