@@ -5,17 +5,7 @@
 
 #include "tessera/c_api.h"
 
-static int failures = 0;
-static int checks = 0;
-
-#define EXPECT(cond)                                                    \
-  do {                                                                  \
-    ++checks;                                                           \
-    if (!(cond)) {                                                      \
-      ++failures;                                                       \
-      fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #cond); \
-    }                                                                   \
-  } while (0)
+#include "c_expect.h"
 
 int main(void) {
   const tessera_device cpu = {0, 0};

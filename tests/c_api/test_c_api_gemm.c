@@ -7,18 +7,7 @@
 
 #include "tessera/c_api.h"
 
-static int failures = 0;
-static int checks = 0;
-
-#define EXPECT(cond)                                                    \
-  do {                                                                  \
-    ++checks;                                                           \
-    if (!(cond)) {                                                      \
-      ++failures;                                                       \
-      fprintf(stderr, "%s:%d: expected %s (last error: %s)\n", __FILE__, __LINE__, #cond, \
-              tessera_last_error());                                    \
-    }                                                                   \
-  } while (0)
+#include "c_expect.h"
 
 enum { G = 3, T = 12, K = 5, N = 4, M = 3 };
 static const tessera_device kCpu = {0, 0};

@@ -10,18 +10,7 @@
 
 #include "tessera/c_api.h"
 
-static int failures = 0;
-static int checks = 0;
-
-#define EXPECT(cond)                                                                       \
-  do {                                                                                     \
-    ++checks;                                                                              \
-    if (!(cond)) {                                                                         \
-      ++failures;                                                                          \
-      fprintf(stderr, "%s:%d: expected %s (last error: %s)\n", __FILE__, __LINE__, #cond, \
-              tessera_last_error());                                                       \
-    }                                                                                      \
-  } while (0)
+#include "c_expect.h"
 
 #define P2(k) ((int64_t)1 << (k))
 static const tessera_device kCpu = {0, 0};

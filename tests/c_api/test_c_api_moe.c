@@ -8,16 +8,7 @@
 
 #include "tessera/c_api.h"
 
-static int failures = 0;
-
-#define EXPECT(cond)                                                                     \
-  do {                                                                                   \
-    if (!(cond)) {                                                                       \
-      fprintf(stderr, "%s:%d: expected %s (last error: %s)\n", __FILE__, __LINE__, #cond, \
-              tessera_last_error());                                                     \
-      ++failures;                                                                        \
-    }                                                                                    \
-  } while (0)
+#include "c_expect.h"
 
 enum { kT = 4, kK = 2, kE = 3, kH = 8 };
 

@@ -7,16 +7,7 @@
 
 #include "tessera/c_api.h"
 
-static int failures = 0;
-
-#define EXPECT(cond)                                                          \
-  do {                                                                        \
-    if (!(cond)) {                                                            \
-      fprintf(stderr, "%s:%d: expected %s (last error: %s)\n", __FILE__, __LINE__, #cond, \
-              tessera_last_error());                                          \
-      ++failures;                                                             \
-    }                                                                         \
-  } while (0)
+#include "c_expect.h"
 
 enum { kRows = 64, kCols = 96 };
 
