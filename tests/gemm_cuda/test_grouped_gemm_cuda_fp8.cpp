@@ -389,11 +389,23 @@ std::string compare_fp32(const std::string& name, const DeviceArray& d, int64_t 
   return "";
 }
 
+// The shapes of one forward/dgrad/wgrad run: tokens per group (multiples of 16: FP8 wgrad), N
+// (the dgrad contraction), K, capacity rows.
+struct LayerShape {
+  std::vector<int64_t> rows = {0, 48, 160, 0, 32};
+  int64_t n = 144, k = 192, cap = 256;
+};
+
 // Forward, dgrad and wgrad on operands quantized by tessera's CPU Quantizer; dy in
-// `grad_element` (E5M2: the HYBRID recipes, dgrad and wgrad then run the E5M2 x E4M3 kind).
-std::string run_with_tessera_quantizer(ScalingMode mode, DType grad_element = DType::kFloat8E4M3) {
-  const std::vector<int64_t> rows = {0, 48, 160, 0, 32};  // multiples of 16 (FP8 wgrad)
-  const int64_t groups = 5, n = 144, k = 192, cap = 256;  // n: dgrad contraction, multiple of 16
+// `grad_element` (E5M2: the HYBRID recipes, dgrad and wgrad then run the E5M2 x E4M3 kind);
+// the weights in `weight_mode` (FP8 block: 128x128 weights with 1x128 activations).
+std::string run_with_tessera_quantizer(ScalingMode mode, DType grad_element = DType::kFloat8E4M3,
+                                       ScalingMode weight_mode = ScalingMode::kNone,
+                                       const LayerShape& shape = {}) {
+  const std::vector<int64_t>& rows = shape.rows;
+  const int64_t groups = static_cast<int64_t>(rows.size()), n = shape.n, k = shape.k,
+                cap = shape.cap;
+  if (weight_mode == ScalingMode::kNone) weight_mode = mode;
   std::vector<int64_t> start(groups + 1, 0);
   for (int64_t g = 0; g < groups; ++g) start[g + 1] = start[g] + rows[g];
   std::mt19937 rng(7);
@@ -401,8 +413,10 @@ std::string run_with_tessera_quantizer(ScalingMode mode, DType grad_element = DT
                      dy = random_values(cap * n, rng, 3.0f);
   QuantizerConfig cfg = make_config(mode, DType::kFloat8E4M3);
   cfg.rowwise = cfg.columnwise = true;
+  QuantizerConfig w_cfg = make_config(weight_mode, DType::kFloat8E4M3);
+  w_cfg.rowwise = w_cfg.columnwise = true;
   const QuantizedTensor qx = quantize_with_tessera(cfg, x, cap, k);
-  const QuantizedTensor qw = quantize_with_tessera(cfg, w, groups * n, k);
+  const QuantizedTensor qw = quantize_with_tessera(w_cfg, w, groups * n, k);
   QuantizerConfig grad_cfg = make_config(mode, grad_element);
   grad_cfg.rowwise = grad_cfg.columnwise = true;
   const QuantizedTensor qdy = quantize_with_tessera(grad_cfg, dy, cap, n);
@@ -505,6 +519,67 @@ TEST(CudaFp8GroupedGemmTesseraQuantizer, HybridE5M2GradientsRowwise) {
 TEST(CudaFp8GroupedGemmTesseraQuantizer, HybridE5M2GradientsPerTensor) {
   if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
   EXPECT_EQ(run_with_tessera_quantizer(ScalingMode::kTensor, DType::kFloat8E5M2), "");
+}
+
+// FP8 block operands (the block-scaled kinds): 1x128 activations and gradients with 128x128 (or
+// 1x128) weights; group starts that are multiples of 16 but not of 128 (wgrad windows straddle
+// groups), empty groups first / in the middle / last, capacity rows, K not a multiple of 128
+// (a partial last forward block), more than one n block per group.
+LayerShape block_shape() {
+  LayerShape s;
+  s.rows = {0, 48, 160, 0, 32, 304, 0};
+  s.n = 256;  // the dgrad contraction: a multiple of 128 (each group's columns start on a block)
+  s.k = 208;
+  s.cap = 640;
+  return s;
+}
+
+TEST(CudaFp8GroupedGemmTesseraQuantizer, Block1x128x128x128) {
+  if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  EXPECT_EQ(run_with_tessera_quantizer(ScalingMode::kBlock1x128, DType::kFloat8E4M3,
+                                       ScalingMode::kBlock128x128, block_shape()),
+            "");
+}
+
+TEST(CudaFp8GroupedGemmTesseraQuantizer, Block1x128Everywhere) {
+  if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  EXPECT_EQ(run_with_tessera_quantizer(ScalingMode::kBlock1x128, DType::kFloat8E4M3,
+                                       ScalingMode::kBlock1x128, block_shape()),
+            "");
+}
+
+TEST(CudaFp8GroupedGemmTesseraQuantizer, BlockHybridE5M2Gradients) {
+  if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  LayerShape s = block_shape();
+  s.rows = {256, 0, 112, 16};  // one group of whole blocks first
+  s.n = 384;
+  s.k = 144;
+  s.cap = 400;
+  EXPECT_EQ(run_with_tessera_quantizer(ScalingMode::kBlock1x128, DType::kFloat8E5M2,
+                                       ScalingMode::kBlock128x128, s),
+            "");
+}
+
+TEST(CudaFp8GroupedGemmStatus, BlockDgradNeedsKMultipleOf128) {
+  if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  std::vector<float> dy(64 * 192, 1.0f), w(2 * 192 * 64, 1.0f);
+  QuantizerConfig a = make_config(ScalingMode::kBlock1x128, DType::kFloat8E4M3);
+  QuantizerConfig b = make_config(ScalingMode::kBlock128x128, DType::kFloat8E4M3);
+  b.rowwise = b.columnwise = true;
+  const QuantizedTensor qdy = quantize_with_tessera(a, dy, 64, 192);
+  const QuantizedTensor qw = quantize_with_tessera(b, w, 2 * 192, 64);
+  DeviceCopy ddy(qdy.view()), dw(qw.view());
+  DeviceArray d(std::vector<float>(64 * 64)), offsets(std::vector<int64_t>{0, 32, 64});
+  GroupedGemmProblem p;
+  p.num_groups = 2;
+  p.transpose_b = false;
+  p.a = GemmOperand::from_quantized(ddy.view, false);
+  p.b = GemmOperand::from_quantized(dw.view, true);
+  p.d = TensorView::contiguous(d.ptr, DType::kFloat32, {64, 64}, Device::cuda(0));
+  p.group_offsets = TensorView::contiguous(offsets.ptr, DType::kInt64, {3}, Device::cuda(0));
+  std::string reason;
+  EXPECT_EQ(can_implement(p, &reason), Status::kUnsupported);
+  EXPECT_NE(reason.find("multiple of 128"), std::string::npos) << reason;
 }
 
 // A small forward problem on quantized operands, for the refusal checks.

@@ -3,7 +3,9 @@
 //   bf16: the three grouped GEMMs on the BF16 tensors as stored (the kernel reads W and the token
 //         matrices MN-major where the contraction is not contiguous);
 //   fp8_rowwise: x, W and dy quantized by the public Quantizer (both usages in one pass each),
-//         then the three GEMMs on the quantized copies (scales in the epilogue).
+//         then the three GEMMs on the quantized copies (scales in the epilogue);
+//   fp8_block: the same with 1x128 blocks for x and dy and 128x128 blocks for W (scales
+//         promoted every 128 K in the GEMM main loop).
 // Validates first (relative error of y, dx, dW of the FP8 step against the BF16 step's), then
 // times whole steps with CUDA events (median). Shapes: the DeepSeek-V3, Qwen3 and Mixtral expert
 // layers, balanced and imbalanced (one empty expert, skewed sizes, multiples of 16).
@@ -131,43 +133,66 @@ struct Step {
         s);
   }
   // The three GEMMs on dense BF16 operands as stored.
-  void bf16(Stream s) {
+  void bf16_forward(Stream s) {
     gemm(problem(GroupedGemmKind::kMGrouped, GemmOperand::from_dense(x.view),
                  GemmOperand::from_dense(w.view), false, true, out(y, {t, n})), s);
+  }
+  void bf16_dgrad(Stream s) {
     gemm(problem(GroupedGemmKind::kMGrouped, GemmOperand::from_dense(dy.view),
                  GemmOperand::from_dense(w.view), false, false, out(dx, {t, k})), s);
+  }
+  void bf16_wgrad(Stream s) {
     gemm(problem(GroupedGemmKind::kKGrouped, GemmOperand::from_dense(dy.view),
                  GemmOperand::from_dense(x.view), true, false, out(dw, {g, n, k})), s);
   }
+  void bf16(Stream s) {
+    bf16_forward(s);
+    bf16_dgrad(s);
+    bf16_wgrad(s);
+  }
 };
 
-// The FP8 rowwise step: three one-pass quantizations (both usages) and the three GEMMs.
+// An FP8 step: three one-pass quantizations (both usages) and the three GEMMs. Recipes:
+// fp8_rowwise (x, W, dy rowwise; scales in the epilogue) and fp8_block (x, dy 1x128 blocks, W
+// 128x128 blocks; scales promoted every 128 K in the main loop).
 struct Fp8Step {
-  Quantizer quant;
+  Quantizer act_quant, w_quant;
   QuantizedTensor xq, wq, dyq;
-  Fp8Step(const Step& st)
-      : quant(rowwise_both(), st.dev), xq(rowwise_both(), st.t, st.k, st.dev),
-        wq(rowwise_both(), st.g * st.n, st.k, st.dev), dyq(rowwise_both(), st.t, st.n, st.dev) {}
-  static QuantizerConfig rowwise_both() {
-    QuantizerConfig c = make_config(ScalingMode::kRowwise, DType::kFloat8E4M3);
+  Fp8Step(const Step& st, ScalingMode act, ScalingMode weight)
+      : act_quant(both(act), st.dev), w_quant(both(weight), st.dev), xq(both(act), st.t, st.k, st.dev),
+        wq(both(weight), st.g * st.n, st.k, st.dev), dyq(both(act), st.t, st.n, st.dev) {}
+  static QuantizerConfig both(ScalingMode m) {
+    QuantizerConfig c = make_config(m, DType::kFloat8E4M3);
     c.rowwise = c.columnwise = true;
     return c;
   }
-  void run_step(Step& st, Stream s) {
-    quant.quantize(st.x.view, xq, s);
-    quant.quantize(TensorView::contiguous(st.w.buf.data(), DType::kBFloat16, {st.g * st.n, st.k},
-                                          st.dev), wq, s);
-    quant.quantize(st.dy.view, dyq, s);
-    using K = GroupedGemmKind;
-    st.gemm(st.problem(K::kMGrouped, GemmOperand::from_quantized(xq.view(), false),
+  void quantize(Step& st, Stream s) {
+    act_quant.quantize(st.x.view, xq, s);
+    w_quant.quantize(TensorView::contiguous(st.w.buf.data(), DType::kBFloat16,
+                                            {st.g * st.n, st.k}, st.dev),
+                     wq, s);
+    act_quant.quantize(st.dy.view, dyq, s);
+  }
+  void forward(Step& st, Stream s) {
+    st.gemm(st.problem(GroupedGemmKind::kMGrouped, GemmOperand::from_quantized(xq.view(), false),
                        GemmOperand::from_quantized(wq.view(), false), false, true,
                        st.out(st.y, {st.t, st.n})), s);
-    st.gemm(st.problem(K::kMGrouped, GemmOperand::from_quantized(dyq.view(), false),
+  }
+  void dgrad(Step& st, Stream s) {
+    st.gemm(st.problem(GroupedGemmKind::kMGrouped, GemmOperand::from_quantized(dyq.view(), false),
                        GemmOperand::from_quantized(wq.view(), true), false, false,
                        st.out(st.dx, {st.t, st.k})), s);
-    st.gemm(st.problem(K::kKGrouped, GemmOperand::from_quantized(dyq.view(), true),
+  }
+  void wgrad(Step& st, Stream s) {
+    st.gemm(st.problem(GroupedGemmKind::kKGrouped, GemmOperand::from_quantized(dyq.view(), true),
                        GemmOperand::from_quantized(xq.view(), true), true, false,
                        st.out(st.dw, {st.g, st.n, st.k})), s);
+  }
+  void run_step(Step& st, Stream s) {
+    quantize(st, s);
+    forward(st, s);
+    dgrad(st, s);
+    wgrad(st, s);
   }
 };
 
@@ -223,9 +248,12 @@ double rel_err(const Buffer& got, const Buffer& ref, int64_t n, Device dev) {
 
 int usage() {
   std::printf(
-      "usage: tessera bench train [--shapes dsv3-fc1,...] [--reps N]\n"
+      "usage: tessera bench train [--shapes dsv3-fc1,...] [--recipes fp8_rowwise,fp8_block]\n"
+      "                           [--reps N] [--gemms]\n"
       "  One grouped-linear training step (forward, dgrad, wgrad) through the public C++ API on\n"
-      "  cuda:0, bf16 and fp8_rowwise, balanced and imbalanced; prints TFLOP/s and ms.\n");
+      "  cuda:0: bf16 and each FP8 recipe (default fp8_rowwise), balanced and imbalanced; prints\n"
+      "  ms and TFLOP/s. --gemms adds one row per GEMM of each FP8 recipe (quantization\n"
+      "  excluded) next to the same BF16 GEMM.\n");
   return 0;
 }
 
@@ -234,15 +262,36 @@ int usage() {
 int run_bench(const Args& args) {
   if (args.empty() || args[0] == "--help" || args[0] == "-h") return usage();
   TESSERA_CHECK(args[0] == "train", "unknown benchmark '", args[0], "'; expected: train");
-  std::string shapes;
+  std::string shapes, recipes = "fp8_rowwise";
   int reps = 20;
+  bool gemms = false;
   for (size_t i = 1; i < args.size(); ++i) {
+    if (args[i] == "--gemms") {
+      gemms = true;
+      continue;
+    }
     TESSERA_CHECK(i + 1 < args.size(), "option ", args[i], " needs a value");
     if (args[i] == "--shapes") shapes = args[++i];
+    else if (args[i] == "--recipes") recipes = args[++i];
     else if (args[i] == "--reps") reps = std::stoi(args[++i]);
     else TESSERA_FAIL(Status::kInvalidArgument, "unknown option ", args[i]);
   }
   TESSERA_CHECK(reps >= 1, "--reps must be >= 1, got ", reps);
+  struct Fp8Recipe {
+    const char* name;
+    ScalingMode act, weight;
+  };
+  constexpr Fp8Recipe kFp8Recipes[] = {
+      {"fp8_rowwise", ScalingMode::kRowwise, ScalingMode::kRowwise},
+      {"fp8_block", ScalingMode::kBlock1x128, ScalingMode::kBlock128x128},
+  };
+  for (size_t start = 0; start < recipes.size();) {
+    const size_t end = std::min(recipes.find(',', start), recipes.size());
+    const std::string_view r = std::string_view(recipes).substr(start, end - start);
+    TESSERA_CHECK(r == "fp8_rowwise" || r == "fp8_block", "--recipes: unknown recipe '", r,
+                  "'; expected fp8_rowwise, fp8_block");
+    start = end + 1;
+  }
 #if !defined(TESSERA_WITH_CUDA)
   TESSERA_FAIL(Status::kNoDevice, "tessera bench train needs the CUDA backend");
 #else
@@ -254,27 +303,53 @@ int run_bench(const Args& args) {
     if (!shapes.empty() && !listed(shapes, s.name)) continue;
     for (bool imb : {false, true}) {
       Step st(s, group_sizes(s, imb), dev);
-      Fp8Step f8(st);
       const double flops = 3.0 * 2.0 * static_cast<double>(st.t * st.k * st.n);
-      // Validate: the FP8 step's outputs against the BF16 step's.
+      const char* bal = imb ? "imb" : "bal";
+      // The BF16 step's outputs: the reference of each FP8 step's relative errors.
       st.bf16({});
       Buffer y16(st.y.bytes(), dev), dx16(st.dx.bytes(), dev), dw16(st.dw.bytes(), dev);
       copy_bytes(y16.data(), dev, st.y.data(), dev, st.y.bytes());
       copy_bytes(dx16.data(), dev, st.dx.data(), dev, st.dx.bytes());
       copy_bytes(dw16.data(), dev, st.dw.data(), dev, st.dw.bytes());
-      f8.run_step(st, {});
-      cudaDeviceSynchronize();
-      char err[96];
-      std::snprintf(err, sizeof err, "%.4f / %.4f / %.4f", rel_err(st.y, y16, st.t * st.n, dev),
-                    rel_err(st.dx, dx16, st.t * st.k, dev),
-                    rel_err(st.dw, dw16, st.g * st.n * st.k, dev));
       const float ms16 = median_ms([&] { st.bf16({}); }, reps);
-      const float ms8 = median_ms([&] { f8.run_step(st, {}); }, reps);
-      const char* bal = imb ? "imb" : "bal";
       std::printf("| %s | %s | bf16 | %.3f | %.0f | |\n", s.name, bal, ms16, flops / ms16 / 1e9);
-      std::printf("| %s | %s | fp8_rowwise | %.3f | %.0f | %s |\n", s.name, bal, ms8,
-                  flops / ms8 / 1e9, err);
-      std::fflush(stdout);
+      for (const Fp8Recipe& r : kFp8Recipes) {
+        if (!listed(recipes, r.name)) continue;
+        Fp8Step f8(st, r.act, r.weight);
+        f8.run_step(st, {});
+        cudaDeviceSynchronize();
+        char err[96];
+        std::snprintf(err, sizeof err, "%.4f / %.4f / %.4f", rel_err(st.y, y16, st.t * st.n, dev),
+                      rel_err(st.dx, dx16, st.t * st.k, dev),
+                      rel_err(st.dw, dw16, st.g * st.n * st.k, dev));
+        const float ms8 = median_ms([&] { f8.run_step(st, {}); }, reps);
+        std::printf("| %s | %s | %s | %.3f | %.0f | %s |\n", s.name, bal, r.name, ms8,
+                    flops / ms8 / 1e9, err);
+        if (gemms) {  // each GEMM alone, quantization excluded, next to the BF16 GEMM
+          const double f1 = flops / 3.0;
+          using Run = void (Fp8Step::*)(Step&, Stream);
+          const std::pair<const char*, Run> parts[] = {
+              {"forward", &Fp8Step::forward}, {"dgrad", &Fp8Step::dgrad}, {"wgrad", &Fp8Step::wgrad}};
+          for (const auto& [name, fn] : parts) {
+            const float m8 = median_ms([&] { (f8.*fn)(st, {}); }, reps);
+            std::printf("| %s | %s | %s %s | %.3f | %.0f | |\n", s.name, bal, r.name, name, m8,
+                        f1 / m8 / 1e9);
+          }
+        }
+        std::fflush(stdout);
+      }
+      if (gemms) {
+        const double f1 = flops / 3.0;
+        using Run = void (Step::*)(Stream);
+        const std::pair<const char*, Run> parts[] = {{"forward", &Step::bf16_forward},
+                                                     {"dgrad", &Step::bf16_dgrad},
+                                                     {"wgrad", &Step::bf16_wgrad}};
+        for (const auto& [name, fn] : parts) {
+          const float m16 = median_ms([&] { (st.*fn)({}); }, reps);
+          std::printf("| %s | %s | bf16 %s | %.3f | %.0f | |\n", s.name, bal, name, m16,
+                      f1 / m16 / 1e9);
+        }
+      }
     }
   }
   return 0;

@@ -9,7 +9,8 @@
 #   CHECK_FILTER=regex limits ctest, BENCH_FILTER=regex limits benchmarks, CHECK_PYTEST=0 skips
 #   the Python tests (PYTEST_ARGS: extra pytest arguments, e.g. a file), CHECK_TRAIN=0 skips the
 #   training-step benchmark (python -m tessera.bench train; TRAIN_ARGS: its options), CHECK_SUMS=0
-#   skips the per-program GoogleTest counts. Wheels carried in .whl (torchao) are installed first.
+#   skips the per-program GoogleTest counts, CHECK_TARGETS="t1 t2" builds only those targets
+#   (with CHECK_FILTER / CHECK_BENCH=0 / CHECK_TRAIN=0 for a quick round). Wheels carried in .whl (torchao) are installed first.
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$ROOT"
@@ -32,7 +33,8 @@ cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITE
   -DBLAS_LIBRARIES="$LIBDIR/openblas-pthread/libopenblas.so" \
   -DTESSERA_CBLAS_INCLUDE_DIR="$P/include/x86_64-linux-gnu" > "$OUT/configure.log" 2>&1 \
   || { tail -30 "$OUT/configure.log"; exit 1; }
-cmake --build build-gpu -j "$(nproc)" > "$OUT/build.log" 2>&1 || { grep -B2 -A12 -m3 "error" "$OUT/build.log"; exit 1; }
+cmake --build build-gpu -j "$(nproc)" ${CHECK_TARGETS:+--target $CHECK_TARGETS} > "$OUT/build.log" 2>&1 \
+  || { grep -B2 -A12 -m3 "error" "$OUT/build.log"; exit 1; }
 summary+=("build: ok in $(( $(date +%s) - t0 )) s")
 
 # ---- tests -------------------------------------------------------------------------------

@@ -18,6 +18,7 @@
 //   - FP8 quantized operands, E4M3 × E4M3 or E5M2 × E4M3 (per-tensor or rowwise scales) read in
 //     place, no transposes:
 //     the copies and scale indexing of quantized_operands.h (forward, dgrad, wgrad);
+//     FP8 block operands (1x128 / 128x128) through the block-scaled kinds (cooperative 128 x 128);
 //     K-grouped FP8 group starts must be multiples of 16 rows.
 #include <cuda_runtime.h>
 
@@ -217,6 +218,8 @@ void describe_fp8(const GroupedGemmProblem& p, const GroupedGemmDims& d, Sm90Gro
   k.scale_b = m.b.scale;
   k.sb_gs = m.b.scale_gs;
   k.sb_rs = m.b.scale_rs;
+  k.bsa = m.a.block;
+  k.bsb = m.b.block;
   k.b_group_rows = m.b_group_rows;
   k.b_group_cols = m.b_group_cols;
 }
@@ -353,6 +356,13 @@ void grouped_gemm_cuda(const GroupedGemmProblem& p, const GroupedGemmDims& dims,
   if (!p.a.is_quantized) prepare_dense_operands(p, dims, w, ws, s);  // FP8: K-major in place
   Sm90GroupedGemm g = describe(p, dims, w, ws);
   g.config = explicit_config ? requested : gemm_cuda::select_sm90_config(g, 0);
+  if (gemm_cuda::is_block_scaled(g.elem)) {  // one kernel shape: cooperative 128 x 128
+    TESSERA_CHECK_STATUS(p.config.tile_n == 0 || p.config.tile_n == 128, Status::kUnsupported,
+                         "config.tile_n: ", p.config.tile_n, "; FP8 block operands run "
+                         "128-column tiles (or leave it 0)");
+    g.config.block_n = 128;
+    g.config.pingpong = false;
+  }
   gemm_cuda::launch_grouped_gemm_sm90(g, ws + w.maps, w.maps_bytes, s);
 }
 

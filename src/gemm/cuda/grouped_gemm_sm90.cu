@@ -3,7 +3,8 @@
 // derives each group's tensor maps ON THE DEVICE from the group offsets (tensormap.replace in
 // shared memory, then tensormap.cp_fenceproxy to the workspace), and the kernel instantiations:
 // {BF16 (K-major, MN-major B, MN-major A and B), FP16, E4M3 x E4M3, E5M2 x E4M3} x {cooperative
-// 128 x 256, ping-pong 128 x 128} — twelve.
+// 128 x 256, ping-pong 128 x 128}, plus the block-scaled E4M3 x E4M3 and E5M2 x E4M3
+// (cooperative 128 x 128) — fourteen.
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <cudaTypedefs.h>
@@ -154,7 +155,13 @@ __global__ void build_group_maps_kernel(const __grid_constant__ CUtensorMap tmpl
       }
       q.group_ok[g] = ok ? 1 : 0;
     }
-    if (q.per_member[which]) {
+    if (q.origin_at_start[which]) {  // columns [start, end) of the whole tensor
+      const auto* base = static_cast<const uint8_t*>(q.base[which]);
+      ptx::tensormap_replace_global_address(
+          ptx::space_shared, &maps[warp], reinterpret_cast<uint64_t>(base + start * q.elem_bytes));
+      ptx::tensormap_replace_global_dim(ptx::space_shared, &maps[warp], ptx::n32_t<0>{},
+                                        static_cast<uint32_t>(end - start > 0 ? end - start : 1));
+    } else if (q.per_member[which]) {
       const int64_t len = end - start > 0 ? end - start : 1;
       const auto* base = static_cast<const uint8_t*>(q.base[which]);
       const uint64_t addr =
@@ -180,8 +187,9 @@ __global__ void build_group_maps_kernel(const __grid_constant__ CUtensorMap tmpl
 
 // Shared memory of a launch (plus 1 KiB to align the base to 1024 bytes).
 int64_t smem_bytes(const KernelParams& p, int block_n, gemm_sm90::Schedule s) {
-  const int cols = (p.scale_b ? 1 : 0) + (p.bias ? 1 : 0);
-  return gemm_sm90::smem_layout(block_n, s, p.stages, p.tma_store, cols, p.staging_blocks).total +
+  return gemm_sm90::smem_layout(block_n, s, p.stages, p.tma_store, gemm_sm90::col_vectors(p),
+                                p.staging_blocks)
+             .total +
          1024;
 }
 
@@ -281,6 +289,10 @@ void launch_kind(const Sm90GroupedGemm& g, const CUtensorMap& ma, const CUtensor
     case ElemKind::kE5M2E4M3:
       return pingpong ? launch_kernel<ElemE5M2E4M3, 128, kPing>(ma, mb, mah, mbh, md, md8, p, grid, stream)
                       : launch_kernel<ElemE5M2E4M3, 256, kCoop>(ma, mb, mah, mbh, md, md8, p, grid, stream);
+    case ElemKind::kE4M3Block:
+      return launch_kernel<ElemE4M3Block, 128, kCoop>(ma, mb, mah, mbh, md, md8, p, grid, stream);
+    case ElemKind::kE5M2E4M3Block:
+      return launch_kernel<ElemE5M2E4M3Block, 128, kCoop>(ma, mb, mah, mbh, md, md8, p, grid, stream);
   }
   TESSERA_FAIL(Status::kInvalidArgument, "unknown grouped GEMM element kind ",
                static_cast<int>(g.elem));
@@ -301,9 +313,18 @@ void launch_grouped_gemm_sm90(const Sm90GroupedGemm& g, void* workspace, int64_t
   const Sm90Config& cfg = g.config;
   TESSERA_CHECK_STATUS(cfg.block_n == 128 || cfg.block_n == 256, Status::kInvalidArgument,
                        "block_n must be 128 or 256, got ", cfg.block_n);
-  TESSERA_CHECK_STATUS(cfg.pingpong == (cfg.block_n == 128), Status::kInvalidArgument,
-                       "block_n 128 runs the ping-pong schedule, 256 the cooperative one (got ",
-                       cfg.block_n, cfg.pingpong ? ", ping-pong)" : ", cooperative)");
+  const bool block_scaled = is_block_scaled(g.elem);
+  if (block_scaled)
+    TESSERA_CHECK_STATUS(cfg.block_n == 128 && !cfg.pingpong, Status::kInvalidArgument,
+                         "block-scaled FP8 runs cooperative 128 x 128 tiles (got block_n ",
+                         cfg.block_n, cfg.pingpong ? ", ping-pong)" : ", cooperative)");
+  else
+    TESSERA_CHECK_STATUS(cfg.pingpong == (cfg.block_n == 128), Status::kInvalidArgument,
+                         "block_n 128 runs the ping-pong schedule, 256 the cooperative one (got ",
+                         cfg.block_n, cfg.pingpong ? ", ping-pong)" : ", cooperative)");
+  TESSERA_CHECK_STATUS(block_scaled == (g.params.bsa.ptr != nullptr && g.params.bsb.ptr != nullptr),
+                       Status::kInvalidArgument,
+                       "block scales (bsa, bsb) are given exactly for the block-scaled kinds");
   KernelParams p = g.params;
   p.stages = cfg.stages;
   TESSERA_CHECK_STATUS(cfg.raster_band >= 0, Status::kInvalidArgument,
@@ -379,6 +400,8 @@ void launch_grouped_gemm_sm90(const Sm90GroupedGemm& g, void* workspace, int64_t
     q.per_member[1] = g.b_per_member;
     q.contraction_dim[0] = g.a_mn_major ? 1 : 0;
     q.contraction_dim[1] = g.b_mn_major ? 1 : 0;
+    q.origin_at_start[0] = block_scaled && !g.a_per_member;
+    q.origin_at_start[1] = block_scaled && !g.b_per_member;
     q.elem_bytes = elem_bytes(g.elem);
     q.group_ok = reinterpret_cast<int32_t*>(static_cast<CUtensorMap*>(workspace) + 2 * p.num_groups);
     const int blocks = (2 * p.num_groups + kSetupWarps - 1) / kSetupWarps;

@@ -13,8 +13,20 @@
 namespace tessera::gemm_cuda {
 
 // The (A, B) element pair of a launch (kernels/sm90_mma_kinds.cuh); both operands of a kind have
-// the same byte width. kE5M2E4M3: A E5M2, B E4M3 (the HYBRID recipes' backward).
-enum class ElemKind : int { kBF16 = 0, kE4M3 = 1, kFP16 = 2, kE5M2E4M3 = 3 };
+// the same byte width. kE5M2E4M3: A E5M2, B E4M3 (the HYBRID recipes' backward). The *Block
+// kinds are the same FP8 pairs with FP32 block scales promoted every 128 K (KernelParams::bsa /
+// bsb; cooperative 128 x 128 tiles only).
+enum class ElemKind : int {
+  kBF16 = 0,
+  kE4M3 = 1,
+  kFP16 = 2,
+  kE5M2E4M3 = 3,
+  kE4M3Block = 4,
+  kE5M2E4M3Block = 5,
+};
+constexpr bool is_block_scaled(ElemKind e) {
+  return e == ElemKind::kE4M3Block || e == ElemKind::kE5M2E4M3Block;
+}
 
 // A row-major (rows, cols) matrix, row stride `ld` elements. K-major operands: cols = the
 // contraction. MN-major operands (Sm90GroupedGemm::a_mn_major / b_mn_major): rows = the
@@ -28,7 +40,8 @@ struct KMajorMatrix {
 struct Sm90Config {
   // The two kernels: block_n 256 with pingpong = false (cooperative: both consumer warpgroups on
   // one 128 x 256 tile) or block_n 128 with pingpong = true (each consumer warpgroup a whole
-  // 128 x 128 tile, in turns). Other pairs are refused.
+  // 128 x 128 tile, in turns). Block-scaled kinds: block_n 128 with pingpong = false only (each
+  // warpgroup 64 x 128, partial sums beside the accumulators). Other pairs are refused.
   int block_n = 256;
   bool pingpong = false;
   int stages = 4;     // capped by the launcher to what fits in shared memory

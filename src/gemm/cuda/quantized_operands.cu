@@ -22,9 +22,11 @@ Refusal refuse(Status s, const Parts&... parts) {
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// The sm90 kernel's epilogue applies one FP32 scale per group or per row.
+// The sm90 kernel's epilogue applies one FP32 scale per group or per row; the block-scaled
+// kinds apply FP32 scales per 128-element contraction block.
 bool mode_supported(ScalingMode m) {
-  return is_family(m, ScaleFamily::kTensor) || is_family(m, ScaleFamily::kRowwise);
+  return is_family(m, ScaleFamily::kTensor) || is_family(m, ScaleFamily::kRowwise) ||
+         is_family(m, ScaleFamily::kBlock);
 }
 
 // The stored copy an operand reads: data (rows, cols) row-major, its scales, and how a scale is
@@ -35,7 +37,7 @@ Refusal map_operand(const GemmOperand& o, const char* name, bool want_columnwise
   const QuantizerConfig& c = q.config;
   if (!mode_supported(c.mode))
     return refuse(Status::kUnsupported, name, ": scaling mode ", scaling_mode_name(c.mode),
-                  " is not implemented on CUDA (per-tensor and rowwise FP8 are)");
+                  " is not implemented on CUDA (per-tensor, rowwise and block FP8 are)");
   if (c.element != DType::kFloat8E4M3 && c.element != DType::kFloat8E5M2)
     return refuse(Status::kUnsupported, name, ": element ", dtype_name(c.element),
                   " is not implemented on CUDA (FP8 E4M3 / E5M2 are)");
@@ -57,6 +59,22 @@ Refusal map_operand(const GemmOperand& o, const char* name, bool want_columnwise
   if (!aligned16(data.data))
     return refuse(Status::kMisaligned, name, ": data must be 16-byte aligned (TMA)");
   out->matrix = {data.data, rows, cols, cols};
+  if (is_family(c.mode, ScaleFamily::kBlock)) {
+    const scale_rules::ScaleGeometry geo = scale_geometry(c, q.rows, q.cols, want_columnwise);
+    if (geo.swizzled || geo.block_cols != 128 || (geo.block_rows != 1 && geo.block_rows != 128))
+      return refuse(Status::kUnsupported, name, ": block scales of ", geo.block_rows, "x",
+                    geo.block_cols, " blocks", geo.swizzled ? " (swizzled)" : "",
+                    " are not implemented on CUDA (compact 1x128 and 128x128 are)");
+    const MatrixShape ss = scale_shape(c, q.rows, q.cols, want_columnwise);
+    if (scale.numel() < ss.rows * ss.cols)
+      return refuse(Status::kShapeMismatch, name, ": block scales: expected ", ss.rows, " x ",
+                    ss.cols, " values, got ", scale.numel());
+    out->block.ptr = static_cast<const float*>(scale.data);
+    out->block.ld = geo.ld;
+    out->block.rows = rows > 0 ? rows : 1;
+    out->block.row_shift = geo.block_rows == 128 ? 7 : 0;
+    return {};
+  }
   out->scale = static_cast<const float*>(scale.data);
   if (is_family(c.mode, ScaleFamily::kRowwise)) {
     if (scale.numel() != rows)
@@ -91,6 +109,10 @@ Refusal map_m_grouped(const GroupedGemmProblem& p, const detail::GroupedGemmDims
   } else {  // NN: transposed copy (N, G·K); group g at contraction columns g·K
     out->b_group_rows = 0;
     out->b_group_cols = d.k;
+    if (out->b.block.ptr != nullptr && d.k % 128 != 0)
+      return refuse(Status::kUnsupported, "B: FP8 block dgrad needs K (each group's contraction) "
+                    "a multiple of 128 on CUDA, so that group g's columns g·K start on a scale "
+                    "block; got K = ", d.k);
   }
   return {};
 }
@@ -140,10 +162,17 @@ Status map_fp8_problem(const GroupedGemmProblem& p, const detail::GroupedGemmDim
   } else {
     r = refuse(Status::kUnsupported, "batched (3D x 3D) GEMM is not implemented on CUDA");
   }
-  // After the operands (an unsupported mode of either is named first), then the pair.
-  if (r.status == Status::kOk && p.a.quantized.config.mode != p.b.quantized.config.mode)
-    r = refuse(Status::kUnsupported, "A and B: the CUDA path needs the same scaling mode on both");
+  // After the operands (an unsupported mode of either is named first), then the pair: the same
+  // mode on both, or two block modes (e.g. 1x128 activations x 128x128 weights).
+  const ScalingMode ma = p.a.quantized.config.mode, mb = p.b.quantized.config.mode;
+  const bool blocks = is_family(ma, ScaleFamily::kBlock);
+  if (r.status == Status::kOk && ma != mb && !(blocks && is_family(mb, ScaleFamily::kBlock)))
+    r = refuse(Status::kUnsupported, "A and B: the CUDA path needs the same scaling mode on both "
+               "(or two FP8 block modes), got ", scaling_mode_name(ma), " x ",
+               scaling_mode_name(mb));
   if (r.status == Status::kOk) r = element_kind(p, &m.elem);
+  if (r.status == Status::kOk && blocks)
+    m.elem = m.elem == ElemKind::kE4M3 ? ElemKind::kE4M3Block : ElemKind::kE5M2E4M3Block;
   if (r.status != Status::kOk) {
     if (reason != nullptr) *reason = r.reason;
     return r.status;

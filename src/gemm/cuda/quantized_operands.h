@@ -12,6 +12,12 @@
 //                            per output column n (shared by the groups).
 //   K-grouped NT (wgrad):    A and B columnwise = transposed copies (M, T) and (N, T); group g at
 //                            contraction columns [start_g, end_g); scales per output row / column.
+// FP8 block modes (kBlock family, 1x128 or 128x128 blocks of the stored copy, compact FP32
+// scales; A and B may be different block modes) use the same copies with the block-scaled kinds:
+// each stage's scales are looked up at the copy's (row, contraction) coordinates (BlockScales),
+// so any block row size of 1 or 128 works on either operand. Dgrad needs K % 128 == 0 (each
+// group's contraction columns g·K start on a block); wgrad windows are 128-aligned over the
+// whole token dim (group starts any multiple of 16).
 // Everything else is refused with a reason (status kUnsupported or kMisaligned).
 #pragma once
 
@@ -27,8 +33,9 @@ namespace tessera::gemm_cuda {
 // multiple of 16; scale non-null.
 struct Fp8OperandMap {
   KMajorMatrix matrix;
-  const float* scale = nullptr;
+  const float* scale = nullptr;  // epilogue scales (kTensor / kRowwise); null for block modes
   int64_t scale_gs = 0, scale_rs = 0;  // scale of (group g, index i) = scale[g·gs + i·rs]
+  gemm_sm90::BlockScales block;       // block modes: the per-stage scales
 };
 
 struct Fp8ProblemMap {

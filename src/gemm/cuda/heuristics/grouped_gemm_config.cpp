@@ -55,6 +55,13 @@ Sm90Config select_sm90_config(const Sm90GroupedGemm& g, int num_sms) {
   // Big groups (cooperative 256, TMA stores): tiles in bands of m blocks (16-bit operands 8, FP8
   // 16: about the same bytes of A per band).
   if (!small && c.tma_store) c.raster_band = elem_bytes == 2 ? 8 : 16;
+  // Block-scaled FP8: the one kernel shape (cooperative 128 x 128, partial sums beside the
+  // accumulators), as many stages as fit (the launcher caps them).
+  if (is_block_scaled(g.elem)) {
+    c.pingpong = false;
+    c.block_n = 128;
+    c.stages = 6;
+  }
   // Clusters of 2 CTAs (Sm90Config::cluster, TMA multicast of a tile pair's shared operand)
   // stay off: no gain measured (bench/results/2026-11-21-gemm-cuda.md, round 3).
   c.cluster = 1;

@@ -66,6 +66,20 @@ constexpr SmemLayout smem_layout(int block_n, Schedule s, int stages, int tma_st
 
 enum class OutType : int { kBF16 = 0, kFP16 = 1, kFP32 = 2 };
 
+// Scales of an FP8 block operand (FP32 per block of 1 or 128 rows x 128 contraction elements;
+// the kernel kinds with Elem::kPromote). The scale of the stage that the producer loads at
+// operand row `row` (the TMA row coordinate plus the row inside the tile) and contraction
+// coordinate `k` (a multiple of 128: the stage's first element) is
+//   ptr[(min(row, rows - 1) >> row_shift) · ld + (k >> 7)]
+// — scale_rules::scale_index of the stored copy's compact block geometry, so every operand
+// layout the dispatcher maps (forward, dgrad, wgrad) shares one formula.
+struct BlockScales {
+  const float* ptr = nullptr;
+  int64_t ld = 0;    // scale row stride (elements)
+  int64_t rows = 1;  // rows of the stored copy (reads are clamped inside it)
+  int row_shift = 0;  // log2 of the block rows: 0 (1x128) or 7 (128x128)
+};
+
 struct KernelParams {
   int k_grouped = 0;       // 0: M-grouped, 1: K-grouped
   int num_groups = 0;
@@ -91,6 +105,12 @@ struct KernelParams {
   const void* bias = nullptr;
   OutType bias_type = OutType::kFP32;
   int64_t bias_gs = 0;
+  // FP8 block operands (Elem::kPromote kinds): each stage's partial sums are multiplied by
+  // bsa(row) · bsb(col) and added to the accumulators (scale_a / scale_b are then null).
+  // K-grouped: the per-group maps start at start_g (origin_at_start) and the stages cover the
+  // 128-aligned windows [128·floor(start_g/128), end_g) of the whole token dim, elements outside
+  // the group read as zeros, so each window is one scale block of the stored copy.
+  BlockScales bsa, bsb;
   int stages = 4;
   // 1: BF16/FP16 D with beta = 0 is staged through shared memory and written by TMA stores
   // (map_d / map_d8: D as (rows, n), rows = capacity (M-grouped) or G·m (K-grouped), boxes 64 x
@@ -114,6 +134,16 @@ struct KernelParams {
   int cluster = 1;
 };
 
+// Shared-memory column vectors per consumer warpgroup (SmemLayout::cols_per_wg): the tile's B
+// scales and bias for the epilogue, then, for block-scaled kinds, two (double-buffered) vectors
+// of the stage's B block scales.
+constexpr int epilogue_col_vectors(const KernelParams& p) {
+  return (p.scale_b ? 1 : 0) + (p.bias ? 1 : 0);
+}
+constexpr int col_vectors(const KernelParams& p) {
+  return epilogue_col_vectors(p) + (p.bsb.ptr ? 2 : 0);
+}
+
 // Which operand the two tiles of a cluster's tile pair share (TileWalker::find_pair).
 inline constexpr int kShareNone = 0, kShareA = 1, kShareB = 2;
 
@@ -134,6 +164,10 @@ struct GroupMapParams {
   // K-major copies (m, capacity), 1 for MN-major token matrices (capacity rows, m) — whose group
   // starts are row coordinates and need no alignment.
   int contraction_dim[2] = {0, 0};
+  // Whole K-major tensors with k_block_aligned windows: the map starts at column start_g
+  // (address + start_g·elem_bytes) and is len_g wide, so the kernel's window coordinates
+  // 128·floor(start_g/128) − start_g + 128·i may be negative and read zeros below the group.
+  int origin_at_start[2] = {0, 0};
   int elem_bytes = 1;
   int32_t* group_ok = nullptr;  // out: 1 when group g's operands meet TMA's 16-byte rules
 };

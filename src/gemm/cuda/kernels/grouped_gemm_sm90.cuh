@@ -215,8 +215,41 @@ template <class Elem>
 __device__ __forceinline__ int64_t num_k_blocks(const KernelParams& p, const Tile& t) {
   constexpr int kBlockK = kTileKBytes / Elem::kBytes;
   if (t.poisoned) return 0;
+  if (Elem::kPromote && p.k_grouped)  // the 128-aligned windows over [start, end)
+    return t.len > 0 ? ((t.start + t.len + kBlockK - 1) >> 7) - (t.start >> 7) : 0;  // start >= 0
   const int64_t k = p.k_grouped ? t.len : p.k;
   return (k + kBlockK - 1) / kBlockK;
+}
+
+// Where a tile's operands start in their tensor maps: A / B row coordinates and the contraction
+// coordinate of stage 0 (stage kb adds kb·kBlockK); a_kabs / b_kabs: the same contraction
+// coordinate in the stored copy (block-scale lookup; differs from a_k / b_k where the map
+// starts at start_g). Shared by the producer (loads) and the block-scaled consumers (scales).
+struct TileOrigin {
+  int64_t a_row, b_row, a_k, b_k, a_kabs, b_kabs;
+};
+template <class Elem, int kBlockN>
+__device__ __forceinline__ TileOrigin tile_origin(const KernelParams& p, const Tile& t) {
+  constexpr int kBlockK = kTileKBytes / Elem::kBytes;
+  TileOrigin o;
+  if (p.k_grouped) {
+    o.a_row = t.m_blk * kBlockM;
+    o.b_row = t.n_blk * kBlockN;
+    if constexpr (Elem::kPromote) {  // maps start at start_g; windows at multiples of kBlockK
+      static_assert(kBlockK == 128, "block-scaled stages are 128 elements");
+      o.a_kabs = o.b_kabs = t.start & ~int64_t{kBlockK - 1};  // start >= 0
+      o.a_k = o.b_k = o.a_kabs - t.start;
+    } else {
+      o.a_k = o.a_kabs = p.a_k_origin_start ? t.start : 0;
+      o.b_k = o.b_kabs = p.b_k_origin_start ? t.start : 0;
+    }
+  } else {  // MN-major B: a 3-D map (n, k, group), the group is its own coordinate
+    o.a_row = t.start + t.m_blk * kBlockM;
+    o.b_row = (Elem::kBMn ? 0 : t.g * p.b_group_rows) + t.n_blk * kBlockN;
+    o.a_k = o.a_kabs = 0;
+    o.b_k = o.b_kabs = Elem::kBMn ? 0 : t.g * p.b_group_cols;
+  }
+  return o;
 }
 
 // map_a_half / map_b_half: the same operands with 64-row boxes, for the half of a shared operand
@@ -241,7 +274,6 @@ __device__ __forceinline__ void producer_loop(const KernelParams& p, const CUten
     publish_tile(tile_ring, &t);
     const void* ma = map_a;
     const void* mb = map_b;
-    int64_t a_row, b_row, a_k, b_k;
     if (p.k_grouped) {
       const auto* maps = static_cast<const CUtensorMap*>(p.group_maps);
       ma = maps + 2 * t.g;
@@ -251,16 +283,9 @@ __device__ __forceinline__ void producer_loop(const KernelParams& p, const CUten
         tmap_acquire(mb);
         acquired = t.g;
       }
-      a_row = t.m_blk * kBlockM;
-      b_row = t.n_blk * kBlockN;
-      a_k = p.a_k_origin_start ? t.start : 0;
-      b_k = p.b_k_origin_start ? t.start : 0;
-    } else {  // MN-major B: a 3-D map (n, k, group), the group is its own coordinate
-      a_row = t.start + t.m_blk * kBlockM;
-      b_row = (Elem::kBMn ? 0 : t.g * p.b_group_rows) + t.n_blk * kBlockN;
-      a_k = 0;
-      b_k = Elem::kBMn ? 0 : t.g * p.b_group_cols;
     }
+    const TileOrigin o = tile_origin<Elem, kBlockN>(p, t);
+    const int64_t a_row = o.a_row, b_row = o.b_row, a_k = o.a_k, b_k = o.b_k;
     const int64_t nk = num_k_blocks<Elem>(p, t);
     for (int64_t kb = 0; kb < nk; ++kb) {
       const int stage = ring.stage;
@@ -390,6 +415,94 @@ __device__ __forceinline__ void main_loop(const KernelParams& p, const Tile& t,
   if (prev >= 0) release_slot(&empty[prev], lane, peer);
 }
 
+// Named barriers of the block-scaled main loop: kScaleBarrier + cw (one consumer warpgroup).
+inline constexpr int kScaleBarrier = 5;  // ids 5, 6
+
+// The index of the block scale of operand row `row` in the stage at stored contraction coordinate
+// `k` (BlockScales; k a multiple of 128); the next stage's is the next index. 32-bit: the
+// dispatcher refuses scale matrices of 2^31 entries or more (registers are short here).
+__device__ __forceinline__ int32_t block_scale_index(const BlockScales& s, int64_t row, int64_t k) {
+  const int64_t r = row < s.rows ? row : s.rows - 1;
+  return static_cast<int32_t>((r >> s.row_shift) * s.ld + (k >> 7));
+}
+
+// The main loop of one tile for one consumer warpgroup of a block-scaled kind (Elem::kPromote;
+// cooperative 128 x 128 tiles: this warpgroup's 64 rows, 64 accumulators per thread): per stage,
+// the 4 wgmma write fresh partial sums, which are waited for, then multiplied by the A scale of
+// their row and the B scale of their column and added to the accumulators. The B scales of the
+// stage (one per tile column, read by column from each thread's accumulator layout) go through
+// the shared column vectors `col_scales` (2 x kBlockN, alternating by `promo`, a per-warpgroup
+// stage counter that runs across tiles); the stage's scales are loaded while its MMAs run.
+// Releases every slot; kActive = 0 (rows past the group end) skips MMAs and scales.
+template <class Elem, int kBlockN, int kActive>
+__device__ __forceinline__ void main_loop_promoted(const KernelParams& p, const Tile& t,
+                                                   float (&acc)[1][kBlockN / 2], uint8_t* smem_a,
+                                                   uint8_t* smem_b, uint64_t* full,
+                                                   uint64_t* empty, RingState& ring, int cw,
+                                                   float* col_scales, uint32_t& promo) {
+  static_assert(kBlockN == 128, "block-scaled kinds run 128-column tiles (one column per thread)");
+  constexpr int kBlockK = kTileKBytes / Elem::kBytes;
+  constexpr uint32_t kBytesA = kBlockM * kTileKBytes, kBytesB = kBlockN * kTileKBytes;
+  constexpr int kMmaPerStage = kTileKBytes / 32;
+  const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
+  const int peer = p.cluster > 1 ? static_cast<int>(cluster_ctarank() ^ 1) : -1;
+#pragma unroll
+  for (int i = 0; i < kBlockN / 2; ++i) acc[0][i] = 0.0f;
+  static_assert(kBlockK == 128, "one stage = one 128-element scale block");
+  const int nk = static_cast<int>(num_k_blocks<Elem>(p, t));
+  // This thread's scales: A rows r and r + 8 of its accumulators, B column tid of the tile.
+  int32_t ia0, ia1, ib;
+  {
+    const TileOrigin o = tile_origin<Elem, kBlockN>(p, t);
+    const int64_t r = o.a_row + cw * 64 + warp * 16 + lane / 4;
+    ia0 = block_scale_index(p.bsa, r, o.a_kabs);
+    ia1 = block_scale_index(p.bsa, r + 8, o.a_kabs);
+    ib = block_scale_index(p.bsb, o.b_row + tid, o.b_kabs);
+  }
+  float part[kBlockN / 2];
+  for (int kb = 0; kb < nk; ++kb) {
+    float a0 = 0.0f, a1 = 0.0f, b = 0.0f;
+    mbar_wait(&full[ring.stage], ring.phase);
+    if constexpr (kActive > 0) {
+      const uint8_t* tile_a = smem_a + ring.stage * kBytesA + cw * 64 * kTileKBytes;
+      const uint8_t* tile_b = smem_b + ring.stage * kBytesB;
+      const uint64_t da = smem_desc_k_major_sw128(tile_a);
+      const uint64_t db = smem_desc_k_major_sw128(tile_b);
+#pragma unroll
+      for (int i = 0; i < kBlockN / 2; ++i) fence_operand(part[i]);
+      wgmma_fence();
+#pragma unroll
+      for (int s = 0; s < kMmaPerStage; ++s)  // 32 bytes of contraction = 2 descriptor units
+        Elem::template mma<kBlockN>(part, da + 2 * s, db + 2 * s, s > 0 ? 1 : 0);
+      wgmma_commit();
+      // The stage's scales, loaded under its MMAs.
+      a0 = __ldg(p.bsa.ptr + ia0 + kb);
+      a1 = __ldg(p.bsa.ptr + ia1 + kb);
+      b = __ldg(p.bsb.ptr + ib + kb);
+      wgmma_wait<0>();
+#pragma unroll
+      for (int i = 0; i < kBlockN / 2; ++i) fence_operand(part[i]);
+    }
+    release_slot(&empty[ring.stage], lane, peer);
+    ring.next(p.stages);
+    if constexpr (kActive > 0) {
+      float* cs = col_scales + (promo & 1) * kBlockN;
+      cs[tid] = b;
+      named_barrier(kScaleBarrier + cw, 128);
+      // Accumulator i: row r + 8·((i / 2) % 2), column 8·(i / 4) + 2·(lane % 4) + i % 2.
+#pragma unroll
+      for (int j = 0; j < kBlockN / 8; ++j) {
+        const float2 bj = *reinterpret_cast<const float2*>(cs + 8 * j + 2 * (lane % 4));
+        acc[0][4 * j + 0] += part[4 * j + 0] * (a0 * bj.x);
+        acc[0][4 * j + 1] += part[4 * j + 1] * (a0 * bj.y);
+        acc[0][4 * j + 2] += part[4 * j + 2] * (a1 * bj.x);
+        acc[0][4 * j + 3] += part[4 * j + 3] * (a1 * bj.y);
+      }
+      ++promo;
+    }
+  }
+}
+
 template <class Elem, int kBlockN, Schedule kSchedule>
 __device__ __forceinline__ void consumer_loop(const KernelParams& p, const CUtensorMap* map_d,
                                               const CUtensorMap* map_d8,
@@ -398,9 +511,11 @@ __device__ __forceinline__ void consumer_loop(const KernelParams& p, const CUten
                                               TileRing tile_ring, int cw) {
   constexpr bool kPingpong = kSchedule == Schedule::kPingpong;
   constexpr int kRowBlocks = kPingpong ? 2 : 1;
+  static_assert(!Elem::kPromote || !kPingpong, "block-scaled kinds run the cooperative schedule");
   float acc[kRowBlocks][kBlockN / 2];
   Tile t;
   RingState ring;
+  uint32_t promo = 0;  // block-scaled kinds: stages promoted by this warpgroup
   for (int64_t i = 0;; ++i) {
     const bool have = take_tile(tile_ring, t);
     if (kPingpong && (i & 1) != cw) {  // the other consumer's tile: skip its slots
@@ -422,7 +537,15 @@ __device__ __forceinline__ void consumer_loop(const KernelParams& p, const CUten
     const int64_t left = group_rows(p, t) - first_row;
     const int active = left <= 0 ? 0 : (left >= 64 * kRowBlocks ? kRowBlocks : (left + 63) / 64);
     const int a_block = kPingpong ? 0 : cw;
-    if (active == kRowBlocks)
+    if constexpr (Elem::kPromote) {
+      float* col_scales = cols + epilogue_col_vectors(p) * kBlockN;
+      if (active == 1)
+        main_loop_promoted<Elem, kBlockN, 1>(p, t, acc, smem_a, smem_b, full, empty, ring, cw,
+                                             col_scales, promo);
+      else
+        main_loop_promoted<Elem, kBlockN, 0>(p, t, acc, smem_a, smem_b, full, empty, ring, cw,
+                                             col_scales, promo);
+    } else if (active == kRowBlocks)
       main_loop<Elem, kBlockN, kRowBlocks, kRowBlocks, kPingpong>(p, t, acc, smem_a, smem_b, full,
                                                                   empty, ring, a_block, cw);
     else if (active == 1)
@@ -451,8 +574,8 @@ __global__ void __launch_bounds__(kNumThreads, 1)
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>(
       (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
-  const SmemLayout l = smem_layout(kBlockN, kSchedule, p.stages, p.tma_store,
-                                   (p.scale_b ? 1 : 0) + (p.bias ? 1 : 0), p.staging_blocks);
+  const SmemLayout l = smem_layout(kBlockN, kSchedule, p.stages, p.tma_store, col_vectors(p),
+                                   p.staging_blocks);
   uint8_t* smem_a = smem;
   uint8_t* smem_b = smem + l.b;
   auto* full = reinterpret_cast<uint64_t*>(smem + l.bars);
@@ -487,13 +610,17 @@ __global__ void __launch_bounds__(kNumThreads, 1)
   // Clusters: the other CTA's barriers are initialized before anything is multicast into them.
   if (p.cluster > 1) cluster_sync();
   else __syncthreads();
+  // Register split (128·producer + 256·consumer <= 64 K): the block-scaled kinds' 128-column
+  // tiles need fewer consumer registers, and their producer build spills at 40.
+  constexpr int kProducerRegs = Elem::kPromote ? 56 : 40, kConsumerRegs = Elem::kPromote ? 224 : 232;
+  static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 65536, "register file");
   if (wg == 0) {
-    regs_dealloc<40>();
+    regs_dealloc<kProducerRegs>();
     if (threadIdx.x == 0)
       producer_loop<Elem, kBlockN>(p, &map_a, &map_b, &map_a_half, &map_b_half, smem_a, smem_b,
                                    full, empty, tile_ring);
   } else {
-    regs_alloc<232>();
+    regs_alloc<kConsumerRegs>();
     const int cw = wg - 1;
     consumer_loop<Elem, kBlockN, kSchedule>(
         p, &map_d, &map_d8, smem_a, smem_b, smem + l.d + cw * l.d_per_wg,

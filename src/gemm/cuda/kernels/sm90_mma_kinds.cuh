@@ -8,6 +8,11 @@
 // kAMn / kBMn: the operand sits MN-major in shared memory (its M / N index contiguous, loaded by
 // TMA boxes of 64 MN x 64 K, kernels/grouped_gemm_sm90.cuh) and the wgmma reads it transposed.
 // Only 16-bit wgmma can: FP8 kinds are K-major (their columnwise copies are stored transposed).
+// kPromote: the operands carry FP32 block scales (KernelParams::bsa / bsb, FP8 block modes): each
+// stage's 128 contraction elements go into fresh partial sums (scale_d = 0 on the first MMA),
+// which are multiplied by their blocks' scales and added to the accumulators (as DeepGEMM
+// promotes every 128 K). A later kind with another promotion interval or scale type is a new row
+// here plus its scale lookup, not a new kernel.
 #pragma once
 
 #include <cstdint>
@@ -21,11 +26,11 @@ namespace tessera::gemm_sm90 {
 template <bool kAMnMajor, bool kBMnMajor>
 struct ElemBF16Major {
   static constexpr int kBytes = 2;
-  static constexpr bool kAMn = kAMnMajor, kBMn = kBMnMajor;
+  static constexpr bool kAMn = kAMnMajor, kBMn = kBMnMajor, kPromote = false;
   template <int N>
-  __device__ static void mma(float (&d)[N / 2], uint64_t a, uint64_t b) {
-    if constexpr (N == 256) wgmma_m64n256k16_bf16<kAMn, kBMn>(d, a, b, 1);
-    else wgmma_m64n128k16_bf16<kAMn, kBMn>(d, a, b, 1);
+  __device__ static void mma(float (&d)[N / 2], uint64_t a, uint64_t b, int scale_d = 1) {
+    if constexpr (N == 256) wgmma_m64n256k16_bf16<kAMn, kBMn>(d, a, b, scale_d);
+    else wgmma_m64n128k16_bf16<kAMn, kBMn>(d, a, b, scale_d);
   }
 };
 using ElemBF16 = ElemBF16Major<false, false>;    // TN: forward
@@ -35,34 +40,43 @@ using ElemBF16AbMn = ElemBF16Major<true, true>;  // K-grouped on token rows: wgr
 // Dense FP16 x FP16 (K-major operands).
 struct ElemFP16 {
   static constexpr int kBytes = 2;
-  static constexpr bool kAMn = false, kBMn = false;
+  static constexpr bool kAMn = false, kBMn = false, kPromote = false;
   template <int N>
-  __device__ static void mma(float (&d)[N / 2], uint64_t a, uint64_t b) {
-    if constexpr (N == 256) wgmma_m64n256k16_f16<0, 0>(d, a, b, 1);
-    else wgmma_m64n128k16_f16<0, 0>(d, a, b, 1);
+  __device__ static void mma(float (&d)[N / 2], uint64_t a, uint64_t b, int scale_d = 1) {
+    if constexpr (N == 256) wgmma_m64n256k16_f16<0, 0>(d, a, b, scale_d);
+    else wgmma_m64n128k16_f16<0, 0>(d, a, b, scale_d);
   }
 };
 
 // FP8 E4M3 x E4M3 (forward of every FP8 recipe; backward of the E4M3-only ones).
 struct ElemE4M3 {
   static constexpr int kBytes = 1;
-  static constexpr bool kAMn = false, kBMn = false;
+  static constexpr bool kAMn = false, kBMn = false, kPromote = false;
   template <int N>
-  __device__ static void mma(float (&d)[N / 2], uint64_t a, uint64_t b) {
-    if constexpr (N == 256) wgmma_m64n256k32_e4m3_e4m3(d, a, b, 1);
-    else wgmma_m64n128k32_e4m3_e4m3(d, a, b, 1);
+  __device__ static void mma(float (&d)[N / 2], uint64_t a, uint64_t b, int scale_d = 1) {
+    if constexpr (N == 256) wgmma_m64n256k32_e4m3_e4m3(d, a, b, scale_d);
+    else wgmma_m64n128k32_e4m3_e4m3(d, a, b, scale_d);
   }
 };
 
 // FP8 A = E5M2, B = E4M3: the HYBRID recipes' backward (dgrad dy x W, wgrad dyᵀ x x).
 struct ElemE5M2E4M3 {
   static constexpr int kBytes = 1;
-  static constexpr bool kAMn = false, kBMn = false;
+  static constexpr bool kAMn = false, kBMn = false, kPromote = false;
   template <int N>
-  __device__ static void mma(float (&d)[N / 2], uint64_t a, uint64_t b) {
-    if constexpr (N == 256) wgmma_m64n256k32_e5m2_e4m3(d, a, b, 1);
-    else wgmma_m64n128k32_e5m2_e4m3(d, a, b, 1);
+  __device__ static void mma(float (&d)[N / 2], uint64_t a, uint64_t b, int scale_d = 1) {
+    if constexpr (N == 256) wgmma_m64n256k32_e5m2_e4m3(d, a, b, scale_d);
+    else wgmma_m64n128k32_e5m2_e4m3(d, a, b, scale_d);
   }
 };
+
+// An FP8 kind with block scales (see kPromote above): E4M3 x E4M3 or E5M2 x E4M3 operands of
+// the FP8 block recipes (1x128 activations and gradients, 128x128 or 1x128 weights).
+template <class Fp8Kind>
+struct ElemBlockScaled : Fp8Kind {
+  static constexpr bool kPromote = true;
+};
+using ElemE4M3Block = ElemBlockScaled<ElemE4M3>;
+using ElemE5M2E4M3Block = ElemBlockScaled<ElemE5M2E4M3>;
 
 }  // namespace tessera::gemm_sm90
