@@ -121,8 +121,10 @@ struct Step {
     p.d = d;
     p.group_offsets = offsets();
     p.offsets_format = GroupOffsetsFormat::kEndOffsets;
+    if (a.is_quantized) p.config = fp8_config;
     return p;
   }
+  GroupedGemmConfig fp8_config{};  // --fp8-config: the FP8 GEMMs' config (default: heuristic)
   void gemm(const GroupedGemmProblem& p, Stream s) {
     const int64_t need = workspace_size(p);
     if (need > ws_bytes) {
@@ -249,7 +251,7 @@ double rel_err(const Buffer& got, const Buffer& ref, int64_t n, Device dev) {
 int usage() {
   std::printf(
       "usage: tessera bench train [--shapes dsv3-fc1,...] [--recipes fp8_rowwise,fp8_block]\n"
-      "                           [--reps N] [--gemms]\n"
+      "                           [--reps N] [--gemms] [--fp8-config tile_n,stages,cluster_m]\n"
       "  One grouped-linear training step (forward, dgrad, wgrad) through the public C++ API on\n"
       "  cuda:0: bf16 and each FP8 recipe (default fp8_rowwise), balanced and imbalanced; prints\n"
       "  ms and TFLOP/s. --gemms adds one row per GEMM of each FP8 recipe (quantization\n"
@@ -262,7 +264,7 @@ int usage() {
 int run_bench(const Args& args) {
   if (args.empty() || args[0] == "--help" || args[0] == "-h") return usage();
   TESSERA_CHECK(args[0] == "train", "unknown benchmark '", args[0], "'; expected: train");
-  std::string shapes, recipes = "fp8_rowwise";
+  std::string shapes, recipes = "fp8_rowwise", fp8_config;
   int reps = 20;
   bool gemms = false;
   for (size_t i = 1; i < args.size(); ++i) {
@@ -274,6 +276,7 @@ int run_bench(const Args& args) {
     if (args[i] == "--shapes") shapes = args[++i];
     else if (args[i] == "--recipes") recipes = args[++i];
     else if (args[i] == "--reps") reps = std::stoi(args[++i]);
+    else if (args[i] == "--fp8-config") fp8_config = args[++i];
     else TESSERA_FAIL(Status::kInvalidArgument, "unknown option ", args[i]);
   }
   TESSERA_CHECK(reps >= 1, "--reps must be >= 1, got ", reps);
@@ -303,6 +306,14 @@ int run_bench(const Args& args) {
     if (!shapes.empty() && !listed(shapes, s.name)) continue;
     for (bool imb : {false, true}) {
       Step st(s, group_sizes(s, imb), dev);
+      if (!fp8_config.empty()) {  // tile_n,stages,cluster_m (0 = the heuristic's)
+        int tn = 0, stg = 0, cl = 0;
+        TESSERA_CHECK(std::sscanf(fp8_config.c_str(), "%d,%d,%d", &tn, &stg, &cl) == 3,
+                      "--fp8-config: expected tile_n,stages,cluster_m, got '", fp8_config, "'");
+        st.fp8_config.tile_n = tn;
+        st.fp8_config.stages = stg;
+        st.fp8_config.cluster_m = cl;
+      }
       const double flops = 3.0 * 2.0 * static_cast<double>(st.t * st.k * st.n);
       const char* bal = imb ? "imb" : "bal";
       // The BF16 step's outputs: the reference of each FP8 step's relative errors.

@@ -356,12 +356,15 @@ void grouped_gemm_cuda(const GroupedGemmProblem& p, const GroupedGemmDims& dims,
   if (!p.a.is_quantized) prepare_dense_operands(p, dims, w, ws, s);  // FP8: K-major in place
   Sm90GroupedGemm g = describe(p, dims, w, ws);
   g.config = explicit_config ? requested : gemm_cuda::select_sm90_config(g, 0);
-  if (gemm_cuda::is_block_scaled(g.elem)) {  // one kernel shape: cooperative 128 x 128
+  if (gemm_cuda::is_block_scaled(g.elem)) {  // one kernel shape: cooperative 128 x 128, 1 CTA
     TESSERA_CHECK_STATUS(p.config.tile_n == 0 || p.config.tile_n == 128, Status::kUnsupported,
                          "config.tile_n: ", p.config.tile_n, "; FP8 block operands run "
                          "128-column tiles (or leave it 0)");
+    TESSERA_CHECK_STATUS(p.config.cluster_m <= 1, Status::kUnsupported, "config.cluster_m: ",
+                         p.config.cluster_m, "; FP8 block operands run 1-CTA clusters");
     g.config.block_n = 128;
     g.config.pingpong = false;
+    if (explicit_config && p.config.stages == 0) g.config.stages = 6;
   }
   gemm_cuda::launch_grouped_gemm_sm90(g, ws + w.maps, w.maps_bytes, s);
 }

@@ -315,9 +315,11 @@ void launch_grouped_gemm_sm90(const Sm90GroupedGemm& g, void* workspace, int64_t
                        "block_n must be 128 or 256, got ", cfg.block_n);
   const bool block_scaled = is_block_scaled(g.elem);
   if (block_scaled)
-    TESSERA_CHECK_STATUS(cfg.block_n == 128 && !cfg.pingpong, Status::kInvalidArgument,
-                         "block-scaled FP8 runs cooperative 128 x 128 tiles (got block_n ",
-                         cfg.block_n, cfg.pingpong ? ", ping-pong)" : ", cooperative)");
+    TESSERA_CHECK_STATUS(cfg.block_n == 128 && !cfg.pingpong && cfg.cluster == 1,
+                         Status::kInvalidArgument,
+                         "block-scaled FP8 runs cooperative 128 x 128 tiles on 1-CTA clusters "
+                         "(got block_n ", cfg.block_n, cfg.pingpong ? ", ping-pong" : ", cooperative",
+                         ", cluster ", cfg.cluster, ")");
   else
     TESSERA_CHECK_STATUS(cfg.pingpong == (cfg.block_n == 128), Status::kInvalidArgument,
                          "block_n 128 runs the ping-pong schedule, 256 the cooperative one (got ",

@@ -432,7 +432,9 @@ __device__ __forceinline__ int32_t block_scale_index(const BlockScales& s, int64
 // their row and the B scale of their column and added to the accumulators. The B scales of the
 // stage (one per tile column, read by column from each thread's accumulator layout) go through
 // the shared column vectors `col_scales` (2 x kBlockN, alternating by `promo`, a per-warpgroup
-// stage counter that runs across tiles); the stage's scales are loaded while its MMAs run.
+// count of such exchanges that runs across tiles), unless they are uniform over the tile
+// (128x128 blocks on a block boundary: one scalar); each stage's scales are loaded one stage
+// ahead.
 // Releases every slot; kActive = 0 (rows past the group end) skips MMAs and scales.
 template <class Elem, int kBlockN, int kActive>
 __device__ __forceinline__ void main_loop_promoted(const KernelParams& p, const Tile& t,
@@ -452,16 +454,33 @@ __device__ __forceinline__ void main_loop_promoted(const KernelParams& p, const 
   const int nk = static_cast<int>(num_k_blocks<Elem>(p, t));
   // This thread's scales: A rows r and r + 8 of its accumulators, B column tid of the tile.
   int32_t ia0, ia1, ib;
+  int64_t o_b_row;
   {
     const TileOrigin o = tile_origin<Elem, kBlockN>(p, t);
+    o_b_row = o.b_row;
     const int64_t r = o.a_row + cw * 64 + warp * 16 + lane / 4;
     ia0 = block_scale_index(p.bsa, r, o.a_kabs);
     ia1 = block_scale_index(p.bsa, r + 8, o.a_kabs);
     ib = block_scale_index(p.bsb, o.b_row + tid, o.b_kabs);
   }
+  // B scales uniform over the tile's columns (128x128 blocks, tile on a block boundary: forward
+  // and dgrad on 128x128 weights): one scalar per stage, no shared-memory exchange.
+  const bool uniform_b = p.bsb.row_shift == 7 && (o_b_row & 127) == 0;
+  // The stage's scales are loaded one stage ahead (under the previous stage's MMAs).
+  float na0 = 0.0f, na1 = 0.0f, nb = 0.0f;
+  if (kActive > 0 && nk > 0) {
+    na0 = __ldg(p.bsa.ptr + ia0);
+    na1 = __ldg(p.bsa.ptr + ia1);
+    nb = __ldg(p.bsb.ptr + ib);
+  }
   float part[kBlockN / 2];
   for (int kb = 0; kb < nk; ++kb) {
-    float a0 = 0.0f, a1 = 0.0f, b = 0.0f;
+    const float a0 = na0, a1 = na1, b = nb;
+    if (kActive > 0 && kb + 1 < nk) {
+      na0 = __ldg(p.bsa.ptr + ia0 + kb + 1);
+      na1 = __ldg(p.bsa.ptr + ia1 + kb + 1);
+      nb = __ldg(p.bsb.ptr + ib + kb + 1);
+    }
     mbar_wait(&full[ring.stage], ring.phase);
     if constexpr (kActive > 0) {
       const uint8_t* tile_a = smem_a + ring.stage * kBytesA + cw * 64 * kTileKBytes;
@@ -475,10 +494,6 @@ __device__ __forceinline__ void main_loop_promoted(const KernelParams& p, const 
       for (int s = 0; s < kMmaPerStage; ++s)  // 32 bytes of contraction = 2 descriptor units
         Elem::template mma<kBlockN>(part, da + 2 * s, db + 2 * s, s > 0 ? 1 : 0);
       wgmma_commit();
-      // The stage's scales, loaded under its MMAs.
-      a0 = __ldg(p.bsa.ptr + ia0 + kb);
-      a1 = __ldg(p.bsa.ptr + ia1 + kb);
-      b = __ldg(p.bsb.ptr + ib + kb);
       wgmma_wait<0>();
 #pragma unroll
       for (int i = 0; i < kBlockN / 2; ++i) fence_operand(part[i]);
@@ -486,19 +501,30 @@ __device__ __forceinline__ void main_loop_promoted(const KernelParams& p, const 
     release_slot(&empty[ring.stage], lane, peer);
     ring.next(p.stages);
     if constexpr (kActive > 0) {
-      float* cs = col_scales + (promo & 1) * kBlockN;
-      cs[tid] = b;
-      named_barrier(kScaleBarrier + cw, 128);
       // Accumulator i: row r + 8·((i / 2) % 2), column 8·(i / 4) + 2·(lane % 4) + i % 2.
+      if (uniform_b) {
+        const float s0 = a0 * b, s1 = a1 * b;
 #pragma unroll
-      for (int j = 0; j < kBlockN / 8; ++j) {
-        const float2 bj = *reinterpret_cast<const float2*>(cs + 8 * j + 2 * (lane % 4));
-        acc[0][4 * j + 0] += part[4 * j + 0] * (a0 * bj.x);
-        acc[0][4 * j + 1] += part[4 * j + 1] * (a0 * bj.y);
-        acc[0][4 * j + 2] += part[4 * j + 2] * (a1 * bj.x);
-        acc[0][4 * j + 3] += part[4 * j + 3] * (a1 * bj.y);
+        for (int j = 0; j < kBlockN / 8; ++j) {
+          acc[0][4 * j + 0] += part[4 * j + 0] * s0;
+          acc[0][4 * j + 1] += part[4 * j + 1] * s0;
+          acc[0][4 * j + 2] += part[4 * j + 2] * s1;
+          acc[0][4 * j + 3] += part[4 * j + 3] * s1;
+        }
+      } else {  // per-column B scales through the shared column vectors
+        float* cs = col_scales + (promo & 1) * kBlockN;
+        cs[tid] = b;
+        named_barrier(kScaleBarrier + cw, 128);
+#pragma unroll
+        for (int j = 0; j < kBlockN / 8; ++j) {
+          const float2 bj = *reinterpret_cast<const float2*>(cs + 8 * j + 2 * (lane % 4));
+          acc[0][4 * j + 0] += part[4 * j + 0] * (a0 * bj.x);
+          acc[0][4 * j + 1] += part[4 * j + 1] * (a0 * bj.y);
+          acc[0][4 * j + 2] += part[4 * j + 2] * (a1 * bj.x);
+          acc[0][4 * j + 3] += part[4 * j + 3] * (a1 * bj.y);
+        }
+        ++promo;
       }
-      ++promo;
     }
   }
 }
