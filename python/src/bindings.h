@@ -67,6 +67,9 @@ float arg_float(nb::handle v, const char* arg);
 QuantizerConfig config_from_name(const std::string& what, const std::string& role,
                                  bool role_given, const char* arg);
 
+// "max" / "most_recent" (TE's amax_compute_algo names); throws naming the accepted values.
+AmaxHistoryAlgo amax_algo_from_name(const std::string& name);
+
 void register_formats(nb::module_& m);
 void register_scan(nb::module_& m);
 void register_gemm(nb::module_& m);

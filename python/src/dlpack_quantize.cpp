@@ -3,12 +3,19 @@
 // output arrays, by DLPack with zero copies, on the caller's stream (an integer cudaStream_t).
 // Nothing here allocates memory for the data, and nothing synchronizes.
 //
-// Python surface (private; tessera.torch.quantize_fp8_rowwise wraps it):
+// Python surface (private; tessera.torch.quantize_fp8_rowwise / _tensor / _delayed wrap it):
 //   _quantize_into(x, mode, element, rowwise, columnwise, data, scale_inv, columnwise_data,
-//                  columnwise_scale_inv, stream) -> None
+//                  columnwise_scale_inv, stream, amax, columnwise_amax, delayed_scale,
+//                  amax_history) -> None
+//   _delayed_update(scale, amax_history, element, amax_compute_algo, margin, stream) -> None
+//     (the role's element, algorithm and margin: _recipe_config in quantize_py.cpp)
 // FP8 and MXFP8 modes with their make_config defaults (per-tensor "tensor" = current scaling, which
-// also writes the tensor amax of each copy into the caller's 1-element `amax` arrays), compact
-// scales. Output shapes follow tessera/quantize/types.h (a
+// also writes the tensor amax of each copy into the caller's 1-element `amax` arrays; with
+// `delayed_scale` and `amax_history` it is delayed scaling on that caller-owned state: the scale is
+// read from `delayed_scale` and the amax written to history slot 0, docs/numerics.md), compact
+// scales. `_delayed_update` is Quantizer::update() on the same caller-owned state (the next scale
+// from the history, then the roll), on the caller's stream. Output shapes follow
+// tessera/quantize/types.h (a
 // columnwise rowwise/block copy is stored transposed); a scale array may be given with any shape
 // of the contracted number of elements (torch keeps rowwise scales 1-D), and the arrays of a usage
 // not asked for are ignored (they may be empty).
@@ -41,12 +48,28 @@ TensorView contract_view(const DeviceArray& a, const MatrixShape& want, Device d
   return TensorView::contiguous(v.data, want.dtype, {want.rows, want.cols}, device);
 }
 
+// Caller-owned delayed-scaling state: scale (1) and amax_history (its length is the history
+// length), float32 on `device`; Quantizer's constructor checks them further.
+DelayedScalingState delayed_state(const DeviceArray& scale, const DeviceArray& amax_history,
+                                  Device device, QuantizerConfig& config) {
+  const TensorView h = device_view(amax_history, DType::kFloat32, "amax_history");
+  TESSERA_CHECK(h.numel() >= 1, "amax_history: must hold at least one float32, got ",
+                h.to_string());
+  config.delayed = true;
+  config.amax_history_len = static_cast<int>(h.numel());
+  return {contract_view(scale, MatrixShape{1, 1, DType::kFloat32}, device, "delayed_scale"),
+          contract_view(amax_history, MatrixShape{1, h.numel(), DType::kFloat32}, device,
+                        "amax_history")};
+}
+
 void quantize_into(const DeviceArray& x, const std::string& mode, const std::string& element,
                    bool rowwise, bool columnwise, const DeviceArray& data,
                    const DeviceArray& scale_inv, const DeviceArray& columnwise_data,
                    const DeviceArray& columnwise_scale_inv, uintptr_t stream,
                    const std::optional<DeviceArray>& amax,
-                   const std::optional<DeviceArray>& columnwise_amax) {
+                   const std::optional<DeviceArray>& columnwise_amax,
+                   const std::optional<DeviceArray>& delayed_scale,
+                   const std::optional<DeviceArray>& amax_history) {
   const ScalingMode m = scaling_mode_from_name(mode.c_str());
   TESSERA_CHECK(m != ScalingMode::kNone && m != ScalingMode::kNVFP4 &&
                     m != ScalingMode::kNVFP4_16x16,
@@ -88,9 +111,35 @@ void quantize_into(const DeviceArray& x, const std::string& mode, const std::str
   if (has_amax(m) && rowwise) out.amax = contract_view(*amax, one, xv.device, "amax");
   if (has_amax(m) && columnwise)
     out.columnwise_amax = contract_view(*columnwise_amax, one, xv.device, "columnwise_amax");
+  TESSERA_CHECK(delayed_scale.has_value() == amax_history.has_value(),
+                "delayed_scale/amax_history: delayed scaling needs both (or neither)");
+  if (delayed_scale) {
+    TESSERA_CHECK(m == ScalingMode::kTensor, "delayed_scale: delayed scaling is per-tensor ",
+                  "(mode 'tensor'), got mode '", mode, "'");
+    const DelayedScalingState state =
+        delayed_state(*delayed_scale, *amax_history, xv.device, config);
+    out.config = config;
+    Quantizer q(config, xv.device, state);
+    nb::gil_scoped_release release;
+    q.quantize(xv, out, stream_of(stream));
+    return;
+  }
   Quantizer q(config, xv.device);
   nb::gil_scoped_release release;
   q.quantize(xv, out, stream_of(stream));
+}
+
+void delayed_update(const DeviceArray& scale, const DeviceArray& amax_history,
+                    const std::string& element, const std::string& amax_compute_algo, int margin,
+                    uintptr_t stream) {
+  QuantizerConfig config = make_config(ScalingMode::kTensor, parse_dtype(element));
+  config.amax_algo = amax_algo_from_name(amax_compute_algo);
+  config.margin = margin;
+  const Device device = array_device(scale, "scale");
+  const DelayedScalingState state = delayed_state(scale, amax_history, device, config);
+  Quantizer q(config, device, state);
+  nb::gil_scoped_release release;
+  q.update(stream_of(stream));
 }
 
 }  // namespace
@@ -101,9 +150,16 @@ void register_dlpack_quantize(nb::module_& m) {
         nb::arg("data").noconvert(), nb::arg("scale_inv").noconvert(),
         nb::arg("columnwise_data").noconvert(), nb::arg("columnwise_scale_inv").noconvert(),
         nb::arg("stream") = 0, nb::arg("amax") = nb::none(),
-        nb::arg("columnwise_amax") = nb::none(),
+        nb::arg("columnwise_amax") = nb::none(), nb::arg("delayed_scale").noconvert() = nb::none(),
+        nb::arg("amax_history").noconvert() = nb::none(),
         "Quantizes a 2-D CPU/CUDA array with tessera's Quantizer into caller-owned arrays "
-        "(codes as uint8, FP32/E8M0 scale_inv), zero-copy, on the caller's stream.");
+        "(codes as uint8, FP32/E8M0 scale_inv), zero-copy, on the caller's stream; with "
+        "delayed_scale and amax_history, delayed scaling on that caller-owned state.");
+  m.def("_delayed_update", &delayed_update, nb::arg("scale").noconvert(),
+        nb::arg("amax_history").noconvert(), nb::arg("element"), nb::arg("amax_compute_algo"),
+        nb::arg("margin"), nb::arg("stream") = 0,
+        "Delayed scaling's update on caller-owned state: the next scale from the amax history "
+        "(max or most_recent, margin), then the history rolls (slot 0 cleared). No host sync.");
 }
 
 }  // namespace tessera::python

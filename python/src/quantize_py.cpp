@@ -1,5 +1,6 @@
 // tessera._tessera.quantize: a recipe or scaling mode applied to a NumPy (host) array, returning a
-// QuantizedTensor object whose buffers come back as NumPy arrays (copies) and which dequantizes.
+// QuantizedTensor object whose buffers come back as NumPy arrays (copies) and which dequantizes;
+// _recipe_config: the quantizer config a recipe gives a role (what tessera.torch builds on).
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -45,6 +46,13 @@ QuantizerConfig config_from_name(const std::string& what, const std::string& rol
   TESSERA_FAIL(Status::kInvalidArgument, arg, ": '", what, "' is neither a recipe (",
                "fp8_delayed, fp8_current[:e4m3|:e5m2|:hybrid], fp8_rowwise, fp8_block, mxfp8, "
                "nvfp4) nor a scaling mode (", scaling_mode_names(), ")");
+}
+
+AmaxHistoryAlgo amax_algo_from_name(const std::string& name) {
+  if (name == "max") return AmaxHistoryAlgo::kMax;
+  if (name == "most_recent") return AmaxHistoryAlgo::kMostRecent;
+  TESSERA_FAIL(Status::kInvalidArgument, "amax_compute_algo: '", name,
+               "' is not known; expected max or most_recent");
 }
 
 namespace {
@@ -138,6 +146,48 @@ nb::object dequantize_py(const PyQuantized& q, bool columnwise, const std::strin
   return out;
 }
 
+// The quantizer config the C++ recipe gives a role (Recipe::config_for: element per format,
+// HYBRID = E5M2 for gradients; mode per tensor type; usages; delayed-scaling options), for front
+// ends that build their quantizers from the same recipe (tessera.torch). Options override the
+// built-in recipe's: amax_history_len, amax_compute_algo, margin.
+nb::dict recipe_config(const std::string& recipe, const std::string& module_type,
+                       const std::string& tensor_type, const std::string& name,
+                       const nb::dict& options) {
+  Recipe r = parse_recipe(recipe);
+  for (auto [k, v] : options) {
+    const std::string key = arg_string(k, "option name");
+    if (key == "amax_history_len") {
+      const uint64_t n = arg_uint64(v, "amax_history_len");
+      TESSERA_CHECK(n >= 1 && n <= (1u << 24), "amax_history_len: ", n,
+                    " is outside [1, 2**24]");
+      r.amax_history_len = static_cast<int>(n);
+    } else if (key == "amax_compute_algo") {
+      r.amax_algo = amax_algo_from_name(arg_string(v, "amax_compute_algo"));
+    } else if (key == "margin") {
+      r.margin = nb::cast<int>(v);
+    } else {
+      TESSERA_FAIL(Status::kInvalidArgument, "option '", key, "' is not known; expected "
+                   "amax_history_len, amax_compute_algo or margin");
+    }
+  }
+  TESSERA_CHECK(r.quantized(), "recipe: '", recipe, "' does not quantize; it has no roles");
+  const QuantizerConfig c = r.config_for({module_type, parse_tensor_type(tensor_type), name});
+  validate_config(c);
+  nb::dict d;
+  d["mode"] = scaling_mode_name(c.mode);
+  d["element"] = dtype_name(c.element);
+  d["rowwise"] = c.rowwise;
+  d["columnwise"] = c.columnwise;
+  d["delayed"] = c.delayed;
+  d["amax_history_len"] = c.amax_history_len;
+  d["amax_compute_algo"] = c.amax_algo == AmaxHistoryAlgo::kMax ? "max" : "most_recent";
+  d["margin"] = c.margin;
+  d["amax_epsilon"] = c.amax_epsilon;
+  d["power_of_two_scales"] = c.power_of_two_scales;
+  d["token_alignment"] = r.token_alignment;
+  return d;
+}
+
 }  // namespace
 
 void register_quantize(nb::module_& m) {
@@ -159,6 +209,10 @@ void register_quantize(nb::module_& m) {
       .def_prop_ro("rowwise", [](const PyQuantized& q) { return q.tensor.has_rowwise(); })
       .def_prop_ro("columnwise", [](const PyQuantized& q) { return q.tensor.has_columnwise(); })
       .def("dequantize", &dequantize_py, nb::arg("columnwise") = false, nb::arg("backend") = "cpu");
+  m.def("_recipe_config", &recipe_config, nb::arg("recipe"), nb::arg("module_type"),
+        nb::arg("tensor_type"), nb::arg("name"), nb::arg("options"),
+        "The quantizer config (a dict) that the C++ recipe gives the role (module_type, "
+        "tensor_type, name); options: amax_history_len, amax_compute_algo, margin.");
   m.def("quantize", &quantize_py, nb::arg("x"), nb::arg("recipe_or_mode"), nb::arg("src_dtype"),
         nb::arg("rowwise"), nb::arg("columnwise"), nb::arg("options"));
   nb::list recipes;

@@ -72,7 +72,25 @@ Quantizer::Quantizer(const QuantizerConfig& config, Device device)
     amax_history_ = Buffer(zeros.size() * sizeof(float), device_);
     copy_bytes(scale_.data(), device_, &one, Device::cpu(), sizeof(float));
     copy_bytes(amax_history_.data(), device_, zeros.data(), Device::cpu(), amax_history_.bytes());
+    scale_ptr_ = scale_.as<float>();
+    amax_history_ptr_ = amax_history_.as<float>();
   }
+}
+
+Quantizer::Quantizer(const QuantizerConfig& config, Device device, const DelayedScalingState& state)
+    : config_(config), device_(device) {
+  validate_config(config_);
+  TESSERA_CHECK(config_.delayed, "state: caller-owned delayed-scaling state needs config.delayed");
+  const auto check_state = [&](const TensorView& v, int64_t numel, const char* name) {
+    check_field(v, MatrixShape{1, numel, DType::kFloat32}, device_, name);
+    TESSERA_CHECK_STATUS(v.numel() == numel && v.is_contiguous(), Status::kShapeMismatch, name,
+                         ": expected ", numel, " contiguous float32 elements, got ",
+                         v.to_string());
+  };
+  check_state(state.scale, 1, "state.scale");
+  check_state(state.amax_history, config_.amax_history_len, "state.amax_history");
+  scale_ptr_ = static_cast<float*>(state.scale.data);
+  amax_history_ptr_ = static_cast<float*>(state.amax_history.data);
 }
 
 void Quantizer::set_usage(bool rowwise, bool columnwise) {
@@ -118,8 +136,8 @@ void Quantizer::quantize(const TensorView& x, QuantizedTensorView& out, Backend 
                        Status::kShapeMismatch, "x: the Hadamard transform of the columnwise copy "
                        "needs M to be a multiple of 16, got M = ", m);
   if (config_.delayed) {
-    req.delayed_scale = scale_.as<float>();
-    req.amax_history = amax_history_.as<float>();
+    req.delayed_scale = scale_ptr_;
+    req.amax_history = amax_history_ptr_;
   }
   // No element: host backends take the empty path (work proportional to the output).
   const bool empty = x.numel() == 0;
@@ -151,12 +169,12 @@ void Quantizer::quantize(const TensorView& x, QuantizedTensorView& out, Backend 
 
 TensorView Quantizer::scale() const {
   if (!config_.delayed) return {};
-  return TensorView::contiguous(scale_.data(), DType::kFloat32, {1}, device_);
+  return TensorView::contiguous(scale_ptr_, DType::kFloat32, {1}, device_);
 }
 
 TensorView Quantizer::amax_history() const {
   if (!config_.delayed) return {};
-  return TensorView::contiguous(amax_history_.data(), DType::kFloat32,
+  return TensorView::contiguous(amax_history_ptr_, DType::kFloat32,
                                 {int64_t{config_.amax_history_len}}, device_);
 }
 
@@ -165,16 +183,16 @@ TensorView Quantizer::amax_history() const {
 void Quantizer::update(Stream stream) {
   TESSERA_CHECK(config_.delayed, "update: applies to delayed scaling only (config.delayed)");
   if (device_.is_cuda()) {
-    detail::delayed_update_cuda(config_, scale_.as<float>(), amax_history_.as<float>(), stream);
+    detail::delayed_update_cuda(config_, scale_ptr_, amax_history_ptr_, stream);
     return;
   }
-  float* h = amax_history_.as<float>();
+  float* h = amax_history_ptr_;
   const int len = config_.amax_history_len;
   uint32_t m = scale_rules::abs_bits(h[0]);
   if (config_.amax_algo == AmaxHistoryAlgo::kMax) {
     for (int i = 1; i < len; ++i) m = std::max(m, scale_rules::abs_bits(h[i]));
   }
-  float* s = scale_.as<float>();
+  float* s = scale_ptr_;
   *s = scale_rules::delayed_scale(scale_rules::amax_from_abs_bits(m), *s, fp8_max(config_.element),
                                   config_.margin);
   std::vector<float> rolled(static_cast<size_t>(len));

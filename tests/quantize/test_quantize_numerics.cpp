@@ -194,6 +194,49 @@ TEST(DelayedScaling, HistorySlotZeroUpdateRollAndScale) {
   EXPECT_EQ(*q2.scale().as<float>(), (448.0f / 7.0f) / 2.0f);
 }
 
+// A quantizer on caller-owned state (a framework's module buffers) gives the bits and the state
+// of one that owns its state, step for step, and writes only into the caller's memory.
+TEST(DelayedScaling, CallerOwnedStateMatchesOwnedState) {
+  QuantizerConfig c = make_config(ScalingMode::kTensor, DType::kFloat8E5M2);
+  c.delayed = true;
+  c.amax_history_len = 4;
+  c.margin = 2;
+  Quantizer owned(c);
+  float scale = 1.0f;
+  std::vector<float> history(4, 0.0f);
+  const DelayedScalingState state{
+      TensorView::contiguous(&scale, DType::kFloat32, {1}),
+      TensorView::contiguous(history.data(), DType::kFloat32, {4})};
+  for (float value : {3.0f, 40.0f, 0.5f, 0.0f, 7.0f, 2.0f}) {
+    std::vector<float> x(12, value / 3);
+    x[5] = -value;
+    const TensorView xv = TensorView::contiguous(x.data(), DType::kFloat32, {3, 4});
+    Quantizer caller(c, Device::cpu(), state);  // made per step: it holds nothing itself
+    QuantizedTensor a = owned.allocate(3, 4), b = caller.allocate(3, 4);
+    owned.quantize(xv, a);
+    caller.quantize(xv, b);
+    EXPECT_EQ(*a.view().scale_inv.as<float>(), *b.view().scale_inv.as<float>());
+    for (int i = 0; i < 12; ++i) {
+      EXPECT_EQ(a.view().data.as<uint8_t>()[i], b.view().data.as<uint8_t>()[i]);
+    }
+    owned.update();
+    caller.update();
+    EXPECT_EQ(*owned.scale().as<float>(), scale);
+    EXPECT_EQ(caller.scale().data, static_cast<void*>(&scale));
+    for (int i = 0; i < 4; ++i) {
+      EXPECT_EQ(owned.amax_history().as<float>()[i], history[static_cast<size_t>(i)]);
+    }
+  }
+  EXPECT_EQ(scale, (57344.0f / 7.0f) / 4.0f);  // max over the last 4 amaxes (40 rolled out), margin 2
+  std::vector<float> short_history(3);
+  const DelayedScalingState wrong{
+      state.scale, TensorView::contiguous(short_history.data(), DType::kFloat32, {3})};
+  EXPECT_THROW(Quantizer(c, Device::cpu(), wrong), Error);
+  QuantizerConfig current = c;
+  current.delayed = false;
+  EXPECT_THROW(Quantizer(current, Device::cpu(), state), Error);
+}
+
 // ---- usages ----------------------------------------------------------------------------------
 
 TEST(Usages, RequantizeNeverDropsAUsageAndNeverLeavesItStale) {

@@ -16,11 +16,25 @@
 
 namespace tessera {
 
+// Delayed-scaling state in caller-owned memory (a framework module's buffers): the FP32 scale
+// (1 element) and the FP32 amax history (config.amax_history_len elements), each contiguous, on
+// the quantizer's device. The caller initialises them (scale 1, history 0, as a Quantizer does
+// for its own) and keeps them alive while the quantizer uses them.
+struct DelayedScalingState {
+  TensorView scale;
+  TensorView amax_history;
+};
+
 class Quantizer {
  public:
   // Validates the config (element type allowed for the mode, history length > 0, ...); throws a
-  // clear Error naming the field otherwise.
+  // clear Error naming the field otherwise. Delayed scaling: allocates and initialises its own
+  // scale and history (a synchronous copy to the device).
   explicit Quantizer(const QuantizerConfig& config, Device device = Device::cpu());
+  // Delayed scaling (config.delayed must be set) on caller-owned `state`: quantize() and
+  // update() read and write it; nothing is allocated or copied, so making one per call is cheap
+  // and never synchronizes. Throws a clear Error naming the field of a mismatched state.
+  Quantizer(const QuantizerConfig& config, Device device, const DelayedScalingState& state);
 
   const QuantizerConfig& config() const { return config_; }
   Device device() const { return device_; }
@@ -41,7 +55,8 @@ class Quantizer {
 
   // Delayed scaling (config().delayed): the FP32 scale used by the next quantize(), the amax
   // history (amax_history_len) whose slot 0 the quantize writes, and update(), which computes
-  // the next scale from the history and rolls it (slot 0 cleared). Empty views otherwise.
+  // the next scale from the history and rolls it (slot 0 cleared). Empty views otherwise. Views
+  // of the caller's state when the quantizer was made on one.
   TensorView scale() const;
   TensorView amax_history() const;
   // Only for delayed scaling (kInvalidArgument otherwise).
@@ -50,7 +65,9 @@ class Quantizer {
  private:
   QuantizerConfig config_;
   Device device_;
-  Buffer scale_, amax_history_;
+  Buffer scale_, amax_history_;       // owned delayed-scaling state (empty on caller state)
+  float* scale_ptr_ = nullptr;        // delayed scaling: scale_ or the caller's scale
+  float* amax_history_ptr_ = nullptr; // delayed scaling: amax_history_ or the caller's history
 };
 
 // Dequantizes one usage of `q` into `out`: float32 (M, K) (always the logical orientation, also

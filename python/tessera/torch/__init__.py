@@ -2,11 +2,15 @@
 
     grouped_mm(mat_a, mat_b, offs=None, bias=None, out_dtype=None) ~ torch._grouped_mm
     scaled_grouped_mm(mat_a, mat_b, scale_a, scale_b, offs=None, ...) ~ torch._scaled_grouped_mm
-    grouped_linear(x, weight, offs, recipe)  the training step of a grouped linear layer
+    grouped_linear(x, weight, offs, recipe, weight_cache, delayed_state=, main_grad=)
+                                           the training step of a grouped linear layer
     fp8_rowwise_grouped_mm(x, w_t, offs)   differentiable dynamic FP8-rowwise grouped GEMM
     quantize_fp8_rowwise(x, rowwise, columnwise)
-    GroupedLinear(num_groups, in_features, out_features, recipe, bias)   recipes: RECIPES
-    GroupedMLP(num_groups, hidden, ffn, recipe, bias)   fc1 -> SwiGLU (x probs) -> fc2
+    GroupedLinear(num_groups, in_features, out_features, recipe, bias, params_dtype=,
+                  accumulate_main_grad=)   recipes: RECIPES or a DelayedScaling
+    GroupedMLP(num_groups, hidden, ffn, recipe, bias, params_dtype=, accumulate_main_grad=)
+                                           fc1 -> SwiGLU (x probs) -> fc2
+    DelayedScaling(amax_history_len, amax_compute_algo, margin, fp8_format)   TE's recipe
     MoELayer(hidden, ffn, num_experts, top_k, recipe, ep_group)  router -> dispatch -> experts
 
 The ops are torch.library custom ops in the "tessera" namespace (torch.ops.tessera.*) with fake
@@ -20,14 +24,16 @@ try:
 except ImportError as e:  # pragma: no cover - exercised only without torch
     raise ImportError("tessera.torch needs PyTorch (pip install torch)") from e
 
+from .delayed import DelayedScaling, quantize_fp8_delayed, quantize_fp8_delayed_impl
 from .fp8 import (quantize_backend, quantize_fp8_rowwise, quantize_fp8_rowwise_impl,
                   quantize_fp8_tensor, quantize_fp8_tensor_impl, scaled_operands_rowwise)
 from .linear import RECIPES, WeightCache, fp8_rowwise_grouped_mm, grouped_linear
 from .modules import GroupedLinear, GroupedMLP
 from .ops import grouped_mm, scaled_grouped_mm
 
-__all__ = ["GroupedLinear", "GroupedMLP", "RECIPES", "WeightCache", "fp8_rowwise_grouped_mm",
-           "grouped_linear", "grouped_mm", "quantize_backend", "quantize_fp8_rowwise",
+__all__ = ["DelayedScaling", "GroupedLinear", "GroupedMLP", "RECIPES", "WeightCache",
+           "fp8_rowwise_grouped_mm", "grouped_linear", "grouped_mm", "quantize_backend",
+           "quantize_fp8_delayed", "quantize_fp8_delayed_impl", "quantize_fp8_rowwise",
            "quantize_fp8_rowwise_impl", "quantize_fp8_tensor", "quantize_fp8_tensor_impl",
            "scaled_grouped_mm", "scaled_operands_rowwise"]
 

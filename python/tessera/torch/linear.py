@@ -2,13 +2,15 @@
 dgrad and wgrad, for every recipe the torch front end runs.
 
     grouped_linear(x (T, K), weight (G, N, K), offs (G,) int32 cumulative end offsets,
-                   recipe="bf16" | "fp8_rowwise" | "fp8_current", weight_cache=None) -> y (T, N)
+                   recipe="bf16" | "fp8_rowwise" | "fp8_current" | "fp8_delayed" | DelayedScaling,
+                   weight_cache=None, *, delayed_state=None, main_grad=None) -> y (T, N)
 
 Each GEMM reads its operands in the layout they are in (nothing is transposed or copied between
 tessera calls, no PyTorch elementwise op runs in the step):
 - bf16: forward M-grouped TN (x, W as stored); dgrad M-grouped NN (dy, W as stored: the kernel
   reads W MN-major); wgrad K-grouped (dy, x as stored, MN-major) straight into the weight's
-  dtype.
+  dtype. The GEMMs run in the weight's dtype when it is bf16/fp16, else in bf16 on a bf16 copy
+  of the (FP32 master) weight made once per weight version; dW comes out in the weight's dtype.
 - fp8_rowwise (torchao's dynamic rowwise recipe, E4M3 everywhere, FP32 accumulation): x and dy
   are quantized once each, both usages in one pass (rowwise: scales per token row; columnwise:
   the transposed codes with one scale per column); W once per weight version, both usages in one
@@ -16,9 +18,15 @@ tessera calls, no PyTorch elementwise op runs in the step):
   codes (K, G·N), one scale per input column k, shared by the groups — what the C++ nn layer
   does). forward = xq · Wq, dgrad = dyq · W columnwise, wgrad = dy columnwise · x columnwise, all
   scales applied in the GEMM epilogue.
-- fp8_current (TE's per-tensor current scaling, E4M3): the same step with one scale per tensor
-  (x, dy, and the whole (G·N, K) weight), scale = 448 / amax; the columnwise copies are the
-  transposed codes of the same scale.
+- fp8_current (TE's per-tensor current scaling, E4M3 everywhere — the C++ recipe
+  "fp8_current:e4m3"): the same step with one scale per tensor (x, dy, and the whole (G·N, K)
+  weight), scale = 448 / amax; the columnwise copies are the transposed codes of the same scale.
+- fp8_delayed (TE's DelayedScaling, tessera.torch.delayed): the fp8_current step with each
+  role's scale taken from its amax history instead of the tensor itself; HYBRID by default (the
+  C++ recipe's: E4M3 x and W, E5M2 dy). The state — per role (input, weight, grad_output) one
+  FP32 scale and one amax history, `delayed_state = (scale (3,), amax_history (3, L))` — lives on
+  the device (GroupedLinear keeps it in buffers) and every quantize updates it in place, no host
+  sync.
 Group sizes for FP8 must be multiples of 16 rows (as torch._scaled_grouped_mm asks): the wgrad
 reads each group's token columns with 16-byte TMA loads and writes NaN for a group that breaks
 this, never silently wrong numbers. Rows past offs[-1] (a capacity buffer): the BF16 GEMMs leave
@@ -27,129 +35,60 @@ dy takes part in the per-column scales of the wgrad operands — a layer's own o
 feed unwritten memory (possibly NaN) into the next layer's scales. Input rows past offs[-1] must
 be finite for the same reason.
 
-Quantized weights are cached across calls (micro-batches, eval/train alternation) in a
-`WeightCache` and re-quantized only when the weight changes (its version counter, storage or
-shape): both usages are always produced together, so no usage can go stale.
+main_grad (Megatron's gradient-accumulation fusion): an FP32 (G, N, K) tensor the wgrad
+accumulates into (the K-grouped GEMM with beta = 1) instead of producing weight.grad, which then
+stays untouched.
+
+Quantized (or 16-bit cast) weights are cached across calls (micro-batches, eval/train
+alternation) in a `WeightCache` and re-made only when the weight changes (its version counter,
+storage or shape): both usages are always produced together, so no usage can go stale.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 from torch import Tensor
 
-from . import _bridge as br
+from .delayed import (DelayedScaling, quantize_fp8_delayed, quantize_fp8_delayed_impl,
+                      resolve)
 from .fp8 import (quantize_fp8_rowwise, quantize_fp8_rowwise_impl, quantize_fp8_tensor,
                   quantize_fp8_tensor_impl)
+from .linear_ops import (_Ops, fp8_linear_dgrad, fp8_linear_fprop, fp8_linear_wgrad,
+                         fp8_linear_wgrad_accumulate, linear_wgrad_accumulate)
 from .ops import grouped_mm
 
-RECIPES = ("bf16", "fp8_rowwise", "fp8_current")
-# FP8 recipes: (the custom-op quantizer, its eager implementation)
+RECIPES = ("bf16", "fp8_rowwise", "fp8_current", "fp8_delayed")
+# FP8 recipes without state: (the custom-op quantizer, its eager implementation)
 _FP8_QUANTIZERS = {
     "fp8_rowwise": (quantize_fp8_rowwise, quantize_fp8_rowwise_impl),
     "fp8_current": (quantize_fp8_tensor, quantize_fp8_tensor_impl),
 }
+_COMPUTE_DTYPES = (torch.bfloat16, torch.float16)  # 16-bit GEMM dtypes of the bf16 recipe
 
 
-def _fp8_operand(data: Tensor, scale: Tensor, rows: int, cols: int, columnwise: bool):
-    """An FP8 operand of the logical (rows, cols) matrix: the rowwise copy (rows, cols) or the
-    columnwise copy (cols, rows), stored transposed. Its scale_inv says the mode: one value per
-    stored row (rowwise mode) or one for the whole tensor (per-tensor mode)."""
-    n = cols if columnwise else rows
-    if scale.numel() == 1:
-        return br.quantized(data, scale.reshape(1, 1), "tensor", rows, cols, columnwise=columnwise)
-    return br.quantized(data, scale.reshape(n, 1), "rowwise", rows, cols, columnwise=columnwise)
-
-
-# ---- the three FP8 GEMMs as custom ops (fake implementations: torch.compile traces them) -------
-
-def _m_grouped_fp8(aq: Tensor, a_s: Tensor, bq: Tensor, b_s: Tensor, offs: Tensor,
-                   b_rows: int, b_cols: int, b_columnwise: bool, out_cols: int,
-                   out_dtype: torch.dtype, name: str) -> Tensor:
-    """out (T, out_cols) = A (T, ·) rowwise × the logical (b_rows, b_cols) weight matrix read
-    from its rowwise copy (TN: forward) or its transposed columnwise copy (NN: dgrad); rows past
-    offs[-1] zero (see module doc)."""
-    t, c = aq.shape
-    out = aq.new_zeros((t, out_cols), dtype=out_dtype)
-    br.run(br.KIND_M_GROUPED, _fp8_operand(aq, a_s, t, c, False),
-           _fp8_operand(bq, b_s, b_rows, b_cols, b_columnwise), out, offs, transpose_a=False,
-           transpose_b=not b_columnwise,
-           key=(name, t, c, b_rows, b_cols, out_dtype, a_s.numel() == 1))
-    return out
-
-
-def _fprop_impl(xq: Tensor, xs: Tensor, wq: Tensor, ws: Tensor, offs: Tensor, groups: int,
-                out_dtype: torch.dtype) -> Tensor:
-    n = wq.shape[0] // groups
-    return _m_grouped_fp8(xq, xs, wq, ws, offs, groups * n, xq.shape[1], False, n, out_dtype,
-                          "fp8_fprop")
-
-
-@torch.library.custom_op("tessera::fp8_linear_fprop", mutates_args=())
-def fp8_linear_fprop(xq: Tensor, xs: Tensor, wq: Tensor, ws: Tensor, offs: Tensor,
-                     groups: int, out_dtype: torch.dtype) -> Tensor:
-    """y (T, N) = xq (T, K) · Wq_gᵀ, Wq (G·N, K) rowwise codes, scales xs (T), ws (G·N)."""
-    return _fprop_impl(xq, xs, wq, ws, offs, groups, out_dtype)
-
-
-@fp8_linear_fprop.register_fake
-def _fprop_fake(xq, xs, wq, ws, offs, groups, out_dtype):
-    return xq.new_empty((xq.shape[0], wq.shape[0] // groups), dtype=out_dtype)
-
-
-def _dgrad_impl(dyq: Tensor, dys: Tensor, wcq: Tensor, wcs: Tensor, offs: Tensor, groups: int,
-                out_dtype: torch.dtype) -> Tensor:
-    k = wcq.shape[0]
-    return _m_grouped_fp8(dyq, dys, wcq, wcs, offs, groups * dyq.shape[1], k, True, k, out_dtype,
-                          "fp8_dgrad")
-
-
-@torch.library.custom_op("tessera::fp8_linear_dgrad", mutates_args=())
-def fp8_linear_dgrad(dyq: Tensor, dys: Tensor, wcq: Tensor, wcs: Tensor, offs: Tensor,
-                     groups: int, out_dtype: torch.dtype) -> Tensor:
-    """dx (T, K) = dyq (T, N) · W_g, W's columnwise codes (K, G·N) with scales wcs (K)."""
-    return _dgrad_impl(dyq, dys, wcq, wcs, offs, groups, out_dtype)
-
-
-@fp8_linear_dgrad.register_fake
-def _dgrad_fake(dyq, dys, wcq, wcs, offs, groups, out_dtype):
-    return dyq.new_empty((dyq.shape[0], wcq.shape[0]), dtype=out_dtype)
-
-
-def _wgrad_impl(dycq: Tensor, dycs: Tensor, xcq: Tensor, xcs: Tensor, offs: Tensor,
-                out_dtype: torch.dtype) -> Tensor:
-    n, t = dycq.shape
-    k = xcq.shape[0]
-    g = offs.shape[0]
-    dw = dycq.new_empty((g, n, k), dtype=out_dtype)
-    br.run(br.KIND_K_GROUPED, _fp8_operand(dycq, dycs, t, n, True),
-           _fp8_operand(xcq, xcs, t, k, True), dw, offs, transpose_a=True, transpose_b=False,
-           key=("fp8_wgrad", t, k, n, g, out_dtype, dycs.numel() == 1))
-    return dw
-
-
-@torch.library.custom_op("tessera::fp8_linear_wgrad", mutates_args=())
-def fp8_linear_wgrad(dycq: Tensor, dycs: Tensor, xcq: Tensor, xcs: Tensor, offs: Tensor,
-                     out_dtype: torch.dtype) -> Tensor:
-    """dW (G, N, K) = dy_gᵀ · x_g from the columnwise copies dycq (N, T), xcq (K, T) and their
-    per-column scales (N), (K); an empty group gives zeros."""
-    return _wgrad_impl(dycq, dycs, xcq, xcs, offs, out_dtype)
-
-
-@fp8_linear_wgrad.register_fake
-def _wgrad_fake(dycq, dycs, xcq, xcs, offs, out_dtype):
-    return dycq.new_empty((offs.shape[0], dycq.shape[0], xcq.shape[0]), dtype=out_dtype)
+def _quantize(recipe: str, x: Tensor, rowwise: bool, columnwise: bool, delayed=None):
+    """One pass of the recipe's quantizer over the 2-D x, the usages asked for:
+    (data, scale_inv, columnwise_data, columnwise_scale_inv). delayed: fp8_delayed's role, as
+    DelayedScaling.role_state gives it (its scale and history are updated in place)."""
+    compiling = torch.compiler.is_compiling()
+    if delayed is None:
+        return _FP8_QUANTIZERS[recipe][0 if compiling else 1](x, rowwise, columnwise)
+    quantize = quantize_fp8_delayed if compiling else quantize_fp8_delayed_impl
+    return quantize(x, delayed[0], delayed[1], rowwise, columnwise, *delayed[2:])
 
 
 # ---- weight cache ----------------------------------------------------------------------------
 
 class WeightCache:
-    """The quantized copies of one weight, kept until the weight changes.
+    """The compute copies of one weight (FP8 codes and scales, or a 16-bit cast of FP32 master
+    weights), kept until the weight changes.
 
-    Key: the weight's storage pointer, shape and in-place version counter (an optimizer step,
-    `load_state_dict` or any in-place write bumps it). `invalidate()` forces the next call to
-    re-quantize (a benchmark of whole training steps calls it every step). Both usages are made
-    together, so a cached weight never lacks one."""
+    Key: the weight's storage pointer, shape, dtype and in-place version counter (an optimizer
+    step, `load_state_dict` or any in-place write bumps it), and what the copy is for. Under
+    torch.compile nothing is cached (the copy is traced every call). `invalidate()` forces the
+    next call to re-make it (a benchmark of whole training steps calls it every step). Both FP8
+    usages are made together, so a cached weight never lacks one."""
 
     def __init__(self):
         self.key = None
@@ -159,98 +98,98 @@ class WeightCache:
         self.key = None
         self.value = None
 
-    def get(self, weight: Tensor, recipe: str = "fp8_rowwise"):
-        g, n, k = weight.shape
-        key = (weight.data_ptr(), tuple(weight.shape), weight._version, weight.dtype, recipe)
-        compiling = torch.compiler.is_compiling()
-        if compiling or self.key != key:
-            w = weight.detach().reshape(g * n, k)
-            quantize = _FP8_QUANTIZERS[recipe][0 if compiling else 1]
-            value = quantize(w.contiguous(), True, True)  # (G·N,K) scales (K,G·N) scales
-            if compiling:
-                return value
-            self.key, self.value = key, value
+    def _get(self, weight: Tensor, what, make):
+        key = (weight.data_ptr(), tuple(weight.shape), weight._version, weight.dtype, what)
+        if torch.compiler.is_compiling():
+            return make(weight.detach())
+        if self.key != key:
+            self.key, self.value = key, make(weight.detach())
         return self.value
+
+    def get(self, weight: Tensor, recipe: str = "fp8_rowwise", delayed=None):
+        """(wq (G·N, K), ws, wcq (K, G·N), wcs): both FP8 usages of weight (G, N, K) read as
+        (G·N, K). delayed: fp8_delayed's weight role (DelayedScaling.role_state), updated when
+        the weight is quantized."""
+        g, n, k = weight.shape
+        what = recipe if delayed is None else (recipe, delayed[2:])
+        return self._get(weight, what, lambda w: _quantize(
+            recipe, w.reshape(g * n, k).contiguous(), True, True, delayed))
+
+    def get_cast(self, weight: Tensor, dtype: torch.dtype) -> Tensor:
+        """weight (G, N, K) cast to `dtype`, contiguous: the 16-bit compute copy."""
+        return self._get(weight, dtype, lambda w: w.to(dtype).contiguous())
 
 
 # ---- autograd ------------------------------------------------------------------------------
 
-class _Ops:
-    """The step's device ops: the custom ops under torch.compile (traceable, with fake
-    implementations), their plain implementations in eager mode (no dispatcher round trip per op:
-    host time is what bounds the smaller shapes' steps)."""
-    compiled = (fp8_linear_fprop, fp8_linear_dgrad, fp8_linear_wgrad)
-    eager = (_fprop_impl, _dgrad_impl, _wgrad_impl)
-
-    @staticmethod
-    def get(recipe: str):
-        compiling = torch.compiler.is_compiling()
-        quantize = _FP8_QUANTIZERS[recipe][0 if compiling else 1]
-        return (quantize,) + (_Ops.compiled if compiling else _Ops.eager)
-
-
 class _Fp8Linear(torch.autograd.Function):
-    """The FP8 step of one recipe (fp8_rowwise, fp8_current): quantize once per tensor (both
-    usages), three GEMMs with the scales in the epilogue."""
+    """The FP8 step of one recipe: quantize once per tensor (both usages), three GEMMs with the
+    scales in the epilogue. x_delayed / dy_delayed: fp8_delayed's input / grad_output roles (None
+    for the stateless recipes); main_grad: the FP32 buffer the wgrad accumulates into (then no
+    weight gradient is returned)."""
 
     @staticmethod
     def forward(ctx, x: Tensor, weight: Tensor, offs: Tensor, recipe: str, wq: Tensor,
-                ws: Tensor, wcq: Tensor, wcs: Tensor) -> Tensor:
-        quantize, fprop, _, _ = _Ops.get(recipe)
+                ws: Tensor, wcq: Tensor, wcs: Tensor, main_grad: Optional[Tensor], x_delayed,
+                dy_delayed) -> Tensor:
+        fprop = _Ops.get().fp8[0]
         g = weight.shape[0]
         need_wgrad = weight.requires_grad
-        xq, xs, xcq, xcs = quantize(x, True, need_wgrad)   # one pass, both usages
+        xq, xs, xcq, xcs = _quantize(recipe, x, True, need_wgrad, x_delayed)  # one pass
         y = fprop(xq, xs, wq, ws, offs, g, x.dtype)
         ctx.save_for_backward(xcq, xcs, wcq, wcs, offs)
-        ctx.shapes = (g, x.dtype, weight.dtype, recipe)
+        # Not saved tensors: backward updates the delayed state and main_grad in place.
+        ctx.meta = (g, x.dtype, weight.dtype, recipe, dy_delayed, main_grad)
         return y
 
     @staticmethod
     def backward(ctx, dy: Tensor):
         xcq, xcs, wcq, wcs, offs = ctx.saved_tensors
-        g, x_dtype, w_dtype, recipe = ctx.shapes
+        g, x_dtype, w_dtype, recipe, dy_delayed, main_grad = ctx.meta
         need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        quantize, _, dgrad, wgrad = _Ops.get(recipe)
+        _, dgrad, wgrad, wgrad_accumulate = _Ops.get().fp8
         dy = dy if dy.is_contiguous() else dy.contiguous()
-        dyq, dys, dycq, dycs = quantize(dy, need_x, need_w)  # one pass
+        dyq, dys, dycq, dycs = _quantize(recipe, dy, need_x, need_w, dy_delayed)  # one pass
         dx = dgrad(dyq, dys, wcq, wcs, offs, g, x_dtype) if need_x else None
-        dw = wgrad(dycq, dycs, xcq, xcs, offs, w_dtype) if need_w else None
-        return dx, dw, None, None, None, None, None, None
+        dw = None
+        if need_w and main_grad is None:
+            dw = wgrad(dycq, dycs, xcq, xcs, offs, w_dtype)
+        elif need_w:
+            wgrad_accumulate(dycq, dycs, xcq, xcs, offs, main_grad)
+        return dx, dw, None, None, None, None, None, None, None, None, None
 
 
-class _Bf16Linear(torch.autograd.Function):
-    """The eager 16-bit step: forward TN on W as stored, dgrad NN (W read MN-major), wgrad
-    K-grouped on the token matrices (read MN-major) into the weight's dtype."""
+class _DenseLinear(torch.autograd.Function):
+    """The 16-bit step: forward TN on W as stored, dgrad NN (W read MN-major), wgrad K-grouped on
+    the token matrices (read MN-major) into the weight's dtype or accumulated into main_grad.
+    weight: the parameter (its dtype is dW's); w_copy: its contiguous compute copy in x's dtype,
+    None when the parameter is one (dynamo refuses one tensor passed as two inputs)."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, weight: Tensor, offs: Tensor) -> Tensor:
-        g, n, k = weight.shape
-        t = x.shape[0]
-        y = x.new_empty((t, n))
-        br.run(br.KIND_M_GROUPED, br.dense(x), br.dense(weight), y, offs, transpose_a=False,
-               transpose_b=True, key=("fprop", t, k, n, g, x.dtype))
-        ctx.save_for_backward(x, weight, offs)
+    def forward(ctx, x: Tensor, weight: Tensor, offs: Tensor, w_copy: Optional[Tensor],
+                main_grad: Optional[Tensor]) -> Tensor:
+        w = weight if w_copy is None else w_copy
+        y = _Ops.get().dense[0](x, w, offs)
+        ctx.save_for_backward(x, w, offs)
+        ctx.meta = (weight.dtype, main_grad)
         return y
 
     @staticmethod
     def backward(ctx, dy: Tensor):
-        x, weight, offs = ctx.saved_tensors
-        g, n, k = weight.shape
-        t = x.shape[0]
+        x, w, offs = ctx.saved_tensors
+        w_dtype, main_grad = ctx.meta
+        _, dgrad, wgrad, wgrad_accumulate = _Ops.get().dense
         dy = dy if dy.is_contiguous() else dy.contiguous()
-        dx = dw = None
-        if ctx.needs_input_grad[0]:  # dx (T, K) = dy (T, N) · W_g (N, K)
-            dx = x.new_empty((t, k))
-            br.run(br.KIND_M_GROUPED, br.dense(dy), br.dense(weight), dx, offs,
-                   transpose_a=False, transpose_b=False, key=("dgrad", t, k, n, g, x.dtype))
-        if ctx.needs_input_grad[1]:  # dW_g (N, K) = dy_gᵀ x_g
-            dw = weight.new_empty((g, n, k))
-            br.run(br.KIND_K_GROUPED, br.dense(dy), br.dense(x), dw, offs, transpose_a=True,
-                   transpose_b=False, key=("wgrad", t, k, n, g, x.dtype))
-        return dx, dw, None
+        dx = dgrad(dy, w, offs) if ctx.needs_input_grad[0] else None  # (T, K) = dy · W_g
+        dw = None
+        if ctx.needs_input_grad[1] and main_grad is None:               # dW_g = dy_gᵀ x_g
+            dw = wgrad(dy, x, offs, w_dtype)
+        elif ctx.needs_input_grad[1]:
+            wgrad_accumulate(dy, x, offs, main_grad)
+        return dx, dw, None, None, None
 
 
-def _check(x: Tensor, weight: Tensor, offs: Tensor) -> None:
+def _check(x: Tensor, weight: Tensor, offs: Tensor, main_grad: Optional[Tensor]) -> None:
     if x.dim() != 2:
         raise ValueError(f"x: expected a 2-D (T, in) tensor, got {tuple(x.shape)}")
     if weight.dim() != 3 or weight.shape[2] != x.shape[1]:
@@ -258,26 +197,62 @@ def _check(x: Tensor, weight: Tensor, offs: Tensor) -> None:
     if offs.dim() != 1 or offs.dtype != torch.int32 or offs.shape[0] != weight.shape[0]:
         raise ValueError(f"offs: expected ({weight.shape[0]},) int32 cumulative end offsets, "
                          f"got {tuple(offs.shape)} {offs.dtype}")
+    if main_grad is not None and (main_grad.shape != weight.shape
+                                  or main_grad.dtype != torch.float32
+                                  or main_grad.device != weight.device
+                                  or not main_grad.is_contiguous()):
+        raise ValueError(f"main_grad: expected a contiguous float32 {tuple(weight.shape)} tensor "
+                         f"on {weight.device}, got {tuple(main_grad.shape)} {main_grad.dtype} "
+                         f"on {main_grad.device}")
 
 
-def grouped_linear(x: Tensor, weight: Tensor, offs: Tensor, recipe: str = "bf16",
-                   weight_cache: Optional[WeightCache] = None) -> Tensor:
+def _delayed_roles(delayed: DelayedScaling, state, device: torch.device):
+    """The (input, weight, grad_output) roles of a layer's delayed state, checked."""
+    if state is None:
+        raise ValueError("delayed_state: fp8_delayed keeps a scale and an amax history per role "
+                         "across steps; pass delayed_state=(scale (3,), amax_history (3, L)) "
+                         "(DelayedScaling.initial_state) or use GroupedLinear, which keeps them")
+    scale, history = state
+    want = (3, delayed.amax_history_len)
+    for t, shape, name in ((scale, want[:1], "scale"), (history, want, "amax_history")):
+        if (tuple(t.shape) != shape or t.dtype != torch.float32 or t.device != device
+                or not t.is_contiguous()):
+            raise ValueError(f"delayed_state: {name} must be a contiguous float32 {shape} "
+                             f"tensor on {device}, got {tuple(t.shape)} {t.dtype} on {t.device}")
+    return tuple(delayed.role_state(state, i) for i in range(3))
+
+
+def grouped_linear(x: Tensor, weight: Tensor, offs: Tensor, recipe="bf16",
+                   weight_cache: Optional[WeightCache] = None, *,
+                   delayed_state: Optional[Tuple[Tensor, Tensor]] = None,
+                   main_grad: Optional[Tensor] = None) -> Tensor:
     """y (T, N) = x (T, K) · W_gᵀ for the rows of each group (offs: int32 cumulative ends),
     weight (G, N, K) as torch.nn.Linear stores it per group. Differentiable in x and weight.
-    Rows past offs[-1] are left unwritten (as torch._grouped_mm)."""
-    _check(x, weight, offs)
-    if recipe == "bf16":
-        xw = x.to(weight.dtype)
-        if torch.compiler.is_compiling() or not (xw.is_contiguous() and weight.is_contiguous()):
-            return grouped_mm(xw, weight.transpose(-2, -1), offs)
-        return _Bf16Linear.apply(xw, weight, offs)
-    if recipe in _FP8_QUANTIZERS:
-        cache = weight_cache if weight_cache is not None else WeightCache()
-        wq, ws, wcq, wcs = cache.get(weight, recipe)
+    recipe: a name of RECIPES ("fp8_delayed:e4m3" too) or a DelayedScaling; fp8_delayed needs
+    `delayed_state` (module doc). main_grad: FP32 (G, N, K) that the weight gradient is added to
+    instead of being returned. Rows past offs[-1] are left unwritten (as torch._grouped_mm)."""
+    _check(x, weight, offs, main_grad)
+    name, delayed = resolve(recipe)
+    cache = weight_cache if weight_cache is not None else WeightCache()
+    if name == "bf16":
+        dtype = weight.dtype if weight.dtype in _COMPUTE_DTYPES else torch.bfloat16
+        xc = x.to(dtype)
+        xc = xc if xc.is_contiguous() else xc.contiguous()
+        if weight.dtype == dtype and not weight.is_contiguous() and main_grad is None:
+            return grouped_mm(xc, weight.transpose(-2, -1), offs)  # reads the layout it is in
+        same = weight.dtype == dtype and weight.is_contiguous()
+        w_copy = None if same else cache.get_cast(weight, dtype)
+        return _DenseLinear.apply(xc, weight, offs, w_copy, main_grad)
+    if name in _FP8_QUANTIZERS or delayed is not None:
+        x_role = w_role = dy_role = None
+        if delayed is not None:
+            x_role, w_role, dy_role = _delayed_roles(delayed, delayed_state, x.device)
+        wq, ws, wcq, wcs = cache.get(weight, name, w_role)
         xc = x if x.is_contiguous() else x.contiguous()
-        return _Fp8Linear.apply(xc, weight, offs, recipe, wq, ws, wcq, wcs)
+        return _Fp8Linear.apply(xc, weight, offs, name, wq, ws, wcq, wcs, main_grad, x_role,
+                                dy_role)
     raise ValueError(f"recipe: {recipe!r} is not supported by tessera.torch; expected one of "
-                     f"{RECIPES}")
+                     f"{RECIPES} or a DelayedScaling")
 
 
 def fp8_rowwise_grouped_mm(x: Tensor, w_t: Tensor, offs: Tensor) -> Tensor:
@@ -288,4 +263,5 @@ def fp8_rowwise_grouped_mm(x: Tensor, w_t: Tensor, offs: Tensor) -> Tensor:
 
 
 __all__ = ["RECIPES", "WeightCache", "fp8_linear_dgrad", "fp8_linear_fprop", "fp8_linear_wgrad",
-           "fp8_rowwise_grouped_mm", "grouped_linear"]
+           "fp8_linear_wgrad_accumulate", "fp8_rowwise_grouped_mm", "grouped_linear",
+           "linear_wgrad_accumulate"]

@@ -6,18 +6,24 @@ buffer whose rows are grouped by int32 cumulative end offsets (or group sizes).
 
 Both run their GEMMs through tessera.torch.linear.grouped_linear (the operands are read as
 stored, FP8 weights are quantized once per weight version) and take every recipe of
-tessera.torch.linear.RECIPES. Weights are single contiguous (G, out, in) parameters
-(torch.nn.Linear's layout per group), so state_dict round-trips with plain tensors.
+tessera.torch.linear.RECIPES, or a DelayedScaling. Weights are single contiguous (G, out, in)
+parameters (torch.nn.Linear's layout per group) in `params_dtype` (bf16 by default; FP32 master
+weights are cast or quantized for compute), so state_dict round-trips with plain tensors;
+fp8_delayed adds two buffers per layer, `delayed_scale` (3,) and `amax_history` (3, L) (rows:
+input, weight, grad_output), which state_dict carries too. accumulate_main_grad=True: the weight
+gradient is added to the FP32 `weight.main_grad` (Megatron's convention) and weight.grad is left
+alone.
 """
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .delayed import DelayedScaling, resolve
 from .linear import RECIPES, WeightCache, grouped_linear
 
 
@@ -34,10 +40,20 @@ def offsets_from(offs: Optional[Tensor], splits: Optional[Tensor], groups: int) 
     return torch.cumsum(splits, 0, dtype=torch.int32)
 
 
-def _check_recipe(recipe: str) -> None:
-    if recipe not in RECIPES:
+def _check_recipe(recipe) -> Tuple[str, Optional[DelayedScaling]]:
+    name, delayed = resolve(recipe)
+    if name not in RECIPES or (delayed is None and ":" in name):
         raise ValueError(f"recipe: {recipe!r} is not supported by tessera.torch; expected one of "
-                         f"{RECIPES}")
+                         f"{RECIPES} (fp8_delayed also as fp8_delayed:e4m3) or a DelayedScaling")
+    return name, delayed
+
+
+def _params_dtype(params_dtype, dtype) -> torch.dtype:
+    if params_dtype is not None and dtype is not None and params_dtype != dtype:
+        raise ValueError(f"params_dtype {params_dtype} and dtype {dtype}: give one (they name the "
+                         f"same thing)")
+    chosen = params_dtype if params_dtype is not None else dtype
+    return chosen if chosen is not None else torch.bfloat16
 
 
 def _bias_rows(bias: Tensor, offs: Tensor, rows: int) -> Tensor:
@@ -51,31 +67,45 @@ class GroupedLinear(nn.Module):
     """G independent linear layers applied to the row groups of one (T, in_features) tensor.
 
     weight: (G, out_features, in_features), one contiguous parameter; bias: (G, out_features) or
-    None. recipe: "bf16" (GEMMs in the parameters' dtype, bf16) or "fp8_rowwise" (dynamic FP8
-    E4M3 rowwise scaling of activations, weights and gradients, FP32 accumulation, output in the
-    input's dtype; group sizes multiples of 16). The FP8 weight copies are cached until the
-    weight changes (in-place updates bump its version); `invalidate_weight_cache()` drops them.
+    None; both in params_dtype (`dtype` is the same argument under torch's factory name).
+    recipe (tessera.torch.linear says how each runs): "bf16" (16-bit GEMMs: the parameters'
+    dtype, or bf16 for FP32 master weights), "fp8_rowwise", "fp8_current", "fp8_delayed" /
+    "fp8_delayed:e4m3" / a DelayedScaling (per-role scale and amax history in the buffers
+    `delayed_scale`, `amax_history`). FP8 output is in the input's dtype; group sizes multiples
+    of 16. The weight's compute copy is cached until the weight changes (in-place updates bump
+    its version); `invalidate_weight_cache()` drops it. accumulate_main_grad: the wgrad GEMM
+    adds into the FP32 `weight.main_grad` (made zero here; the caller zeroes it between
+    optimizer steps) and weight.grad stays None; the bias gets a plain .grad.
 
     forward(x (T, in), offs (G,) int32 cumulative end offsets | splits=(G,) sizes) -> (T, out).
     Rows past offs[-1] are not computed (left unwritten, as torch._grouped_mm does).
     """
 
     def __init__(self, num_groups: int, in_features: int, out_features: int,
-                 recipe: str = "bf16", bias: bool = False, device=None, dtype=None):
+                 recipe="bf16", bias: bool = False, device=None, dtype=None, *,
+                 params_dtype=None, accumulate_main_grad: bool = False):
         super().__init__()
-        _check_recipe(recipe)
+        name, delayed = _check_recipe(recipe)
         if num_groups < 1 or in_features < 1 or out_features < 1:
             raise ValueError("num_groups, in_features and out_features must be >= 1")
-        factory = {"device": device, "dtype": dtype if dtype is not None else torch.bfloat16}
+        factory = {"device": device, "dtype": _params_dtype(params_dtype, dtype)}
         self.num_groups = num_groups
         self.in_features = in_features
         self.out_features = out_features
-        self.recipe = recipe
+        self.recipe = name
+        self.delayed_scaling = delayed
+        self.accumulate_main_grad = accumulate_main_grad
         self.weight = nn.Parameter(torch.empty(num_groups, out_features, in_features, **factory))
         self.bias = (nn.Parameter(torch.empty(num_groups, out_features, **factory)) if bias
                      else None)
+        if delayed is not None:
+            scale, history = delayed.initial_state(device)
+            self.register_buffer("delayed_scale", scale)      # (3,) input, weight, grad_output
+            self.register_buffer("amax_history", history)     # (3, amax_history_len)
         self.weight_cache = WeightCache()
         self.reset_parameters()
+        if accumulate_main_grad:
+            self._main_grad()
 
     def reset_parameters(self) -> None:
         bound = 1.0 / math.sqrt(self.in_features)  # nn.Linear's default init, per group
@@ -87,20 +117,40 @@ class GroupedLinear(nn.Module):
     def invalidate_weight_cache(self) -> None:
         self.weight_cache.invalidate()
 
+    def _main_grad(self) -> Tensor:
+        """weight.main_grad, FP32 zeros made on first use and again when the weight moved
+        (module.to) or changed shape."""
+        w = self.weight
+        mg = getattr(w, "main_grad", None)
+        if not torch.compiler.is_compiling() and (
+                mg is None or mg.shape != w.shape or mg.device != w.device):
+            mg = torch.zeros(w.shape, dtype=torch.float32, device=w.device)
+            w.main_grad = mg
+        return mg
+
     def forward(self, x: Tensor, offs: Optional[Tensor] = None,
                 splits: Optional[Tensor] = None) -> Tensor:
         if x.dim() != 2 or x.shape[1] != self.in_features:
             raise ValueError(f"x: expected (T, {self.in_features}), got {tuple(x.shape)}")
         offs = offsets_from(offs, splits, self.num_groups)
-        y = grouped_linear(x, self.weight, offs, self.recipe, self.weight_cache)
+        main_grad = self._main_grad() if self.accumulate_main_grad else None
+        if self.delayed_scaling is not None:
+            y = grouped_linear(x, self.weight, offs, self.delayed_scaling, self.weight_cache,
+                               delayed_state=(self.delayed_scale, self.amax_history),
+                               main_grad=main_grad)
+        else:
+            y = grouped_linear(x, self.weight, offs, self.recipe, self.weight_cache,
+                               main_grad=main_grad)
         if self.bias is not None:
             y = y + _bias_rows(self.bias, offs, x.shape[0]).to(y.dtype)
         return y
 
     def extra_repr(self) -> str:
+        recipe = self.delayed_scaling if self.delayed_scaling is not None else self.recipe
         return (f"num_groups={self.num_groups}, in_features={self.in_features}, "
-                f"out_features={self.out_features}, recipe={self.recipe!r}, "
-                f"bias={self.bias is not None}")
+                f"out_features={self.out_features}, recipe={recipe!r}, "
+                f"bias={self.bias is not None}, params_dtype={self.weight.dtype}"
+                + (", accumulate_main_grad=True" if self.accumulate_main_grad else ""))
 
 
 class GroupedMLP(nn.Module):
@@ -112,13 +162,15 @@ class GroupedMLP(nn.Module):
             probs (T,) routing probabilities or None) -> (T, hidden).
     """
 
-    def __init__(self, num_groups: int, hidden: int, ffn: int, recipe: str = "bf16",
-                 bias: bool = False, device=None, dtype=None):
+    def __init__(self, num_groups: int, hidden: int, ffn: int, recipe="bf16",
+                 bias: bool = False, device=None, dtype=None, *, params_dtype=None,
+                 accumulate_main_grad: bool = False):
         super().__init__()
-        _check_recipe(recipe)
-        self.num_groups, self.hidden, self.ffn, self.recipe = num_groups, hidden, ffn, recipe
-        self.fc1 = GroupedLinear(num_groups, hidden, 2 * ffn, recipe, bias, device, dtype)
-        self.fc2 = GroupedLinear(num_groups, ffn, hidden, recipe, bias, device, dtype)
+        self.recipe, self.delayed_scaling = _check_recipe(recipe)
+        self.num_groups, self.hidden, self.ffn = num_groups, hidden, ffn
+        kw = {"params_dtype": params_dtype, "accumulate_main_grad": accumulate_main_grad}
+        self.fc1 = GroupedLinear(num_groups, hidden, 2 * ffn, recipe, bias, device, dtype, **kw)
+        self.fc2 = GroupedLinear(num_groups, ffn, hidden, recipe, bias, device, dtype, **kw)
 
     def invalidate_weight_cache(self) -> None:
         self.fc1.invalidate_weight_cache()
@@ -137,5 +189,6 @@ class GroupedMLP(nn.Module):
         return self.fc2(a, offs)
 
     def extra_repr(self) -> str:
+        recipe = self.delayed_scaling if self.delayed_scaling is not None else self.recipe
         return (f"num_groups={self.num_groups}, hidden={self.hidden}, ffn={self.ffn}, "
-                f"recipe={self.recipe!r}")
+                f"recipe={recipe!r}")

@@ -1,0 +1,224 @@
+"""The device ops of the grouped linear step (tessera.torch.linear): the FP8 GEMMs of forward,
+dgrad and wgrad, the 16-bit GEMMs, and the wgrads that accumulate into an FP32 main_grad — each
+as a plain implementation (eager steps call it directly: no dispatcher round trip per op, host
+time bounds the smaller shapes) and as a torch.library custom op with a fake implementation
+(torch.compile traces those). `_Ops.get()` picks the set.
+
+FP8 operands are per-tensor (one scale_inv) or rowwise (one per stored row), E4M3 or E5M2 (the
+element follows the codes' torch dtype; the GEMM takes E4M3 × E4M3 and E5M2 × E4M3, gradients as
+A). Accumulating wgrads run the K-grouped GEMM with beta = 1 into the FP32 main_grad: an empty
+group leaves its slice unchanged.
+"""
+from __future__ import annotations
+
+from collections import namedtuple
+
+import torch
+from torch import Tensor
+
+from . import _bridge as br
+from .ops import grouped_mm
+
+_ELEMENTS = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
+
+
+def _fp8_operand(data: Tensor, scale: Tensor, rows: int, cols: int, columnwise: bool):
+    """An FP8 operand of the logical (rows, cols) matrix: the rowwise copy (rows, cols) or the
+    columnwise copy (cols, rows), stored transposed. Its scale_inv says the mode: one value per
+    stored row (rowwise mode) or one for the whole tensor (per-tensor mode)."""
+    n = cols if columnwise else rows
+    element = _ELEMENTS[data.dtype]
+    if scale.numel() == 1:
+        return br.quantized(data, scale.reshape(1, 1), "tensor", rows, cols,
+                            columnwise=columnwise, element=element)
+    return br.quantized(data, scale.reshape(n, 1), "rowwise", rows, cols, columnwise=columnwise,
+                        element=element)
+
+
+# ---- FP8 --------------------------------------------------------------------------------------
+
+def _m_grouped_fp8(aq: Tensor, a_s: Tensor, bq: Tensor, b_s: Tensor, offs: Tensor,
+                   b_rows: int, b_cols: int, b_columnwise: bool, out_cols: int,
+                   out_dtype: torch.dtype, name: str) -> Tensor:
+    """out (T, out_cols) = A (T, ·) rowwise × the logical (b_rows, b_cols) weight matrix read
+    from its rowwise copy (TN: forward) or its transposed columnwise copy (NN: dgrad); rows past
+    offs[-1] zero (tessera.torch.linear's module doc says why)."""
+    t, c = aq.shape
+    out = aq.new_zeros((t, out_cols), dtype=out_dtype)
+    br.run(br.KIND_M_GROUPED, _fp8_operand(aq, a_s, t, c, False),
+           _fp8_operand(bq, b_s, b_rows, b_cols, b_columnwise), out, offs, transpose_a=False,
+           transpose_b=not b_columnwise,
+           key=(name, t, c, b_rows, b_cols, out_dtype, a_s.numel() == 1, aq.dtype))
+    return out
+
+
+def _fprop_impl(xq: Tensor, xs: Tensor, wq: Tensor, ws: Tensor, offs: Tensor, groups: int,
+                out_dtype: torch.dtype) -> Tensor:
+    n = wq.shape[0] // groups
+    return _m_grouped_fp8(xq, xs, wq, ws, offs, groups * n, xq.shape[1], False, n, out_dtype,
+                          "fp8_fprop")
+
+
+@torch.library.custom_op("tessera::fp8_linear_fprop", mutates_args=())
+def fp8_linear_fprop(xq: Tensor, xs: Tensor, wq: Tensor, ws: Tensor, offs: Tensor,
+                     groups: int, out_dtype: torch.dtype) -> Tensor:
+    """y (T, N) = xq (T, K) · Wq_gᵀ, Wq (G·N, K) rowwise codes, scales xs (T | 1),
+    ws (G·N | 1)."""
+    return _fprop_impl(xq, xs, wq, ws, offs, groups, out_dtype)
+
+
+@fp8_linear_fprop.register_fake
+def _fprop_fake(xq, xs, wq, ws, offs, groups, out_dtype):
+    return xq.new_empty((xq.shape[0], wq.shape[0] // groups), dtype=out_dtype)
+
+
+def _dgrad_impl(dyq: Tensor, dys: Tensor, wcq: Tensor, wcs: Tensor, offs: Tensor, groups: int,
+                out_dtype: torch.dtype) -> Tensor:
+    k = wcq.shape[0]
+    return _m_grouped_fp8(dyq, dys, wcq, wcs, offs, groups * dyq.shape[1], k, True, k, out_dtype,
+                          "fp8_dgrad")
+
+
+@torch.library.custom_op("tessera::fp8_linear_dgrad", mutates_args=())
+def fp8_linear_dgrad(dyq: Tensor, dys: Tensor, wcq: Tensor, wcs: Tensor, offs: Tensor,
+                     groups: int, out_dtype: torch.dtype) -> Tensor:
+    """dx (T, K) = dyq (T, N) · W_g, W's columnwise codes (K, G·N) with scales wcs (K | 1)."""
+    return _dgrad_impl(dyq, dys, wcq, wcs, offs, groups, out_dtype)
+
+
+@fp8_linear_dgrad.register_fake
+def _dgrad_fake(dyq, dys, wcq, wcs, offs, groups, out_dtype):
+    return dyq.new_empty((dyq.shape[0], wcq.shape[0]), dtype=out_dtype)
+
+
+def _run_fp8_wgrad(dycq: Tensor, dycs: Tensor, xcq: Tensor, xcs: Tensor, offs: Tensor,
+                   dw: Tensor, beta: float) -> None:
+    n, t = dycq.shape
+    k = xcq.shape[0]
+    br.run(br.KIND_K_GROUPED, _fp8_operand(dycq, dycs, t, n, True),
+           _fp8_operand(xcq, xcs, t, k, True), dw, offs, transpose_a=True, transpose_b=False,
+           beta=beta, key=("fp8_wgrad", t, k, n, offs.shape[0], dw.dtype, dycs.numel() == 1,
+                           dycq.dtype, beta))
+
+
+def _wgrad_impl(dycq: Tensor, dycs: Tensor, xcq: Tensor, xcs: Tensor, offs: Tensor,
+                out_dtype: torch.dtype) -> Tensor:
+    dw = dycq.new_empty((offs.shape[0], dycq.shape[0], xcq.shape[0]), dtype=out_dtype)
+    _run_fp8_wgrad(dycq, dycs, xcq, xcs, offs, dw, 0.0)
+    return dw
+
+
+@torch.library.custom_op("tessera::fp8_linear_wgrad", mutates_args=())
+def fp8_linear_wgrad(dycq: Tensor, dycs: Tensor, xcq: Tensor, xcs: Tensor, offs: Tensor,
+                     out_dtype: torch.dtype) -> Tensor:
+    """dW (G, N, K) = dy_gᵀ · x_g from the columnwise copies dycq (N, T), xcq (K, T) and their
+    per-column (or per-tensor) scales; an empty group gives zeros."""
+    return _wgrad_impl(dycq, dycs, xcq, xcs, offs, out_dtype)
+
+
+@fp8_linear_wgrad.register_fake
+def _wgrad_fake(dycq, dycs, xcq, xcs, offs, out_dtype):
+    return dycq.new_empty((offs.shape[0], dycq.shape[0], xcq.shape[0]), dtype=out_dtype)
+
+
+def _wgrad_acc_impl(dycq: Tensor, dycs: Tensor, xcq: Tensor, xcs: Tensor, offs: Tensor,
+                    main_grad: Tensor) -> None:
+    _run_fp8_wgrad(dycq, dycs, xcq, xcs, offs, main_grad, 1.0)
+
+
+@torch.library.custom_op("tessera::fp8_linear_wgrad_accumulate", mutates_args=("main_grad",))
+def fp8_linear_wgrad_accumulate(dycq: Tensor, dycs: Tensor, xcq: Tensor, xcs: Tensor,
+                                offs: Tensor, main_grad: Tensor) -> None:
+    """main_grad (G, N, K) FP32 += dy_gᵀ · x_g (the K-grouped FP8 GEMM with beta = 1)."""
+    _wgrad_acc_impl(dycq, dycs, xcq, xcs, offs, main_grad)
+
+
+@fp8_linear_wgrad_accumulate.register_fake
+def _wgrad_acc_fake(dycq, dycs, xcq, xcs, offs, main_grad):
+    return None
+
+
+# ---- 16-bit (bf16 recipe) ------------------------------------------------------------------
+
+def _dense_fprop_impl(x: Tensor, w: Tensor, offs: Tensor) -> Tensor:
+    """y (T, N) = x (T, K) · W_gᵀ, W (G, N, K) as stored (M-grouped TN)."""
+    g, n, k = w.shape
+    t = x.shape[0]
+    y = x.new_empty((t, n))
+    br.run(br.KIND_M_GROUPED, br.dense(x), br.dense(w), y, offs, transpose_a=False,
+           transpose_b=True, key=("fprop", t, k, n, g, x.dtype))
+    return y
+
+
+def _dense_dgrad_impl(dy: Tensor, w: Tensor, offs: Tensor) -> Tensor:
+    """dx (T, K) = dy (T, N) · W_g, W read MN-major in place (M-grouped NN)."""
+    g, n, k = w.shape
+    t = dy.shape[0]
+    dx = dy.new_empty((t, k))
+    br.run(br.KIND_M_GROUPED, br.dense(dy), br.dense(w), dx, offs, transpose_a=False,
+           transpose_b=False, key=("dgrad", t, k, n, g, dy.dtype))
+    return dx
+
+
+def _run_dense_wgrad(dy: Tensor, x: Tensor, offs: Tensor, dw: Tensor, beta: float) -> None:
+    t, n = dy.shape
+    k = x.shape[1]
+    br.run(br.KIND_K_GROUPED, br.dense(dy), br.dense(x), dw, offs, transpose_a=True,
+           transpose_b=False, beta=beta,
+           key=("wgrad", t, k, n, offs.shape[0], x.dtype, dw.dtype, beta))
+
+
+def _dense_wgrad_impl(dy: Tensor, x: Tensor, offs: Tensor, out_dtype: torch.dtype) -> Tensor:
+    """dW (G, N, K) = dy_gᵀ x_g, K-grouped on the token matrices as stored, in out_dtype."""
+    dw = dy.new_empty((offs.shape[0], dy.shape[1], x.shape[1]), dtype=out_dtype)
+    _run_dense_wgrad(dy, x, offs, dw, 0.0)
+    return dw
+
+
+def _dense_wgrad_acc_impl(dy: Tensor, x: Tensor, offs: Tensor, main_grad: Tensor) -> None:
+    _run_dense_wgrad(dy, x, offs, main_grad, 1.0)
+
+
+@torch.library.custom_op("tessera::linear_wgrad_accumulate", mutates_args=("main_grad",))
+def linear_wgrad_accumulate(dy: Tensor, x: Tensor, offs: Tensor, main_grad: Tensor) -> None:
+    """main_grad (G, N, K) FP32 += dy_gᵀ x_g for 16-bit dy (T, N), x (T, K) (beta = 1)."""
+    _dense_wgrad_acc_impl(dy, x, offs, main_grad)
+
+
+@linear_wgrad_accumulate.register_fake
+def _dense_wgrad_acc_fake(dy, x, offs, main_grad):
+    return None
+
+
+def _dense_fprop_op(x: Tensor, w: Tensor, offs: Tensor) -> Tensor:
+    return grouped_mm(x, w.transpose(-2, -1), offs)
+
+
+def _dense_dgrad_op(dy: Tensor, w: Tensor, offs: Tensor) -> Tensor:
+    return grouped_mm(dy, w, offs)
+
+
+def _dense_wgrad_op(dy: Tensor, x: Tensor, offs: Tensor, out_dtype: torch.dtype) -> Tensor:
+    return grouped_mm(dy.t(), x, offs, out_dtype=out_dtype)
+
+
+# fp8 / dense: (fprop, dgrad, wgrad, wgrad_accumulate) of one path.
+OpSet = namedtuple("OpSet", "fp8 dense")
+
+
+class _Ops:
+    """The step's device ops: the custom ops under torch.compile (traceable, with fake
+    implementations), their plain implementations in eager mode."""
+    compiled = OpSet((fp8_linear_fprop, fp8_linear_dgrad, fp8_linear_wgrad,
+                     fp8_linear_wgrad_accumulate),
+                    (_dense_fprop_op, _dense_dgrad_op, _dense_wgrad_op, linear_wgrad_accumulate))
+    eager = OpSet((_fprop_impl, _dgrad_impl, _wgrad_impl, _wgrad_acc_impl),
+                 (_dense_fprop_impl, _dense_dgrad_impl, _dense_wgrad_impl, _dense_wgrad_acc_impl))
+
+    @staticmethod
+    def get() -> OpSet:
+        return _Ops.compiled if torch.compiler.is_compiling() else _Ops.eager
+
+
+__all__ = ["fp8_linear_dgrad", "fp8_linear_fprop", "fp8_linear_wgrad",
+           "fp8_linear_wgrad_accumulate", "linear_wgrad_accumulate"]
