@@ -389,6 +389,96 @@ std::string compare_fp32(const std::string& name, const DeviceArray& d, int64_t 
   return "";
 }
 
+// The device operands of one layer step (quantized copies) and its outputs: y (T, N), dx (T, K),
+// dW (G, N, K), all FP32.
+struct LayerOperands {
+  const DeviceCopy *x, *w, *dy;
+  int64_t groups, n, k, cap;
+};
+struct LayerOutputs {
+  DeviceArray y, dx, dw;
+  explicit LayerOutputs(const LayerOperands& o)
+      : y(std::vector<float>(o.cap * o.n, 0.0f)), dx(std::vector<float>(o.cap * o.k, 0.0f)),
+        dw(std::vector<float>(o.groups * o.n * o.k, 7.0f)) {}
+};
+
+// The three problems of the step through the public API, group offsets (G+1 starts) on the device.
+struct LayerProblems {
+  GroupedGemmProblem fwd, dgrad, wgrad;
+  LayerProblems(const LayerOperands& o, const LayerOutputs& out, const DeviceArray& offsets) {
+    const Device dev = Device::cuda(0);
+    const TensorView offs = TensorView::contiguous(offsets.ptr, DType::kInt64, {o.groups + 1}, dev);
+    fwd.num_groups = dgrad.num_groups = wgrad.num_groups = o.groups;
+    fwd.group_offsets = dgrad.group_offsets = wgrad.group_offsets = offs;
+    // forward y = x Wᵀ: (T, N)
+    fwd.a = GemmOperand::from_quantized(o.x->view, false);
+    fwd.b = GemmOperand::from_quantized(o.w->view, false);
+    fwd.d = TensorView::contiguous(out.y.ptr, DType::kFloat32, {o.cap, o.n}, dev);
+    // dgrad dx = dy W: (T, K), W read through its columnwise (transposed) copy
+    dgrad.transpose_b = false;
+    dgrad.a = GemmOperand::from_quantized(o.dy->view, false);
+    dgrad.b = GemmOperand::from_quantized(o.w->view, true);
+    dgrad.d = TensorView::contiguous(out.dx.ptr, DType::kFloat32, {o.cap, o.k}, dev);
+    // wgrad dW_g = dy_gᵀ x_g: (G, N, K), both columnwise copies; empty groups write zeros
+    wgrad.kind = GroupedGemmKind::kKGrouped;
+    wgrad.transpose_a = true;
+    wgrad.transpose_b = false;
+    wgrad.a = GemmOperand::from_quantized(o.dy->view, true);
+    wgrad.b = GemmOperand::from_quantized(o.x->view, true);
+    wgrad.d = TensorView::contiguous(out.dw.ptr, DType::kFloat32, {o.groups, o.n, o.k}, dev);
+  }
+};
+
+// The FP64 oracle of a step: the dequantized copy each GEMM reads (logical (rows, cols) values).
+struct LayerReference {
+  const std::vector<double>&x_r, &x_c, &w_r, &w_c, &dy_r, &dy_c;
+  std::vector<int64_t> start;  // G+1 group starts
+  int64_t n, k;
+};
+
+// y, dx (live rows) and dW (every group; empty ones zeros) against the oracle.
+std::string compare_layer(const LayerReference& ref, const LayerOutputs& out) {
+  const int64_t groups = static_cast<int64_t>(ref.start.size()) - 1, n = ref.n, k = ref.k;
+  const int64_t cap = static_cast<int64_t>(ref.x_r.size()) / k;
+  const std::vector<int64_t>& start = ref.start;
+  auto group_of = [&](int64_t r) {
+    for (int64_t g = 0; g < groups; ++g)
+      if (r >= start[g] && r < start[g + 1]) return g;
+    return int64_t{-1};
+  };
+  std::string err;
+  err += compare_fp32("forward", out.y, cap, n, k, [&](int64_t r, int64_t c, double* abs, bool* live) {
+    const int64_t g = group_of(r);
+    *live = g >= 0;
+    double s = 0;
+    for (int64_t i = 0; *live && i < k; ++i) {
+      s += ref.x_r[r * k + i] * ref.w_r[(g * n + c) * k + i];
+      *abs += std::fabs(ref.x_r[r * k + i] * ref.w_r[(g * n + c) * k + i]);
+    }
+    return s;
+  });
+  err += compare_fp32("dgrad", out.dx, cap, k, n, [&](int64_t r, int64_t c, double* abs, bool* live) {
+    const int64_t g = group_of(r);
+    *live = g >= 0;
+    double s = 0;
+    for (int64_t i = 0; *live && i < n; ++i) {
+      s += ref.dy_r[r * n + i] * ref.w_c[(g * n + i) * k + c];
+      *abs += std::fabs(ref.dy_r[r * n + i] * ref.w_c[(g * n + i) * k + c]);
+    }
+    return s;
+  });
+  err += compare_fp32("wgrad", out.dw, groups * n, k, cap, [&](int64_t r, int64_t c, double* abs, bool*) {
+    const int64_t g = r / n, m = r % n;
+    double s = 0;
+    for (int64_t t = start[g]; t < start[g + 1]; ++t) {
+      s += ref.dy_c[t * n + m] * ref.x_c[t * k + c];
+      *abs += std::fabs(ref.dy_c[t * n + m] * ref.x_c[t * k + c]);
+    }
+    return s;
+  });
+  return err;
+}
+
 // The shapes of one forward/dgrad/wgrad run: tokens per group (multiples of 16: FP8 wgrad), N
 // (the dgrad contraction), K, capacity rows.
 struct LayerShape {
@@ -425,80 +515,14 @@ std::string run_with_tessera_quantizer(ScalingMode mode, DType grad_element = DT
   const std::vector<double> w_r = dequantized(qw, false), w_c = dequantized(qw, true);
   const std::vector<double> dy_r = dequantized(qdy, false), dy_c = dequantized(qdy, true);
   DeviceArray offsets(start);
-  const Device dev = Device::cuda(0);
-  auto group_of = [&](int64_t r) {
-    for (int64_t g = 0; g < groups; ++g)
-      if (r < start[g + 1]) return g;
-    return int64_t{-1};
-  };
-  std::string err;
-  {  // forward y = x Wᵀ: (T, N)
-    DeviceArray d(std::vector<float>(cap * n, 0.0f));
-    GroupedGemmProblem p;
-    p.num_groups = groups;
-    p.a = GemmOperand::from_quantized(dx.view, false);
-    p.b = GemmOperand::from_quantized(dw.view, false);
-    p.d = TensorView::contiguous(d.ptr, DType::kFloat32, {cap, n}, dev);
-    p.group_offsets = TensorView::contiguous(offsets.ptr, DType::kInt64, {groups + 1}, dev);
-    grouped_gemm(p);
-    cuda_ok(cudaDeviceSynchronize(), "sync");
-    err += compare_fp32("forward", d, cap, n, k, [&](int64_t r, int64_t c, double* abs, bool* live) {
-      const int64_t g = group_of(r);
-      *live = g >= 0;
-      double s = 0;
-      for (int64_t i = 0; *live && i < k; ++i) {
-        s += x_r[r * k + i] * w_r[(g * n + c) * k + i];
-        *abs += std::fabs(x_r[r * k + i] * w_r[(g * n + c) * k + i]);
-      }
-      return s;
-    });
-  }
-  {  // dgrad dx = dy W: (T, K), W read through its columnwise (transposed) copy
-    DeviceArray d(std::vector<float>(cap * k, 0.0f));
-    GroupedGemmProblem p;
-    p.num_groups = groups;
-    p.transpose_b = false;
-    p.a = GemmOperand::from_quantized(ddy.view, false);
-    p.b = GemmOperand::from_quantized(dw.view, true);
-    p.d = TensorView::contiguous(d.ptr, DType::kFloat32, {cap, k}, dev);
-    p.group_offsets = TensorView::contiguous(offsets.ptr, DType::kInt64, {groups + 1}, dev);
-    grouped_gemm(p);
-    cuda_ok(cudaDeviceSynchronize(), "sync");
-    err += compare_fp32("dgrad", d, cap, k, n, [&](int64_t r, int64_t c, double* abs, bool* live) {
-      const int64_t g = group_of(r);
-      *live = g >= 0;
-      double s = 0;
-      for (int64_t i = 0; *live && i < n; ++i) {
-        s += dy_r[r * n + i] * w_c[(g * n + i) * k + c];
-        *abs += std::fabs(dy_r[r * n + i] * w_c[(g * n + i) * k + c]);
-      }
-      return s;
-    });
-  }
-  {  // wgrad dW_g = dy_gᵀ x_g: (G, N, K), both columnwise copies; empty groups write zeros
-    DeviceArray d(std::vector<float>(groups * n * k, 7.0f));
-    GroupedGemmProblem p;
-    p.kind = GroupedGemmKind::kKGrouped;
-    p.num_groups = groups;
-    p.transpose_a = true;
-    p.transpose_b = false;
-    p.a = GemmOperand::from_quantized(ddy.view, true);
-    p.b = GemmOperand::from_quantized(dx.view, true);
-    p.d = TensorView::contiguous(d.ptr, DType::kFloat32, {groups, n, k}, dev);
-    p.group_offsets = TensorView::contiguous(offsets.ptr, DType::kInt64, {groups + 1}, dev);
-    grouped_gemm(p);
-    cuda_ok(cudaDeviceSynchronize(), "sync");
-    err += compare_fp32("wgrad", d, groups * n, k, cap, [&](int64_t r, int64_t c, double* abs, bool*) {
-      const int64_t g = r / n, m = r % n;
-      double s = 0;
-      for (int64_t t = start[g]; t < start[g + 1]; ++t) {
-        s += dy_c[t * n + m] * x_c[t * k + c];
-        *abs += std::fabs(dy_c[t * n + m] * x_c[t * k + c]);
-      }
-      return s;
-    });
-  }
-  return err;
+  LayerOperands ops{&dx, &dw, &ddy, groups, n, k, cap};
+  LayerOutputs out(ops);
+  const LayerProblems probs(ops, out, offsets);
+  grouped_gemm(probs.fwd);
+  grouped_gemm(probs.dgrad);
+  grouped_gemm(probs.wgrad);
+  cuda_ok(cudaDeviceSynchronize(), "sync");
+  return compare_layer(LayerReference{x_r, x_c, w_r, w_c, dy_r, dy_c, start, n, k}, out);
 }
 
 TEST(CudaFp8GroupedGemmTesseraQuantizer, ForwardDgradWgradRowwise) {
@@ -558,6 +582,67 @@ TEST(CudaFp8GroupedGemmTesseraQuantizer, BlockHybridE5M2Gradients) {
   EXPECT_EQ(run_with_tessera_quantizer(ScalingMode::kBlock1x128, DType::kFloat8E5M2,
                                        ScalingMode::kBlock128x128, s),
             "");
+}
+
+// The block-scaled step captured once in a CUDA graph (setup kernel, three public-API GEMMs on
+// a caller workspace) and replayed with different device group sizes — mid-block starts, empty
+// experts, all experts empty, all tokens on one expert; each replay against the FP64 oracle.
+TEST(CudaFp8GroupedGemmTesseraQuantizer, BlockGraphReplayWithChangedGroupSizes) {
+  if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  const int64_t groups = 4, n = 256, k = 208, cap = 512;
+  const std::vector<std::vector<int64_t>> size_sets = {
+      {112, 0, 304, 48}, {0, 256, 0, 256}, {0, 0, 0, 0}, {512, 0, 0, 0}, {16, 32, 48, 400}};
+  std::mt19937 rng(11);
+  std::vector<float> x = random_values(cap * k, rng, 3.0f), w = random_values(groups * n * k, rng, 3.0f),
+                     dy = random_values(cap * n, rng, 3.0f);
+  QuantizerConfig act = make_config(ScalingMode::kBlock1x128, DType::kFloat8E4M3);
+  act.rowwise = act.columnwise = true;
+  QuantizerConfig wcfg = make_config(ScalingMode::kBlock128x128, DType::kFloat8E4M3);
+  wcfg.rowwise = wcfg.columnwise = true;
+  const QuantizedTensor qx = quantize_with_tessera(act, x, cap, k);
+  const QuantizedTensor qw = quantize_with_tessera(wcfg, w, groups * n, k);
+  const QuantizedTensor qdy = quantize_with_tessera(act, dy, cap, n);
+  DeviceCopy dx(qx.view()), dw(qw.view()), ddy(qdy.view());
+  const std::vector<double> x_r = dequantized(qx, false), x_c = dequantized(qx, true);
+  const std::vector<double> w_r = dequantized(qw, false), w_c = dequantized(qw, true);
+  const std::vector<double> dy_r = dequantized(qdy, false), dy_c = dequantized(qdy, true);
+  DeviceArray offsets(std::vector<int64_t>(groups + 1, 0));
+  const LayerOperands ops{&dx, &dw, &ddy, groups, n, k, cap};
+  LayerOutputs out(ops);
+  const LayerProblems probs(ops, out, offsets);
+  const Device dev = Device::cuda(0);
+  std::vector<DeviceArray> ws;
+  std::vector<TensorView> wsv;
+  for (const GroupedGemmProblem* p : {&probs.fwd, &probs.dgrad, &probs.wgrad}) {
+    const int64_t bytes = workspace_size(*p);
+    ws.emplace_back(std::vector<uint8_t>(static_cast<size_t>(bytes > 0 ? bytes : 1) + 256));
+    wsv.push_back(bytes > 0 ? TensorView::contiguous(test::align128(ws.back().ptr), DType::kUInt8,
+                                                     {bytes}, dev)
+                            : TensorView{});
+  }
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
+  cudaGraph_t graph;
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+  run(probs.fwd, wsv[0], Stream{s});
+  run(probs.dgrad, wsv[1], Stream{s});
+  run(probs.wgrad, wsv[2], Stream{s});
+  ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+  cudaGraphExec_t exec;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (const auto& sizes : size_sets) {
+    std::vector<int64_t> start(groups + 1, 0);
+    for (int64_t g = 0; g < groups; ++g) start[g + 1] = start[g] + sizes[g];
+    ASSERT_EQ(cudaMemcpy(offsets.ptr, start.data(), start.size() * 8, cudaMemcpyHostToDevice),
+              cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    EXPECT_EQ(compare_layer(LayerReference{x_r, x_c, w_r, w_c, dy_r, dy_c, start, n, k}, out), "")
+        << "sizes " << sizes[0] << ", " << sizes[1] << ", " << sizes[2] << ", " << sizes[3];
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(s);
 }
 
 TEST(CudaFp8GroupedGemmStatus, BlockDgradNeedsKMultipleOf128) {
