@@ -32,14 +32,14 @@ detail::GroupedGemmDims forward_dims() {
   return d;
 }
 
-// fp8_block's pair (1x128 activations, 128x128 weights): the refusal names the mode that has no
-// CUDA path, not the pair's mismatch.
+// MXFP8 activations with 128x128 block weights: the refusal names the mode that has no CUDA
+// path, not the pair's mismatch.
 TEST(CudaFp8OperandMap, NamesAnUnsupportedScalingModeFirst) {
-  const GroupedGemmProblem p = forward_problem(ScalingMode::kBlock1x128, ScalingMode::kBlock128x128);
+  const GroupedGemmProblem p = forward_problem(ScalingMode::kMXFP8, ScalingMode::kBlock128x128);
   gemm_cuda::Fp8ProblemMap m;
   std::string why;
   EXPECT_EQ(gemm_cuda::map_fp8_problem(p, forward_dims(), &m, &why), Status::kUnsupported);
-  EXPECT_NE(why.find(std::string("A: scaling mode ") + scaling_mode_name(ScalingMode::kBlock1x128)),
+  EXPECT_NE(why.find(std::string("A: scaling mode ") + scaling_mode_name(ScalingMode::kMXFP8)),
             std::string::npos)
       << why;
 }

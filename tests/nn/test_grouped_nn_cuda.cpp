@@ -44,7 +44,8 @@ bool has_sm90() {
   return cudaGetDeviceProperties(&prop, 0) == cudaSuccess && prop.major == 9;
 }
 
-constexpr int64_t kG = 4, kIn = 160, kOut = 96;
+// kOut: a multiple of 128 (FP8 block dgrad's per-expert contraction), not of 256 (partial tiles).
+constexpr int64_t kG = 4, kIn = 160, kOut = 384;
 const std::vector<int64_t> kSplits = {37, 0, 101, 18};  // T = 156
 constexpr int64_t kT = 156;
 
@@ -239,7 +240,7 @@ std::string compare_linear(const std::string& recipe, bool device_splits) {
 // Recipes the CUDA grouped GEMM takes.
 std::vector<std::string> cuda_recipes() {
   return {"bf16", "fp8_current", "fp8_delayed", "fp8_rowwise", "fp8_current:e4m3",
-          "fp8_delayed:e4m3"};
+          "fp8_delayed:e4m3", "fp8_block"};
 }
 
 TEST(GroupedLinearCuda, MatchesCpuWithHostSplits) {
@@ -255,7 +256,7 @@ TEST(GroupedLinearCuda, MatchesCpuWithDeviceSplits) {
 // Recipes without a CUDA GEMM path stop with an error naming the refusal, never garbage.
 TEST(GroupedLinearCuda, RecipesWithoutACudaGemmRefuseClearly) {
   if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
-  for (const std::string name : {"fp8_block", "mxfp8", "fp32"}) {
+  for (const std::string name : {"mxfp8", "nvfp4", "fp32"}) {
     GroupedLinearOptions o = named("fc1");
     o.device = Device::cuda(0);
     GroupedLinear layer(kG, kIn, kOut, *make_recipe(name), false, o);
@@ -276,7 +277,8 @@ struct MlpStep {
   std::vector<float> y, dx, dp, dw1, dw2;
 };
 
-constexpr int64_t kHidden = 96, kFfn = 80;
+// fc2's output (hidden) and fc1's (2·ffn) are multiples of 128 (FP8 block dgrad contractions).
+constexpr int64_t kHidden = 384, kFfn = 192;
 
 std::vector<MlpStep> run_mlp(const std::string& recipe_name, Device dev, bool device_splits) {
   GroupedMLPOptions o;
