@@ -639,7 +639,9 @@ __global__ void __launch_bounds__(kNumThreads, 1)
   // Register split (128·producer + 256·consumer <= 64 K): the block-scaled kinds' 128-column
   // tiles need fewer consumer registers, and their producer build spills at 40.
   constexpr int kProducerRegs = Elem::kPromote ? 56 : 40, kConsumerRegs = Elem::kPromote ? 224 : 232;
-  static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 65536, "register file");
+  // The pool is what the launch allocated (168 per thread of 384): a consumer's setmaxnreg.inc
+  // past it waits forever for registers the producer never freed.
+  static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 168 * kNumThreads, "register pool");
   if (wg == 0) {
     regs_dealloc<kProducerRegs>();
     if (threadIdx.x == 0)
