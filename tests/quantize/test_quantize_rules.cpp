@@ -101,6 +101,19 @@ TEST(ScaleRules, CurrentScaling) {
   }
 }
 
+// scale_inv = 1 / scale; a NaN scale of any sign or payload gives the canonical NaN bits (GPU
+// arithmetic would give 0x7fffffff, x86 the operand: the backends must agree bit for bit).
+TEST(ScaleRules, ReciprocalCanonicalNan) {
+  EXPECT_EQ(scale_rules::reciprocal(4.0f), 0.25f);
+  EXPECT_EQ(scale_rules::reciprocal(FLT_MAX), 1.0f / FLT_MAX);
+  EXPECT_EQ(std::bit_cast<uint32_t>(scale_rules::reciprocal(INFINITY)), 0u);
+  for (uint32_t nan : {0x7fc00000u, 0xffc00000u, 0x7f800001u, 0x7fffffffu, 0xffffffffu}) {
+    EXPECT_EQ(std::bit_cast<uint32_t>(scale_rules::reciprocal(std::bit_cast<float>(nan))),
+              scale_rules::kCanonicalNaN)
+        << std::hex << nan;
+  }
+}
+
 TEST(ScaleRules, DelayedScaling) {
   EXPECT_EQ(scale_rules::delayed_scale(448.0f, 5.0f, 448.0f, 0), 1.0f);
   EXPECT_EQ(scale_rules::delayed_scale(448.0f, 5.0f, 448.0f, 2), 0.25f);

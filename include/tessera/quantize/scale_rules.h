@@ -50,8 +50,12 @@ TESSERA_HD float delayed_scale(float amax, float old_scale, float fp8_max, int m
   return scale;
 }
 
-// scale_inv stored for every FP32-scaled mode: 1.0f / scale (IEEE division).
-TESSERA_HD float reciprocal(float scale) { return 1.0f / scale; }
+// scale_inv stored for every FP32-scaled mode: 1.0f / scale (IEEE division). A NaN scale gives
+// the canonical NaN 0x7fc00000: the division alone would not give the same bits everywhere (x86
+// returns the operand's NaN, GPU arithmetic its own canonical NaN 0x7fffffff).
+TESSERA_HD float reciprocal(float scale) {
+  return abs_bits(scale) > 0x7f800000u ? formats::bits_to_float(kCanonicalNaN) : 1.0f / scale;
+}
 
 // ---- MXFP8 ---------------------------------------------------------------------------------
 // Round-up rule (TE): v = amax * inv_elem_max, inv_elem_max = fp32(1/fp8_max) (1/448 or

@@ -249,10 +249,10 @@ __device__ __forceinline__ void cast_transpose_tile(const Fp8CastArgs& a, int64_
 #pragma unroll
       for (int c = 0; c < kPatchCols; ++c) mx = max(mx, abs_bits(v[r][c]));
     }
-    mx = canonical_amax(block_max<kThreads>(mx, scratch));
-    if (t == 0 && mx != 0) {
-      atomicMax(a.amax_accum, mx);
-      if (a.amax_accum2 != nullptr) atomicMax(a.amax_accum2, mx);
+    mx = block_max<kThreads>(mx, scratch);
+    if (t == 0) {
+      atomic_amax(a.amax_accum, mx);
+      if (a.amax_accum2 != nullptr) atomic_amax(a.amax_accum2, mx);
     }
   }
 }
