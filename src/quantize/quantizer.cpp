@@ -121,7 +121,7 @@ void Quantizer::quantize(const TensorView& x, QuantizedTensorView& out, Backend 
     req.delayed_scale = scale_.as<float>();
     req.amax_history = amax_history_.as<float>();
   }
-  // No element: host backends take the empty path (work proportional to the output).
+  // No element: every backend takes the empty path (work proportional to the output).
   const bool empty = x.numel() == 0;
   switch (backend) {
     case Backend::kReference:
@@ -137,7 +137,8 @@ void Quantizer::quantize(const TensorView& x, QuantizedTensorView& out, Backend 
     case Backend::kCUDA:
       TESSERA_CHECK_STATUS(device_.is_cuda(), Status::kInvalidArgument,
                            "backend: cuda, but the data is on ", to_string(device_));
-      detail::quantize_cuda(config_, x, out, req, stream);
+      empty ? detail::quantize_empty_cuda(config_, out, req, device_, stream)
+            : detail::quantize_cuda(config_, x, out, req, stream);
       break;
     default:
       TESSERA_FAIL(Status::kInvalidArgument, "backend: value ", static_cast<int>(backend),
