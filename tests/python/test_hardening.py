@@ -83,7 +83,7 @@ def test_bounded_random_loop_over_entry_points():
 def test_e2m1_rows_are_packed_on_their_own_bytes():
     # A multi-row array with an odd last dimension was packed as one flat run (rows sharing
     # bytes) into a per-row-shaped array whose last byte was never written; decode refused it.
-    with pytest.raises(tessera.InvalidArgumentError, match="x: a multi-row e2m1 array needs an even"):
+    with pytest.raises(tessera.InvalidArgumentError, match="x: a multi-row e2m1 array needs"):
         tessera.encode(np.ones((3, 5), np.float32), "e2m1")
     codes = tessera.encode(np.full((3, 4), 6.0, np.float32), "e2m1")
     assert codes.shape == (3, 2) and (codes == 0x77).all()
