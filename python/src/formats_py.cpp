@@ -29,9 +29,16 @@ nb::object encode_py(const AnyArray& x, const std::string& fmt_name, const std::
   const TensorView src = view_of(x, in, "x");
   TESSERA_CHECK(src.device.is_cpu(), "x: tessera.encode takes host arrays; got ",
                 to_string(src.device));
-  std::vector<int64_t> shape = shape_of(x);
-  if (shape.empty()) shape.push_back(1);
-  if (fmt == DType::kFloat4E2M1) shape.back() = (shape.back() + 1) / 2;  // two codes per byte
+  std::vector<int64_t> shape = shape_of(x);  // a 0-d array gives 0-d codes
+  if (fmt == DType::kFloat4E2M1) {
+    // Two codes per byte along the last dimension, as decode reads them: a row must not share a
+    // byte with the next one.
+    TESSERA_CHECK(!shape.empty(), "x: e2m1 packs two codes per byte along the last dimension, "
+                  "and a 0-d array has none");
+    TESSERA_CHECK(shape.size() == 1 || shape.back() % 2 == 0, "x: a multi-row e2m1 array needs an "
+                  "even last dimension (each row packed on its own bytes), got ", shape.back());
+    shape.back() = (shape.back() + 1) / 2;
+  }
   void* data = nullptr;
   nb::object out = new_numpy(shape, raw_uint(dtype_bits(fmt) == 16 ? 16 : 8), &data);
   const TensorView dst = TensorView::contiguous(data, fmt, {src.numel()});
@@ -61,9 +68,10 @@ nb::object decode_py(const AnyArray& codes, const std::string& fmt_name, int64_t
   const TensorView raw =
       view_of(codes, want_bits == 16 ? DType::kBFloat16 : DType::kUInt8, "codes");
   TESSERA_CHECK(raw.device.is_cpu(), "codes: tessera.decode takes host arrays");
-  std::vector<int64_t> shape = shape_of(codes);
-  if (shape.empty()) shape.push_back(1);
+  std::vector<int64_t> shape = shape_of(codes);  // 0-d codes give a 0-d array
   if (fmt == DType::kFloat4E2M1) {
+    TESSERA_CHECK(!shape.empty(), "codes: e2m1 codes are packed along the last dimension, and a "
+                  "0-d array has none");
     const int64_t full = shape.back() * 2;
     TESSERA_CHECK(last_dim < 0 || last_dim == full || last_dim == full - 1, "last_dim: ", last_dim,
                   " does not fit ", shape.back(), " packed bytes (expected ", full - 1, " or ",

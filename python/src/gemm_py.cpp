@@ -1,15 +1,20 @@
 // tessera._tessera.grouped_gemm on NumPy (or any DLPack) arrays: builds a GroupedGemmProblem from
-// the arrays and runs it, writing into the caller's output array. The Python wrapper
-// (tessera.grouped_gemm in __init__.py) allocates the output and carries bfloat16 as uint16.
+// the arrays and runs it, writing into the caller's output array, or into a zero-filled NumPy
+// array it allocates once can_implement has accepted the problem (so a refused problem never
+// allocates its output: the caller gets its tessera.Error, not NumPy's MemoryError for an
+// output shape that only a wrong operand implied). The Python wrapper (tessera.grouped_gemm in
+// __init__.py) carries bfloat16 as uint16.
 // An operand is an array, or a dict describing one copy of a quantized tensor (the arrays of
 // tessera.quantize(...) plus mode, element, logical shape, usage and scale layout).
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
 
 #include <optional>
 #include <string>
 
 #include "bindings.h"
+#include "tessera/core/checked_math.h"
 #include "tessera/core/status.h"
 #include "tessera/gemm/grouped_gemm.h"
 #include "tessera/quantize/types.h"
@@ -105,18 +110,50 @@ GroupOffsetsFormat parse_offsets_format(const std::string& f) {
                "' is not accepted; expected 'start' (G+1, leading 0) or 'end' (G, torch)");
 }
 
-void grouped_gemm_py(const nb::object& a, const std::string& a_dtype, const nb::object& b,
-                     const std::string& b_dtype, const AnyArray& out, const std::string& out_dtype,
-                     const OptArray& offsets, const std::string& kind, int64_t num_groups,
-                     bool transpose_a, bool transpose_b, const std::string& offsets_format,
-                     int64_t max_total_rows, float alpha, const OptArray& group_alpha, float beta,
-                     const OptArray& bias, const std::string& bias_dtype) {
+// A zero-filled NumPy array of `shape` and `dt` (bfloat16 as uint16 bits); NumPy's own
+// allocation (calloc: pages are zeroed when first touched). kOutOfMemory when it does not fit.
+nb::object zeros_numpy(const std::vector<int64_t>& shape, DType dt) {
+  const char* np_dtype = dt == DType::kFloat32 ? "float32" : (dt == DType::kFloat16 ? "float16"
+                                                                                     : "uint16");
+  nb::list extents;
+  for (int64_t e : shape) extents.append(e);
+  try {
+    return nb::module_::import_("numpy").attr("zeros")(nb::tuple(extents), np_dtype);
+  } catch (const nb::python_error& e) {
+    if (!e.matches(PyExc_MemoryError) && !e.matches(PyExc_ValueError)) throw;
+    TESSERA_FAIL(Status::kOutOfMemory, "out: a ", dtype_name(dt), " output of ",
+                 shape.size(), "-D shape with ", checked_numel(shape.data(),
+                                                               static_cast<int>(shape.size()),
+                                                               "out: shape"),
+                 " elements cannot be allocated (", e.what(), ")");
+  }
+}
+
+// out: the caller's array (then None is returned), or None: `out_shape` / `out_dtype` describe
+// the output this call allocates after can_implement accepts the problem, and returns.
+nb::object grouped_gemm_py(const nb::object& a, const std::string& a_dtype, const nb::object& b,
+                           const std::string& b_dtype, const OptArray& out,
+                           const std::vector<int64_t>& out_shape, const std::string& out_dtype,
+                           const OptArray& offsets, const std::string& kind, int64_t num_groups,
+                           bool transpose_a, bool transpose_b, const std::string& offsets_format,
+                           int64_t max_total_rows, float alpha, const OptArray& group_alpha,
+                           float beta, const OptArray& bias, const std::string& bias_dtype) {
   GroupedGemmProblem p;
   p.kind = parse_kind(kind);
   p.num_groups = num_groups;
   p.a = operand_of(a, a_dtype, "a");
   p.b = operand_of(b, b_dtype, "b");
-  p.d = typed_view(out, out_dtype, "out");
+  // can_implement reads no element of D: until it accepts, a placeholder address stands for the
+  // output that is not allocated yet.
+  alignas(kBufferAlignment) static unsigned char placeholder[kBufferAlignment];
+  if (out) {
+    p.d = typed_view(*out, out_dtype, "out");
+  } else {
+    const DType dt = parse_dtype(out_dtype);
+    const int ndim = static_cast<int>(out_shape.size());
+    checked_dtype_bytes(dt, checked_numel(out_shape.data(), ndim, "out: shape"), "out: bytes");
+    p.d = TensorView::contiguous(placeholder, dt, out_shape.data(), ndim);
+  }
   p.transpose_a = transpose_a;
   p.transpose_b = transpose_b;
   if (offsets) p.group_offsets = view_of(*offsets, array_dtype(*offsets, "offsets"), "offsets");
@@ -132,21 +169,32 @@ void grouped_gemm_py(const nb::object& a, const std::string& a_dtype, const nb::
   }
   p.beta = beta;
   if (bias) p.bias = typed_view(*bias, bias_dtype, "bias");
+  nb::object result = nb::none();
+  if (!out) {
+    std::string reason;
+    const Status s = can_implement(p, &reason);
+    if (s != Status::kOk) throw Error(s, reason);
+    result = zeros_numpy(out_shape, p.d.dtype);
+    p.d.data = nb::cast<AnyArray>(result).data();
+  }
   nb::gil_scoped_release release;
   grouped_gemm(p);
+  return result;
 }
 
 }  // namespace
 
 void register_gemm(nb::module_& m) {
   m.def("grouped_gemm", &grouped_gemm_py, nb::arg("a"), nb::arg("a_dtype"), nb::arg("b"),
-        nb::arg("b_dtype"), nb::arg("out"), nb::arg("out_dtype"), nb::arg("offsets").none(),
+        nb::arg("b_dtype"), nb::arg("out").none(), nb::arg("out_shape"), nb::arg("out_dtype"),
+        nb::arg("offsets").none(),
         nb::arg("kind"), nb::arg("num_groups"), nb::arg("transpose_a"), nb::arg("transpose_b"),
         nb::arg("offsets_format"), nb::arg("max_total_rows"), nb::arg("alpha"),
         nb::arg("group_alpha").none(), nb::arg("beta"), nb::arg("bias").none(),
         nb::arg("bias_dtype"),
-        "Low-level grouped GEMM into `out` (see tessera.grouped_gemm). Raises tessera.Error "
-        "with the can_implement status and reason.");
+        "Low-level grouped GEMM into `out`, or (out=None) into a zero-filled array of out_shape "
+        "allocated once the problem is accepted, which it returns (see tessera.grouped_gemm). "
+        "Raises tessera.Error with the can_implement status and reason.");
 }
 
 }  // namespace tessera::python

@@ -51,9 +51,15 @@ splits_to_offsets_multi.__doc__ = _tessera.splits_to_offsets_multi.__doc__
 __all__ += ["splits_to_offsets_multi"]
 
 
+def _c_contiguous(x):
+    """x as a C-contiguous array; a 0-d array stays 0-d (np.ascontiguousarray would make it 1-d)."""
+    arr = np.asarray(x)
+    return arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
+
+
 def _as_input(x):
     """Returns (array, src_dtype) with ml_dtypes bfloat16 carried as uint16 bits."""
-    arr = np.ascontiguousarray(x) if isinstance(x, (np.ndarray, list, tuple, float, int)) else x
+    arr = _c_contiguous(x) if isinstance(x, (np.ndarray, list, tuple, float, int)) else x
     if isinstance(arr, np.ndarray) and arr.dtype.name == "bfloat16":
         return arr.view(np.uint16), "bfloat16"
     return arr, ""
@@ -63,8 +69,10 @@ def _as_input(x):
 def encode(x, format: str) -> np.ndarray:
     """Encodes float32/float16/bfloat16 values into `format` codes (RNE, saturating).
 
-    8-bit formats give uint8 codes of x's shape; "e2m1" packs two codes per byte (element 2j in
-    the low nibble) along the last dimension; "bfloat16"/"float16" give uint16 bit patterns.
+    8-bit formats give uint8 codes of x's shape (a 0-d x gives 0-d codes); "e2m1" packs two codes
+    per byte (element 2j in the low nibble) along the last dimension, each row on its own bytes
+    (so an array of more than one dimension needs an even last dimension); "bfloat16"/"float16"
+    give uint16 bit patterns.
     """
     arr, src = _as_input(x)
     return _tessera.encode(arr, format, src)
@@ -78,7 +86,7 @@ def decode(codes, format: str, last_dim: int = -1) -> np.ndarray:
     ml_dtypes/NumPy array of the format itself (bfloat16, float16, float8_e4m3fn, ...), read as
     its bit patterns.
     """
-    arr = np.ascontiguousarray(codes)
+    arr = _c_contiguous(codes)
     if arr.dtype.kind not in "ui" and arr.dtype.itemsize in (1, 2):
         arr = arr.view(np.uint8 if arr.dtype.itemsize == 1 else np.uint16)
     return _tessera.decode(arr, format, last_dim)
@@ -172,7 +180,8 @@ def grouped_gemm(a, b, offsets=None, *, kind: str = "m_grouped", transpose_a=Non
       (defaults: the copy whose blocks run along the contraction dim — rowwise for x and for W
       in the forward, columnwise for W in dgrad and for both wgrad operands); `layout`
       ("compact"/"swizzled") is needed only when the scale shape does not tell.
-    Returns `out`.
+    Returns `out`; without one, a zero-filled array allocated once the problem is accepted (a
+    refused problem raises its tessera.Error before any allocation).
     """
     if transpose_a is None:
         transpose_a = kind == "k_grouped"
@@ -216,12 +225,10 @@ def grouped_gemm(a, b, offsets=None, *, kind: str = "m_grouped", transpose_a=Non
             shape = (num_groups, m, n)
         else:
             shape = (a_shape[0], n)
-    if out is None:
+    if out is None:  # allocated by the binding once the problem is accepted
         dt = out_dtype or (a_hint or (a_arr.dtype.name if not _is_quantized(a) else "float32"))
-        dt = dt if dt in _GEMM_DTYPES else "float32"
-        out = np.zeros(shape, dtype=np.uint16 if dt == "bfloat16" else np.dtype(dt))
-        out_hint = "bfloat16" if dt == "bfloat16" else ""
-        result = out.view(_bfloat16()) if dt == "bfloat16" else out
+        out_hint = dt if dt in _GEMM_DTYPES else "float32"
+        result = None
     else:
         if not isinstance(out, np.ndarray) or not out.flags.c_contiguous:
             raise InvalidArgumentError(
@@ -231,10 +238,12 @@ def grouped_gemm(a, b, offsets=None, *, kind: str = "m_grouped", transpose_a=Non
     offs = None if offsets is None else np.ascontiguousarray(offsets)
     ga = None if group_alpha is None else np.ascontiguousarray(group_alpha, dtype=np.float32)
     bias_arr, bias_hint = _gemm_operand(bias, "bias")
-    _tessera.grouped_gemm(a_arr, a_hint, b_arr, b_hint, out, out_hint, offs, kind,
-                          int(num_groups or 0), bool(transpose_a), bool(transpose_b),
-                          offsets_format, int(max_total_rows), float(alpha), ga, float(beta),
-                          bias_arr, bias_hint)
+    new = _tessera.grouped_gemm(a_arr, a_hint, b_arr, b_hint, out, list(shape), out_hint, offs,
+                                kind, int(num_groups or 0), bool(transpose_a),
+                                bool(transpose_b), offsets_format, int(max_total_rows),
+                                float(alpha), ga, float(beta), bias_arr, bias_hint)
+    if result is None:
+        result = new.view(_bfloat16()) if out_hint == "bfloat16" else new
     return result
 
 

@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "nn/moe_kernels.h"
+#include "quantize/cuda/device_io.cuh"
 #include "tessera/core/cuda_check.h"
 #include "tessera/core/dispatch.h"
 #include "tessera/nn/moe_routing.h"
@@ -137,14 +138,6 @@ __global__ void assign_kernel(RoutingArgs a, const int32_t* chunk_prefix) {
 }
 
 // ---- permute ---------------------------------------------------------------------------------
-__device__ __forceinline__ uint32_t warp_max(uint32_t v) {
-  for (int w = 16; w >= 1; w /= 2) {
-    const uint32_t o = __shfl_xor_sync(0xffffffffu, v, w);
-    v = o > v ? o : v;
-  }
-  return v;
-}
-
 template <class In, class Map>
 __global__ void __launch_bounds__(kThreads) permute_kernel(PermuteArgs a) {
   const int lane = static_cast<int>(threadIdx.x) % 32;
@@ -170,7 +163,7 @@ __global__ void __launch_bounds__(kThreads) permute_kernel(PermuteArgs a) {
         const uint32_t v = scale_rules::abs_bits(to_float(src[b0 + c]));
         m = v > m ? v : m;
       }
-      m = warp_max(m);
+      m = cuda_quant::warp_max(m);  // abs bits: NaN wins
       float sink = 0.0f;  // lanes other than 0 compute the multiplier without storing the scale
       const int64_t at = r * a.quant.scale_cols + b;
       const float mult = lane == 0 ? block_multiplier(a.quant, m, a.scale_inv, at)

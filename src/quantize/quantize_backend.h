@@ -33,14 +33,32 @@ void quantize_cpu(const QuantizerConfig& config, const TensorView& x,
                   const QuantizedTensorView& out, const QuantizeRequest& req);
 void dequantize_cpu(const QuantizedTensorView& q, const TensorView& out, bool columnwise);
 
-// An input without elements (M == 0 or K == 0) in host memory, instead of a host backend
-// (quantize_empty.cpp): the same bits as the reference and the CPU backend give, with work
-// proportional to the output (a (2^40, 0) input returns at once).
+// An input without elements (M == 0 or K == 0), instead of a backend (quantize_empty.cpp): the
+// same bits as the reference and the CPU backend give, with work proportional to the output,
+// never to the empty extent (a (2^40, 0) input writes one scale, or none). Data and scales are
+// zero, amax 0 (delayed: history slot 0 = 0), and the per-tensor / per-row FP32 scales hold
+// 1 / the scale of an all-zero block (delayed: 1 / the quantizer's scale). The writes go through
+// an EmptyWriter: host memory (quantize_empty_host) or device memory on a stream
+// (quantize_empty_cuda, src/quantize/cuda/empty.cu; kNoDevice without CUDA).
+class EmptyWriter {
+ public:
+  virtual ~EmptyWriter() = default;
+  virtual void zero(void* p, int64_t bytes) const = 0;
+  // dst[0, n) = reciprocal(scale), scale = *delayed_scale (in the writer's memory) when not null,
+  // else `scale`.
+  virtual void fill_scale_inv(float* dst, int64_t n, float scale,
+                              const float* delayed_scale) const = 0;
+};
+void quantize_empty(const QuantizerConfig& config, const QuantizedTensorView& out,
+                    const QuantizeRequest& req, const EmptyWriter& writer);
 void quantize_empty_host(const QuantizerConfig& config, const QuantizedTensorView& out,
                          const QuantizeRequest& req);
+void quantize_empty_cuda(const QuantizerConfig& config, const QuantizedTensorView& out,
+                         const QuantizeRequest& req, Device device, Stream stream);
 
 // The CUDA backend (src/quantize/cuda, owned by the CUDA engineer); quantize_no_cuda.cpp throws
 // kNoDevice in builds without CUDA. Asynchronous on `stream`; no host synchronization.
+// quantize_cuda takes inputs with elements (an empty one goes to quantize_empty_cuda).
 void quantize_cuda(const QuantizerConfig& config, const TensorView& x,
                    const QuantizedTensorView& out, const QuantizeRequest& req, Stream stream);
 void dequantize_cuda(const QuantizedTensorView& q, const TensorView& out, bool columnwise,

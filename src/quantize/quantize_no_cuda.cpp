@@ -10,6 +10,12 @@ void quantize_cuda(const QuantizerConfig&, const TensorView& x, const QuantizedT
                " but tessera was built without CUDA");
 }
 
+void quantize_empty_cuda(const QuantizerConfig&, const QuantizedTensorView&,
+                         const QuantizeRequest&, Device device, Stream) {
+  TESSERA_FAIL(Status::kNoDevice, "quantize: x is on ", to_string(device),
+               " but tessera was built without CUDA");
+}
+
 void dequantize_cuda(const QuantizedTensorView& q, const TensorView&, bool, Stream) {
   TESSERA_FAIL(Status::kNoDevice, "dequantize: the tensor is on ", to_string(q.device),
                " but tessera was built without CUDA");

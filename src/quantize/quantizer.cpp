@@ -139,7 +139,7 @@ void Quantizer::quantize(const TensorView& x, QuantizedTensorView& out, Backend 
     req.delayed_scale = scale_ptr_;
     req.amax_history = amax_history_ptr_;
   }
-  // No element: host backends take the empty path (work proportional to the output).
+  // No element: every backend takes the empty path (work proportional to the output).
   const bool empty = x.numel() == 0;
   switch (backend) {
     case Backend::kReference:
@@ -155,7 +155,8 @@ void Quantizer::quantize(const TensorView& x, QuantizedTensorView& out, Backend 
     case Backend::kCUDA:
       TESSERA_CHECK_STATUS(device_.is_cuda(), Status::kInvalidArgument,
                            "backend: cuda, but the data is on ", to_string(device_));
-      detail::quantize_cuda(config_, x, out, req, stream);
+      empty ? detail::quantize_empty_cuda(config_, out, req, device_, stream)
+            : detail::quantize_cuda(config_, x, out, req, stream);
       break;
     default:
       TESSERA_FAIL(Status::kInvalidArgument, "backend: value ", static_cast<int>(backend),

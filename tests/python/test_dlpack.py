@@ -151,12 +151,13 @@ needs_quantize_into = pytest.mark.skipif(not hasattr(C, "_quantize_into"),
 
 
 def rowwise_e4m3_oracle(x):
-    """Independent NumPy rule (docs/numerics.md current scaling): scale = 448 / amax per row (amax 0 or
-    non-finite -> 1), codes = saturating RNE cast; returns (codes as uint8, scale_inv (M,))."""
+    """Independent NumPy rule (docs/numerics.md current scaling): scale = 448 / amax per row (amax 0
+    -> 1, non-finite -> NaN), codes = saturating RNE cast; returns (codes as uint8, scale_inv (M,))."""
     ml_dtypes = pytest.importorskip("ml_dtypes")
     amax = np.abs(x).max(axis=1).astype(np.float32)
     ok = (amax > 0) & np.isfinite(amax)
     scale = np.where(ok, np.float32(448.0) / np.where(ok, amax, 1), 1).astype(np.float32)
+    scale[~np.isfinite(amax)] = np.nan
     q = np.clip(x * scale[:, None], -448, 448).astype(ml_dtypes.float8_e4m3fn)
     return q.view(np.uint8), (np.float32(1) / scale).astype(np.float32)
 
@@ -167,6 +168,9 @@ def test_quantize_into_rowwise_matches_reference_and_oracle(rows, cols):
     rng = np.random.default_rng(rows * cols)
     x = (rng.standard_normal((rows, cols)) * rng.uniform(0.01, 100, (rows, 1))).astype(np.float32)
     x[0] = 0.0                                                    # an all-zero row: scale 1
+    if rows > 2:                                                  # rows (and columns) of NaN
+        x[1, cols // 2] = np.nan
+        x[2, cols - 1] = -np.inf
     data = np.full((rows, cols), 0xAB, np.uint8)
     sinv = np.zeros(rows, np.float32)                             # 1-D, as torch keeps them
     cdata = np.full((cols, rows), 0xAB, np.uint8)

@@ -1,9 +1,10 @@
 """The Python entry points at the edges of int64: huge empty extents return at once for every
 recipe and mode and both host backends (work scales with elements, not with empty rows); sizes
 past int64 raise tessera.Error (out of range) naming what overflowed; a bounded random loop over
-quantize / encode / decode / GroupedTensor / grouped_gemm with extents up to 2^63 - 1 gets a
-result or a tessera.Error, never another exception, a crash or a hang."""
-import random
+quantize / encode / decode / GroupedTensor / grouped_gemm with extents up to 2^63 - 1
+(fuzz_entry_points.py) gets a result that keeps its invariants or a tessera.Error, never another
+exception, a crash or a hang; the classes of what it found."""
+import os
 import time
 
 import numpy as np
@@ -69,32 +70,52 @@ def test_grouped_huge_empty_members():
 
 
 def test_bounded_random_loop_over_entry_points():
-    rng = random.Random(20)
-    extents = [0, 1, 3, 32, 2**31, HUGE, 2**60]  # NumPy refuses larger extents, even empty
-    meta_extents = extents + [2**62, 2**63 - 1]   # GroupedTensor shapes are metadata only
-    calls = 0
-    t0 = time.perf_counter()
-    for _ in range(400):
-        r, c = rng.choice(extents), rng.choice(extents)
-        if r * c > 4096:  # NumPy needs memory for a non-empty array: one extent becomes 0
-            r, c = (r, 0) if rng.random() < 0.5 else (0, c)
-        x = np.zeros((r, c), np.float32)
-        op = rng.randrange(5)
-        try:
-            if op == 0:
-                tessera.quantize(x, rng.choice(RECIPES + MODES), columnwise=rng.random() < 0.5)
-            elif op == 1:
-                tessera.decode(tessera.encode(x, rng.choice(["e4m3", "e5m2", "e2m1"])), "e4m3")
-            elif op == 2:
-                shapes = [(rng.choice(meta_extents), rng.choice(meta_extents)) for _ in range(3)]
-                shapes = [(a, b) if a * b <= 4096 or a * b >= 2**63 else (a, 0) for a, b in shapes]
-                tessera.GroupedTensor(shapes, recipe=rng.choice(["none", "mxfp8", "nvfp4"]))
-            elif op == 3:
-                tessera.grouped_gemm(x, np.zeros((2, 0, c) if c <= 4096 else (2, 0, 0), np.float32),
-                                     np.array([0, r // 2, r], np.int64))
-            else:
-                tessera.quantize(x, "mxfp8", backend="reference", columnwise=True).dequantize(True)
-        except tessera.Error:
-            pass
-        calls += 1
-    assert calls == 400 and time.perf_counter() - t0 < 60.0
+    """The random-call fuzzer of the entry points (fuzz_entry_points.py: invariants included);
+    TESSERA_PY_FUZZ_CALLS calls (default 3000; a campaign: 1000000), seed TESSERA_PY_FUZZ_SEED."""
+    import fuzz_entry_points
+    calls = int(os.environ.get("TESSERA_PY_FUZZ_CALLS", "3000"))
+    f = fuzz_entry_points.Fuzzer(int(os.environ.get("TESSERA_PY_FUZZ_SEED", "20")))
+    assert f.run(calls) == [] and f.calls >= calls
+
+
+# Classes of the fuzzer's findings, one test each.
+
+def test_e2m1_rows_are_packed_on_their_own_bytes():
+    # A multi-row array with an odd last dimension was packed as one flat run (rows sharing
+    # bytes) into a per-row-shaped array whose last byte was never written; decode refused it.
+    with pytest.raises(tessera.InvalidArgumentError, match="x: a multi-row e2m1 array needs"):
+        tessera.encode(np.ones((3, 5), np.float32), "e2m1")
+    codes = tessera.encode(np.full((3, 4), 6.0, np.float32), "e2m1")
+    assert codes.shape == (3, 2) and (codes == 0x77).all()
+    assert np.array_equal(tessera.decode(codes, "e2m1"), np.full((3, 4), 6.0, np.float32))
+    odd = tessera.encode(np.full(5, 6.0, np.float32), "e2m1")  # one row: the last byte half used
+    assert odd.tolist() == [0x77, 0x77, 0x07]
+
+
+def test_codecs_keep_a_0d_shape():
+    # np.ascontiguousarray made 0-d inputs 1-d: encode/decode returned shape (1,).
+    x = np.array(1.5, np.float32)
+    for fmt in ("e4m3", "e5m2", "e8m0", "bfloat16", "float16"):
+        codes = tessera.encode(x, fmt)
+        assert codes.shape == () and tessera.decode(codes, fmt).shape == (), fmt
+    with pytest.raises(tessera.InvalidArgumentError, match="x: e2m1 packs .* 0-d"):
+        tessera.encode(x, "e2m1")
+    with pytest.raises(tessera.InvalidArgumentError, match="codes: e2m1 .* 0-d"):
+        tessera.decode(np.array(7, np.uint8), "e2m1")
+
+
+def test_grouped_gemm_checks_before_allocating_the_output():
+    # The wrapper allocated `out` from b's shape before the problem was checked: a wrong B of
+    # (1, 2^31, 0) gave NumPy's MemoryError (32 GiB), not the shape mismatch.
+    a = np.ones((4, 3), np.float32)
+    with pytest.raises(tessera.ShapeError, match="B: contraction dim 0 differs from A's K = 3"):
+        tessera.grouped_gemm(a, np.ones((1, 2**31, 0), np.float32), np.array([0, 4]))
+    # An output of 2^61 float32 (2^63 bytes) is past int64 whatever the operands.
+    with pytest.raises(tessera.OutOfRangeError, match="out: bytes"):
+        tessera.grouped_gemm(a, np.ones((1, 2**59, 0), np.float32), np.array([0, 4]))
+    # A valid problem whose output cannot be allocated (16 TiB): tessera.OutOfMemoryError.
+    with pytest.raises(tessera.OutOfMemoryError, match="out: a float32 output"):
+        tessera.grouped_gemm(np.ones((4, 0), np.float32), np.ones((1, 2**40, 0), np.float32),
+                             np.array([0, 4]))
+    out = tessera.grouped_gemm(a, np.ones((2, 5, 3), np.float32), np.array([0, 1, 4]))
+    assert out.shape == (4, 5) and out.dtype == np.float32 and (out == 3).all()

@@ -44,10 +44,10 @@ def amax_of(a, axis=None):
 
 def current_scale(amax, element, eps=0.0, pow2=False):
     amax = F32(amax)
-    if np.isnan(amax):
-        return F32(1.0)
+    if not np.isfinite(amax):  # non-finite input in the scaling unit: NaN scale
+        return F32(np.nan)
     a = max(amax, F32(eps))
-    if a == 0 or np.isinf(a):
+    if a == 0:
         return F32(1.0)
     with np.errstate(over="ignore"):
         s = F32(FP8_MAX[element] / a)
@@ -111,10 +111,8 @@ def quantize_block(x, element, tile, pow2=True):
 
 def e8m0_round_up(amax, element):
     v = F32(amax) * (F32(1.0) / FP8_MAX[element])
-    if np.isnan(v):
+    if not np.isfinite(v):  # NaN or inf in the block: the NaN scale
         return 0xFF
-    if np.isinf(v):
-        return 0xFE
     if v == 0:
         return 0
     mant, e = np.frexp(np.float64(v))      # v = mant * 2^e, mant in [0.5, 1)
@@ -124,12 +122,10 @@ def e8m0_round_up(amax, element):
 
 def e8m0_floor(amax, element):
     amax = F32(amax)
-    if np.isnan(amax):
+    if not np.isfinite(amax):  # NaN or inf in the block: the NaN scale
         return 0xFF
     if amax == 0:
         return 0
-    if np.isinf(amax):
-        return 0xFE
     e = int(np.frexp(np.float64(amax))[1]) - 1 - EMAX_ELEM[element]
     return min(max(e, -127), 127) + 127
 
@@ -238,6 +234,8 @@ def quantize_nvfp4_copy(a, tile=False, rht=False, sr=None, stream_base=0):
         s_enc = FLT_MAX
     if g == 0 or s_enc == 0:
         s_enc = F32(1.0)
+    if not np.isfinite(g):  # non-finite input: E2M1 holds none, the whole copy's scale is NaN
+        s_enc = F32(np.nan)
     nb = ceil_div(c, 16)
     bh = 16 if tile else 1
     nbr = ceil_div(r, bh)

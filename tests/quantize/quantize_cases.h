@@ -80,6 +80,29 @@ inline std::vector<NamedConfig> all_configs() {
   return v;
 }
 
+// all_configs() plus delayed scaling (E5M2) and rowwise with epsilon and power-of-two scales.
+inline std::vector<NamedConfig> configs_with_delayed() {
+  std::vector<NamedConfig> v = all_configs();
+  QuantizerConfig c = make_config(ScalingMode::kTensor, DType::kFloat8E5M2);
+  c.delayed = true;
+  c.rowwise = c.columnwise = true;
+  v.push_back({"tensor_delayed_e5m2", c});
+  c = make_config(ScalingMode::kRowwise);
+  c.amax_epsilon = 3e-2f;
+  c.power_of_two_scales = true;
+  c.rowwise = c.columnwise = true;
+  v.push_back({"rowwise_eps_pow2", c});
+  return v;
+}
+
+// Bytes of the buffers of both usages of a (rows, cols) tensor quantized with `c`.
+inline int64_t output_bytes(const QuantizerConfig& c, int64_t rows, int64_t cols) {
+  int64_t total = 0;
+  for (bool cw : {false, true})
+    total += data_shape(c, rows, cols, cw).bytes() + scale_shape(c, rows, cols, cw).bytes();
+  return total;
+}
+
 enum class InputKind { kGaussian, kZeros, kDtypeMax, kSpecials, kTiny };
 
 inline const char* input_kind_name(InputKind k) {

@@ -27,20 +27,6 @@ void poison(const QuantizedTensorView& v) {
 using BackendFn = std::function<void(const QuantizerConfig&, const TensorView&,
                                      const QuantizedTensorView&, const detail::QuantizeRequest&)>;
 
-std::vector<test::NamedConfig> configs_with_delayed() {
-  std::vector<test::NamedConfig> v = test::all_configs();
-  QuantizerConfig c = make_config(ScalingMode::kTensor, DType::kFloat8E5M2);
-  c.delayed = true;
-  c.rowwise = c.columnwise = true;
-  v.push_back({"tensor_delayed_e5m2", c});
-  c = make_config(ScalingMode::kRowwise);
-  c.amax_epsilon = 3e-2f;
-  c.power_of_two_scales = true;
-  c.rowwise = c.columnwise = true;
-  v.push_back({"rowwise_eps_pow2", c});
-  return v;
-}
-
 class EmptyInput : public ::testing::TestWithParam<test::NamedConfig> {};
 
 // The oracle: the backend loops themselves on small empty shapes, each usage on its own and
@@ -87,14 +73,6 @@ TEST_P(EmptyInput, MatchesTheBackendLoops) {
   EXPECT_GT(cases, 0);
 }
 
-// Bytes of the buffers of both usages of a (rows, cols) tensor quantized with `c`.
-int64_t output_bytes(const QuantizerConfig& c, int64_t rows, int64_t cols) {
-  int64_t total = 0;
-  for (bool cw : {false, true})
-    total += data_shape(c, rows, cols, cw).bytes() + scale_shape(c, rows, cols, cw).bytes();
-  return total;
-}
-
 template <class F>
 double seconds(F&& f) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -111,7 +89,7 @@ TEST_P(EmptyInput, HugeEmptyExtentsReturnAtOnce) {
   Quantizer(config).quantize(TensorView::contiguous(nullptr, DType::kFloat32, {16, 0}),
                              small_ref.view(), Backend::kReference);
   for (auto [m, k] : {std::pair{kHuge, int64_t{0}}, {int64_t{0}, kHuge}}) {
-    if (output_bytes(config, m, k) > (int64_t{64} << 20)) {
+    if (test::output_bytes(config, m, k) > (int64_t{64} << 20)) {
       m = std::min<int64_t>(m, int64_t{1} << 20);
       k = std::min<int64_t>(k, int64_t{1} << 20);
     }
@@ -138,7 +116,8 @@ TEST_P(EmptyInput, HugeEmptyExtentsReturnAtOnce) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllConfigs, EmptyInput, ::testing::ValuesIn(configs_with_delayed()),
+INSTANTIATE_TEST_SUITE_P(AllConfigs, EmptyInput,
+                         ::testing::ValuesIn(test::configs_with_delayed()),
                          [](const auto& param_info) { return param_info.param.name; });
 
 // Grouped CPU path: members with huge empty extents next to ordinary ones.

@@ -91,13 +91,31 @@ TEST(ScaleRules, CurrentScaling) {
   EXPECT_EQ(scale_rules::current_scale(3.0f, 448.0f, 0.0f, true), 128.0f);  // 149.33 → 2^7
   EXPECT_EQ(scale_rules::current_scale(0.0f, 448.0f, 0.0f, false), 1.0f);
   EXPECT_EQ(scale_rules::current_scale(0.0f, 448.0f, 0.5f, false), 896.0f);  // eps
-  EXPECT_EQ(scale_rules::current_scale(INFINITY, 448.0f, 0.0f, false), 1.0f);
-  EXPECT_EQ(scale_rules::current_scale(NAN, 448.0f, 1.0f, false), 1.0f);
+  // Non-finite input in the unit: the scale is NaN (docs/numerics.md, non-finite input).
+  EXPECT_TRUE(std::isnan(scale_rules::current_scale(INFINITY, 448.0f, 0.0f, false)));
+  EXPECT_TRUE(std::isnan(scale_rules::current_scale(NAN, 448.0f, 1.0f, false)));
+  EXPECT_TRUE(std::isnan(scale_rules::current_scale(INFINITY, 448.0f, 0.0f, true)));
+  for (float amax : {INFINITY, NAN}) {
+    EXPECT_TRUE(std::isnan(reference::current_scaling_scale(amax, make_config(ScalingMode::kTensor))));
+  }
   EXPECT_EQ(scale_rules::current_scale(1e-40f, 448.0f, 0.0f, false), FLT_MAX);  // overflow
   EXPECT_EQ(scale_rules::current_scale(1e-40f, 448.0f, 0.0f, true), 0x1p127f);
   for (float amax : {1e-3f, 0.7f, 5.0f, 1e30f}) {
     QuantizerConfig c = make_config(ScalingMode::kTensor);
     EXPECT_EQ(reference::current_scaling_scale(amax, c), scale_rules::current_scale(amax, 448.0f, 0.0f, false));
+  }
+}
+
+// scale_inv = 1 / scale; a NaN scale of any sign or payload gives the canonical NaN bits (GPU
+// arithmetic would give 0x7fffffff, x86 the operand: the backends must agree bit for bit).
+TEST(ScaleRules, ReciprocalCanonicalNan) {
+  EXPECT_EQ(scale_rules::reciprocal(4.0f), 0.25f);
+  EXPECT_EQ(scale_rules::reciprocal(FLT_MAX), 1.0f / FLT_MAX);
+  EXPECT_EQ(std::bit_cast<uint32_t>(scale_rules::reciprocal(INFINITY)), 0u);
+  for (uint32_t nan : {0x7fc00000u, 0xffc00000u, 0x7f800001u, 0x7fffffffu, 0xffffffffu}) {
+    EXPECT_EQ(std::bit_cast<uint32_t>(scale_rules::reciprocal(std::bit_cast<float>(nan))),
+              scale_rules::kCanonicalNaN)
+        << std::hex << nan;
   }
 }
 
@@ -117,7 +135,9 @@ TEST(ScaleRules, E8M0RoundUpAndFloor) {
   EXPECT_EQ(scale_rules::e8m0_round_up(224.0f, inv), 126);
   EXPECT_EQ(scale_rules::e8m0_round_up(0.0f, inv), 0);
   EXPECT_EQ(scale_rules::e8m0_round_up(NAN, inv), 0xff);
-  EXPECT_EQ(scale_rules::e8m0_round_up(INFINITY, inv), 0xfe);
+  EXPECT_EQ(scale_rules::e8m0_round_up(INFINITY, inv), 0xff);  // inf in the block: NaN scale
+  EXPECT_EQ(scale_rules::e8m0_floor(INFINITY, 8), 0xff);
+  EXPECT_EQ(scale_rules::e8m0_floor(NAN, 8), 0xff);
   EXPECT_EQ(scale_rules::e8m0_round_up(FLT_MAX, inv), 247);  // ceil(log2(FLT_MAX/448)) = 120
   EXPECT_EQ(scale_rules::e8m0_floor(448.0f, 8), 127);  // floor(log2 448) = 8
   EXPECT_EQ(scale_rules::e8m0_floor(511.0f, 8), 127);
@@ -142,8 +162,11 @@ TEST(ScaleRules, E8M0RoundUpAndFloor) {
 TEST(ScaleRules, Nvfp4) {
   EXPECT_EQ(scale_rules::nvfp4_global_encode_scale(0.0f), 1.0f);
   EXPECT_EQ(scale_rules::nvfp4_global_encode_scale(2688.0f), 1.0f);
-  EXPECT_EQ(scale_rules::nvfp4_global_encode_scale(INFINITY), 1.0f);
-  EXPECT_EQ(scale_rules::nvfp4_global_encode_scale(NAN), FLT_MAX);
+  // Non-finite input anywhere in the copy: S_enc NaN, every block scale byte the NaN code.
+  EXPECT_TRUE(std::isnan(scale_rules::nvfp4_global_encode_scale(INFINITY)));
+  EXPECT_TRUE(std::isnan(scale_rules::nvfp4_global_encode_scale(NAN)));
+  EXPECT_TRUE(std::isnan(reference::nvfp4_s_enc(INFINITY)));
+  EXPECT_EQ(scale_rules::nvfp4_block_scale(1.0f, scale_rules::nvfp4_global_encode_scale(NAN)), 0x7f);
   EXPECT_EQ(scale_rules::nvfp4_global_encode_scale(1e-44f), FLT_MAX);
   // global amax 2688 → S_enc 1; block amax 6 → s_b = e4m3(6 * fp32(1/6)) = 1.0 → code 0x38.
   EXPECT_EQ(scale_rules::nvfp4_block_scale(6.0f, 1.0f), 0x38);

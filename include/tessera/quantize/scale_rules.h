@@ -29,11 +29,14 @@ TESSERA_HD bool is_finite(float x) { return abs_bits(x) < 0x7f800000u; }
 
 // ---- FP8 current scaling (kTensor current, kRowwise, kBlock*) --------------------------------
 // a = (amax < eps) ? eps : amax   (a NaN amax stays NaN)
-// a == 0, inf or NaN → scale 1; else scale = fp8_max / a (IEEE division); scale == +inf →
-// FLT_MAX; power_of_two: scale bits &= 0xff800000 (mantissa cleared: rounds down).
+// a inf or NaN (non-finite input in the scaling unit) → scale NaN (canonical): every element of
+// the unit encodes as NaN and its scale_inv is NaN (docs/numerics.md, non-finite input);
+// a == 0 → scale 1; else scale = fp8_max / a (IEEE division); scale == +inf → FLT_MAX;
+// power_of_two: scale bits &= 0xff800000 (mantissa cleared: rounds down).
 TESSERA_HD float current_scale(float amax, float fp8_max, float eps, bool power_of_two) {
   const float a = amax < eps ? eps : amax;
-  if (a == 0.0f || !is_finite(a)) return 1.0f;
+  if (!is_finite(a)) return formats::bits_to_float(kCanonicalNaN);
+  if (a == 0.0f) return 1.0f;
   float scale = fp8_max / a;
   if (!is_finite(scale)) scale = kFloatMax;
   if (power_of_two) scale = formats::bits_to_float(formats::float_to_bits(scale) & 0xff800000u);
@@ -50,19 +53,23 @@ TESSERA_HD float delayed_scale(float amax, float old_scale, float fp8_max, int m
   return scale;
 }
 
-// scale_inv stored for every FP32-scaled mode: 1.0f / scale (IEEE division).
-TESSERA_HD float reciprocal(float scale) { return 1.0f / scale; }
+// scale_inv stored for every FP32-scaled mode: 1.0f / scale (IEEE division). A NaN scale gives
+// the canonical NaN 0x7fc00000: the division alone would not give the same bits everywhere (x86
+// returns the operand's NaN, GPU arithmetic its own canonical NaN 0x7fffffff).
+TESSERA_HD float reciprocal(float scale) {
+  return abs_bits(scale) > 0x7f800000u ? formats::bits_to_float(kCanonicalNaN) : 1.0f / scale;
+}
 
 // ---- MXFP8 ---------------------------------------------------------------------------------
 // Round-up rule (TE): v = amax * inv_elem_max, inv_elem_max = fp32(1/fp8_max) (1/448 or
-// 1/57344 rounded to float). v NaN → 0xFF; v = +inf → 0xFE; v = 0 → 0x00; else E = the biased
+// 1/57344 rounded to float). v NaN or +inf (a non-finite element in the block) → 0xFF, the NaN
+// scale; v = 0 → 0x00; else E = the biased
 // exponent field of v, plus 1 when the mantissa field is non-zero, except when E is already 0xFE
 // (saturation) or v is a subnormal <= 2^-127 (mantissa <= 0x400000: E stays 0).
 TESSERA_HD uint8_t e8m0_round_up(float amax, float inv_elem_max) {
   const float v = amax * inv_elem_max;
   const uint32_t u = formats::float_to_bits(v);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return 0xff;
-  if (u == 0x7f800000u) return 0xfe;
+  if ((u & 0x7fffffffu) >= 0x7f800000u) return 0xff;
   if (u == 0) return 0x00;
   uint32_t e = (u >> 23) & 0xffu;
   const uint32_t m = u & 0x7fffffu;
@@ -72,11 +79,10 @@ TESSERA_HD uint8_t e8m0_round_up(float amax, float inv_elem_max) {
 
 // Floor rule (OCP MX v1.0, torchao default): E = clamp(floor(log2(amax)) - emax_elem, -127, 127)
 // + 127 with floor(log2) exact from the bits (subnormals included), emax_elem = 8 (E4M3) or 15
-// (E5M2). amax NaN → 0xFF; amax 0 → 0x00; amax +inf → 0xFE.
+// (E5M2). amax NaN or +inf → 0xFF (the NaN scale); amax 0 → 0x00.
 TESSERA_HD uint8_t e8m0_floor(float amax, int emax_elem) {
   const uint32_t u = formats::float_to_bits(amax) & 0x7fffffffu;
-  if (u > 0x7f800000u) return 0xff;
-  if (u == 0x7f800000u) return 0xfe;
+  if (u >= 0x7f800000u) return 0xff;
   if (u == 0) return 0x00;
   int log2_floor;
   if ((u >> 23) != 0) {
@@ -103,9 +109,11 @@ TESSERA_HD float e8m0_multiplier(uint8_t e) {
 inline constexpr float kNvfp4GlobalNumerator = 2688.0f;  // 448 * 6, exact
 inline constexpr float kInv6 = 1.0f / 6.0f;              // fp32(1/6) = 0x3e2aaaab
 
-// S_enc = 2688 / global_amax; S_enc = +inf or NaN → FLT_MAX; global_amax == 0 or S_enc == 0
-// → 1.
+// global_amax inf or NaN (non-finite input: E2M1 holds neither) → S_enc NaN (canonical), so
+// every block scale byte is the NaN code 0x7F and the whole copy decodes to NaN;
+// else S_enc = 2688 / global_amax; S_enc = +inf → FLT_MAX; global_amax == 0 or S_enc == 0 → 1.
 TESSERA_HD float nvfp4_global_encode_scale(float global_amax) {
+  if (!is_finite(global_amax)) return formats::bits_to_float(kCanonicalNaN);
   float s = kNvfp4GlobalNumerator / global_amax;
   if (!(s <= kFloatMax)) s = kFloatMax;
   if (global_amax == 0.0f || s == 0.0f) s = 1.0f;

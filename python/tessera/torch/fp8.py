@@ -35,11 +35,15 @@ def quantize_backend(device) -> str:
 def _quantize_torch(x: Tensor, dim: int) -> tuple[Tensor, Tensor]:
     """E4M3 codes of x and the FP32 scale_inv per slice along `dim` (current scaling)."""
     amax = x.abs().amax(dim=dim, keepdim=True).float()
-    ok = (amax > 0) & torch.isfinite(amax)
+    finite = torch.isfinite(amax)
+    ok = (amax > 0) & finite
     # A tensor / tensor division: `448.0 / t` is reciprocal(t) * 448 in torch (two roundings),
     # which gave scales 1 ulp off tessera's on the H200 run.
     scale = torch.where(ok, torch.full_like(amax, _E4M3_MAX) / torch.where(ok, amax, 1.0), 1.0)
     scale = scale.clamp(max=_FLT_MAX)
+    # A NaN or +-inf in the slice: its scale is NaN, so its codes and scale_inv are NaN
+    # (docs/numerics.md, "Non-finite input").
+    scale = torch.where(finite, scale, float("nan"))
     q = (x.float() * scale).clamp(-_E4M3_MAX, _E4M3_MAX).to(torch.float8_e4m3fn)
     return q, (1.0 / scale).reshape(-1)
 

@@ -33,14 +33,9 @@ DecodeTable make_table(DType element) {
   return t;
 }
 
+// 1 / S_enc of a copy with this global amax (scale_rules: NaN when the amax is not finite).
 float nvfp4_inv_s_enc(float global_amax) {
-  float s = 1.0f;
-  if (global_amax != 0.0f) {
-    s = (448.0f * 6.0f) / global_amax;
-    if (std::isnan(s) || std::isinf(s)) s = FLT_MAX;
-    if (s == 0.0f) s = 1.0f;
-  }
-  return 1.0f / s;
+  return 1.0f / scale_rules::nvfp4_global_encode_scale(global_amax);
 }
 
 // What one stored copy looks like: (sr_full, sc_full) stored dims, live stored columns/rows.

@@ -24,6 +24,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 
 #include "gemm/cuda/grouped_gemm_sm90.h"
@@ -32,6 +33,7 @@
 #include "gemm/cuda/quantized_operands.h"
 #include "gemm/cuda/transpose_16bit.h"
 #include "gemm/gemm_backend.h"
+#include "tessera/core/checked_math.h"
 #include "tessera/core/cuda_check.h"
 
 namespace tessera::detail {
@@ -41,7 +43,6 @@ using gemm_cuda::Sm90GroupedGemm;
 using gemm_sm90::OutType;
 
 constexpr int64_t kAlign = 256;
-int64_t round_up(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
 
 // Byte layout of the workspace: every region 256-byte aligned; absent regions have 0 bytes.
 struct WorkspaceLayout {
@@ -76,31 +77,45 @@ MnPlan mn_plan(const GroupedGemmProblem& p, const GroupedGemmDims& d) {
   return m;
 }
 
+// The operand regions come from the caller's shapes, so their products, round-ups and the total
+// are overflow-checked: a problem whose workspace would pass INT64_MAX bytes is refused with
+// Error(kOutOfRange) naming the region, never sized by a wrapped-around int64. The per-group
+// regions need no check: groups <= 65535 (unsupported_reason).
 WorkspaceLayout layout_of(const GroupedGemmProblem& p, const GroupedGemmDims& d) {
   WorkspaceLayout w;
   const bool kg = p.kind == GroupedGemmKind::kKGrouped;
   const bool batched = p.kind == GroupedGemmKind::kBatched;
   const MnPlan mn = mn_plan(p, d);
+  // Bytes of a 16-bit matrix with these extents, checked.
+  auto bytes16 = [](std::initializer_list<int64_t> extents, const char* what) {
+    int64_t n = 2;
+    for (int64_t e : extents) n = checked_mul(n, e, what);
+    return n;
+  };
   if (kg) w.maps_bytes = d.groups * (2 * 128 + 4);
   if (!batched && p.group_offsets.device.is_cpu())
     w.offsets_bytes = p.group_offsets.numel() * (p.group_offsets.dtype == DType::kInt64 ? 8 : 4);
   if (p.group_alpha.data != nullptr && p.group_alpha.device.is_cpu()) w.alpha_bytes = d.groups * 4;
+  const int64_t starts_bytes = (d.groups + 1) * 8;
   if (p.a.is_quantized || mn.a) {
     // FP8 copies (quantized_operands.h) and MN-major BF16 token matrices are read in place
   } else if (kg) {
     w.ld_t = gemm_cuda::k_grouped_padded_cols(d.capacity > 0 ? d.capacity : 1, d.groups);
-    w.starts_bytes = (d.groups + 1) * 8;
-    w.a_t_bytes = d.m * w.ld_t * 2;
-    w.b_t_bytes = d.n * w.ld_t * 2;
+    w.starts_bytes = starts_bytes;
+    w.a_t_bytes = bytes16({d.m, w.ld_t}, "workspace: K-major copy of A (M x padded tokens)");
+    w.b_t_bytes = bytes16({d.n, w.ld_t}, "workspace: K-major copy of B (N x padded tokens)");
   } else {
-    if (batched) w.starts_bytes = (d.groups + 1) * 8;  // the uniform starts g·M
-    if (batched && p.transpose_a) w.a_t_bytes = d.groups * d.m * d.k * 2;
-    if (!p.transpose_b && !mn.b) w.b_t_bytes = d.groups * d.n * d.k * 2;
+    if (batched) w.starts_bytes = starts_bytes;  // the uniform starts g·M
+    if (batched && p.transpose_a)
+      w.a_t_bytes = bytes16({d.groups, d.m, d.k}, "workspace: K-major copy of A (G x M x K)");
+    if (!p.transpose_b && !mn.b)
+      w.b_t_bytes = bytes16({d.groups, d.n, d.k}, "workspace: K-major copy of B (G x N x K)");
   }
   int64_t at = 0;
   auto place = [&](int64_t bytes) {
     const int64_t off = at;
-    at += round_up(bytes, kAlign);
+    at = checked_add(at, checked_round_up(bytes, kAlign, "workspace: total bytes"),
+                     "workspace: total bytes");
     return off;
   };
   w.maps = place(w.maps_bytes);

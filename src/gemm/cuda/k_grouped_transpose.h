@@ -9,15 +9,19 @@
 
 #include <cstdint>
 
+#include "tessera/core/checked_math.h"
+
 namespace tessera::gemm_cuda {
 
 inline constexpr int64_t kKGroupedAlignRows = 8;  // 16 bytes of a 16-bit element
 
 // Columns of the padded layout for `capacity` token rows in `groups` groups (a host bound of
-// q_G, itself a multiple of 8).
+// q_G, itself a multiple of 8): roundup(capacity + 7 groups, 8), groups <= 65535.
+// Error(kOutOfRange) when that passes INT64_MAX.
 inline int64_t k_grouped_padded_cols(int64_t capacity, int64_t groups) {
   const int64_t a = kKGroupedAlignRows;
-  return (capacity + (a - 1) * groups + a - 1) / a * a;
+  const char* what = "workspace: K-grouped padded token columns (capacity + 7 per group)";
+  return checked_round_up(checked_add(capacity, (a - 1) * groups, what), a, what);
 }
 
 // The group offsets as the kernel reads them (KernelParams conventions).

@@ -26,15 +26,10 @@ float fp8_decode(uint8_t code, DType element) {
   return element == DType::kFloat8E5M2 ? formats::decode_e5m2(code) : formats::decode_e4m3(code);
 }
 
-// NVFP4 decode factor e4m3(s_b) × (1/S_enc), S_enc = 448·6/global_amax (0 → 1, overflow → max).
+// NVFP4 decode factor e4m3(s_b) × (1/S_enc), S_enc from the copy's global amax by the
+// reference quantizer's rule (non-finite global amax: S_enc NaN).
 float nvfp4_factor(uint8_t s_b, float global_amax) {
-  float s_enc = 1.0f;
-  if (global_amax != 0.0f) {
-    s_enc = (448.0f * 6.0f) / global_amax;
-    if (!std::isfinite(s_enc)) s_enc = FLT_MAX;
-    if (s_enc == 0.0f) s_enc = 1.0f;
-  }
-  return formats::decode_e4m3(s_b) * (1.0f / s_enc);
+  return reference::nvfp4_dec(s_b, reference::nvfp4_s_enc(global_amax));
 }
 
 // Logical element (r, c) of quantized operand `o`, in group `g`.

@@ -61,8 +61,7 @@ TESSERA_CPU_KERNEL void block_exponents(const QuantizerConfig& c, const uint32_t
     const uint32_t inc = static_cast<uint32_t>(mant != 0u) & static_cast<uint32_t>(ex != 0xfeu) &
                          ~static_cast<uint32_t>(ex == 0u && mant <= 0x400000u);
     uint32_t r = ex + (inc & 1u);
-    r = a == 0x7f800000u ? 0xfeu : r;
-    r = a > 0x7f800000u ? 0xffu : r;
+    r = a >= 0x7f800000u ? 0xffu : r;  // NaN or inf in the block: the NaN scale
     uint32_t mb = (254u - r) << 23;
     mb = r == 0xfeu ? 0x00400000u : mb;
     mb = r == 0xffu ? scale_rules::kCanonicalNaN : mb;

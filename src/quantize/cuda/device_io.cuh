@@ -52,6 +52,17 @@ __device__ __forceinline__ uint32_t canonical_amax(uint32_t m) {
   return m > 0x7f800000u ? 0x7fc00000u : m;
 }
 
+// Folds the amax bits m of a block into *target, a word the caller zeroed, by atomicMax: every
+// writer stores canonical bits, and among those the NaN 0x7fc00000 is above +inf (0x7f800000)
+// and every finite value, so a NaN anywhere wins and the word stays canonical (no sign bit is
+// ever set, so the unsigned order is the order of |x|). m == 0 changes nothing and is skipped.
+// Every amax reduction of the kernels (per thread, warp_max / block_max, this) is an unsigned
+// max of abs bits: NaN propagates by construction (no fmaxf, which would drop it).
+__device__ __forceinline__ void atomic_amax(uint32_t* target, uint32_t m) {
+  m = canonical_amax(m);
+  if (m != 0) atomicMax(target, m);
+}
+
 // FP8 codes of two products (low byte: y0). The hardware cvt.rn.satfinite gives exactly
 // scale_rules::fp8_element: RNE, saturation to +-max, and 0x7F for every NaN.
 template <DType DT>

@@ -304,8 +304,6 @@ void quantize_cuda(const QuantizerConfig& config, const TensorView& x,
                        "quantize: x has ", x.numel(), " elements, the output is for (", out.rows,
                        ", ", out.cols, ")");
   TESSERA_CUDA_CHECK(cudaSetDevice(x.device.index));
-  // Empty tensors still go through the launchers: per-tensor / per-line scales and amax of an
-  // empty tensor are written as the CPU writes them (scale 1, amax 0).
   auto s = stream.as<cudaStream_t>();
   dispatch_scaling_mode(config.mode, "config.mode", [&](auto family, const ScalingModeInfo& info) {
     constexpr ScaleFamily kFamily = decltype(family)::value;

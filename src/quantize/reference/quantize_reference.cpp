@@ -2,7 +2,9 @@
 // function per scaling family, scales written entry by entry (padding zero). The oracle of the
 // tests.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "quantize/quantize_backend.h"
 #include "quantize/reference/reference_rules.h"
@@ -33,7 +35,10 @@ Target target_of(const QuantizedTensorView& out, bool columnwise) {
   return {d.as<uint8_t>(), s.as<uint8_t>(), s.nbytes(), a.as<float>()};
 }
 
+// A NaN scale_inv (non-finite input in the unit) is stored as the canonical quiet NaN
+// 0x7fc00000 (docs/numerics.md), whichever NaN the division gave.
 void put_float_scale(const Target& t, int64_t index, float value) {
+  if (std::isnan(value)) value = std::numeric_limits<float>::quiet_NaN();
   std::memcpy(t.scale + index * 4, &value, 4);
 }
 

@@ -50,10 +50,11 @@ uint8_t fp8_code(float v, DType element) {
 }
 
 float current_scaling_scale(float amax, const QuantizerConfig& c) {
-  if (std::isnan(amax)) return 1.0f;
+  // Non-finite input in the scaling unit: the scale is NaN (the unit encodes and decodes as NaN).
+  if (std::isnan(amax) || std::isinf(amax)) return std::numeric_limits<float>::quiet_NaN();
   float a = amax;
   if (a < c.amax_epsilon) a = c.amax_epsilon;
-  if (a == 0.0f || std::isinf(a)) return 1.0f;
+  if (a == 0.0f) return 1.0f;
   float s = elem_max(c.element) / a;
   if (std::isinf(s)) s = FLT_MAX;
   if (c.power_of_two_scales) s = std::ldexp(1.0f, std::ilogb(s));  // largest 2^k <= s
@@ -62,9 +63,8 @@ float current_scaling_scale(float amax, const QuantizerConfig& c) {
 
 uint8_t e8m0_exponent(float amax, const QuantizerConfig& c) {
   if (c.e8m0_rounding == E8M0Rounding::kFloor) {
-    if (std::isnan(amax)) return 0xff;
+    if (std::isnan(amax) || std::isinf(amax)) return 0xff;  // non-finite in the block: NaN scale
     if (amax == 0.0f) return 0x00;
-    if (std::isinf(amax)) return 0xfe;
     const int emax = c.element == DType::kFloat8E5M2 ? 15 : 8;
     int e = std::ilogb(amax) - emax;
     if (e < -127) e = -127;
@@ -73,8 +73,7 @@ uint8_t e8m0_exponent(float amax, const QuantizerConfig& c) {
   }
   const float inv = 1.0f / elem_max(c.element);
   const float v = amax * inv;
-  if (std::isnan(v)) return 0xff;
-  if (std::isinf(v)) return 0xfe;
+  if (std::isnan(v) || std::isinf(v)) return 0xff;  // non-finite in the block: NaN scale
   if (v == 0.0f) return 0x00;
   int exp2;
   const float mant = std::frexp(v, &exp2);            // v = mant * 2^exp2, mant in [0.5, 1)
@@ -91,6 +90,10 @@ float e8m0_element_multiplier(uint8_t e) {
 }
 
 float nvfp4_s_enc(float global_amax) {
+  // Non-finite input anywhere in the copy: E2M1 holds no NaN/inf, so the copy's scale is NaN.
+  if (std::isnan(global_amax) || std::isinf(global_amax)) {
+    return std::numeric_limits<float>::quiet_NaN();
+  }
   if (global_amax == 0.0f) return 1.0f;
   float s = (448.0f * 6.0f) / global_amax;
   if (std::isnan(s) || std::isinf(s)) s = FLT_MAX;

@@ -44,8 +44,8 @@ __global__ __launch_bounds__(kThreads) void tensor_amax_kernel(const In* __restr
   for (int64_t t = nvec * kVec + blockIdx.x * int64_t{kThreads} + threadIdx.x; t < n; t += stride) {
     m = max(m, abs_bits(load_float(x[t])));
   }
-  m = canonical_amax(block_max<kThreads>(m, scratch));
-  if (threadIdx.x == 0 && m != 0) atomicMax(amax, m);
+  m = block_max<kThreads>(m, scratch);
+  if (threadIdx.x == 0) atomic_amax(amax, m);
 }
 
 // Grouped: a tile is kAmaxTileVecs vectors (kThreads x kAmaxVecsPerThread) of one member's
@@ -105,10 +105,10 @@ __global__ __launch_bounds__(kThreads) void tensor_amax_grouped_kernel(const In*
     const int64_t n = min(int64_t{w.rows} * g.cols - e0, count.tile_elems);
     // kVec > 1: K % kVec == 0 and x aligned, so every member (offset rows * K) is aligned.
     uint32_t m = amax_tile_part<In, kVec>(x + int64_t{w.row0} * g.cols + e0, n);
-    m = canonical_amax(block_max<kThreads>(m, scratch));
-    if (threadIdx.x == 0 && m != 0) {
-      atomicMax(target + w.member, m);
-      if (target2 != nullptr) atomicMax(target2 + w.member, m);
+    m = block_max<kThreads>(m, scratch);
+    if (threadIdx.x == 0) {
+      atomic_amax(target + w.member, m);
+      if (target2 != nullptr) atomic_amax(target2 + w.member, m);
     }
   });
 }

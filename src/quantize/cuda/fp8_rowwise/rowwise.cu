@@ -161,7 +161,7 @@ __device__ __forceinline__ void line_amax_tile(const In* __restrict__ x, int64_t
     }
     if (row_amax != nullptr) {
       rm = warp_max(rm);
-      if (lane == 0 && rm != 0 && m0 + r < M) atomicMax(&row_amax[m0 + r], canonical_amax(rm));
+      if (lane == 0 && m0 + r < M) atomic_amax(&row_amax[m0 + r], rm);
     }
   }
   if (col_amax == nullptr) return;
@@ -173,7 +173,7 @@ __device__ __forceinline__ void line_amax_tile(const In* __restrict__ x, int64_t
 #pragma unroll
     for (int w = 0; w < kThreads / 32; ++w) m = max(m, s_col[w][(c / kVec) * kPad + c % kVec]);
     const int64_t col = kb * kCols + c;
-    if (col < K && m != 0) atomicMax(&col_amax[col], canonical_amax(m));
+    if (col < K) atomic_amax(&col_amax[col], m);
   }
 }
 

@@ -132,8 +132,8 @@ __global__ __launch_bounds__(kThreads) void rht_amax_kernel(Nvfp4Args a, uint32_
 #pragma unroll
     for (int j = 0; j < kBlock; ++j) m = max(m, abs_bits(v[j]));
   }
-  m = canonical_amax(block_max<kThreads>(m, scratch));
-  if (threadIdx.x == 0 && m != 0) atomicMax(amax, m);
+  m = block_max<kThreads>(m, scratch);
+  if (threadIdx.x == 0) atomic_amax(amax, m);
 }
 
 // ---- grouped (generic driver of grouped_tiles.cuh) ----------------------------------------
@@ -237,8 +237,8 @@ __global__ __launch_bounds__(kThreads) void rht_amax_grouped_kernel(Nvfp4Args a,
 #pragma unroll
       for (int j = 0; j < kBlock; ++j) mx = max(mx, abs_bits(v[j]));
     }
-    mx = canonical_amax(block_max<kThreads>(mx, scratch));
-    if (threadIdx.x == 0 && mx != 0) atomicMax(amax + i, mx);
+    mx = block_max<kThreads>(mx, scratch);
+    if (threadIdx.x == 0) atomic_amax(amax + i, mx);
   });
 }
 

@@ -71,11 +71,11 @@ __global__ __launch_bounds__(kNvTileThreads) void nvfp4_tile_amax_kernel(Nvfp4Ti
   const int64_t tr = blockIdx.x / tcols, tc = blockIdx.x % tcols;
   uint32_t mx, mr;
   nvfp4_tile_amax<In>(static_cast<const In*>(a.x), a.rows, a.cols, tr, tc, tile.v, mx, mr);
-  mr = canonical_amax(block_max<kNvTileThreads>(mr, scratch));
-  if (x_amax != nullptr) mx = canonical_amax(block_max<kNvTileThreads>(mx, scratch));
+  mr = block_max<kNvTileThreads>(mr, scratch);
+  if (x_amax != nullptr) mx = block_max<kNvTileThreads>(mx, scratch);
   if (threadIdx.x == 0) {
-    if (mr != 0) atomicMax(rht_amax, mr);
-    if (x_amax != nullptr && mx != 0) atomicMax(x_amax, mx);
+    atomic_amax(rht_amax, mr);
+    if (x_amax != nullptr) atomic_amax(x_amax, mx);
   }
 }
 
@@ -142,8 +142,8 @@ __global__ __launch_bounds__(kNvTileThreads) void nvfp4_tile_amax_grouped_kernel
     const int64_t tr = local / count.tiles_c, tc = local % count.tiles_c;
     uint32_t mx, mr;
     nvfp4_tile_amax<In>(x, rows, g.cols, tr, tc, tile.v, mx, mr);
-    mr = canonical_amax(block_max<kNvTileThreads>(mr, scratch));
-    if (threadIdx.x == 0 && mr != 0) atomicMax(amax + i, mr);
+    mr = block_max<kNvTileThreads>(mr, scratch);
+    if (threadIdx.x == 0) atomic_amax(amax + i, mr);
   });
 }
 
