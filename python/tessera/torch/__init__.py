@@ -6,6 +6,7 @@
                                            the training step of a grouped linear layer
     fp8_rowwise_grouped_mm(x, w_t, offs)   differentiable dynamic FP8-rowwise grouped GEMM
     quantize_fp8_rowwise(x, rowwise, columnwise)
+    scale_shape(mode, rows, cols, columnwise)   the scale_inv shape of a quantized copy
     GroupedLinear(num_groups, in_features, out_features, recipe, bias, params_dtype=,
                   accumulate_main_grad=)   recipes: RECIPES or a DelayedScaling
     GroupedMLP(num_groups, hidden, ffn, recipe, bias, params_dtype=, accumulate_main_grad=)
@@ -26,7 +27,8 @@ except ImportError as e:  # pragma: no cover - exercised only without torch
 
 from .delayed import DelayedScaling, quantize_fp8_delayed, quantize_fp8_delayed_impl
 from .fp8 import (quantize_backend, quantize_fp8_rowwise, quantize_fp8_rowwise_impl,
-                  quantize_fp8_tensor, quantize_fp8_tensor_impl, scaled_operands_rowwise)
+                  quantize_fp8_tensor, quantize_fp8_tensor_impl, scale_shape,
+                  scaled_operands_rowwise)
 from .linear import RECIPES, WeightCache, fp8_rowwise_grouped_mm, grouped_linear
 from .modules import GroupedLinear, GroupedMLP
 from .ops import grouped_mm, scaled_grouped_mm
@@ -35,7 +37,7 @@ __all__ = ["DelayedScaling", "GroupedLinear", "GroupedMLP", "RECIPES", "WeightCa
            "fp8_rowwise_grouped_mm", "grouped_linear", "grouped_mm", "quantize_backend",
            "quantize_fp8_delayed", "quantize_fp8_delayed_impl", "quantize_fp8_rowwise",
            "quantize_fp8_rowwise_impl", "quantize_fp8_tensor", "quantize_fp8_tensor_impl",
-           "scaled_grouped_mm", "scaled_operands_rowwise"]
+           "scale_shape", "scaled_grouped_mm", "scaled_operands_rowwise"]
 
 # Expert parallelism: routing ops and dispatch/combine in tessera.torch.moe (docs/moe.md).
 from . import moe  # noqa: E402

@@ -7,7 +7,8 @@ host sync, CUDA-graph capturable.
 Quantization: `quantize_fp8_rowwise` (a custom op) runs tessera's rowwise quantizer when the
 extension has it for the tensor's device; otherwise the torch implementation of the same rule
 (docs/numerics.md, current scaling: scale = 448 / amax, amax 0 or non-finite -> 1, saturating RNE cast).
-`quantize_backend(device)` says which one runs.
+`quantize_backend(device)` says which one runs. `scale_shape` gives the scale_inv shape of any
+mode's copy, from the C++ scaling-mode table.
 """
 from typing import Tuple
 
@@ -20,6 +21,32 @@ from . import _bridge as br
 _E4M3_MAX = 448.0
 _FLT_MAX = torch.finfo(torch.float32).max
 _HAS_TESSERA_QUANTIZE = hasattr(_C, "_quantize_into")
+_MODE_TABLE = {row["name"]: row for row in _C.scaling_mode_table}  # formats/scaling_modes.h
+
+
+def _blocks(n, block: int):
+    return 1 if block == 0 else (n + block - 1) // block  # block 0: the whole dimension
+
+
+def _round_up(n, multiple: int):
+    return (n + multiple - 1) // multiple * multiple
+
+
+def scale_shape(mode: str, rows, cols, columnwise: bool = False) -> Tuple[int, int]:
+    """(rows, cols) of the compact scale_inv of one copy of a (rows, cols) tensor quantized with
+    `mode`: tessera's scale_shape (docs/numerics.md), read from the C++ scaling-mode table in
+    Python so that symbolic sizes pass through under torch.compile. The copy (r, c) is x, or xᵀ
+    for the columnwise usage; one scale per stored block, its rows and columns padded to the
+    mode's multiples: tensor (1, 1); rowwise (r, 1); block1x128 (roundup(r, 4), ceil(c/128));
+    block128x128 (ceil(r/128), roundup(ceil(c/128), 4))."""
+    row = _MODE_TABLE.get(mode)
+    if row is None:
+        raise ValueError(f"mode: {mode!r} is not a scaling mode; expected one of "
+                         f"{tuple(_MODE_TABLE)}")
+    r, c = (cols, rows) if columnwise else (rows, cols)
+    (block_r, block_c), (pad_r, pad_c) = row["scale_block"], row["pad"]
+    nr, nc = _round_up(_blocks(r, block_r), pad_r), _round_up(_blocks(c, block_c), pad_c)
+    return (nc, nr) if columnwise and not row["columnwise_transposed"] else (nr, nc)
 
 
 def quantize_backend(device) -> str:
@@ -147,6 +174,7 @@ def scaled_operands_rowwise(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor, Tenso
 
 
 __all__ = ["quantize_backend", "quantize_fp8_rowwise", "quantize_fp8_rowwise_impl",
-           "quantize_fp8_tensor", "quantize_fp8_tensor_impl", "scaled_operands_rowwise"]
+           "quantize_fp8_tensor", "quantize_fp8_tensor_impl", "scale_shape",
+           "scaled_operands_rowwise"]
 
 
