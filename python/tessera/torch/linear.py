@@ -2,7 +2,8 @@
 dgrad and wgrad, for every recipe the torch front end runs.
 
     grouped_linear(x (T, K), weight (G, N, K), offs (G,) int32 cumulative end offsets,
-                   recipe="bf16" | "fp8_rowwise" | "fp8_current" | "fp8_delayed" | DelayedScaling,
+                   recipe="bf16" | "fp8_rowwise" | "fp8_current" | "fp8_delayed" | "fp8_block"
+                          | DelayedScaling,
                    weight_cache=None, *, delayed_state=None, main_grad=None) -> y (T, N)
 
 Each GEMM reads its operands in the layout they are in (nothing is transposed or copied between
@@ -27,6 +28,15 @@ tessera calls, no PyTorch elementwise op runs in the step):
   FP32 scale and one amax history, `delayed_state = (scale (3,), amax_history (3, L))` — lives on
   the device (GroupedLinear keeps it in buffers) and every quantize updates it in place, no host
   sync.
+- fp8_block (DeepSeek-V3's recipe, the C++ recipe "fp8_block": E4M3 everywhere, power-of-two
+  FP32 scales): x and dy quantized once each with one scale per 1x128 block along K (rowwise
+  copy) and per 128x1 block along the tokens (columnwise copy, stored transposed), both in one
+  pass; W once per weight version with one scale per 128x128 tile of the (G·N, K) matrix, both
+  usages (the columnwise copy (K, G·N) has the tiles of Wᵀ). forward = x 1x128 · W 128x128,
+  dgrad = dy 1x128 · W columnwise (the CUDA GEMM needs N % 128 == 0 here, so that no tile of the
+  contraction straddles two experts, and refuses other N; the CPU runs every shape), wgrad = dy
+  columnwise · x columnwise (the 128-token blocks may straddle group boundaries: a block's scale
+  then covers rows of two experts). Scales applied per block inside the GEMM's main loop.
 Each FP8 recipe's roles (input, weight, grad_output) get the scaling mode and element the C++
 recipe gives them (`_tessera._recipe_config`); the mode travels with the codes into the GEMM ops.
 Group sizes for FP8 must be multiples of 16 rows (as torch._scaled_grouped_mm asks): the wgrad
@@ -55,13 +65,13 @@ from torch import Tensor
 from .. import _tessera as _C
 from .delayed import (ROLES, DelayedScaling, quantize_fp8_delayed, quantize_fp8_delayed_impl,
                       resolve)
-from .fp8 import (quantize_fp8_rowwise, quantize_fp8_rowwise_impl, quantize_fp8_tensor,
-                  quantize_fp8_tensor_impl)
+from .fp8 import (quantize_fp8_block, quantize_fp8_block_impl, quantize_fp8_rowwise,
+                  quantize_fp8_rowwise_impl, quantize_fp8_tensor, quantize_fp8_tensor_impl)
 from .linear_ops import (_Ops, fp8_linear_dgrad, fp8_linear_fprop, fp8_linear_wgrad,
                          fp8_linear_wgrad_accumulate, linear_wgrad_accumulate)
 from .ops import grouped_mm
 
-RECIPES = ("bf16", "fp8_rowwise", "fp8_current", "fp8_delayed")
+RECIPES = ("bf16", "fp8_rowwise", "fp8_current", "fp8_delayed", "fp8_block")
 _COMPUTE_DTYPES = (torch.bfloat16, torch.float16)  # 16-bit GEMM dtypes of the bf16 recipe
 
 
@@ -84,9 +94,10 @@ def _recipe_roles(cpp_recipe: str) -> Tuple[Fp8Role, Fp8Role, Fp8Role]:
 # everywhere; fp8_delayed's elements and state come from its DelayedScaling at each call).
 _FP8_ROLES = {"fp8_rowwise": _recipe_roles("fp8_rowwise"),
               "fp8_current": _recipe_roles("fp8_current:e4m3"),
-              "fp8_delayed": _recipe_roles("fp8_delayed")}
+              "fp8_delayed": _recipe_roles("fp8_delayed"),
+              "fp8_block": _recipe_roles("fp8_block")}
 # Stateless E4M3 quantizers per mode, called (x, rowwise, columnwise): (custom op, eager
-# implementation).
+# implementation). Block modes go through quantize_fp8_block, which takes mode and element.
 _E4M3_QUANTIZERS = {"rowwise": (quantize_fp8_rowwise, quantize_fp8_rowwise_impl),
                     "tensor": (quantize_fp8_tensor, quantize_fp8_tensor_impl)}
 
@@ -100,7 +111,10 @@ def _quantize(role: Fp8Role, x: Tensor, rowwise: bool, columnwise: bool):
         state = role.delayed
         quantize = quantize_fp8_delayed if compiling else quantize_fp8_delayed_impl
         return quantize(x, state[0], state[1], rowwise, columnwise, *state[2:])
-    return _E4M3_QUANTIZERS[role.mode][0 if compiling else 1](x, rowwise, columnwise)
+    if role.mode in _E4M3_QUANTIZERS:
+        return _E4M3_QUANTIZERS[role.mode][0 if compiling else 1](x, rowwise, columnwise)
+    quantize = quantize_fp8_block if compiling else quantize_fp8_block_impl
+    return quantize(x, role.mode, role.element, rowwise, columnwise)
 
 
 # ---- weight cache ----------------------------------------------------------------------------
