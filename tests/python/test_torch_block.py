@@ -354,3 +354,18 @@ def test_cuda_dgrad_with_out_features_not_a_multiple_of_128_is_refused():
     with pytest.raises(tessera.Error, match="128"):
         y.backward(dy)
 
+
+def test_bench_train_runs_fp8_block_as_a_tessera_recipe():
+    from tessera.bench import train
+    assert "fp8_block" in train.RECIPES and set(train.RECIPES) <= set(tt.RECIPES)
+    contenders = dict(train.linear_contenders(tt, None, train.RECIPES))
+    assert {"tessera fp8_block", "tessera fp8_block cached-W", "tessera fp8"} <= set(contenders)
+    sizes = [16, 0, 48]
+    x, w, dy = inputs(sizes, 128, 128, "cpu", seed=14)
+    offs = ends(sizes, "cpu")
+    want = run_step(lambda a, b: tt.grouped_linear(a, b, offs, "fp8_block"), x, w, dy)
+    for label in ("tessera fp8_block", "tessera fp8_block cached-W"):
+        got = run_step(lambda a, b: contenders[label](a, b, offs), x, w, dy)
+        assert all(torch.equal(g, r) for g, r in zip(got, want)), label
+    with pytest.raises(SystemExit):
+        train.main(["--recipes", "fp8_block,fp9"])
