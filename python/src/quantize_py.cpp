@@ -1,6 +1,7 @@
 // tessera._tessera.quantize: a recipe or scaling mode applied to a NumPy (host) array, returning a
 // QuantizedTensor object whose buffers come back as NumPy arrays (copies) and which dequantizes;
-// _recipe_config: the quantizer config a recipe gives a role (what tessera.torch builds on).
+// _recipe_config: the quantizer config a recipe gives a role (what tessera.torch builds on);
+// recipe_table and scaling_mode_table: the C++ tables as lists of dicts.
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -228,6 +229,26 @@ void register_quantize(nb::module_& m) {
     recipes.append(d);
   }
   m.attr("recipe_table") = recipes;
+  // The scaling-mode table (formats/scaling_modes.h), for front ends that size scale buffers
+  // themselves (tessera.torch's scale_shape works on symbolic shapes under torch.compile).
+  nb::list modes;
+  for (const ScalingModeInfo& s : scaling_mode_table()) {
+    if (s.family == ScaleFamily::kNone) continue;
+    nb::dict d;
+    d["name"] = s.name;
+    d["scale_dtype"] = dtype_name(s.scale_dtype);
+    d["fp4"] = s.fp4;
+    d["block"] = nb::make_tuple(s.block_rows, s.block_cols);
+    d["scale_block"] = nb::make_tuple(s.scale_block_rows, s.scale_block_cols);
+    d["pad"] = nb::make_tuple(s.pad_rows, s.pad_cols);
+    d["columnwise_transposed"] = s.columnwise_transposed;
+    d["has_amax"] = s.has_amax;
+    d["swizzle"] = s.swizzle;
+    d["power_of_two_default"] = s.power_of_two_default;
+    d["delayed"] = s.delayed;
+    modes.append(d);
+  }
+  m.attr("scaling_mode_table") = modes;
 }
 
 }  // namespace tessera::python

@@ -250,9 +250,10 @@ def grouped_gemm(a, b, offsets=None, *, kind: str = "m_grouped", transpose_a=Non
 __all__ += ["grouped_gemm"]
 
 
-from ._tessera import QuantizedTensor, recipe_table  # noqa: E402  (docs/numerics.md)
+# docs/numerics.md
+from ._tessera import QuantizedTensor, recipe_table, scaling_mode_table  # noqa: E402
 
-__all__ += ["QuantizedTensor", "quantize", "recipe_table"]
+__all__ += ["QuantizedTensor", "quantize", "recipe_table", "scaling_mode_table"]
 
 
 @_tessera_errors

@@ -179,6 +179,32 @@ def test_recipe_table():
     assert {"bf16", "fp32", "fp8_delayed", "fp8_rowwise"} <= set(rows)
 
 
+def ceil_div(n, d):
+    return (n + d - 1) // d
+
+
+def round_up(n, m):
+    return ceil_div(n, m) * m
+
+
+@pytest.mark.parametrize("mode", [m["name"] for m in tessera.scaling_mode_table])
+def test_scaling_mode_table_gives_the_scale_shapes_of_the_quantizer(mode):
+    # The table's rule (docs/numerics.md "Scale layouts"): one scale per stored block of the copy
+    # (r, c) = x or xᵀ, padded; a columnwise copy stored untransposed keeps x's orientation.
+    row = {m["name"]: m for m in tessera.scaling_mode_table}[mode]
+    assert row["scale_dtype"] in ("float32", "e8m0", "e4m3")
+    for rows, cols in [(200, 300), (1, 1), (128, 256), (129, 130), (16, 2048), (48, 33)]:
+        x = np.linspace(-3, 3, rows * cols, dtype=np.float32).reshape(rows, cols)
+        q = tessera.quantize(x, mode, rowwise=True, columnwise=True, random_hadamard=False)
+        for columnwise, scale in ((False, q.scale_inv), (True, q.columnwise_scale_inv)):
+            r, c = (cols, rows) if columnwise else (rows, cols)
+            (br, bc), (pr, pc) = row["scale_block"], row["pad"]
+            nr = round_up(1 if br == 0 else ceil_div(r, br), pr)  # block 0: the whole dim
+            nc = round_up(1 if bc == 0 else ceil_div(c, bc), pc)
+            want = (nc, nr) if columnwise and not row["columnwise_transposed"] else (nr, nc)
+            assert scale.shape[:2] == want, (rows, cols, columnwise)
+
+
 @pytest.mark.parametrize("call,needle", [
     (lambda x: tessera.quantize(x, "fp9"), "neither a recipe"),
     (lambda x: tessera.quantize(x, "nvfp4:e5m2"), "format suffix"),

@@ -174,7 +174,7 @@ def test_torch_compile_fullgraph_module_matches_eager(device, recipe):
 
 
 @cuda_only
-@pytest.mark.parametrize("recipe", ["bf16", "fp8_rowwise", "fp8_current"])
+@pytest.mark.parametrize("recipe", ["bf16", "fp8_rowwise", "fp8_current", "fp8_block"])
 def test_cuda_graph_replay_with_changing_device_group_sizes(recipe):
     torch.manual_seed(4)
     g, hid, ffn = 4, 128, 64

@@ -4,16 +4,22 @@ tessera.torch, next to the peers a user would pick instead, in the same run on t
     torch BF16     y = torch._grouped_mm(x, Wᵀ, offs); y.backward(dy)          (autograd)
     tessera bf16   tessera.torch.grouped_linear(x, W, offs, "bf16")
     tessera fp8    grouped_linear(..., "fp8_rowwise"), weights re-quantized every step
-    tessera fp8 c  the same with the quantized weights cached (a later micro-batch of a step)
-    tessera fp8_current  per-tensor current scaling (TE's recipe), weights re-quantized
+    tessera fp8 cached-W   the same with the quantized weights cached (a later micro-batch)
+    tessera fp8_current    per-tensor current scaling (TE's recipe), weights re-quantized; and
+                           cached-W
+    tessera fp8_block      1x128 / 128x128 block scaling (DeepSeek-V3's recipe), when asked
+                           for (--recipes); and cached-W
     torchao fp8    torchao's _to_fp8_rowwise_then_scaled_grouped_mm (when torchao imports)
+The tessera rows are those of --recipes (default bf16,fp8_rowwise,fp8_current; accepted:
+RECIPES below); the MLP suite runs the same recipes as GroupedMLP.
 
 Validate, then time: SQNR (dB) of y, dx and dW against an FP32 reference of the same inputs,
 then the median of CUDA-event timings (after warm-up) of whole steps. Shapes (E experts, tokens
 per expert, K, N): DeepSeek-V3, Qwen3-30B-A3B and Mixtral fc1/fc2, balanced and imbalanced
 (skewed counts, one empty expert, sizes multiples of 16).
 
-    python -m tessera.bench train [--shapes dsv3-fc1,...] [--reps 30] [--no-mlp] [--json FILE]
+    python -m tessera.bench train [--shapes dsv3-fc1,...] [--recipes bf16,fp8_block] [--reps 30]
+                                  [--no-mlp] [--json FILE]
 """
 from __future__ import annotations
 
@@ -38,6 +44,17 @@ MLP_SHAPES = {  # name: (experts, tokens per expert, hidden, ffn)
     "dsv3-mlp": (32, 512, 7168, 2048),
     "qwen3-mlp": (128, 256, 2048, 768),
 }
+# tessera.torch recipes a step can be timed with (fp8_delayed keeps a scale history across
+# steps, so one step from a fresh state is not what a user runs: not a contender here).
+RECIPES = ("bf16", "fp8_rowwise", "fp8_current", "fp8_block")
+DEFAULT_RECIPES = ("bf16", "fp8_rowwise", "fp8_current")
+
+
+def tessera_label(recipe: str, cached_w: bool = False, suffix: str = "") -> str:
+    """The row name of a tessera contender; fp8_rowwise keeps its first name, "tessera fp8"
+    (results and tools/gpu/profile_train.py use it)."""
+    name = "fp8" if recipe == "fp8_rowwise" else recipe
+    return f"tessera {name}{suffix}" + (" cached-W" if cached_w else "")
 
 
 def group_sizes(experts: int, per_expert: int, imbalanced: bool) -> list[int]:
@@ -138,18 +155,17 @@ def linear_step(fn, case: Case):
     return step, x, w
 
 
-def linear_contenders(tt, ao):
-    cached = tt.WeightCache()
-    rows = [
-        ("torch bf16", lambda x, w, o: torch._grouped_mm(x, w.transpose(-2, -1), offs=o)),
-        ("tessera bf16", lambda x, w, o: tt.grouped_linear(x, w, o, "bf16")),
-        ("tessera fp8", lambda x, w, o: tt.grouped_linear(x, w, o, "fp8_rowwise",
-                                                          tt.WeightCache())),
-        ("tessera fp8 cached-W", lambda x, w, o: tt.grouped_linear(x, w, o, "fp8_rowwise",
-                                                                   cached)),
-        ("tessera fp8_current", lambda x, w, o: tt.grouped_linear(x, w, o, "fp8_current",
-                                                                  tt.WeightCache())),
-    ]
+def linear_contenders(tt, ao, recipes=DEFAULT_RECIPES):
+    """(label, step(x, w, offs)) of torch's BF16 step, each tessera recipe (FP8 ones twice:
+    weights re-quantized every step, and cached) and torchao's FP8 rowwise step."""
+    rows = [("torch bf16", lambda x, w, o: torch._grouped_mm(x, w.transpose(-2, -1), offs=o))]
+    for r in recipes:
+        rows.append((tessera_label(r), lambda x, w, o, r=r: tt.grouped_linear(
+            x, w, o, r, tt.WeightCache())))
+        if r != "bf16":
+            cached = tt.WeightCache()
+            rows.append((tessera_label(r, cached_w=True),
+                         lambda x, w, o, r=r, c=cached: tt.grouped_linear(x, w, o, r, c)))
     if ao is not None:
         rows.append(("torchao fp8", lambda x, w, o: ao(x, w.transpose(-2, -1), o,
                                                        out_dtype=torch.bfloat16,
@@ -157,7 +173,7 @@ def linear_contenders(tt, ao):
     return rows
 
 
-def bench_linear(names, reps, out_rows):
+def bench_linear(names, reps, out_rows, recipes=DEFAULT_RECIPES):
     import tessera.torch as tt
     ao = torchao_rowwise()
     print(f"torchao: {'yes' if ao else 'no (peer rows absent)'}")
@@ -167,7 +183,7 @@ def bench_linear(names, reps, out_rows):
             case = Case(e, per, k, n, imb)
             ref = case.reference()
             steps, rows = {}, []
-            contenders = linear_contenders(tt, ao)
+            contenders = linear_contenders(tt, ao, recipes)
             # torch's step twice: the spread between the two is the run's own noise
             contenders.append(("torch bf16 (again)", contenders[0][1]))
             for label, f in contenders:  # validate first: SQNR of one step against FP32
@@ -203,7 +219,7 @@ def torch_mlp(x, w1, w2, offs, probs):
     return torch._grouped_mm(a, w2.transpose(-2, -1), offs=offs)
 
 
-def bench_mlp(names, reps, out_rows):
+def bench_mlp(names, reps, out_rows, recipes=DEFAULT_RECIPES):
     import tessera.torch as tt
     for name in names:
         e, per, hid, ffn = MLP_SHAPES[name]
@@ -214,22 +230,26 @@ def bench_mlp(names, reps, out_rows):
             x0 = torch.randn(t, hid, device="cuda", dtype=torch.bfloat16)
             probs = torch.rand(t, device="cuda", dtype=torch.bfloat16)
             dy = torch.randn(t, hid, device="cuda", dtype=torch.bfloat16)
-            mods = {r: tt.GroupedMLP(e, hid, ffn, recipe=r, device="cuda")
-                    for r in ("bf16", "fp8_rowwise")}
-            mods["fp8_rowwise"].load_state_dict(mods["bf16"].state_dict())
-            w1 = mods["bf16"].fc1.weight.detach().clone().requires_grad_()
-            w2 = mods["bf16"].fc2.weight.detach().clone().requires_grad_()
+            first = tt.GroupedMLP(e, hid, ffn, recipe="bf16", device="cuda")
+            mods = {}
+            for r in recipes:  # the same weights for every recipe
+                mods[r] = tt.GroupedMLP(e, hid, ffn, recipe=r, device="cuda")
+                mods[r].load_state_dict(first.state_dict())
+            w1 = first.fc1.weight.detach().clone().requires_grad_()
+            w2 = first.fc2.weight.detach().clone().requires_grad_()
+            del first
             flops = 3 * 2 * t * hid * ffn * 3  # fc1 (2·ffn) + fc2 (ffn), fwd + 2 bwd GEMMs
             steps, rows = {}, []
-            for label, fn, params in [
-                    ("torch bf16 mlp", lambda x: torch_mlp(x, w1, w2, offs, probs), [w1, w2]),
-                    ("tessera bf16 mlp", lambda x: mods["bf16"](x, offs, probs),
-                     list(mods["bf16"].parameters())),
-                    ("tessera fp8 mlp", lambda x: (mods["fp8_rowwise"].invalidate_weight_cache(),
-                                                   mods["fp8_rowwise"](x, offs, probs))[1],
-                     list(mods["fp8_rowwise"].parameters())),
-                    ("tessera fp8 mlp cached-W", lambda x: mods["fp8_rowwise"](x, offs, probs),
-                     list(mods["fp8_rowwise"].parameters()))]:
+            contenders = [("torch bf16 mlp", lambda x: torch_mlp(x, w1, w2, offs, probs),
+                           [w1, w2])]
+            for r, m in mods.items():
+                params = list(m.parameters())
+                requantized = (lambda x, m=m: (m.invalidate_weight_cache(), m(x, offs, probs))[1])
+                contenders.append((tessera_label(r, suffix=" mlp"), requantized, params))
+                if r != "bf16":
+                    contenders.append((tessera_label(r, cached_w=True, suffix=" mlp"),
+                                       lambda x, m=m: m(x, offs, probs), params))
+            for label, fn, params in contenders:
                 x = x0.detach().requires_grad_()
 
                 def step(fn=fn, params=params, x=x):
@@ -269,18 +289,24 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tessera.bench train")
     ap.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated linear shapes")
     ap.add_argument("--mlp-shapes", default=",".join(MLP_SHAPES))
+    ap.add_argument("--recipes", default=",".join(DEFAULT_RECIPES),
+                    help=f"comma-separated tessera recipes, of {','.join(RECIPES)}")
     ap.add_argument("--no-mlp", action="store_true")
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--json", default=None, help="write the rows as JSON to this file")
     a = ap.parse_args(argv)
+    recipes = tuple(r for r in a.recipes.split(",") if r)
+    unknown = [r for r in recipes if r not in RECIPES]
+    if unknown:
+        ap.error(f"--recipes: {unknown} not accepted; expected some of {','.join(RECIPES)}")
     if not torch.cuda.is_available():
         print("tessera.bench train: needs a CUDA device", file=sys.stderr)
         return 2
     print(torch.__version__, torch.cuda.get_device_name(), flush=True)
     rows: list = []
-    bench_linear([s for s in a.shapes.split(",") if s], a.reps, rows)
+    bench_linear([s for s in a.shapes.split(",") if s], a.reps, rows, recipes)
     if not a.no_mlp:
-        bench_mlp([s for s in a.mlp_shapes.split(",") if s], a.reps, rows)
+        bench_mlp([s for s in a.mlp_shapes.split(",") if s], a.reps, rows, recipes)
     print_table(rows)
     if a.json:
         with open(a.json, "w") as f:

@@ -1,13 +1,16 @@
-"""FP8 rowwise quantization (the torchao dynamic rowwise recipe) for tessera.torch.
+"""FP8 quantization for tessera.torch: rowwise (the torchao dynamic rowwise recipe), per tensor
+(TE's current scaling) and per block (DeepSeek-V3's 1x128 activations / 128x128 weights).
 
-`quantize_fp8_rowwise` makes both usages of a 2-D tensor in one pass (the differentiable layer
-built on it is tessera.torch.linear). Every step is a device op on torch's current stream: no
-host sync, CUDA-graph capturable.
+Each quantizer makes both usages of a 2-D tensor in one pass (the differentiable layer built on
+them is tessera.torch.linear). Every step is a device op on torch's current stream: no host
+sync, CUDA-graph capturable.
 
 Quantization: `quantize_fp8_rowwise` (a custom op) runs tessera's rowwise quantizer when the
 extension has it for the tensor's device; otherwise the torch implementation of the same rule
 (docs/numerics.md, current scaling: scale = 448 / amax, amax 0 or non-finite -> 1, saturating RNE cast).
-`quantize_backend(device)` says which one runs.
+`quantize_backend(device)` says which one runs. The per-tensor and block quantizers always run
+tessera's (its CPU and CUDA backends; no torch fallback). `scale_shape` gives the scale_inv shape
+of any mode's copy, from the C++ scaling-mode table.
 """
 from typing import Tuple
 
@@ -20,6 +23,34 @@ from . import _bridge as br
 _E4M3_MAX = 448.0
 _FLT_MAX = torch.finfo(torch.float32).max
 _HAS_TESSERA_QUANTIZE = hasattr(_C, "_quantize_into")
+FP8_DTYPES = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
+BLOCK_MODES = ("block1x128", "block128x128")
+_MODE_TABLE = {row["name"]: row for row in _C.scaling_mode_table}  # formats/scaling_modes.h
+
+
+def _blocks(n, block: int):
+    return 1 if block == 0 else (n + block - 1) // block  # block 0: the whole dimension
+
+
+def _round_up(n, multiple: int):
+    return (n + multiple - 1) // multiple * multiple
+
+
+def scale_shape(mode: str, rows, cols, columnwise: bool = False) -> Tuple[int, int]:
+    """(rows, cols) of the compact scale_inv of one copy of a (rows, cols) tensor quantized with
+    `mode`: tessera's scale_shape (docs/numerics.md), read from the C++ scaling-mode table in
+    Python so that symbolic sizes pass through under torch.compile. The copy (r, c) is x, or xᵀ
+    for the columnwise usage; one scale per stored block, its rows and columns padded to the
+    mode's multiples: tensor (1, 1); rowwise (r, 1); block1x128 (roundup(r, 4), ceil(c/128));
+    block128x128 (ceil(r/128), roundup(ceil(c/128), 4))."""
+    row = _MODE_TABLE.get(mode)
+    if row is None:
+        raise ValueError(f"mode: {mode!r} is not a scaling mode; expected one of "
+                         f"{tuple(_MODE_TABLE)}")
+    r, c = (cols, rows) if columnwise else (rows, cols)
+    (block_r, block_c), (pad_r, pad_c) = row["scale_block"], row["pad"]
+    nr, nc = _round_up(_blocks(r, block_r), pad_r), _round_up(_blocks(c, block_c), pad_c)
+    return (nc, nr) if columnwise and not row["columnwise_transposed"] else (nr, nc)
 
 
 def quantize_backend(device) -> str:
@@ -141,6 +172,61 @@ def _quantize_fake(x, rowwise=True, columnwise=False):
             x.new_empty((c if columnwise else 0,), dtype=torch.float32))
 
 
+def _block_outputs(x: Tensor, mode: str, element: str, rowwise: bool, columnwise: bool):
+    """Empty (data (R, C), scale_inv, columnwise_data (C, R), columnwise_scale_inv) of a block
+    quantization of x (R, C); a usage not asked for gets (0, 0) tensors."""
+    torch._check(mode in BLOCK_MODES,
+                 lambda: f"quantize_fp8_block: mode {mode!r} is not one of {BLOCK_MODES}")
+    torch._check(element in FP8_DTYPES,
+                 lambda: f"quantize_fp8_block: element {element!r} is not one of "
+                         f"{tuple(FP8_DTYPES)}")
+    torch._check(x.dim() == 2, lambda: f"quantize_fp8_block: x must be 2-D, got {x.dim()}-D")
+    r, c = x.shape
+    dt, f32 = FP8_DTYPES[element], torch.float32
+    return (x.new_empty((r, c) if rowwise else (0, 0), dtype=dt),
+            x.new_empty(scale_shape(mode, r, c, False) if rowwise else (0, 0), dtype=f32),
+            x.new_empty((c, r) if columnwise else (0, 0), dtype=dt),
+            x.new_empty(scale_shape(mode, r, c, True) if columnwise else (0, 0), dtype=f32))
+
+
+def quantize_fp8_block_impl(x: Tensor, mode: str = "block1x128", element: str = "e4m3",
+                            rowwise: bool = True,
+                            columnwise: bool = False) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """FP8 block scaling of a 2-D (R, C) tensor, both usages in one pass: one FP32 scale per
+    1x128 block ("block1x128", activations and gradients) or per 128x128 tile ("block128x128",
+    weights), power-of-two scales (the recipe's default: fp8_max / amax rounded down to a power
+    of two, docs/numerics.md).
+
+    Returns (data (R, C), scale_inv, columnwise_data (C, R), columnwise_scale_inv), codes in
+    torch.float8_e4m3fn / float8_e5m2, scale_inv 2-D compact with the shapes of `scale_shape`
+    (padding entries 0); the columnwise copy is the block quantization of xᵀ, stored transposed.
+    A usage not asked for comes back as (0, 0) tensors. tessera's quantizer (CPU or CUDA)."""
+    data, sinv, cdata, csinv = _block_outputs(x, mode, element, rowwise, columnwise)
+    if x.numel() == 0:  # every output is empty too (no block, no scale)
+        return data, sinv, cdata, csinv
+    dev = x.device
+    x_c = x if x.is_contiguous() else x.contiguous()
+    dl = br.dl
+    with br.device_scope(dev):
+        _C._quantize_into(dl(x_c), mode, element, rowwise, columnwise,
+                          dl(data.view(torch.uint8)), dl(sinv), dl(cdata.view(torch.uint8)),
+                          dl(csinv), br.stream_handle(dev))
+    return data, sinv, cdata, csinv
+
+
+@torch.library.custom_op("tessera::quantize_fp8_block", mutates_args=())
+def quantize_fp8_block(x: Tensor, mode: str = "block1x128", element: str = "e4m3",
+                       rowwise: bool = True,
+                       columnwise: bool = False) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The custom op of quantize_fp8_block_impl (traceable by torch.compile)."""
+    return quantize_fp8_block_impl(x, mode, element, rowwise, columnwise)
+
+
+@quantize_fp8_block.register_fake
+def _quantize_block_fake(x, mode="block1x128", element="e4m3", rowwise=True, columnwise=False):
+    return _block_outputs(x, mode, element, rowwise, columnwise)
+
+
 def scaled_operands_rowwise(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """FP8 operands for a 2D x 3D scaled_grouped_mm from high-precision a (T, K) and b (G, K, N):
     (a_fp8, b_fp8 (G, K, N) column-major, scale_a (T), scale_b (G, N))."""
@@ -150,7 +236,9 @@ def scaled_operands_rowwise(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor, Tenso
     return aq, bq.reshape(g, n, k).transpose(-2, -1), as_, bs.reshape(g, n)
 
 
-__all__ = ["quantize_backend", "quantize_fp8_rowwise", "quantize_fp8_rowwise_impl",
-           "quantize_fp8_tensor", "quantize_fp8_tensor_impl", "scaled_operands_rowwise"]
+__all__ = ["BLOCK_MODES", "FP8_DTYPES", "quantize_backend", "quantize_fp8_block",
+           "quantize_fp8_block_impl", "quantize_fp8_rowwise", "quantize_fp8_rowwise_impl",
+           "quantize_fp8_tensor", "quantize_fp8_tensor_impl", "scale_shape",
+           "scaled_operands_rowwise"]
 
 

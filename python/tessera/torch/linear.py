@@ -2,7 +2,8 @@
 dgrad and wgrad, for every recipe the torch front end runs.
 
     grouped_linear(x (T, K), weight (G, N, K), offs (G,) int32 cumulative end offsets,
-                   recipe="bf16" | "fp8_rowwise" | "fp8_current" | "fp8_delayed" | DelayedScaling,
+                   recipe="bf16" | "fp8_rowwise" | "fp8_current" | "fp8_delayed" | "fp8_block"
+                          | DelayedScaling,
                    weight_cache=None, *, delayed_state=None, main_grad=None) -> y (T, N)
 
 Each GEMM reads its operands in the layout they are in (nothing is transposed or copied between
@@ -27,6 +28,17 @@ tessera calls, no PyTorch elementwise op runs in the step):
   FP32 scale and one amax history, `delayed_state = (scale (3,), amax_history (3, L))` — lives on
   the device (GroupedLinear keeps it in buffers) and every quantize updates it in place, no host
   sync.
+- fp8_block (DeepSeek-V3's recipe, the C++ recipe "fp8_block": E4M3 everywhere, power-of-two
+  FP32 scales): x and dy quantized once each with one scale per 1x128 block along K (rowwise
+  copy) and per 128x1 block along the tokens (columnwise copy, stored transposed), both in one
+  pass; W once per weight version with one scale per 128x128 tile of the (G·N, K) matrix, both
+  usages (the columnwise copy (K, G·N) has the tiles of Wᵀ). forward = x 1x128 · W 128x128,
+  dgrad = dy 1x128 · W columnwise (the CUDA GEMM needs N % 128 == 0 here, so that no tile of the
+  contraction straddles two experts, and refuses other N; the CPU runs every shape), wgrad = dy
+  columnwise · x columnwise (the 128-token blocks may straddle group boundaries: a block's scale
+  then covers rows of two experts). Scales applied per block inside the GEMM's main loop.
+Each FP8 recipe's roles (input, weight, grad_output) get the scaling mode and element the C++
+recipe gives them (`_tessera._recipe_config`); the mode travels with the codes into the GEMM ops.
 Group sizes for FP8 must be multiples of 16 rows (as torch._scaled_grouped_mm asks): the wgrad
 reads each group's token columns with 16-byte TMA loads and writes NaN for a group that breaks
 this, never silently wrong numbers. Rows past offs[-1] (a capacity buffer): the BF16 GEMMs leave
@@ -45,37 +57,64 @@ storage or shape): both usages are always produced together, so no usage can go 
 """
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import NamedTuple, Optional, Tuple
 
 import torch
 from torch import Tensor
 
-from .delayed import (DelayedScaling, quantize_fp8_delayed, quantize_fp8_delayed_impl,
+from .. import _tessera as _C
+from .delayed import (ROLES, DelayedScaling, quantize_fp8_delayed, quantize_fp8_delayed_impl,
                       resolve)
-from .fp8 import (quantize_fp8_rowwise, quantize_fp8_rowwise_impl, quantize_fp8_tensor,
-                  quantize_fp8_tensor_impl)
+from .fp8 import (quantize_fp8_block, quantize_fp8_block_impl, quantize_fp8_rowwise,
+                  quantize_fp8_rowwise_impl, quantize_fp8_tensor, quantize_fp8_tensor_impl)
 from .linear_ops import (_Ops, fp8_linear_dgrad, fp8_linear_fprop, fp8_linear_wgrad,
                          fp8_linear_wgrad_accumulate, linear_wgrad_accumulate)
 from .ops import grouped_mm
 
-RECIPES = ("bf16", "fp8_rowwise", "fp8_current", "fp8_delayed")
-# FP8 recipes without state: (the custom-op quantizer, its eager implementation)
-_FP8_QUANTIZERS = {
-    "fp8_rowwise": (quantize_fp8_rowwise, quantize_fp8_rowwise_impl),
-    "fp8_current": (quantize_fp8_tensor, quantize_fp8_tensor_impl),
-}
+RECIPES = ("bf16", "fp8_rowwise", "fp8_current", "fp8_delayed", "fp8_block")
 _COMPUTE_DTYPES = (torch.bfloat16, torch.float16)  # 16-bit GEMM dtypes of the bf16 recipe
 
 
-def _quantize(recipe: str, x: Tensor, rowwise: bool, columnwise: bool, delayed=None):
-    """One pass of the recipe's quantizer over the 2-D x, the usages asked for:
-    (data, scale_inv, columnwise_data, columnwise_scale_inv). delayed: fp8_delayed's role, as
-    DelayedScaling.role_state gives it (its scale and history are updated in place)."""
+class Fp8Role(NamedTuple):
+    """How one tensor of the step (input, weight or grad_output) is quantized: the scaling mode
+    and FP8 element the C++ recipe gives the role, and fp8_delayed's role state (scale, history,
+    element, algorithm, margin: DelayedScaling.role_state; None for the stateless recipes)."""
+    mode: str
+    element: str
+    delayed: Optional[tuple] = None
+
+
+def _recipe_roles(cpp_recipe: str) -> Tuple[Fp8Role, Fp8Role, Fp8Role]:
+    """The (input, weight, grad_output) roles of a C++ recipe (Recipe::config_for)."""
+    configs = (_C._recipe_config(cpp_recipe, "grouped_linear", r, "", {}) for r in ROLES)
+    return tuple(Fp8Role(c["mode"], c["element"]) for c in configs)
+
+
+# The FP8 recipes: torch name -> the roles of the C++ recipe it runs (fp8_current is E4M3
+# everywhere; fp8_delayed's elements and state come from its DelayedScaling at each call).
+_FP8_ROLES = {"fp8_rowwise": _recipe_roles("fp8_rowwise"),
+              "fp8_current": _recipe_roles("fp8_current:e4m3"),
+              "fp8_delayed": _recipe_roles("fp8_delayed"),
+              "fp8_block": _recipe_roles("fp8_block")}
+# Stateless E4M3 quantizers per mode, called (x, rowwise, columnwise): (custom op, eager
+# implementation). Block modes go through quantize_fp8_block, which takes mode and element.
+_E4M3_QUANTIZERS = {"rowwise": (quantize_fp8_rowwise, quantize_fp8_rowwise_impl),
+                    "tensor": (quantize_fp8_tensor, quantize_fp8_tensor_impl)}
+
+
+def _quantize(role: Fp8Role, x: Tensor, rowwise: bool, columnwise: bool):
+    """One pass of the role's quantizer over the 2-D x, the usages asked for:
+    (data, scale_inv, columnwise_data, columnwise_scale_inv). A delayed role's scale and history
+    are updated in place."""
     compiling = torch.compiler.is_compiling()
-    if delayed is None:
-        return _FP8_QUANTIZERS[recipe][0 if compiling else 1](x, rowwise, columnwise)
-    quantize = quantize_fp8_delayed if compiling else quantize_fp8_delayed_impl
-    return quantize(x, delayed[0], delayed[1], rowwise, columnwise, *delayed[2:])
+    if role.delayed is not None:
+        state = role.delayed
+        quantize = quantize_fp8_delayed if compiling else quantize_fp8_delayed_impl
+        return quantize(x, state[0], state[1], rowwise, columnwise, *state[2:])
+    if role.mode in _E4M3_QUANTIZERS:
+        return _E4M3_QUANTIZERS[role.mode][0 if compiling else 1](x, rowwise, columnwise)
+    quantize = quantize_fp8_block if compiling else quantize_fp8_block_impl
+    return quantize(x, role.mode, role.element, rowwise, columnwise)
 
 
 # ---- weight cache ----------------------------------------------------------------------------
@@ -106,14 +145,14 @@ class WeightCache:
             self.key, self.value = key, make(weight.detach())
         return self.value
 
-    def get(self, weight: Tensor, recipe: str = "fp8_rowwise", delayed=None):
+    def get(self, weight: Tensor, role: Fp8Role):
         """(wq (G·N, K), ws, wcq (K, G·N), wcs): both FP8 usages of weight (G, N, K) read as
-        (G·N, K). delayed: fp8_delayed's weight role (DelayedScaling.role_state), updated when
-        the weight is quantized."""
+        (G·N, K), quantized as the weight `role` says (a delayed role's state is updated when
+        the weight is quantized)."""
         g, n, k = weight.shape
-        what = recipe if delayed is None else (recipe, delayed[2:])
+        what = (role.mode, role.element, None if role.delayed is None else role.delayed[2:])
         return self._get(weight, what, lambda w: _quantize(
-            recipe, w.reshape(g * n, k).contiguous(), True, True, delayed))
+            role, w.reshape(g * n, k).contiguous(), True, True))
 
     def get_cast(self, weight: Tensor, dtype: torch.dtype) -> Tensor:
         """weight (G, N, K) cast to `dtype`, contiguous: the 16-bit compute copy."""
@@ -124,39 +163,40 @@ class WeightCache:
 
 class _Fp8Linear(torch.autograd.Function):
     """The FP8 step of one recipe: quantize once per tensor (both usages), three GEMMs with the
-    scales in the epilogue. x_delayed / dy_delayed: fp8_delayed's input / grad_output roles (None
-    for the stateless recipes); main_grad: the FP32 buffer the wgrad accumulates into (then no
-    weight gradient is returned)."""
+    scales applied inside them. roles: the (input, weight, grad_output) Fp8Roles (their modes go
+    to the GEMM ops; a delayed role's state is updated in place); main_grad: the FP32 buffer the
+    wgrad accumulates into (then no weight gradient is returned)."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, weight: Tensor, offs: Tensor, recipe: str, wq: Tensor,
-                ws: Tensor, wcq: Tensor, wcs: Tensor, main_grad: Optional[Tensor], x_delayed,
-                dy_delayed) -> Tensor:
+    def forward(ctx, x: Tensor, weight: Tensor, offs: Tensor, roles, wq: Tensor, ws: Tensor,
+                wcq: Tensor, wcs: Tensor, main_grad: Optional[Tensor]) -> Tensor:
         fprop = _Ops.get().fp8[0]
         g = weight.shape[0]
+        x_role, w_role, _ = roles
         need_wgrad = weight.requires_grad
-        xq, xs, xcq, xcs = _quantize(recipe, x, True, need_wgrad, x_delayed)  # one pass
-        y = fprop(xq, xs, wq, ws, offs, g, x.dtype)
+        xq, xs, xcq, xcs = _quantize(x_role, x, True, need_wgrad)  # one pass
+        y = fprop(xq, xs, wq, ws, offs, g, x.dtype, x_role.mode, w_role.mode)
         ctx.save_for_backward(xcq, xcs, wcq, wcs, offs)
         # Not saved tensors: backward updates the delayed state and main_grad in place.
-        ctx.meta = (g, x.dtype, weight.dtype, recipe, dy_delayed, main_grad)
+        ctx.meta = (g, x.dtype, weight.dtype, roles, main_grad)
         return y
 
     @staticmethod
     def backward(ctx, dy: Tensor):
         xcq, xcs, wcq, wcs, offs = ctx.saved_tensors
-        g, x_dtype, w_dtype, recipe, dy_delayed, main_grad = ctx.meta
+        g, x_dtype, w_dtype, (x_role, w_role, dy_role), main_grad = ctx.meta
         need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         _, dgrad, wgrad, wgrad_accumulate = _Ops.get().fp8
         dy = dy if dy.is_contiguous() else dy.contiguous()
-        dyq, dys, dycq, dycs = _quantize(recipe, dy, need_x, need_w, dy_delayed)  # one pass
-        dx = dgrad(dyq, dys, wcq, wcs, offs, g, x_dtype) if need_x else None
+        dyq, dys, dycq, dycs = _quantize(dy_role, dy, need_x, need_w)  # one pass
+        dx = (dgrad(dyq, dys, wcq, wcs, offs, g, x_dtype, dy_role.mode, w_role.mode)
+              if need_x else None)
         dw = None
         if need_w and main_grad is None:
-            dw = wgrad(dycq, dycs, xcq, xcs, offs, w_dtype)
+            dw = wgrad(dycq, dycs, xcq, xcs, offs, w_dtype, dy_role.mode, x_role.mode)
         elif need_w:
-            wgrad_accumulate(dycq, dycs, xcq, xcs, offs, main_grad)
-        return dx, dw, None, None, None, None, None, None, None, None, None
+            wgrad_accumulate(dycq, dycs, xcq, xcs, offs, main_grad, dy_role.mode, x_role.mode)
+        return dx, dw, None, None, None, None, None, None, None
 
 
 class _DenseLinear(torch.autograd.Function):
@@ -207,7 +247,7 @@ def _check(x: Tensor, weight: Tensor, offs: Tensor, main_grad: Optional[Tensor])
 
 
 def _delayed_roles(delayed: DelayedScaling, state, device: torch.device):
-    """The (input, weight, grad_output) roles of a layer's delayed state, checked."""
+    """The (input, weight, grad_output) Fp8Roles of a layer's delayed state, checked."""
     if state is None:
         raise ValueError("delayed_state: fp8_delayed keeps a scale and an amax history per role "
                          "across steps; pass delayed_state=(scale (3,), amax_history (3, L)) "
@@ -219,7 +259,8 @@ def _delayed_roles(delayed: DelayedScaling, state, device: torch.device):
                 or not t.is_contiguous()):
             raise ValueError(f"delayed_state: {name} must be a contiguous float32 {shape} "
                              f"tensor on {device}, got {tuple(t.shape)} {t.dtype} on {t.device}")
-    return tuple(delayed.role_state(state, i) for i in range(3))
+    return tuple(Fp8Role(role.mode, delayed.elements()[i], delayed.role_state(state, i))
+                 for i, role in enumerate(_FP8_ROLES["fp8_delayed"]))
 
 
 def grouped_linear(x: Tensor, weight: Tensor, offs: Tensor, recipe="bf16",
@@ -243,14 +284,12 @@ def grouped_linear(x: Tensor, weight: Tensor, offs: Tensor, recipe="bf16",
         same = weight.dtype == dtype and weight.is_contiguous()
         w_copy = None if same else cache.get_cast(weight, dtype)
         return _DenseLinear.apply(xc, weight, offs, w_copy, main_grad)
-    if name in _FP8_QUANTIZERS or delayed is not None:
-        x_role = w_role = dy_role = None
-        if delayed is not None:
-            x_role, w_role, dy_role = _delayed_roles(delayed, delayed_state, x.device)
-        wq, ws, wcq, wcs = cache.get(weight, name, w_role)
+    if name in _FP8_ROLES:
+        roles = (_FP8_ROLES[name] if delayed is None
+                 else _delayed_roles(delayed, delayed_state, x.device))
+        wq, ws, wcq, wcs = cache.get(weight, roles[1])
         xc = x if x.is_contiguous() else x.contiguous()
-        return _Fp8Linear.apply(xc, weight, offs, name, wq, ws, wcq, wcs, main_grad, x_role,
-                                dy_role)
+        return _Fp8Linear.apply(xc, weight, offs, roles, wq, ws, wcq, wcs, main_grad)
     raise ValueError(f"recipe: {recipe!r} is not supported by tessera.torch; expected one of "
                      f"{RECIPES} or a DelayedScaling")
 

@@ -4,7 +4,9 @@ as a plain implementation (eager steps call it directly: no dispatcher round tri
 time bounds the smaller shapes) and as a torch.library custom op with a fake implementation
 (torch.compile traces those). `_Ops.get()` picks the set.
 
-FP8 operands are per-tensor (one scale_inv) or rowwise (one per stored row), E4M3 or E5M2 (the
+FP8 operands are codes + FP32 scale_inv of one scaling mode, named by the caller (each op takes
+a_mode and b_mode: "tensor", "rowwise", "block1x128", "block128x128" — the modes the recipe gives
+its roles, tessera.torch.linear; nothing is inferred from a scale's shape), E4M3 or E5M2 (the
 element follows the codes' torch dtype; the GEMM takes E4M3 × E4M3 and E5M2 × E4M3, gradients as
 A). Accumulating wgrads run the K-grouped GEMM with beta = 1 into the FP32 main_grad: an empty
 group leaves its slice unchanged.
@@ -17,124 +19,123 @@ import torch
 from torch import Tensor
 
 from . import _bridge as br
+from .fp8 import scale_shape
 from .ops import grouped_mm
 
 _ELEMENTS = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
 
 
-def _fp8_operand(data: Tensor, scale: Tensor, rows: int, cols: int, columnwise: bool):
-    """An FP8 operand of the logical (rows, cols) matrix: the rowwise copy (rows, cols) or the
-    columnwise copy (cols, rows), stored transposed. Its scale_inv says the mode: one value per
-    stored row (rowwise mode) or one for the whole tensor (per-tensor mode)."""
-    n = cols if columnwise else rows
-    element = _ELEMENTS[data.dtype]
-    if scale.numel() == 1:
-        return br.quantized(data, scale.reshape(1, 1), "tensor", rows, cols,
-                            columnwise=columnwise, element=element)
-    return br.quantized(data, scale.reshape(n, 1), "rowwise", rows, cols, columnwise=columnwise,
-                        element=element)
+def _fp8_operand(data: Tensor, scale: Tensor, mode: str, rows: int, cols: int,
+                 columnwise: bool):
+    """An FP8 operand of the logical (rows, cols) matrix quantized with `mode`: the rowwise copy
+    (rows, cols) or the columnwise copy (cols, rows), stored transposed. scale_inv is viewed with
+    the 2-D shape the GEMM checks (scale_shape; torch keeps per-tensor and rowwise scales 1-D)."""
+    return br.quantized(data, scale.reshape(scale_shape(mode, rows, cols, columnwise)), mode,
+                        rows, cols, columnwise=columnwise, element=_ELEMENTS[data.dtype])
 
 
 # ---- FP8 --------------------------------------------------------------------------------------
 
-def _m_grouped_fp8(aq: Tensor, a_s: Tensor, bq: Tensor, b_s: Tensor, offs: Tensor,
-                   b_rows: int, b_cols: int, b_columnwise: bool, out_cols: int,
+def _m_grouped_fp8(aq: Tensor, a_s: Tensor, a_mode: str, bq: Tensor, b_s: Tensor, b_mode: str,
+                   offs: Tensor, b_rows: int, b_cols: int, b_columnwise: bool, out_cols: int,
                    out_dtype: torch.dtype, name: str) -> Tensor:
     """out (T, out_cols) = A (T, ·) rowwise × the logical (b_rows, b_cols) weight matrix read
     from its rowwise copy (TN: forward) or its transposed columnwise copy (NN: dgrad); rows past
     offs[-1] zero (tessera.torch.linear's module doc says why)."""
     t, c = aq.shape
     out = aq.new_zeros((t, out_cols), dtype=out_dtype)
-    br.run(br.KIND_M_GROUPED, _fp8_operand(aq, a_s, t, c, False),
-           _fp8_operand(bq, b_s, b_rows, b_cols, b_columnwise), out, offs, transpose_a=False,
-           transpose_b=not b_columnwise,
-           key=(name, t, c, b_rows, b_cols, out_dtype, a_s.numel() == 1, aq.dtype))
+    br.run(br.KIND_M_GROUPED, _fp8_operand(aq, a_s, a_mode, t, c, False),
+           _fp8_operand(bq, b_s, b_mode, b_rows, b_cols, b_columnwise), out, offs,
+           transpose_a=False, transpose_b=not b_columnwise,
+           key=(name, t, c, b_rows, b_cols, out_dtype, a_mode, b_mode, aq.dtype))
     return out
 
 
 def _fprop_impl(xq: Tensor, xs: Tensor, wq: Tensor, ws: Tensor, offs: Tensor, groups: int,
-                out_dtype: torch.dtype) -> Tensor:
+                out_dtype: torch.dtype, a_mode: str, b_mode: str) -> Tensor:
     n = wq.shape[0] // groups
-    return _m_grouped_fp8(xq, xs, wq, ws, offs, groups * n, xq.shape[1], False, n, out_dtype,
-                          "fp8_fprop")
+    return _m_grouped_fp8(xq, xs, a_mode, wq, ws, b_mode, offs, groups * n, xq.shape[1], False, n,
+                          out_dtype, "fp8_fprop")
 
 
 @torch.library.custom_op("tessera::fp8_linear_fprop", mutates_args=())
 def fp8_linear_fprop(xq: Tensor, xs: Tensor, wq: Tensor, ws: Tensor, offs: Tensor,
-                     groups: int, out_dtype: torch.dtype) -> Tensor:
-    """y (T, N) = xq (T, K) · Wq_gᵀ, Wq (G·N, K) rowwise codes, scales xs (T | 1),
-    ws (G·N | 1)."""
-    return _fprop_impl(xq, xs, wq, ws, offs, groups, out_dtype)
+                     groups: int, out_dtype: torch.dtype, a_mode: str, b_mode: str) -> Tensor:
+    """y (T, N) = xq (T, K) · Wq_gᵀ: x's rowwise copy (mode a_mode, scales xs) and W's
+    rowwise copy Wq (G·N, K) (mode b_mode, scales ws)."""
+    return _fprop_impl(xq, xs, wq, ws, offs, groups, out_dtype, a_mode, b_mode)
 
 
 @fp8_linear_fprop.register_fake
-def _fprop_fake(xq, xs, wq, ws, offs, groups, out_dtype):
+def _fprop_fake(xq, xs, wq, ws, offs, groups, out_dtype, a_mode, b_mode):
     return xq.new_empty((xq.shape[0], wq.shape[0] // groups), dtype=out_dtype)
 
 
 def _dgrad_impl(dyq: Tensor, dys: Tensor, wcq: Tensor, wcs: Tensor, offs: Tensor, groups: int,
-                out_dtype: torch.dtype) -> Tensor:
+                out_dtype: torch.dtype, a_mode: str, b_mode: str) -> Tensor:
     k = wcq.shape[0]
-    return _m_grouped_fp8(dyq, dys, wcq, wcs, offs, groups * dyq.shape[1], k, True, k, out_dtype,
-                          "fp8_dgrad")
+    return _m_grouped_fp8(dyq, dys, a_mode, wcq, wcs, b_mode, offs, groups * dyq.shape[1], k,
+                          True, k, out_dtype, "fp8_dgrad")
 
 
 @torch.library.custom_op("tessera::fp8_linear_dgrad", mutates_args=())
 def fp8_linear_dgrad(dyq: Tensor, dys: Tensor, wcq: Tensor, wcs: Tensor, offs: Tensor,
-                     groups: int, out_dtype: torch.dtype) -> Tensor:
-    """dx (T, K) = dyq (T, N) · W_g, W's columnwise codes (K, G·N) with scales wcs (K | 1)."""
-    return _dgrad_impl(dyq, dys, wcq, wcs, offs, groups, out_dtype)
+                     groups: int, out_dtype: torch.dtype, a_mode: str, b_mode: str) -> Tensor:
+    """dx (T, K) = dyq (T, N) · W_g: dy's rowwise copy (mode a_mode) and W's columnwise codes
+    (K, G·N) (mode b_mode, scales wcs)."""
+    return _dgrad_impl(dyq, dys, wcq, wcs, offs, groups, out_dtype, a_mode, b_mode)
 
 
 @fp8_linear_dgrad.register_fake
-def _dgrad_fake(dyq, dys, wcq, wcs, offs, groups, out_dtype):
+def _dgrad_fake(dyq, dys, wcq, wcs, offs, groups, out_dtype, a_mode, b_mode):
     return dyq.new_empty((dyq.shape[0], wcq.shape[0]), dtype=out_dtype)
 
 
 def _run_fp8_wgrad(dycq: Tensor, dycs: Tensor, xcq: Tensor, xcs: Tensor, offs: Tensor,
-                   dw: Tensor, beta: float) -> None:
+                   dw: Tensor, beta: float, a_mode: str, b_mode: str) -> None:
     n, t = dycq.shape
     k = xcq.shape[0]
-    br.run(br.KIND_K_GROUPED, _fp8_operand(dycq, dycs, t, n, True),
-           _fp8_operand(xcq, xcs, t, k, True), dw, offs, transpose_a=True, transpose_b=False,
-           beta=beta, key=("fp8_wgrad", t, k, n, offs.shape[0], dw.dtype, dycs.numel() == 1,
-                           dycq.dtype, beta))
+    br.run(br.KIND_K_GROUPED, _fp8_operand(dycq, dycs, a_mode, t, n, True),
+           _fp8_operand(xcq, xcs, b_mode, t, k, True), dw, offs, transpose_a=True,
+           transpose_b=False, beta=beta,
+           key=("fp8_wgrad", t, k, n, offs.shape[0], dw.dtype, a_mode, b_mode, dycq.dtype, beta))
 
 
 def _wgrad_impl(dycq: Tensor, dycs: Tensor, xcq: Tensor, xcs: Tensor, offs: Tensor,
-                out_dtype: torch.dtype) -> Tensor:
+                out_dtype: torch.dtype, a_mode: str, b_mode: str) -> Tensor:
     dw = dycq.new_empty((offs.shape[0], dycq.shape[0], xcq.shape[0]), dtype=out_dtype)
-    _run_fp8_wgrad(dycq, dycs, xcq, xcs, offs, dw, 0.0)
+    _run_fp8_wgrad(dycq, dycs, xcq, xcs, offs, dw, 0.0, a_mode, b_mode)
     return dw
 
 
 @torch.library.custom_op("tessera::fp8_linear_wgrad", mutates_args=())
 def fp8_linear_wgrad(dycq: Tensor, dycs: Tensor, xcq: Tensor, xcs: Tensor, offs: Tensor,
-                     out_dtype: torch.dtype) -> Tensor:
-    """dW (G, N, K) = dy_gᵀ · x_g from the columnwise copies dycq (N, T), xcq (K, T) and their
-    per-column (or per-tensor) scales; an empty group gives zeros."""
-    return _wgrad_impl(dycq, dycs, xcq, xcs, offs, out_dtype)
+                     out_dtype: torch.dtype, a_mode: str, b_mode: str) -> Tensor:
+    """dW (G, N, K) = dy_gᵀ · x_g from the columnwise copies dycq (N, T) (mode a_mode) and
+    xcq (K, T) (mode b_mode) and their scales; an empty group gives zeros."""
+    return _wgrad_impl(dycq, dycs, xcq, xcs, offs, out_dtype, a_mode, b_mode)
 
 
 @fp8_linear_wgrad.register_fake
-def _wgrad_fake(dycq, dycs, xcq, xcs, offs, out_dtype):
+def _wgrad_fake(dycq, dycs, xcq, xcs, offs, out_dtype, a_mode, b_mode):
     return dycq.new_empty((offs.shape[0], dycq.shape[0], xcq.shape[0]), dtype=out_dtype)
 
 
 def _wgrad_acc_impl(dycq: Tensor, dycs: Tensor, xcq: Tensor, xcs: Tensor, offs: Tensor,
-                    main_grad: Tensor) -> None:
-    _run_fp8_wgrad(dycq, dycs, xcq, xcs, offs, main_grad, 1.0)
+                    main_grad: Tensor, a_mode: str, b_mode: str) -> None:
+    _run_fp8_wgrad(dycq, dycs, xcq, xcs, offs, main_grad, 1.0, a_mode, b_mode)
 
 
 @torch.library.custom_op("tessera::fp8_linear_wgrad_accumulate", mutates_args=("main_grad",))
 def fp8_linear_wgrad_accumulate(dycq: Tensor, dycs: Tensor, xcq: Tensor, xcs: Tensor,
-                                offs: Tensor, main_grad: Tensor) -> None:
+                                offs: Tensor, main_grad: Tensor, a_mode: str,
+                                b_mode: str) -> None:
     """main_grad (G, N, K) FP32 += dy_gᵀ · x_g (the K-grouped FP8 GEMM with beta = 1)."""
-    _wgrad_acc_impl(dycq, dycs, xcq, xcs, offs, main_grad)
+    _wgrad_acc_impl(dycq, dycs, xcq, xcs, offs, main_grad, a_mode, b_mode)
 
 
 @fp8_linear_wgrad_accumulate.register_fake
-def _wgrad_acc_fake(dycq, dycs, xcq, xcs, offs, main_grad):
+def _wgrad_acc_fake(dycq, dycs, xcq, xcs, offs, main_grad, a_mode, b_mode):
     return None
 
 

@@ -71,11 +71,12 @@ class GroupedLinear(nn.Module):
     recipe (tessera.torch.linear says how each runs): "bf16" (16-bit GEMMs: the parameters'
     dtype, or bf16 for FP32 master weights), "fp8_rowwise", "fp8_current", "fp8_delayed" /
     "fp8_delayed:e4m3" / a DelayedScaling (per-role scale and amax history in the buffers
-    `delayed_scale`, `amax_history`). FP8 output is in the input's dtype; group sizes multiples
-    of 16. The weight's compute copy is cached until the weight changes (in-place updates bump
-    its version); `invalidate_weight_cache()` drops it. accumulate_main_grad: the wgrad GEMM
-    adds into the FP32 `weight.main_grad` (made zero here; the caller zeroes it between
-    optimizer steps) and weight.grad stays None; the bias gets a plain .grad.
+    `delayed_scale`, `amax_history`), "fp8_block" (1x128 blocks of x and dy, 128x128 tiles of
+    W; on CUDA out_features % 128 == 0). FP8 output is in the input's dtype; group sizes
+    multiples of 16. The weight's compute copy is cached until the weight changes (in-place
+    updates bump its version); `invalidate_weight_cache()` drops it. accumulate_main_grad: the
+    wgrad GEMM adds into the FP32 `weight.main_grad` (made zero here; the caller zeroes it
+    between optimizer steps) and weight.grad stays None; the bias gets a plain .grad.
 
     forward(x (T, in), offs (G,) int32 cumulative end offsets | splits=(G,) sizes) -> (T, out).
     Rows past offs[-1] are not computed (left unwritten, as torch._grouped_mm does).
