@@ -147,6 +147,9 @@ void register_gemm(nb::module_& m) {
         nb::arg("bias_dtype"),
         "Low-level grouped GEMM into `out` (see tessera.grouped_gemm). Raises tessera.Error "
         "with the can_implement status and reason.");
+  m.def("cpu_bf16_gemm_path", &cpu_bf16_gemm_path,
+        "What the CPU backend runs for dense BF16 x BF16 operands: the native kernel (e.g. "
+        "'onednn 2.6.3 brg:avx512_core_bf16') or 'fp32 sgemm (<why>)'.");
 }
 
 }  // namespace tessera::python

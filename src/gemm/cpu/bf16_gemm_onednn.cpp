@@ -1,0 +1,270 @@
+// The native BF16 path on oneDNN's matmul (see bf16_gemm.h for the contract and the work split).
+// Every task is one matmul primitive over a strided view of the operands (no copies): oneDNN's
+// primitive cache keeps the compiled kernels of the shapes seen, so a repeated step recompiles
+// nothing. Only the sum post-op is used (the same call in oneDNN 2.x and 3.x).
+#include <cpuid.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <thread>
+
+#include "gemm/cpu/bf16_gemm.h"
+#include "tessera/core/dispatch.h"
+
+namespace tessera::detail::cpu {
+namespace {
+
+using dnnl::memory;
+
+constexpr int64_t kTaskRows = 256;     // rows of D per task, at most
+constexpr int64_t kMinTaskRows = 64;   // halved down to this while there are few tasks
+constexpr int64_t kTasksPerThread = 4;
+
+dnnl::engine& cpu_engine() {
+  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+// AVX512-BF16 (CPUID.(7,1):EAX[5]) or AMX-BF16 (CPUID.(7,0):EDX[22]).
+bool cpu_has_bf16_dot() {
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid_count(7, 1, &a, &b, &c, &d) != 0 && (a & (1u << 5)) != 0) return true;
+  return __get_cpuid_count(7, 0, &a, &b, &c, &d) != 0 && (d & (1u << 22)) != 0;
+#else
+  return false;
+#endif
+}
+
+dnnl::matmul::primitive_desc matmul_desc(const memory::desc& a, const memory::desc& b,
+                                         const memory::desc& d, const dnnl::primitive_attr& attr) {
+#if DNNL_VERSION_MAJOR >= 3
+  return dnnl::matmul::primitive_desc(cpu_engine(), a, b, d, attr);
+#else
+  return dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, d), attr, cpu_engine());
+#endif
+}
+
+// op(A_g) (m, k) and op(B_g) (k, n) of one group as strided BF16 matrices, and where D_g starts.
+struct GroupBlock {
+  const bf16* a = nullptr;
+  int64_t a_row = 0, a_col = 0;  // op(A_g)(i, kk) = a[i * a_row + kk * a_col]
+  const bf16* b = nullptr;
+  int64_t b_row = 0, b_col = 0;  // op(B_g)(kk, j) = b[kk * b_row + j * b_col]
+  int64_t d_offset = 0;          // element index of D_g(0, 0); D's row stride is n
+  int64_t m = 0, k = 0;
+};
+
+// B_g of an M-grouped or batched problem: (G, N, K) when transpose_b, else (G, K, N).
+void set_weight_block(const GroupedGemmProblem& p, int64_t g, int64_t n, int64_t k,
+                      GroupBlock& blk) {
+  blk.b = p.b.dense.as<bf16>() + g * n * k;
+  blk.b_row = p.transpose_b ? 1 : n;
+  blk.b_col = p.transpose_b ? k : 1;
+}
+
+GroupBlock group_block(const GroupedGemmProblem& p, const GroupedGemmDims& dims,
+                       const std::vector<int64_t>& start, int64_t g) {
+  const bf16* a = p.a.dense.as<bf16>();
+  const int64_t n = dims.n;
+  GroupBlock blk;
+  switch (p.kind) {
+    case GroupedGemmKind::kMGrouped:  // A (T, K) rows grouped; D (T, N)
+      blk.m = start[g + 1] - start[g], blk.k = dims.k;
+      blk.a = a + start[g] * dims.k, blk.a_row = dims.k, blk.a_col = 1;
+      set_weight_block(p, g, n, dims.k, blk);
+      blk.d_offset = start[g] * n;
+      break;
+    case GroupedGemmKind::kKGrouped:  // A (T, M) and B (T, N) rows grouped, read as A_gᵀ B_g
+      blk.m = dims.m, blk.k = start[g + 1] - start[g];
+      blk.a = a + start[g] * dims.m, blk.a_row = 1, blk.a_col = dims.m;
+      blk.b = p.b.dense.as<bf16>() + start[g] * n, blk.b_row = n, blk.b_col = 1;
+      blk.d_offset = g * dims.m * n;
+      break;
+    case GroupedGemmKind::kBatched:  // A (G, M, K) or (G, K, M); D (G, M, N)
+      blk.m = dims.m, blk.k = dims.k;
+      blk.a = a + g * dims.m * dims.k;
+      blk.a_row = p.transpose_a ? 1 : dims.k;
+      blk.a_col = p.transpose_a ? dims.m : 1;
+      set_weight_block(p, g, n, dims.k, blk);
+      blk.d_offset = g * dims.m * n;
+      break;
+  }
+  return blk;
+}
+
+struct Task {
+  int64_t g = 0, row0 = 0, rows = 0;  // rows [row0, row0 + rows) of D_g
+};
+
+std::vector<Task> make_tasks(const std::vector<GroupBlock>& blocks, int64_t n, int64_t threads) {
+  std::vector<Task> tasks;
+  if (n == 0) return tasks;
+  auto count = [&](int64_t rows) {
+    int64_t c = 0;
+    for (const GroupBlock& b : blocks) c += (b.m + rows - 1) / rows;
+    return c;
+  };
+  int64_t rows = kTaskRows;
+  while (rows > kMinTaskRows && count(rows) < kTasksPerThread * threads) rows /= 2;
+  for (int64_t g = 0; g < static_cast<int64_t>(blocks.size()); ++g) {
+    for (int64_t r = 0; r < blocks[g].m; r += rows) {
+      tasks.push_back({g, r, std::min(rows, blocks[g].m - r)});
+    }
+  }
+  // Largest first (rows × k), so the last tasks taken are the short ones.
+  std::stable_sort(tasks.begin(), tasks.end(), [&](const Task& x, const Task& y) {
+    return x.rows * blocks[x.g].k > y.rows * blocks[y.g].k;
+  });
+  return tasks;
+}
+
+struct RunContext {
+  const GroupedGemmProblem& p;
+  int64_t n = 0;
+  std::vector<GroupBlock> blocks;
+  float* staging = nullptr;  // FP32, D's layout; null when oneDNN writes D itself
+};
+
+float group_alpha(const GroupedGemmProblem& p, int64_t g) {
+  return p.group_alpha.data == nullptr ? p.alpha : p.alpha * p.group_alpha.as<float>()[g];
+}
+
+// D rows [d0, d0 + rows·n) = alpha_g · acc + bias_g + beta · D, rounded to D's dtype; acc is the
+// FP32 product at the same offsets, or null for an empty contraction (a zero product).
+void staged_epilogue(const GroupedGemmProblem& p, int64_t g, const float* acc, int64_t d0,
+                     int64_t rows, int64_t n) {
+  std::vector<float> bias(static_cast<size_t>(n), 0.0f);
+  if (p.bias.data != nullptr) {
+    dispatch_float_input(p.bias.dtype, "bias", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T* src = p.bias.as<T>() + g * n;
+      for (int64_t j = 0; j < n; ++j) bias[j] = to_float(src[j]);
+    });
+  }
+  const float alpha = group_alpha(p, g);
+  const bool add_d = p.beta != 0.0f;
+  dispatch_float_input(p.d.dtype, "D", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* d = p.d.as<T>() + d0;
+    for (int64_t i = 0; i < rows * n; ++i) {
+      float v = (acc != nullptr ? alpha * acc[i] : 0.0f) + bias[i % n];
+      if (add_d) v += to_float(d[i]);
+      d[i] = from_float<T>(v);
+    }
+  });
+}
+
+// One task: a matmul into D (or the staging area), then our epilogue when staged.
+void run_task(const RunContext& c, const Task& t, dnnl::stream& stream) {
+  const GroupedGemmProblem& p = c.p;
+  const GroupBlock& blk = c.blocks[t.g];
+  const int64_t n = c.n, d0 = blk.d_offset + t.row0 * n;
+  const bool staged = c.staging != nullptr;
+  if (blk.k > 0) {
+    const auto bf16_t = memory::data_type::bf16;
+    const memory::desc a_md({t.rows, blk.k}, bf16_t, {blk.a_row, blk.a_col});
+    const memory::desc b_md({blk.k, n}, bf16_t, {blk.b_row, blk.b_col});
+    const bool f32_out = staged || p.d.dtype == DType::kFloat32;
+    const memory::desc d_md({t.rows, n}, f32_out ? memory::data_type::f32 : bf16_t, {n, 1});
+    dnnl::primitive_attr attr;
+    if (!staged && p.beta != 0.0f) {  // D += A·B (beta = 1 needs an FP32 D)
+      dnnl::post_ops ops;
+      ops.append_sum(1.0f);
+      attr.set_post_ops(ops);
+    }
+    const dnnl::matmul matmul(matmul_desc(a_md, b_md, d_md, attr));
+    void* d_ptr = staged ? static_cast<void*>(c.staging + d0)
+                         : static_cast<void*>(static_cast<char*>(p.d.data) +
+                                              d0 * (f32_out ? 4 : 2));
+    const bf16* a = blk.a + t.row0 * blk.a_row;
+    memory a_mem(a_md, cpu_engine(), const_cast<bf16*>(a));
+    memory b_mem(b_md, cpu_engine(), const_cast<bf16*>(blk.b));
+    memory d_mem(d_md, cpu_engine(), d_ptr);
+    matmul.execute(stream,
+                   {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, d_mem}});
+    stream.wait();
+  }
+  if (staged) {
+    staged_epilogue(p, t.g, blk.k > 0 ? c.staging + d0 : nullptr, d0, t.rows, n);
+  } else if (blk.k == 0 && p.beta == 0.0f) {  // an empty contraction writes +0
+    std::memset(static_cast<char*>(p.d.data) + d0 * dtype_bytes(p.d.dtype, 1), 0,
+                static_cast<size_t>(dtype_bytes(p.d.dtype, t.rows * n)));
+  }
+}
+
+void run_task_checked(const RunContext& c, const Task& t, dnnl::stream& stream) {
+  try {
+    run_task(c, t, stream);
+  } catch (const dnnl::error& e) {
+    TESSERA_FAIL(Status::kInternal, "oneDNN BF16 matmul (group ", t.g, ", rows ", t.row0, "+",
+                 t.rows, "): ", e.what());
+  }
+}
+
+// The tasks on `threads` blocking threads, each running oneDNN on itself alone (its own OpenMP
+// setting, which a new thread owns); with one thread, on the caller with oneDNN's threads.
+void run_tasks(const RunContext& c, const std::vector<Task>& tasks, int64_t threads) {
+  threads = std::min<int64_t>(threads, static_cast<int64_t>(tasks.size()));
+  if (threads <= 1) {
+    dnnl::stream stream(cpu_engine());
+    for (const Task& t : tasks) run_task_checked(c, t, stream);
+    return;
+  }
+  std::atomic<size_t> next{0};
+  std::mutex error_mutex;
+  std::exception_ptr error;
+  auto worker = [&] {
+    omp_set_num_threads(1);
+    try {
+      dnnl::stream stream(cpu_engine());
+      for (size_t i = next++; i < tasks.size(); i = next++) run_task_checked(c, tasks[i], stream);
+    } catch (...) {
+      const std::lock_guard<std::mutex> lock(error_mutex);
+      if (!error) error = std::current_exception();
+      next = tasks.size();
+    }
+  };
+  std::vector<std::thread> workers;
+  workers.reserve(static_cast<size_t>(threads));
+  for (int64_t i = 0; i < threads; ++i) workers.emplace_back(worker);
+  for (auto& w : workers) w.join();
+  if (error) std::rethrow_exception(error);
+}
+
+}  // namespace
+
+Bf16Support probe_bf16_support() {
+  if (!cpu_has_bf16_dot()) return {false, "the CPU has no AVX512-BF16 or AMX-BF16"};
+  const dnnl_version_t* v = dnnl_version();
+  const std::string version = "onednn " + std::to_string(v->major) + "." +
+                              std::to_string(v->minor) + "." + std::to_string(v->patch);
+  try {
+    const auto bf16_t = memory::data_type::bf16;
+    const memory::desc a({64, 64}, bf16_t, memory::format_tag::ab);
+    const memory::desc d({64, 64}, memory::data_type::f32, memory::format_tag::ab);
+    const std::string impl = matmul_desc(a, a, d, dnnl::primitive_attr()).impl_info_str();
+    if (impl.rfind("brg", 0) != 0) {
+      return {false, version + " picks " + impl + ", not a native BF16 kernel"};
+    }
+    return {true, version + " " + impl};
+  } catch (const dnnl::error& e) {
+    return {false, version + ": " + e.what()};
+  }
+}
+
+void grouped_gemm_bf16_onednn(const GroupedGemmProblem& p, const GroupedGemmDims& dims,
+                              const std::vector<int64_t>& start, float* staging) {
+  RunContext c{p, dims.n, {}, staging};
+  c.blocks.reserve(static_cast<size_t>(dims.groups));
+  for (int64_t g = 0; g < dims.groups; ++g) c.blocks.push_back(group_block(p, dims, start, g));
+  const int64_t threads = std::max(1, omp_get_max_threads());
+  run_tasks(c, make_tasks(c.blocks, dims.n, threads), threads);
+}
+
+}  // namespace tessera::detail::cpu
