@@ -85,9 +85,9 @@ void add_m_grouped(std::vector<GemmCase>& cases) {
 void add_k_grouped(std::vector<GemmCase>& cases) {
   GemmCase w = bf16_case("k_grouped_nt_ragged_m300_bf16", GroupedGemmKind::kKGrouped,
                          DType::kBFloat16);
-  w.group_rows = {0, 77, 0, 300, 1, 0};
+  w.group_rows = {0, 77, 0, 600, 1, 0};  // enough work for the threads to share (a team)
   w.extra_rows = 4;
-  w.m = 300, w.n = 40;
+  w.m = 300, w.n = 400;
   cases.push_back(w);
   w.name = "k_grouped_nt_ragged_beta1_main_grad";
   w.out_dtype = DType::kFloat32;

@@ -5,11 +5,11 @@
 // the FP32 path of grouped_gemm_cpu.cpp (convert + sgemm), whose results agree within the same
 // tolerance (BF16 products are exact in FP32; only the FP32 summation order differs).
 //
-// Work split: D is cut into tasks of up to 256 rows of one group (for a K-grouped problem, rows of
+// Work split: D is cut into tasks of up to 1024 rows of one group (for a K-grouped problem, rows of
 // D_g (M, N)); an OpenMP team takes them largest first from a shared counter, each task one
 // single-threaded oneDNN matmul, so ragged groups still fill the cores and no barrier follows a
 // group (torch's CPU _grouped_mm runs each group's matmul on all threads, one group after
-// another). With one task, oneDNN threads it itself.
+// another). With one task, oneDNN threads it itself; a problem of little work runs on the caller.
 #pragma once
 
 #include <cstdint>

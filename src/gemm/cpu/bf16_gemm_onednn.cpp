@@ -20,9 +20,18 @@ namespace {
 
 using dnnl::memory;
 
-constexpr int64_t kTaskRows = 256;     // rows of D per task, at most
-constexpr int64_t kMinTaskRows = 64;   // halved down to this while there are few tasks
+// Rows of D per task: at most kTaskRows, halved down to kMinTaskRows while there are fewer than
+// kTasksPerThread tasks per thread. Bigger tasks pack each B_g fewer times (oneDNN packs B per
+// call) and keep K-grouped tasks on dense views (whole D_g; a row slice of the transposed A is a
+// strided view, which oneDNN 2.6 runs with gemm:jit instead of brg): 1024 vs 256 measured
+// 1.00x vs 0.99x torch (wgrad, median of 29 same-run ratios), forward equal.
+constexpr int64_t kTaskRows = 1024;
+constexpr int64_t kMinTaskRows = 64;
 constexpr int64_t kTasksPerThread = 4;
+// Multiply-adds per thread, at least (~0.4 ms of one core): a smaller problem runs on the caller
+// alone, since a team's closing barrier can wait a whole scheduler time slice (4-8 ms measured
+// on the loaded 2-core machine) for a member another process keeps off its core.
+constexpr int64_t kMinWorkPerThread = int64_t{1} << 25;
 
 dnnl::engine& cpu_engine() {
   static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
@@ -206,25 +215,43 @@ void run_task_checked(const RunContext& c, const Task& t, dnnl::stream& stream) 
   }
 }
 
-// The tasks on an OpenMP team of `threads`, each member running oneDNN on itself alone (its own
-// nthreads setting, which the region's implicit task owns); with one thread, on the caller with
-// oneDNN's threads. OpenMP rather than fresh std::threads: the team's threads persist between
-// calls, and fresh threads per call measured 7-8% slower (0.92-0.93x torch._grouped_mm on the
-// 2-core machine of bench/results/2026-11-24-cpu-bf16.md, against 1.00-1.02x with the team).
-// This path calls no OpenBLAS, so the spinning that blocking_parallel.h avoids does not arise.
+// Sets this thread's OpenMP nthreads to 1 for one scope, so oneDNN runs on it alone.
+class SingleThreadedOpenMp {
+ public:
+  SingleThreadedOpenMp() : saved_(omp_get_max_threads()) { omp_set_num_threads(1); }
+  ~SingleThreadedOpenMp() { omp_set_num_threads(saved_); }
+  SingleThreadedOpenMp(const SingleThreadedOpenMp&) = delete;
+  SingleThreadedOpenMp& operator=(const SingleThreadedOpenMp&) = delete;
+
+ private:
+  int saved_;
+};
+
+// The tasks on an OpenMP team of `threads`, each member running oneDNN on itself alone; with
+// one task, on the caller with oneDNN's own threads; with one thread, on the caller alone.
+//
+// Why OpenMP: it is the pool oneDNN and torch already use, so its threads are the ones awake
+// after torch's (or oneDNN's) last parallel region. libgomp workers spin for a while after a
+// region; threads of our own (fresh per call, or a persistent blocking pool: both measured) then
+// competed with those spinning workers and ran at 0.92x torch._grouped_mm on the idle 2-core
+// machine of bench/results/2026-11-24-cpu-bf16.md, against 1.00x for the team. The FP32 path's
+// blocking threads (blocking_parallel.h) are there for the mirror case, OpenMP next to OpenBLAS's
+// pool; this path calls no OpenBLAS.
 void run_tasks(const RunContext& c, const std::vector<Task>& tasks, int64_t threads) {
-  threads = std::min<int64_t>(threads, static_cast<int64_t>(tasks.size()));
-  if (threads <= 1) {
+  if (tasks.size() == 1) {
     dnnl::stream stream(cpu_engine());
-    for (const Task& t : tasks) run_task_checked(c, t, stream);
+    run_task_checked(c, tasks[0], stream);
     return;
   }
+  int64_t work = 0;
+  for (const Task& t : tasks) work += t.rows * c.n * c.blocks[t.g].k;
+  threads = std::min({threads, static_cast<int64_t>(tasks.size()),
+                      std::max<int64_t>(1, work / kMinWorkPerThread)});
   std::atomic<size_t> next{0};
   std::mutex error_mutex;
   std::exception_ptr error;
-#pragma omp parallel num_threads(static_cast<int>(threads))
-  {
-    omp_set_num_threads(1);
+  auto take_tasks = [&] {
+    const SingleThreadedOpenMp single;
     try {
       dnnl::stream stream(cpu_engine());
       for (size_t i = next++; i < tasks.size(); i = next++) run_task_checked(c, tasks[i], stream);
@@ -233,6 +260,12 @@ void run_tasks(const RunContext& c, const std::vector<Task>& tasks, int64_t thre
       if (!error) error = std::current_exception();
       next = tasks.size();
     }
+  };
+  if (threads <= 1) {
+    take_tasks();
+  } else {
+#pragma omp parallel num_threads(static_cast<int>(threads))
+    take_tasks();
   }
   if (error) std::rethrow_exception(error);
 }
