@@ -20,8 +20,8 @@ namespace {
 
 using dnnl::memory;
 
-// Rows of D per task: at most kTaskRows, halved down to kMinTaskRows while there are fewer than
-// kTasksPerThread tasks per thread. Bigger tasks pack each B_g fewer times (oneDNN packs B per
+// Rows of D per task: at most kTaskRows, halved down to kMinTaskRows while the tasks are too few
+// or too uneven for the threads (make_tasks). Bigger tasks pack each B_g fewer times (oneDNN packs B per
 // call) and keep K-grouped tasks on dense views (whole D_g; a row slice of the transposed A is a
 // strided view, which oneDNN 2.6 runs with gemm:jit instead of brg): 1024 vs 256 measured
 // 1.00x vs 0.99x torch (wgrad, median of 29 same-run ratios), forward equal.
@@ -113,13 +113,22 @@ struct Task {
 std::vector<Task> make_tasks(const std::vector<GroupBlock>& blocks, int64_t n, int64_t threads) {
   std::vector<Task> tasks;
   if (n == 0) return tasks;
-  auto count = [&](int64_t rows) {
-    int64_t c = 0;
-    for (const GroupBlock& b : blocks) c += (b.m + rows - 1) / rows;
-    return c;
+  // Enough tasks with work, and none above 1/(kTasksPerThread·threads) of the work: taken
+  // largest first, the threads then finish within about one small task of each other.
+  int64_t total = 0;
+  for (const GroupBlock& b : blocks) total += b.m * b.k;
+  const int64_t want = kTasksPerThread * threads;
+  auto balances = [&](int64_t rows) {
+    int64_t count = 0, biggest = 0;
+    for (const GroupBlock& b : blocks) {
+      if (b.k == 0) continue;  // a zero fill, next to nothing
+      count += (b.m + rows - 1) / rows;
+      biggest = std::max(biggest, std::min(rows, b.m) * b.k);
+    }
+    return count >= want && biggest * want <= total;
   };
   int64_t rows = kTaskRows;
-  while (rows > kMinTaskRows && count(rows) < kTasksPerThread * threads) rows /= 2;
+  while (rows > kMinTaskRows && !balances(rows)) rows /= 2;
   for (int64_t g = 0; g < static_cast<int64_t>(blocks.size()); ++g) {
     for (int64_t r = 0; r < blocks[g].m; r += rows) {
       tasks.push_back({g, r, std::min(rows, blocks[g].m - r)});
