@@ -7,10 +7,11 @@ torch runs one oneDNN matmul per group) in the same run, on the same inputs:
     step   y = grouped_mm(x, Wᵀ, offs); y.backward(dy)   (autograd: the three above)
 
 Validate, then time: the relative (Frobenius) error of each result against an FP32 reference of
-the same inputs, then the median wall-clock time over interleaved rounds (every contender once per
-round, so load from other processes falls on all alike) and tessera's speed-up, torch ms /
-tessera ms. torch is timed twice per round ("torch again"): the spread between its two medians
-is the run's own noise. Prints the CPU BF16 path in use (tessera.cpu_bf16_gemm_path();
+the same inputs, then wall-clock times over interleaved rounds (every contender once per round,
+the order rotated): median ms, and tessera's speed-up as the median over rounds of torch ms /
+tessera ms of the same round, so load that other processes put on a shared machine, coming and
+going, falls on both alike. torch is timed twice per round: the median of torch / torch again
+is the run's own noise (1.00 on a quiet machine). Prints the CPU BF16 path in use (tessera.cpu_bf16_gemm_path();
 TESSERA_CPU_BF16_GEMM=fp32 times the FP32 path instead) and torch's thread count, which tessera
 shares (both read OpenMP's setting of the calling thread).
 
@@ -99,17 +100,26 @@ def op_callable(op: str, mm, case: Case):
 
 
 def timed_interleaved(fns: dict, reps: int, warmup: int = 2) -> dict:
-    """Median milliseconds of each callable, timed in interleaved rounds."""
+    """Milliseconds of each callable in every round (name -> list, one entry per round). Every
+    round runs each callable once, the order rotated from round to round, so that a contender's
+    times sit next to the others' in time and none always runs first."""
     for fn in fns.values():
         for _ in range(warmup):
             fn()
-    times: dict = {name: [] for name in fns}
-    for _ in range(reps):
-        for name, fn in fns.items():
+    names = list(fns)
+    times: dict = {name: [] for name in names}
+    for r in range(reps):
+        for name in names[r % len(names):] + names[:r % len(names)]:
             t0 = time.perf_counter()
-            fn()
+            fns[name]()
             times[name].append((time.perf_counter() - t0) * 1e3)
-    return {name: statistics.median(t) for name, t in times.items()}
+    return times
+
+
+def median_ratio(num: list, den: list) -> float:
+    """The median over rounds of num[i] / den[i]: each ratio compares two calls made moments
+    apart, so load that comes and goes over the run (a shared machine) cancels."""
+    return statistics.median(a / b for a, b in zip(num, den))
 
 
 def bench(shapes, ops, reps, rows):
@@ -131,14 +141,15 @@ def bench(shapes, ops, reps, rows):
                     else:
                         errs[name] = rel_error(got, ref[op])
                     fns[name] = fn
-                ms = timed_interleaved(fns, reps)
+                times = timed_interleaved(fns, reps)
+                ms = {name: statistics.median(t) for name, t in times.items()}
                 flops = case.gemm_flops * (3 if op == "step" else 1)
                 row = {"shape": shape, "imbalanced": imb, "op": op,
                        "torch_ms": ms["torch"], "tessera_ms": ms["tessera"],
                        "torch_gflops": flops / ms["torch"] / 1e6,
                        "tessera_gflops": flops / ms["tessera"] / 1e6,
-                       "x_torch": ms["torch"] / ms["tessera"],
-                       "torch_again_ms": ms["torch again"],
+                       "x_torch": median_ratio(times["torch"], times["tessera"]),
+                       "torch_again": median_ratio(times["torch"], times["torch again"]),
                        "torch_rel_err": errs["torch"], "tessera_rel_err": errs["tessera"]}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
@@ -146,12 +157,12 @@ def bench(shapes, ops, reps, rows):
 
 def print_table(rows):
     print("\n| shape (G x rows x K x N) | balance | op | torch ms | tessera ms | torch GFLOP/s | "
-          "tessera GFLOP/s | x torch | torch again ms | rel. err torch / tessera |")
+          "tessera GFLOP/s | x torch | torch / torch again | rel. err torch / tessera |")
     print("|---|---|---|---:|---:|---:|---:|---:|---:|---|")
     for r in rows:
         print(f"| {r['shape']} | {'imb' if r['imbalanced'] else 'bal'} | {r['op']} | "
               f"{r['torch_ms']:.1f} | {r['tessera_ms']:.1f} | {r['torch_gflops']:.0f} | "
-              f"{r['tessera_gflops']:.0f} | {r['x_torch']:.2f} | {r['torch_again_ms']:.1f} | "
+              f"{r['tessera_gflops']:.0f} | {r['x_torch']:.2f} | {r['torch_again']:.2f} | "
               f"{r['torch_rel_err']:.1e} / {r['tessera_rel_err']:.1e} |")
 
 

@@ -1,7 +1,8 @@
 // The native BF16 path on oneDNN's matmul (see bf16_gemm.h for the contract and the work split).
 // Every task is one matmul primitive over a strided view of the operands (no copies): oneDNN's
 // primitive cache keeps the compiled kernels of the shapes seen, so a repeated step recompiles
-// nothing. Only the sum post-op is used (the same call in oneDNN 2.x and 3.x).
+// nothing. Only the sum post-op is used (the same call in oneDNN 2.x and 3.x; the 3.x branch of
+// matmul_desc is written to 3.x's API but only 2.6 has been compiled here).
 #include <cpuid.h>
 #include <omp.h>
 
@@ -21,8 +22,8 @@ namespace {
 using dnnl::memory;
 
 // Rows of D per task: at most kTaskRows, halved down to kMinTaskRows while the tasks are too few
-// or too uneven for the threads (make_tasks). Bigger tasks pack each B_g fewer times (oneDNN packs B per
-// call) and keep K-grouped tasks on dense views (whole D_g; a row slice of the transposed A is a
+// or too uneven for the threads (make_tasks). Bigger tasks pack each B_g fewer times (oneDNN
+// packs B per call) and keep K-grouped tasks on dense views (whole D_g; a row slice of the transposed A is a
 // strided view, which oneDNN 2.6 runs with gemm:jit instead of brg): 1024 vs 256 measured
 // 1.00x vs 0.99x torch (wgrad, median of 29 same-run ratios), forward equal.
 constexpr int64_t kTaskRows = 1024;
