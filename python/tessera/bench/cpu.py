@@ -11,9 +11,9 @@ the same inputs, then wall-clock times over interleaved rounds (every contender 
 the order rotated): median ms, and tessera's speed-up as the median over rounds of torch ms /
 tessera ms of the same round, so load that other processes put on a shared machine, coming and
 going, falls on both alike. torch is timed twice per round: the median of torch / torch again
-is the run's own noise (1.00 on a quiet machine). Prints the CPU BF16 path in use (tessera.cpu_bf16_gemm_path();
-TESSERA_CPU_BF16_GEMM=fp32 times the FP32 path instead) and torch's thread count, which tessera
-shares (both read OpenMP's setting of the calling thread).
+is the run's own noise (1.00 on a quiet machine). Prints the CPU BF16 path in use
+(tessera.cpu_bf16_gemm_path(); TESSERA_CPU_BF16_GEMM=fp32 times the FP32 path instead) and
+torch's thread count, which tessera shares (both read OpenMP's setting of the calling thread).
 
     python -m tessera.bench cpu [--shapes 8x512x1024x1024,...] [--ops fwd,dgrad,wgrad,step]
                                 [--reps 11] [--json FILE]

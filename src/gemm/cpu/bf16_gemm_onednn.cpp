@@ -23,9 +23,9 @@ using dnnl::memory;
 
 // Rows of D per task: at most kTaskRows, halved down to kMinTaskRows while the tasks are too few
 // or too uneven for the threads (make_tasks). Bigger tasks pack each B_g fewer times (oneDNN
-// packs B per call) and keep K-grouped tasks on dense views (whole D_g; a row slice of the transposed A is a
-// strided view, which oneDNN 2.6 runs with gemm:jit instead of brg): 1024 vs 256 measured
-// 1.00x vs 0.99x torch (wgrad, median of 29 same-run ratios), forward equal.
+// packs B per call) and keep K-grouped tasks on dense views (a whole D_g; a row slice of the
+// transposed A is a strided view, which oneDNN 2.6 runs with gemm:jit instead of brg): 1024 vs
+// 256 measured 1.00x vs 0.99x torch (wgrad, median of 29 same-run ratios), forward equal.
 constexpr int64_t kTaskRows = 1024;
 constexpr int64_t kMinTaskRows = 64;
 constexpr int64_t kTasksPerThread = 4;
