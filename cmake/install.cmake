@@ -20,7 +20,7 @@ install(FILES ${PROJECT_BINARY_DIR}/tesseraConfig.cmake ${PROJECT_BINARY_DIR}/te
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/tessera)
 
 # pkg-config: relocatable (prefix from ${pcfiledir}) and usable from plain C. The library is static,
-# so its dependencies go to Libs: OpenBLAS, the OpenMP runtime CMake found (gomp, pthread with
+# so its dependencies go to Libs: OpenBLAS, oneDNN (when built with it), the OpenMP runtime CMake found (gomp, pthread with
 # GCC), the C++ runtime and libm (a C program linked by gcc lacks them), CUDA's runtime.
 # One ".." per component of <libdir>/pkgconfig (lib/pkgconfig -> ../..); absolute install dirs
 # (a distribution layout) are written as they are and the file is then not relocatable.
@@ -36,6 +36,10 @@ if(IS_ABSOLUTE "${CMAKE_INSTALL_INCLUDEDIR}")
   set(TESSERA_PC_INCLUDEDIR "${CMAKE_INSTALL_INCLUDEDIR}")
 endif()
 set(TESSERA_PC_LIBS "-lopenblas")
+if(TESSERA_WITH_ONEDNN)
+  get_filename_component(dnnl_dir "${TESSERA_DNNL_LIBRARY}" DIRECTORY)
+  string(APPEND TESSERA_PC_LIBS " -L${dnnl_dir} -ldnnl")
+endif()
 foreach(lib IN LISTS OpenMP_CXX_LIB_NAMES)
   string(APPEND TESSERA_PC_LIBS " -l${lib}")
 endforeach()

@@ -3,7 +3,10 @@
 # Idempotent: packages already present are not reinstalled.
 set -euo pipefail
 
-apt_pkgs=(g++ ninja-build pkg-config libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev)
+# libdnnl-dev: oneDNN, the CPU backend's native BF16 GEMM (docs/gemm.md); without it BF16 runs
+# the FP32 path.
+apt_pkgs=(g++ ninja-build pkg-config libopenblas-dev libdnnl-dev libgtest-dev libgmock-dev
+          libbenchmark-dev)
 missing=()
 for p in "${apt_pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -1,8 +1,9 @@
 // CPU grouped GEMM on a scaled-down MoE layer (8 experts × 256 tokens, K = 1024, N = 2048,
 // forward y = x Wᵀ), in GFLOP/s of valid rows, next to the baseline measured in the same run: a
-// plain loop of OpenBLAS cblas_sgemm over the experts on FP32 copies. Variants: FP32, BF16 and
-// FP16 operands (converted to FP32 inside), the quantized recipes (dequantized to FP32 inside),
-// balanced and imbalanced (skewed, one empty expert).
+// plain loop of OpenBLAS cblas_sgemm over the experts on FP32 copies. Variants: FP32, BF16 (the
+// native BF16 path where there is one, else converted to FP32 inside) and FP16 (converted)
+// operands, the quantized recipes (dequantized to FP32 inside), balanced and imbalanced (skewed,
+// one empty expert); BF16's native path against its FP32 path, alternating.
 // Each variant validates its output against the baseline before timing.
 #include <benchmark/benchmark.h>
 #include <cblas.h>
@@ -13,6 +14,7 @@
 #include <random>
 #include <vector>
 
+#include "gemm/cpu/bf16_gemm.h"
 #include "tessera/core/buffer.h"
 #include "tessera/formats/format_table.h"
 #include "tessera/formats/half.h"
@@ -171,6 +173,65 @@ void BM_Fp32RatioToSgemmLoop(benchmark::State& state) {
   state.counters["ratio"] = median(base_s) / median(ours_s);
 }
 
+// BF16 in and out, the native path (oneDNN's BF16 matmul, where this build and CPU have it) and
+// the FP32 path (convert + sgemm, forced) timed alternately in each iteration: both medians and
+// the speed-up of the native path. tessera.bench cpu times the same against torch._grouped_mm.
+void BM_Bf16NativeRatioToFp32Path(benchmark::State& state) {
+  if (!tessera::detail::cpu::bf16_support().native) {
+    state.SkipWithError(tessera::cpu_bf16_gemm_path().c_str());
+    return;
+  }
+  const MoeInputs& in = inputs(state.range(0) != 0);
+  const std::vector<tessera::bf16> x = converted<tessera::bf16>(in.x);
+  const std::vector<tessera::bf16> w = converted<tessera::bf16>(in.w);
+  std::vector<tessera::bf16> y(kTokens * kN), y_fp32_path(kTokens * kN);
+  std::vector<int64_t> offs = in.offs;
+  tessera::GroupedGemmProblem p;
+  p.num_groups = kExperts;
+  p.a = tessera::GemmOperand::from_dense(TensorView::contiguous(
+      const_cast<tessera::bf16*>(x.data()), DType::kBFloat16, {kTokens, kK}));
+  p.b = tessera::GemmOperand::from_dense(TensorView::contiguous(
+      const_cast<tessera::bf16*>(w.data()), DType::kBFloat16, {kExperts, kN, kK}));
+  p.group_offsets = TensorView::contiguous(offs.data(), DType::kInt64, {kExperts + 1});
+  tessera::GroupedGemmProblem q = p;
+  p.d = TensorView::contiguous(y.data(), DType::kBFloat16, {kTokens, kN});
+  q.d = TensorView::contiguous(y_fp32_path.data(), DType::kBFloat16, {kTokens, kN});
+  auto run_fp32_path = [&] {
+    tessera::detail::cpu::set_bf16_native_allowed(false);
+    tessera::grouped_gemm(q);
+    tessera::detail::cpu::set_bf16_native_allowed(true);
+  };
+  tessera::grouped_gemm(p);  // validate: the two paths agree within twice the BF16 rounding
+  run_fp32_path();
+  for (int64_t i = 0; i < kTokens * kN; ++i) {
+    const float a = y[i].to_float(), b = y_fp32_path[i].to_float();
+    if (!(std::fabs(a - b) <= 2 * 0x1p-8f * std::fabs(b) + 1e-3f)) {
+      state.SkipWithError("the native BF16 path disagrees with the FP32 path");
+      return;
+    }
+  }
+  std::vector<double> fp32_s, native_s;
+  using clock = std::chrono::steady_clock;
+  for (auto _ : state) {
+    const auto t0 = clock::now();
+    run_fp32_path();
+    const auto t1 = clock::now();
+    tessera::grouped_gemm(p);
+    const auto t2 = clock::now();
+    fp32_s.push_back(std::chrono::duration<double>(t1 - t0).count());
+    native_s.push_back(std::chrono::duration<double>(t2 - t1).count());
+    state.SetIterationTime(native_s.back());
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  const double gflop = 2.0 * kTokens * kN * kK * 1e-9;
+  state.counters["fp32_path_GFLOP/s"] = gflop / median(fp32_s);
+  state.counters["native_GFLOP/s"] = gflop / median(native_s);
+  state.counters["speedup"] = median(fp32_s) / median(native_s);
+}
+
 void BM_GroupedGemmFp32(benchmark::State& s) { BM_GroupedGemm<float>(s, DType::kFloat32); }
 void BM_GroupedGemmBf16(benchmark::State& s) { BM_GroupedGemm<tessera::bf16>(s, DType::kBFloat16); }
 void BM_GroupedGemmFp16(benchmark::State& s) { BM_GroupedGemm<tessera::fp16>(s, DType::kFloat16); }
@@ -242,6 +303,8 @@ void BM_QuantNvfp4(benchmark::State& s) {
 
 BENCHMARK(BM_Fp32RatioToSgemmLoop)->ArgName("imbalanced")->Arg(0)->Arg(1)->UseManualTime()
     ->Unit(benchmark::kMillisecond)->Iterations(31);
+BENCHMARK(BM_Bf16NativeRatioToFp32Path)->ArgName("imbalanced")->Arg(0)->Arg(1)->UseManualTime()
+    ->Unit(benchmark::kMillisecond)->Iterations(15);
 TESSERA_GEMM_BENCH(BM_SgemmLoopBaseline);
 TESSERA_GEMM_BENCH(BM_GroupedGemmFp32);
 TESSERA_GEMM_BENCH(BM_GroupedGemmBf16);

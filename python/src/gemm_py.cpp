@@ -195,6 +195,9 @@ void register_gemm(nb::module_& m) {
         "Low-level grouped GEMM into `out`, or (out=None) into a zero-filled array of out_shape "
         "allocated once the problem is accepted, which it returns (see tessera.grouped_gemm). "
         "Raises tessera.Error with the can_implement status and reason.");
+  m.def("cpu_bf16_gemm_path", &cpu_bf16_gemm_path,
+        "What the CPU backend runs for dense BF16 x BF16 operands: the native kernel (e.g. "
+        "'onednn 2.6.3 brg:avx512_core_bf16') or 'fp32 sgemm (<why>)'.");
 }
 
 }  // namespace tessera::python

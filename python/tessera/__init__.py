@@ -249,6 +249,10 @@ def grouped_gemm(a, b, offsets=None, *, kind: str = "m_grouped", transpose_a=Non
 
 __all__ += ["grouped_gemm"]
 
+from ._tessera import cpu_bf16_gemm_path  # noqa: E402  (docs/gemm.md, the CPU backend)
+
+__all__ += ["cpu_bf16_gemm_path"]
+
 
 # docs/numerics.md
 from ._tessera import QuantizedTensor, recipe_table, scaling_mode_table  # noqa: E402

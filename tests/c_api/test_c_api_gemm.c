@@ -81,7 +81,8 @@ static void test_m_grouped(void) {
   EXPECT(p == NULL);
 }
 
-/* K-grouped wgrad dW_g = dy_g^T x_g with BF16 operands (workspace), FP32 out; empty group 0. */
+/* K-grouped wgrad dW_g = 0.5 dy_g^T x_g with BF16 operands, FP32 out; empty group 0. alpha != 1
+   needs a workspace on either CPU path (FP32 copies of A and B, or the BF16 path's staging). */
 static void test_k_grouped_bf16(void) {
   unsigned short a16[T * M], b16[T * N];
   float a[T * M], b[T * N], d[G * M * N];
@@ -111,6 +112,7 @@ static void test_k_grouped_bf16(void) {
                                   1, o_shape, kCpu);
   EXPECT(tessera_grouped_gemm_set_offsets_format(p, TESSERA_GROUP_OFFSETS_END, -1) ==
          TESSERA_STATUS_OK);
+  EXPECT(tessera_grouped_gemm_set_scalars(p, 0.5f, 0.0f) == TESSERA_STATUS_OK);
   EXPECT(tessera_grouped_gemm_workspace_size(p, &bytes) == TESSERA_STATUS_OK);
   EXPECT(bytes > 0);
   EXPECT(tessera_grouped_gemm_run(p, NULL, 0, NULL) == TESSERA_STATUS_BUFFER_TOO_SMALL);
@@ -122,7 +124,7 @@ static void test_k_grouped_bf16(void) {
       for (j = 0; j < N; ++j) {
         double acc = 0.0;
         for (t = start; t < ends[g]; ++t) acc += (double)a[t * M + r] * b[t * N + j];
-        EXPECT(fabs(d[(g * M + r) * N + j] - acc) < 1e-5); /* group 0: exact zeros */
+        EXPECT(fabs(d[(g * M + r) * N + j] - 0.5 * acc) < 1e-5); /* group 0: exact zeros */
       }
     }
   }

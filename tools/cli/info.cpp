@@ -59,6 +59,7 @@ int run_info(const Args& args) {
   std::printf("tessera %s\n", TESSERA_VERSION_STRING);
   std::printf("build: CUDA backend %s, C++%ld, OpenMP on\n", cuda_compiled() ? "on" : "off",
               __cplusplus / 100 % 100);
+  std::printf("CPU BF16 GEMM: %s\n", cpu_bf16_gemm_path().c_str());
   print_devices();
   std::printf("\n%-9s %-15s %4s %3s %3s %5s %14s %14s %14s %4s %4s\n", "format", "ml_dtypes",
               "bits", "exp", "man", "bias", "max finite", "min normal", "min subnormal", "inf",

@@ -149,6 +149,12 @@ void run(const GroupedGemmProblem& problem, const TensorView& workspace, Stream 
 // Convenience: sizes and allocates the workspace itself, then run().
 void grouped_gemm(const GroupedGemmProblem& problem, Stream stream = {});
 
+// What the CPU backend runs for dense BF16 × BF16 operands: the native kernel, e.g. "onednn 2.6.3
+// brg:avx512_core_bf16" (FP32 accumulation, no FP32 copies), or "fp32 sgemm (<why>)" — operands
+// converted to FP32 for OpenBLAS — when this build has no oneDNN, the CPU has no AVX512-BF16 /
+// AMX-BF16, or the environment sets TESSERA_CPU_BF16_GEMM=fp32.
+std::string cpu_bf16_gemm_path();
+
 // The CUDA tile/config heuristic (a function of the descriptor and the current device), in the
 // form that round-trips through problem.config. Returns problem.config when it is not the
 // default. Throws kNoDevice without the CUDA backend.

@@ -1,12 +1,13 @@
-"""python -m tessera.bench <suite> [options]; suites: train (GroupedLinear / GroupedMLP steps)."""
+"""python -m tessera.bench <suite> [options]; suites: train (GroupedLinear / GroupedMLP steps on
+CUDA), cpu (BF16 grouped_mm on the CPU next to torch._grouped_mm)."""
 import sys
 
-from . import train
+from . import cpu, train
 
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    suites = {"train": train.main}
+    suites = {"train": train.main, "cpu": cpu.main}
     if not argv or argv[0] not in suites:
         print(f"usage: python -m tessera.bench {{{','.join(suites)}}} [options]", file=sys.stderr)
         return 2

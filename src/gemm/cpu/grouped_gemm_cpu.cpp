@@ -1,6 +1,8 @@
-// CPU grouped GEMM: every operand becomes an FP32 row-major matrix (FP32 operands are used in
-// place; BF16/FP16 are converted, quantized ones dequantized, into the workspace), then one CBLAS
-// sgemm per group with FP32 accumulation; BF16/FP16 outputs go through an FP32 staging area.
+// CPU grouped GEMM. Dense BF16 × BF16 takes the native BF16 path (bf16_gemm.h: oneDNN) where
+// the build and CPU have one. Everything else: every operand becomes an FP32 row-major matrix
+// (FP32 operands are used in place; BF16/FP16 are converted, quantized ones dequantized, into the
+// workspace), then one CBLAS sgemm per group with FP32 accumulation; BF16/FP16 outputs go through
+// an FP32 staging area.
 //
 // Threading: the groups run one after another and each sgemm uses OpenBLAS's own (pthread) thread
 // pool; the element conversions around them run on blocking std::threads (blocking_parallel.h),
@@ -14,6 +16,7 @@
 #include <limits>
 #include <vector>
 
+#include "gemm/cpu/bf16_gemm.h"
 #include "gemm/cpu/blocking_parallel.h"
 #include "gemm/cpu/operand_fp32.h"
 #include "gemm/gemm_backend.h"
@@ -145,6 +148,9 @@ std::vector<int64_t> uniform_starts(int64_t groups, int64_t rows_per_group) {
 
 int64_t grouped_gemm_cpu_workspace_size(const GroupedGemmProblem& p, const GroupedGemmDims& dims) {
   const LiveRows cap = capacity_rows(p, dims);
+  if (cpu::bf16_native_applies(p)) {
+    return cpu::bf16_native_workspace_size(p, checked_mul(cap.d, dims.n, "D rows x N"));
+  }
   const char* what = "CPU grouped GEMM workspace";
   int64_t bytes = operand_fp32_bytes(p.a, cap.a, operand_cols(p.a));
   bytes = checked_add(bytes, operand_fp32_bytes(p.b, cap.b, operand_cols(p.b)), what);
@@ -158,6 +164,10 @@ void grouped_gemm_cpu(const GroupedGemmProblem& p, const GroupedGemmDims& dims, 
   const std::vector<int64_t> start = host_start_offsets(p);
   const LiveRows live = live_rows(p, dims, start.back());
   WorkspaceCursor ws{static_cast<char*>(workspace), workspace_bytes};
+  if (cpu::bf16_native_applies(p)) {
+    cpu::grouped_gemm_bf16_native(p, dims, start, live.d * dims.n, ws);
+    return;
+  }
   const bool batched = p.kind == GroupedGemmKind::kBatched;
   const std::vector<int64_t> a_groups =
       batched ? uniform_starts(dims.groups, live.a / dims.groups) : start;
