@@ -123,9 +123,11 @@ def test_grouped_gemm_checks_before_allocating_the_output():
     # An output of 2^61 float32 (2^63 bytes) is past int64 whatever the operands.
     with pytest.raises(tessera.OutOfRangeError, match="out: bytes"):
         tessera.grouped_gemm(a, np.ones((1, 2**59, 0), np.float32), np.array([0, 4]))
-    # A valid problem whose output cannot be allocated (16 TiB): tessera.OutOfMemoryError.
+    # A valid problem whose output cannot be allocated on any host (2^60 bytes, past the 47-bit
+    # user address space; a 16 TiB output was allocated under overcommit on the 128 GiB H100
+    # host, then zero-filled until the OOM killer came): tessera.OutOfMemoryError.
     with pytest.raises(tessera.OutOfMemoryError, match="out: a float32 output"):
-        tessera.grouped_gemm(np.ones((4, 0), np.float32), np.ones((1, 2**40, 0), np.float32),
+        tessera.grouped_gemm(np.ones((4, 0), np.float32), np.ones((1, 2**56, 0), np.float32),
                              np.array([0, 4]))
     out = tessera.grouped_gemm(a, np.ones((2, 5, 3), np.float32), np.array([0, 1, 4]))
     assert out.shape == (4, 5) and out.dtype == np.float32 and (out == 3).all()
