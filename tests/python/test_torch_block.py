@@ -320,7 +320,10 @@ def test_fp32_master_weights_and_main_grad(device):
         assert plain.weight.grad.dtype == torch.float32 and acc.weight.grad is None
         want += plain.weight.grad.double().cpu()
         oracle = oracle_step(x0, plain.weight.detach(), dy, SIZES)[2]
-        assert sqnr(plain.weight.grad, oracle) >= 100.0  # FP32 dW: FP32 accumulation only
+        # FP32 dW: FP32 accumulation only on the CPU; the CUDA FP8 wgmma adds each k32 step with
+        # a shortened alignment (docs/gemm_cuda.md's budget; 79.7 dB measured on the H100).
+        floor = 100.0 if device == "cpu" else 70.0
+        assert sqnr(plain.weight.grad, oracle) >= floor
     assert sqnr(acc.weight.main_grad, want) >= 100.0
 
 
