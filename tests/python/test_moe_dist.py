@@ -82,6 +82,10 @@ def _worker_cases(rank, world, port, outdir):
                 router=router.weight.grad, dropped=int(layer.last_dropped),
                 dropped_total=int(layer.last_dropped_total), capacity=layer.capacity(T))
         torch.save(results, os.path.join(outdir, f"rank{rank}.pt"))
+        # Every rank done before any tears the group down (a rank destroying gloo's group while
+        # its peer was still inside it aborted once in CI: "terminate called without an active
+        # exception").
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
@@ -138,6 +142,7 @@ def _worker_edges(rank, world, port, outdir):
             want, _ = reference_moe(xs[:n], router, experts, E, K, "mxfp8")
         msgs.append(torch.equal(y.detach(), want) and xl.grad.shape == (n, H))
         torch.save(msgs, os.path.join(outdir, f"errors{rank}.pt"))
+        dist.barrier()  # every rank done before the teardown (see _worker_cases)
     finally:
         dist.destroy_process_group()
 
