@@ -16,6 +16,7 @@ torch = pytest.importorskip("torch")
 tt = pytest.importorskip("tessera.torch")
 import tessera  # noqa: E402
 from tessera.torch.fp8 import scale_shape  # noqa: E402
+from torch_oracles import grouped_products  # noqa: E402
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() and tessera.cuda_compiled() else [])
 cuda_only = pytest.mark.skipif("cuda" not in DEVICES, reason="needs CUDA")
@@ -79,18 +80,6 @@ def oracle_copies(x, mode):
     block quantization of xᵀ (stored transposed)."""
     tile_rows = 1 if mode == "block1x128" else 128
     return oracle_block(x, tile_rows), oracle_block(x.t(), tile_rows)
-
-
-def grouped_products(x, w, dy, sizes):
-    """FP64 y, dx, dW per group; x (T, K), w (G, N, K), dy (T, N)."""
-    x, w, dy = x.double().cpu(), w.double().cpu(), dy.double().cpu()
-    ys, dxs, dws, s = [], [], [], 0
-    for g, m in enumerate(sizes):
-        ys.append(x[s:s + m] @ w[g].t())
-        dxs.append(dy[s:s + m] @ w[g])
-        dws.append(dy[s:s + m].t() @ x[s:s + m])
-        s += m
-    return torch.cat(ys), torch.cat(dxs), torch.stack(dws)
 
 
 def oracle_step(x, w, dy, sizes):
