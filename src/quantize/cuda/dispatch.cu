@@ -1,11 +1,13 @@
 // The CUDA quantization dispatcher: validates the views, then routes each scaling family
 // (dispatch_scaling_mode) to its format folder: fp8_cast_transpose/ (per-tensor, the columnwise
 // per-line copies and the 1x128 / 128x128 blocks, one cast-transpose kernel), fp8_rowwise/,
-// mxfp8/, nvfp4/. Scratch memory comes from the stream-ordered allocator, so a whole quantize is
-// capturable in a CUDA graph.
+// mxfp8/, nvfp4/. Scratch memory comes from a stream-ordered pool (scratch_pool), so a whole
+// quantize is capturable in a CUDA graph.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <mutex>
+#include <vector>
 
 #include "quantize/cuda/launchers.h"
 #include "quantize/quantize_backend.h"
@@ -21,11 +23,40 @@ using cuda_quant::Fp8CastArgs;
 using cuda_quant::Fp8ScaleSource;
 using cuda_quant::ceil_div;
 
-// Stream-ordered scratch, freed on the same stream (graph-capturable).
+// The pool scratch comes from, one per device, created on first use and kept for the process.
+// Its release threshold is unlimited: memory freed into it stays mapped across synchronizations,
+// so scratch of a size seen before is a pool lookup. (The device's default pool, which
+// cudaMallocAsync uses, gives everything back to the driver at each synchronization: every
+// quantize after a synchronized step then re-mapped its scratch, ~0.1 ms of host time.) Under
+// stream capture an allocation from it becomes a graph memory node, as with cudaMallocAsync.
+cudaMemPool_t scratch_pool() {
+  static std::mutex mu;
+  static std::vector<cudaMemPool_t> pools;  // by device ordinal; never destroyed
+  int device = 0;
+  TESSERA_CUDA_CHECK(cudaGetDevice(&device));
+  std::lock_guard<std::mutex> lock(mu);
+  if (pools.size() <= static_cast<size_t>(device)) pools.resize(static_cast<size_t>(device) + 1);
+  cudaMemPool_t& pool = pools[static_cast<size_t>(device)];
+  if (pool == nullptr) {
+    cudaMemPoolProps props{};
+    props.allocType = cudaMemAllocationTypePinned;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = device;
+    cudaMemPool_t created = nullptr;
+    TESSERA_CUDA_CHECK(cudaMemPoolCreate(&created, &props));
+    uint64_t keep_all = UINT64_MAX;
+    TESSERA_CUDA_CHECK(cudaMemPoolSetAttribute(created, cudaMemPoolAttrReleaseThreshold, &keep_all));
+    pool = created;
+  }
+  return pool;
+}
+
+// Stream-ordered scratch from scratch_pool(), zeroed, freed on the same stream
+// (graph-capturable).
 class Scratch {
  public:
   Scratch(size_t bytes, cudaStream_t s) : stream_(s) {
-    TESSERA_CUDA_CHECK(cudaMallocAsync(&ptr_, bytes, s));
+    TESSERA_CUDA_CHECK(cudaMallocFromPoolAsync(&ptr_, bytes, scratch_pool(), s));
     TESSERA_CUDA_CHECK(cudaMemsetAsync(ptr_, 0, bytes, s));
   }
   ~Scratch() { cudaFreeAsync(ptr_, stream_); }
