@@ -8,7 +8,7 @@
 //   _gemm_dense_operand(array) -> _GemmOperand
 //   _gemm_quantized_operand(data_u8, scale_inv, mode, element, rows, cols, columnwise)
 //   _grouped_gemm_into(kind, a, b, out, offsets, end_offsets, transpose_a, transpose_b, alpha,
-//                      beta, workspace, stream) -> int
+//                      beta, workspace, stream, zero_unused_rows) -> int
 //   _array_view(array) -> {data_ptr, shape, dtype, device}   (zero-copy introspection)
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
@@ -97,7 +97,7 @@ int64_t grouped_gemm_into(int kind, const ArrayOperand& a, const ArrayOperand& b
                           const DeviceArray& out, const std::optional<DeviceArray>& offsets,
                           bool end_offsets, bool transpose_a, bool transpose_b, float alpha,
                           float beta, const std::optional<DeviceArray>& workspace,
-                          uintptr_t stream) {
+                          uintptr_t stream, bool zero_unused_rows) {
   TESSERA_CHECK(kind >= 0 && kind <= 2, "kind: ", kind,
                 " is not a grouped GEMM kind; expected 0 (M-grouped), 1 (K-grouped), 2 (batched)");
   GroupedGemmProblem p;
@@ -109,6 +109,7 @@ int64_t grouped_gemm_into(int kind, const ArrayOperand& a, const ArrayOperand& b
   p.d = device_view(out, "out");
   p.alpha = alpha;
   p.beta = beta;
+  p.zero_unused_rows = zero_unused_rows;
   if (offsets) {
     p.group_offsets = device_view(*offsets, "offsets");
     p.offsets_format =
@@ -148,8 +149,10 @@ void register_dlpack_gemm(nb::module_& m) {
         nb::arg("end_offsets") = true, nb::arg("transpose_a") = false,
         nb::arg("transpose_b") = true, nb::arg("alpha") = 1.0f, nb::arg("beta") = 0.0f,
         nb::arg("workspace").noconvert() = nb::none(), nb::arg("stream") = 0,
+        nb::arg("zero_unused_rows") = false,
         "Grouped GEMM into a caller-owned `out` on the caller's stream. Returns 0 when it ran, "
-        "else the workspace bytes needed (nothing ran).");
+        "else the workspace bytes needed (nothing ran). zero_unused_rows (M-grouped): rows of "
+        "`out` past the last group's end are zeroed too, on the device.");
 }
 
 namespace {

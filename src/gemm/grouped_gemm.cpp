@@ -3,6 +3,7 @@
 // CPU backend (src/gemm/cpu/) or the CUDA backend (src/gemm/cuda/).
 #include "tessera/gemm/grouped_gemm.h"
 
+#include <cstring>
 #include <new>
 
 #include "gemm/gemm_backend.h"
@@ -69,6 +70,17 @@ int64_t backend_workspace_size(const GroupedGemmProblem& p, const Plan& plan) {
                                 : detail::grouped_gemm_cpu_workspace_size(p, plan.dims);
 }
 
+// problem.zero_unused_rows: D's rows past the last group's end set to zero, after the GEMM on the
+// same stream. Host D: from the host offsets; CUDA D: on the device (no host sync).
+void zero_unused_rows(const GroupedGemmProblem& p, const detail::GroupedGemmDims& dims,
+                      Stream stream) {
+  if (p.d.device.is_cuda()) return detail::zero_unused_rows_cuda(p, dims, stream);
+  const int64_t end = detail::host_start_offsets(p).back();  // checked: within the capacity
+  const int64_t row_bytes = p.d.nbytes() / p.d.shape[0];
+  std::memset(static_cast<char*>(p.d.data) + end * row_bytes, 0,
+              static_cast<size_t>((p.d.shape[0] - end) * row_bytes));
+}
+
 // run() after planning: checks the workspace, then launches.
 void run_planned(const GroupedGemmProblem& problem, const Plan& plan, const TensorView& workspace,
                  Stream stream) {
@@ -93,6 +105,7 @@ void run_planned(const GroupedGemmProblem& problem, const Plan& plan, const Tens
     // the same code once its format rules have passed.
     detail::grouped_gemm_cpu(problem, plan.dims, workspace.data, have);
   }
+  if (problem.zero_unused_rows) zero_unused_rows(problem, plan.dims, stream);
 }
 
 }  // namespace

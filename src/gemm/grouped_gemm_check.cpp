@@ -237,6 +237,9 @@ GroupedGemmDims check_grouped_gemm(const GroupedGemmProblem& p, GemmPath path) {
                    " is unknown; expected kMGrouped, kKGrouped or kBatched");
   }
   check_bias(p, dims.n);
+  TESSERA_CHECK(!p.zero_unused_rows || p.kind == GroupedGemmKind::kMGrouped,
+                "zero_unused_rows: only an M-grouped D has rows outside the groups (kind ",
+                grouped_gemm_kind_name(p.kind), ")");
   if (p.kind != GroupedGemmKind::kBatched) check_offsets(p, dims.capacity);
   return dims;
 }

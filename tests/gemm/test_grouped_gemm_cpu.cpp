@@ -3,6 +3,8 @@
 // 40+ groups with empty ones at the start/middle/end, sizes not a multiple of 16, every kind and
 // layout, BF16/FP16/FP32 in and out, bias, per-group alpha, beta = 1, capacity rows (poisoned with
 // NaN in A/B and a byte pattern in D, which must stay untouched).
+#include <cmath>
+
 #include <gtest/gtest.h>
 
 #include "gemm/gemm_backend.h"
@@ -203,6 +205,49 @@ TEST(GroupedGemmCpu, WorkspaceIsZeroForFp32AndSizedOtherwise) {
   EXPECT_EQ(workspace_size(h.problem), region(19 * 24) + region(3 * 16 * 24) + region(19 * 16));
   Buffer small(64);
   EXPECT_THROW(run(h.problem, TensorView::contiguous(small.data(), DType::kUInt8, {64})), Error);
+}
+
+}  // namespace
+}  // namespace tessera::test
+
+namespace tessera::test {
+namespace {
+
+// zero_unused_rows on the CPU: the rows past the last group's end are zero, the others equal the
+// run without the flag (whose unused rows keep the poisoned initial D).
+TEST(GroupedGemmCpu, ZeroUnusedRowsZeroesOnlyTheTail) {
+  GemmCase c;
+  c.group_rows = {5, 0, 11, 0};
+  c.extra_rows = 7;
+  c.n = 16, c.k = 24;
+  for (DType out : {DType::kFloat32, DType::kBFloat16}) {
+    c.in_dtype = out;
+    c.out_dtype = out;
+    GemmFixture plain = make_fixture(c);
+    GemmFixture zeroed = copy_of(plain);
+    zeroed.problem.zero_unused_rows = true;
+    grouped_gemm(plain.problem);
+    grouped_gemm(zeroed.problem);
+    const int64_t live = 16, row = c.n;
+    for (int64_t i = 0; i < (live + c.extra_rows) * row; ++i) {
+      const double z = d_value(zeroed.d.view, i), p = d_value(plain.d.view, i);
+      if (i < live * row) {
+        ASSERT_TRUE(z == p || (std::isnan(z) && std::isnan(p))) << "element " << i;
+      } else {
+        ASSERT_EQ(z, 0.0) << "element " << i << " of a row past the groups";
+        ASSERT_FALSE(std::signbit(z));
+      }
+    }
+    EXPECT_NE(d_value(plain.d.view, live * row), 0.0);  // the plain run left the poison there
+  }
+  GemmCase kg;
+  kg.kind = GroupedGemmKind::kKGrouped;
+  kg.transpose_a = true, kg.transpose_b = false;
+  kg.group_rows = {4, 6};
+  kg.m = 8, kg.n = 6;
+  GemmFixture f = make_fixture(kg);
+  f.problem.zero_unused_rows = true;
+  EXPECT_EQ(can_implement(f.problem), Status::kInvalidArgument);
 }
 
 }  // namespace

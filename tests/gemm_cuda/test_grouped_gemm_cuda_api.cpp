@@ -9,6 +9,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -305,6 +306,62 @@ TEST(CudaGroupedGemmStatus, RefusesWhatTheSm90PathCannotRun) {
   GemmFixture h = make_fixture(odd);
   DeviceProblem dh(h, false);
   EXPECT_EQ(can_implement(dh.problem, &reason), Status::kUnsupported);
+}
+
+}  // namespace
+}  // namespace tessera::test
+
+namespace tessera::test {
+namespace {
+
+// zero_unused_rows: D's rows past the last group's end become zeros (device offsets: read on the
+// device; host offsets: one memset), every other byte equals the run without it, and a D with no
+// unused rows is left as the plain run writes it. BF16 and FP32 D; int32 end and int64 start
+// offsets; empty trailing groups; a K-grouped problem refuses the flag.
+TEST(CudaGroupedGemmZeroUnusedRows, TailRowsZeroedRestUnchanged) {
+  if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  for (DType out : {DType::kBFloat16, DType::kFloat32}) {
+    for (int64_t extra : {int64_t{0}, int64_t{1}, int64_t{40}}) {
+      GemmCase c = bf16_case("zero_unused", GroupedGemmKind::kMGrouped, {0, 37, 130, 0, 21, 0},
+                             0, 264, 200);
+      c.out_dtype = out;
+      c.extra_rows = extra;
+      // int32 end offsets on one pass, int64 start offsets (G + 1 entries) on the others
+      c.offsets_dtype = extra == 1 ? DType::kInt32 : DType::kInt64;
+      c.offsets_format = extra == 1 ? GroupOffsetsFormat::kEndOffsets
+                                    : GroupOffsetsFormat::kStartOffsets;
+      const GemmFixture f = make_fixture(c);
+      const int64_t live = 37 + 130 + 21, rows = live + extra;
+      const int64_t row_bytes = 264 * static_cast<int64_t>(dtype_bytes(out, 1));
+      for (bool host_offsets : {false, true}) {
+        DeviceProblem plain(f, host_offsets), zeroed(f, host_offsets);
+        zeroed.problem.zero_unused_rows = true;
+        grouped_gemm(plain.problem);
+        grouped_gemm(zeroed.problem);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        const auto want = plain.d.storage.to_host<uint8_t>();
+        const auto got = zeroed.d.storage.to_host<uint8_t>();
+        ASSERT_EQ(static_cast<int64_t>(got.size()), rows * row_bytes);
+        const auto split = static_cast<size_t>(live * row_bytes);
+        EXPECT_TRUE(std::equal(got.begin(), got.begin() + split, want.begin()))
+            << dtype_name(out) << " extra " << extra << " host offsets " << host_offsets;
+        for (size_t i = split; i < got.size(); ++i) {
+          ASSERT_EQ(got[i], 0) << "byte " << i << " of a row past the groups, " << dtype_name(out)
+                               << " extra " << extra << " host offsets " << host_offsets;
+        }
+        if (extra > 0) {  // the plain run leaves them as they were (the poison)
+          EXPECT_TRUE(std::equal(want.begin() + split, want.end(), f.d_initial.begin() + split));
+        }
+      }
+    }
+  }
+  GemmCase kg = bf16_case("k_grouped", GroupedGemmKind::kKGrouped, {64, 0, 32}, 16, 24, 0);
+  const GemmFixture f = make_fixture(kg);
+  DeviceProblem d(f, false);
+  d.problem.zero_unused_rows = true;
+  std::string reason;
+  EXPECT_EQ(can_implement(d.problem, &reason), Status::kInvalidArgument);
+  EXPECT_NE(reason.find("zero_unused_rows"), std::string::npos) << reason;
 }
 
 }  // namespace

@@ -121,6 +121,10 @@ struct GroupedGemmProblem {
   // row count. The last offset must not exceed it (checked on host offsets; on the device, rows
   // past it are clamped away).
   int64_t max_total_rows = -1;
+  // kMGrouped only: also write zeros into D's rows past the last group's end (a capacity buffer's
+  // unused rows), the end read where the offsets live — on the device without a host sync.
+  // false: those rows are left as they were (torch._grouped_mm's behaviour).
+  bool zero_unused_rows = false;
 
   float alpha = 1.0f;
   TensorView group_alpha;  // optional FP32 (G): alpha_g = alpha · group_alpha[g]

@@ -68,9 +68,11 @@ def device_scope(device: torch.device):
 
 
 def run(kind: int, a, b, out: torch.Tensor, offs: torch.Tensor | None, *, transpose_a: bool,
-        transpose_b: bool, alpha: float = 1.0, beta: float = 0.0, key=None) -> torch.Tensor:
+        transpose_b: bool, alpha: float = 1.0, beta: float = 0.0, key=None,
+        zero_unused_rows: bool = False) -> torch.Tensor:
     """Runs one grouped GEMM into `out` (written in place) and returns `out`. `key`: a hashable
-    signature of the problem (shapes, dtypes, layouts) to reuse its workspace size."""
+    signature of the problem (shapes, dtypes, layouts) to reuse its workspace size.
+    zero_unused_rows (M-grouped): out's rows past offs[-1] are zeroed too (read on the device)."""
     device = out.device
     stream = stream_handle(device)
     with device_scope(device):
@@ -78,12 +80,12 @@ def run(kind: int, a, b, out: torch.Tensor, offs: torch.Tensor | None, *, transp
         ws = workspace(known, device) if known else None
         need = _C._grouped_gemm_into(kind, a, b, dl(out), None if offs is None else dl(offs), True,
                                      transpose_a, transpose_b, alpha, beta,
-                                     None if ws is None else dl(ws), stream)
+                                     None if ws is None else dl(ws), stream, zero_unused_rows)
         if need:
             ws = workspace(need, device)
             left = _C._grouped_gemm_into(kind, a, b, dl(out), None if offs is None else dl(offs),
                                          True, transpose_a, transpose_b, alpha, beta, dl(ws),
-                                         stream)
+                                         stream, zero_unused_rows)
             assert left == 0, "tessera grouped GEMM asked for more workspace than it sized"
         if key is not None:
             _workspace_bytes[key] = need if need else (known or 0)

@@ -41,12 +41,13 @@ def _m_grouped_fp8(aq: Tensor, a_s: Tensor, a_mode: str, bq: Tensor, b_s: Tensor
                    out_dtype: torch.dtype, name: str) -> Tensor:
     """out (T, out_cols) = A (T, ·) rowwise × the logical (b_rows, b_cols) weight matrix read
     from its rowwise copy (TN: forward) or its transposed columnwise copy (NN: dgrad); rows past
-    offs[-1] zero (tessera.torch.linear's module doc says why)."""
+    offs[-1] zero (tessera.torch.linear's module doc says why), written by the GEMM call on the
+    device (no fill of the whole output)."""
     t, c = aq.shape
-    out = aq.new_zeros((t, out_cols), dtype=out_dtype)
+    out = aq.new_empty((t, out_cols), dtype=out_dtype)
     br.run(br.KIND_M_GROUPED, _fp8_operand(aq, a_s, a_mode, t, c, False),
            _fp8_operand(bq, b_s, b_mode, b_rows, b_cols, b_columnwise), out, offs,
-           transpose_a=False, transpose_b=not b_columnwise,
+           transpose_a=False, transpose_b=not b_columnwise, zero_unused_rows=True,
            key=(name, t, c, b_rows, b_cols, out_dtype, a_mode, b_mode, aq.dtype))
     return out
 
