@@ -1,5 +1,5 @@
 # Sourced by the device-side scripts (tools/gpu/check.sh, tests/gemm_cuda/gpu_round.sh): unpacks
-# the build dependencies the device image lacks (GoogleTest, Google Benchmark, OpenBLAS; .debs
+# the build dependencies the device image lacks (GoogleTest, Google Benchmark, OpenBLAS, oneDNN; .debs
 # carried in .gpu-deps, fetched here by tools/gpu/fetch_deps.sh) into /tmp/gpu-deps once, and sets
 # P (their prefix), LIBDIR, LD_LIBRARY_PATH and PATH (nvcc). Needs ROOT set by the caller.
 P=/tmp/gpu-deps/usr

@@ -7,4 +7,4 @@ grep -qx "/.gpu-deps/" .git/info/exclude 2>/dev/null || echo "/.gpu-deps/" >> .g
 mkdir -p .gpu-deps/debs
 cd .gpu-deps/debs
 apt-get download libgtest-dev libgmock-dev libbenchmark-dev libbenchmark1debian libopenblas-dev \
-  libopenblas-pthread-dev libopenblas0-pthread libopenblas0 libgfortran5
+  libopenblas-pthread-dev libopenblas0-pthread libopenblas0 libgfortran5 libdnnl-dev libdnnl2
