@@ -61,6 +61,18 @@ def main():
     rows["_grouped_gemm_into (operands prebuilt)"] = lambda: _C._grouped_gemm_into(
         0, a, b, y, offs, True, False, True, 1.0, 0.0, None, stream)
     rows["br.dense x2 (DLPack operands)"] = lambda: (br.dense(x.detach()), br.dense(w.detach()))
+    # The FP8 step's device ops one by one, on prebuilt quantized operands (forward, dgrad, wgrad).
+    from tessera.torch import linear_ops as lo
+    xq, xs, xcq, xcs = tt.fp8.quantize_fp8_rowwise_impl(x.detach(), True, True)
+    dyq, dys, dycq, dycs = tt.fp8.quantize_fp8_rowwise_impl(dy, True, True)
+    wq, ws, wcq, wcs = tt.fp8.quantize_fp8_rowwise_impl(w.detach().reshape(g * n, k), True, True)
+    rows["fp8 fprop op"] = lambda: lo._fprop_impl(xq, xs, wq, ws, offs, g, torch.bfloat16,
+                                                  "rowwise", "rowwise")
+    rows["fp8 dgrad op"] = lambda: lo._dgrad_impl(dyq, dys, wcq, wcs, offs, g, torch.bfloat16,
+                                                  "rowwise", "rowwise")
+    rows["fp8 wgrad op"] = lambda: lo._wgrad_impl(dycq, dycs, xcq, xcs, offs, torch.bfloat16,
+                                                  "rowwise", "rowwise")
+    rows["quantize rowwise only"] = lambda: tt.fp8.quantize_fp8_rowwise_impl(dy, True, False)
     for name, fn in rows.items():
         print(f"{wall_us(fn):9.1f} us  {name}", flush=True)
     pr = cProfile.Profile()
@@ -71,7 +83,7 @@ def main():
     torch.cuda.synchronize()
     pr.disable()
     out = io.StringIO()
-    pstats.Stats(pr, stream=out).sort_stats("tottime").print_stats(12)
+    pstats.Stats(pr, stream=out).sort_stats("tottime").print_stats(25)
     print(out.getvalue())
 
 
