@@ -307,6 +307,6 @@ def fp8_rowwise_grouped_mm(x: Tensor, w_t: Tensor, offs: Tensor) -> Tensor:
     return grouped_linear(x, w_t.transpose(-2, -1), offs, "fp8_rowwise")
 
 
-__all__ = ["RECIPES", "CustomRecipe", "Fp8Role", "WeightCache", "fp8_linear_dgrad", "fp8_linear_fprop", "fp8_linear_wgrad",
-           "fp8_linear_wgrad_accumulate", "fp8_rowwise_grouped_mm", "grouped_linear",
-           "linear_wgrad_accumulate"]
+__all__ = ["RECIPES", "CustomRecipe", "Fp8Role", "WeightCache", "fp8_linear_dgrad",
+           "fp8_linear_fprop", "fp8_linear_wgrad", "fp8_linear_wgrad_accumulate",
+           "fp8_rowwise_grouped_mm", "grouped_linear", "linear_wgrad_accumulate"]

@@ -4,16 +4,16 @@ buffer whose rows are grouped by int32 cumulative end offsets (or group sizes).
     GroupedLinear:  y[rows of g] = x[rows of g] @ W_gᵀ (+ b_g)
     GroupedMLP:     h = x W1_gᵀ = [gate | up];  a = silu(gate) ⊙ up (⊙ p);  y = a W2_gᵀ
 
-Both run their GEMMs through tessera.torch.linear.grouped_linear (the operands are read as
-stored, FP8 weights are quantized once per weight version) and take every recipe of
+Both run their GEMMs through tessera.torch.linear.grouped_linear (the operands are read as stored,
+FP8 weights are quantized once per weight version) and take every recipe of
 tessera.torch.linear.RECIPES, a DelayedScaling or a CustomRecipe (tessera.torch.recipe; its roles
-carry the layer's `name`: GroupedMLP names its layers "fc1" and "fc2"). Weights are single contiguous (G, out, in)
-parameters (torch.nn.Linear's layout per group) in `params_dtype` (bf16 by default; FP32 master
-weights are cast or quantized for compute), so state_dict round-trips with plain tensors;
-fp8_delayed adds two buffers per layer, `delayed_scale` (3,) and `amax_history` (3, L) (rows:
-input, weight, grad_output), which state_dict carries too. accumulate_main_grad=True: the weight
-gradient is added to the FP32 `weight.main_grad` (Megatron's convention) and weight.grad is left
-alone.
+carry the layer's `name`: GroupedMLP names its layers "fc1" and "fc2"). Weights are single
+contiguous (G, out, in) parameters (torch.nn.Linear's layout per group) in `params_dtype` (bf16 by
+default; FP32 master weights are cast or quantized for compute), so state_dict round-trips with
+plain tensors; fp8_delayed adds two buffers per layer, `delayed_scale` (3,) and `amax_history`
+(3, L) (rows: input, weight, grad_output), which state_dict carries too. accumulate_main_grad=True:
+the weight gradient is added to the FP32 `weight.main_grad` (Megatron's convention) and
+weight.grad is left alone.
 """
 from __future__ import annotations
 
@@ -79,11 +79,12 @@ class GroupedLinear(nn.Module):
     "fp8_delayed:e4m3" / a DelayedScaling (per-role scale and amax history in the buffers
     `delayed_scale`, `amax_history`), "fp8_block" (1x128 blocks of x and dy, 128x128 tiles of
     W; on CUDA out_features % 128 == 0), or a CustomRecipe (its factory's config per role; the
-    roles carry `name`, resolved here: a bad config is refused when the layer is made). FP8 output is in the input's dtype; group sizes
-    multiples of 16. The weight's compute copy is cached until the weight changes (in-place
-    updates bump its version); `invalidate_weight_cache()` drops it. accumulate_main_grad: the
-    wgrad GEMM adds into the FP32 `weight.main_grad` (made zero here; the caller zeroes it
-    between optimizer steps) and weight.grad stays None; the bias gets a plain .grad.
+    roles carry `name`, resolved here: a bad config is refused when the layer is made). FP8
+    output is in the input's dtype; group sizes multiples of 16. The weight's compute copy is
+    cached until the weight changes (in-place updates bump its version);
+    `invalidate_weight_cache()` drops it. accumulate_main_grad: the wgrad GEMM adds into the
+    FP32 `weight.main_grad` (made zero here; the caller zeroes it between optimizer steps) and
+    weight.grad stays None; the bias gets a plain .grad.
 
     forward(x (T, in), offs (G,) int32 cumulative end offsets | splits=(G,) sizes) -> (T, out).
     Rows past offs[-1] are not computed (left unwritten, as torch._grouped_mm does).
