@@ -1,6 +1,7 @@
 // tessera._tessera.quantize: a recipe or scaling mode applied to a NumPy (host) array, returning a
 // QuantizedTensor object whose buffers come back as NumPy arrays (copies) and which dequantizes;
 // _recipe_config: the quantizer config a recipe gives a role (what tessera.torch builds on);
+// _custom_recipe_config: the same for a CustomRecipe whose factory is a Python callable;
 // recipe_table and scaling_mode_table: the C++ tables as lists of dicts.
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
@@ -27,6 +28,21 @@ TensorType parse_tensor_type(const std::string& s) {
   }
   TESSERA_FAIL(Status::kInvalidArgument, "role: '", s, "' is not known; expected input, weight, "
                "output, grad_output, grad_input or grad_weight");
+}
+
+// The family column of the scaling-mode table, for front ends that pair modes as the GEMM does
+// (modes of one family can meet in one GEMM).
+const char* scale_family_name(ScaleFamily f) {
+  switch (f) {
+    case ScaleFamily::kNone: return "none";
+    case ScaleFamily::kTensor: return "tensor";
+    case ScaleFamily::kRowwise: return "rowwise";
+    case ScaleFamily::kBlock: return "block";
+    case ScaleFamily::kMXFP8: return "mxfp8";
+    case ScaleFamily::kNVFP4: return "nvfp4";
+  }
+  TESSERA_FAIL(Status::kInvalidArgument, "scale family ", static_cast<int>(f),
+               " is not known; expected none, tensor, rowwise, block, mxfp8 or nvfp4");
 }
 
 }  // namespace
@@ -147,6 +163,78 @@ nb::object dequantize_py(const PyQuantized& q, bool columnwise, const std::strin
   return out;
 }
 
+// A quantizer config as a dict (what front ends read): mode, element, usages, delayed-scaling
+// options, power_of_two_scales, and the recipe's token alignment.
+nb::dict config_dict(const QuantizerConfig& c, int token_alignment) {
+  nb::dict d;
+  d["mode"] = scaling_mode_name(c.mode);
+  d["element"] = dtype_name(c.element);
+  d["rowwise"] = c.rowwise;
+  d["columnwise"] = c.columnwise;
+  d["delayed"] = c.delayed;
+  d["amax_history_len"] = c.amax_history_len;
+  d["amax_compute_algo"] = c.amax_algo == AmaxHistoryAlgo::kMax ? "max" : "most_recent";
+  d["margin"] = c.margin;
+  d["amax_epsilon"] = c.amax_epsilon;
+  d["power_of_two_scales"] = c.power_of_two_scales;
+  d["token_alignment"] = token_alignment;
+  return d;
+}
+
+// The config a Python factory returned for one role: a dict with "mode" (a name of the
+// scaling-mode table) and optionally "element" (default: the mode's, make_config; checked by
+// validate_config); every other field takes the mode's defaults (current scaling, compact
+// scales, power-of-two scales for the block modes).
+QuantizerConfig config_from_factory(nb::handle out) {
+  TESSERA_CHECK(nb::isinstance<nb::dict>(out), "the factory must return a dict "
+                "{'mode': ..., 'element': ...} (tessera.torch.QuantizerConfig converts), got ",
+                nb::type_name(out.type()).c_str());
+  const nb::dict d = nb::borrow<nb::dict>(out);
+  for (auto [k, v] : d) {
+    const std::string key = arg_string(k, "config key");
+    TESSERA_CHECK(key == "mode" || key == "element", "config key '", key,
+                  "' is not known; expected mode and element (the other fields take the "
+                  "mode's defaults)");
+  }
+  TESSERA_CHECK(d.contains("mode"), "the config has no 'mode'; expected one of ",
+                scaling_mode_names());
+  const std::string mode = arg_string(d["mode"], "config mode");
+  bool known = false;
+  for (const ScalingModeInfo& m : scaling_mode_table()) {
+    known = known || (m.family != ScaleFamily::kNone && mode == m.name);
+  }
+  TESSERA_CHECK(known, "mode '", mode, "' is not a scaling mode; expected one of ",
+                scaling_mode_names());
+  QuantizerConfig c = make_config(scaling_mode_from_name(mode.c_str()));
+  if (d.contains("element")) c.element = parse_dtype(arg_string(d["element"], "config element"));
+  return c;
+}
+
+// The config a CustomRecipe gives a role, its factory a Python callable
+// factory(module_type, tensor_type, name) -> dict (tessera.torch.CustomRecipe wraps the user's
+// factory, which takes a role object): the C++ CustomRecipe / Recipe::config_for path, then
+// validate_config; every tessera error names the recipe and role.
+nb::dict custom_recipe_config(nb::callable factory, const std::string& recipe,
+                              const std::string& module_type, const std::string& tensor_type,
+                              const std::string& name) {
+  CustomRecipe custom;
+  custom.name = recipe;
+  custom.factory = [&factory](const QuantizerRole& role) {
+    return config_from_factory(
+        factory(role.module_type, tensor_type_name(role.tensor_type), role.name));
+  };
+  const Recipe r = custom.to_recipe();
+  const QuantizerRole role{module_type, parse_tensor_type(tensor_type), name};
+  QuantizerConfig c;
+  try {
+    c = r.config_for(role);
+    validate_config(c);
+  } catch (const Error& e) {
+    throw Error(e.status(), "recipe '" + recipe + "', role " + role.to_string() + ": " + e.what());
+  }
+  return config_dict(c, r.token_alignment);
+}
+
 // The quantizer config the C++ recipe gives a role (Recipe::config_for: element per format,
 // HYBRID = E5M2 for gradients; mode per tensor type; usages; delayed-scaling options), for front
 // ends that build their quantizers from the same recipe (tessera.torch). Options override the
@@ -174,19 +262,7 @@ nb::dict recipe_config(const std::string& recipe, const std::string& module_type
   TESSERA_CHECK(r.quantized(), "recipe: '", recipe, "' does not quantize; it has no roles");
   const QuantizerConfig c = r.config_for({module_type, parse_tensor_type(tensor_type), name});
   validate_config(c);
-  nb::dict d;
-  d["mode"] = scaling_mode_name(c.mode);
-  d["element"] = dtype_name(c.element);
-  d["rowwise"] = c.rowwise;
-  d["columnwise"] = c.columnwise;
-  d["delayed"] = c.delayed;
-  d["amax_history_len"] = c.amax_history_len;
-  d["amax_compute_algo"] = c.amax_algo == AmaxHistoryAlgo::kMax ? "max" : "most_recent";
-  d["margin"] = c.margin;
-  d["amax_epsilon"] = c.amax_epsilon;
-  d["power_of_two_scales"] = c.power_of_two_scales;
-  d["token_alignment"] = r.token_alignment;
-  return d;
+  return config_dict(c, r.token_alignment);
 }
 
 }  // namespace
@@ -214,6 +290,11 @@ void register_quantize(nb::module_& m) {
         nb::arg("tensor_type"), nb::arg("name"), nb::arg("options"),
         "The quantizer config (a dict) that the C++ recipe gives the role (module_type, "
         "tensor_type, name); options: amax_history_len, amax_compute_algo, margin.");
+  m.def("_custom_recipe_config", &custom_recipe_config, nb::arg("factory"), nb::arg("recipe"),
+        nb::arg("module_type"), nb::arg("tensor_type"), nb::arg("name"),
+        "The quantizer config (a dict, as _recipe_config's) that a C++ CustomRecipe whose factory "
+        "is factory(module_type, tensor_type, name) -> {'mode': ..., 'element': ...} gives the "
+        "role; the config is checked by validate_config.");
   m.def("quantize", &quantize_py, nb::arg("x"), nb::arg("recipe_or_mode"), nb::arg("src_dtype"),
         nb::arg("rowwise"), nb::arg("columnwise"), nb::arg("options"));
   nb::list recipes;
@@ -236,6 +317,7 @@ void register_quantize(nb::module_& m) {
     if (s.family == ScaleFamily::kNone) continue;
     nb::dict d;
     d["name"] = s.name;
+    d["family"] = scale_family_name(s.family);
     d["scale_dtype"] = dtype_name(s.scale_dtype);
     d["fp4"] = s.fp4;
     d["block"] = nb::make_tuple(s.block_rows, s.block_cols);

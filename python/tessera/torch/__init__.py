@@ -14,6 +14,9 @@
     GroupedMLP(num_groups, hidden, ffn, recipe, bias, params_dtype=, accumulate_main_grad=)
                                            fc1 -> SwiGLU (x probs) -> fc2
     DelayedScaling(amax_history_len, amax_compute_algo, margin, fp8_format)   TE's recipe
+    CustomRecipe(factory, name)            factory(QuantizerRole) -> QuantizerConfig(mode,
+                                           element) per role (input, weight, grad_output of a
+                                           named layer), wherever a recipe name is accepted
     MoELayer(hidden, ffn, num_experts, top_k, recipe, ep_group)  router -> dispatch -> experts
 
 The ops are torch.library custom ops in the "tessera" namespace (torch.ops.tessera.*) with fake
@@ -34,8 +37,10 @@ from .fp8 import (quantize_backend, quantize_fp8_block, quantize_fp8_block_impl,
 from .linear import RECIPES, WeightCache, fp8_rowwise_grouped_mm, grouped_linear
 from .modules import GroupedLinear, GroupedMLP
 from .ops import grouped_mm, scaled_grouped_mm
+from .recipe import CustomRecipe, QuantizerConfig, QuantizerRole
 
-__all__ = ["DelayedScaling", "GroupedLinear", "GroupedMLP", "RECIPES", "WeightCache",
+__all__ = ["CustomRecipe", "DelayedScaling", "GroupedLinear", "GroupedMLP", "QuantizerConfig",
+           "QuantizerRole", "RECIPES", "WeightCache",
            "fp8_rowwise_grouped_mm", "grouped_linear", "grouped_mm", "quantize_backend",
            "quantize_fp8_block", "quantize_fp8_block_impl", "quantize_fp8_delayed",
            "quantize_fp8_delayed_impl", "quantize_fp8_rowwise", "quantize_fp8_rowwise_impl",

@@ -7,7 +7,9 @@ sync, CUDA-graph capturable.
 
 Quantization: `quantize_fp8_rowwise` (a custom op) runs tessera's rowwise quantizer when the
 extension has it for the tensor's device; otherwise the torch implementation of the same rule
-(docs/numerics.md, current scaling: scale = 448 / amax, amax 0 or non-finite -> 1, saturating RNE cast).
+(docs/numerics.md, current scaling: scale = fp8_max / amax (448 E4M3, 57344 E5M2), amax 0 or
+non-finite -> 1, saturating RNE cast). The rowwise and per-tensor quantizers take an `element`
+("e4m3", the default, or "e5m2": custom recipes quantize gradients to E5M2).
 `quantize_backend(device)` says which one runs. The per-tensor and block quantizers always run
 tessera's (its CPU and CUDA backends; no torch fallback). `scale_shape` gives the scale_inv shape
 of any mode's copy, from the C++ scaling-mode table.
@@ -21,6 +23,7 @@ from .. import _tessera as _C
 from . import _bridge as br
 
 _E4M3_MAX = 448.0
+_FP8_MAX = {"e4m3": _E4M3_MAX, "e5m2": 57344.0}
 _FLT_MAX = torch.finfo(torch.float32).max
 _HAS_TESSERA_QUANTIZE = hasattr(_C, "_quantize_into")
 FP8_DTYPES = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
@@ -63,72 +66,82 @@ def quantize_backend(device) -> str:
     return "tessera"
 
 
-def _quantize_torch(x: Tensor, dim: int) -> tuple[Tensor, Tensor]:
-    """E4M3 codes of x and the FP32 scale_inv per slice along `dim` (current scaling)."""
+def _check_element(element: str, op: str) -> None:
+    torch._check(element in FP8_DTYPES,
+                 lambda: f"{op}: element {element!r} is not one of {tuple(FP8_DTYPES)}")
+
+
+def _quantize_torch(x: Tensor, dim: int, element: str = "e4m3") -> tuple[Tensor, Tensor]:
+    """FP8 codes of x and the FP32 scale_inv per slice along `dim` (current scaling)."""
+    fp8_max = _FP8_MAX[element]
     amax = x.abs().amax(dim=dim, keepdim=True).float()
     finite = torch.isfinite(amax)
     ok = (amax > 0) & finite
     # A tensor / tensor division: `448.0 / t` is reciprocal(t) * 448 in torch (two roundings),
     # which gave scales 1 ulp off tessera's on the H200 run.
-    scale = torch.where(ok, torch.full_like(amax, _E4M3_MAX) / torch.where(ok, amax, 1.0), 1.0)
+    scale = torch.where(ok, torch.full_like(amax, fp8_max) / torch.where(ok, amax, 1.0), 1.0)
     scale = scale.clamp(max=_FLT_MAX)
     # A NaN or +-inf in the slice: its scale is NaN, so its codes and scale_inv are NaN
     # (docs/numerics.md, "Non-finite input").
     scale = torch.where(finite, scale, float("nan"))
-    q = (x.float() * scale).clamp(-_E4M3_MAX, _E4M3_MAX).to(torch.float8_e4m3fn)
+    q = (x.float() * scale).clamp(-fp8_max, fp8_max).to(FP8_DTYPES[element])
     return q, (1.0 / scale).reshape(-1)
 
 
-def quantize_fp8_rowwise_impl(x: Tensor, rowwise: bool = True,
-                              columnwise: bool = False) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
-    """FP8 E4M3 rowwise quantization of a 2-D (R, C) tensor in one pass.
+def quantize_fp8_rowwise_impl(x: Tensor, rowwise: bool = True, columnwise: bool = False,
+                              element: str = "e4m3") -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """FP8 rowwise quantization (E4M3 by default, or `element` "e5m2") of a 2-D (R, C) tensor in
+    one pass.
 
     Returns (data (R, C), scale_inv (R,), columnwise_data (C, R), columnwise_scale_inv (C,));
     the columnwise copy is stored transposed (tessera's contract), i.e. it is the rowwise
     quantization of x^T. A usage not asked for comes back as empty tensors.
     """
     torch._check(x.dim() == 2, lambda: f"quantize_fp8_rowwise: x must be 2-D, got {x.dim()}-D")
+    _check_element(element, "quantize_fp8_rowwise")
     r, c = x.shape
-    dev = x.device
-    data = torch.empty((r, c) if rowwise else (0, 0), dtype=torch.float8_e4m3fn, device=dev)
+    dev, dt = x.device, FP8_DTYPES[element]
+    data = torch.empty((r, c) if rowwise else (0, 0), dtype=dt, device=dev)
     sinv = torch.empty((r if rowwise else 0,), dtype=torch.float32, device=dev)
-    cdata = torch.empty((c, r) if columnwise else (0, 0), dtype=torch.float8_e4m3fn, device=dev)
+    cdata = torch.empty((c, r) if columnwise else (0, 0), dtype=dt, device=dev)
     csinv = torch.empty((c if columnwise else 0,), dtype=torch.float32, device=dev)
     if quantize_backend(dev) == "tessera":
         x_c = x if x.is_contiguous() else x.contiguous()
         dl = br.dl
         with br.device_scope(dev):
-            _C._quantize_into(dl(x_c), "rowwise", "e4m3", rowwise, columnwise,
+            _C._quantize_into(dl(x_c), "rowwise", element, rowwise, columnwise,
                               dl(data.view(torch.uint8)), dl(sinv), dl(cdata.view(torch.uint8)),
                               dl(csinv), br.stream_handle(dev))
         return data, sinv, cdata, csinv
     if rowwise:
-        q, s = _quantize_torch(x, 1)
+        q, s = _quantize_torch(x, 1, element)
         data.copy_(q)
         sinv.copy_(s)
     if columnwise:
-        q, s = _quantize_torch(x.t(), 1)
+        q, s = _quantize_torch(x.t(), 1, element)
         cdata.copy_(q)
         csinv.copy_(s)
     return data, sinv, cdata, csinv
 
 
-def quantize_fp8_tensor_impl(x: Tensor, rowwise: bool = True,
-                             columnwise: bool = False) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
-    """FP8 E4M3 per-tensor current scaling (TE's Float8CurrentScaling) of a 2-D (R, C) tensor:
-    scale = 448 / amax(x) (amax 0 or non-finite -> 1), both copies with that one scale, the
+def quantize_fp8_tensor_impl(x: Tensor, rowwise: bool = True, columnwise: bool = False,
+                             element: str = "e4m3") -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """FP8 per-tensor current scaling (TE's Float8CurrentScaling; E4M3 by default, or `element`
+    "e5m2") of a 2-D (R, C) tensor:
+    scale = fp8_max / amax(x) (amax 0 or non-finite -> 1), both copies with that one scale, the
     columnwise copy stored transposed. Returns (data (R, C), scale_inv (1,), columnwise_data
     (C, R), columnwise_scale_inv (1,)); a usage not asked for comes back empty."""
     torch._check(x.dim() == 2, lambda: f"quantize_fp8_tensor: x must be 2-D, got {x.dim()}-D")
+    _check_element(element, "quantize_fp8_tensor")
     r, c = x.shape
-    dev = x.device
-    data = torch.empty((r, c) if rowwise else (0, 0), dtype=torch.float8_e4m3fn, device=dev)
-    cdata = torch.empty((c, r) if columnwise else (0, 0), dtype=torch.float8_e4m3fn, device=dev)
+    dev, dt = x.device, FP8_DTYPES[element]
+    data = torch.empty((r, c) if rowwise else (0, 0), dtype=dt, device=dev)
+    cdata = torch.empty((c, r) if columnwise else (0, 0), dtype=dt, device=dev)
     scales = torch.empty(4, dtype=torch.float32, device=dev)  # scale_inv, cw scale_inv, amaxes
     x_c = x if x.is_contiguous() else x.contiguous()
     dl = br.dl
     with br.device_scope(dev):
-        _C._quantize_into(dl(x_c), "tensor", "e4m3", rowwise, columnwise,
+        _C._quantize_into(dl(x_c), "tensor", element, rowwise, columnwise,
                           dl(data.view(torch.uint8)), dl(scales[0:1]),
                           dl(cdata.view(torch.uint8)), dl(scales[1:2]), br.stream_handle(dev),
                           dl(scales[2:3]), dl(scales[3:4]))
@@ -137,38 +150,38 @@ def quantize_fp8_tensor_impl(x: Tensor, rowwise: bool = True,
 
 
 @torch.library.custom_op("tessera::quantize_fp8_tensor", mutates_args=())
-def quantize_fp8_tensor(x: Tensor, rowwise: bool = True,
-                        columnwise: bool = False) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+def quantize_fp8_tensor(x: Tensor, rowwise: bool = True, columnwise: bool = False,
+                        element: str = "e4m3") -> Tuple[Tensor, Tensor, Tensor, Tensor]:
     """The custom op of quantize_fp8_tensor_impl (traceable by torch.compile)."""
-    out = quantize_fp8_tensor_impl(x, rowwise, columnwise)
+    out = quantize_fp8_tensor_impl(x, rowwise, columnwise, element)
     return tuple(t.clone() if t.dim() == 1 else t for t in out)  # outputs must not alias
 
 
 @quantize_fp8_tensor.register_fake
-def _quantize_tensor_fake(x, rowwise=True, columnwise=False):
+def _quantize_tensor_fake(x, rowwise=True, columnwise=False, element="e4m3"):
     r, c = x.shape
-    e4m3 = torch.float8_e4m3fn
-    return (x.new_empty((r, c) if rowwise else (0, 0), dtype=e4m3),
+    dt = FP8_DTYPES[element]
+    return (x.new_empty((r, c) if rowwise else (0, 0), dtype=dt),
             x.new_empty((1 if rowwise else 0,), dtype=torch.float32),
-            x.new_empty((c, r) if columnwise else (0, 0), dtype=e4m3),
+            x.new_empty((c, r) if columnwise else (0, 0), dtype=dt),
             x.new_empty((1 if columnwise else 0,), dtype=torch.float32))
 
 
 @torch.library.custom_op("tessera::quantize_fp8_rowwise", mutates_args=())
-def quantize_fp8_rowwise(x: Tensor, rowwise: bool = True,
-                         columnwise: bool = False) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
-    """FP8 E4M3 rowwise quantization of a 2-D (R, C) tensor in one pass (the custom op of
+def quantize_fp8_rowwise(x: Tensor, rowwise: bool = True, columnwise: bool = False,
+                         element: str = "e4m3") -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """FP8 rowwise quantization of a 2-D (R, C) tensor in one pass (the custom op of
     quantize_fp8_rowwise_impl, traceable by torch.compile)."""
-    return quantize_fp8_rowwise_impl(x, rowwise, columnwise)
+    return quantize_fp8_rowwise_impl(x, rowwise, columnwise, element)
 
 
 @quantize_fp8_rowwise.register_fake
-def _quantize_fake(x, rowwise=True, columnwise=False):
+def _quantize_fake(x, rowwise=True, columnwise=False, element="e4m3"):
     r, c = x.shape
-    e4m3 = torch.float8_e4m3fn
-    return (x.new_empty((r, c) if rowwise else (0, 0), dtype=e4m3),
+    dt = FP8_DTYPES[element]
+    return (x.new_empty((r, c) if rowwise else (0, 0), dtype=dt),
             x.new_empty((r if rowwise else 0,), dtype=torch.float32),
-            x.new_empty((c, r) if columnwise else (0, 0), dtype=e4m3),
+            x.new_empty((c, r) if columnwise else (0, 0), dtype=dt),
             x.new_empty((c if columnwise else 0,), dtype=torch.float32))
 
 

@@ -3,8 +3,9 @@ dgrad and wgrad, for every recipe the torch front end runs.
 
     grouped_linear(x (T, K), weight (G, N, K), offs (G,) int32 cumulative end offsets,
                    recipe="bf16" | "fp8_rowwise" | "fp8_current" | "fp8_delayed" | "fp8_block"
-                          | DelayedScaling,
-                   weight_cache=None, *, delayed_state=None, main_grad=None) -> y (T, N)
+                          | DelayedScaling | CustomRecipe,
+                   weight_cache=None, *, delayed_state=None, main_grad=None, name="")
+                   -> y (T, N)
 
 Each GEMM reads its operands in the layout they are in (nothing is transposed or copied between
 tessera calls, no PyTorch elementwise op runs in the step):
@@ -37,8 +38,12 @@ tessera calls, no PyTorch elementwise op runs in the step):
   contraction straddles two experts, and refuses other N; the CPU runs every shape), wgrad = dy
   columnwise · x columnwise (the 128-token blocks may straddle group boundaries: a block's scale
   then covers rows of two experts). Scales applied per block inside the GEMM's main loop.
+- a CustomRecipe (tessera.torch.recipe): the step of the modes and elements its factory gives
+  the roles of layer `name` (any mix of the above that the GEMMs pair: one scale family for all
+  three roles, E5M2 for grad_output only); per-tensor roles use current scaling.
 Each FP8 recipe's roles (input, weight, grad_output) get the scaling mode and element the C++
-recipe gives them (`_tessera._recipe_config`); the mode travels with the codes into the GEMM ops.
+recipe gives them (`_tessera._recipe_config`, `_custom_recipe_config`); the mode travels with the
+codes into the GEMM ops.
 Group sizes for FP8 must be multiples of 16 rows (as torch._scaled_grouped_mm asks): the wgrad
 reads each group's token columns with 16-byte TMA loads and writes NaN for a group that breaks
 this, never silently wrong numbers. Rows past offs[-1] (a capacity buffer): the BF16 GEMMs leave
@@ -57,7 +62,7 @@ storage or shape): both usages are always produced together, so no usage can go 
 """
 from __future__ import annotations
 
-from typing import NamedTuple, Optional, Tuple
+from typing import Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -70,18 +75,10 @@ from .fp8 import (quantize_fp8_block, quantize_fp8_block_impl, quantize_fp8_roww
 from .linear_ops import (_Ops, fp8_linear_dgrad, fp8_linear_fprop, fp8_linear_wgrad,
                          fp8_linear_wgrad_accumulate, linear_wgrad_accumulate)
 from .ops import grouped_mm
+from .recipe import CustomRecipe, Fp8Role
 
 RECIPES = ("bf16", "fp8_rowwise", "fp8_current", "fp8_delayed", "fp8_block")
 _COMPUTE_DTYPES = (torch.bfloat16, torch.float16)  # 16-bit GEMM dtypes of the bf16 recipe
-
-
-class Fp8Role(NamedTuple):
-    """How one tensor of the step (input, weight or grad_output) is quantized: the scaling mode
-    and FP8 element the C++ recipe gives the role, and fp8_delayed's role state (scale, history,
-    element, algorithm, margin: DelayedScaling.role_state; None for the stateless recipes)."""
-    mode: str
-    element: str
-    delayed: Optional[tuple] = None
 
 
 def _recipe_roles(cpp_recipe: str) -> Tuple[Fp8Role, Fp8Role, Fp8Role]:
@@ -96,10 +93,10 @@ _FP8_ROLES = {"fp8_rowwise": _recipe_roles("fp8_rowwise"),
               "fp8_current": _recipe_roles("fp8_current:e4m3"),
               "fp8_delayed": _recipe_roles("fp8_delayed"),
               "fp8_block": _recipe_roles("fp8_block")}
-# Stateless E4M3 quantizers per mode, called (x, rowwise, columnwise): (custom op, eager
+# Stateless quantizers per mode, called (x, rowwise, columnwise, element): (custom op, eager
 # implementation). Block modes go through quantize_fp8_block, which takes mode and element.
-_E4M3_QUANTIZERS = {"rowwise": (quantize_fp8_rowwise, quantize_fp8_rowwise_impl),
-                    "tensor": (quantize_fp8_tensor, quantize_fp8_tensor_impl)}
+_QUANTIZERS = {"rowwise": (quantize_fp8_rowwise, quantize_fp8_rowwise_impl),
+               "tensor": (quantize_fp8_tensor, quantize_fp8_tensor_impl)}
 
 
 def _quantize(role: Fp8Role, x: Tensor, rowwise: bool, columnwise: bool):
@@ -111,8 +108,8 @@ def _quantize(role: Fp8Role, x: Tensor, rowwise: bool, columnwise: bool):
         state = role.delayed
         quantize = quantize_fp8_delayed if compiling else quantize_fp8_delayed_impl
         return quantize(x, state[0], state[1], rowwise, columnwise, *state[2:])
-    if role.mode in _E4M3_QUANTIZERS:
-        return _E4M3_QUANTIZERS[role.mode][0 if compiling else 1](x, rowwise, columnwise)
+    if role.mode in _QUANTIZERS:
+        return _QUANTIZERS[role.mode][0 if compiling else 1](x, rowwise, columnwise, role.element)
     quantize = quantize_fp8_block if compiling else quantize_fp8_block_impl
     return quantize(x, role.mode, role.element, rowwise, columnwise)
 
@@ -266,16 +263,19 @@ def _delayed_roles(delayed: DelayedScaling, state, device: torch.device):
 def grouped_linear(x: Tensor, weight: Tensor, offs: Tensor, recipe="bf16",
                    weight_cache: Optional[WeightCache] = None, *,
                    delayed_state: Optional[Tuple[Tensor, Tensor]] = None,
-                   main_grad: Optional[Tensor] = None) -> Tensor:
+                   main_grad: Optional[Tensor] = None, name: str = "") -> Tensor:
     """y (T, N) = x (T, K) · W_gᵀ for the rows of each group (offs: int32 cumulative ends),
     weight (G, N, K) as torch.nn.Linear stores it per group. Differentiable in x and weight.
-    recipe: a name of RECIPES ("fp8_delayed:e4m3" too) or a DelayedScaling; fp8_delayed needs
-    `delayed_state` (module doc). main_grad: FP32 (G, N, K) that the weight gradient is added to
-    instead of being returned. Rows past offs[-1] are left unwritten (as torch._grouped_mm)."""
+    recipe: a name of RECIPES ("fp8_delayed:e4m3" too), a DelayedScaling or a CustomRecipe;
+    fp8_delayed needs `delayed_state` (module doc). main_grad: FP32 (G, N, K) that the weight
+    gradient is added to instead of being returned. name: the layer's name in the roles a
+    CustomRecipe's factory sees. Rows past offs[-1] are left unwritten (as torch._grouped_mm)."""
     _check(x, weight, offs, main_grad)
-    name, delayed = resolve(recipe)
     cache = weight_cache if weight_cache is not None else WeightCache()
-    if name == "bf16":
+    if isinstance(recipe, CustomRecipe):
+        return _fp8_step(x, weight, offs, recipe.roles(name), cache, main_grad)
+    recipe_name, delayed = resolve(recipe)
+    if recipe_name == "bf16":
         dtype = weight.dtype if weight.dtype in _COMPUTE_DTYPES else torch.bfloat16
         xc = x.to(dtype)
         xc = xc if xc.is_contiguous() else xc.contiguous()
@@ -284,14 +284,20 @@ def grouped_linear(x: Tensor, weight: Tensor, offs: Tensor, recipe="bf16",
         same = weight.dtype == dtype and weight.is_contiguous()
         w_copy = None if same else cache.get_cast(weight, dtype)
         return _DenseLinear.apply(xc, weight, offs, w_copy, main_grad)
-    if name in _FP8_ROLES:
-        roles = (_FP8_ROLES[name] if delayed is None
+    if recipe_name in _FP8_ROLES:
+        roles = (_FP8_ROLES[recipe_name] if delayed is None
                  else _delayed_roles(delayed, delayed_state, x.device))
-        wq, ws, wcq, wcs = cache.get(weight, roles[1])
-        xc = x if x.is_contiguous() else x.contiguous()
-        return _Fp8Linear.apply(xc, weight, offs, roles, wq, ws, wcq, wcs, main_grad)
+        return _fp8_step(x, weight, offs, roles, cache, main_grad)
     raise ValueError(f"recipe: {recipe!r} is not supported by tessera.torch; expected one of "
-                     f"{RECIPES} or a DelayedScaling")
+                     f"{RECIPES}, a DelayedScaling or a CustomRecipe")
+
+
+def _fp8_step(x: Tensor, weight: Tensor, offs: Tensor, roles, cache: WeightCache,
+              main_grad: Optional[Tensor]) -> Tensor:
+    """The FP8 step with the (input, weight, grad_output) Fp8Roles `roles`."""
+    wq, ws, wcq, wcs = cache.get(weight, roles[1])
+    xc = x if x.is_contiguous() else x.contiguous()
+    return _Fp8Linear.apply(xc, weight, offs, roles, wq, ws, wcq, wcs, main_grad)
 
 
 def fp8_rowwise_grouped_mm(x: Tensor, w_t: Tensor, offs: Tensor) -> Tensor:
@@ -301,6 +307,6 @@ def fp8_rowwise_grouped_mm(x: Tensor, w_t: Tensor, offs: Tensor) -> Tensor:
     return grouped_linear(x, w_t.transpose(-2, -1), offs, "fp8_rowwise")
 
 
-__all__ = ["RECIPES", "WeightCache", "fp8_linear_dgrad", "fp8_linear_fprop", "fp8_linear_wgrad",
-           "fp8_linear_wgrad_accumulate", "fp8_rowwise_grouped_mm", "grouped_linear",
-           "linear_wgrad_accumulate"]
+__all__ = ["RECIPES", "CustomRecipe", "Fp8Role", "WeightCache", "fp8_linear_dgrad",
+           "fp8_linear_fprop", "fp8_linear_wgrad", "fp8_linear_wgrad_accumulate",
+           "fp8_rowwise_grouped_mm", "grouped_linear", "linear_wgrad_accumulate"]

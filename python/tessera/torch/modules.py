@@ -4,15 +4,16 @@ buffer whose rows are grouped by int32 cumulative end offsets (or group sizes).
     GroupedLinear:  y[rows of g] = x[rows of g] @ W_gᵀ (+ b_g)
     GroupedMLP:     h = x W1_gᵀ = [gate | up];  a = silu(gate) ⊙ up (⊙ p);  y = a W2_gᵀ
 
-Both run their GEMMs through tessera.torch.linear.grouped_linear (the operands are read as
-stored, FP8 weights are quantized once per weight version) and take every recipe of
-tessera.torch.linear.RECIPES, or a DelayedScaling. Weights are single contiguous (G, out, in)
-parameters (torch.nn.Linear's layout per group) in `params_dtype` (bf16 by default; FP32 master
-weights are cast or quantized for compute), so state_dict round-trips with plain tensors;
-fp8_delayed adds two buffers per layer, `delayed_scale` (3,) and `amax_history` (3, L) (rows:
-input, weight, grad_output), which state_dict carries too. accumulate_main_grad=True: the weight
-gradient is added to the FP32 `weight.main_grad` (Megatron's convention) and weight.grad is left
-alone.
+Both run their GEMMs through tessera.torch.linear.grouped_linear (the operands are read as stored,
+FP8 weights are quantized once per weight version) and take every recipe of
+tessera.torch.linear.RECIPES, a DelayedScaling or a CustomRecipe (tessera.torch.recipe; its roles
+carry the layer's `name`: GroupedMLP names its layers "fc1" and "fc2"). Weights are single
+contiguous (G, out, in) parameters (torch.nn.Linear's layout per group) in `params_dtype` (bf16 by
+default; FP32 master weights are cast or quantized for compute), so state_dict round-trips with
+plain tensors; fp8_delayed adds two buffers per layer, `delayed_scale` (3,) and `amax_history`
+(3, L) (rows: input, weight, grad_output), which state_dict carries too. accumulate_main_grad=True:
+the weight gradient is added to the FP32 `weight.main_grad` (Megatron's convention) and
+weight.grad is left alone.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from torch import Tensor, nn
 
 from .delayed import DelayedScaling, resolve
 from .linear import RECIPES, WeightCache, grouped_linear
+from .recipe import CustomRecipe
 
 
 def offsets_from(offs: Optional[Tensor], splits: Optional[Tensor], groups: int) -> Tensor:
@@ -40,11 +42,15 @@ def offsets_from(offs: Optional[Tensor], splits: Optional[Tensor], groups: int) 
     return torch.cumsum(splits, 0, dtype=torch.int32)
 
 
-def _check_recipe(recipe) -> Tuple[str, Optional[DelayedScaling]]:
+def _check_recipe(recipe) -> Tuple[object, Optional[DelayedScaling]]:
+    """(recipe name or CustomRecipe, DelayedScaling or None) of a recipe argument."""
+    if isinstance(recipe, CustomRecipe):
+        return recipe, None
     name, delayed = resolve(recipe)
     if name not in RECIPES or (delayed is None and ":" in name):
         raise ValueError(f"recipe: {recipe!r} is not supported by tessera.torch; expected one of "
-                         f"{RECIPES} (fp8_delayed also as fp8_delayed:e4m3) or a DelayedScaling")
+                         f"{RECIPES} (fp8_delayed also as fp8_delayed:e4m3), a DelayedScaling or "
+                         f"a CustomRecipe")
     return name, delayed
 
 
@@ -72,11 +78,13 @@ class GroupedLinear(nn.Module):
     dtype, or bf16 for FP32 master weights), "fp8_rowwise", "fp8_current", "fp8_delayed" /
     "fp8_delayed:e4m3" / a DelayedScaling (per-role scale and amax history in the buffers
     `delayed_scale`, `amax_history`), "fp8_block" (1x128 blocks of x and dy, 128x128 tiles of
-    W; on CUDA out_features % 128 == 0). FP8 output is in the input's dtype; group sizes
-    multiples of 16. The weight's compute copy is cached until the weight changes (in-place
-    updates bump its version); `invalidate_weight_cache()` drops it. accumulate_main_grad: the
-    wgrad GEMM adds into the FP32 `weight.main_grad` (made zero here; the caller zeroes it
-    between optimizer steps) and weight.grad stays None; the bias gets a plain .grad.
+    W; on CUDA out_features % 128 == 0), or a CustomRecipe (its factory's config per role; the
+    roles carry `name`, resolved here: a bad config is refused when the layer is made). FP8
+    output is in the input's dtype; group sizes multiples of 16. The weight's compute copy is
+    cached until the weight changes (in-place updates bump its version);
+    `invalidate_weight_cache()` drops it. accumulate_main_grad: the wgrad GEMM adds into the
+    FP32 `weight.main_grad` (made zero here; the caller zeroes it between optimizer steps) and
+    weight.grad stays None; the bias gets a plain .grad.
 
     forward(x (T, in), offs (G,) int32 cumulative end offsets | splits=(G,) sizes) -> (T, out).
     Rows past offs[-1] are not computed (left unwritten, as torch._grouped_mm does).
@@ -84,16 +92,19 @@ class GroupedLinear(nn.Module):
 
     def __init__(self, num_groups: int, in_features: int, out_features: int,
                  recipe="bf16", bias: bool = False, device=None, dtype=None, *,
-                 params_dtype=None, accumulate_main_grad: bool = False):
+                 params_dtype=None, accumulate_main_grad: bool = False, name: str = ""):
         super().__init__()
-        name, delayed = _check_recipe(recipe)
+        recipe_name, delayed = _check_recipe(recipe)
         if num_groups < 1 or in_features < 1 or out_features < 1:
             raise ValueError("num_groups, in_features and out_features must be >= 1")
+        if isinstance(recipe_name, CustomRecipe):
+            recipe_name.roles(name)  # the factory runs now (once per role), errors surface here
         factory = {"device": device, "dtype": _params_dtype(params_dtype, dtype)}
         self.num_groups = num_groups
         self.in_features = in_features
         self.out_features = out_features
-        self.recipe = name
+        self.name = name
+        self.recipe = recipe_name
         self.delayed_scaling = delayed
         self.accumulate_main_grad = accumulate_main_grad
         self.weight = nn.Parameter(torch.empty(num_groups, out_features, in_features, **factory))
@@ -141,7 +152,7 @@ class GroupedLinear(nn.Module):
                                main_grad=main_grad)
         else:
             y = grouped_linear(x, self.weight, offs, self.recipe, self.weight_cache,
-                               main_grad=main_grad)
+                               main_grad=main_grad, name=self.name)
         if self.bias is not None:
             y = y + _bias_rows(self.bias, offs, x.shape[0]).to(y.dtype)
         return y
@@ -151,13 +162,15 @@ class GroupedLinear(nn.Module):
         return (f"num_groups={self.num_groups}, in_features={self.in_features}, "
                 f"out_features={self.out_features}, recipe={recipe!r}, "
                 f"bias={self.bias is not None}, params_dtype={self.weight.dtype}"
-                + (", accumulate_main_grad=True" if self.accumulate_main_grad else ""))
+                + (", accumulate_main_grad=True" if self.accumulate_main_grad else "")
+                + (f", name={self.name!r}" if self.name else ""))
 
 
 class GroupedMLP(nn.Module):
     """The expert computation of an MoE layer: per group g of routed tokens
     h = x W1_gᵀ (G, 2·ffn, hidden) = [gate | up], a = silu(gate) ⊙ up (⊙ probs), y = a W2_gᵀ
-    (G, hidden, ffn). fc1 and fc2 are GroupedLinear layers of the same recipe.
+    (G, hidden, ffn). fc1 and fc2 are GroupedLinear layers of the same recipe, named "fc1" and
+    "fc2" (or "<name>.fc1", "<name>.fc2" when `name` is given) in a CustomRecipe's roles.
 
     forward(x (T, hidden), offs (G,) int32 cumulative end offsets | splits=(G,) sizes,
             probs (T,) routing probabilities or None) -> (T, hidden).
@@ -165,13 +178,17 @@ class GroupedMLP(nn.Module):
 
     def __init__(self, num_groups: int, hidden: int, ffn: int, recipe="bf16",
                  bias: bool = False, device=None, dtype=None, *, params_dtype=None,
-                 accumulate_main_grad: bool = False):
+                 accumulate_main_grad: bool = False, name: str = ""):
         super().__init__()
         self.recipe, self.delayed_scaling = _check_recipe(recipe)
         self.num_groups, self.hidden, self.ffn = num_groups, hidden, ffn
+        self.name = name
         kw = {"params_dtype": params_dtype, "accumulate_main_grad": accumulate_main_grad}
-        self.fc1 = GroupedLinear(num_groups, hidden, 2 * ffn, recipe, bias, device, dtype, **kw)
-        self.fc2 = GroupedLinear(num_groups, ffn, hidden, recipe, bias, device, dtype, **kw)
+        prefix = f"{name}." if name else ""
+        self.fc1 = GroupedLinear(num_groups, hidden, 2 * ffn, recipe, bias, device, dtype, **kw,
+                                 name=prefix + "fc1")
+        self.fc2 = GroupedLinear(num_groups, ffn, hidden, recipe, bias, device, dtype, **kw,
+                                 name=prefix + "fc2")
 
     def invalidate_weight_cache(self) -> None:
         self.fc1.invalidate_weight_cache()
