@@ -266,7 +266,7 @@ int run_bench(const Args& args) {
   TESSERA_CHECK(args[0] == "train", "unknown benchmark '", args[0], "'; expected: train");
   std::string shapes, recipes = "fp8_rowwise", fp8_config;
   int reps = 20;
-  bool gemms = false;
+  [[maybe_unused]] bool gemms = false;  // read by the CUDA build only
   for (size_t i = 1; i < args.size(); ++i) {
     if (args[i] == "--gemms") {
       gemms = true;
@@ -284,7 +284,7 @@ int run_bench(const Args& args) {
     const char* name;
     ScalingMode act, weight;
   };
-  constexpr Fp8Recipe kFp8Recipes[] = {
+  [[maybe_unused]] constexpr Fp8Recipe kFp8Recipes[] = {
       {"fp8_rowwise", ScalingMode::kRowwise, ScalingMode::kRowwise},
       {"fp8_block", ScalingMode::kBlock1x128, ScalingMode::kBlock128x128},
   };
