@@ -120,8 +120,8 @@ __global__ __launch_bounds__(kRowThreads) void fp8_rowwise_grouped_kernel(
 // each, all its loads issued before the first use (kVec = 16 bytes of input when K % kVec == 0
 // and x is aligned, else 1). Row maxima: a warp reduction and one atomic per row and tile;
 // column maxima: over the thread's rows in registers, over the warps in shared memory, then one
-// atomic per column and block. Tile (mb, kb) of the (M, K) tensor x; the per-tensor kernel runs
-// kLineTilesPerBlock row tiles per block, the grouped kernel one (member-local tiles and amax
+// atomic per column and tile. Tile (mb, kb) of the (M, K) tensor x: block-wide, called by the
+// per-tensor kernel (tile = blockIdx) and by the grouped kernel (member-local tiles and amax
 // arrays).
 constexpr int kLineWarpRows = 8;
 constexpr int kLineTileRows = kLineWarpRows * (kThreads / 32);  // 64
@@ -129,43 +129,33 @@ template <int kVec>
 inline constexpr int kLineTileCols = 32 * kVec;
 
 template <class In, int kVec>
-struct LineRows {  // one thread's share of a tile: kLineWarpRows vectors, one per row
-  Vec<In, kVec> v[kLineWarpRows];
-};
-
-// Issues the loads of the thread's rows of tile (mb, kb); out-of-range vectors read as zeros.
-template <class In, int kVec>
-__device__ __forceinline__ void load_line_rows(const In* __restrict__ x, int64_t M, int64_t K,
-                                               int64_t mb, int64_t kb, LineRows<In, kVec>& raw) {
+__device__ __forceinline__ void line_amax_tile(const In* __restrict__ x, int64_t M, int64_t K,
+                                               uint32_t* row_amax, uint32_t* col_amax,
+                                               int64_t mb, int64_t kb) {
+  constexpr int kCols = kLineTileCols<kVec>;
+  constexpr int kPad = kVec + 1;  // per-lane stride of s_col: conflict-free writes
+  __shared__ uint32_t s_col[kThreads / 32][32 * kPad];
   using V = Vec<In, kVec>;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int t = threadIdx.x, warp = t / 32, lane = t % 32;
   const int64_t m0 = mb * kLineTileRows + warp * kLineWarpRows;
-  const int64_t k = kb * kLineTileCols<kVec> + int64_t{lane} * kVec;
+  const int64_t k = kb * kCols + int64_t{lane} * kVec;
+  V raw[kLineWarpRows];
 #pragma unroll
   for (int r = 0; r < kLineWarpRows; ++r) {
     // K % kVec == 0: a vector starting inside the row ends inside it.
     if (m0 + r < M && k < K) {
-      raw.v[r] = *reinterpret_cast<const V*>(x + (m0 + r) * K + k);
+      raw[r] = *reinterpret_cast<const V*>(x + (m0 + r) * K + k);
     } else {
-      raw.v[r] = V{};
+      raw[r] = V{};
     }
   }
-}
-
-// The row maxima of the loaded rows (a warp reduction, one atomic per row and tile) and the
-// thread's column maxima folded into cm.
-template <class In, int kVec>
-__device__ __forceinline__ void reduce_line_rows(const LineRows<In, kVec>& raw, int64_t M,
-                                                 int64_t mb, uint32_t* row_amax,
-                                                 uint32_t (&cm)[kVec]) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t m0 = mb * kLineTileRows + warp * kLineWarpRows;
+  uint32_t cm[kVec] = {};
 #pragma unroll
   for (int r = 0; r < kLineWarpRows; ++r) {
     uint32_t rm = 0;
 #pragma unroll
     for (int e = 0; e < kVec; ++e) {
-      const uint32_t b = abs_bits(load_float(raw.v[r].v[e]));
+      const uint32_t b = abs_bits(load_float(raw[r].v[e]));
       rm = max(rm, b);
       cm[e] = max(cm[e], b);
     }
@@ -174,17 +164,7 @@ __device__ __forceinline__ void reduce_line_rows(const LineRows<In, kVec>& raw, 
       if (lane == 0 && m0 + r < M) atomic_amax(&row_amax[m0 + r], rm);
     }
   }
-}
-
-// The column maxima of the block (each thread's cm) over the warps in shared memory, then one
-// atomic per column of tile column kb.
-template <int kVec>
-__device__ __forceinline__ void flush_column_amax(const uint32_t (&cm)[kVec], int64_t K,
-                                                  int64_t kb, uint32_t* col_amax) {
-  constexpr int kCols = kLineTileCols<kVec>;
-  constexpr int kPad = kVec + 1;  // per-lane stride of s_col: conflict-free writes
-  __shared__ uint32_t s_col[kThreads / 32][32 * kPad];
-  const int t = threadIdx.x, warp = t / 32, lane = t % 32;
+  if (col_amax == nullptr) return;
 #pragma unroll
   for (int e = 0; e < kVec; ++e) s_col[warp][lane * kPad + e] = cm[e];
   __syncthreads();
@@ -197,40 +177,11 @@ __device__ __forceinline__ void flush_column_amax(const uint32_t (&cm)[kVec], in
   }
 }
 
-// Row and/or column amax of tile (mb, kb): block-wide, the grouped kernel's unit (member-local
-// tiles and amax arrays).
-template <class In, int kVec>
-__device__ __forceinline__ void line_amax_tile(const In* __restrict__ x, int64_t M, int64_t K,
-                                               uint32_t* row_amax, uint32_t* col_amax,
-                                               int64_t mb, int64_t kb) {
-  LineRows<In, kVec> raw;
-  load_line_rows<In, kVec>(x, M, K, mb, kb, raw);
-  uint32_t cm[kVec] = {};
-  reduce_line_rows<In, kVec>(raw, M, mb, row_amax, cm);
-  if (col_amax != nullptr) flush_column_amax<kVec>(cm, K, kb, col_amax);
-}
-
-// The per-tensor kernel: block (kb, y) covers the kLineTilesPerBlock row tiles y·kLineTilesPerBlock
-// + i of tile column kb, the loads of tile i + 1 issued before tile i is reduced, its column
-// maxima kept in registers across them (one column atomic per kLineTilesPerBlock tiles).
-constexpr int kLineTilesPerBlock = 4;
-
 template <class In, int kVec>
 __global__ __launch_bounds__(kThreads) void line_amax_kernel(const In* __restrict__ x, int64_t M,
                                                              int64_t K, uint32_t* row_amax,
                                                              uint32_t* col_amax) {
-  const int64_t kb = blockIdx.x, mb0 = int64_t{blockIdx.y} * kLineTilesPerBlock;
-  LineRows<In, kVec> cur;
-  load_line_rows<In, kVec>(x, M, K, mb0, kb, cur);
-  uint32_t cm[kVec] = {};
-#pragma unroll
-  for (int i = 0; i < kLineTilesPerBlock; ++i) {
-    LineRows<In, kVec> next;
-    if (i + 1 < kLineTilesPerBlock) load_line_rows<In, kVec>(x, M, K, mb0 + i + 1, kb, next);
-    reduce_line_rows<In, kVec>(cur, M, mb0 + i, row_amax, cm);
-    if (i + 1 < kLineTilesPerBlock) cur = next;
-  }
-  if (col_amax != nullptr) flush_column_amax<kVec>(cm, K, kb, col_amax);
+  line_amax_tile<In, kVec>(x, M, K, row_amax, col_amax, blockIdx.y, blockIdx.x);
 }
 
 // Grouped: member i's tiles with its rows' amax at row_amax[scale_offsets[i] + r] and its
@@ -338,10 +289,9 @@ void launch_line_amax_grouped(const void* x, DType in, const GroupedMeta& g, uin
 void launch_line_amax(const void* x, int64_t rows, int64_t cols, DType in, uint32_t* row_amax,
                       uint32_t* col_amax, cudaStream_t stream) {
   if (rows == 0 || cols == 0) return;
-  constexpr int64_t kBlockRows = int64_t{kLineTileRows} * kLineTilesPerBlock;
-  TESSERA_CHECK_STATUS(ceil_div(rows, kBlockRows) <= 65535, Status::kOutOfRange,
+  TESSERA_CHECK_STATUS(ceil_div(rows, kLineTileRows) <= 65535, Status::kOutOfRange,
                        "quantize: x has ", rows, " rows; the amax pass supports up to ",
-                       65535 * kBlockRows);
+                       65535 * int64_t{kLineTileRows});
   dispatch_float_input(in, "quantize: x", [&](auto tag) {
     using In = typename decltype(tag)::type;
     constexpr int kV = kVec16<In>;
@@ -349,7 +299,7 @@ void launch_line_amax(const void* x, int64_t rows, int64_t cols, DType in, uint3
     const bool vec = cols % kV == 0 && aligned16(p);
     const dim3 grid(
         static_cast<unsigned>(ceil_div(cols, vec ? kLineTileCols<kV> : kLineTileCols<1>)),
-        static_cast<unsigned>(ceil_div(rows, kBlockRows)));
+        static_cast<unsigned>(ceil_div(rows, kLineTileRows)));
     if (vec) {
       line_amax_kernel<In, kV><<<grid, kThreads, 0, stream>>>(p, rows, cols, row_amax, col_amax);
     } else {
