@@ -10,6 +10,9 @@ tessera.torch, next to the peers a user would pick instead, in the same run on t
     tessera fp8_block      1x128 / 128x128 block scaling (DeepSeek-V3's recipe), when asked
                            for (--recipes); and cached-W
     torchao fp8    torchao's _to_fp8_rowwise_then_scaled_grouped_mm (when torchao imports)
+    ... [graph]    with --graphs: torch BF16 and the tessera rows again, each step captured in
+                   one CUDA graph and replayed (no host work between kernels: what the kernels
+                   cost); their ratio is to "torch bf16 [graph]"
 The tessera rows are those of --recipes (default bf16,fp8_rowwise,fp8_current; accepted:
 RECIPES below); the MLP suite runs the same recipes as GroupedMLP.
 
@@ -19,7 +22,7 @@ per expert, K, N): DeepSeek-V3, Qwen3-30B-A3B and Mixtral fc1/fc2, balanced and 
 (skewed counts, one empty expert, sizes multiples of 16).
 
     python -m tessera.bench train [--shapes dsv3-fc1,...] [--recipes bf16,fp8_block] [--reps 30]
-                                  [--no-mlp] [--json FILE]
+                                  [--graphs] [--no-mlp] [--json FILE]
 """
 from __future__ import annotations
 
@@ -87,6 +90,25 @@ def timed_interleaved(fns: dict, reps: int, warmup: int = 3) -> dict:
             e.synchronize()
             times[name].append(s.elapsed_time(e))
     return {name: sorted(t)[len(t) // 2] for name, t in times.items()}
+
+
+def graphed(step: Callable) -> Callable:
+    """`step` captured in one CUDA graph (two warm-up calls on a side stream first, as torch's
+    graph docs ask); the returned callable replays it. Tensors the step allocates (outputs,
+    gradients, quantized copies) live in the graph's private pool and are rewritten each replay."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    return graph.replay
+
+
+GRAPH = " [graph]"
 
 
 def sqnr(x: torch.Tensor, ref: torch.Tensor) -> float:
@@ -173,7 +195,7 @@ def linear_contenders(tt, ao, recipes=DEFAULT_RECIPES):
     return rows
 
 
-def bench_linear(names, reps, out_rows, recipes=DEFAULT_RECIPES):
+def bench_linear(names, reps, out_rows, recipes=DEFAULT_RECIPES, graphs=False):
     import tessera.torch as tt
     ao = torchao_rowwise()
     print(f"torchao: {'yes' if ao else 'no (peer rows absent)'}")
@@ -200,12 +222,23 @@ def bench_linear(names, reps, out_rows, recipes=DEFAULT_RECIPES):
                     steps[label] = step
                 except Exception as ex:  # noqa: BLE001 - report and go on
                     row["error"] = f"{type(ex).__name__}: {str(ex)[:200]}"
+            if graphs:  # torch BF16 and tessera's rows once more, each captured in a graph
+                for label in [l for l in steps if l.startswith(("torch bf16", "tessera"))
+                              and l != "torch bf16 (again)"]:
+                    row = {"suite": "linear", "shape": name, "imbalanced": imb,
+                           "impl": label + GRAPH}
+                    rows.append(row)
+                    try:
+                        steps[label + GRAPH] = graphed(steps[label])
+                    except Exception as ex:  # noqa: BLE001 - report and go on
+                        row["error"] = f"{type(ex).__name__}: {str(ex)[:200]}"
             ms = timed_interleaved(steps, reps)
             for row in rows:
                 if row["impl"] in ms:
                     row["ms"] = ms[row["impl"]]
                     row["tflops"] = case.flops / row["ms"] / 1e9
-                    row["x_torch_bf16"] = ms["torch bf16"] / row["ms"] if "torch bf16" in ms else None
+                    base = "torch bf16" + (GRAPH if row["impl"].endswith(GRAPH) else "")
+                    row["x_torch_bf16"] = ms[base] / row["ms"] if base in ms else None
                 out_rows.append(row)
                 print(json.dumps(row), flush=True)
             del case, ref, steps
@@ -292,6 +325,8 @@ def main(argv=None) -> int:
     ap.add_argument("--recipes", default=",".join(DEFAULT_RECIPES),
                     help=f"comma-separated tessera recipes, of {','.join(RECIPES)}")
     ap.add_argument("--no-mlp", action="store_true")
+    ap.add_argument("--graphs", action="store_true",
+                    help="also time torch BF16 and the tessera linear steps as CUDA graph replays")
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--json", default=None, help="write the rows as JSON to this file")
     a = ap.parse_args(argv)
@@ -304,7 +339,7 @@ def main(argv=None) -> int:
         return 2
     print(torch.__version__, torch.cuda.get_device_name(), flush=True)
     rows: list = []
-    bench_linear([s for s in a.shapes.split(",") if s], a.reps, rows, recipes)
+    bench_linear([s for s in a.shapes.split(",") if s], a.reps, rows, recipes, a.graphs)
     if not a.no_mlp:
         bench_mlp([s for s in a.mlp_shapes.split(",") if s], a.reps, rows, recipes)
     print_table(rows)
