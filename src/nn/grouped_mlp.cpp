@@ -58,8 +58,8 @@ struct MlpSaved {
 
 namespace {
 
-// x (T, cols) → xp (Tp, cols), zero-filled first, in the padded layout (a plain copy when
-// nothing is padded).
+// x (T, cols) → xp (Tp, cols, zero-filled by the caller) in the padded layout (a plain copy
+// when nothing is padded).
 void pad_into(const TensorView& x, const GroupLayout& layout, const TensorView& xp,
               Stream stream) {
   if (layout.padded()) {
