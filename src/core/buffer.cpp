@@ -1,6 +1,7 @@
 // Owning aligned buffers on the host or a CUDA device.
 #include "tessera/core/buffer.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -13,6 +14,8 @@
 
 namespace tessera {
 namespace {
+
+std::atomic<std::uint64_t> g_buffer_allocations{0};
 
 void require_cuda_device(Device d) {
   TESSERA_CHECK_STATUS(cuda_compiled(), Status::kNoDevice,
@@ -37,8 +40,13 @@ void wait_default_stream() { TESSERA_CUDA_CHECK(cudaStreamSynchronize(nullptr));
 
 }  // namespace
 
+std::uint64_t buffer_allocation_count() noexcept {
+  return g_buffer_allocations.load(std::memory_order_relaxed);
+}
+
 Buffer::Buffer(std::size_t bytes, Device device) : bytes_(bytes), device_(device) {
   if (bytes == 0) return;
+  g_buffer_allocations.fetch_add(1, std::memory_order_relaxed);
   if (device.is_cpu()) {
     const std::size_t rounded = (bytes + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
     data_ = std::aligned_alloc(kBufferAlignment, rounded);
@@ -123,6 +131,39 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
 #if defined(TESSERA_WITH_CUDA)
   TESSERA_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
   if (dst_device.is_cuda()) wait_default_stream();  // a copy to the host has already finished
+#endif
+}
+
+void fill_bytes_async(void* dst, Device device, int value, std::size_t bytes, Stream stream) {
+  if (bytes == 0) return;
+  TESSERA_CHECK(dst != nullptr, "fill_bytes_async: null pointer for ", bytes, " bytes");
+  if (device.is_cpu()) {
+    std::memset(dst, value, bytes);
+    return;
+  }
+  require_cuda_device(device);
+#if defined(TESSERA_WITH_CUDA)
+  TESSERA_CUDA_CHECK(cudaMemsetAsync(dst, value, bytes, stream.as<cudaStream_t>()));
+#else
+  (void)stream;
+#endif
+}
+
+void copy_bytes_async(void* dst, Device dst_device, const void* src, Device src_device,
+                      std::size_t bytes, Stream stream) {
+  if (bytes == 0) return;
+  TESSERA_CHECK(dst != nullptr && src != nullptr, "copy_bytes_async: null pointer for ", bytes,
+                " bytes");
+  if (dst_device.is_cpu() && src_device.is_cpu()) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+  require_cuda_device(dst_device.is_cuda() ? dst_device : src_device);
+#if defined(TESSERA_WITH_CUDA)
+  TESSERA_CUDA_CHECK(
+      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream.as<cudaStream_t>()));
+#else
+  (void)stream;
 #endif
 }
 

@@ -1,34 +1,57 @@
 // make_group_layout: unpadded and padded group offsets from split sizes in one
-// splits_to_offsets_multi call (through token_padding_offsets).
+// splits_to_offsets_multi call (through token_padding_offsets), into new storage or into storage
+// a layer's context slot reuses (make_group_layout_into, copy_group_layout).
 #include "tessera/nn/group_layout.h"
 
+#include "nn/step_storage.h"
 #include "tessera/core/status.h"
 #include "tessera/nn/token_padding.h"
 #include "tessera/scan/splits_to_offsets.h"
 
 namespace tessera::nn {
 
+namespace {
+
+// Points layout.offsets / padded_offsets into layout.storage, reusing the storage when only
+// `layout` holds it, it is on `device` and large enough; otherwise a new one.
+void place_layout_offsets(GroupLayout& layout, int64_t num_groups, int64_t align, Device device) {
+  const OffsetsSpec specs[2] = {{1, true, DType::kInt64, 1}, {1, true, DType::kInt64, align}};
+  const int64_t bytes = offsets_storage_bytes(num_groups, specs);
+  const bool reusable = layout.storage && layout.storage.use_count() == 1 &&
+                        layout.storage->device() == device &&
+                        static_cast<int64_t>(layout.storage->bytes()) >= bytes;
+  if (!reusable) layout.storage = std::make_shared<Buffer>(static_cast<size_t>(bytes), device);
+  const std::vector<TensorView> views =
+      place_offsets(layout.storage->data(), device, num_groups, specs);
+  layout.num_groups = num_groups;
+  layout.align = align;
+  layout.device = device;
+  layout.offsets = views[0];
+  layout.padded_offsets = views[1];
+}
+
+}  // namespace
+
 GroupLayout make_group_layout(const TensorView& splits, int64_t rows, int64_t align,
                               Device device, int32_t* error_flag, Stream stream) {
+  GroupLayout layout;
+  detail::make_group_layout_into(layout, splits, rows, align, device, error_flag, stream);
+  return layout;
+}
+
+namespace detail {
+
+void make_group_layout_into(GroupLayout& layout, const TensorView& splits, int64_t rows,
+                            int64_t align, Device device, int32_t* error_flag, Stream stream) {
   check_view(splits, "make_group_layout: splits", {DType::kInt32, DType::kInt64});
   TESSERA_CHECK_STATUS(splits.ndim == 1 && splits.shape[0] >= 1, Status::kShapeMismatch,
                        "make_group_layout: splits must be 1-D with >= 1 group, got ",
                        splits.to_string());
   TESSERA_CHECK(rows >= 0, "make_group_layout: rows ", rows, " must be >= 0");
   TESSERA_CHECK(align >= 1, "make_group_layout: align ", align, " must be >= 1");
-  GroupLayout layout;
-  layout.num_groups = splits.shape[0];
-  layout.align = align;
+  place_layout_offsets(layout, splits.shape[0], align, device);
   layout.rows = rows;
-  layout.device = device;
   const int64_t n1 = layout.num_groups + 1;
-  const OffsetsSpec specs[2] = {{1, true, DType::kInt64, 1}, {1, true, DType::kInt64, align}};
-  layout.storage = std::make_shared<Buffer>(
-      static_cast<size_t>(offsets_storage_bytes(layout.num_groups, specs)), device);
-  const std::vector<TensorView> views =
-      place_offsets(layout.storage->data(), device, layout.num_groups, specs);
-  layout.offsets = views[0];
-  layout.padded_offsets = views[1];
   ScanOptions options;
   options.total_bound = rows;
   options.error_flag = error_flag;
@@ -52,8 +75,31 @@ GroupLayout make_group_layout(const TensorView& splits, int64_t rows, int64_t al
     const int64_t bound = padded_rows_bound(rows, layout.num_groups, align);
     layout.padded_rows = (bound + align - 1) / align * align;
   }
-  return layout;
 }
+
+void copy_group_layout(const GroupLayout& src, GroupLayout& dst, Stream stream) {
+  if (src.storage && src.storage == dst.storage) {
+    dst = src;  // already dst's own storage
+    return;
+  }
+  check_view(src.offsets, "GroupLayout: offsets", {DType::kInt64});
+  check_view(src.padded_offsets, "GroupLayout: padded_offsets", {DType::kInt64});
+  const int64_t n1 = src.num_groups + 1;
+  TESSERA_CHECK_STATUS(src.offsets.numel() == n1 && src.padded_offsets.numel() == n1,
+                       Status::kShapeMismatch, "GroupLayout: offsets ", src.offsets.to_string(),
+                       " and padded_offsets ", src.padded_offsets.to_string(), " must hold ",
+                       n1, " values");
+  place_layout_offsets(dst, src.num_groups, src.align, src.device);
+  dst.rows = src.rows;
+  dst.padded_rows = src.padded_rows;
+  const auto bytes = static_cast<size_t>(n1 * 8);
+  copy_bytes_async(dst.offsets.data, dst.device, src.offsets.data, src.offsets.device, bytes,
+                   stream);
+  copy_bytes_async(dst.padded_offsets.data, dst.device, src.padded_offsets.data,
+                   src.padded_offsets.device, bytes, stream);
+}
+
+}  // namespace detail
 
 std::vector<int64_t> host_offsets(const GroupLayout& layout, bool padded) {
   const TensorView& v = padded ? layout.padded_offsets : layout.offsets;

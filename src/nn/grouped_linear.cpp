@@ -1,5 +1,7 @@
 // GroupedLinear: parameters, weight re-quantization, forward (fprop) and backward (dgrad, wgrad,
 // bias grad) through the device-dispatching grouped GEMM, padding per the recipe's alignment.
+// A step allocates nothing once its shape has been seen: scratch, GEMM workspaces and context
+// slots are reused (step_storage.h) and every fill and copy is ordered on the caller's stream.
 #include "tessera/nn/grouped_linear.h"
 
 #include <cmath>
@@ -8,6 +10,7 @@
 #include "nn/linear_state.h"
 #include "nn/recipe_binding.h"
 #include "nn/row_ops.h"
+#include "nn/step_storage.h"
 #include "tessera/core/status.h"
 #include "tessera/gemm/grouped_gemm.h"
 #include "tessera/nn/token_padding.h"
@@ -26,17 +29,6 @@ void check_matrix(const TensorView& v, const char* arg, int64_t rows, int64_t co
                        v.to_string());
 }
 
-// A zero-filled float32 (rows, cols) buffer on `device` and its view.
-struct ScratchMatrix {
-  Buffer buffer;
-  TensorView view;
-  ScratchMatrix(int64_t rows, int64_t cols, Device device)
-      : buffer(static_cast<size_t>(rows * cols * 4), device) {
-    buffer.fill_bytes(0);
-    view = TensorView::contiguous(buffer.data(), DType::kFloat32, {rows, cols}, device);
-  }
-};
-
 // Re-quantizes the master weights into the persistent operand when asked, or when it lacks a
 // usage this step needs. Usages only grow: a weight that once had a columnwise copy keeps
 // getting it refreshed (no stale copy can survive an eval step).
@@ -46,10 +38,11 @@ void refresh_weights(LinearParams& p, const ForwardMode& mode, Stream stream) {
                        (need_columnwise && !p.weight_operand->has_columnwise());
   if (!mode.requantize_weights && !missing) return;
   if (!p.weight_operand) {
-    p.weight_operand = std::make_shared<OperandStorage>(p.weight_producer.make(
-        p.groups * p.out, p.in, true, need_columnwise, p.options.device));
+    p.weight_operand =
+        std::make_shared<OperandStorage>(p.weight_producer.make_empty(p.options.device));
+    p.weight_operand->reshape(p.groups * p.out, p.in, true, need_columnwise, stream);
   }
-  p.weight_operand->ensure_usage(true, need_columnwise);
+  p.weight_operand->ensure_usage(true, need_columnwise, stream);
   const TensorView w = TensorView::contiguous(p.weight.data(), DType::kFloat32,
                                               {p.groups * p.out, p.in}, p.options.device);
   p.weight_producer.produce(w, *p.weight_operand, stream);
@@ -57,7 +50,7 @@ void refresh_weights(LinearParams& p, const ForwardMode& mode, Stream stream) {
 }
 
 // y (Tp, out) = x (Tp, in) · W_gᵀ + b_g per group: M-grouped TN GEMM on rowwise operands.
-void fprop(const LinearParams& p, const OperandStorage& x, const GroupLayout& layout,
+void fprop(LinearParams& p, const OperandStorage& x, const GroupLayout& layout,
            const TensorView& y, Stream stream) {
   GroupedGemmProblem g;
   g.kind = GroupedGemmKind::kMGrouped;
@@ -72,11 +65,11 @@ void fprop(const LinearParams& p, const OperandStorage& x, const GroupLayout& la
     g.bias = TensorView::contiguous(p.bias.data(), DType::kFloat32, {p.groups, p.out},
                                     p.options.device);
   }
-  grouped_gemm(g, stream);  // gemm picks its path (mixed formats: emulated on the CPU)
+  detail::run_grouped_gemm(g, p.gemm_workspace, stream);
 }
 
 // dx (Tp, in) = dy (Tp, out) · W_g per group: M-grouped NN GEMM, dy rowwise × W columnwise.
-void dgrad(const LinearParams& p, const LinearSaved& s, const OperandStorage& dy,
+void dgrad(LinearParams& p, const LinearSaved& s, const OperandStorage& dy,
            const TensorView& dx, Stream stream) {
   GroupedGemmProblem g;
   g.kind = GroupedGemmKind::kMGrouped;
@@ -87,11 +80,11 @@ void dgrad(const LinearParams& p, const LinearSaved& s, const OperandStorage& dy
   g.d = dx;
   g.group_offsets = s.layout.padded_offsets;
   g.max_total_rows = s.layout.padded_rows;
-  grouped_gemm(g, stream);
+  detail::run_grouped_gemm(g, p.gemm_workspace, stream);
 }
 
 // dW_g (out, in) (+)= dy_gᵀ x_g: K-grouped NT GEMM on the columnwise copies.
-void wgrad(const LinearParams& p, const LinearSaved& s, const OperandStorage& x,
+void wgrad(LinearParams& p, const LinearSaved& s, const OperandStorage& x,
            const OperandStorage& dy, const TensorView& dw, bool accumulate, Stream stream) {
   GroupedGemmProblem g;
   g.kind = GroupedGemmKind::kKGrouped;
@@ -104,7 +97,7 @@ void wgrad(const LinearParams& p, const LinearSaved& s, const OperandStorage& x,
   g.group_offsets = s.layout.padded_offsets;
   g.max_total_rows = s.layout.padded_rows;
   g.beta = accumulate ? 1.0f : 0.0f;
-  grouped_gemm(g, stream);
+  detail::run_grouped_gemm(g, p.gemm_workspace, stream);
 }
 
 void check_grads(const LinearParams& p, const GroupedLinearGrads& grads, int64_t rows) {
@@ -122,14 +115,84 @@ void check_grads(const LinearParams& p, const GroupedLinearGrads& grads, int64_t
 }
 
 // Zeroes dw / db for a batch with no rows at all (nothing for the GEMMs to do).
-void zero_grads_of_empty_batch(const GroupedLinearGrads& grads) {
+void zero_grads_of_empty_batch(const GroupedLinearGrads& grads, Stream stream) {
   if (grads.accumulate) return;
   for (const TensorView* v : {&grads.dw, &grads.db}) {
     if (v->data == nullptr) continue;
-    Buffer zeros(static_cast<size_t>(v->nbytes()));
-    zeros.fill_bytes(0);
-    copy_bytes(v->data, v->device, zeros.data(), Device::cpu(), zeros.bytes());
+    fill_bytes_async(v->data, v->device, 0, static_cast<size_t>(v->nbytes()), stream);
   }
+}
+
+void check_forward(const LinearParams& p, const GroupLayout& layout, const TensorView& x,
+                   const TensorView& y) {
+  TESSERA_CHECK_STATUS(layout.num_groups == p.groups && layout.align == p.align,
+                       Status::kShapeMismatch, "GroupedLinear '", p.options.name,
+                       "': layout has ", layout.num_groups, " groups aligned to ", layout.align,
+                       ", the layer ", p.groups, " groups aligned to ", p.align);
+  check_matrix(x, "GroupedLinear forward: x", layout.padded_rows, p.in);
+  check_matrix(y, "GroupedLinear forward: y", layout.padded_rows, p.out);
+}
+
+// A slot no context holds (a new one when every slot is held), set up for p's formats.
+std::shared_ptr<LinearSaved> acquire_context_slot(LinearParams& p) {
+  std::shared_ptr<LinearSaved> slot = detail::acquire_slot(p.saved_pool);
+  if (slot->owner == nullptr) {
+    const Device dev = p.options.device;
+    slot->owner = &p;
+    slot->input_is_original = p.options.save_original_input;
+    slot->input = slot->input_is_original
+                      ? OperandStorage({false, DType::kFloat32, {}}, dev)
+                      : p.input.make_empty(dev);
+    slot->grad_output = p.grad_output.make_empty(dev);
+  }
+  return slot;
+}
+
+// x (Tp, in) → the operand fprop reads, in ONE quantization: a context that saves the quantized
+// x gets its columnwise copy (wgrad) in its slot, the rowwise copy stays in layer scratch (so
+// the context keeps only what backward reads). A dense copy serves both usages.
+const OperandStorage& quantize_input(LinearParams& p, const TensorView& x, LinearSaved* slot,
+                                     Stream stream) {
+  const int64_t rows = x.shape[0];
+  const bool save_q = slot != nullptr && !slot->input_is_original;
+  if (save_q && !p.input.format().quantized) {
+    slot->input.reshape(rows, p.in, true, true, stream);
+    p.input.produce(x, slot->input, stream);
+    return slot->input;
+  }
+  p.input_rowwise.reshape(rows, p.in, true, false, stream);
+  if (!save_q) {
+    p.input.produce(x, p.input_rowwise, stream);
+  } else {
+    slot->input.reshape(rows, p.in, false, true, stream);
+    p.input.produce_split(x, p.input_rowwise, slot->input, stream);
+  }
+  return p.input_rowwise;
+}
+
+// The forward on x (Tp, in) in `layout`; a training forward fills `slot` (whose layout the caller
+// has already set).
+void forward_in_layout(LinearParams& p, const TensorView& x, const GroupLayout& layout,
+                       const TensorView& y, const ForwardMode& mode, LinearSaved* slot,
+                       Stream stream) {
+  const int64_t rows = layout.padded_rows;
+  refresh_weights(p, mode, stream);
+  const OperandStorage& xq = quantize_input(p, x, slot, stream);
+  if (rows > 0) fprop(p, xq, layout, y, stream);
+  if (slot == nullptr) return;
+  slot->weight = p.weight_operand;
+  slot->weight_version = p.weight_version;
+  if (slot->input_is_original) {
+    slot->input.reshape(rows, p.in, true, true, stream);
+    copy_bytes_async(slot->input.dense().data, p.options.device, x.data, x.device,
+                     static_cast<size_t>(x.nbytes()), stream);
+  }
+}
+
+GroupedLinearContext context_of(std::shared_ptr<LinearSaved> slot) {
+  GroupedLinearContext ctx;
+  ctx.saved_ = std::move(slot);
+  return ctx;
 }
 
 }  // namespace
@@ -156,6 +219,8 @@ GroupedLinear::GroupedLinear(int64_t num_groups, int64_t in_features, int64_t ou
   p.input = detail::make_producer(state, {module, TensorType::kInput, options.name});
   p.weight_producer = detail::make_producer(state, {module, TensorType::kWeight, options.name});
   p.grad_output = detail::make_producer(state, {module, TensorType::kGradOutput, options.name});
+  p.input_rowwise = p.input.make_empty(dev);
+  p.input_for_wgrad = p.input.make_empty(dev);
   reset_parameters(0);
 }
 
@@ -207,39 +272,14 @@ GroupedLinearContext GroupedLinear::forward_padded(const TensorView& x, const Gr
                                                    const TensorView& y, ForwardMode mode,
                                                    Stream stream) {
   LinearParams& p = *p_;
-  TESSERA_CHECK_STATUS(layout.num_groups == p.groups && layout.align == p.align,
-                       Status::kShapeMismatch, "GroupedLinear '", p.options.name,
-                       "': layout has ", layout.num_groups, " groups aligned to ", layout.align,
-                       ", the layer ", p.groups, " groups aligned to ", p.align);
-  const int64_t rows = layout.padded_rows;  // (Tp)
-  check_matrix(x, "GroupedLinear forward: x", rows, p.in);
-  check_matrix(y, "GroupedLinear forward: y", rows, p.out);
-  refresh_weights(p, mode, stream);
-  const bool save_q = mode.training && !p.options.save_original_input;
-  OperandStorage xq = p.input.make(rows, p.in, true, save_q, p.options.device);  // (Tp, in)
-  p.input.produce(x, xq, stream);
-  if (rows > 0) fprop(p, xq, layout, y, stream);
-  GroupedLinearContext ctx;
-  if (!mode.training) return ctx;
-  auto saved = std::make_shared<LinearSaved>();
-  saved->owner = &p;
-  saved->layout = layout;
-  saved->weight = p.weight_operand;
-  saved->weight_version = p.weight_version;
-  if (save_q) {
-    xq.release_rowwise();  // backward reads only the columnwise copy
-    saved->input = std::move(xq);
-  } else {
-    saved->input_is_original = true;
-    saved->input = OperandStorage({false, DType::kFloat32, {}}, rows, p.in, true, true,
-                                  p.options.device);
-    if (rows > 0) {
-      copy_bytes(saved->input.dense().data, p.options.device, x.data, x.device,
-                 static_cast<size_t>(x.nbytes()));
-    }
+  check_forward(p, layout, x, y);
+  std::shared_ptr<LinearSaved> slot;
+  if (mode.training) {
+    slot = acquire_context_slot(p);
+    detail::copy_group_layout(layout, slot->layout, stream);  // the context owns its offsets
   }
-  ctx.saved_ = std::move(saved);
-  return ctx;
+  forward_in_layout(p, x, layout, y, mode, slot.get(), stream);
+  return context_of(std::move(slot));
 }
 
 void GroupedLinear::backward_padded(const GroupedLinearContext& ctx, const TensorView& dy,
@@ -255,16 +295,16 @@ void GroupedLinear::backward_padded(const GroupedLinearContext& ctx, const Tenso
   const int64_t rows = s.layout.padded_rows;
   check_matrix(dy, "GroupedLinear backward: dy", rows, p.out);
   check_grads(p, grads, rows);
-  if (rows == 0) return zero_grads_of_empty_batch(grads);
+  if (rows == 0) return zero_grads_of_empty_batch(grads, stream);
   const bool need_wgrad = grads.dw.data != nullptr;
-  s.grad_output = p.grad_output.make(rows, p.out, true, need_wgrad, p.options.device);
+  s.grad_output.reshape(rows, p.out, true, need_wgrad, stream);
   p.grad_output.produce(dy, s.grad_output, stream);
   if (grads.dx.data) dgrad(p, s, s.grad_output, grads.dx, stream);
   if (need_wgrad) {
     if (s.input_is_original) {
-      OperandStorage xq = p.input.make(rows, p.in, false, true, p.options.device);
-      p.input.produce(s.input.dense(), xq, stream);
-      wgrad(p, s, xq, s.grad_output, grads.dw, grads.accumulate, stream);
+      p.input_for_wgrad.reshape(rows, p.in, false, true, stream);
+      p.input.produce(s.input.dense(), p.input_for_wgrad, stream);
+      wgrad(p, s, p.input_for_wgrad, s.grad_output, grads.dw, grads.accumulate, stream);
     } else {
       wgrad(p, s, s.input, s.grad_output, grads.dw, grads.accumulate, stream);
     }
@@ -275,39 +315,52 @@ void GroupedLinear::backward_padded(const GroupedLinearContext& ctx, const Tenso
 GroupedLinearContext GroupedLinear::forward(const TensorView& x, const TensorView& splits,
                                             const TensorView& y, ForwardMode mode,
                                             Stream stream) {
+  LinearParams& p = *p_;
   check_view(x, "GroupedLinear forward: x", {DType::kFloat32});
   TESSERA_CHECK_STATUS(x.ndim == 2, Status::kShapeMismatch,
                        "GroupedLinear forward: x must be (T, in), got ", x.to_string());
-  const GroupLayout layout =
-      make_group_layout(splits, x.shape[0], p_->align, p_->options.device, nullptr, stream);
-  check_matrix(y, "GroupedLinear forward: y", x.shape[0], p_->out);
-  if (!layout.padded()) return forward_padded(x, layout, y, mode, stream);
-  ScratchMatrix xp(layout.padded_rows, p_->in, x.device);   // (Tp, in)
-  ScratchMatrix yp(layout.padded_rows, p_->out, x.device);  // (Tp, out)
-  pad_tokens(x, layout.offsets, layout.padded_offsets, xp.view, stream);
-  GroupedLinearContext ctx = forward_padded(xp.view, layout, yp.view, mode, stream);
-  unpad_tokens(yp.view, layout.offsets, layout.padded_offsets, y, stream);
-  return ctx;
+  check_matrix(y, "GroupedLinear forward: y", x.shape[0], p.out);
+  std::shared_ptr<LinearSaved> slot = mode.training ? acquire_context_slot(p) : nullptr;
+  GroupLayout& layout = slot ? slot->layout : p.eval_layout;
+  detail::make_group_layout_into(layout, splits, x.shape[0], p.align, p.options.device, nullptr,
+                                 stream);
+  if (!layout.padded()) {
+    check_forward(p, layout, x, y);
+    forward_in_layout(p, x, layout, y, mode, slot.get(), stream);
+    return context_of(std::move(slot));
+  }
+  const TensorView xp =
+      p.padded_in.zeroed_matrix(layout.padded_rows, p.in, x.device, stream);  // (Tp, in)
+  const TensorView yp =
+      p.padded_out.zeroed_matrix(layout.padded_rows, p.out, x.device, stream);  // (Tp, out)
+  check_forward(p, layout, xp, yp);
+  pad_tokens(x, layout.offsets, layout.padded_offsets, xp, stream);
+  forward_in_layout(p, xp, layout, yp, mode, slot.get(), stream);
+  unpad_tokens(yp, layout.offsets, layout.padded_offsets, y, stream);
+  return context_of(std::move(slot));
 }
 
 void GroupedLinear::backward(const GroupedLinearContext& ctx, const TensorView& dy,
                              const GroupedLinearGrads& grads, Stream stream) {
+  LinearParams& p = *p_;
   TESSERA_CHECK(ctx.valid(), "GroupedLinear backward: the context is empty (was the forward "
                 "run with training = true?)");
   const GroupLayout& layout = ctx.saved_->layout;
-  check_matrix(dy, "GroupedLinear backward: dy", layout.rows, p_->out);
+  check_matrix(dy, "GroupedLinear backward: dy", layout.rows, p.out);
   if (!layout.padded()) return backward_padded(ctx, dy, grads, stream);
-  if (grads.dx.data) check_matrix(grads.dx, "GroupedLinear backward: dx", layout.rows, p_->in);
-  ScratchMatrix dyp(layout.padded_rows, p_->out, dy.device);  // (Tp, out)
-  pad_tokens(dy, layout.offsets, layout.padded_offsets, dyp.view, stream);
+  if (grads.dx.data) check_matrix(grads.dx, "GroupedLinear backward: dx", layout.rows, p.in);
+  const TensorView dyp =
+      p.padded_out.zeroed_matrix(layout.padded_rows, p.out, dy.device, stream);  // (Tp, out)
+  pad_tokens(dy, layout.offsets, layout.padded_offsets, dyp, stream);
   GroupedLinearGrads padded = grads;
-  std::unique_ptr<ScratchMatrix> dxp;
   if (grads.dx.data) {
-    dxp = std::make_unique<ScratchMatrix>(layout.padded_rows, p_->in, dy.device);  // (Tp, in)
-    padded.dx = dxp->view;
+    padded.dx =
+        p.padded_in.zeroed_matrix(layout.padded_rows, p.in, dy.device, stream);  // (Tp, in)
   }
-  backward_padded(ctx, dyp.view, padded, stream);
-  if (dxp) unpad_tokens(dxp->view, layout.offsets, layout.padded_offsets, grads.dx, stream);
+  backward_padded(ctx, dyp, padded, stream);
+  if (grads.dx.data) {
+    unpad_tokens(padded.dx, layout.offsets, layout.padded_offsets, grads.dx, stream);
+  }
 }
 
 }  // namespace tessera::nn

@@ -1,55 +1,83 @@
-// GroupedMLP: fc1 → SwiGLU (× routing probability) → fc2 on one padded group layout.
+// GroupedMLP: fc1 → SwiGLU (× routing probability) → fc2 on one padded group layout. Like
+// GroupedLinear, a step allocates nothing once its shape has been seen: the padded activations
+// live in growing per-role buffers, contexts in pooled slots (step_storage.h), and every fill and
+// copy is ordered on the caller's stream.
 #include "tessera/nn/grouped_mlp.h"
+
+#include <utility>
+#include <vector>
 
 #include "nn/operand.h"
 #include "nn/recipe_binding.h"
 #include "nn/row_ops.h"
+#include "nn/step_storage.h"
 #include "tessera/core/status.h"
 #include "tessera/nn/token_padding.h"
 
 namespace tessera::nn {
 namespace detail {
 
+struct MlpSaved;
+
+// Invariants: the scratch buffers below only grow; every slot of saved_pool has owner == this.
 struct MlpState {
+  MlpState(int64_t g, int64_t h, int64_t f, GroupedMLPOptions o, GroupedLinear l1,
+           GroupedLinear l2, OperandProducer h_producer)
+      : groups(g), hidden(h), ffn(f), options(std::move(o)), fc1(std::move(l1)),
+        fc2(std::move(l2)), activation(std::move(h_producer)) {}
+
   int64_t groups = 0, hidden = 0, ffn = 0;
   GroupedMLPOptions options;
   GroupedLinear fc1, fc2;
   OperandProducer activation;  // the saved SwiGLU input h (fc1's output)
+  // Reused by every call, float32 with Tp rows (dead when the call's work on its stream is done).
+  GrowingBuffer tokens_in;     // (Tp, hidden): x padded (forward), dy padded (backward)
+  GrowingBuffer tokens_out;    // (Tp, hidden): y padded (forward), dx padded (backward)
+  GrowingBuffer gate_up;       // (Tp, 2·ffn): h (forward), h decoded from the context (backward)
+  GrowingBuffer gate_up_grad;  // (Tp, 2·ffn): dh (backward)
+  GrowingBuffer swiglu_out;    // (Tp, ffn): a (forward), da (backward)
+  GrowingBuffer probs_scratch; // (Tp): p padded (forward without context), dp padded (backward)
+  GroupLayout eval_layout;     // forward without a context: the layout of that call
+  std::vector<std::shared_ptr<MlpSaved>> saved_pool;  // context slots
 };
 
-// Invariants: h holds the SwiGLU input (Tp, 2·ffn) (rowwise); probs is (Tp) float32 or empty.
+// One context slot, reused by the next forward that finds it free. Invariants: h holds the
+// SwiGLU input (Tp, 2·ffn) (rowwise); probs_padded is (Tp, 1) float32 in `probs` when has_probs;
+// layout's offsets live in this slot's own storage.
 struct MlpSaved {
+  const MlpState* owner = nullptr;
   GroupLayout layout;
   GroupedLinearContext fc1, fc2;
   OperandStorage h;
-  Buffer probs;  // float32 (Tp), padded
+  bool has_probs = false;
+  GrowingBuffer probs;
+  TensorView probs_padded;  // (Tp, 1)
 };
 
 }  // namespace detail
 
 namespace {
 
-// A zero-filled float32 buffer of `rows` x `cols` on `device` and its (rows, cols) view.
-struct Scratch {
-  Buffer buffer;
-  TensorView view;
-  Scratch() = default;
-  Scratch(int64_t rows, int64_t cols, Device device)
-      : buffer(static_cast<size_t>(rows * cols * 4), device) {
-    buffer.fill_bytes(0);
-    view = TensorView::contiguous(buffer.data(), DType::kFloat32, {rows, cols}, device);
-  }
-};
-
-// x (T, cols) → (Tp, cols) in the padded layout (a plain copy when nothing is padded).
-Scratch to_padded(const TensorView& x, const GroupLayout& layout, Stream stream) {
-  Scratch out(layout.padded_rows, x.shape[1], x.device);
+// x (T, cols) → xp (Tp, cols, zero-filled by the caller) in the padded layout (a plain copy
+// when nothing is padded).
+void pad_into(const TensorView& x, const GroupLayout& layout, const TensorView& xp,
+              Stream stream) {
   if (layout.padded()) {
-    pad_tokens(x, layout.offsets, layout.padded_offsets, out.view, stream);
+    pad_tokens(x, layout.offsets, layout.padded_offsets, xp, stream);
   } else if (x.numel() > 0) {
-    copy_bytes(out.view.data, out.view.device, x.data, x.device, static_cast<size_t>(x.nbytes()));
+    copy_bytes_async(xp.data, xp.device, x.data, x.device, static_cast<size_t>(x.nbytes()),
+                     stream);
   }
-  return out;
+}
+
+// x (T, cols) in the padded layout: x itself when nothing is padded (the layers only read it),
+// else padded into `scratch`.
+TensorView padded_input(const TensorView& x, const GroupLayout& layout,
+                        detail::GrowingBuffer& scratch, Stream stream) {
+  if (!layout.padded()) return x;
+  const TensorView xp = scratch.zeroed_matrix(layout.padded_rows, x.shape[1], x.device, stream);
+  pad_into(x, layout, xp, stream);
+  return xp;
 }
 
 // (Tp, cols) padded → x (T, cols).
@@ -57,8 +85,22 @@ void from_padded(const TensorView& xp, const GroupLayout& layout, const TensorVi
                  Stream stream) {
   if (layout.padded()) return unpad_tokens(xp, layout.offsets, layout.padded_offsets, x, stream);
   if (x.numel() > 0) {
-    copy_bytes(x.data, x.device, xp.data, xp.device, static_cast<size_t>(x.nbytes()));
+    copy_bytes_async(x.data, x.device, xp.data, xp.device, static_cast<size_t>(x.nbytes()),
+                     stream);
   }
+}
+
+// A slot no context holds (a new one when every slot is held). Its old fc1 / fc2 contexts are
+// dropped first, which frees their GroupedLinear slots for this step's forwards.
+std::shared_ptr<detail::MlpSaved> acquire_context_slot(detail::MlpState& s) {
+  std::shared_ptr<detail::MlpSaved> slot = detail::acquire_slot(s.saved_pool);
+  slot->fc1 = GroupedLinearContext{};
+  slot->fc2 = GroupedLinearContext{};
+  if (slot->owner == nullptr) {
+    slot->owner = &s;
+    slot->h = s.activation.make_empty(s.options.device);
+  }
+  return slot;
 }
 
 TensorView column(const TensorView& v) {  // (T) → (T, 1)
@@ -88,11 +130,11 @@ GroupedMLP::GroupedMLP(int64_t num_groups, int64_t hidden, int64_t ffn, const Re
   const auto state = std::make_shared<RecipeState>(recipe, options.device);
   GroupedLinearOptions o1 = layer_options(options, "fc1"), o2 = layer_options(options, "fc2");
   o1.recipe_state = o2.recipe_state = state;
-  s_ = std::make_unique<detail::MlpState>(detail::MlpState{
+  s_ = std::make_unique<detail::MlpState>(
       num_groups, hidden, ffn, options,
       GroupedLinear(num_groups, hidden, 2 * ffn, recipe, options.bias, o1),
       GroupedLinear(num_groups, ffn, hidden, recipe, options.bias, o2),
-      detail::make_producer(state, {detail::kGroupedMlpModule, TensorType::kOutput, o1.name})});
+      detail::make_producer(state, {detail::kGroupedMlpModule, TensorType::kOutput, o1.name}));
   reset_parameters(0);
 }
 
@@ -127,27 +169,34 @@ GroupedMLPContext GroupedMLP::forward(const TensorView& x, const TensorView& spl
                          "GroupedMLP forward: probs must hold T = ", t, " values, got ",
                          probs.to_string());
   }
-  auto saved = std::make_shared<detail::MlpSaved>();
-  saved->layout = make_group_layout(splits, t, s.fc1.token_alignment(), s.options.device,
-                                    nullptr, stream);  // the one scan of this step
-  const GroupLayout& layout = saved->layout;
+  std::shared_ptr<detail::MlpSaved> saved = mode.training ? acquire_context_slot(s) : nullptr;
+  GroupLayout& layout = saved ? saved->layout : s.eval_layout;
+  detail::make_group_layout_into(layout, splits, t, s.fc1.token_alignment(), s.options.device,
+                                 nullptr, stream);  // the one scan of this step
   const int64_t tp = layout.padded_rows;
-  Scratch xp = to_padded(x, layout, stream);                     // (Tp, hidden)
-  Scratch hp(tp, 2 * s.ffn, x.device);                            // (Tp, 2·ffn)
-  saved->fc1 = s.fc1.forward_padded(xp.view, layout, hp.view, mode, stream);
-  Scratch pp;                                                     // (Tp, 1)
-  if (probs.data) pp = to_padded(column(probs), layout, stream);
-  Scratch ap(tp, s.ffn, x.device);                                // (Tp, ffn)
-  const TensorView probs_padded = probs.data ? pp.view : TensorView{};
-  detail::swiglu_forward(hp.view, probs_padded, layout, ap.view, stream);
-  Scratch yp(tp, s.hidden, x.device);                             // (Tp, hidden)
-  saved->fc2 = s.fc2.forward_padded(ap.view, layout, yp.view, mode, stream);
-  from_padded(yp.view, layout, y, stream);
+  const Device dev = x.device;
+  const TensorView xp = padded_input(x, layout, s.tokens_in, stream);     // (Tp, hidden)
+  const TensorView hp = s.gate_up.zeroed_matrix(tp, 2 * s.ffn, dev, stream);  // (Tp, 2·ffn)
+  GroupedLinearContext fc1 = s.fc1.forward_padded(xp, layout, hp, mode, stream);
+  TensorView pp;                                                          // (Tp, 1)
+  if (probs.data) {
+    detail::GrowingBuffer& store = saved ? saved->probs : s.probs_scratch;
+    pp = store.zeroed_matrix(tp, 1, dev, stream);
+    pad_into(column(probs), layout, pp, stream);
+  }
+  const TensorView ap = s.swiglu_out.zeroed_matrix(tp, s.ffn, dev, stream);      // (Tp, ffn)
+  detail::swiglu_forward(hp, pp, layout, ap, stream);
+  const TensorView yp = s.tokens_out.zeroed_matrix(tp, s.hidden, dev, stream);  // (Tp, hidden)
+  GroupedLinearContext fc2 = s.fc2.forward_padded(ap, layout, yp, mode, stream);
+  from_padded(yp, layout, y, stream);
   GroupedMLPContext ctx;
   if (!mode.training) return ctx;
-  saved->h = s.activation.make(tp, 2 * s.ffn, true, false, s.options.device);
-  s.activation.produce(hp.view, saved->h, stream);
-  saved->probs = std::move(pp.buffer);
+  saved->fc1 = std::move(fc1);
+  saved->fc2 = std::move(fc2);
+  saved->h.reshape(tp, 2 * s.ffn, true, false, stream);
+  s.activation.produce(hp, saved->h, stream);
+  saved->has_probs = probs.data != nullptr;
+  saved->probs_padded = pp;
   ctx.saved_ = std::move(saved);
   return ctx;
 }
@@ -162,36 +211,37 @@ void GroupedMLP::backward(const GroupedMLPContext& ctx, const TensorView& dy,
   const int64_t tp = layout.padded_rows;
   check_matrix(dy, "GroupedMLP backward: dy", layout.rows, s.hidden);
   if (grads.dx.data) check_matrix(grads.dx, "GroupedMLP backward: dx", layout.rows, s.hidden);
-  const bool has_probs = !saved.probs.empty() || (tp == 0 && grads.dprobs.data);
+  const bool has_probs = saved.has_probs || (tp == 0 && grads.dprobs.data);
   TESSERA_CHECK(!grads.dprobs.data || has_probs,
                 "GroupedMLP backward: dprobs asked for but the forward had no probs");
-  Scratch dyp = to_padded(dy, layout, stream);                    // (Tp, hidden)
-  Scratch dap(tp, s.ffn, dy.device);                              // (Tp, ffn)
-  s.fc2.backward_padded(saved.fc2, dyp.view,
-                        {dap.view, grads.fc2_dw, grads.fc2_db, grads.accumulate}, stream);
-  Scratch h(tp, 2 * s.ffn, dy.device);                            // (Tp, 2·ffn)
-  if (tp > 0) saved.h.to_float(h.view, false, stream);
+  const Device dev = dy.device;
+  const TensorView dyp = padded_input(dy, layout, s.tokens_in, stream);   // (Tp, hidden)
+  const TensorView dap = s.swiglu_out.zeroed_matrix(tp, s.ffn, dev, stream);     // (Tp, ffn)
+  s.fc2.backward_padded(saved.fc2, dyp, {dap, grads.fc2_dw, grads.fc2_db, grads.accumulate},
+                        stream);
+  const TensorView h = s.gate_up.zeroed_matrix(tp, 2 * s.ffn, dev, stream);  // (Tp, 2·ffn)
+  if (tp > 0) saved.h.to_float(h, false, stream);
   const TensorView probs_padded =
-      saved.probs.empty() ? TensorView{}
-                          : TensorView::contiguous(saved.probs.data(), DType::kFloat32, {tp},
-                                                   s.options.device);
-  Scratch dhp(tp, 2 * s.ffn, dy.device);                          // (Tp, 2·ffn)
-  Scratch dpp(tp, 1, dy.device);                                  // (Tp, 1)
-  detail::swiglu_backward(h.view, probs_padded, dap.view, layout, dhp.view,
-                          grads.dprobs.data && tp > 0 ? dpp.view : TensorView{}, stream);
-  Scratch dxp(tp, s.hidden, dy.device);                           // (Tp, hidden)
-  s.fc1.backward_padded(saved.fc1, dhp.view,
-                        {grads.dx.data ? dxp.view : TensorView{}, grads.fc1_dw, grads.fc1_db,
+      saved.has_probs ? TensorView::contiguous(saved.probs_padded.data, DType::kFloat32, {tp},
+                                               saved.probs_padded.device)
+                      : TensorView{};
+  const TensorView dhp = s.gate_up_grad.zeroed_matrix(tp, 2 * s.ffn, dev, stream);  // (Tp, 2·ffn)
+  const TensorView dpp = s.probs_scratch.zeroed_matrix(tp, 1, dev, stream);        // (Tp, 1)
+  detail::swiglu_backward(h, probs_padded, dap, layout, dhp,
+                          grads.dprobs.data && tp > 0 ? dpp : TensorView{}, stream);
+  const TensorView dxp = s.tokens_out.zeroed_matrix(tp, s.hidden, dev, stream);    // (Tp, hidden)
+  s.fc1.backward_padded(saved.fc1, dhp,
+                        {grads.dx.data ? dxp : TensorView{}, grads.fc1_dw, grads.fc1_db,
                          grads.accumulate},
                         stream);
-  if (grads.dx.data) from_padded(dxp.view, layout, grads.dx, stream);
-  if (grads.dprobs.data) from_padded(dpp.view, layout, column(grads.dprobs), stream);
+  if (grads.dx.data) from_padded(dxp, layout, grads.dx, stream);
+  if (grads.dprobs.data) from_padded(dpp, layout, column(grads.dprobs), stream);
 }
 
 int64_t GroupedMLPContext::saved_bytes() const {
   if (!saved_) return 0;
-  return saved_->fc1.saved_bytes() + saved_->fc2.saved_bytes() + saved_->h.bytes() +
-         static_cast<int64_t>(saved_->probs.bytes());
+  const int64_t probs_bytes = saved_->has_probs ? saved_->layout.padded_rows * 4 : 0;
+  return saved_->fc1.saved_bytes() + saved_->fc2.saved_bytes() + saved_->h.bytes() + probs_bytes;
 }
 
 const GroupLayout& GroupedMLPContext::layout() const {

@@ -46,6 +46,32 @@ TEST(Buffer, CopyBytesRoundTripsThroughTheDevice) {
   for (int i = 0; i < 1024; ++i) ASSERT_EQ(back.as<uint8_t>()[i], static_cast<uint8_t>(i * 7));
 }
 
+TEST(Buffer, AllocationCountCountsNonEmptyBuffers) {
+  const std::uint64_t before = buffer_allocation_count();
+  { Buffer empty(0), moved_from(64); Buffer moved_to(std::move(moved_from)); }
+  EXPECT_EQ(buffer_allocation_count(), before + 1) << "only the 64-byte allocation counts";
+}
+
+TEST(Buffer, StreamOrderedFillAndCopyOnTheHost) {
+  Buffer a(300), b(300);
+  fill_bytes_async(a.data(), a.device(), 0x5C, a.bytes(), Stream{});
+  copy_bytes_async(b.data(), b.device(), a.data(), a.device(), b.bytes(), Stream{});
+  for (int i = 0; i < 300; ++i) ASSERT_EQ(b.as<uint8_t>()[i], 0x5C);
+}
+
+TEST(Buffer, StreamOrderedFillAndCopyThroughTheDevice) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  Buffer host(1024), back(1024), dev(1024, Device::cuda(0));
+  for (int i = 0; i < 1024; ++i) host.as<uint8_t>()[i] = static_cast<uint8_t>(i * 5);
+  copy_bytes_async(dev.data(), dev.device(), host.data(), host.device(), 1024, Stream{});
+  fill_bytes_async(dev.as<uint8_t>() + 512, dev.device(), 0x11, 256, Stream{});
+  copy_bytes(back.data(), back.device(), dev.data(), dev.device(), 1024);  // after the stream
+  for (int i = 0; i < 1024; ++i) {
+    const auto want = i >= 512 && i < 768 ? uint8_t{0x11} : static_cast<uint8_t>(i * 5);
+    ASSERT_EQ(back.as<uint8_t>()[i], want) << "byte " << i;
+  }
+}
+
 TEST(TensorView, ContiguousShapesAndStrides) {
   float data[24];
   auto v = TensorView::contiguous(data, DType::kFloat32, {2, 3, 4});

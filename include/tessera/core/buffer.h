@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "tessera/core/device.h"
+#include "tessera/core/stream.h"
 
 namespace tessera {
 
@@ -42,6 +43,17 @@ class Buffer {
   std::size_t bytes_ = 0;
   Device device_{};
 };
+
+// Stream-ordered forms. On CUDA they are enqueued on `stream` (cudaMemsetAsync / cudaMemcpyAsync)
+// and ordered with that stream's work only; on the host (both sides on the CPU) they are done on
+// return. A host source of a host→device copy may be reused on return (pageable memory is staged).
+void fill_bytes_async(void* dst, Device device, int value, std::size_t bytes, Stream stream);
+void copy_bytes_async(void* dst, Device dst_device, const void* src, Device src_device,
+                      std::size_t bytes, Stream stream);
+
+// Number of Buffers of one byte or more allocated by this process so far (host and device).
+// For tests that prove a code path allocates nothing (e.g. a layer's second step, docs/nn.md).
+std::uint64_t buffer_allocation_count() noexcept;
 
 // Copies `bytes` between any two devices (cpu/cuda); synchronous: on return the destination
 // holds the bytes as seen from every stream (non-blocking ones included). Not stream-ordered: a

@@ -20,6 +20,13 @@
 //
 // Devices: every operation goes through device-dispatching APIs (quantize, grouped GEMM, token
 // padding, the nn row ops), so the layer runs wherever its tensors live.
+//
+// Memory and streams (docs/nn.md): after the first step of a shape, a forward + backward
+// allocates no memory for data and enqueues all its device work on `stream`. The layer keeps
+// scratch (padded activations, GEMM workspace) that the next call reuses, and a pool of context
+// slots: a forward takes a slot no context holds, and a context keeps its slot until destroyed.
+// Buffers grow when a shape needs more bytes and never shrink. Reuse is ordered by the stream:
+// calls of one layer on different streams must be ordered by the caller.
 #pragma once
 
 #include <cstdint>
@@ -64,13 +71,14 @@ struct GroupedLinearGrads {
 // Which saved operand a test asks for (see GroupedLinearContext::operand_value).
 enum class SavedOperand : int { kInput = 0, kWeight = 1, kGradOutput = 2 };
 
-// What a training forward keeps for backward. Invariant: valid() iff produced by a training
-// forward; backward consumes nothing, so it may be called again (e.g. with another dy).
+// What a training forward keeps for backward (a slot of the layer's storage, reused by a later
+// forward only once no context holds it). Invariant: valid() iff produced by a training forward;
+// backward consumes nothing, so it may be called again (e.g. with another dy).
 class GroupedLinearContext {
  public:
   bool valid() const { return saved_ != nullptr; }
-  // Bytes this context keeps alive for backward: the saved activation operand(s) and the usage
-  // of the weight operand that dgrad reads.
+  // Bytes this context keeps for backward at its shape: the saved activation operand(s) and the
+  // usage of the weight operand that dgrad reads (its slot's buffers may be larger).
   int64_t saved_bytes() const;
   const GroupLayout& layout() const;
   // float32 value (rows, cols) of an operand the last forward/backward used, as the GEMM saw it

@@ -10,6 +10,8 @@
 // input h (fc1's output), stored through the role {grouped_mlp, kOutput, "<name>.fc1"} —
 // quantized rowwise in low-precision recipes, as DeepSeek-V3 caches SwiGLU inputs in FP8 — plus
 // p. One RecipeState serves fc1, fc2 and that role.
+// Memory and streams as in grouped_linear.h: after the first step of a shape nothing is
+// allocated and every device operation is ordered on `stream`.
 #pragma once
 
 #include <cstdint>
