@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every test on a fresh machine: install, build (warnings as errors), C++ tests, the same tests
-# under AddressSanitizer + UndefinedBehaviorSanitizer, the installed package from C++ (CMake) and
+# under AddressSanitizer + UndefinedBehaviorSanitizer (with the sanitized Python extension: the
+# Python entry-point fuzzer and test_hardening.py), the installed package from C++ (CMake) and
 # plain C (gcc + pkg-config), pytest (the tessera.torch tests included: torch is installed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,10 +18,12 @@ ctest --test-dir build --output-on-failure -j "$jobs"
 echo "== C++ tests (and the 20k-call C API fuzz loop) under ASan + UBSan"
 cmake -S . -B build-asan -G Ninja -DTESSERA_SANITIZE=ON -DTESSERA_WERROR=ON \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTESSERA_BUILD_TESTS=ON -DTESSERA_BUILD_BENCH=OFF \
-  -DTESSERA_BUILD_TOOLS=OFF >/dev/null
+  -DTESSERA_BUILD_TOOLS=OFF -DTESSERA_BUILD_PYTHON=ON >/dev/null
 cmake --build build-asan -j "$jobs" >/dev/null
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan --output-on-failure --no-tests=error -j "$jobs"
+echo "== the Python entry-point fuzzer (50k calls) and test_hardening.py under ASan + UBSan"
+BUILD_DIR=build-asan bash tools/fuzz/python_sanitized.sh 50000 1
 
 echo "== installed package, from a non-default prefix that is then moved (relocatable)"
 rm -rf build/pkg-prefix build/pkg-moved build/consumer build/c_consumer

@@ -6,10 +6,10 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
-#include <cstring>
 #include <string>
 
 #include "bindings.h"
+#include "core/host_bytes.h"
 #include "tessera/core/status.h"
 #include "tessera/quantize/quantizer.h"
 #include "tessera/quantize/recipe.h"
@@ -145,7 +145,7 @@ nb::object copy_out(const TensorView& v) {
   if (v.dtype == DType::kFloat4E2M1) shape.back() = (shape.back() + 1) / 2;
   void* data = nullptr;
   nb::object arr = new_numpy(shape, v.dtype == DType::kFloat32 ? raw_float32() : raw_uint(8), &data);
-  std::memcpy(data, v.data, static_cast<size_t>(v.nbytes()));
+  host_copy_bytes(data, v.data, static_cast<size_t>(v.nbytes()));
   return arr;
 }
 

@@ -3,9 +3,9 @@
 // quantization, the gather-add of permute's backward and unpermute, and unpermute's backward.
 // Arguments arrive checked (moe_routing.cpp). Element rules: moe_kernels.h.
 #include <algorithm>
-#include <cstring>
 #include <vector>
 
+#include "core/host_bytes.h"
 #include "nn/moe_kernels.h"
 #include "tessera/core/dispatch.h"
 #include "tessera/core/status.h"
@@ -86,16 +86,16 @@ void permute_typed(const PermuteArgs& a) {
     if (quantized) {
       quantize_row(a.quant, src, h, static_cast<uint8_t*>(a.out) + r * h, a.scale_inv, r);
     } else if (src != nullptr) {
-      std::memcpy(static_cast<In*>(a.out) + r * h, src, static_cast<size_t>(h) * sizeof(In));
+      host_copy_bytes(static_cast<In*>(a.out) + r * h, src, static_cast<size_t>(h) * sizeof(In));
     } else {
-      std::memset(static_cast<In*>(a.out) + r * h, 0, static_cast<size_t>(h) * sizeof(In));
+      host_zero_bytes(static_cast<In*>(a.out) + r * h, static_cast<size_t>(h) * sizeof(In));
     }
   }
   if (quantized) {  // block1x128 scale padding rows (a multiple of 4) are zero, as the quantizer
     const int64_t esize = a.quant.mode == RowQuantMode::kMXFP8 ? 1 : 4;
     auto* base = static_cast<uint8_t*>(a.scale_inv);
-    std::memset(base + a.rows * a.quant.scale_cols * esize, 0,
-                static_cast<size_t>((a.scale_rows - a.rows) * a.quant.scale_cols * esize));
+    host_zero_bytes(base + a.rows * a.quant.scale_cols * esize,
+                    static_cast<size_t>((a.scale_rows - a.rows) * a.quant.scale_cols * esize));
   }
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/host_bytes.h"
 #include "tessera/core/status.h"
 
 namespace tessera {
@@ -66,9 +67,9 @@ void regroup_rows_cpu(const detail::RegroupRows& r) {
     const bool inside = local < r.src_offsets[g + 1] - r.src_offsets[g] && src_row < r.src_rows;
     char* out = dst + row * r.row_bytes;
     if (inside) {
-      std::memcpy(out, src + src_row * r.row_bytes, static_cast<size_t>(r.row_bytes));
+      host_copy_bytes(out, src + src_row * r.row_bytes, static_cast<size_t>(r.row_bytes));
     } else {
-      std::memset(out, 0, static_cast<size_t>(r.row_bytes));
+      host_zero_bytes(out, static_cast<size_t>(r.row_bytes));
     }
   }
 }

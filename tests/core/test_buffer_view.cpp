@@ -1,9 +1,10 @@
-// Buffer ownership/alignment and TensorView queries and checks.
+// Buffer ownership/alignment, host byte helpers, and TensorView queries and checks.
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <utility>
 
+#include "core/host_bytes.h"
 #include "tessera/core/buffer.h"
 #include "tessera/core/status.h"
 #include "tessera/core/tensor_view.h"
@@ -70,6 +71,24 @@ TEST(Buffer, StreamOrderedFillAndCopyThroughTheDevice) {
     const auto want = i >= 512 && i < 768 ? uint8_t{0x11} : static_cast<uint8_t>(i * 5);
     ASSERT_EQ(back.as<uint8_t>()[i], want) << "byte " << i;
   }
+}
+
+// The buffers of an empty tensor are null (Buffer: data() is nullptr iff bytes() == 0), and
+// memset / memcpy of a null pointer are undefined even for 0 bytes: the host helpers touch
+// nothing then (under -DTESSERA_SANITIZE=ON, UBSan's nonnull-attribute check watches this).
+TEST(HostBytes, EmptyRangesOfNullBuffersAreNotTouched) {
+  Buffer empty(0), full(64);
+  ASSERT_EQ(empty.data(), nullptr);
+  host_zero_bytes(empty.data(), empty.bytes());
+  host_copy_bytes(empty.data(), full.data(), 0);
+  host_copy_bytes(full.data(), empty.data(), 0);
+  full.fill_bytes(0xAB);
+  host_zero_bytes(full.data(), 32);
+  EXPECT_EQ(full.as<uint8_t>()[31], 0);
+  EXPECT_EQ(full.as<uint8_t>()[32], 0xAB);
+  host_copy_bytes(full.as<uint8_t>() + 32, full.data(), 16);
+  EXPECT_EQ(full.as<uint8_t>()[47], 0);
+  EXPECT_EQ(full.as<uint8_t>()[48], 0xAB);
 }
 
 TEST(TensorView, ContiguousShapesAndStrides) {

@@ -22,7 +22,8 @@ A crash or hang ends the process with no summary line (the caller sees it).
 
 Usage: python3 tests/python/fuzz_entry_points.py [calls (default 20000)] [seed (default 1)];
 prints the counts and exits 1 on a finding. tests/python/test_hardening.py runs it with
-TESSERA_PY_FUZZ_CALLS calls (default 3000)."""
+TESSERA_PY_FUZZ_CALLS calls (default 3000); tools/fuzz/python_sanitized.sh runs it on an
+extension built under ASan + UBSan (the summary line then says "under ASan")."""
 import math
 import random
 import resource
@@ -450,12 +451,24 @@ class Fuzzer:
         return self.findings
 
 
+def under_asan():
+    """True when AddressSanitizer's runtime is loaded (an instrumented extension, with libasan
+    preloaded into this uninstrumented interpreter)."""
+    import ctypes
+    return hasattr(ctypes.CDLL(None), "__asan_init")
+
+
 def main(argv):
     calls = int(argv[1]) if len(argv) > 1 else 20000
     seed = int(argv[2]) if len(argv) > 2 else 1
     # A call whose (valid) output needs more than 8 GiB gets MemoryError -> tessera's
-    # OutOfMemoryError, instead of the machine's OOM killer.
-    resource.setrlimit(resource.RLIMIT_AS, (8 << 30, 8 << 30))
+    # OutOfMemoryError, instead of the machine's OOM killer. Under AddressSanitizer the limit
+    # cannot be set (its shadow memory reserves terabytes of address space): there the caller
+    # caps single allocations instead (tools/fuzz/python_sanitized.sh: ASAN_OPTIONS
+    # max_allocation_size_mb=8192 with allocator_may_return_null=1).
+    asan = under_asan()
+    if not asan:
+        resource.setrlimit(resource.RLIMIT_AS, (8 << 30, 8 << 30))
     f = Fuzzer(seed)
     t0 = time.perf_counter()
     findings = []
@@ -468,7 +481,9 @@ def main(argv):
     for x in findings:
         print("FINDING:", x)
     errors = " ".join(f"{k}={v}" for k, v in sorted(f.errors.items()))
-    print(f"fuzz_entry_points: {f.calls} calls (seed {seed}) in {time.perf_counter() - t0:.1f} s, "
+    under = ", under ASan" if asan else ""
+    print(f"fuzz_entry_points: {f.calls} calls (seed {seed}{under}) in "
+          f"{time.perf_counter() - t0:.1f} s, "
           f"{len(findings)} findings; ok {f.ok}; errors: {errors}; slowest call "
           f"{f.slowest[0] * 1e3:.1f} ms ({f.slowest[1][:120]}); invariants checked: "
           + " ".join(f"{k} {v}" for k, v in f.checks.items()))

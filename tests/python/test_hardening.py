@@ -131,3 +131,21 @@ def test_grouped_gemm_checks_before_allocating_the_output():
                              np.array([0, 4]))
     out = tessera.grouped_gemm(a, np.ones((2, 5, 3), np.float32), np.array([0, 1, 4]))
     assert out.shape == (4, 5) and out.dtype == np.float32 and (out == 3).all()
+
+
+@pytest.mark.parametrize("name", RECIPES + MODES + ["fp8_rowwise"])
+@pytest.mark.parametrize("shape", [(0, 32), (32, 0), (0, 0)], ids=["0x32", "32x0", "0x0"])
+def test_empty_quantized_buffers_copy_out(name, shape):
+    # Found under ASan + UBSan (tools/fuzz/python_sanitized.sh, which runs this file sanitized):
+    # QuantizedTensor.data / scale_inv / ... of an input without elements memcpy'd 0 bytes into
+    # the null data pointer of an empty output array (undefined even for 0 bytes). Every
+    # shape-sized host memset / memcpy now goes through core/host_bytes.h.
+    q = tessera.quantize(np.zeros(shape, np.float32), name, rowwise=True, columnwise=True)
+    for field in ("data", "scale_inv", "columnwise_data", "columnwise_scale_inv", "amax",
+                  "columnwise_amax"):
+        v = getattr(q, field)
+        if field.endswith("data"):
+            assert v is not None and v.size == 0, field
+    for columnwise in (False, True):
+        for backend in ("cpu", "reference"):
+            assert q.dequantize(columnwise, backend).shape == shape

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "core/host_bytes.h"
 #include "gemm/cpu/bf16_gemm.h"
 #include "tessera/core/dispatch.h"
 
@@ -211,8 +212,8 @@ void run_task(const RunContext& c, const Task& t, dnnl::stream& stream) {
   if (staged) {
     staged_epilogue(p, t.g, blk.k > 0 ? c.staging + d0 : nullptr, d0, t.rows, n);
   } else if (blk.k == 0 && p.beta == 0.0f) {  // an empty contraction writes +0
-    std::memset(static_cast<char*>(p.d.data) + d0 * dtype_bytes(p.d.dtype, 1), 0,
-                static_cast<size_t>(dtype_bytes(p.d.dtype, t.rows * n)));
+    host_zero_bytes(static_cast<char*>(p.d.data) + d0 * dtype_bytes(p.d.dtype, 1),
+                    static_cast<size_t>(dtype_bytes(p.d.dtype, t.rows * n)));
   }
 }
 

@@ -1,8 +1,8 @@
 // CPU backend entry: mode dispatch plus the shared pieces (tensor amax, transposed float copy,
 // zero fill) used by the per-format files.
 #include <algorithm>
-#include <cstring>
 
+#include "core/host_bytes.h"
 #include "quantize/cpu/cpu_kernels.h"
 #include "tessera/core/dispatch.h"
 #include "tessera/core/status.h"
@@ -54,7 +54,7 @@ Buffer transpose_to_float(const TensorView& x) {
   return t;
 }
 
-void zero_view(const TensorView& v) { std::memset(v.data, 0, static_cast<size_t>(v.nbytes())); }
+void zero_view(const TensorView& v) { host_zero_bytes(v.data, static_cast<size_t>(v.nbytes())); }
 
 }  // namespace cpu
 

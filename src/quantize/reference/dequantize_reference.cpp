@@ -2,6 +2,7 @@
 // scale, then the inverse Hadamard transform), written back in the logical (M, K) orientation.
 #include <cstring>
 
+#include "core/host_bytes.h"
 #include "quantize/quantize_backend.h"
 #include "quantize/reference/reference_rules.h"
 #include "tessera/core/status.h"
@@ -75,7 +76,7 @@ reference::Matrix decode_copy(const QuantizedTensorView& q, bool columnwise) {
 
 void dequantize_reference(const QuantizedTensorView& q, const TensorView& out, bool columnwise) {
   const reference::Matrix x = decode_copy(q, columnwise);
-  std::memcpy(out.data, x.v.data(), x.v.size() * sizeof(float));
+  host_copy_bytes(out.data, x.v.data(), x.v.size() * sizeof(float));
 }
 
 }  // namespace tessera::detail

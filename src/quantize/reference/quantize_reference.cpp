@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 
+#include "core/host_bytes.h"
 #include "quantize/quantize_backend.h"
 #include "quantize/reference/reference_rules.h"
 #include "tessera/core/status.h"
@@ -30,8 +31,8 @@ Target target_of(const QuantizedTensorView& out, bool columnwise) {
   const TensorView& d = columnwise ? out.columnwise_data : out.data;
   const TensorView& s = columnwise ? out.columnwise_scale_inv : out.scale_inv;
   const TensorView& a = columnwise ? out.columnwise_amax : out.amax;
-  std::memset(s.data, 0, static_cast<size_t>(s.nbytes()));
-  std::memset(d.data, 0, static_cast<size_t>(d.nbytes()));
+  host_zero_bytes(s.data, static_cast<size_t>(s.nbytes()));
+  host_zero_bytes(d.data, static_cast<size_t>(d.nbytes()));
   return {d.as<uint8_t>(), s.as<uint8_t>(), s.nbytes(), a.as<float>()};
 }
 
