@@ -3,9 +3,9 @@
 // CPU backend (src/gemm/cpu/) or the CUDA backend (src/gemm/cuda/).
 #include "tessera/gemm/grouped_gemm.h"
 
-#include <cstring>
 #include <new>
 
+#include "core/host_bytes.h"
 #include "gemm/gemm_backend.h"
 
 namespace tessera {
@@ -77,8 +77,8 @@ void zero_unused_rows(const GroupedGemmProblem& p, const detail::GroupedGemmDims
   if (p.d.device.is_cuda()) return detail::zero_unused_rows_cuda(p, dims, stream);
   const int64_t end = detail::host_start_offsets(p).back();  // checked: within the capacity
   const int64_t row_bytes = p.d.nbytes() / p.d.shape[0];
-  std::memset(static_cast<char*>(p.d.data) + end * row_bytes, 0,
-              static_cast<size_t>((p.d.shape[0] - end) * row_bytes));
+  host_zero_bytes(static_cast<char*>(p.d.data) + end * row_bytes,
+                  static_cast<size_t>((p.d.shape[0] - end) * row_bytes));
 }
 
 // run() after planning: checks the workspace, then launches.
