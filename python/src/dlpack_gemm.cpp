@@ -120,15 +120,10 @@ int64_t grouped_gemm_into(int kind, const ArrayOperand& a, const ArrayOperand& b
                   grouped_gemm_kind_name(p.kind), " kind");
     p.num_groups = p.d.ndim == 3 ? p.d.shape[0] : 0;
   }
-  const int64_t need = workspace_size(p);
   TensorView ws;
   if (workspace) ws = device_view(*workspace, DType::kUInt8, "workspace");
-  if (ws.numel() < need) return need;
-  {
-    nb::gil_scoped_release release;
-    run(p, ws, stream_of(stream));
-  }
-  return 0;
+  nb::gil_scoped_release release;
+  return run_if_fits(p, ws, stream_of(stream));  // validated once
 }
 
 }  // namespace

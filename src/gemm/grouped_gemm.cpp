@@ -135,6 +135,15 @@ void run(const GroupedGemmProblem& problem, const TensorView& workspace, Stream 
   run_planned(problem, plan_for_backend(problem), workspace, stream);
 }
 
+int64_t run_if_fits(const GroupedGemmProblem& problem, const TensorView& workspace,
+                    Stream stream) {
+  const Plan plan = plan_for_backend(problem);  // validated once
+  const int64_t need = backend_workspace_size(problem, plan);
+  if ((workspace.data == nullptr ? 0 : workspace.nbytes()) < need) return need;
+  run_planned(problem, plan, workspace, stream);
+  return 0;
+}
+
 void grouped_gemm(const GroupedGemmProblem& problem, Stream stream) {
   const Plan plan = plan_for_backend(problem);  // validated once
   const int64_t need = backend_workspace_size(problem, plan);

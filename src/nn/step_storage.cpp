@@ -25,12 +25,18 @@ TensorView GrowingBuffer::zeroed_matrix(int64_t rows, int64_t cols, Device devic
 
 void run_grouped_gemm(const GroupedGemmProblem& problem, GrowingBuffer& workspace,
                       Stream stream) {
-  const int64_t need = workspace_size(problem);
+  // One validation per GEMM once the workspace has grown to the shape's need (run_if_fits);
+  // gemm picks its path (mixed formats: emulated on the CPU).
   const Device device = problem.a.device();
-  void* data = workspace.reserve(need, device);
-  const TensorView ws =
-      need == 0 ? TensorView{} : TensorView::contiguous(data, DType::kUInt8, {need}, device);
-  run(problem, ws, stream);  // gemm picks its path (mixed formats: emulated on the CPU)
+  const auto view = [&](int64_t bytes) {
+    return bytes == 0 ? TensorView{}
+                      : TensorView::contiguous(workspace.data(), DType::kUInt8, {bytes}, device);
+  };
+  const int64_t need = run_if_fits(problem, view(workspace.bytes_on(device)), stream);
+  if (need == 0) return;
+  workspace.reserve(need, device);
+  TESSERA_CHECK(run_if_fits(problem, view(need), stream) == 0,
+                "grouped GEMM: the workspace it sized was refused");
 }
 
 }  // namespace tessera::nn::detail

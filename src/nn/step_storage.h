@@ -29,12 +29,16 @@ class GrowingBuffer {
   // A float32 (rows, cols) view of this memory, zero-filled on `stream`.
   TensorView zeroed_matrix(int64_t rows, int64_t cols, Device device, Stream stream);
   int64_t bytes() const { return static_cast<int64_t>(buffer_.bytes()); }
+  // The bytes usable on `device` (0 when the buffer lives elsewhere) and where they start.
+  int64_t bytes_on(Device device) const { return buffer_.device() == device ? bytes() : 0; }
+  void* data() const { return buffer_.data(); }
 
  private:
   Buffer buffer_;
 };
 
-// Runs `problem` with its workspace taken from `workspace` (grown to workspace_size(problem)).
+// Runs `problem` with its workspace taken from `workspace` (grown to the problem's need when
+// smaller), validating it once when the workspace is large enough.
 void run_grouped_gemm(const GroupedGemmProblem& problem, GrowingBuffer& workspace, Stream stream);
 
 // A slot of `pool` that no context holds any more (use_count() == 1: only the pool), or a new

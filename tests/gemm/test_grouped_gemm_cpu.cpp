@@ -252,3 +252,31 @@ TEST(GroupedGemmCpu, ZeroUnusedRowsZeroesOnlyTheTail) {
 
 }  // namespace
 }  // namespace tessera::test
+
+namespace tessera::test {
+namespace {
+
+// run_if_fits: too small a workspace runs nothing (D keeps its poison) and answers the bytes
+// workspace_size gives; with that many it runs, and D equals grouped_gemm's.
+TEST(GroupedGemmCpu, RunIfFitsAnswersTheWorkspaceOrRuns) {
+  GemmCase c;
+  c.group_rows = {4, 0, 9};
+  c.extra_rows = 6;
+  c.n = 16, c.k = 24;
+  c.in_dtype = DType::kFloat16;
+  c.out_dtype = DType::kFloat16;
+  GemmFixture f = make_fixture(c), want = copy_of(f);
+  const int64_t need = workspace_size(f.problem);
+  ASSERT_GT(need, 0);
+  Buffer small(64), ws(static_cast<size_t>(need));
+  EXPECT_EQ(run_if_fits(f.problem, TensorView{}), need);
+  EXPECT_EQ(run_if_fits(f.problem, TensorView::contiguous(small.data(), DType::kUInt8, {64})),
+            need);
+  EXPECT_EQ(f.d.bytes, f.d_initial) << "nothing may run with too small a workspace";
+  EXPECT_EQ(run_if_fits(f.problem, TensorView::contiguous(ws.data(), DType::kUInt8, {need})), 0);
+  grouped_gemm(want.problem);
+  EXPECT_EQ(f.d.bytes, want.d.bytes);
+}
+
+}  // namespace
+}  // namespace tessera::test

@@ -150,6 +150,13 @@ int64_t workspace_size(const GroupedGemmProblem& problem);
 // asynchronous on `stream`.
 void run(const GroupedGemmProblem& problem, const TensorView& workspace, Stream stream = {});
 
+// run() for a caller whose workspace grows on demand, validated once (workspace_size() then run()
+// validate twice): when `workspace` holds at least the bytes the problem needs, runs it and
+// returns 0; otherwise runs nothing and returns those bytes (call again with a workspace that
+// large). Throws like run() on a problem that cannot run.
+int64_t run_if_fits(const GroupedGemmProblem& problem, const TensorView& workspace,
+                    Stream stream = {});
+
 // Convenience: sizes and allocates the workspace itself, then run().
 void grouped_gemm(const GroupedGemmProblem& problem, Stream stream = {});
 
