@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 tt = pytest.importorskip("tessera.torch")
 import tessera  # noqa: E402
 from tessera.torch.fp8 import scale_shape  # noqa: E402
-from torch_oracles import grouped_products  # noqa: E402
+from torch_oracles import grouped_products, ends, sqnr  # noqa: E402
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() and tessera.cuda_compiled() else [])
 cuda_only = pytest.mark.skipif("cuda" not in DEVICES, reason="needs CUDA")
@@ -28,14 +28,6 @@ FLT_MAX = torch.finfo(torch.float32).max
 POW2_MASK = -(1 << 23)  # 0xff800000 as int32: sign and exponent kept, mantissa cleared
 
 
-def ends(sizes, device):
-    return torch.tensor(sizes, device=device).cumsum(0).to(torch.int32)
-
-
-def sqnr(x, ref):
-    x, ref = x.double().cpu(), ref.double().cpu()
-    noise = (x - ref).square().sum().item()
-    return math.inf if noise == 0 else 10 * math.log10(ref.square().sum().item() / noise)
 
 
 def step_cases(shapes):

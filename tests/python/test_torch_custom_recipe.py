@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 tt = pytest.importorskip("tessera.torch")
 import tessera  # noqa: E402
 from tessera.torch.fp8 import quantize_fp8_rowwise_impl  # noqa: E402
-from torch_oracles import grouped_products  # noqa: E402
+from torch_oracles import grouped_products, ends, sqnr  # noqa: E402
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() and tessera.cuda_compiled() else [])
 # Empty groups at the start, middle and end; group sizes multiples of 16 (the FP8 rule).
@@ -24,14 +24,6 @@ POW2_MASK = -(1 << 23)  # 0xff800000 as int32: sign and exponent kept, mantissa 
 ORACLE_BAR_DB = 45.0    # as test_torch_block: the bf16 outputs' own rounding bounds it
 
 
-def ends(sizes, device):
-    return torch.tensor(sizes, device=device).cumsum(0).to(torch.int32)
-
-
-def sqnr(x, ref):
-    x, ref = x.double().cpu(), ref.double().cpu()
-    noise = (x - ref).square().sum().item()
-    return math.inf if noise == 0 else 10 * math.log10(ref.square().sum().item() / noise)
 
 
 def inputs(sizes, k, n, device, seed=0):

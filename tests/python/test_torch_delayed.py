@@ -4,12 +4,12 @@ GroupedLinear's y, dx, dW by SQNR against FP64 products of the emulated quantize
 its buffers bit for bit, over a schedule of train and eval steps with weight updates; roles and
 formats from the C++ recipe; state_dict; torch.compile; CUDA-graph replay."""
 import io
-import math
 
 import pytest
 
 torch = pytest.importorskip("torch")
 tt = pytest.importorskip("tessera.torch")
+from torch_oracles import ends, sqnr  # noqa: E402
 import tessera  # noqa: E402
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() and tessera.cuda_compiled() else [])
@@ -19,14 +19,6 @@ FP8 = {"e4m3": (torch.float8_e4m3fn, 448.0), "e5m2": (torch.float8_e5m2, 57344.0
 FLT_MAX = torch.finfo(torch.float32).max
 
 
-def ends(sizes, device):
-    return torch.tensor(sizes, device=device).cumsum(0).to(torch.int32)
-
-
-def sqnr(x, ref):
-    x, ref = x.double().cpu(), ref.double().cpu()
-    noise = (x - ref).square().sum().item()
-    return math.inf if noise == 0 else 10 * math.log10(ref.square().sum().item() / noise)
 
 
 class OracleRole:

@@ -9,6 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 tt = pytest.importorskip("tessera.torch")
+from torch_oracles import ends, sqnr  # noqa: E402
 import tessera  # noqa: E402
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() and tessera.cuda_compiled() else [])
@@ -16,14 +17,6 @@ cuda_only = pytest.mark.skipif("cuda" not in DEVICES, reason="needs CUDA")
 SIZES = [48, 0, 96, 32, 16, 0, 64]  # multiples of 16, empty groups (FP8 needs 16-row groups)
 
 
-def ends(sizes, device):
-    return torch.tensor(sizes, device=device).cumsum(0).to(torch.int32)
-
-
-def sqnr(x, ref):
-    x, ref = x.double(), ref.double()
-    noise = (x - ref).square().sum().item()
-    return math.inf if noise == 0 else 10 * math.log10(ref.square().sum().item() / noise)
 
 
 def reference_linear(x, w, dy, sizes):

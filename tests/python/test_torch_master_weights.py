@@ -3,28 +3,19 @@ weights cast or quantized for compute, the compute copy cached per weight versio
 style main-grad accumulation (accumulate_main_grad=True: the wgrad GEMM adds into the FP32
 weight.main_grad with beta = 1, weight.grad untouched), against torch FP32/FP64 references over
 two micro-batches; eager == torch.compile."""
-import math
 
 import pytest
 
 torch = pytest.importorskip("torch")
 tt = pytest.importorskip("tessera.torch")
 import tessera  # noqa: E402
-from torch_oracles import grouped_products as reference  # noqa: E402
+from torch_oracles import grouped_products as reference, ends, sqnr  # noqa: E402
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() and tessera.cuda_compiled() else [])
 SIZES = [48, 0, 32, 16, 0, 64]  # multiples of 16, empty groups
 RECIPES = ["bf16", "fp8_rowwise", "fp8_current", "fp8_delayed"]
 
 
-def ends(sizes, device):
-    return torch.tensor(sizes, device=device).cumsum(0).to(torch.int32)
-
-
-def sqnr(x, ref):
-    x, ref = x.double().cpu(), ref.double().cpu()
-    noise = (x - ref).square().sum().item()
-    return math.inf if noise == 0 else 10 * math.log10(ref.square().sum().item() / noise)
 
 
 def micro_batches(n, t, k, out, device, seed):

@@ -1,5 +1,19 @@
-"""FP64 oracles shared by the tessera.torch layer tests."""
+"""FP64 oracles and the small helpers shared by the tessera.torch layer tests."""
+import math
+
 import torch
+
+
+def ends(sizes, device):
+    """torch's offs: int32 cumulative end offsets of the group sizes, on `device`."""
+    return torch.tensor(sizes, device=device).cumsum(0).to(torch.int32)
+
+
+def sqnr(x, ref):
+    """Signal-to-quantization-noise ratio of x against ref in dB (inf when equal), in FP64."""
+    x, ref = x.double().cpu(), ref.double().cpu()
+    noise = (x - ref).square().sum().item()
+    return math.inf if noise == 0 else 10 * math.log10(ref.square().sum().item() / noise)
 
 
 def grouped_products(x, w, dy, sizes):
