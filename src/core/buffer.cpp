@@ -118,16 +118,25 @@ void Buffer::fill_bytes(int value) {
 #endif
 }
 
-void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device,
-                std::size_t bytes) {
-  if (bytes == 0) return;
-  TESSERA_CHECK(dst != nullptr && src != nullptr, "copy_bytes: null pointer for ", bytes,
-                " bytes");
+namespace {
+// What copy_bytes and copy_bytes_async do before a device copy: nothing for 0 bytes, the null
+// check, a host-to-host memcpy, the CUDA device check. True when a CUDA copy is still to be made.
+bool copy_needs_cuda(void* dst, Device dst_device, const void* src, Device src_device,
+                     std::size_t bytes, const char* who) {
+  if (bytes == 0) return false;
+  TESSERA_CHECK(dst != nullptr && src != nullptr, who, ": null pointer for ", bytes, " bytes");
   if (dst_device.is_cpu() && src_device.is_cpu()) {
     std::memcpy(dst, src, bytes);
-    return;
+    return false;
   }
   require_cuda_device(dst_device.is_cuda() ? dst_device : src_device);
+  return true;
+}
+}  // namespace
+
+void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device,
+                std::size_t bytes) {
+  if (!copy_needs_cuda(dst, dst_device, src, src_device, bytes, "copy_bytes")) return;
 #if defined(TESSERA_WITH_CUDA)
   TESSERA_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
   if (dst_device.is_cuda()) wait_default_stream();  // a copy to the host has already finished
@@ -151,14 +160,7 @@ void fill_bytes_async(void* dst, Device device, int value, std::size_t bytes, St
 
 void copy_bytes_async(void* dst, Device dst_device, const void* src, Device src_device,
                       std::size_t bytes, Stream stream) {
-  if (bytes == 0) return;
-  TESSERA_CHECK(dst != nullptr && src != nullptr, "copy_bytes_async: null pointer for ", bytes,
-                " bytes");
-  if (dst_device.is_cpu() && src_device.is_cpu()) {
-    std::memcpy(dst, src, bytes);
-    return;
-  }
-  require_cuda_device(dst_device.is_cuda() ? dst_device : src_device);
+  if (!copy_needs_cuda(dst, dst_device, src, src_device, bytes, "copy_bytes_async")) return;
 #if defined(TESSERA_WITH_CUDA)
   TESSERA_CUDA_CHECK(
       cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream.as<cudaStream_t>()));
