@@ -132,6 +132,10 @@ tessera_status tessera_grouped_gemm_set_offsets_format(tessera_grouped_gemm_prob
                                                        int32_t format, int64_t max_total_rows);
 tessera_status tessera_grouped_gemm_set_scalars(tessera_grouped_gemm_problem problem, float alpha,
                                                 float beta);
+/* M-grouped only: nonzero = also write zeros into D's rows past the last group's end (read where
+ * the offsets live, on the device without a sync); 0 (default) = leave them as they are. */
+tessera_status tessera_grouped_gemm_set_zero_unused_rows(tessera_grouped_gemm_problem problem,
+                                                         int32_t zero_unused_rows);
 /* TESSERA_STATUS_OK or the specific reason (tessera_last_error() explains). */
 tessera_status tessera_grouped_gemm_can_implement(tessera_grouped_gemm_problem problem);
 tessera_status tessera_grouped_gemm_workspace_size(tessera_grouped_gemm_problem problem,

@@ -122,6 +122,11 @@ tessera_status tessera_grouped_gemm_set_offsets_format(tessera_grouped_gemm_prob
   });
 }
 
+tessera_status tessera_grouped_gemm_set_zero_unused_rows(tessera_grouped_gemm_problem problem,
+                                                         int32_t zero_unused_rows) {
+  return guard([&] { problem_of(problem).zero_unused_rows = zero_unused_rows != 0; });
+}
+
 tessera_status tessera_grouped_gemm_set_scalars(tessera_grouped_gemm_problem problem, float alpha,
                                                 float beta) {
   return guard([&] {

@@ -48,6 +48,15 @@ static void test_m_grouped(void) {
     }
   }
   for (i = 10 * N; i < T * N; ++i) EXPECT(d[i] == -99.0f);
+  /* zero_unused_rows: the capacity rows past the last group become zeros, the rest unchanged. */
+  {
+    const float before = d[0];
+    EXPECT(tessera_grouped_gemm_set_zero_unused_rows(p, 1) == TESSERA_STATUS_OK);
+    EXPECT(tessera_grouped_gemm_run(p, NULL, 0, NULL) == TESSERA_STATUS_OK);
+    for (i = 10 * N; i < T * N; ++i) EXPECT(d[i] == 0.0f);
+    EXPECT(d[0] == before);
+    EXPECT(tessera_grouped_gemm_set_zero_unused_rows(p, 0) == TESSERA_STATUS_OK);
+  }
 
   /* Bad input: wrong B (K mismatch), offsets past A, D too small, a bad enum, a NULL handle. */
   {
