@@ -331,6 +331,7 @@ static void fuzz_gemm(void) {
   if (chance(30)) note(tessera_grouped_gemm_set_offsets_format(p, (int32_t)rnd_below(4) - 1,
                                                                chance(50) ? -1 : rand_size()));
   if (chance(20)) note(tessera_grouped_gemm_set_scalars(p, chance(90) ? 1.5f : NAN, chance(50) ? 0.0f : 1.0f));
+  if (chance(30)) note(tessera_grouped_gemm_set_zero_unused_rows(p, (int32_t)rnd_below(3)));
   note(tessera_grouped_gemm_can_implement(p));
   if (note(tessera_grouped_gemm_workspace_size(p, chance(1) ? NULL : &ws)) == TESSERA_STATUS_OK) {
     if (ws < 0) finding("negative workspace size", TESSERA_STATUS_OK);
