@@ -16,7 +16,8 @@ torch = pytest.importorskip("torch")
 tt = pytest.importorskip("tessera.torch")
 import tessera  # noqa: E402
 from tessera.torch.fp8 import scale_shape  # noqa: E402
-from torch_oracles import grouped_products, ends, sqnr  # noqa: E402
+from torch_oracles import (  # noqa: E402
+    grouped_products, ends, sqnr, mlp_eager_and_compiled, run_step)
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() and tessera.cuda_compiled() else [])
 cuda_only = pytest.mark.skipif("cuda" not in DEVICES, reason="needs CUDA")
@@ -95,12 +96,6 @@ def inputs(sizes, k, n, device, seed=0, dtype=torch.bfloat16):
     dy = torch.randn(t, n, generator=gen).to(dtype).to(device)
     return x, w, dy
 
-
-def run_step(fn, x0, w0, dy):
-    x, w = x0.detach().requires_grad_(), w0.detach().requires_grad_()
-    y = fn(x, w)
-    y.backward(dy)
-    return y.detach(), x.grad, w.grad
 
 
 # ---- the quantizer ----------------------------------------------------------------------------
@@ -315,16 +310,7 @@ def test_torch_compile_fullgraph_matches_eager(device):
     offs = ends(SIZES, device)
     x0 = torch.randn(sum(SIZES), 128, device=device, dtype=torch.bfloat16)
 
-    def step(fn):
-        x = x0.detach().requires_grad_()
-        mlp.zero_grad(set_to_none=True)
-        y = fn(x, offs)
-        y.float().square().sum().backward()
-        return y.detach(), x.grad, mlp.fc1.weight.grad.clone(), mlp.fc2.weight.grad.clone()
-
-    eager = step(mlp)
-    torch._dynamo.reset()
-    compiled = step(torch.compile(mlp, fullgraph=True, backend="aot_eager"))
+    eager, compiled = mlp_eager_and_compiled(mlp, x0, offs)
     for e, c in zip(eager, compiled):
         assert torch.equal(e, c)
 

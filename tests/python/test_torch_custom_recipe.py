@@ -13,7 +13,8 @@ torch = pytest.importorskip("torch")
 tt = pytest.importorskip("tessera.torch")
 import tessera  # noqa: E402
 from tessera.torch.fp8 import quantize_fp8_rowwise_impl  # noqa: E402
-from torch_oracles import grouped_products, ends, sqnr  # noqa: E402
+from torch_oracles import (  # noqa: E402
+    grouped_products, ends, sqnr, mlp_eager_and_compiled, run_step)
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() and tessera.cuda_compiled() else [])
 # Empty groups at the start, middle and end; group sizes multiples of 16 (the FP8 rule).
@@ -34,12 +35,6 @@ def inputs(sizes, k, n, device, seed=0):
     dy = torch.randn(t, n, generator=gen).to(torch.bfloat16).to(device)
     return x, w.to(device), dy
 
-
-def run_step(fn, x0, w0, dy):
-    x, w = x0.detach().requires_grad_(), w0.detach().requires_grad_()
-    y = fn(x, w)
-    y.backward(dy)
-    return y.detach(), x.grad, w.grad
 
 
 def by_type(**configs):
@@ -308,16 +303,7 @@ def test_torch_compile_fullgraph_matches_eager(device):
     offs = ends(SIZES, device)
     x0 = torch.randn(sum(SIZES), 128, device=device, dtype=torch.bfloat16)
 
-    def step(fn):
-        x = x0.detach().requires_grad_()
-        mlp.zero_grad(set_to_none=True)
-        y = fn(x, offs)
-        y.float().square().sum().backward()
-        return y.detach(), x.grad, mlp.fc1.weight.grad.clone(), mlp.fc2.weight.grad.clone()
-
-    eager = step(mlp)
-    torch._dynamo.reset()
-    compiled = step(torch.compile(mlp, fullgraph=True, backend="aot_eager"))
+    eager, compiled = mlp_eager_and_compiled(mlp, x0, offs)
     for e, c in zip(eager, compiled):
         assert torch.equal(e, c)
 

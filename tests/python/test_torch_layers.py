@@ -9,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 tt = pytest.importorskip("tessera.torch")
-from torch_oracles import ends, sqnr  # noqa: E402
+from torch_oracles import ends, sqnr, mlp_eager_and_compiled, run_step  # noqa: E402
 import tessera  # noqa: E402
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() and tessera.cuda_compiled() else [])
@@ -39,12 +39,6 @@ def inputs(sizes, k, n, device, seed=0):
     dy = torch.randn(t, n, generator=g).to(torch.bfloat16).to(device)
     return x, w, dy
 
-
-def run_step(fn, x0, w0, dy):
-    x, w = x0.detach().requires_grad_(), w0.detach().requires_grad_()
-    y = fn(x, w)
-    y.backward(dy)
-    return y.detach(), x.grad, w.grad
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -153,15 +147,7 @@ def test_torch_compile_fullgraph_module_matches_eager(device, recipe):
     offs = ends(SIZES, device)
     x0 = torch.randn(sum(SIZES), 64, device=device, dtype=torch.bfloat16)
 
-    def step(fn):
-        x = x0.detach().requires_grad_()
-        mlp.zero_grad(set_to_none=True)
-        fn(x, offs).float().square().sum().backward()
-        return x.grad, mlp.fc1.weight.grad.clone(), mlp.fc2.weight.grad.clone()
-
-    eager = step(mlp)
-    torch._dynamo.reset()
-    compiled = step(torch.compile(mlp, fullgraph=True, backend="aot_eager"))
+    eager, compiled = (r[1:] for r in mlp_eager_and_compiled(mlp, x0, offs))  # dx, dW1, dW2
     for e, c in zip(eager, compiled):
         assert torch.equal(e, c)
 

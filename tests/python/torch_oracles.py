@@ -26,3 +26,26 @@ def grouped_products(x, w, dy, sizes):
         dws.append(dy[s:s + m].t() @ x[s:s + m])
         s += m
     return torch.cat(ys), torch.cat(dxs), torch.stack(dws)
+
+
+def run_step(fn, x0, w0, dy):
+    """y, dx, dW of fn(x, w) on fresh leaves of x0, w0, backward with dy."""
+    x, w = x0.detach().requires_grad_(), w0.detach().requires_grad_()
+    y = fn(x, w)
+    y.backward(dy)
+    return y.detach(), x.grad, w.grad
+
+
+def mlp_eager_and_compiled(mlp, x0, offs):
+    """(y, dx, dW1, dW2) of a sum-of-squares step through `mlp`, eager and under
+    torch.compile(fullgraph=True, backend="aot_eager")."""
+    def step(fn):
+        x = x0.detach().requires_grad_()
+        mlp.zero_grad(set_to_none=True)
+        y = fn(x, offs)
+        y.float().square().sum().backward()
+        return y.detach(), x.grad, mlp.fc1.weight.grad.clone(), mlp.fc2.weight.grad.clone()
+
+    eager = step(mlp)
+    torch._dynamo.reset()
+    return eager, step(torch.compile(mlp, fullgraph=True, backend="aot_eager"))
