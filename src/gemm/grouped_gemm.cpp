@@ -81,10 +81,10 @@ void zero_unused_rows(const GroupedGemmProblem& p, const detail::GroupedGemmDims
                   static_cast<size_t>((p.d.shape[0] - end) * row_bytes));
 }
 
-// run() after planning: checks the workspace, then launches.
-void run_planned(const GroupedGemmProblem& problem, const Plan& plan, const TensorView& workspace,
-                 Stream stream) {
-  const int64_t need = backend_workspace_size(problem, plan);
+// run() after planning and sizing (need = backend_workspace_size): checks the workspace, then
+// launches.
+void run_planned(const GroupedGemmProblem& problem, const Plan& plan, int64_t need,
+                 const TensorView& workspace, Stream stream) {
   const int64_t have = workspace.data == nullptr ? 0 : workspace.nbytes();
   TESSERA_CHECK_STATUS(have >= need, Status::kBufferTooSmall, "workspace: ", have,
                        " bytes given, ", need, " needed (see workspace_size)");
@@ -132,7 +132,8 @@ int64_t workspace_size(const GroupedGemmProblem& problem) {
 }
 
 void run(const GroupedGemmProblem& problem, const TensorView& workspace, Stream stream) {
-  run_planned(problem, plan_for_backend(problem), workspace, stream);
+  const Plan plan = plan_for_backend(problem);
+  run_planned(problem, plan, backend_workspace_size(problem, plan), workspace, stream);
 }
 
 int64_t run_if_fits(const GroupedGemmProblem& problem, const TensorView& workspace,
@@ -140,7 +141,7 @@ int64_t run_if_fits(const GroupedGemmProblem& problem, const TensorView& workspa
   const Plan plan = plan_for_backend(problem);  // validated once
   const int64_t need = backend_workspace_size(problem, plan);
   if ((workspace.data == nullptr ? 0 : workspace.nbytes()) < need) return need;
-  run_planned(problem, plan, workspace, stream);
+  run_planned(problem, plan, need, workspace, stream);
   return 0;
 }
 
@@ -148,7 +149,7 @@ void grouped_gemm(const GroupedGemmProblem& problem, Stream stream) {
   const Plan plan = plan_for_backend(problem);  // validated once
   const int64_t need = backend_workspace_size(problem, plan);
   Buffer ws(static_cast<size_t>(need), problem.a.device());
-  run_planned(problem, plan,
+  run_planned(problem, plan, need,
               TensorView::contiguous(ws.data(), DType::kUInt8, {need}, problem.a.device()), stream);
 }
 
