@@ -484,6 +484,7 @@ std::string compare_layer(const LayerReference& ref, const LayerOutputs& out) {
 struct LayerShape {
   std::vector<int64_t> rows = {0, 48, 160, 0, 32};
   int64_t n = 144, k = 192, cap = 256;
+  ScaleLayout scale_layout = ScaleLayout::kCompact;  // MXFP8: compact or GEMM-swizzled scales
 };
 
 // Forward, dgrad and wgrad on operands quantized by tessera's CPU Quantizer; dy in
@@ -501,14 +502,17 @@ std::string run_with_tessera_quantizer(ScalingMode mode, DType grad_element = DT
   std::mt19937 rng(7);
   std::vector<float> x = random_values(cap * k, rng, 3.0f), w = random_values(groups * n * k, rng, 3.0f),
                      dy = random_values(cap * n, rng, 3.0f);
-  QuantizerConfig cfg = make_config(mode, DType::kFloat8E4M3);
-  cfg.rowwise = cfg.columnwise = true;
-  QuantizerConfig w_cfg = make_config(weight_mode, DType::kFloat8E4M3);
-  w_cfg.rowwise = w_cfg.columnwise = true;
+  auto config = [&](ScalingMode m, DType element) {
+    QuantizerConfig c = make_config(m, element);
+    c.rowwise = c.columnwise = true;
+    if (scaling_mode_info(m).swizzle) c.scale_layout = shape.scale_layout;
+    return c;
+  };
+  const QuantizerConfig cfg = config(mode, DType::kFloat8E4M3);
+  const QuantizerConfig w_cfg = config(weight_mode, DType::kFloat8E4M3);
   const QuantizedTensor qx = quantize_with_tessera(cfg, x, cap, k);
   const QuantizedTensor qw = quantize_with_tessera(w_cfg, w, groups * n, k);
-  QuantizerConfig grad_cfg = make_config(mode, grad_element);
-  grad_cfg.rowwise = grad_cfg.columnwise = true;
+  const QuantizerConfig grad_cfg = config(mode, grad_element);
   const QuantizedTensor qdy = quantize_with_tessera(grad_cfg, dy, cap, n);
   DeviceCopy dx(qx.view()), dw(qw.view()), ddy(qdy.view());
   const std::vector<double> x_r = dequantized(qx, false), x_c = dequantized(qx, true);
@@ -584,20 +588,20 @@ TEST(CudaFp8GroupedGemmTesseraQuantizer, BlockHybridE5M2Gradients) {
             "");
 }
 
-// The block-scaled step captured once in a CUDA graph (setup kernel, three public-API GEMMs on
-// a caller workspace) and replayed with different device group sizes — mid-block starts, empty
-// experts, all experts empty, all tokens on one expert; each replay against the FP64 oracle.
-TEST(CudaFp8GroupedGemmTesseraQuantizer, BlockGraphReplayWithChangedGroupSizes) {
-  if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+// A block-scaled step (activations and gradients in `act`, weights in `weight`) captured once in
+// a CUDA graph (setup kernel, transposes, three public-API GEMMs on a caller workspace) and
+// replayed with different device group sizes — mid-block starts, empty experts, all experts
+// empty, all tokens on one expert; each replay against the FP64 oracle.
+void graph_replay_with_changed_group_sizes(ScalingMode act_mode, ScalingMode weight_mode) {
   const int64_t groups = 4, n = 256, k = 208, cap = 512;
   const std::vector<std::vector<int64_t>> size_sets = {
       {112, 0, 304, 48}, {0, 256, 0, 256}, {0, 0, 0, 0}, {512, 0, 0, 0}, {16, 32, 48, 400}};
   std::mt19937 rng(11);
   std::vector<float> x = random_values(cap * k, rng, 3.0f), w = random_values(groups * n * k, rng, 3.0f),
                      dy = random_values(cap * n, rng, 3.0f);
-  QuantizerConfig act = make_config(ScalingMode::kBlock1x128, DType::kFloat8E4M3);
+  QuantizerConfig act = make_config(act_mode, DType::kFloat8E4M3);
   act.rowwise = act.columnwise = true;
-  QuantizerConfig wcfg = make_config(ScalingMode::kBlock128x128, DType::kFloat8E4M3);
+  QuantizerConfig wcfg = make_config(weight_mode, DType::kFloat8E4M3);
   wcfg.rowwise = wcfg.columnwise = true;
   const QuantizedTensor qx = quantize_with_tessera(act, x, cap, k);
   const QuantizedTensor qw = quantize_with_tessera(wcfg, w, groups * n, k);
@@ -643,6 +647,61 @@ TEST(CudaFp8GroupedGemmTesseraQuantizer, BlockGraphReplayWithChangedGroupSizes) 
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(s);
+}
+
+TEST(CudaFp8GroupedGemmTesseraQuantizer, BlockGraphReplayWithChangedGroupSizes) {
+  if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  graph_replay_with_changed_group_sizes(ScalingMode::kBlock1x128, ScalingMode::kBlock128x128);
+}
+
+TEST(CudaFp8GroupedGemmTesseraQuantizer, MxGraphReplayWithChangedGroupSizes) {
+  if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  graph_replay_with_changed_group_sizes(ScalingMode::kMXFP8, ScalingMode::kMXFP8_32x32);
+}
+
+// MXFP8 operands (the MXFP8 kinds): 1x32 activations and gradients with 32x32 (or 1x32) weights,
+// compact and swizzled E8M0 scales, E4M3 and E5M2 gradients; block_shape's groups start on
+// multiples of 16, not 32 (wgrad's 32-token scale blocks straddle groups), K = 208 ends in a
+// partial block, the groups' weight rows (N = 256) tile on 32-row boundaries, N = 144 does not.
+TEST(CudaFp8GroupedGemmTesseraQuantizer, Mx1x32x32x32) {
+  if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  EXPECT_EQ(run_with_tessera_quantizer(ScalingMode::kMXFP8, DType::kFloat8E4M3,
+                                       ScalingMode::kMXFP8_32x32, block_shape()),
+            "");
+}
+
+TEST(CudaFp8GroupedGemmTesseraQuantizer, Mx1x32EverywhereSwizzled) {
+  if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  LayerShape s = block_shape();
+  s.scale_layout = ScaleLayout::kSwizzled;
+  EXPECT_EQ(run_with_tessera_quantizer(ScalingMode::kMXFP8, DType::kFloat8E4M3,
+                                       ScalingMode::kMXFP8, s),
+            "");
+}
+
+TEST(CudaFp8GroupedGemmTesseraQuantizer, Mx32x32WeightsSwizzled) {
+  if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  LayerShape s = block_shape();
+  s.n = 384;  // dgrad contraction multiple of 128
+  s.k = 144;
+  s.rows = {16, 0, 224, 48};
+  s.cap = 320;
+  s.scale_layout = ScaleLayout::kSwizzled;
+  EXPECT_EQ(run_with_tessera_quantizer(ScalingMode::kMXFP8, DType::kFloat8E4M3,
+                                       ScalingMode::kMXFP8_32x32, s),
+            "");
+}
+
+TEST(CudaFp8GroupedGemmTesseraQuantizer, MxHybridE5M2Gradients) {
+  if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  LayerShape s = block_shape();
+  s.rows = {256, 0, 112, 16};
+  s.n = 384;
+  s.k = 144;
+  s.cap = 400;
+  EXPECT_EQ(run_with_tessera_quantizer(ScalingMode::kMXFP8, DType::kFloat8E5M2,
+                                       ScalingMode::kMXFP8_32x32, s),
+            "");
 }
 
 TEST(CudaFp8GroupedGemmStatus, BlockDgradNeedsKMultipleOf128) {

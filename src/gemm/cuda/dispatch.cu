@@ -19,6 +19,7 @@
 //     place, no transposes:
 //     the copies and scale indexing of quantized_operands.h (forward, dgrad, wgrad);
 //     FP8 block operands (1x128 / 128x128) through the block-scaled kinds (cooperative 128 x 128);
+//     MXFP8 operands through the MXFP8 kinds, columnwise copies transposed into the workspace;
 //     K-grouped FP8 group starts must be multiples of 16 rows.
 #include <cuda_runtime.h>
 
@@ -98,8 +99,20 @@ WorkspaceLayout layout_of(const GroupedGemmProblem& p, const GroupedGemmDims& d)
     w.offsets_bytes = p.group_offsets.numel() * (p.group_offsets.dtype == DType::kInt64 ? 8 : 4);
   if (p.group_alpha.data != nullptr && p.group_alpha.device.is_cpu()) w.alpha_bytes = d.groups * 4;
   const int64_t starts_bytes = (d.groups + 1) * 8;
-  if (p.a.is_quantized || mn.a) {
-    // FP8 copies (quantized_operands.h) and MN-major BF16 token matrices are read in place
+  if (p.a.is_quantized) {
+    // FP8 copies (quantized_operands.h) are read in place, except MXFP8 columnwise copies,
+    // transposed into the workspace (an unmappable problem gets no regions: can_implement
+    // refuses it)
+    gemm_cuda::Fp8ProblemMap m;
+    if (gemm_cuda::has_mx_operand(p) &&
+        gemm_cuda::map_fp8_problem(p, d, &m, nullptr) == Status::kOk) {
+      if (m.a.transpose)
+        w.a_t_bytes = checked_mul(m.a.matrix.rows, m.a.matrix.ld, "workspace: transposed MXFP8 A");
+      if (m.b.transpose)
+        w.b_t_bytes = checked_mul(m.b.matrix.rows, m.b.matrix.ld, "workspace: transposed MXFP8 B");
+    }
+  } else if (mn.a) {
+    // MN-major BF16 token matrices are read in place
   } else if (kg) {
     w.ld_t = gemm_cuda::k_grouped_padded_cols(d.capacity > 0 ? d.capacity : 1, d.groups);
     w.starts_bytes = starts_bytes;
@@ -218,12 +231,16 @@ int64_t grouped_gemm_cuda_workspace_size(const GroupedGemmProblem& p, const Grou
 namespace {
 
 // FP8 operands, scales and B's per-group coordinates (quantized_operands.h); can_implement
-// accepted the problem.
-void describe_fp8(const GroupedGemmProblem& p, const GroupedGemmDims& d, Sm90GroupedGemm* g) {
+// accepted the problem. MXFP8 columnwise copies are read from their workspace transposes at
+// a_t / b_t (null while only sizing).
+gemm_cuda::Fp8ProblemMap describe_fp8(const GroupedGemmProblem& p, const GroupedGemmDims& d,
+                                      char* a_t, char* b_t, Sm90GroupedGemm* g) {
   gemm_cuda::Fp8ProblemMap m;
   std::string why;
   const Status s = gemm_cuda::map_fp8_problem(p, d, &m, &why);
   TESSERA_CHECK_STATUS(s == Status::kOk, s, why);
+  if (m.a.transpose) m.a.matrix.ptr = a_t;
+  if (m.b.transpose) m.b.matrix.ptr = b_t;
   auto& k = g->params;
   g->elem = m.elem;
   g->a = m.a.matrix;
@@ -238,11 +255,23 @@ void describe_fp8(const GroupedGemmProblem& p, const GroupedGemmDims& d, Sm90Gro
   k.bsb = m.b.block;
   k.b_group_rows = m.b_group_rows;
   k.b_group_cols = m.b_group_cols;
+  return m;
 }
 
-// The kernel launch description of a problem whose workspace regions are at `ws`.
+// Writes the workspace transposes of MXFP8 columnwise copies (describe_fp8).
+void prepare_fp8_operands(const gemm_cuda::Fp8ProblemMap& m, const WorkspaceLayout& w, char* ws,
+                          cudaStream_t s) {
+  if (m.a.transpose)
+    gemm_cuda::transpose_8bit(m.a.src, ws + w.a_t, m.a.src_rows, m.a.src_cols, m.a.matrix.ld, s);
+  if (m.b.transpose)
+    gemm_cuda::transpose_8bit(m.b.src, ws + w.b_t, m.b.src_rows, m.b.src_cols, m.b.matrix.ld, s);
+}
+
+// The kernel launch description of a problem whose workspace regions are at `ws`; `fp8`, when
+// given, receives the quantized operands' map (describe_fp8).
 Sm90GroupedGemm describe(const GroupedGemmProblem& p, const GroupedGemmDims& d,
-                         const WorkspaceLayout& w, char* ws) {
+                         const WorkspaceLayout& w, char* ws,
+                         gemm_cuda::Fp8ProblemMap* fp8 = nullptr) {
   auto at = [ws](int64_t off) -> void* { return ws != nullptr ? ws + off : nullptr; };
   Sm90GroupedGemm g;
   g.elem = gemm_cuda::ElemKind::kBF16;
@@ -272,7 +301,9 @@ Sm90GroupedGemm describe(const GroupedGemmProblem& p, const GroupedGemmDims& d,
   if (!p.a.is_quantized && p.a.dense.dtype == DType::kFloat16) g.elem = gemm_cuda::ElemKind::kFP16;
   const MnPlan mn = mn_plan(p, d);
   if (p.a.is_quantized) {
-    describe_fp8(p, d, &g);
+    const gemm_cuda::Fp8ProblemMap m =
+        describe_fp8(p, d, static_cast<char*>(at(w.a_t)), static_cast<char*>(at(w.b_t)), &g);
+    if (fp8 != nullptr) *fp8 = m;
   } else if (k.k_grouped && mn.a) {  // A (T, m), B (T, n) as stored: contraction = token rows
     g.a_mn_major = g.b_mn_major = true;
     g.a = {p.a.dense.data, d.capacity, d.m, d.m};
@@ -424,15 +455,17 @@ void grouped_gemm_cuda(const GroupedGemmProblem& p, const GroupedGemmDims& dims,
   if (w.alpha_bytes)
     TESSERA_CUDA_CHECK(cudaMemcpyAsync(ws + w.alpha, p.group_alpha.data, w.alpha_bytes,
                                        cudaMemcpyHostToDevice, s));
-  if (!p.a.is_quantized) prepare_dense_operands(p, dims, w, ws, s);  // FP8: K-major in place
-  Sm90GroupedGemm g = describe(p, dims, w, ws);
+  if (!p.a.is_quantized) prepare_dense_operands(p, dims, w, ws, s);
+  gemm_cuda::Fp8ProblemMap fp8;
+  Sm90GroupedGemm g = describe(p, dims, w, ws, &fp8);
+  if (p.a.is_quantized) prepare_fp8_operands(fp8, w, ws, s);  // MXFP8 columnwise transposes
   g.config = explicit_config ? requested : gemm_cuda::select_sm90_config(g, 0);
   if (gemm_cuda::is_block_scaled(g.elem)) {  // one kernel shape: cooperative 128 x 128, 1 CTA
     TESSERA_CHECK_STATUS(p.config.tile_n == 0 || p.config.tile_n == 128, Status::kUnsupported,
-                         "config.tile_n: ", p.config.tile_n, "; FP8 block operands run "
+                         "config.tile_n: ", p.config.tile_n, "; FP8 block and MXFP8 operands run "
                          "128-column tiles (or leave it 0)");
     TESSERA_CHECK_STATUS(p.config.cluster_m <= 1, Status::kUnsupported, "config.cluster_m: ",
-                         p.config.cluster_m, "; FP8 block operands run 1-CTA clusters");
+                         p.config.cluster_m, "; FP8 block and MXFP8 operands run 1-CTA clusters");
     g.config.block_n = 128;
     g.config.pingpong = false;
     if (explicit_config && p.config.stages == 0) g.config.stages = 6;

@@ -3,8 +3,8 @@
 // derives each group's tensor maps ON THE DEVICE from the group offsets (tensormap.replace in
 // shared memory, then tensormap.cp_fenceproxy to the workspace), and the kernel instantiations:
 // {BF16 (K-major, MN-major B, MN-major A and B), FP16, E4M3 x E4M3, E5M2 x E4M3} x {cooperative
-// 128 x 256, ping-pong 128 x 128}, plus the block-scaled E4M3 x E4M3 and E5M2 x E4M3
-// (cooperative 128 x 128) — fourteen.
+// 128 x 256, ping-pong 128 x 128}, plus the FP8 block and MXFP8 scaled E4M3 x E4M3 and
+// E5M2 x E4M3 (cooperative 128 x 128) — sixteen.
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <cudaTypedefs.h>
@@ -188,7 +188,7 @@ __global__ void build_group_maps_kernel(const __grid_constant__ CUtensorMap tmpl
 // Shared memory of a launch (plus 1 KiB to align the base to 1024 bytes).
 int64_t smem_bytes(const KernelParams& p, int block_n, gemm_sm90::Schedule s) {
   return gemm_sm90::smem_layout(block_n, s, p.stages, p.tma_store, gemm_sm90::col_vectors(p),
-                                p.staging_blocks)
+                                p.staging_blocks, gemm_sm90::stage_scale_bytes(p))
              .total +
          1024;
 }
@@ -293,6 +293,10 @@ void launch_kind(const Sm90GroupedGemm& g, const CUtensorMap& ma, const CUtensor
       return launch_kernel<ElemE4M3Block, 128, kCoop>(ma, mb, mah, mbh, md, md8, p, grid, stream);
     case ElemKind::kE5M2E4M3Block:
       return launch_kernel<ElemE5M2E4M3Block, 128, kCoop>(ma, mb, mah, mbh, md, md8, p, grid, stream);
+    case ElemKind::kE4M3Mx:
+      return launch_kernel<ElemE4M3Mx, 128, kCoop>(ma, mb, mah, mbh, md, md8, p, grid, stream);
+    case ElemKind::kE5M2E4M3Mx:
+      return launch_kernel<ElemE5M2E4M3Mx, 128, kCoop>(ma, mb, mah, mbh, md, md8, p, grid, stream);
   }
   TESSERA_FAIL(Status::kInvalidArgument, "unknown grouped GEMM element kind ",
                static_cast<int>(g.elem));

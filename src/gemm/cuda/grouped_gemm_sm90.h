@@ -15,7 +15,8 @@ namespace tessera::gemm_cuda {
 // The (A, B) element pair of a launch (kernels/sm90_mma_kinds.cuh); both operands of a kind have
 // the same byte width. kE5M2E4M3: A E5M2, B E4M3 (the HYBRID recipes' backward). The *Block
 // kinds are the same FP8 pairs with FP32 block scales promoted every 128 K (KernelParams::bsa /
-// bsb; cooperative 128 x 128 tiles only).
+// bsb; cooperative 128 x 128 tiles only); the *Mx kinds the same pairs with MXFP8 E8M0 scales
+// per 32 contraction elements, promoted after every wgmma k32.
 enum class ElemKind : int {
   kBF16 = 0,
   kE4M3 = 1,
@@ -23,9 +24,15 @@ enum class ElemKind : int {
   kE5M2E4M3 = 3,
   kE4M3Block = 4,
   kE5M2E4M3Block = 5,
+  kE4M3Mx = 6,
+  kE5M2E4M3Mx = 7,
 };
+constexpr bool is_mx_scaled(ElemKind e) {
+  return e == ElemKind::kE4M3Mx || e == ElemKind::kE5M2E4M3Mx;
+}
+// Kinds with block scales in the main loop (FP8 block or MXFP8): cooperative 128 x 128 tiles.
 constexpr bool is_block_scaled(ElemKind e) {
-  return e == ElemKind::kE4M3Block || e == ElemKind::kE5M2E4M3Block;
+  return e == ElemKind::kE4M3Block || e == ElemKind::kE5M2E4M3Block || is_mx_scaled(e);
 }
 
 // A row-major (rows, cols) matrix, row stride `ld` elements. K-major operands: cols = the

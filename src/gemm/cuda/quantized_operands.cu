@@ -23,10 +23,47 @@ Refusal refuse(Status s, const Parts&... parts) {
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // The sm90 kernel's epilogue applies one FP32 scale per group or per row; the block-scaled
-// kinds apply FP32 scales per 128-element contraction block.
+// kinds apply FP32 scales per 128-element contraction block, the MXFP8 kinds E8M0 scales per 32.
 bool mode_supported(ScalingMode m) {
   return is_family(m, ScaleFamily::kTensor) || is_family(m, ScaleFamily::kRowwise) ||
-         is_family(m, ScaleFamily::kBlock);
+         is_family(m, ScaleFamily::kBlock) || is_family(m, ScaleFamily::kMXFP8);
+}
+
+constexpr int64_t kMaxScaleBytes = int64_t{1} << 31;  // the kernel's 32-bit scale offsets
+
+// MXFP8 scales of one copy as the kernel reads them (BlockScales, k_shift 5). Rowwise: rows of
+// the copy, 32-element blocks along its columns. Columnwise (32x1 blocks of x (M, K), read from
+// the transposed workspace copy whose rows are x's columns): row = x's column, block = x's row
+// block, i.e. the geometry's (block, column) entry — compact at block·ld + row, swizzled as
+// its transpose (scale_geometry's swizzle_transposed).
+Refusal map_mx_scales(const QuantizedTensorView& q, const TensorView& scale, const char* name,
+                      bool columnwise, gemm_sm90::BlockScales* out) {
+  const QuantizerConfig& c = q.config;
+  const scale_rules::ScaleGeometry geo = scale_geometry(c, q.rows, q.cols, columnwise);
+  const MatrixShape ss = scale_shape(c, q.rows, q.cols, columnwise);
+  if (scale.data == nullptr || scale.dtype != DType::kFloat8E8M0 || !scale.is_contiguous() ||
+      !scale.device.is_cuda())
+    return refuse(Status::kDTypeMismatch, name, ": MXFP8 scales must be contiguous E8M0 on the "
+                  "device, got ", scale.to_string());
+  if (scale.numel() < ss.rows * ss.cols)
+    return refuse(Status::kShapeMismatch, name, ": MXFP8 scales: expected ", ss.rows, " x ",
+                  ss.cols, " values, got ", scale.numel());
+  if (ss.rows * ss.cols >= kMaxScaleBytes)
+    return refuse(Status::kUnsupported, name, ": ", ss.rows * ss.cols, " MXFP8 scales; the CUDA "
+                  "GEMM indexes fewer than 2^31");
+  const int64_t rows = columnwise ? q.cols : q.rows, cols = columnwise ? q.rows : q.cols;
+  out->ptr = scale.data;
+  out->rows = rows > 0 ? rows : 1;
+  out->kb_count = cols > 0 ? (cols + 31) / 32 : 1;
+  out->row_shift = 0;
+  out->k_shift = 5;
+  out->swizzled = geo.swizzled ? 1 : 0;
+  out->ld = geo.swizzled || !columnwise ? geo.ld : 1;
+  out->kb_stride = geo.swizzled || !columnwise ? 1 : geo.ld;
+  // 32x32 tiles: each 32 rows of the kernel's matrix (weight rows, or x's columns for the
+  // transposed columnwise copy) share one scale, stored in each row.
+  out->rows_per_scale_32 = c.mode == ScalingMode::kMXFP8_32x32 ? 1 : 0;
+  return {};
 }
 
 // The stored copy an operand reads: data (rows, cols) row-major, its scales, and how a scale is
@@ -43,10 +80,38 @@ Refusal map_operand(const GemmOperand& o, const char* name, bool want_columnwise
                   " is not implemented on CUDA (FP8 E4M3 / E5M2 are)");
   if (o.columnwise != want_columnwise)
     return refuse(Status::kUnsupported, name, ": the CUDA path reads the ",
-                  want_columnwise ? "columnwise (transposed, K-major)" : "rowwise",
+                  want_columnwise ? "columnwise" : "rowwise",
                   " copy here (FP8 tensor cores need K-major operands)");
   const TensorView& data = want_columnwise ? q.columnwise_data : q.data;
   const TensorView& scale = want_columnwise ? q.columnwise_scale_inv : q.scale_inv;
+  if (is_family(c.mode, ScaleFamily::kMXFP8)) {
+    // Both copies are stored (rows, cols) as x; the kernel reads (rows, cols) rowwise and the
+    // transposed (cols, rows) columnwise.
+    if (data.data == nullptr || data.ndim != 2 || data.shape[0] != q.rows ||
+        data.shape[1] != q.cols || !data.is_contiguous() || data.dtype != c.element)
+      return refuse(Status::kShapeMismatch, name, ": stored ",
+                    want_columnwise ? "columnwise_data" : "data", " must be a contiguous ",
+                    dtype_name(c.element), " (", q.rows, ", ", q.cols, "), got ", data.to_string());
+    Refusal r = map_mx_scales(q, scale, name, want_columnwise, &out->block);
+    if (r.status != Status::kOk) return r;
+    if (!want_columnwise) {
+      if (!aligned16(data.data))
+        return refuse(Status::kMisaligned, name, ": data must be 16-byte aligned (TMA)");
+      out->matrix = {data.data, q.rows, q.cols, q.cols};
+      return {};
+    }
+    if (q.cols % 4 != 0 || reinterpret_cast<uintptr_t>(data.data) % 4 != 0)
+      return refuse(Status::kMisaligned, name, ": the MXFP8 columnwise copy (", q.rows, ", ",
+                    q.cols, ") is transposed on the device in 4-byte words: its columns must be "
+                    "a multiple of 4 and its base 4-byte aligned");
+    out->transpose = true;
+    out->src = data.data;
+    out->src_rows = q.rows;
+    out->src_cols = q.cols;
+    const int64_t ld = (q.rows + 15) / 16 * 16;
+    out->matrix = {nullptr, q.cols, q.rows, ld};
+    return {};
+  }
   const int64_t rows = want_columnwise ? q.cols : q.rows, cols = want_columnwise ? q.rows : q.cols;
   if (data.data == nullptr || data.ndim != 2 || data.shape[0] != rows || data.shape[1] != cols ||
       !data.is_contiguous() || data.dtype != c.element)
@@ -110,9 +175,9 @@ Refusal map_m_grouped(const GroupedGemmProblem& p, const detail::GroupedGemmDims
     out->b_group_rows = 0;
     out->b_group_cols = d.k;
     if (out->b.block.ptr != nullptr && d.k % 128 != 0)
-      return refuse(Status::kUnsupported, "B: FP8 block dgrad needs K (each group's contraction) "
-                    "a multiple of 128 on CUDA, so that group g's columns g·K start on a scale "
-                    "block; got K = ", d.k);
+      return refuse(Status::kUnsupported, "B: FP8 block and MXFP8 dgrad need K (each group's "
+                    "contraction) a multiple of 128 on CUDA, so that group g's columns g·K start "
+                    "on a stage and a scale block; got K = ", d.k);
   }
   return {};
 }
@@ -123,7 +188,8 @@ Refusal map_k_grouped(const GroupedGemmProblem& p, const detail::GroupedGemmDims
   if (r.status != Status::kOk) return r;
   r = map_operand(p.b, "B", true, d.groups, &out->b);
   if (r.status != Status::kOk) return r;
-  const int64_t t = out->a.matrix.cols;  // the stored token dim (row stride of both copies)
+  // The stored token dim (row stride of both copies; MXFP8's workspace copies pad it to 16).
+  const int64_t t = out->a.transpose ? out->a.matrix.ld : out->a.matrix.cols;
   if (t % 16 != 0)
     return refuse(Status::kMisaligned, "A and B: ", t, " token rows; the transposed FP8 copies "
                   "need a multiple of 16 (16-byte TMA row stride)");
@@ -149,6 +215,11 @@ Refusal element_kind(const GroupedGemmProblem& p, ElemKind* out) {
 
 }  // namespace
 
+bool has_mx_operand(const GroupedGemmProblem& p) {
+  return (p.a.is_quantized && is_family(p.a.quantized.config.mode, ScaleFamily::kMXFP8)) ||
+         (p.b.is_quantized && is_family(p.b.quantized.config.mode, ScaleFamily::kMXFP8));
+}
+
 Status map_fp8_problem(const GroupedGemmProblem& p, const detail::GroupedGemmDims& d,
                        Fp8ProblemMap* out, std::string* reason) {
   Fp8ProblemMap m;
@@ -163,16 +234,21 @@ Status map_fp8_problem(const GroupedGemmProblem& p, const detail::GroupedGemmDim
     r = refuse(Status::kUnsupported, "batched (3D x 3D) GEMM is not implemented on CUDA");
   }
   // After the operands (an unsupported mode of either is named first), then the pair: the same
-  // mode on both, or two block modes (e.g. 1x128 activations x 128x128 weights).
+  // mode on both, or two FP8 block modes (e.g. 1x128 activations x 128x128 weights), or two
+  // MXFP8 modes (1x32 activations x 32x32 weights).
   const ScalingMode ma = p.a.quantized.config.mode, mb = p.b.quantized.config.mode;
   const bool blocks = is_family(ma, ScaleFamily::kBlock);
-  if (r.status == Status::kOk && ma != mb && !(blocks && is_family(mb, ScaleFamily::kBlock)))
+  const bool mx = is_family(ma, ScaleFamily::kMXFP8);
+  if (r.status == Status::kOk && ma != mb &&
+      !(blocks && is_family(mb, ScaleFamily::kBlock)) && !(mx && is_family(mb, ScaleFamily::kMXFP8)))
     r = refuse(Status::kUnsupported, "A and B: the CUDA path needs the same scaling mode on both "
-               "(or two FP8 block modes), got ", scaling_mode_name(ma), " x ",
+               "(or two FP8 block modes, or two MXFP8 modes), got ", scaling_mode_name(ma), " x ",
                scaling_mode_name(mb));
   if (r.status == Status::kOk) r = element_kind(p, &m.elem);
   if (r.status == Status::kOk && blocks)
     m.elem = m.elem == ElemKind::kE4M3 ? ElemKind::kE4M3Block : ElemKind::kE5M2E4M3Block;
+  if (r.status == Status::kOk && mx)
+    m.elem = m.elem == ElemKind::kE4M3 ? ElemKind::kE4M3Mx : ElemKind::kE5M2E4M3Mx;
   if (r.status != Status::kOk) {
     if (reason != nullptr) *reason = r.reason;
     return r.status;

@@ -18,6 +18,14 @@
 // so any block row size of 1 or 128 works on either operand. Dgrad needs K % 128 == 0 (each
 // group's contraction columns g·K start on a block); wgrad windows are 128-aligned over the
 // whole token dim (group starts any multiple of 16).
+// MXFP8 (mxfp8 1x32 and mxfp8_32x32, E8M0 scales, compact or swizzled; A and B any two MXFP8
+// modes) runs the MXFP8 kinds (E8M0 scales per 32 contraction elements, promoted per wgmma k32).
+// Rowwise copies are read in place; the columnwise copies keep x's (M, K) layout (32x1 blocks),
+// which FP8 wgmma cannot read, so the dispatcher transposes them into the workspace first
+// (Fp8OperandMap::transpose): dgrad's W (G·K, N) → (N, G·K), needing K % 128 == 0 as the FP8
+// block dgrad; wgrad's dy (T, M) → (M, T) and x (T, N) → (N, T) with the token dim padded to a
+// multiple of 16, group starts multiples of 16 (the 32-token scale blocks may straddle groups,
+// their scales then cover rows of two experts, as in the quantizer).
 // Everything else is refused with a reason (status kUnsupported or kMisaligned).
 #pragma once
 
@@ -32,7 +40,12 @@ namespace tessera::gemm_cuda {
 // One operand as the kernel reads it. Invariant: matrix.ptr 16-byte aligned, matrix.ld·1 byte a
 // multiple of 16; scale non-null.
 struct Fp8OperandMap {
-  KMajorMatrix matrix;
+  KMajorMatrix matrix;  // with `transpose`: ptr is null (the workspace copy), ld its row stride
+  // MXFP8 columnwise copies: the stored (rows, cols) bytes at src are transposed into a
+  // workspace copy (cols, ld = roundup(rows, 16)) that `matrix` then describes.
+  bool transpose = false;
+  const void* src = nullptr;
+  int64_t src_rows = 0, src_cols = 0;
   const float* scale = nullptr;  // epilogue scales (kTensor / kRowwise); null for block modes
   int64_t scale_gs = 0, scale_rs = 0;  // scale of (group g, index i) = scale[g·gs + i·rs]
   gemm_sm90::BlockScales block;       // block modes: the per-stage scales
@@ -43,6 +56,10 @@ struct Fp8ProblemMap {
   ElemKind elem = ElemKind::kE4M3;  // the (A, B) element pair
   int64_t b_group_rows = 0, b_group_cols = 0;  // M-grouped: B_g's coordinate offsets
 };
+
+// Whether either operand is an MXFP8 copy (a cheap test before map_fp8_problem: only those may
+// need workspace transposes).
+bool has_mx_operand(const GroupedGemmProblem& p);
 
 // Maps a validated problem whose operands are both quantized. Returns kOk and fills *out, or the
 // status with *reason saying what the CUDA path needs instead.

@@ -17,6 +17,7 @@ VARIANTS = [  # (function suffix, ptx A.B type suffix, k, transpose immediates p
     ("e5m2_e4m3", "e5m2.e4m3", 32, False),
 ]
 NS = [128, 256]
+NS_FP8 = [64, 128, 256]  # n64: the MXFP8 kinds' half tiles (grouped_gemm_sm90.cuh, main_loop_mx)
 
 
 def emit(name, types, k, trans, n):
@@ -65,7 +66,7 @@ print()
 print("namespace tessera::gemm_sm90 {")
 print()
 for name, types, k, trans in VARIANTS:
-    for n in NS:
+    for n in (NS if trans else NS_FP8):
         print(emit(name, types, k, trans, n))
         print()
 print("}  // namespace tessera::gemm_sm90")

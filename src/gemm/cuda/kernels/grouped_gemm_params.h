@@ -40,20 +40,22 @@ enum class Schedule : int { kCooperative = 0, kPingpong = 1 };
 
 // Byte offsets (from the 1024-byte aligned base) of the kernel's shared-memory regions; the
 // launcher sizes the allocation with the same function. Regions: A stages (kBlockM rows x 128 B),
-// B stages (block_n rows x 128 B), TMA-store staging (per consumer warpgroup: its staged rows x
-// block_n x 2 B, when tma_store), per-warpgroup column vectors (col_vectors x block_n FP32: the tile's
-// B scales and/or bias), the full/empty mbarriers, the tile ring (kTileRing slots: the tiles the
-// producer walked, read by the consumers) and its full/empty mbarriers.
+// B stages (block_n rows x 128 B), per-stage block scales (stage_scale_bytes per stage: MXFP8's
+// decoded scales, kMxStageScaleBytes), TMA-store staging (per consumer warpgroup: its staged
+// rows x block_n x 2 B, when tma_store), per-warpgroup column vectors (col_vectors x block_n
+// FP32: the tile's B scales and/or bias), the full/empty mbarriers, the tile ring (kTileRing
+// slots: the tiles the producer walked, read by the consumers) and its full/empty mbarriers.
 struct SmemLayout {
-  int64_t b = 0, d = 0, cols = 0, bars = 0, tiles = 0, tile_bars = 0, total = 0;
+  int64_t b = 0, scales = 0, d = 0, cols = 0, bars = 0, tiles = 0, tile_bars = 0, total = 0;
   int64_t d_per_wg = 0, cols_per_wg = 0;
 };
 constexpr SmemLayout smem_layout(int block_n, Schedule s, int stages, int tma_store,
-                                 int col_vectors, int staging_blocks) {
+                                 int col_vectors, int staging_blocks, int stage_scale_bytes = 0) {
   SmemLayout l;
   const int wg_rows = s == Schedule::kPingpong ? 64 * staging_blocks : kBlockM / 2;
   l.b = int64_t{stages} * kBlockM * kTileKBytes;
-  l.d = l.b + int64_t{stages} * block_n * kTileKBytes;
+  l.scales = l.b + int64_t{stages} * block_n * kTileKBytes;
+  l.d = l.scales + int64_t{stages} * stage_scale_bytes;
   l.d_per_wg = tma_store ? int64_t{wg_rows} * block_n * 2 : 0;
   l.cols = l.d + 2 * l.d_per_wg;
   l.cols_per_wg = int64_t{col_vectors} * block_n * 4;
@@ -64,20 +66,38 @@ constexpr SmemLayout smem_layout(int block_n, Schedule s, int stages, int tma_st
   return l;
 }
 
+// MXFP8 kinds: the scale loader threads of the producer warpgroup (threads 64..127) decode each
+// stage's E8M0 scales into FP32 in the stage's scale region: A [4 blocks][128 rows] then B
+// [4 blocks][128 columns] (block_n 128), and arrive on the stage's full barrier.
+inline constexpr int kMxStageScaleBytes = 2 * 4 * 128 * 4;
+inline constexpr int kMxScaleLoaders = 64;
+
 enum class OutType : int { kBF16 = 0, kFP16 = 1, kFP32 = 2 };
 
-// Scales of an FP8 block operand (FP32 per block of 1 or 128 rows x 128 contraction elements;
-// the kernel kinds with Elem::kPromote). The scale of the stage that the producer loads at
-// operand row `row` (the TMA row coordinate plus the row inside the tile) and contraction
-// coordinate `k` (a multiple of 128: the stage's first element) is
-//   ptr[(min(row, rows - 1) >> row_shift) · ld + (k >> 7)]
-// — scale_rules::scale_index of the stored copy's compact block geometry, so every operand
-// layout the dispatcher maps (forward, dgrad, wgrad) shares one formula.
+// Scales of a block-scaled operand (the kernel kinds with Elem::kPromote). FP8 block modes: FP32
+// per block of 1 or 128 rows x 128 contraction elements; MXFP8: one E8M0 byte per 32 contraction
+// elements of a row (Elem::kPromoteK = 32). The scale of operand row `row` (the TMA row
+// coordinate plus the row inside the tile; clamped to rows - 1) and contraction block `kb`
+// (contraction coordinate of the stored copy >> k_shift) is at
+//   compact:   (row >> row_shift) · ld + kb · kb_stride
+//   swizzled:  scale_rules::swizzled_scale_offset(row, kb, ld)   (ld = the padded width)
+// — scale_rules::scale_index of the stored copy's block geometry, read in the orientation the
+// kernel reads the data (a columnwise MXFP8 copy transposed into the workspace has its 32x1
+// scales at (kb · ld + row): kb_stride = ld, ld = 1), so every operand layout the dispatcher maps
+// (forward, dgrad, wgrad) shares one formula. Blocks past kb_count − 1 are never read (clamped;
+// their elements are zeros of the tile past the contraction end).
 struct BlockScales {
-  const float* ptr = nullptr;
-  int64_t ld = 0;    // scale row stride (elements)
+  const void* ptr = nullptr;  // FP32 (k_shift 7) or E8M0 bytes (k_shift 5)
+  int64_t ld = 0;    // compact: scale row stride (elements); swizzled: padded width
+  int64_t kb_stride = 1;  // compact: stride of one contraction block
   int64_t rows = 1;  // rows of the stored copy (reads are clamped inside it)
-  int row_shift = 0;  // log2 of the block rows: 0 (1x128) or 7 (128x128)
+  int64_t kb_count = 1;  // contraction blocks of the stored copy (reads are clamped inside it)
+  int row_shift = 0;  // log2 of the rows one stored scale covers: 0 (1x128, 1x32) or 7 (128x128)
+  int k_shift = 7;    // log2 of the contraction elements per scale: 7 (FP8 block) or 5 (MXFP8)
+  int swizzled = 0;   // E8M0 scales in the GEMM-swizzled 128x4 layout
+  // MXFP8 weights in 32x32 tiles (mxfp8_32x32: each row stores its tile's scale): 32 rows share
+  // one scale, so the kernel reads one per 32 rows (a hint: set only when that holds).
+  int rows_per_scale_32 = 0;
 };
 
 struct KernelParams {
@@ -136,13 +156,16 @@ struct KernelParams {
 
 // Shared-memory column vectors per consumer warpgroup (SmemLayout::cols_per_wg): the tile's B
 // scales and bias for the epilogue, then, for block-scaled kinds, two (double-buffered) vectors
-// of the stage's B block scales.
+// of the stage's B block scales (FP8 block kinds; MXFP8 scales come with the stage instead).
 constexpr int epilogue_col_vectors(const KernelParams& p) {
   return (p.scale_b ? 1 : 0) + (p.bias ? 1 : 0);
 }
 constexpr int col_vectors(const KernelParams& p) {
-  return epilogue_col_vectors(p) + (p.bsb.ptr ? 2 : 0);
+  return epilogue_col_vectors(p) + (p.bsb.ptr && p.bsb.k_shift == 7 ? 2 : 0);
 }
+// Whether the launch runs an MXFP8 kind (E8M0 scales per 32 contraction elements).
+constexpr bool mx_scaled(const KernelParams& p) { return p.bsa.ptr != nullptr && p.bsa.k_shift == 5; }
+constexpr int stage_scale_bytes(const KernelParams& p) { return mx_scaled(p) ? kMxStageScaleBytes : 0; }
 
 // Which operand the two tiles of a cluster's tile pair share (TileWalker::find_pair).
 inline constexpr int kShareNone = 0, kShareA = 1, kShareB = 2;

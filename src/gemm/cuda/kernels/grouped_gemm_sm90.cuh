@@ -27,6 +27,7 @@
 #include "gemm/cuda/kernels/grouped_gemm_params.h"
 #include "gemm/cuda/kernels/sm90_mma_kinds.cuh"
 #include "gemm/cuda/kernels/sm90_primitives.cuh"
+#include "tessera/quantize/scale_rules.h"
 
 namespace tessera::gemm_sm90 {
 
@@ -421,6 +422,7 @@ inline constexpr int kScaleBarrier = 5;  // ids 5, 6
 // The index of the block scale of operand row `row` in the stage at stored contraction coordinate
 // `k` (BlockScales; k a multiple of 128); the next stage's is the next index. 32-bit: the
 // dispatcher refuses scale matrices of 2^31 entries or more (registers are short here).
+// FP32 block scales only (k_shift 7, kb_stride 1).
 __device__ __forceinline__ int32_t block_scale_index(const BlockScales& s, int64_t row, int64_t k) {
   const int64_t r = row < s.rows ? row : s.rows - 1;
   return static_cast<int32_t>((r >> s.row_shift) * s.ld + (k >> 7));
@@ -468,18 +470,20 @@ __device__ __forceinline__ void main_loop_promoted(const KernelParams& p, const 
   const bool uniform_b = p.bsb.row_shift == 7 && (o_b_row & 127) == 0;
   // The stage's scales are loaded one stage ahead (under the previous stage's MMAs).
   float na0 = 0.0f, na1 = 0.0f, nb = 0.0f;
+  const auto* bsa = static_cast<const float*>(p.bsa.ptr);
+  const auto* bsb = static_cast<const float*>(p.bsb.ptr);
   if (kActive > 0 && nk > 0) {
-    na0 = __ldg(p.bsa.ptr + ia0);
-    na1 = __ldg(p.bsa.ptr + ia1);
-    nb = __ldg(p.bsb.ptr + ib);
+    na0 = __ldg(bsa + ia0);
+    na1 = __ldg(bsa + ia1);
+    nb = __ldg(bsb + ib);
   }
   float part[kBlockN / 2];
   for (int kb = 0; kb < nk; ++kb) {
     const float a0 = na0, a1 = na1, b = nb;
     if (kActive > 0 && kb + 1 < nk) {
-      na0 = __ldg(p.bsa.ptr + ia0 + kb + 1);
-      na1 = __ldg(p.bsa.ptr + ia1 + kb + 1);
-      nb = __ldg(p.bsb.ptr + ib + kb + 1);
+      na0 = __ldg(bsa + ia0 + kb + 1);
+      na1 = __ldg(bsa + ia1 + kb + 1);
+      nb = __ldg(bsb + ib + kb + 1);
     }
     mbar_wait(&full[ring.stage], ring.phase);
     if constexpr (kActive > 0) {
@@ -529,10 +533,184 @@ __device__ __forceinline__ void main_loop_promoted(const KernelParams& p, const 
   }
 }
 
+// ---- MXFP8 (Elem::kPromoteK == 32) ---------------------------------------------------------
+
+// E8M0 code → its FP32 power of two, as the dequantizer decodes it (docs/numerics.md): 2^(e-127),
+// e = 0 → 2^-127 (subnormal), e = 255 → NaN.
+__device__ __forceinline__ float e8m0_value(uint32_t e) {
+  return __uint_as_float(e == 255u ? 0x7fc00000u : (e == 0u ? 0x00400000u : e << 23));
+}
+
+// Where the E8M0 scales of one operand row live (BlockScales; 32-bit: the dispatcher refuses
+// scale matrices of 2^31 bytes or more): the row's part of the offset, and per contraction block
+// kb the block's part — compact: (row >> row_shift)·ld + kb·kb_stride; swizzled (128x4 tiles):
+// swizzled_scale_offset(row, kb, ld) split into its row and column terms.
+__device__ __forceinline__ int32_t mx_row_offset(const BlockScales& s, int64_t row) {
+  const int32_t r = static_cast<int32_t>(row < s.rows ? row : s.rows - 1);
+  if (!s.swizzled) return (r >> s.row_shift) * static_cast<int32_t>(s.ld);
+  return (r / 128) * static_cast<int32_t>(s.ld / 4) * 512 + (r % 32) * 16 + (r % 128 / 32) * 4;
+}
+__device__ __forceinline__ int32_t mx_block_offset(const BlockScales& s, int32_t kb) {
+  return s.swizzled ? (kb >> 2) * 512 + (kb & 3) : kb * static_cast<int32_t>(s.kb_stride);
+}
+
+// The scale loaders (kMxScaleLoaders threads of the producer warpgroup): they read the CTA's tiles
+// from the tile ring, walk their stages as the TMA producer does and, per stage, decode the E8M0 scales of the
+// stage's 4 contraction blocks for the tile's 128 A rows and 128 B rows into the stage's scale
+// region (A [block][row], B [block][row]: 2 rows of each per thread), then arrive on the stage's
+// full barrier. Block indices are clamped to the tile's live blocks [lo, hi) (contraction inside
+// K, or inside [start, end) of a K-grouped window): a block outside them holds zero partial sums
+// and takes a scale of the tile's own, so no other group's scale (possibly NaN) meets it.
+template <class Elem, int kBlockN>
+__device__ __forceinline__ void mx_scale_loader_loop(const KernelParams& p, float* smem_scales,
+                                                     uint64_t* full, uint64_t* empty,
+                                                     TileRing tile_ring, int loader) {
+  static_assert(kBlockN == 128 && 2 * kMxScaleLoaders == kBlockN, "2 rows of A and B per loader");
+  Tile t;
+  RingState ring;
+  const auto* sa = static_cast<const uint8_t*>(p.bsa.ptr);
+  const auto* sb = static_cast<const uint8_t*>(p.bsb.ptr);
+  while (take_tile(tile_ring, t)) {  // the tiles the producer walked (the loaders are readers)
+    const TileOrigin o = tile_origin<Elem, kBlockN>(p, t);
+    const int32_t kba = static_cast<int32_t>(o.a_kabs >> 5), kbb = static_cast<int32_t>(o.b_kabs >> 5);
+    int lo = 0, hi = static_cast<int>((p.k + 31) >> 5);
+    if (p.k_grouped) {
+      lo = static_cast<int>((t.start - o.a_kabs) >> 5);
+      hi = static_cast<int>((t.start + t.len - o.a_kabs + 31) >> 5);
+    }
+    int32_t ra[2], rb[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      ra[h] = mx_row_offset(p.bsa, o.a_row + loader + 64 * h);
+      rb[h] = mx_row_offset(p.bsb, o.b_row + loader + 64 * h);
+    }
+    const int nk = static_cast<int>(num_k_blocks<Elem>(p, t));
+    for (int kb = 0; kb < nk; ++kb) {
+      // The loaders run up to `stages` stages ahead of the consumers: the loads' latency is
+      // hidden by that depth, so they are issued after the slot is free (few live registers).
+      float* dst = smem_scales + ring.stage * (kMxStageScaleBytes / 4);
+      mbar_wait(&empty[ring.stage], ring.phase ^ 1);
+#pragma unroll 1  // 4 loads in flight per block: the producer warpgroup has 56 registers
+      for (int j = 0; j < 4; ++j) {
+        const int32_t rel = min(max(4 * kb + j, lo), hi - 1);
+        const int32_t oa = mx_block_offset(p.bsa, kba + rel), ob = mx_block_offset(p.bsb, kbb + rel);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          dst[j * kBlockM + loader + 64 * h] = e8m0_value(__ldg(sa + ra[h] + oa));
+          dst[4 * kBlockM + j * kBlockN + loader + 64 * h] = e8m0_value(__ldg(sb + rb[h] + ob));
+        }
+      }
+      mbar_arrive(&full[ring.stage]);  // release: the scales are visible to the consumers
+      ring.next(p.stages);
+    }
+  }
+}
+
+// Promotes the partial sums `part` of contraction block j (0..3) of a stage, columns [64h, 64h +
+// 64) of the tile (half h), into `acc`: accumulator 4c + e (c in [8h, 8h + 8): row r + 8·(e / 2),
+// column 8c + 2·(lane % 4) + e % 2) += part[4(c − 8h) + e] · sa(row, j) · sb(column, j), the
+// scales from the stage's scale region (A at this thread's row r, B block j). kUniformB: B's
+// scales are shared by 32-row groups (one per 32 columns of the tile), read once per group.
+template <int kBlockN, bool kUniformB>
+__device__ __forceinline__ void mx_promote(float (&acc)[kBlockN / 2], const float (&part)[32],
+                                           const float* stage_scales, int a_row, int j, int h,
+                                           int lane) {
+  const float* sa = stage_scales + j * kBlockM + a_row;
+  const float* sb = stage_scales + 4 * kBlockM + j * kBlockN + 64 * h;
+  const float a0 = sa[0], a1 = sa[8];
+  if constexpr (kUniformB) {
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {  // columns 64h + 32q .. + 31
+      const float b = sb[32 * q];
+      const float s0 = a0 * b, s1 = a1 * b;
+#pragma unroll
+      for (int c = 4 * q; c < 4 * q + 4; ++c) {
+        acc[32 * h + 4 * c + 0] += part[4 * c + 0] * s0;
+        acc[32 * h + 4 * c + 1] += part[4 * c + 1] * s0;
+        acc[32 * h + 4 * c + 2] += part[4 * c + 2] * s1;
+        acc[32 * h + 4 * c + 3] += part[4 * c + 3] * s1;
+      }
+    }
+  } else {
+#pragma unroll
+    for (int c = 0; c < 8; ++c) {
+      const float2 b = *reinterpret_cast<const float2*>(sb + 8 * c + 2 * (lane % 4));
+      acc[32 * h + 4 * c + 0] += part[4 * c + 0] * (a0 * b.x);
+      acc[32 * h + 4 * c + 1] += part[4 * c + 1] * (a0 * b.y);
+      acc[32 * h + 4 * c + 2] += part[4 * c + 2] * (a1 * b.x);
+      acc[32 * h + 4 * c + 3] += part[4 * c + 3] * (a1 * b.y);
+    }
+  }
+}
+
+// The main loop of one tile for one consumer warpgroup of an MXFP8 kind (cooperative 128 x 128:
+// this warpgroup's 64 rows). Each contraction block j = 0..3 of a stage is two wgmma m64n64k32,
+// one per half h of the tile's columns, into the partial-sum buffer part[h]; each wgmma is
+// issued before its predecessor in the stage (complete after wgmma_wait<1>) is promoted with its
+// scales from the stage's scale region, so the tensor cores run under the promotions with only
+// two 32-register buffers beside the accumulators. The stage's last half is promoted after
+// wgmma_wait<0>, then the slot is released: no accumulator read crosses the ring wait of the
+// next stage (ptxas serializes every wgmma when one does, C7514), and none sits in a branch
+// (C7518). kActive = 0 (rows past the group end) skips MMAs and promotions.
+template <class Elem, int kBlockN, int kActive, bool kUniformB>
+__device__ __forceinline__ void main_loop_mx(const KernelParams& p, const Tile& t,
+                                             float (&acc)[1][kBlockN / 2], uint8_t* smem_a,
+                                             uint8_t* smem_b, const float* smem_scales,
+                                             uint64_t* full, uint64_t* empty, RingState& ring,
+                                             int cw) {
+  static_assert(kBlockN == 128, "MXFP8 kinds run 128-column tiles (two n64 halves)");
+  static_assert(Elem::kPromoteK == 32 && kTileKBytes / Elem::kBytes == 128, "4 blocks per stage");
+  constexpr uint32_t kBytesA = kBlockM * kTileKBytes, kBytesB = kBlockN * kTileKBytes;
+  constexpr int kStageFloats = kMxStageScaleBytes / 4;
+  const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
+  const int a_row = cw * 64 + warp * 16 + lane / 4;  // this thread's first row in the tile
+  const int peer = p.cluster > 1 ? static_cast<int>(cluster_ctarank() ^ 1) : -1;
+#pragma unroll
+  for (int i = 0; i < kBlockN / 2; ++i) acc[0][i] = 0.0f;
+  const int nk = static_cast<int>(num_k_blocks<Elem>(p, t));
+  float part[2][32];
+  for (int kb = 0; kb < nk; ++kb) {
+    mbar_wait(&full[ring.stage], ring.phase);
+    if constexpr (kActive > 0) {
+      const uint8_t* tile_a = smem_a + ring.stage * kBytesA + cw * 64 * kTileKBytes;
+      const uint8_t* tile_b = smem_b + ring.stage * kBytesB;
+      const uint64_t da = smem_desc_k_major_sw128(tile_a);
+      const uint64_t db = smem_desc_k_major_sw128(tile_b);
+      const float* scales = smem_scales + ring.stage * kStageFloats;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+#pragma unroll
+          for (int i = 0; i < 32; ++i) fence_operand(part[h][i]);
+          wgmma_fence();
+          // 32 bytes of contraction = 2 descriptor units; B rows 64h.. = 64·128 B = 512 units.
+          Elem::template mma<64>(part[h], da + 2 * j, db + 2 * j + 512 * h, 0);
+          wgmma_commit();
+          if (j > 0 || h > 0) {  // the predecessor: block j's left half, or block j − 1's right
+            wgmma_wait<1>();
+#pragma unroll
+            for (int i = 0; i < 32; ++i) fence_operand(part[1 - h][i]);
+            mx_promote<kBlockN, kUniformB>(acc[0], part[1 - h], scales, a_row, h ? j : j - 1,
+                                           1 - h, lane);
+          }
+        }
+      }
+      wgmma_wait<0>();
+#pragma unroll
+      for (int i = 0; i < 32; ++i) fence_operand(part[1][i]);
+      mx_promote<kBlockN, kUniformB>(acc[0], part[1], scales, a_row, 3, 1, lane);
+    }
+    release_slot(&empty[ring.stage], lane, peer);
+    ring.next(p.stages);
+  }
+}
+
 template <class Elem, int kBlockN, Schedule kSchedule>
 __device__ __forceinline__ void consumer_loop(const KernelParams& p, const CUtensorMap* map_d,
                                               const CUtensorMap* map_d8,
-                                              uint8_t* smem_a, uint8_t* smem_b, uint8_t* staging,
+                                              uint8_t* smem_a, uint8_t* smem_b,
+                                              const float* smem_scales, uint8_t* staging,
                                               float* cols, uint64_t* full, uint64_t* empty,
                                               TileRing tile_ring, int cw) {
   constexpr bool kPingpong = kSchedule == Schedule::kPingpong;
@@ -563,7 +741,20 @@ __device__ __forceinline__ void consumer_loop(const KernelParams& p, const CUten
     const int64_t left = group_rows(p, t) - first_row;
     const int active = left <= 0 ? 0 : (left >= 64 * kRowBlocks ? kRowBlocks : (left + 63) / 64);
     const int a_block = kPingpong ? 0 : cw;
-    if constexpr (Elem::kPromote) {
+    if constexpr (Elem::kPromoteK == 32) {
+      // B scales shared by 32-row groups (mxfp8_32x32 weights, tile on a group boundary).
+      const bool uniform_b = p.bsb.rows_per_scale_32 != 0 &&
+                             ((p.k_grouped ? 0 : t.g * p.b_group_rows) + t.n_blk * kBlockN) % 32 == 0;
+      if (active == 0)
+        main_loop_mx<Elem, kBlockN, 0, false>(p, t, acc, smem_a, smem_b, smem_scales, full, empty,
+                                              ring, cw);
+      else if (uniform_b)
+        main_loop_mx<Elem, kBlockN, 1, true>(p, t, acc, smem_a, smem_b, smem_scales, full, empty,
+                                             ring, cw);
+      else
+        main_loop_mx<Elem, kBlockN, 1, false>(p, t, acc, smem_a, smem_b, smem_scales, full, empty,
+                                              ring, cw);
+    } else if constexpr (Elem::kPromote) {
       float* col_scales = cols + epilogue_col_vectors(p) * kBlockN;
       if (active == 1)
         main_loop_promoted<Elem, kBlockN, 1>(p, t, acc, smem_a, smem_b, full, empty, ring, cw,
@@ -601,23 +792,26 @@ __global__ void __launch_bounds__(kNumThreads, 1)
   uint8_t* smem = reinterpret_cast<uint8_t*>(
       (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
   const SmemLayout l = smem_layout(kBlockN, kSchedule, p.stages, p.tma_store, col_vectors(p),
-                                   p.staging_blocks);
+                                   p.staging_blocks, stage_scale_bytes(p));
   uint8_t* smem_a = smem;
   uint8_t* smem_b = smem + l.b;
   auto* full = reinterpret_cast<uint64_t*>(smem + l.bars);
   uint64_t* empty = full + kMaxStages;
   TileRing tile_ring{smem + l.tiles, reinterpret_cast<uint64_t*>(smem + l.tile_bars),
                      reinterpret_cast<uint64_t*>(smem + l.tile_bars) + kTileRing};
+  auto* smem_scales = reinterpret_cast<float*>(smem + l.scales);
   const int wg = threadIdx.x / 128;
+  constexpr bool kMx = Elem::kPromoteK == 32;
   if (threadIdx.x == 0) {
     for (int s = 0; s < p.stages; ++s) {
-      mbar_init(&full[s], 1);
+      // The TMA producer (plus, MXFP8, every scale loader thread).
+      mbar_init(&full[s], 1 + (kMx ? kMxScaleLoaders : 0));
       // One arrival per consumer warp that reads the slot, in each CTA of the cluster.
       mbar_init(&empty[s], (kSchedule == Schedule::kPingpong ? 4 : 8) * p.cluster);
     }
     for (int s = 0; s < kTileRing; ++s) {
       mbar_init(&tile_ring.full[s], 1);
-      mbar_init(&tile_ring.empty[s], kTileReaders);
+      mbar_init(&tile_ring.empty[s], kTileReaders + (kMx ? kMxScaleLoaders : 0));
     }
     fence_mbar_init();
     if (!p.k_grouped) {
@@ -638,7 +832,10 @@ __global__ void __launch_bounds__(kNumThreads, 1)
   else __syncthreads();
   // Register split (128·producer + 256·consumer <= 64 K): the block-scaled kinds' 128-column
   // tiles need fewer consumer registers, and their producer build spills at 40.
-  constexpr int kProducerRegs = Elem::kPromote ? 56 : 40, kConsumerRegs = Elem::kPromote ? 224 : 232;
+  // MXFP8: the producer warpgroup also runs the scale loaders (mx_scale_loader_loop), and the
+  // consumers' partial sums are two n64 halves (main_loop_mx).
+  constexpr int kProducerRegs = Elem::kPromoteK == 32 ? 72 : (Elem::kPromote ? 56 : 40);
+  constexpr int kConsumerRegs = Elem::kPromoteK == 32 ? 216 : (Elem::kPromote ? 224 : 232);
   // The pool is what the launch allocated (168 per thread of 384): a consumer's setmaxnreg.inc
   // past it waits forever for registers the producer never freed.
   static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 168 * kNumThreads, "register pool");
@@ -647,11 +844,15 @@ __global__ void __launch_bounds__(kNumThreads, 1)
     if (threadIdx.x == 0)
       producer_loop<Elem, kBlockN>(p, &map_a, &map_b, &map_a_half, &map_b_half, smem_a, smem_b,
                                    full, empty, tile_ring);
+    else if constexpr (kMx)
+      if (threadIdx.x >= 128 - kMxScaleLoaders)
+        mx_scale_loader_loop<Elem, kBlockN>(p, smem_scales, full, empty, tile_ring,
+                                            threadIdx.x - (128 - kMxScaleLoaders));
   } else {
     regs_alloc<kConsumerRegs>();
     const int cw = wg - 1;
     consumer_loop<Elem, kBlockN, kSchedule>(
-        p, &map_d, &map_d8, smem_a, smem_b, smem + l.d + cw * l.d_per_wg,
+        p, &map_d, &map_d8, smem_a, smem_b, smem_scales, smem + l.d + cw * l.d_per_wg,
         reinterpret_cast<float*>(smem + l.cols + cw * l.cols_per_wg), full, empty, tile_ring, cw);
   }
 #endif

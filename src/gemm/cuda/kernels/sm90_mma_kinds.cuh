@@ -11,8 +11,12 @@
 // kPromote: the operands carry FP32 block scales (KernelParams::bsa / bsb, FP8 block modes): each
 // stage's 128 contraction elements go into fresh partial sums (scale_d = 0 on the first MMA),
 // which are multiplied by their blocks' scales and added to the accumulators (as DeepGEMM
-// promotes every 128 K). A later kind with another promotion interval or scale type is a new row
-// here plus its scale lookup, not a new kernel.
+// promotes every 128 K).
+// kPromoteK: the contraction elements one block scale covers, i.e. how often partial sums are
+// promoted: 128 (FP8 block, FP32 scales: the stage's 4 wgmma into one partial sum) or 32 (MXFP8,
+// E8M0 scales: each wgmma k32 into its own partial sum, promoted with its 32-block's scales, the
+// exact MXFP8 product); 0 for kinds without block scales. A later block size or scale type is a
+// new row here plus its scale lookup (BlockScales), not a new kernel.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +31,7 @@ template <bool kAMnMajor, bool kBMnMajor>
 struct ElemBF16Major {
   static constexpr int kBytes = 2;
   static constexpr bool kAMn = kAMnMajor, kBMn = kBMnMajor, kPromote = false;
+  static constexpr int kPromoteK = 0;
   template <int N>
   __device__ static void mma(float (&d)[N / 2], uint64_t a, uint64_t b, int scale_d = 1) {
     if constexpr (N == 256) wgmma_m64n256k16_bf16<kAMn, kBMn>(d, a, b, scale_d);
@@ -41,6 +46,7 @@ using ElemBF16AbMn = ElemBF16Major<true, true>;  // K-grouped on token rows: wgr
 struct ElemFP16 {
   static constexpr int kBytes = 2;
   static constexpr bool kAMn = false, kBMn = false, kPromote = false;
+  static constexpr int kPromoteK = 0;
   template <int N>
   __device__ static void mma(float (&d)[N / 2], uint64_t a, uint64_t b, int scale_d = 1) {
     if constexpr (N == 256) wgmma_m64n256k16_f16<0, 0>(d, a, b, scale_d);
@@ -52,10 +58,12 @@ struct ElemFP16 {
 struct ElemE4M3 {
   static constexpr int kBytes = 1;
   static constexpr bool kAMn = false, kBMn = false, kPromote = false;
+  static constexpr int kPromoteK = 0;
   template <int N>
   __device__ static void mma(float (&d)[N / 2], uint64_t a, uint64_t b, int scale_d = 1) {
     if constexpr (N == 256) wgmma_m64n256k32_e4m3_e4m3(d, a, b, scale_d);
-    else wgmma_m64n128k32_e4m3_e4m3(d, a, b, scale_d);
+    else if constexpr (N == 128) wgmma_m64n128k32_e4m3_e4m3(d, a, b, scale_d);
+    else wgmma_m64n64k32_e4m3_e4m3(d, a, b, scale_d);
   }
 };
 
@@ -63,10 +71,12 @@ struct ElemE4M3 {
 struct ElemE5M2E4M3 {
   static constexpr int kBytes = 1;
   static constexpr bool kAMn = false, kBMn = false, kPromote = false;
+  static constexpr int kPromoteK = 0;
   template <int N>
   __device__ static void mma(float (&d)[N / 2], uint64_t a, uint64_t b, int scale_d = 1) {
     if constexpr (N == 256) wgmma_m64n256k32_e5m2_e4m3(d, a, b, scale_d);
-    else wgmma_m64n128k32_e5m2_e4m3(d, a, b, scale_d);
+    else if constexpr (N == 128) wgmma_m64n128k32_e5m2_e4m3(d, a, b, scale_d);
+    else wgmma_m64n64k32_e5m2_e4m3(d, a, b, scale_d);
   }
 };
 
@@ -75,8 +85,20 @@ struct ElemE5M2E4M3 {
 template <class Fp8Kind>
 struct ElemBlockScaled : Fp8Kind {
   static constexpr bool kPromote = true;
+  static constexpr int kPromoteK = 128;
 };
 using ElemE4M3Block = ElemBlockScaled<ElemE4M3>;
 using ElemE5M2E4M3Block = ElemBlockScaled<ElemE5M2E4M3>;
+
+// An FP8 kind with MXFP8 scales (one E8M0 per 32 contraction elements of a row; mxfp8 1x32
+// activations and gradients, mxfp8_32x32 or 1x32 weights): every wgmma k32 is its own partial
+// sum, promoted with its block's two scales (issued as two n64 halves, main_loop_mx).
+template <class Fp8Kind>
+struct ElemMxScaled : Fp8Kind {
+  static constexpr bool kPromote = true;
+  static constexpr int kPromoteK = 32;
+};
+using ElemE4M3Mx = ElemMxScaled<ElemE4M3>;
+using ElemE5M2E4M3Mx = ElemMxScaled<ElemE5M2E4M3>;
 
 }  // namespace tessera::gemm_sm90
