@@ -53,10 +53,23 @@ TensorView matrix_view(const DeviceArray& a, DType dtype, const char* arg) {
   return device_view(a, dtype, arg);
 }
 
+// How scale_inv is read: as its own element type (FP32 scales), except that uint8 bytes are read
+// as the mode's 8-bit scale dtype (E8M0 for MXFP8, E4M3 for NVFP4), which DLPack producers such
+// as torch carry as uint8. Any other mismatch (e.g. FP32 scales for an MXFP8 mode) reaches the
+// GEMM's operand check, which names the field and the dtype it expects.
+DType scale_dtype_of(const DeviceArray& scale_inv, ScalingMode mode) {
+  const DType given = array_dtype(scale_inv, "scale_inv");
+  const ScalingModeInfo* info = find_scaling_mode(mode);
+  if (given == DType::kUInt8 && info != nullptr && dtype_bits(info->scale_dtype) == 8)
+    return info->scale_dtype;
+  return given;
+}
+
 // A quantized operand over caller arrays: `data` (2-D uint8 codes) and `scale_inv` (2-D) hold the
 // copy that `columnwise` names of a logical (rows, cols) matrix quantized with (mode, element),
 // in the storage contract of tessera/quantize/types.h (a columnwise FP8 copy is stored
-// transposed; rowwise FP8 scales are (rows, 1)).
+// transposed; rowwise FP8 scales are (rows, 1); MXFP8 copies both stay (rows, cols), their E8M0
+// scales given as uint8 bytes).
 ArrayOperand quantized_operand(const DeviceArray& data, const DeviceArray& scale_inv,
                                const std::string& mode, const std::string& element, int64_t rows,
                                int64_t cols, bool columnwise) {
@@ -77,7 +90,7 @@ ArrayOperand quantized_operand(const DeviceArray& data, const DeviceArray& scale
   TESSERA_CHECK(array_device(scale_inv, "scale_inv") == q.device,
                 "scale_inv: must be on the device of data (", to_string(q.device), ")");
   const TensorView d = matrix_view(data, config.element, "data");
-  const TensorView s = matrix_view(scale_inv, array_dtype(scale_inv, "scale_inv"), "scale_inv");
+  const TensorView s = matrix_view(scale_inv, scale_dtype_of(scale_inv, config.mode), "scale_inv");
   if (columnwise) {
     q.columnwise_data = d;
     q.columnwise_scale_inv = s;
@@ -137,8 +150,8 @@ void register_dlpack_gemm(nb::module_& m) {
   m.def("_gemm_quantized_operand", &quantized_operand, nb::arg("data").noconvert(),
         nb::arg("scale_inv").noconvert(), nb::arg("mode"), nb::arg("element"), nb::arg("rows"),
         nb::arg("cols"), nb::arg("columnwise") = false,
-        "A quantized operand: uint8 codes + scale_inv of one usage of a logical (rows, cols) "
-        "matrix.");
+        "A quantized operand: uint8 codes + scale_inv (FP32, or E8M0 bytes as uint8) of one "
+        "usage of a logical (rows, cols) matrix.");
   m.def("_grouped_gemm_into", &grouped_gemm_into, nb::arg("kind"), nb::arg("a"), nb::arg("b"),
         nb::arg("out").noconvert(), nb::arg("offsets").noconvert() = nb::none(),
         nb::arg("end_offsets") = true, nb::arg("transpose_a") = false,

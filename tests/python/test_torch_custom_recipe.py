@@ -194,9 +194,9 @@ def test_mlp_with_per_layer_configs_matches_fp64_oracle(device):
 # ---- what is refused ----------------------------------------------------------------------------
 
 BAD = [
-    ("mxfp8", lambda r: {"mode": "mxfp8"}, ValueError, r"mode 'mxfp8' is not run by the "
-     r"tessera.torch step; expected one of \('tensor', 'rowwise'"),
-    ("nvfp4", lambda r: {"mode": "nvfp4", "element": "e2m1"}, ValueError, "MXFP8 and NVFP4"),
+    ("nvfp4", lambda r: {"mode": "nvfp4", "element": "e2m1"}, ValueError,
+     r"mode 'nvfp4' is not run by the tessera.torch step; expected one of \('tensor', "
+     r"'rowwise', .*'mxfp8', 'mxfp8_32x32'\).*NVFP4 runs in the C\+\+ nn layer only"),
     ("unknown mode", lambda r: {"mode": "block64x64"}, ValueError,
      "mode 'block64x64' is not a scaling mode; expected one of tensor, rowwise"),
     ("no mode", lambda r: {"element": "e4m3"}, ValueError, "the config has no 'mode'"),
@@ -214,6 +214,12 @@ BAD = [
      ValueError, "cannot meet in the step's GEMMs"),
     ("block with rowwise", by_type(input=("block1x128",), weight=("block128x128",),
                                    grad_output=("rowwise",)), ValueError, "one scale family"),
+    ("mxfp8 with block", by_type(input=("mxfp8",), weight=("mxfp8_32x32",),
+                                 grad_output=("block1x128",)), ValueError,
+     r"\(input mxfp8, weight mxfp8_32x32, grad_output block1x128\) cannot meet"),
+    ("mxfp8 e5m2 weight", by_type(input=("mxfp8",), weight=("mxfp8_32x32", "e5m2"),
+                                  grad_output=("mxfp8",)), ValueError,
+     r"role grouped_linear/weight/.*'e5m2' is taken for grad_output only"),
 ]
 
 

@@ -6,11 +6,13 @@
                                            the training step of a grouped linear layer
     fp8_rowwise_grouped_mm(x, w_t, offs)   differentiable dynamic FP8-rowwise grouped GEMM
     quantize_fp8_rowwise(x, rowwise, columnwise), quantize_fp8_tensor(x, rowwise, columnwise),
-    quantize_fp8_block(x, mode, element, rowwise, columnwise)    both usages in one pass
+    quantize_fp8_block(x, mode, element, rowwise, columnwise),
+    quantize_mxfp8(x, mode, element, rowwise, columnwise)        both usages in one pass
     scale_shape(mode, rows, cols, columnwise)   the scale_inv shape of a quantized copy
     GroupedLinear(num_groups, in_features, out_features, recipe, bias, params_dtype=,
                   accumulate_main_grad=)   recipes: RECIPES (bf16, fp8_rowwise, fp8_current,
-                                           fp8_delayed, fp8_block) or a DelayedScaling
+                                           fp8_delayed, fp8_block, mxfp8), a DelayedScaling
+                                           or a CustomRecipe
     GroupedMLP(num_groups, hidden, ffn, recipe, bias, params_dtype=, accumulate_main_grad=)
                                            fc1 -> SwiGLU (x probs) -> fc2
     DelayedScaling(amax_history_len, amax_compute_algo, margin, fp8_format)   TE's recipe
@@ -33,7 +35,8 @@ except ImportError as e:  # pragma: no cover - exercised only without torch
 from .delayed import DelayedScaling, quantize_fp8_delayed, quantize_fp8_delayed_impl
 from .fp8 import (quantize_backend, quantize_fp8_block, quantize_fp8_block_impl,
                   quantize_fp8_rowwise, quantize_fp8_rowwise_impl, quantize_fp8_tensor,
-                  quantize_fp8_tensor_impl, scale_shape, scaled_operands_rowwise)
+                  quantize_fp8_tensor_impl, quantize_mxfp8, quantize_mxfp8_impl, scale_shape,
+                  scaled_operands_rowwise)
 from .linear import RECIPES, WeightCache, fp8_rowwise_grouped_mm, grouped_linear
 from .modules import GroupedLinear, GroupedMLP
 from .ops import grouped_mm, scaled_grouped_mm
@@ -44,7 +47,8 @@ __all__ = ["CustomRecipe", "DelayedScaling", "GroupedLinear", "GroupedMLP", "Qua
            "fp8_rowwise_grouped_mm", "grouped_linear", "grouped_mm", "quantize_backend",
            "quantize_fp8_block", "quantize_fp8_block_impl", "quantize_fp8_delayed",
            "quantize_fp8_delayed_impl", "quantize_fp8_rowwise", "quantize_fp8_rowwise_impl",
-           "quantize_fp8_tensor", "quantize_fp8_tensor_impl", "scale_shape",
+           "quantize_fp8_tensor", "quantize_fp8_tensor_impl", "quantize_mxfp8",
+           "quantize_mxfp8_impl", "scale_shape",
            "scaled_grouped_mm", "scaled_operands_rowwise"]
 
 # Expert parallelism: routing ops and dispatch/combine in tessera.torch.moe (docs/moe.md).

@@ -48,7 +48,11 @@ def dense(t: torch.Tensor):
 
 def quantized(data: torch.Tensor, scale_inv: torch.Tensor, mode: str, rows: int, cols: int,
               columnwise: bool = False, element: str = "e4m3"):
-    """A quantized operand: FP8 codes (any 8-bit dtype, viewed as uint8) + FP32 scale_inv."""
+    """A quantized operand: FP8 codes (any 8-bit dtype, viewed as uint8) + scale_inv: FP32, or
+    E8M0 bytes (MXFP8; float8_e8m0fnu or uint8, passed as uint8: the extension reads them as
+    the mode's scale dtype)."""
+    if scale_inv.element_size() == 1:
+        scale_inv = scale_inv.view(torch.uint8)
     return _C._gemm_quantized_operand(dl(data.view(torch.uint8)), dl(scale_inv), mode,
                                       element, rows, cols, columnwise)
 

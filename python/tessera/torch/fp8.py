@@ -1,5 +1,6 @@
 """FP8 quantization for tessera.torch: rowwise (the torchao dynamic rowwise recipe), per tensor
-(TE's current scaling) and per block (DeepSeek-V3's 1x128 activations / 128x128 weights).
+(TE's current scaling), per block (DeepSeek-V3's 1x128 activations / 128x128 weights) and MXFP8
+(OCP MX: E8M0 scales per 32 elements or 32x32 tiles).
 
 Each quantizer makes both usages of a 2-D tensor in one pass (the differentiable layer built on
 them is tessera.torch.linear). Every step is a device op on torch's current stream: no host
@@ -10,9 +11,9 @@ extension has it for the tensor's device; otherwise the torch implementation of 
 (docs/numerics.md, current scaling: scale = fp8_max / amax (448 E4M3, 57344 E5M2), amax 0 or
 non-finite -> 1, saturating RNE cast). The rowwise and per-tensor quantizers take an `element`
 ("e4m3", the default, or "e5m2": custom recipes quantize gradients to E5M2).
-`quantize_backend(device)` says which one runs. The per-tensor and block quantizers always run
-tessera's (its CPU and CUDA backends; no torch fallback). `scale_shape` gives the scale_inv shape
-of any mode's copy, from the C++ scaling-mode table.
+`quantize_backend(device)` says which one runs. The per-tensor, block and MXFP8 quantizers always
+run tessera's (its CPU and CUDA backends; no torch fallback). `scale_shape` gives the scale_inv
+shape of any mode's copy, from the C++ scaling-mode table.
 """
 from typing import Tuple
 
@@ -28,6 +29,9 @@ _FLT_MAX = torch.finfo(torch.float32).max
 _HAS_TESSERA_QUANTIZE = hasattr(_C, "_quantize_into")
 FP8_DTYPES = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
 BLOCK_MODES = ("block1x128", "block128x128")
+MX_MODES = ("mxfp8", "mxfp8_32x32")
+# The torch dtype of E8M0 scales (quantize_mxfp8_impl says why); uint8 before torch 2.7.
+E8M0_DTYPE = getattr(torch, "float8_e8m0fnu", torch.uint8)
 _MODE_TABLE = {row["name"]: row for row in _C.scaling_mode_table}  # formats/scaling_modes.h
 
 
@@ -39,17 +43,31 @@ def _round_up(n, multiple: int):
     return (n + multiple - 1) // multiple * multiple
 
 
+def _mode_row(mode: str) -> dict:
+    """The scaling-mode table's row of `mode`; a ValueError naming the accepted names."""
+    row = _MODE_TABLE.get(mode)
+    if row is None:
+        raise ValueError(f"mode: {mode!r} is not a scaling mode; expected one of "
+                         f"{tuple(_MODE_TABLE)}")
+    return row
+
+
+def columnwise_transposed(mode: str) -> bool:
+    """Whether `mode` stores the columnwise copy of (R, C) transposed, (C, R) (the FP8 modes),
+    or as (R, C) (MXFP8): the C++ table's `columnwise_transposed`."""
+    return _mode_row(mode)["columnwise_transposed"]
+
+
 def scale_shape(mode: str, rows, cols, columnwise: bool = False) -> Tuple[int, int]:
     """(rows, cols) of the compact scale_inv of one copy of a (rows, cols) tensor quantized with
     `mode`: tessera's scale_shape (docs/numerics.md), read from the C++ scaling-mode table in
     Python so that symbolic sizes pass through under torch.compile. The copy (r, c) is x, or xᵀ
     for the columnwise usage; one scale per stored block, its rows and columns padded to the
     mode's multiples: tensor (1, 1); rowwise (r, 1); block1x128 (roundup(r, 4), ceil(c/128));
-    block128x128 (ceil(r/128), roundup(ceil(c/128), 4))."""
-    row = _MODE_TABLE.get(mode)
-    if row is None:
-        raise ValueError(f"mode: {mode!r} is not a scaling mode; expected one of "
-                         f"{tuple(_MODE_TABLE)}")
+    block128x128 (ceil(r/128), roundup(ceil(c/128), 4)). MXFP8 ("mxfp8", "mxfp8_32x32": the
+    table's `columnwise_transposed` is False) keeps the columnwise copy (rows, cols): scales
+    (rows, ceil(cols/32)) rowwise, (ceil(rows/32), cols) columnwise."""
+    row = _mode_row(mode)
     r, c = (cols, rows) if columnwise else (rows, cols)
     (block_r, block_c), (pad_r, pad_c) = row["scale_block"], row["pad"]
     nr, nc = _round_up(_blocks(r, block_r), pad_r), _round_up(_blocks(c, block_c), pad_c)
@@ -240,6 +258,70 @@ def _quantize_block_fake(x, mode="block1x128", element="e4m3", rowwise=True, col
     return _block_outputs(x, mode, element, rowwise, columnwise)
 
 
+def _mxfp8_outputs(x: Tensor, mode: str, element: str, rowwise: bool, columnwise: bool):
+    """Empty (data (R, C), scale_inv, columnwise_data (R, C), columnwise_scale_inv) of an MXFP8
+    quantization of x (R, C); a usage not asked for gets (0, 0) tensors."""
+    torch._check(mode in MX_MODES,
+                 lambda: f"quantize_mxfp8: mode {mode!r} is not one of {MX_MODES}")
+    _check_element(element, "quantize_mxfp8")
+    torch._check(x.dim() == 2, lambda: f"quantize_mxfp8: x must be 2-D, got {x.dim()}-D")
+    r, c = x.shape
+    dt = FP8_DTYPES[element]
+    return (x.new_empty((r, c) if rowwise else (0, 0), dtype=dt),
+            x.new_empty(scale_shape(mode, r, c, False) if rowwise else (0, 0), dtype=E8M0_DTYPE),
+            x.new_empty((r, c) if columnwise else (0, 0), dtype=dt),
+            x.new_empty(scale_shape(mode, r, c, True) if columnwise else (0, 0),
+                        dtype=E8M0_DTYPE))
+
+
+def quantize_mxfp8_impl(x: Tensor, mode: str = "mxfp8", element: str = "e4m3",
+                        rowwise: bool = True,
+                        columnwise: bool = False) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """MXFP8 quantization of a 2-D (R, C) tensor, both usages in one pass (docs/numerics.md,
+    "MXFP8"): one E8M0 scale per 1x32 block along C ("mxfp8"; the columnwise copy: per 32x1
+    block along R) or per 32x32 tile ("mxfp8_32x32", weights), exponent rounded up (the C++
+    recipe's rule), codes E4M3 (or `element` "e5m2").
+
+    Returns (data (R, C), scale_inv (R, ceil(C/32)), columnwise_data (R, C),
+    columnwise_scale_inv (ceil(R/32), C)): the columnwise copy is NOT transposed (MXFP8's
+    storage contract: the same (R, C) layout, blocks along R), scales compact (no padding; a
+    32x32 tile's scale is repeated in each of its stored rows/columns), shapes those of
+    `scale_shape`. A usage not asked for comes back as (0, 0) tensors. tessera's quantizer (CPU
+    or CUDA).
+
+    Scales are torch.float8_e8m0fnu (torch >= 2.7; uint8 before): that dtype is exactly the
+    stored byte (bits E, value 2^(E-127), 0xFF NaN), so `.view(torch.uint8)` gives the codes and
+    `.float()` the scale without a conversion of ours, and torch's own MX consumers (e.g.
+    torch._scaled_mm's 1x32 block scales, torchao's MX tensors) use the same dtype. Unlike a
+    uint8 tensor, it cannot be mistaken for codes or integer data, and its dtype says what it is
+    in saved tensors and compiled graphs. The step does no arithmetic on scales (the GEMM reads
+    the bytes; the bridge passes them as uint8), so torch's thin op coverage of e8m0 does not
+    matter."""
+    data, sinv, cdata, csinv = _mxfp8_outputs(x, mode, element, rowwise, columnwise)
+    if x.numel() == 0:  # every output is empty too (no block, no scale)
+        return data, sinv, cdata, csinv
+    dev = x.device
+    x_c = x if x.is_contiguous() else x.contiguous()
+    dl, u8 = br.dl, torch.uint8
+    with br.device_scope(dev):
+        _C._quantize_into(dl(x_c), mode, element, rowwise, columnwise, dl(data.view(u8)),
+                          dl(sinv.view(u8)), dl(cdata.view(u8)), dl(csinv.view(u8)),
+                          br.stream_handle(dev))
+    return data, sinv, cdata, csinv
+
+
+@torch.library.custom_op("tessera::quantize_mxfp8", mutates_args=())
+def quantize_mxfp8(x: Tensor, mode: str = "mxfp8", element: str = "e4m3", rowwise: bool = True,
+                   columnwise: bool = False) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The custom op of quantize_mxfp8_impl (traceable by torch.compile)."""
+    return quantize_mxfp8_impl(x, mode, element, rowwise, columnwise)
+
+
+@quantize_mxfp8.register_fake
+def _quantize_mxfp8_fake(x, mode="mxfp8", element="e4m3", rowwise=True, columnwise=False):
+    return _mxfp8_outputs(x, mode, element, rowwise, columnwise)
+
+
 def scaled_operands_rowwise(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """FP8 operands for a 2D x 3D scaled_grouped_mm from high-precision a (T, K) and b (G, K, N):
     (a_fp8, b_fp8 (G, K, N) column-major, scale_a (T), scale_b (G, N))."""
@@ -249,9 +331,8 @@ def scaled_operands_rowwise(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor, Tenso
     return aq, bq.reshape(g, n, k).transpose(-2, -1), as_, bs.reshape(g, n)
 
 
-__all__ = ["BLOCK_MODES", "FP8_DTYPES", "quantize_backend", "quantize_fp8_block",
-           "quantize_fp8_block_impl", "quantize_fp8_rowwise", "quantize_fp8_rowwise_impl",
-           "quantize_fp8_tensor", "quantize_fp8_tensor_impl", "scale_shape",
+__all__ = ["BLOCK_MODES", "E8M0_DTYPE", "FP8_DTYPES", "MX_MODES", "columnwise_transposed",
+           "quantize_backend", "quantize_fp8_block", "quantize_fp8_block_impl",
+           "quantize_fp8_rowwise", "quantize_fp8_rowwise_impl", "quantize_fp8_tensor",
+           "quantize_fp8_tensor_impl", "quantize_mxfp8", "quantize_mxfp8_impl", "scale_shape",
            "scaled_operands_rowwise"]
-
-

@@ -3,7 +3,7 @@ dgrad and wgrad, for every recipe the torch front end runs.
 
     grouped_linear(x (T, K), weight (G, N, K), offs (G,) int32 cumulative end offsets,
                    recipe="bf16" | "fp8_rowwise" | "fp8_current" | "fp8_delayed" | "fp8_block"
-                          | DelayedScaling | CustomRecipe,
+                          | "mxfp8" | DelayedScaling | CustomRecipe,
                    weight_cache=None, *, delayed_state=None, main_grad=None, name="")
                    -> y (T, N)
 
@@ -38,19 +38,35 @@ tessera calls, no PyTorch elementwise op runs in the step):
   contraction straddles two experts, and refuses other N; the CPU runs every shape), wgrad = dy
   columnwise · x columnwise (the 128-token blocks may straddle group boundaries: a block's scale
   then covers rows of two experts). Scales applied per block inside the GEMM's main loop.
+- mxfp8 (OCP MX, the C++ recipe "mxfp8": E4M3 everywhere, E8M0 scales, exponent rounded up): x
+  and dy quantized once each, both usages in one pass — rowwise one scale per 1x32 block along
+  K (resp. N), columnwise one per 32x1 block along the tokens; W once per weight version, both
+  usages of the (G·N, K) matrix (1x32 blocks along K, 32x1 blocks along G·N). Unlike the FP8
+  modes, MXFP8's columnwise copies are NOT transposed: codes stay (T, K), (T, N), (G·N, K), and
+  the GEMMs read them in that layout. forward = x rowwise · W rowwise, dgrad = dy rowwise · W
+  columnwise, wgrad = dy columnwise · x columnwise, scales (torch.float8_e8m0fnu, compact) applied
+  per 32-element block of the contraction. Blocks along G·N and along the tokens may straddle a
+  group boundary (out_features or a group size not a multiple of 32): the block's scale then
+  covers values of two experts — correct, only coarser. The C++ recipe's token alignment is 32
+  (what its nn layer and tessera.torch.moe's dispatch pad groups to); this step takes any group
+  sizes and pads nothing. The CPU GEMM runs every shape; on CUDA the step needs the CUDA grouped
+  GEMM's MXFP8 operands (until it has them, the GEMM refuses: a tessera.UnsupportedError naming
+  the scaling mode, raised by the forward).
 - a CustomRecipe (tessera.torch.recipe): the step of the modes and elements its factory gives
   the roles of layer `name` (any mix of the above that the GEMMs pair: one scale family for all
-  three roles, E5M2 for grad_output only); per-tensor roles use current scaling.
+  three roles — "mxfp8" / "mxfp8_32x32" (32x32 weight tiles) in any mix is one —, E5M2 for
+  grad_output only); per-tensor roles use current scaling.
 Each FP8 recipe's roles (input, weight, grad_output) get the scaling mode and element the C++
 recipe gives them (`_tessera._recipe_config`, `_custom_recipe_config`); the mode travels with the
 codes into the GEMM ops.
-Group sizes for FP8 must be multiples of 16 rows (as torch._scaled_grouped_mm asks): the wgrad
-reads each group's token columns with 16-byte TMA loads and writes NaN for a group that breaks
-this, never silently wrong numbers. Rows past offs[-1] (a capacity buffer): the BF16 GEMMs leave
-them unwritten, as torch._grouped_mm; the FP8 outputs have them zero, because every row of x and
-dy takes part in the per-column scales of the wgrad operands — a layer's own outputs must not
-feed unwritten memory (possibly NaN) into the next layer's scales. Input rows past offs[-1] must
-be finite for the same reason.
+Group sizes for the FP8 recipes (MXFP8: above) must be multiples of 16 rows (as
+torch._scaled_grouped_mm asks): the wgrad reads each group's token columns with 16-byte TMA loads
+and writes NaN for a group that breaks this, never silently wrong numbers. Rows past offs[-1] (a
+capacity buffer): the BF16 GEMMs leave them unwritten, as torch._grouped_mm; the FP8 and MXFP8
+outputs have them zero, because every row of x and dy takes part in the per-column (per 32x1
+block) scales of the wgrad operands — a layer's own outputs must not feed unwritten memory
+(possibly NaN) into the next layer's scales. Input rows past offs[-1] must be finite for the same
+reason.
 
 main_grad (Megatron's gradient-accumulation fusion): an FP32 (G, N, K) tensor the wgrad
 accumulates into (the K-grouped GEMM with beta = 1) instead of producing weight.grad, which then
@@ -70,14 +86,15 @@ from torch import Tensor
 from .. import _tessera as _C
 from .delayed import (ROLES, DelayedScaling, quantize_fp8_delayed, quantize_fp8_delayed_impl,
                       resolve)
-from .fp8 import (quantize_fp8_block, quantize_fp8_block_impl, quantize_fp8_rowwise,
-                  quantize_fp8_rowwise_impl, quantize_fp8_tensor, quantize_fp8_tensor_impl)
+from .fp8 import (MX_MODES, quantize_fp8_block, quantize_fp8_block_impl, quantize_fp8_rowwise,
+                  quantize_fp8_rowwise_impl, quantize_fp8_tensor, quantize_fp8_tensor_impl,
+                  quantize_mxfp8, quantize_mxfp8_impl)
 from .linear_ops import (_Ops, fp8_linear_dgrad, fp8_linear_fprop, fp8_linear_wgrad,
                          fp8_linear_wgrad_accumulate, linear_wgrad_accumulate)
 from .ops import grouped_mm
 from .recipe import CustomRecipe, Fp8Role
 
-RECIPES = ("bf16", "fp8_rowwise", "fp8_current", "fp8_delayed", "fp8_block")
+RECIPES = ("bf16", "fp8_rowwise", "fp8_current", "fp8_delayed", "fp8_block", "mxfp8")
 _COMPUTE_DTYPES = (torch.bfloat16, torch.float16)  # 16-bit GEMM dtypes of the bf16 recipe
 
 
@@ -87,14 +104,16 @@ def _recipe_roles(cpp_recipe: str) -> Tuple[Fp8Role, Fp8Role, Fp8Role]:
     return tuple(Fp8Role(c["mode"], c["element"]) for c in configs)
 
 
-# The FP8 recipes: torch name -> the roles of the C++ recipe it runs (fp8_current is E4M3
-# everywhere; fp8_delayed's elements and state come from its DelayedScaling at each call).
+# The FP8 and MXFP8 recipes: torch name -> the roles of the C++ recipe it runs (fp8_current is
+# E4M3 everywhere; fp8_delayed's elements and state come from its DelayedScaling at each call).
 _FP8_ROLES = {"fp8_rowwise": _recipe_roles("fp8_rowwise"),
               "fp8_current": _recipe_roles("fp8_current:e4m3"),
               "fp8_delayed": _recipe_roles("fp8_delayed"),
-              "fp8_block": _recipe_roles("fp8_block")}
+              "fp8_block": _recipe_roles("fp8_block"),
+              "mxfp8": _recipe_roles("mxfp8")}
 # Stateless quantizers per mode, called (x, rowwise, columnwise, element): (custom op, eager
-# implementation). Block modes go through quantize_fp8_block, which takes mode and element.
+# implementation). Block and MXFP8 modes go through quantize_fp8_block / quantize_mxfp8, which
+# take mode and element.
 _QUANTIZERS = {"rowwise": (quantize_fp8_rowwise, quantize_fp8_rowwise_impl),
                "tensor": (quantize_fp8_tensor, quantize_fp8_tensor_impl)}
 
@@ -110,6 +129,9 @@ def _quantize(role: Fp8Role, x: Tensor, rowwise: bool, columnwise: bool):
         return quantize(x, state[0], state[1], rowwise, columnwise, *state[2:])
     if role.mode in _QUANTIZERS:
         return _QUANTIZERS[role.mode][0 if compiling else 1](x, rowwise, columnwise, role.element)
+    if role.mode in MX_MODES:
+        quantize = quantize_mxfp8 if compiling else quantize_mxfp8_impl
+        return quantize(x, role.mode, role.element, rowwise, columnwise)
     quantize = quantize_fp8_block if compiling else quantize_fp8_block_impl
     return quantize(x, role.mode, role.element, rowwise, columnwise)
 
@@ -143,9 +165,9 @@ class WeightCache:
         return self.value
 
     def get(self, weight: Tensor, role: Fp8Role):
-        """(wq (G·N, K), ws, wcq (K, G·N), wcs): both FP8 usages of weight (G, N, K) read as
-        (G·N, K), quantized as the weight `role` says (a delayed role's state is updated when
-        the weight is quantized)."""
+        """(wq (G·N, K), ws, wcq (K, G·N) — (G·N, K) for MXFP8 —, wcs): both FP8 usages of
+        weight (G, N, K) read as (G·N, K), quantized as the weight `role` says (a delayed role's
+        state is updated when the weight is quantized)."""
         g, n, k = weight.shape
         what = (role.mode, role.element, None if role.delayed is None else role.delayed[2:])
         return self._get(weight, what, lambda w: _quantize(

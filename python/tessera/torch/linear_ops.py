@@ -4,12 +4,15 @@ as a plain implementation (eager steps call it directly: no dispatcher round tri
 time bounds the smaller shapes) and as a torch.library custom op with a fake implementation
 (torch.compile traces those). `_Ops.get()` picks the set.
 
-FP8 operands are codes + FP32 scale_inv of one scaling mode, named by the caller (each op takes
-a_mode and b_mode: "tensor", "rowwise", "block1x128", "block128x128" — the modes the recipe gives
-its roles, tessera.torch.linear; nothing is inferred from a scale's shape), E4M3 or E5M2 (the
+FP8 operands are codes + scale_inv of one scaling mode, named by the caller (each op takes
+a_mode and b_mode: "tensor", "rowwise", "block1x128", "block128x128" with FP32 scales, or
+"mxfp8", "mxfp8_32x32" with E8M0 scales (torch.float8_e8m0fnu) — the modes the recipe gives its
+roles, tessera.torch.linear; nothing is inferred from a scale's shape), E4M3 or E5M2 (the
 element follows the codes' torch dtype; the GEMM takes E4M3 × E4M3 and E5M2 × E4M3, gradients as
-A). Accumulating wgrads run the K-grouped GEMM with beta = 1 into the FP32 main_grad: an empty
-group leaves its slice unchanged.
+A). The mode also says how a columnwise copy is stored: transposed (C, R) for the FP8 modes,
+as x (R, C) for MXFP8 (the scaling-mode table's `columnwise_transposed`); the GEMMs get each
+copy as it is stored, never transposed or copied. Accumulating wgrads run the K-grouped GEMM with
+beta = 1 into the FP32 main_grad: an empty group leaves its slice unchanged.
 """
 from __future__ import annotations
 
@@ -19,19 +22,32 @@ import torch
 from torch import Tensor
 
 from . import _bridge as br
-from .fp8 import scale_shape
+from .fp8 import columnwise_transposed, scale_shape
 from .ops import grouped_mm
 
 _ELEMENTS = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
 
 
+def _logical_of_columnwise(copy: Tensor, mode: str):
+    """(rows, cols) of the logical matrix whose columnwise copy is `copy`: the copy's shape
+    reversed when `mode` stores it transposed (FP8), as is for MXFP8."""
+    r, c = copy.shape
+    return (c, r) if columnwise_transposed(mode) else (r, c)
+
+
 def _fp8_operand(data: Tensor, scale: Tensor, mode: str, rows: int, cols: int,
-                 columnwise: bool):
-    """An FP8 operand of the logical (rows, cols) matrix quantized with `mode`: the rowwise copy
-    (rows, cols) or the columnwise copy (cols, rows), stored transposed. scale_inv is viewed with
-    the 2-D shape the GEMM checks (scale_shape; torch keeps per-tensor and rowwise scales 1-D)."""
-    return br.quantized(data, scale.reshape(scale_shape(mode, rows, cols, columnwise)), mode,
-                        rows, cols, columnwise=columnwise, element=_ELEMENTS[data.dtype])
+                 columnwise: bool, name: str):
+    """An FP8 operand (`name`: "A" or "B" in messages) of the logical (rows, cols) matrix
+    quantized with `mode`: the rowwise copy (rows, cols) or the columnwise copy ((cols, rows),
+    stored transposed, for the FP8 modes; (rows, cols) for MXFP8). scale_inv is viewed with the
+    2-D shape the GEMM checks (scale_shape; torch keeps per-tensor and rowwise scales 1-D)."""
+    shape = scale_shape(mode, rows, cols, columnwise)
+    if scale.numel() != shape[0] * shape[1]:
+        usage = "columnwise" if columnwise else "rowwise"
+        raise ValueError(f"{name}.scale_inv: the {usage} copy of a ({rows}, {cols}) {mode} "
+                         f"operand has {shape} scales, got {tuple(scale.shape)}")
+    return br.quantized(data, scale.reshape(shape), mode, rows, cols, columnwise=columnwise,
+                        element=_ELEMENTS[data.dtype])
 
 
 # ---- FP8 --------------------------------------------------------------------------------------
@@ -45,8 +61,8 @@ def _m_grouped_fp8(aq: Tensor, a_s: Tensor, a_mode: str, bq: Tensor, b_s: Tensor
     device (no fill of the whole output)."""
     t, c = aq.shape
     out = aq.new_empty((t, out_cols), dtype=out_dtype)
-    br.run(br.KIND_M_GROUPED, _fp8_operand(aq, a_s, a_mode, t, c, False),
-           _fp8_operand(bq, b_s, b_mode, b_rows, b_cols, b_columnwise), out, offs,
+    br.run(br.KIND_M_GROUPED, _fp8_operand(aq, a_s, a_mode, t, c, False, "A"),
+           _fp8_operand(bq, b_s, b_mode, b_rows, b_cols, b_columnwise, "B"), out, offs,
            transpose_a=False, transpose_b=not b_columnwise, zero_unused_rows=True,
            key=(name, t, c, b_rows, b_cols, out_dtype, a_mode, b_mode, aq.dtype))
     return out
@@ -74,7 +90,7 @@ def _fprop_fake(xq, xs, wq, ws, offs, groups, out_dtype, a_mode, b_mode):
 
 def _dgrad_impl(dyq: Tensor, dys: Tensor, wcq: Tensor, wcs: Tensor, offs: Tensor, groups: int,
                 out_dtype: torch.dtype, a_mode: str, b_mode: str) -> Tensor:
-    k = wcq.shape[0]
+    k = _logical_of_columnwise(wcq, b_mode)[1]
     return _m_grouped_fp8(dyq, dys, a_mode, wcq, wcs, b_mode, offs, groups * dyq.shape[1], k,
                           True, k, out_dtype, "fp8_dgrad")
 
@@ -83,28 +99,34 @@ def _dgrad_impl(dyq: Tensor, dys: Tensor, wcq: Tensor, wcs: Tensor, offs: Tensor
 def fp8_linear_dgrad(dyq: Tensor, dys: Tensor, wcq: Tensor, wcs: Tensor, offs: Tensor,
                      groups: int, out_dtype: torch.dtype, a_mode: str, b_mode: str) -> Tensor:
     """dx (T, K) = dyq (T, N) · W_g: dy's rowwise copy (mode a_mode) and W's columnwise codes
-    (K, G·N) (mode b_mode, scales wcs)."""
+    (K, G·N), or (G·N, K) for MXFP8 (mode b_mode, scales wcs)."""
     return _dgrad_impl(dyq, dys, wcq, wcs, offs, groups, out_dtype, a_mode, b_mode)
 
 
 @fp8_linear_dgrad.register_fake
 def _dgrad_fake(dyq, dys, wcq, wcs, offs, groups, out_dtype, a_mode, b_mode):
-    return dyq.new_empty((dyq.shape[0], wcq.shape[0]), dtype=out_dtype)
+    return dyq.new_empty((dyq.shape[0], _logical_of_columnwise(wcq, b_mode)[1]), dtype=out_dtype)
 
 
 def _run_fp8_wgrad(dycq: Tensor, dycs: Tensor, xcq: Tensor, xcs: Tensor, offs: Tensor,
                    dw: Tensor, beta: float, a_mode: str, b_mode: str) -> None:
-    n, t = dycq.shape
-    k = xcq.shape[0]
-    br.run(br.KIND_K_GROUPED, _fp8_operand(dycq, dycs, a_mode, t, n, True),
-           _fp8_operand(xcq, xcs, b_mode, t, k, True), dw, offs, transpose_a=True,
+    t, n = _logical_of_columnwise(dycq, a_mode)
+    k = _logical_of_columnwise(xcq, b_mode)[1]
+    br.run(br.KIND_K_GROUPED, _fp8_operand(dycq, dycs, a_mode, t, n, True, "A"),
+           _fp8_operand(xcq, xcs, b_mode, t, k, True, "B"), dw, offs, transpose_a=True,
            transpose_b=False, beta=beta,
            key=("fp8_wgrad", t, k, n, offs.shape[0], dw.dtype, a_mode, b_mode, dycq.dtype, beta))
 
 
+def _wgrad_shape(dycq: Tensor, xcq: Tensor, offs: Tensor, a_mode: str, b_mode: str):
+    """(G, N, K) of the wgrad of the columnwise copies of dy (T, N) and x (T, K)."""
+    return (offs.shape[0], _logical_of_columnwise(dycq, a_mode)[1],
+            _logical_of_columnwise(xcq, b_mode)[1])
+
+
 def _wgrad_impl(dycq: Tensor, dycs: Tensor, xcq: Tensor, xcs: Tensor, offs: Tensor,
                 out_dtype: torch.dtype, a_mode: str, b_mode: str) -> Tensor:
-    dw = dycq.new_empty((offs.shape[0], dycq.shape[0], xcq.shape[0]), dtype=out_dtype)
+    dw = dycq.new_empty(_wgrad_shape(dycq, xcq, offs, a_mode, b_mode), dtype=out_dtype)
     _run_fp8_wgrad(dycq, dycs, xcq, xcs, offs, dw, 0.0, a_mode, b_mode)
     return dw
 
@@ -113,13 +135,14 @@ def _wgrad_impl(dycq: Tensor, dycs: Tensor, xcq: Tensor, xcs: Tensor, offs: Tens
 def fp8_linear_wgrad(dycq: Tensor, dycs: Tensor, xcq: Tensor, xcs: Tensor, offs: Tensor,
                      out_dtype: torch.dtype, a_mode: str, b_mode: str) -> Tensor:
     """dW (G, N, K) = dy_gᵀ · x_g from the columnwise copies dycq (N, T) (mode a_mode) and
-    xcq (K, T) (mode b_mode) and their scales; an empty group gives zeros."""
+    xcq (K, T) (mode b_mode) — (T, N) and (T, K) for MXFP8 — and their scales; an empty group
+    gives zeros."""
     return _wgrad_impl(dycq, dycs, xcq, xcs, offs, out_dtype, a_mode, b_mode)
 
 
 @fp8_linear_wgrad.register_fake
 def _wgrad_fake(dycq, dycs, xcq, xcs, offs, out_dtype, a_mode, b_mode):
-    return dycq.new_empty((offs.shape[0], dycq.shape[0], xcq.shape[0]), dtype=out_dtype)
+    return dycq.new_empty(_wgrad_shape(dycq, xcq, offs, a_mode, b_mode), dtype=out_dtype)
 
 
 def _wgrad_acc_impl(dycq: Tensor, dycs: Tensor, xcq: Tensor, xcs: Tensor, offs: Tensor,

@@ -78,10 +78,12 @@ class GroupedLinear(nn.Module):
     dtype, or bf16 for FP32 master weights), "fp8_rowwise", "fp8_current", "fp8_delayed" /
     "fp8_delayed:e4m3" / a DelayedScaling (per-role scale and amax history in the buffers
     `delayed_scale`, `amax_history`), "fp8_block" (1x128 blocks of x and dy, 128x128 tiles of
-    W; on CUDA out_features % 128 == 0), or a CustomRecipe (its factory's config per role; the
-    roles carry `name`, resolved here: a bad config is refused when the layer is made). FP8
-    output is in the input's dtype; group sizes multiples of 16. The weight's compute copy is
-    cached until the weight changes (in-place updates bump its version);
+    W; on CUDA out_features % 128 == 0), "mxfp8" (E8M0 scales per 1x32 block of x, dy and W
+    along the contraction of each GEMM, columnwise copies untransposed; on CUDA it needs the CUDA
+    GEMM's MXFP8 operands), or a CustomRecipe (its factory's config per role; the roles carry
+    `name`, resolved here: a bad config is refused when the layer is made). FP8 and MXFP8
+    output is in the input's dtype; FP8 group sizes multiples of 16. The weight's compute copy
+    is cached until the weight changes (in-place updates bump its version);
     `invalidate_weight_cache()` drops it. accumulate_main_grad: the wgrad GEMM adds into the
     FP32 `weight.main_grad` (made zero here; the caller zeroes it between optimizer steps) and
     weight.grad stays None; the bias gets a plain .grad.

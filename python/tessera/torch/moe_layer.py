@@ -31,8 +31,8 @@ from .moe_reference import ReferenceGroupedMLP, route
 
 def _default_experts(local: int, hidden: int, ffn: int, recipe: str, device, dtype):
     from .. import torch as tt
-    # tessera's GroupedMLP for the recipes it runs; the dispatch recipes it does not run yet
-    # (mxfp8) fall back to the plain-torch experts.
+    # tessera's GroupedMLP for the recipes it runs (mxfp8 included: on CUDA that needs the CUDA
+    # GEMM's MXFP8 operands); other dispatch recipes fall back to the plain-torch experts.
     if hasattr(tt, "GroupedMLP") and recipe in getattr(tt, "RECIPES", ()):
         return tt.GroupedMLP(local, hidden, ffn, recipe=recipe, bias=False, device=device,
                              dtype=dtype)

@@ -13,17 +13,20 @@ _custom_recipe_config`: a C++ CustomRecipe whose factory calls this one, Recipe:
 validate_config), so unknown modes, elements and keys are refused with the C++ messages. Then
 the rules of the torch step (what its quantizers make and its GEMMs read):
 - modes: "tensor" (per-tensor current scaling), "rowwise", "block1x128", "block128x128", each
-  with the mode's defaults (compact FP32 scales, power-of-two for the block modes); MXFP8 and
-  NVFP4 have no quantizer or GEMM operand in the torch step (the C++ nn layer runs them);
+  with the mode's defaults (compact FP32 scales, power-of-two for the block modes), and "mxfp8",
+  "mxfp8_32x32" (E8M0 scales per 1x32 block / per 32x32 tile, compact, exponent rounded up;
+  the 32x32 tiles are meant for weights, and any role may take either); NVFP4 has no quantizer
+  or GEMM operand in the torch step (the C++ nn layer runs it);
 - elements: "e4m3" for every role, "e5m2" for grad_output only — the GEMM takes E4M3 × E4M3 and
   E5M2 × E4M3 with the gradient as A (dgrad dy · W, wgrad dy · x), so x and W stay E4M3;
 - pairing: the three GEMMs (forward x · W, dgrad dy · W, wgrad dy · x) each meet two roles, and
   A and B of one GEMM must be of one scale family (formats/scaling_modes.h; the CUDA GEMM: the
-  same mode, or two block modes): all "tensor", all "rowwise", or block1x128 / block128x128 in
-  any mix.
+  same mode, or two block modes): all "tensor", all "rowwise", block1x128 / block128x128 in
+  any mix, or mxfp8 / mxfp8_32x32 in any mix.
 These rules hold on every device (the CPU GEMM, which dequantizes, would run more), so a recipe
 that trains on the CPU also runs on CUDA; shape rules of one device stay with its GEMM (the CUDA
-block dgrad needs out_features % 128 == 0 and refuses other shapes when it runs).
+block dgrad needs out_features % 128 == 0 and refuses other shapes when it runs; the MXFP8 modes
+need the CUDA GEMM's MXFP8 operands, which it refuses until it has them).
 
 The factory is called once per role: a CustomRecipe keeps the resolved roles of each layer name,
 so a step reads a cached tuple (GroupedLinear resolves its roles when it is made; under
@@ -39,7 +42,8 @@ from .. import _tessera as _C
 from .delayed import ROLES  # the quantized tensors of one linear step, in state-row order
 
 MODULE_TYPE = "grouped_linear"              # the module type of the roles the step asks for
-STEP_MODES = ("tensor", "rowwise", "block1x128", "block128x128")  # what the torch step runs
+# What the torch step runs (quantizers in tessera.torch.fp8, operands of the GEMM ops).
+STEP_MODES = ("tensor", "rowwise", "block1x128", "block128x128", "mxfp8", "mxfp8_32x32")
 _FAMILY = {row["name"]: row["family"] for row in _C.scaling_mode_table}
 
 
@@ -67,8 +71,8 @@ class QuantizerRole:
 @dataclass(frozen=True)
 class QuantizerConfig:
     """The config a factory gives a role: mode ("tensor", "rowwise", "block1x128",
-    "block128x128") and element ("e4m3", or "e5m2" for grad_output); current scaling with the
-    mode's defaults."""
+    "block128x128", "mxfp8", "mxfp8_32x32") and element ("e4m3", or "e5m2" for grad_output);
+    current scaling with the mode's defaults."""
     mode: str
     element: str = "e4m3"
 
@@ -94,7 +98,7 @@ def _check_step_role(config: dict, role: QuantizerRole, recipe: str) -> Fp8Role:
     if mode not in STEP_MODES:
         raise ValueError(f"{where}: mode {mode!r} is not run by the tessera.torch step; expected "
                          f"one of {STEP_MODES} (its quantizers and GEMM operands are FP8 with "
-                         f"FP32 scales; MXFP8 and NVFP4 run in the C++ nn layer only)")
+                         f"FP32 or E8M0 scales; NVFP4 runs in the C++ nn layer only)")
     if element == "e5m2" and role.tensor_type != "grad_output":
         raise ValueError(f"{where}: element 'e5m2' is taken for grad_output only; expected "
                          f"'e4m3' for {role.tensor_type} (the GEMM runs E4M3 x E4M3 and "
@@ -111,8 +115,9 @@ def _check_pairing(roles: Tuple[Fp8Role, ...], layer: str, recipe: str) -> None:
         modes = ", ".join(f"{t} {r.mode}" for t, r in zip(ROLES, roles))
         raise ValueError(f"recipe {recipe!r}, layer {layer!r}: modes ({modes}) cannot meet in "
                          f"the step's GEMMs (forward x·W, dgrad dy·W, wgrad dy·x): A and B of a "
-                         f"GEMM must be of one scale family — all 'tensor', all 'rowwise', or "
-                         f"'block1x128' / 'block128x128' in any mix")
+                         f"GEMM must be of one scale family — all 'tensor', all 'rowwise', "
+                         f"'block1x128' / 'block128x128' in any mix, or 'mxfp8' / "
+                         f"'mxfp8_32x32' in any mix")
 
 
 class CustomRecipe:
