@@ -12,7 +12,8 @@ namespace {
 
 GroupedGemmProblem forward_problem(ScalingMode a_mode, ScalingMode b_mode) {
   QuantizedTensorView a, b;
-  a.config = make_config(a_mode, DType::kFloat8E4M3);
+  a.config = make_config(a_mode, scaling_mode_info(a_mode).fp4 ? DType::kFloat4E2M1
+                                                                : DType::kFloat8E4M3);
   b.config = make_config(b_mode, DType::kFloat8E4M3);
   a.rows = 32, a.cols = 64, b.rows = 64, b.cols = 64;
   GroupedGemmProblem p;
@@ -32,14 +33,14 @@ detail::GroupedGemmDims forward_dims() {
   return d;
 }
 
-// MXFP8 activations with 128x128 block weights: the refusal names the mode that has no CUDA
+// NVFP4 activations with 128x128 block weights: the refusal names the mode that has no CUDA
 // path, not the pair's mismatch.
 TEST(CudaFp8OperandMap, NamesAnUnsupportedScalingModeFirst) {
-  const GroupedGemmProblem p = forward_problem(ScalingMode::kMXFP8, ScalingMode::kBlock128x128);
+  const GroupedGemmProblem p = forward_problem(ScalingMode::kNVFP4, ScalingMode::kBlock128x128);
   gemm_cuda::Fp8ProblemMap m;
   std::string why;
   EXPECT_EQ(gemm_cuda::map_fp8_problem(p, forward_dims(), &m, &why), Status::kUnsupported);
-  EXPECT_NE(why.find(std::string("A: scaling mode ") + scaling_mode_name(ScalingMode::kMXFP8)),
+  EXPECT_NE(why.find(std::string("A: scaling mode ") + scaling_mode_name(ScalingMode::kNVFP4)),
             std::string::npos)
       << why;
 }

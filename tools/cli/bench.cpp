@@ -5,7 +5,9 @@
 //   fp8_rowwise: x, W and dy quantized by the public Quantizer (both usages in one pass each),
 //         then the three GEMMs on the quantized copies (scales in the epilogue);
 //   fp8_block: the same with 1x128 blocks for x and dy and 128x128 blocks for W (scales
-//         promoted every 128 K in the GEMM main loop).
+//         promoted every 128 K in the GEMM main loop);
+//   mxfp8: the same with E8M0 scales per 1x32 block of x and dy and per 32x32 tile of W (each
+//         32-K partial sum promoted in the main loop; columnwise copies transposed by the GEMM).
 // Validates first (relative error of y, dx, dW of the FP8 step against the BF16 step's), then
 // times whole steps with CUDA events (median). Shapes: the DeepSeek-V3, Qwen3 and Mixtral expert
 // layers, balanced and imbalanced (one empty expert, skewed sizes, multiples of 16).
@@ -250,7 +252,7 @@ double rel_err(const Buffer& got, const Buffer& ref, int64_t n, Device dev) {
 
 int usage() {
   std::printf(
-      "usage: tessera bench train [--shapes dsv3-fc1,...] [--recipes fp8_rowwise,fp8_block]\n"
+      "usage: tessera bench train [--shapes dsv3-fc1,...] [--recipes fp8_rowwise,fp8_block,mxfp8]\n"
       "                           [--reps N] [--gemms] [--fp8-config tile_n,stages,cluster_m]\n"
       "  One grouped-linear training step (forward, dgrad, wgrad) through the public C++ API on\n"
       "  cuda:0: bf16 and each FP8 recipe (default fp8_rowwise), balanced and imbalanced; prints\n"
@@ -287,12 +289,13 @@ int run_bench(const Args& args) {
   [[maybe_unused]] constexpr Fp8Recipe kFp8Recipes[] = {
       {"fp8_rowwise", ScalingMode::kRowwise, ScalingMode::kRowwise},
       {"fp8_block", ScalingMode::kBlock1x128, ScalingMode::kBlock128x128},
+      {"mxfp8", ScalingMode::kMXFP8, ScalingMode::kMXFP8_32x32},
   };
   for (size_t start = 0; start < recipes.size();) {
     const size_t end = std::min(recipes.find(',', start), recipes.size());
     const std::string_view r = std::string_view(recipes).substr(start, end - start);
-    TESSERA_CHECK(r == "fp8_rowwise" || r == "fp8_block", "--recipes: unknown recipe '", r,
-                  "'; expected fp8_rowwise, fp8_block");
+    TESSERA_CHECK(r == "fp8_rowwise" || r == "fp8_block" || r == "mxfp8",
+                  "--recipes: unknown recipe '", r, "'; expected fp8_rowwise, fp8_block, mxfp8");
     start = end + 1;
   }
 #if !defined(TESSERA_WITH_CUDA)
