@@ -50,9 +50,10 @@ Plan plan_for_backend(const GroupedGemmProblem& p) {
     } catch (const Error&) {
       throw e;  // not for the emulated path either: the first refusal is the one to report
     }
-    TESSERA_CHECK_STATUS(!p.a.device().is_cuda(), e.status(), e.what(), " (on CUDA there is "
-                         "no emulated path; dequantize the operands or quantize both with "
-                         "modes of one family)");
+    // A valid problem the CPU emulates: on CUDA it is a capability the device lacks.
+    TESSERA_CHECK_STATUS(!p.a.device().is_cuda(), Status::kUnsupported, e.what(), " (on CUDA "
+                         "there is no emulated path; dequantize the operands or quantize both "
+                         "with modes of one family)");
     plan.path = detail::GemmPath::kEmulated;
     return plan;
   }

@@ -10,8 +10,12 @@ blocking of K fails that, so the step cannot pass with another recipe's blocks);
 quantized once per weight version; main_grad; torch.compile(fullgraph=True) == eager;
 state_dict; CustomRecipe with MXFP8 modes == recipe "mxfp8" bit for bit; bad input.
 
-On CUDA the step needs the CUDA grouped GEMM's MXFP8 operands: until it takes them the step
-tests skip there (probed once) and test_cuda_gemm_refusal_is_a_clear_error checks the refusal."""
+On CUDA the step runs the CUDA grouped GEMM's MXFP8 operands, whose shape rules are stricter:
+group sizes multiple of 16 (its wgrad reads each group with 16-byte TMA loads; sizes_for gives
+the CUDA tests such sizes, still not multiples of 32, so token blocks straddle groups), K a
+multiple of 16 and the dgrad contraction (N) a multiple of 32 (no scale block of W straddles two
+experts); test_cuda_shape_refusals_are_clear_errors checks the refusals of the other shapes and
+that the CUDA quantizer matches the CPU's bytes."""
 import functools
 import io
 import math
@@ -32,6 +36,16 @@ DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() and tessera.cuda_comp
 # Empty experts at the start, middle and end; sizes and the total (262) not multiples of 32, so
 # token blocks of the columnwise copies straddle groups and the last block is partial.
 SIZES = [0, 40, 100, 0, 7, 53, 62, 0]
+# On CUDA: multiples of 16 (not all of 32), the total (272) not a multiple of 32.
+CUDA_SIZES = [0, 48, 96, 0, 16, 48, 64, 0]
+
+
+def sizes_for(device, sizes=None):
+    """The group sizes a test runs on `device`: `sizes` (default SIZES) on the CPU; on CUDA each
+    size rounded up to a multiple of 16 (SIZES itself becomes CUDA_SIZES)."""
+    if sizes is None or sizes is SIZES:
+        return CUDA_SIZES if device == "cuda" else SIZES
+    return [(m + 15) // 16 * 16 for m in sizes] if device == "cuda" else sizes
 ORACLE_DB = 45.0  # bf16 outputs: their own rounding bounds the agreement with the oracle
 PLAIN_DB = 28.0   # E4M3 against the unquantized values
 
@@ -227,6 +241,9 @@ def test_roles_come_from_the_cpp_recipe():
                                        ([0, 33, 0], 96, 200)])
 def test_grouped_linear_step_matches_oracle_and_fp64(device, sizes, k, n):
     need_gemm(device)
+    sizes = sizes_for(device, sizes)
+    if device == "cuda" and (n % 32 or k % 16):
+        pytest.skip("the CUDA GEMM refuses this shape (test_cuda_shape_refusals_are_clear_errors)")
     x, w, dy = inputs(sizes, k, n, device, seed=k + n)
     offs = ends(sizes, device)
     got = run_step(lambda a, b: tt.grouped_linear(a, b, offs, "mxfp8"), x, w, dy)
@@ -251,10 +268,11 @@ def test_coarser_blocks_fail_the_same_check():
 @pytest.mark.parametrize("device", DEVICES)
 def test_grouped_mlp_layers_match_oracle(device):
     need_gemm(device)
+    S = sizes_for(device)
     torch.manual_seed(9)
-    mlp = tt.GroupedMLP(len(SIZES), 96, 80, recipe="mxfp8", device=device)
-    offs = ends(SIZES, device)
-    x = torch.randn(sum(SIZES), 96, device=device, dtype=torch.bfloat16).requires_grad_()
+    mlp = tt.GroupedMLP(len(S), 96, 80, recipe="mxfp8", device=device)
+    offs = ends(S, device)
+    x = torch.randn(sum(S), 96, device=device, dtype=torch.bfloat16).requires_grad_()
     seen = {}  # each layer's input, output, output gradient and input gradient
     for name in ("fc1", "fc2"):
         layer = getattr(mlp, name)
@@ -262,27 +280,28 @@ def test_grouped_mlp_layers_match_oracle(device):
             {name: [i[0].detach(), o.detach()]}))
         layer.register_full_backward_hook(lambda m, gi, go, name=name: seen[name].extend(
             [go[0].detach(), gi[0].detach()]))
-    y = mlp(x, offs, probs=torch.rand(sum(SIZES), device=device))
+    y = mlp(x, offs, probs=torch.rand(sum(S), device=device))
     y.float().square().sum().backward()
     for name in ("fc1", "fc2"):
         layer = getattr(mlp, name)
         xin, yout, dy, dx = seen[name]
         w = layer.weight.detach()
-        oracle = oracle_step(xin, w, dy, SIZES)
+        oracle = oracle_step(xin, w, dy, S)
         dbs = [sqnr(a, b) for a, b in zip((yout, dx, layer.weight.grad), oracle)]
         print(f"\n[mlp mxfp8 {device} {name}] SQNR vs oracle y/dx/dW "
               f"{[round(d, 1) for d in dbs]}")
         assert min(dbs) >= ORACLE_DB
-        plain = grouped_products(xin, w, dy, SIZES)
+        plain = grouped_products(xin, w, dy, S)
         assert min(sqnr(a, b) for a, b in zip((yout, dx, layer.weight.grad), plain)) >= PLAIN_DB
 
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_weight_is_quantized_once_per_weight_version(device, monkeypatch):
     need_gemm(device)
-    g, k, n = len(SIZES), 96, 64
+    S = sizes_for(device)
+    g, k, n = len(S), 96, 64
     layer = tt.GroupedLinear(g, k, n, recipe="mxfp8", device=device)
-    offs = ends(SIZES, device)
+    offs = ends(S, device)
     calls = []
     real = tl.quantize_mxfp8_impl
 
@@ -292,7 +311,7 @@ def test_weight_is_quantized_once_per_weight_version(device, monkeypatch):
 
     monkeypatch.setattr(tl, "quantize_mxfp8_impl", counting)
     weight_calls = lambda: [c for c in calls if c[0] == (g * n, k)]  # noqa: E731
-    x, _, dy = inputs(SIZES, k, n, device, seed=4)
+    x, _, dy = inputs(S, k, n, device, seed=4)
     with torch.no_grad():                     # eval first: both usages are made all the same
         y_eval = layer(x, offs)
     assert weight_calls() == [((g * n, k), True, True)]
@@ -307,8 +326,8 @@ def test_weight_is_quantized_once_per_weight_version(device, monkeypatch):
         y.backward(dy)
     assert not weight_calls() and torch.equal(y.detach(), y_eval)
     # x and dy: once each per step, both usages in one pass; nothing else is quantized
-    assert sorted(calls) == sorted([((sum(SIZES), k), True, True),
-                                    ((sum(SIZES), n), True, True)] * 3)
+    assert sorted(calls) == sorted([((sum(S), k), True, True),
+                                    ((sum(S), n), True, True)] * 3)
     torch.optim.SGD(layer.parameters(), lr=0.1).step()  # new weight version
     xr = x.detach().requires_grad_()
     layer(xr, offs).backward(dy)
@@ -321,22 +340,23 @@ def test_weight_is_quantized_once_per_weight_version(device, monkeypatch):
 @pytest.mark.parametrize("device", DEVICES)
 def test_fp32_master_weights_and_main_grad(device):
     need_gemm(device)
+    S = sizes_for(device)
     torch.manual_seed(11)
-    g, k, n = len(SIZES), 96, 64
+    g, k, n = len(S), 96, 64
     kw = dict(recipe="mxfp8", device=device, params_dtype=torch.float32)
     plain = tt.GroupedLinear(g, k, n, **kw)
     acc = tt.GroupedLinear(g, k, n, accumulate_main_grad=True, **kw)
     acc.load_state_dict(plain.state_dict())
-    offs = ends(SIZES, device)
+    offs = ends(S, device)
     want = torch.zeros(g, n, k, dtype=torch.float64)
     for step in range(2):                     # two micro-batches
-        x0, _, dy = inputs(SIZES, k, n, device, seed=20 + step)
+        x0, _, dy = inputs(S, k, n, device, seed=20 + step)
         for layer in (plain, acc):
             layer.zero_grad(set_to_none=True)
             layer(x0.detach().requires_grad_(), offs).backward(dy)
         assert plain.weight.grad.dtype == torch.float32 and acc.weight.grad is None
         want += plain.weight.grad.double().cpu()
-        oracle = oracle_step(x0, plain.weight.detach(), dy, SIZES)[2]
+        oracle = oracle_step(x0, plain.weight.detach(), dy, S)[2]
         assert sqnr(plain.weight.grad, oracle) >= (100.0 if device == "cpu" else 70.0)
     assert sqnr(acc.weight.main_grad, want) >= 100.0
 
@@ -344,10 +364,11 @@ def test_fp32_master_weights_and_main_grad(device):
 @pytest.mark.parametrize("device", DEVICES)
 def test_torch_compile_fullgraph_matches_eager(device):
     need_gemm(device)
+    S = sizes_for(device)
     torch.manual_seed(12)
-    mlp = tt.GroupedMLP(len(SIZES), 96, 48, recipe="mxfp8", device=device)
-    x0 = torch.randn(sum(SIZES), 96, device=device, dtype=torch.bfloat16)
-    eager, compiled = mlp_eager_and_compiled(mlp, x0, ends(SIZES, device))
+    mlp = tt.GroupedMLP(len(S), 96, 48, recipe="mxfp8", device=device)
+    x0 = torch.randn(sum(S), 96, device=device, dtype=torch.bfloat16)
+    eager, compiled = mlp_eager_and_compiled(mlp, x0, ends(S, device))
     for e, c in zip(eager, compiled):
         assert torch.equal(e, c)
 
@@ -355,12 +376,13 @@ def test_torch_compile_fullgraph_matches_eager(device):
 @pytest.mark.parametrize("device", DEVICES)
 def test_state_dict_round_trip(device):
     need_gemm(device)
+    S = sizes_for(device)
     torch.manual_seed(13)
-    a = tt.GroupedMLP(len(SIZES), 64, 32, recipe="mxfp8", device=device)
-    b = tt.GroupedMLP(len(SIZES), 64, 32, recipe="mxfp8", device=device)
+    a = tt.GroupedMLP(len(S), 64, 32, recipe="mxfp8", device=device)
+    b = tt.GroupedMLP(len(S), 64, 32, recipe="mxfp8", device=device)
     assert set(a.state_dict()) == {"fc1.weight", "fc2.weight"}  # MXFP8 keeps no state
-    x = torch.randn(sum(SIZES), 64, device=device, dtype=torch.bfloat16)
-    offs = ends(SIZES, device)
+    x = torch.randn(sum(S), 64, device=device, dtype=torch.bfloat16)
+    offs = ends(S, device)
     with torch.no_grad():
         b(x, offs)                           # b's cache holds its own (old) weights
         buf = io.BytesIO()
@@ -373,13 +395,14 @@ def test_state_dict_round_trip(device):
 @pytest.mark.parametrize("device", DEVICES)
 def test_custom_recipe_with_mxfp8_modes_equals_the_named_recipe(device):
     need_gemm(device)
+    S = sizes_for(device)
     torch.manual_seed(14)
-    named = tt.GroupedMLP(len(SIZES), 96, 48, recipe="mxfp8", device=device)
-    custom = tt.GroupedMLP(len(SIZES), 96, 48, device=device,
+    named = tt.GroupedMLP(len(S), 96, 48, recipe="mxfp8", device=device)
+    custom = tt.GroupedMLP(len(S), 96, 48, device=device,
                            recipe=tt.CustomRecipe(lambda r: tt.QuantizerConfig("mxfp8")))
     custom.load_state_dict(named.state_dict())
-    x0 = torch.randn(sum(SIZES), 96, device=device, dtype=torch.bfloat16)
-    offs = ends(SIZES, device)
+    x0 = torch.randn(sum(S), 96, device=device, dtype=torch.bfloat16)
+    offs = ends(S, device)
     outs = []
     for mlp in (named, custom):
         x = x0.detach().requires_grad_()
@@ -391,6 +414,7 @@ def test_custom_recipe_with_mxfp8_modes_equals_the_named_recipe(device):
 @pytest.mark.parametrize("device", DEVICES)
 def test_custom_recipe_32x32_weights_and_e5m2_gradients_match_oracle(device):
     need_gemm(device)
+    S = sizes_for(device)
     def factory(role):
         if role.tensor_type == "weight":
             return tt.QuantizerConfig("mxfp8_32x32")
@@ -398,14 +422,14 @@ def test_custom_recipe_32x32_weights_and_e5m2_gradients_match_oracle(device):
     recipe = tt.CustomRecipe(factory, name="mx")
     assert [(r.mode, r.element) for r in recipe.roles("fc1")] == [
         ("mxfp8", "e4m3"), ("mxfp8_32x32", "e4m3"), ("mxfp8", "e5m2")]
-    x, w, dy = inputs(SIZES, 160, 96, device, seed=15)
-    offs = ends(SIZES, device)
+    x, w, dy = inputs(S, 160, 96, device, seed=15)
+    offs = ends(S, device)
     cache = tt.WeightCache()
     got = run_step(lambda a, b: tt.grouped_linear(a, b, offs, recipe, cache, name="fc1"), x, w,
                    dy)
-    oracle = oracle_step(x, w, dy, SIZES, w_mode="mxfp8_32x32", dy_element="e5m2")
+    oracle = oracle_step(x, w, dy, S, w_mode="mxfp8_32x32", dy_element="e5m2")
     # E5M2 gradients: 2 mantissa bits in dx and dW
-    check_step(got, oracle, grouped_products(x, w, dy, SIZES), f"mx custom {device}",
+    check_step(got, oracle, grouped_products(x, w, dy, S), f"mx custom {device}",
                plain_db=22.0)
     # With power-of-two scales the tiles change the values only where they push elements into
     # subnormals, so the step's numbers barely tell them apart: the weight's scales do.
@@ -440,13 +464,13 @@ def test_bad_input_is_a_clear_error():
 
 
 @pytest.mark.skipif("cuda" not in DEVICES, reason="needs CUDA")
-def test_cuda_gemm_refusal_is_a_clear_error():
-    if cuda_gemm_takes_mxfp8():
-        pytest.skip("the CUDA grouped GEMM takes MXFP8 operands (the step tests run on CUDA)")
-    x, w, _ = inputs([32, 64], 64, 32, "cuda")
-    with pytest.raises(tessera.UnsupportedError, match="mxfp8"):
-        tt.grouped_linear(x, w, ends([32, 64], "cuda"), "mxfp8")
-    # the CUDA quantizer runs all the same and matches the CPU bit for bit
+def test_cuda_shape_refusals_are_clear_errors():
+    # a dgrad contraction (out_features) not a multiple of 32: a scale block of W would straddle
+    # two experts
+    x, w, dy = inputs([32, 64], 64, 40, "cuda")
+    with pytest.raises(tessera.UnsupportedError, match="multiple of 32"):
+        run_step(lambda a, b: tt.grouped_linear(a, b, ends([32, 64], "cuda"), "mxfp8"), x, w, dy)
+    # the CUDA quantizer matches the CPU bit for bit
     q_cuda = tt.quantize_mxfp8_impl(x, "mxfp8", "e4m3", True, True)
     q_cpu = tt.quantize_mxfp8_impl(x.cpu(), "mxfp8", "e4m3", True, True)
     assert all(torch.equal(a.cpu().view(torch.uint8), b.view(torch.uint8))

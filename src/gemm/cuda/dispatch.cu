@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <utility>
 
 #include "gemm/cuda/grouped_gemm_sm90.h"
 #include "gemm/cuda/heuristics/grouped_gemm_config.h"
@@ -261,10 +262,10 @@ gemm_cuda::Fp8ProblemMap describe_fp8(const GroupedGemmProblem& p, const Grouped
 // Writes the workspace transposes of MXFP8 columnwise copies (describe_fp8).
 void prepare_fp8_operands(const gemm_cuda::Fp8ProblemMap& m, const WorkspaceLayout& w, char* ws,
                           cudaStream_t s) {
-  if (m.a.transpose)
-    gemm_cuda::transpose_8bit(m.a.src, ws + w.a_t, m.a.src_rows, m.a.src_cols, m.a.matrix.ld, s);
-  if (m.b.transpose)
-    gemm_cuda::transpose_8bit(m.b.src, ws + w.b_t, m.b.src_rows, m.b.src_cols, m.b.matrix.ld, s);
+  for (const auto& [o, at] : {std::pair{&m.a, w.a_t}, std::pair{&m.b, w.b_t}})
+    if (o->transpose)
+      gemm_cuda::transpose_8bit(o->src, ws + at, o->src_batch, o->src_rows, o->src_cols,
+                                o->matrix.ld, o->rows_pad, s);
 }
 
 // The kernel launch description of a problem whose workspace regions are at `ws`; `fp8`, when

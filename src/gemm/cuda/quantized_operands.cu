@@ -108,8 +108,8 @@ Refusal map_operand(const GemmOperand& o, const char* name, bool want_columnwise
     out->src = data.data;
     out->src_rows = q.rows;
     out->src_cols = q.cols;
-    const int64_t ld = (q.rows + 15) / 16 * 16;
-    out->matrix = {nullptr, q.cols, q.rows, ld};
+    out->rows_pad = (q.rows + 15) / 16 * 16;
+    out->matrix = {nullptr, q.cols, q.rows, out->rows_pad};
     return {};
   }
   const int64_t rows = want_columnwise ? q.cols : q.rows, cols = want_columnwise ? q.rows : q.cols;
@@ -171,13 +171,27 @@ Refusal map_m_grouped(const GroupedGemmProblem& p, const detail::GroupedGemmDims
     out->b_group_rows = d.n;
     out->b_group_cols = 0;
     if (out->b.scale_rs != 0) out->b.scale_gs = d.n;
+  } else if (out->b.transpose) {  // NN, MXFP8: W (G·K, N) → (N, G·K'), K' = roundup(K, 128)
+    if (d.k % 32 != 0)
+      return refuse(Status::kUnsupported, "B: MXFP8 dgrad needs K (each group's contraction) a "
+                    "multiple of 32 on CUDA, so that no 32-row scale block of W straddles two "
+                    "groups; got K = ", d.k);
+    const int64_t k_pad = (d.k + 127) / 128 * 128;
+    Fp8OperandMap& b = out->b;
+    b.src_batch = d.groups;
+    b.src_rows = d.k;
+    b.rows_pad = k_pad;
+    b.matrix = {nullptr, d.n, d.groups * k_pad, d.groups * k_pad};
+    b.block.group_kb = d.k / 32;
+    out->b_group_rows = 0;
+    out->b_group_cols = k_pad;
   } else {  // NN: transposed copy (N, G·K); group g at contraction columns g·K
     out->b_group_rows = 0;
     out->b_group_cols = d.k;
     if (out->b.block.ptr != nullptr && d.k % 128 != 0)
-      return refuse(Status::kUnsupported, "B: FP8 block and MXFP8 dgrad need K (each group's "
+      return refuse(Status::kUnsupported, "B: FP8 block dgrad needs K (each group's "
                     "contraction) a multiple of 128 on CUDA, so that group g's columns g·K start "
-                    "on a stage and a scale block; got K = ", d.k);
+                    "on a scale block; got K = ", d.k);
   }
   return {};
 }

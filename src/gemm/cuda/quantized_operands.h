@@ -22,8 +22,9 @@
 // modes) runs the MXFP8 kinds (E8M0 scales per 32 contraction elements, promoted per wgmma k32).
 // Rowwise copies are read in place; the columnwise copies keep x's (M, K) layout (32x1 blocks),
 // which FP8 wgmma cannot read, so the dispatcher transposes them into the workspace first
-// (Fp8OperandMap::transpose): dgrad's W (G·K, N) → (N, G·K), needing K % 128 == 0 as the FP8
-// block dgrad; wgrad's dy (T, M) → (M, T) and x (T, N) → (N, T) with the token dim padded to a
+// (Fp8OperandMap::transpose): dgrad's W (G·K, N) → (N, G·K') with each group's K columns padded
+// with zeros to K' = roundup(K, 128) (whole stages; K % 32 == 0, so that no scale block of W
+// straddles two experts — the exact product needs A's and B's blocks to coincide); wgrad's dy (T, M) → (M, T) and x (T, N) → (N, T) with the token dim padded to a
 // multiple of 16, group starts multiples of 16 (the 32-token scale blocks may straddle groups,
 // their scales then cover rows of two experts, as in the quantizer).
 // Everything else is refused with a reason (status kUnsupported or kMisaligned).
@@ -41,11 +42,12 @@ namespace tessera::gemm_cuda {
 // multiple of 16; scale non-null.
 struct Fp8OperandMap {
   KMajorMatrix matrix;  // with `transpose`: ptr is null (the workspace copy), ld its row stride
-  // MXFP8 columnwise copies: the stored (rows, cols) bytes at src are transposed into a
-  // workspace copy (cols, ld = roundup(rows, 16)) that `matrix` then describes.
+  // MXFP8 columnwise copies: the stored bytes at src, src_batch matrices of (src_rows,
+  // src_cols), are transposed into a workspace copy (src_cols, ld) that `matrix` then describes:
+  // matrix b at columns [b·rows_pad, (b + 1)·rows_pad), zeros past its src_rows (transpose_8bit).
   bool transpose = false;
   const void* src = nullptr;
-  int64_t src_rows = 0, src_cols = 0;
+  int64_t src_batch = 1, src_rows = 0, src_cols = 0, rows_pad = 0;
   const float* scale = nullptr;  // epilogue scales (kTensor / kRowwise); null for block modes
   int64_t scale_gs = 0, scale_rs = 0;  // scale of (group g, index i) = scale[g·gs + i·rs]
   gemm_sm90::BlockScales block;       // block modes: the per-stage scales

@@ -32,11 +32,15 @@ __global__ void transpose_16bit_kernel(const uint16_t* __restrict__ in, uint16_t
 
 constexpr int kByteTile = 64;
 
-// Block (16, 16): the 64 x 64 byte tile (blockIdx.y, blockIdx.x); each thread moves 4 words in
-// (rows ty + 16i, columns 4tx..4tx+3) and 4 words out (out rows ty + 16i, columns 4tx..4tx+3).
+// Block (16, 16): the 64 x 64 byte tile (blockIdx.y, blockIdx.x) of matrix blockIdx.z; each
+// thread moves 4 words in (rows ty + 16i, columns 4tx..4tx+3; zeros past the matrix) and 4 words
+// out (out rows ty + 16i, columns 4tx..4tx+3 of the matrix's rows_pad columns).
 __global__ void transpose_8bit_kernel(const uint8_t* __restrict__ in, uint8_t* __restrict__ out,
-                                      int64_t rows, int64_t cols, int64_t ld_out) {
+                                      int64_t rows, int64_t cols, int64_t ld_out,
+                                      int64_t rows_pad) {
   __shared__ uint8_t tile[kByteTile][kByteTile + 4];
+  in += static_cast<int64_t>(blockIdx.z) * rows * cols;
+  out += static_cast<int64_t>(blockIdx.z) * rows_pad;
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kByteTile;
   const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kByteTile;
   const int tx = threadIdx.x, ty = threadIdx.y;
@@ -51,7 +55,7 @@ __global__ void transpose_8bit_kernel(const uint8_t* __restrict__ in, uint8_t* _
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int64_t c = c0 + ty + 16 * i, r = r0 + 4 * tx;  // out row c, columns r..r+3
-    if (c >= cols || r >= rows) continue;
+    if (c >= cols || r >= rows_pad) continue;
     const int lc = ty + 16 * i, lr = 4 * tx;
     const uint32_t w = uint32_t{tile[lr][lc]} | uint32_t{tile[lr + 1][lc]} << 8 |
                        uint32_t{tile[lr + 2][lc]} << 16 | uint32_t{tile[lr + 3][lc]} << 24;
@@ -61,20 +65,24 @@ __global__ void transpose_8bit_kernel(const uint8_t* __restrict__ in, uint8_t* _
 
 }  // namespace
 
-void transpose_8bit(const void* in, void* out, int64_t rows, int64_t cols, int64_t ld_out,
-                    void* stream) {
-  if (rows == 0 || cols == 0) return;
-  TESSERA_CHECK_STATUS(cols % 4 == 0 && ld_out % 4 == 0 &&
+void transpose_8bit(const void* in, void* out, int64_t batch, int64_t rows, int64_t cols,
+                    int64_t ld_out, int64_t rows_pad, void* stream) {
+  if (batch == 0 || rows_pad == 0 || cols == 0) return;
+  TESSERA_CHECK_STATUS(cols % 4 == 0 && ld_out % 4 == 0 && rows_pad % 4 == 0 &&
+                           rows_pad >= rows && batch * rows_pad <= ld_out &&
                            reinterpret_cast<uintptr_t>(in) % 4 == 0 &&
                            reinterpret_cast<uintptr_t>(out) % 4 == 0,
-                       Status::kMisaligned, "transpose_8bit: cols ", cols, " and ld_out ", ld_out,
-                       " must be multiples of 4 with 4-byte aligned bases");
-  TESSERA_CHECK_STATUS((rows + kByteTile - 1) / kByteTile <= 65535, Status::kOutOfRange,
-                       "transpose_8bit: rows ", rows, " past the grid limits");
+                       Status::kMisaligned, "transpose_8bit: cols ", cols, ", rows_pad ",
+                       rows_pad, " and ld_out ", ld_out, " must be multiples of 4 (rows_pad >= ",
+                       "rows ", rows, ", batch·rows_pad <= ld_out) with 4-byte aligned bases");
+  TESSERA_CHECK_STATUS((rows_pad + kByteTile - 1) / kByteTile <= 65535 && batch <= 65535,
+                       Status::kOutOfRange, "transpose_8bit: rows ", rows_pad, " or batch ",
+                       batch, " past the grid limits");
   const dim3 grid(static_cast<unsigned>((cols + kByteTile - 1) / kByteTile),
-                  static_cast<unsigned>((rows + kByteTile - 1) / kByteTile));
+                  static_cast<unsigned>((rows_pad + kByteTile - 1) / kByteTile),
+                  static_cast<unsigned>(batch));
   transpose_8bit_kernel<<<grid, dim3(16, 16), 0, static_cast<cudaStream_t>(stream)>>>(
-      static_cast<const uint8_t*>(in), static_cast<uint8_t*>(out), rows, cols, ld_out);
+      static_cast<const uint8_t*>(in), static_cast<uint8_t*>(out), rows, cols, ld_out, rows_pad);
   TESSERA_CUDA_CHECK_LAUNCH();
 }
 

@@ -12,11 +12,12 @@ namespace tessera::gemm_cuda {
 void transpose_16bit(const void* in, void* out, int64_t batch, int64_t rows, int64_t cols,
                      int64_t ld_out, void* stream);
 
-// out (cols, ld_out) = in (rows, cols)ᵀ for 1-byte elements (FP8 codes: MXFP8 columnwise copies,
-// quantized_operands.h), through 64 x 64 byte tiles moved as 32-bit words. Needs cols % 4 == 0,
-// ld_out % 4 == 0 and 4-byte aligned bases; columns [rows, roundup(rows, 4)) of out may be
-// written (with bytes of no meaning), columns past that are not.
-void transpose_8bit(const void* in, void* out, int64_t rows, int64_t cols, int64_t ld_out,
-                    void* stream);
+// For b in [0, batch): columns [b·rows_pad, (b + 1)·rows_pad) of out (cols, ld_out) = in[b]
+// (rows, cols)ᵀ followed by rows_pad − rows zero columns (in[b] at in + b·rows·cols), for 1-byte
+// elements (FP8 codes: MXFP8 columnwise copies, quantized_operands.h), through 64 x 64 byte tiles
+// moved as 32-bit words. Needs cols, rows_pad and ld_out multiples of 4, rows_pad >= rows,
+// batch·rows_pad <= ld_out and 4-byte aligned bases.
+void transpose_8bit(const void* in, void* out, int64_t batch, int64_t rows, int64_t cols,
+                    int64_t ld_out, int64_t rows_pad, void* stream);
 
 }  // namespace tessera::gemm_cuda

@@ -98,6 +98,9 @@ struct BlockScales {
   // MXFP8 weights in 32x32 tiles (mxfp8_32x32: each row stores its tile's scale): 32 rows share
   // one scale, so the kernel reads one per 32 rows (a hint: set only when that holds).
   int rows_per_scale_32 = 0;
+  // MXFP8, M-grouped: contraction blocks per group of B (dgrad: group g's scales start at block
+  // g·group_kb, while its data starts at g·b_group_cols, padded to whole stages); 0 otherwise.
+  int64_t group_kb = 0;
 };
 
 struct KernelParams {

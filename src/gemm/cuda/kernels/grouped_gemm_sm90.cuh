@@ -554,6 +554,20 @@ __device__ __forceinline__ int32_t mx_block_offset(const BlockScales& s, int32_t
   return s.swizzled ? (kb >> 2) * 512 + (kb & 3) : kb * static_cast<int32_t>(s.kb_stride);
 }
 
+// The 4 scales of stage kb of one row (byte j: block 4·kb + j of the tile's block stream, whose
+// block 0 is `base`) as single bytes, each block clamped to the tile's live blocks [lo, hi − 1]
+// (mx_scale_loader_loop).
+__device__ __forceinline__ uint32_t mx_stage_bytes(const BlockScales& s, const uint8_t* row,
+                                                   int32_t base, int kb, int lo, int hi) {
+  uint32_t w = 0;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int32_t rel = min(max(4 * kb + j, lo), hi - 1);
+    w |= static_cast<uint32_t>(__ldg(row + mx_block_offset(s, base + rel))) << (8 * j);
+  }
+  return w;
+}
+
 // The scale loaders (kMxScaleLoaders threads of the producer warpgroup): they read the CTA's tiles
 // from the tile ring, walk their stages as the TMA producer does and, per stage, decode the E8M0 scales of the
 // stage's 4 contraction blocks for the tile's 128 A rows and 128 B rows into the stage's scale
@@ -572,7 +586,8 @@ __device__ __forceinline__ void mx_scale_loader_loop(const KernelParams& p, floa
   const auto* sb = static_cast<const uint8_t*>(p.bsb.ptr);
   while (take_tile(tile_ring, t)) {  // the tiles the producer walked (the loaders are readers)
     const TileOrigin o = tile_origin<Elem, kBlockN>(p, t);
-    const int32_t kba = static_cast<int32_t>(o.a_kabs >> 5), kbb = static_cast<int32_t>(o.b_kabs >> 5);
+    const int32_t kba = static_cast<int32_t>(o.a_kabs >> 5);
+    const int32_t kbb = static_cast<int32_t>(p.k_grouped ? o.b_kabs >> 5 : t.g * p.bsb.group_kb);
     int lo = 0, hi = static_cast<int>((p.k + 31) >> 5);
     if (p.k_grouped) {
       lo = static_cast<int>((t.start - o.a_kabs) >> 5);
@@ -585,21 +600,38 @@ __device__ __forceinline__ void mx_scale_loader_loop(const KernelParams& p, floa
       rb[h] = mx_row_offset(p.bsb, o.b_row + loader + 64 * h);
     }
     const int nk = static_cast<int>(num_k_blocks<Elem>(p, t));
+    // Word loads (the stage's 4 scales of a row at once) where they are contiguous and aligned
+    // for both operands: compact rowwise scales with ld % 4 == 0, or swizzled ones (a 4-aligned
+    // block column of a 128x4 tile is one word); stages whose blocks are all live (no clamping).
+    const bool words_a = p.bsa.swizzled || (p.bsa.kb_stride == 1 && p.bsa.ld % 4 == 0 && kba % 4 == 0);
+    const bool words_b = p.bsb.swizzled || (p.bsb.kb_stride == 1 && p.bsb.ld % 4 == 0 && kbb % 4 == 0);
     for (int kb = 0; kb < nk; ++kb) {
       // The loaders run up to `stages` stages ahead of the consumers: the loads' latency is
-      // hidden by that depth, so they are issued after the slot is free (few live registers).
+      // hidden by that depth (and by all of a stage's loads being in flight at once).
       float* dst = smem_scales + ring.stage * (kMxStageScaleBytes / 4);
-      mbar_wait(&empty[ring.stage], ring.phase ^ 1);
-#pragma unroll 1  // 4 loads in flight per block: the producer warpgroup has 56 registers
-      for (int j = 0; j < 4; ++j) {
-        const int32_t rel = min(max(4 * kb + j, lo), hi - 1);
-        const int32_t oa = mx_block_offset(p.bsa, kba + rel), ob = mx_block_offset(p.bsb, kbb + rel);
+      const bool interior = 4 * kb >= lo && 4 * kb + 3 < hi;
+      uint32_t wa[2], wb[2];
+      if (interior && words_a && words_b) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          dst[j * kBlockM + loader + 64 * h] = e8m0_value(__ldg(sa + ra[h] + oa));
-          dst[4 * kBlockM + j * kBlockN + loader + 64 * h] = e8m0_value(__ldg(sb + rb[h] + ob));
+          wa[h] = __ldg(reinterpret_cast<const uint32_t*>(sa + ra[h] + mx_block_offset(p.bsa, kba + 4 * kb)));
+          wb[h] = __ldg(reinterpret_cast<const uint32_t*>(sb + rb[h] + mx_block_offset(p.bsb, kbb + 4 * kb)));
+        }
+      } else {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          wa[h] = mx_stage_bytes(p.bsa, sa + ra[h], kba, kb, lo, hi);
+          wb[h] = mx_stage_bytes(p.bsb, sb + rb[h], kbb, kb, lo, hi);
         }
       }
+      mbar_wait(&empty[ring.stage], ring.phase ^ 1);
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          dst[j * kBlockM + loader + 64 * h] = e8m0_value((wa[h] >> (8 * j)) & 0xffu);
+          dst[4 * kBlockM + j * kBlockN + loader + 64 * h] = e8m0_value((wb[h] >> (8 * j)) & 0xffu);
+        }
       mbar_arrive(&full[ring.stage]);  // release: the scales are visible to the consumers
       ring.next(p.stages);
     }
@@ -664,7 +696,7 @@ __device__ __forceinline__ void main_loop_mx(const KernelParams& p, const Tile& 
   constexpr int kStageFloats = kMxStageScaleBytes / 4;
   const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
   const int a_row = cw * 64 + warp * 16 + lane / 4;  // this thread's first row in the tile
-  const int peer = p.cluster > 1 ? static_cast<int>(cluster_ctarank() ^ 1) : -1;
+  constexpr int peer = -1;  // block-scaled kinds run 1-CTA clusters (the launcher checks)
 #pragma unroll
   for (int i = 0; i < kBlockN / 2; ++i) acc[0][i] = 0.0f;
   const int nk = static_cast<int>(num_k_blocks<Elem>(p, t));
@@ -834,20 +866,22 @@ __global__ void __launch_bounds__(kNumThreads, 1)
   // tiles need fewer consumer registers, and their producer build spills at 40.
   // MXFP8: the producer warpgroup also runs the scale loaders (mx_scale_loader_loop), and the
   // consumers' partial sums are two n64 halves (main_loop_mx).
-  constexpr int kProducerRegs = Elem::kPromoteK == 32 ? 72 : (Elem::kPromote ? 56 : 40);
+  // MXFP8: the producer warpgroup also runs the scale loaders (mx_scale_loader_loop).
+  constexpr int kProducerRegs = Elem::kPromoteK == 32 ? 64 : (Elem::kPromote ? 56 : 40);
   constexpr int kConsumerRegs = Elem::kPromoteK == 32 ? 216 : (Elem::kPromote ? 224 : 232);
   // The pool is what the launch allocated (168 per thread of 384): a consumer's setmaxnreg.inc
   // past it waits forever for registers the producer never freed.
   static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 168 * kNumThreads, "register pool");
   if (wg == 0) {
     regs_dealloc<kProducerRegs>();
-    if (threadIdx.x == 0)
+    if (threadIdx.x == 0) {
       producer_loop<Elem, kBlockN>(p, &map_a, &map_b, &map_a_half, &map_b_half, smem_a, smem_b,
                                    full, empty, tile_ring);
-    else if constexpr (kMx)
+    } else if constexpr (kMx) {
       if (threadIdx.x >= 128 - kMxScaleLoaders)
         mx_scale_loader_loop<Elem, kBlockN>(p, smem_scales, full, empty, tile_ring,
                                             threadIdx.x - (128 - kMxScaleLoaders));
+    }
   } else {
     regs_alloc<kConsumerRegs>();
     const int cw = wg - 1;
