@@ -782,11 +782,10 @@ TEST(CudaFp8GroupedGemmStatus, RefusesWhatTheFp8PathCannotRun) {
     s.p.a.quantized.scale_inv.shape[0] = 31;
     EXPECT_EQ(can_implement(s.p, &reason), Status::kShapeMismatch);
   }
-  {  // rowwise A with per-tensor B: the CPU emulates it, CUDA cannot
+  {  // rowwise A with per-tensor B
     SmallFp8 s;
     s.p.b.quantized.config.mode = ScalingMode::kTensor;
-    EXPECT_EQ(can_implement(s.p, &reason), Status::kUnsupported);
-    EXPECT_NE(reason.find("no emulated path"), std::string::npos) << reason;
+    EXPECT_EQ(can_implement(s.p, &reason), Status::kDTypeMismatch);
   }
 }
 

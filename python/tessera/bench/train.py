@@ -9,6 +9,8 @@ tessera.torch, next to the peers a user would pick instead, in the same run on t
                            cached-W
     tessera fp8_block      1x128 / 128x128 block scaling (DeepSeek-V3's recipe), when asked
                            for (--recipes); and cached-W
+    tessera mxfp8          MXFP8 (E8M0 scales per 32 elements; the C++ recipe "mxfp8"), when
+                           asked for (--recipes); and cached-W
     torchao fp8    torchao's _to_fp8_rowwise_then_scaled_grouped_mm (when torchao imports)
     ... [graph]    with --graphs: torch BF16 and the tessera rows again, each step captured in
                    one CUDA graph and replayed (no host work between kernels: what the kernels
@@ -49,7 +51,7 @@ MLP_SHAPES = {  # name: (experts, tokens per expert, hidden, ffn)
 }
 # tessera.torch recipes a step can be timed with (fp8_delayed keeps a scale history across
 # steps, so one step from a fresh state is not what a user runs: not a contender here).
-RECIPES = ("bf16", "fp8_rowwise", "fp8_current", "fp8_block")
+RECIPES = ("bf16", "fp8_rowwise", "fp8_current", "fp8_block", "mxfp8")
 DEFAULT_RECIPES = ("bf16", "fp8_rowwise", "fp8_current")
 
 

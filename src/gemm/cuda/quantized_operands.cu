@@ -74,7 +74,7 @@ Refusal map_operand(const GemmOperand& o, const char* name, bool want_columnwise
   const QuantizerConfig& c = q.config;
   if (!mode_supported(c.mode))
     return refuse(Status::kUnsupported, name, ": scaling mode ", scaling_mode_name(c.mode),
-                  " is not implemented on CUDA (per-tensor, rowwise and block FP8 are)");
+                  " is not implemented on CUDA (per-tensor, rowwise and block FP8 and MXFP8 are)");
   if (c.element != DType::kFloat8E4M3 && c.element != DType::kFloat8E5M2)
     return refuse(Status::kUnsupported, name, ": element ", dtype_name(c.element),
                   " is not implemented on CUDA (FP8 E4M3 / E5M2 are)");
