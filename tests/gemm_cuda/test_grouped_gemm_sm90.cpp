@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "gemm/cuda/grouped_gemm_sm90.h"
+#include "gemm/cuda/transpose_16bit.h"
 #include "tessera/formats/codecs.h"
 #include "gemm_cuda/gemm_cuda_test_util.h"
 
@@ -386,6 +387,36 @@ TEST_F(GroupedGemmSm90, KGroupedMisalignedGroupIsPoisonedNotFaulted) {
     EXPECT_FALSE(r.rel_err < 1e10) << "group 2 must be NaN";
     EXPECT_EQ(r.nan_groups, 1);
     EXPECT_EQ(r.bad_untouched, 0);
+  }
+}
+
+// The byte transpose of MXFP8 columnwise copies (transpose_16bit.h) against a host loop: batches
+// at rows_pad-column offsets with zeros past each matrix's rows, 16-byte chunks (cols % 16 == 0)
+// and 4-byte ones (cols % 16 != 0), partial tiles in both dimensions.
+TEST(Transpose8bit, MatchesHostTransposeWithZeroPadding) {
+  if (!test::has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  struct Shape {
+    int64_t batch, rows, cols, rows_pad;
+  };
+  for (const Shape c : {Shape{3, 37, 80, 48}, Shape{2, 130, 20, 132}, Shape{1, 64, 64, 64}}) {
+    const int64_t ld = c.batch * c.rows_pad + 16;  // a wider out: columns past the batches stay
+    std::vector<uint8_t> in(static_cast<size_t>(c.batch * c.rows * c.cols));
+    for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<uint8_t>(i * 131 + 7);
+    const std::vector<uint8_t> fill(static_cast<size_t>(c.cols * ld), 0xAB);
+    DeviceArray din(in), dout(fill);
+    transpose_8bit(din.ptr, dout.ptr, c.batch, c.rows, c.cols, ld, c.rows_pad, nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<uint8_t> out = dout.to_host<uint8_t>();
+    for (int64_t col = 0; col < c.cols; ++col)
+      for (int64_t j = 0; j < ld; ++j) {
+        const int64_t b = j / c.rows_pad, r = j % c.rows_pad;
+        const uint8_t want = b >= c.batch ? 0xAB
+                             : r < c.rows ? in[static_cast<size_t>((b * c.rows + r) * c.cols + col)]
+                                          : 0;
+        ASSERT_EQ(out[static_cast<size_t>(col * ld + j)], want)
+            << "batch " << c.batch << " rows " << c.rows << " cols " << c.cols << ": out[" << col
+            << ", " << j << "]";
+      }
   }
 }
 

@@ -32,34 +32,60 @@ __global__ void transpose_16bit_kernel(const uint16_t* __restrict__ in, uint16_t
 
 constexpr int kByteTile = 64;
 
-// Block (16, 16): the 64 x 64 byte tile (blockIdx.y, blockIdx.x) of matrix blockIdx.z; each
-// thread moves 4 words in (rows ty + 16i, columns 4tx..4tx+3; zeros past the matrix) and 4 words
-// out (out rows ty + 16i, columns 4tx..4tx+3 of the matrix's rows_pad columns).
+// Block 256 threads: the 64 x 64 byte tile (blockIdx.y, blockIdx.x) of matrix blockIdx.z,
+// through a padded shared tile (68-byte rows). kVec = 16: each thread reads one 16-byte chunk of
+// a row (row t / 4, bytes 16·(t % 4)..) and writes one 16-byte chunk of an out row (row t / 4,
+// columns 16·(t % 4)..), gathered byte by byte; kVec = 4: four 4-byte chunks each way. Rows and
+// columns past the matrix read as zeros; out columns past rows_pad are not written.
+template <int kVec>
 __global__ void transpose_8bit_kernel(const uint8_t* __restrict__ in, uint8_t* __restrict__ out,
                                       int64_t rows, int64_t cols, int64_t ld_out,
                                       int64_t rows_pad) {
-  __shared__ uint8_t tile[kByteTile][kByteTile + 4];
+  constexpr int kStride = kByteTile + 4;
+  constexpr int kPerThread = 16 / kVec;  // chunks per thread each way
+  constexpr int kChunksPerRow = kByteTile / kVec;
+  __shared__ alignas(16) uint8_t tile[kByteTile * kStride];
   in += static_cast<int64_t>(blockIdx.z) * rows * cols;
   out += static_cast<int64_t>(blockIdx.z) * rows_pad;
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kByteTile;
   const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kByteTile;
-  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int t = threadIdx.x;
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int64_t r = r0 + ty + 16 * i, c = c0 + 4 * tx;
-    uint32_t w = 0;
-    if (r < rows && c < cols) w = *reinterpret_cast<const uint32_t*>(in + r * cols + c);
-    *reinterpret_cast<uint32_t*>(&tile[ty + 16 * i][4 * tx]) = w;
+  for (int i = 0; i < kPerThread; ++i) {
+    const int chunk = t + 256 * i;
+    const int lr = chunk / kChunksPerRow, lc = (chunk % kChunksPerRow) * kVec;
+    const int64_t r = r0 + lr, c = c0 + lc;
+    uint32_t w[kVec / 4] = {};
+    if (r < rows && c < cols) {
+      if constexpr (kVec == 16) {
+        const uint4 v = *reinterpret_cast<const uint4*>(in + r * cols + c);
+        w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
+      } else {
+        w[0] = *reinterpret_cast<const uint32_t*>(in + r * cols + c);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kVec / 4; ++j)
+      *reinterpret_cast<uint32_t*>(&tile[lr * kStride + lc + 4 * j]) = w[j];
   }
   __syncthreads();
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int64_t c = c0 + ty + 16 * i, r = r0 + 4 * tx;  // out row c, columns r..r+3
+  for (int i = 0; i < kPerThread; ++i) {
+    const int chunk = t + 256 * i;
+    const int lc = chunk / kChunksPerRow, lr = (chunk % kChunksPerRow) * kVec;  // out row lc
+    const int64_t c = c0 + lc, r = r0 + lr;
     if (c >= cols || r >= rows_pad) continue;
-    const int lc = ty + 16 * i, lr = 4 * tx;
-    const uint32_t w = uint32_t{tile[lr][lc]} | uint32_t{tile[lr + 1][lc]} << 8 |
-                       uint32_t{tile[lr + 2][lc]} << 16 | uint32_t{tile[lr + 3][lc]} << 24;
-    *reinterpret_cast<uint32_t*>(out + c * ld_out + r) = w;
+    uint32_t w[kVec / 4];
+#pragma unroll
+    for (int j = 0; j < kVec / 4; ++j)
+      w[j] = uint32_t{tile[(lr + 4 * j) * kStride + lc]} |
+             uint32_t{tile[(lr + 4 * j + 1) * kStride + lc]} << 8 |
+             uint32_t{tile[(lr + 4 * j + 2) * kStride + lc]} << 16 |
+             uint32_t{tile[(lr + 4 * j + 3) * kStride + lc]} << 24;
+    if constexpr (kVec == 16)
+      *reinterpret_cast<uint4*>(out + c * ld_out + r) = make_uint4(w[0], w[1], w[2], w[3]);
+    else
+      *reinterpret_cast<uint32_t*>(out + c * ld_out + r) = w[0];
   }
 }
 
@@ -81,8 +107,15 @@ void transpose_8bit(const void* in, void* out, int64_t batch, int64_t rows, int6
   const dim3 grid(static_cast<unsigned>((cols + kByteTile - 1) / kByteTile),
                   static_cast<unsigned>((rows_pad + kByteTile - 1) / kByteTile),
                   static_cast<unsigned>(batch));
-  transpose_8bit_kernel<<<grid, dim3(16, 16), 0, static_cast<cudaStream_t>(stream)>>>(
-      static_cast<const uint8_t*>(in), static_cast<uint8_t*>(out), rows, cols, ld_out, rows_pad);
+  const auto* src = static_cast<const uint8_t*>(in);
+  auto* dst = static_cast<uint8_t*>(out);
+  auto s = static_cast<cudaStream_t>(stream);
+  // 16-byte chunks where rows, out rows and the 16-byte column chunks stay aligned.
+  if (cols % 16 == 0 && ld_out % 16 == 0 && rows_pad % 16 == 0 &&
+      reinterpret_cast<uintptr_t>(in) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0)
+    transpose_8bit_kernel<16><<<grid, 256, 0, s>>>(src, dst, rows, cols, ld_out, rows_pad);
+  else
+    transpose_8bit_kernel<4><<<grid, 256, 0, s>>>(src, dst, rows, cols, ld_out, rows_pad);
   TESSERA_CUDA_CHECK_LAUNCH();
 }
 

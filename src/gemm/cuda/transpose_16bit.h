@@ -15,7 +15,8 @@ void transpose_16bit(const void* in, void* out, int64_t batch, int64_t rows, int
 // For b in [0, batch): columns [b·rows_pad, (b + 1)·rows_pad) of out (cols, ld_out) = in[b]
 // (rows, cols)ᵀ followed by rows_pad − rows zero columns (in[b] at in + b·rows·cols), for 1-byte
 // elements (FP8 codes: MXFP8 columnwise copies, quantized_operands.h), through 64 x 64 byte tiles
-// moved as 32-bit words. Needs cols, rows_pad and ld_out multiples of 4, rows_pad >= rows,
+// moved in 16-byte chunks (4-byte ones where cols, rows_pad, ld_out or the bases are not
+// 16-byte multiples). Needs cols, rows_pad and ld_out multiples of 4, rows_pad >= rows,
 // batch·rows_pad <= ld_out and 4-byte aligned bases.
 void transpose_8bit(const void* in, void* out, int64_t batch, int64_t rows, int64_t cols,
                     int64_t ld_out, int64_t rows_pad, void* stream);
