@@ -151,7 +151,7 @@ bool run_one(const DemoConfig& c, const demo::DemoData& data, const std::string&
     out = demo::train_recipe(c, data, name, *demo::make_demo_recipe(recipe), plan,
                              show_progress, &progress);
   } catch (const Error& e) {
-    // A recipe the device cannot run yet (e.g. MXFP8 / NVFP4 GEMM operands on CUDA) is
+    // A recipe the device cannot run yet (e.g. NVFP4 GEMM operands on CUDA) is
     // reported and skipped; any other failure stops the demo.
     if (e.status() != Status::kUnsupported || recipe == "fp32") throw;
     skipped.push_back(name + ": " + user_message(e));
