@@ -320,9 +320,17 @@ def test_weight_is_quantized_once_per_weight_version(device, monkeypatch):
         y_eval = layer(x, offs)
     assert weight_calls() == [((g * n, k), True, True)]
     wq, ws, wcq, wcs = layer.weight_cache.value
-    assert wq.shape == wcq.shape == (g * n, k)  # the columnwise copy is not transposed
+    assert wq.shape == (g * n, k)
     assert ws.shape == scale_shape("mxfp8", g * n, k) and ws.dtype == E8M0_DTYPE
-    assert wcs.shape == scale_shape("mxfp8", g * n, k, True) == (-(-g * n // 32), k)
+    # out_features % 32 == 0: the columnwise copy is kept as Wᵀ per group, a rowwise copy of the
+    # (G·K, N) matrix (the dgrad runs as a TN GEMM on it): the quantizer's columnwise codes and
+    # scales, moved, bit for bit
+    _, _, cq, cs = real(layer.weight.detach().reshape(g * n, k), "mxfp8", "e4m3", False, True)
+    assert cq.shape == (g * n, k) and cs.shape == scale_shape("mxfp8", g * n, k, True)
+    assert wcq.shape == (g * k, n) and wcs.shape == scale_shape("mxfp8", g * k, n)
+    u8 = lambda t: t.view(torch.uint8).cpu()  # noqa: E731
+    assert torch.equal(u8(wcq), u8(cq).view(g, n, k).transpose(1, 2).reshape(g * k, n))
+    assert torch.equal(u8(wcs), u8(cs).view(g, n // 32, k).transpose(1, 2).reshape(g * k, n // 32))
     del calls[:]
     for _ in range(3):                        # micro-batches: the cached copies, no re-quantize
         xr = x.detach().requires_grad_()
@@ -437,11 +445,16 @@ def test_custom_recipe_32x32_weights_and_e5m2_gradients_match_oracle(device):
                plain_db=22.0)
     # With power-of-two scales the tiles change the values only where they push elements into
     # subnormals, so the step's numbers barely tell them apart: the weight's scales do.
-    w2 = w.reshape(-1, 160)
+    # (The columnwise scales are cached moved into Wᵀ's rowwise layout, (G·K, N/32).)
+    g, n, k = w.shape
+    w2 = w.reshape(-1, k)
+    moved = lambda e: e.view(g, n // 32, k).transpose(1, 2).reshape(g * k, n // 32)  # noqa: E731
     for i, cw in ((1, False), (3, True)):
         got_e = cache.value[i].cpu().view(torch.uint8)
-        assert torch.equal(got_e, oracle_copy(w2, "mxfp8_32x32", "e4m3", cw)[1])
-        assert not torch.equal(got_e, oracle_copy(w2, "mxfp8", "e4m3", cw)[1])
+        want = oracle_copy(w2, "mxfp8_32x32", "e4m3", cw)[1]
+        other = oracle_copy(w2, "mxfp8", "e4m3", cw)[1]
+        assert torch.equal(got_e, moved(want) if cw else want)
+        assert not torch.equal(got_e, moved(other) if cw else other)
 
 
 # ---- errors -----------------------------------------------------------------------------------

@@ -45,13 +45,15 @@ tessera calls, no PyTorch elementwise op runs in the step):
   modes, MXFP8's columnwise copies are NOT transposed: codes stay (T, K), (T, N), (G·N, K), and
   the GEMMs read them in that layout. forward = x rowwise · W rowwise, dgrad = dy rowwise · W
   columnwise, wgrad = dy columnwise · x columnwise, scales (torch.float8_e8m0fnu, compact) applied
-  per 32-element block of the contraction. Blocks along G·N and along the tokens may straddle a
-  group boundary (out_features or a group size not a multiple of 32): the block's scale then
-  covers values of two experts — correct, only coarser. The C++ recipe's token alignment is 32
-  (what its nn layer and tessera.torch.moe's dispatch pad groups to); this step takes any group
-  sizes and pads nothing. The CPU GEMM runs every shape; on CUDA the step needs the CUDA grouped
-  GEMM's MXFP8 operands (until it has them, the GEMM refuses: a tessera.UnsupportedError naming
-  the scaling mode, raised by the forward).
+  per 32-element block of the contraction. With out_features % 32 == 0 the cached columnwise
+  copy of W is kept moved into Wᵀ's rowwise layout per group ((G·K, N) codes, (G·K, N/32)
+  scales: the same bytes) and the dgrad runs as the forward's TN GEMM on it, so the CUDA GEMM
+  transposes no weight per call. Blocks along G·N and along the tokens may straddle a group
+  boundary (out_features or a group size not a multiple of 32): the block's scale then covers
+  values of two experts — correct, only coarser. The C++ recipe's token alignment is 32 (what
+  its nn layer and tessera.torch.moe's dispatch pad groups to); this step takes any group sizes
+  and pads nothing. The CPU GEMM runs every shape; the CUDA GEMM needs group sizes multiples of
+  16 and out_features % 32 == 0 (docs/torch_training.md).
 - a CustomRecipe (tessera.torch.recipe): the step of the modes and elements its factory gives
   the roles of layer `name` (any mix of the above that the GEMMs pair: one scale family for all
   three roles — "mxfp8" / "mxfp8_32x32" (32x32 weight tiles) in any mix is one —, E5M2 for
@@ -136,6 +138,25 @@ def _quantize(role: Fp8Role, x: Tensor, rowwise: bool, columnwise: bool):
     return quantize(x, role.mode, role.element, rowwise, columnwise)
 
 
+def _mx_dgrad_tn(role: Fp8Role, out_features: int) -> bool:
+    """Whether the weight's MXFP8 columnwise copy is kept as Wᵀ per group (a rowwise copy of the
+    (G·K, N) matrix, _transpose_mx_columnwise) and the dgrad runs as a TN GEMM on it: MXFP8 roles
+    with out_features (the dgrad contraction) a multiple of 32, so that every group's 32-row scale
+    blocks are its own."""
+    return role.mode in MX_MODES and out_features % 32 == 0
+
+
+def _transpose_mx_columnwise(wcq: Tensor, wcs: Tensor, g: int, n: int, k: int):
+    """The columnwise MXFP8 copy of W (G·N, K) (codes as stored, E8M0 scales (G·N/32, K): 32x1
+    blocks along N) as the rowwise copy of Wᵀ per group: codes (G·K, N), scales (G·K, N/32),
+    1x32 blocks along N — the same codes and scales, moved. The dgrad then reads it K-major as a
+    TN GEMM (dx = dy · W_g), so the CUDA GEMM needs no transpose of W per call (nor its
+    workspace); made once per weight version with the cached copies."""
+    codes = wcq.view(torch.uint8).view(g, n, k).transpose(1, 2).contiguous().view(g * k, n)
+    scales = wcs.view(torch.uint8).view(g, n // 32, k).transpose(1, 2).contiguous()
+    return codes.view(wcq.dtype), scales.view(g * k, n // 32).view(wcs.dtype)
+
+
 # ---- weight cache ----------------------------------------------------------------------------
 
 class WeightCache:
@@ -165,13 +186,20 @@ class WeightCache:
         return self.value
 
     def get(self, weight: Tensor, role: Fp8Role):
-        """(wq (G·N, K), ws, wcq (K, G·N) — (G·N, K) for MXFP8 —, wcs): both FP8 usages of
-        weight (G, N, K) read as (G·N, K), quantized as the weight `role` says (a delayed role's
-        state is updated when the weight is quantized)."""
+        """(wq (G·N, K), ws, wcq (K, G·N) — for MXFP8 (G·N, K), or the rowwise copy of Wᵀ per
+        group (G·K, N) when _mx_dgrad_tn —, wcs): both FP8 usages of weight (G, N, K) read as
+        (G·N, K), quantized as the weight `role` says (a delayed role's state is updated when the
+        weight is quantized)."""
         g, n, k = weight.shape
         what = (role.mode, role.element, None if role.delayed is None else role.delayed[2:])
-        return self._get(weight, what, lambda w: _quantize(
-            role, w.reshape(g * n, k).contiguous(), True, True))
+
+        def make(w):
+            wq, ws, wcq, wcs = _quantize(role, w.reshape(g * n, k).contiguous(), True, True)
+            if _mx_dgrad_tn(role, n):
+                wcq, wcs = _transpose_mx_columnwise(wcq, wcs, g, n, k)
+            return wq, ws, wcq, wcs
+
+        return self._get(weight, what, make)
 
     def get_cast(self, weight: Tensor, dtype: torch.dtype) -> Tensor:
         """weight (G, N, K) cast to `dtype`, contiguous: the 16-bit compute copy."""
@@ -208,8 +236,11 @@ class _Fp8Linear(torch.autograd.Function):
         _, dgrad, wgrad, wgrad_accumulate = _Ops.get().fp8
         dy = dy if dy.is_contiguous() else dy.contiguous()
         dyq, dys, dycq, dycs = _quantize(dy_role, dy, need_x, need_w)  # one pass
-        dx = (dgrad(dyq, dys, wcq, wcs, offs, g, x_dtype, dy_role.mode, w_role.mode)
-              if need_x else None)
+        dx = None
+        if need_x and _mx_dgrad_tn(w_role, dy.shape[1]):  # W's copy is Wᵀ per group (G·K, N)
+            dx = _Ops.get().fp8[0](dyq, dys, wcq, wcs, offs, g, x_dtype, dy_role.mode, w_role.mode)
+        elif need_x:
+            dx = dgrad(dyq, dys, wcq, wcs, offs, g, x_dtype, dy_role.mode, w_role.mode)
         dw = None
         if need_w and main_grad is None:
             dw = wgrad(dycq, dycs, xcq, xcs, offs, w_dtype, dy_role.mode, x_role.mode)
