@@ -20,10 +20,14 @@
 #include <vector>
 
 #include "bindings.h"
+#include "tessera/config.h"
 #include "tessera/core/status.h"
 
 #include "tessera/gemm/grouped_gemm.h"
 #include "tessera/quantize/types.h"
+#if defined(TESSERA_WITH_CUDA)
+#include "gemm/cuda/transpose_16bit.h"
+#endif
 
 namespace tessera::python {
 void register_dlpack(nb::module_& m);
@@ -141,6 +145,33 @@ int64_t grouped_gemm_into(int kind, const ArrayOperand& a, const ArrayOperand& b
 
 }  // namespace
 
+// out (batch, cols, rows) = each of the `batch` byte matrices src[b] (rows, cols) transposed, by
+// the CUDA byte transpose of the grouped GEMM (gemm/cuda/transpose_16bit.h) on `stream`: for
+// tessera.torch's MXFP8 weight cache. CUDA uint8 arrays; rows and cols multiples of 4.
+void transpose_bytes_into(const DeviceArray& src, const DeviceArray& out, int64_t batch,
+                          int64_t rows, int64_t cols, uintptr_t stream) {
+  const TensorView s = device_view(src, DType::kUInt8, "src");
+  const TensorView o = device_view(out, DType::kUInt8, "out");
+  TESSERA_CHECK_STATUS(s.device.is_cuda() && o.device == s.device, Status::kInvalidArgument,
+                       "src and out: expected uint8 arrays on one CUDA device");
+  TESSERA_CHECK(batch >= 0 && rows >= 0 && cols >= 0 && rows % 4 == 0 && cols % 4 == 0,
+                "batch ", batch, ", rows ", rows, ", cols ", cols,
+                ": expected non-negative sizes, rows and cols multiples of 4");
+  TESSERA_CHECK_STATUS(s.numel() == batch * rows * cols && o.numel() == s.numel(),
+                       Status::kShapeMismatch, "src and out: ", s.numel(), " and ", o.numel(),
+                       " bytes, expected batch·rows·cols = ", batch * rows * cols);
+#if defined(TESSERA_WITH_CUDA)
+  const auto* from = static_cast<const uint8_t*>(s.data);
+  auto* to = static_cast<uint8_t*>(o.data);
+  for (int64_t b = 0; b < batch; ++b)
+    gemm_cuda::transpose_8bit(from + b * rows * cols, to + b * rows * cols, 1, rows, cols, rows,
+                              rows, reinterpret_cast<void*>(stream));
+#else
+  (void)stream;
+  TESSERA_FAIL(Status::kNoDevice, "this tessera build has no CUDA backend");
+#endif
+}
+
 void register_dlpack_gemm(nb::module_& m) {
   register_dlpack(m);
   nb::class_<ArrayOperand>(m, "_GemmOperand",
@@ -152,6 +183,11 @@ void register_dlpack_gemm(nb::module_& m) {
         nb::arg("cols"), nb::arg("columnwise") = false,
         "A quantized operand: uint8 codes + scale_inv (FP32, or E8M0 bytes as uint8) of one "
         "usage of a logical (rows, cols) matrix.");
+  m.def("_transpose_bytes_into", &transpose_bytes_into, nb::arg("src").noconvert(),
+        nb::arg("out").noconvert(), nb::arg("batch"), nb::arg("rows"), nb::arg("cols"),
+        nb::arg("stream") = 0,
+        "Batched byte transpose on CUDA (private): out (batch, cols, rows) = src (batch, rows, "
+        "cols) with each matrix transposed; rows and cols multiples of 4.");
   m.def("_grouped_gemm_into", &grouped_gemm_into, nb::arg("kind"), nb::arg("a"), nb::arg("b"),
         nb::arg("out").noconvert(), nb::arg("offsets").noconvert() = nb::none(),
         nb::arg("end_offsets") = true, nb::arg("transpose_a") = false,

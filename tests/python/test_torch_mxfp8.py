@@ -492,3 +492,19 @@ def test_cuda_shape_refusals_are_clear_errors():
     q_cpu = tt.quantize_mxfp8_impl(x.cpu(), "mxfp8", "e4m3", True, True)
     assert all(torch.equal(a.cpu().view(torch.uint8), b.view(torch.uint8))
                for a, b in zip(q_cuda, q_cpu))
+
+
+def test_weight_transpose_binding_refuses_bad_input():
+    # the private byte transpose of the MXFP8 weight cache (tessera.torch.linear) runs on CUDA only
+    x = torch.zeros(8, 8, dtype=torch.uint8)
+    with pytest.raises(tessera.InvalidArgumentError, match="CUDA"):
+        tessera._tessera._transpose_bytes_into(torch._C._to_dlpack(x), torch._C._to_dlpack(x),
+                                               1, 8, 8, 0)
+    if "cuda" in DEVICES:
+        y = torch.zeros(6, 8, dtype=torch.uint8, device="cuda")
+        with pytest.raises(tessera.InvalidArgumentError, match="multiples of 4"):
+            tessera._tessera._transpose_bytes_into(torch._C._to_dlpack(y),
+                                                   torch._C._to_dlpack(y), 1, 6, 8, 0)
+        z = torch.arange(2 * 8 * 12, dtype=torch.uint8, device="cuda").view(2 * 8, 12)
+        assert torch.equal(tl._transpose_bytes(z, 2, 8, 12).cpu(),
+                           z.cpu().view(2, 8, 12).transpose(1, 2))
