@@ -163,9 +163,8 @@ void transpose_bytes_into(const DeviceArray& src, const DeviceArray& out, int64_
 #if defined(TESSERA_WITH_CUDA)
   const auto* from = static_cast<const uint8_t*>(s.data);
   auto* to = static_cast<uint8_t*>(o.data);
-  for (int64_t b = 0; b < batch; ++b)
-    gemm_cuda::transpose_8bit(from + b * rows * cols, to + b * rows * cols, 1, rows, cols, rows,
-                              rows, reinterpret_cast<void*>(stream));
+  gemm_cuda::transpose_8bit(from, to, batch, rows, cols, rows, rows,
+                            reinterpret_cast<void*>(stream), rows * cols);
 #else
   (void)stream;
   TESSERA_FAIL(Status::kNoDevice, "this tessera build has no CUDA backend");

@@ -417,6 +417,20 @@ TEST(Transpose8bit, MatchesHostTransposeWithZeroPadding) {
             << "batch " << c.batch << " rows " << c.rows << " cols " << c.cols << ": out[" << col
             << ", " << j << "]";
       }
+    // The matrices one after the other: out (batch, cols, rows_pad).
+    const int64_t per = c.cols * c.rows_pad;
+    DeviceArray seq(std::vector<uint8_t>(static_cast<size_t>(c.batch * per), 0xAB));
+    transpose_8bit(din.ptr, seq.ptr, c.batch, c.rows, c.cols, c.rows_pad, c.rows_pad, nullptr, per);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<uint8_t> got = seq.to_host<uint8_t>();
+    for (int64_t b = 0; b < c.batch; ++b)
+      for (int64_t col = 0; col < c.cols; ++col)
+        for (int64_t r = 0; r < c.rows_pad; ++r) {
+          const uint8_t want =
+              r < c.rows ? in[static_cast<size_t>((b * c.rows + r) * c.cols + col)] : 0;
+          ASSERT_EQ(got[static_cast<size_t>(b * per + col * c.rows_pad + r)], want)
+              << "sequential batch " << b << ": out[" << col << ", " << r << "]";
+        }
   }
 }
 

@@ -40,13 +40,13 @@ constexpr int kByteTile = 64;
 template <int kVec>
 __global__ void transpose_8bit_kernel(const uint8_t* __restrict__ in, uint8_t* __restrict__ out,
                                       int64_t rows, int64_t cols, int64_t ld_out,
-                                      int64_t rows_pad) {
+                                      int64_t rows_pad, int64_t out_batch_stride) {
   constexpr int kStride = kByteTile + 4;
   constexpr int kPerThread = 16 / kVec;  // chunks per thread each way
   constexpr int kChunksPerRow = kByteTile / kVec;
   __shared__ alignas(16) uint8_t tile[kByteTile * kStride];
   in += static_cast<int64_t>(blockIdx.z) * rows * cols;
-  out += static_cast<int64_t>(blockIdx.z) * rows_pad;
+  out += static_cast<int64_t>(blockIdx.z) * out_batch_stride;
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kByteTile;
   const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kByteTile;
   const int t = threadIdx.x;
@@ -92,15 +92,20 @@ __global__ void transpose_8bit_kernel(const uint8_t* __restrict__ in, uint8_t* _
 }  // namespace
 
 void transpose_8bit(const void* in, void* out, int64_t batch, int64_t rows, int64_t cols,
-                    int64_t ld_out, int64_t rows_pad, void* stream) {
+                    int64_t ld_out, int64_t rows_pad, void* stream, int64_t out_batch_stride) {
+  const bool side_by_side = out_batch_stride < 0;
+  if (side_by_side) out_batch_stride = rows_pad;
+  TESSERA_CHECK_STATUS(!side_by_side || batch * rows_pad <= ld_out, Status::kOutOfRange,
+                       "transpose_8bit: ", batch, " matrices of ", rows_pad, " columns side by "
+                       "side need ld_out >= ", batch * rows_pad, ", got ", ld_out);
   if (batch == 0 || rows_pad == 0 || cols == 0) return;
   TESSERA_CHECK_STATUS(cols % 4 == 0 && ld_out % 4 == 0 && rows_pad % 4 == 0 &&
-                           rows_pad >= rows && batch * rows_pad <= ld_out &&
+                           rows_pad >= rows && rows_pad <= ld_out &&
                            reinterpret_cast<uintptr_t>(in) % 4 == 0 &&
                            reinterpret_cast<uintptr_t>(out) % 4 == 0,
                        Status::kMisaligned, "transpose_8bit: cols ", cols, ", rows_pad ",
-                       rows_pad, " and ld_out ", ld_out, " must be multiples of 4 (rows_pad >= ",
-                       "rows ", rows, ", batch·rows_pad <= ld_out) with 4-byte aligned bases");
+                       rows_pad, " and ld_out ", ld_out, " must be multiples of 4 (rows ", rows,
+                       " <= rows_pad <= ld_out) with 4-byte aligned bases");
   TESSERA_CHECK_STATUS((rows_pad + kByteTile - 1) / kByteTile <= 65535 && batch <= 65535,
                        Status::kOutOfRange, "transpose_8bit: rows ", rows_pad, " or batch ",
                        batch, " past the grid limits");
@@ -111,11 +116,13 @@ void transpose_8bit(const void* in, void* out, int64_t batch, int64_t rows, int6
   auto* dst = static_cast<uint8_t*>(out);
   auto s = static_cast<cudaStream_t>(stream);
   // 16-byte chunks where rows, out rows and the 16-byte column chunks stay aligned.
-  if (cols % 16 == 0 && ld_out % 16 == 0 && rows_pad % 16 == 0 &&
+  if (cols % 16 == 0 && ld_out % 16 == 0 && rows_pad % 16 == 0 && out_batch_stride % 16 == 0 &&
       reinterpret_cast<uintptr_t>(in) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0)
-    transpose_8bit_kernel<16><<<grid, 256, 0, s>>>(src, dst, rows, cols, ld_out, rows_pad);
+    transpose_8bit_kernel<16><<<grid, 256, 0, s>>>(src, dst, rows, cols, ld_out, rows_pad,
+                                                   out_batch_stride);
   else
-    transpose_8bit_kernel<4><<<grid, 256, 0, s>>>(src, dst, rows, cols, ld_out, rows_pad);
+    transpose_8bit_kernel<4><<<grid, 256, 0, s>>>(src, dst, rows, cols, ld_out, rows_pad,
+                                                  out_batch_stride);
   TESSERA_CUDA_CHECK_LAUNCH();
 }
 

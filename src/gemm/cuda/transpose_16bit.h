@@ -12,13 +12,16 @@ namespace tessera::gemm_cuda {
 void transpose_16bit(const void* in, void* out, int64_t batch, int64_t rows, int64_t cols,
                      int64_t ld_out, void* stream);
 
-// For b in [0, batch): columns [b·rows_pad, (b + 1)·rows_pad) of out (cols, ld_out) = in[b]
-// (rows, cols)ᵀ followed by rows_pad − rows zero columns (in[b] at in + b·rows·cols), for 1-byte
+// For b in [0, batch): in[b] (rows, cols) (at in + b·rows·cols) transposed into out + b·
+// out_batch_stride as (cols, rows_pad) with row stride ld_out, zeros in columns [rows, rows_pad):
+// by default (out_batch_stride < 0: rows_pad) the matrices sit side by side in out (cols, ld_out),
+// matrix b at columns [b·rows_pad, (b + 1)·rows_pad) (the dgrad's W per group); with
+// out_batch_stride = cols·rows_pad and ld_out = rows_pad, one after the other. For 1-byte
 // elements (FP8 codes: MXFP8 columnwise copies, quantized_operands.h), through 64 x 64 byte tiles
-// moved in 16-byte chunks (4-byte ones where cols, rows_pad, ld_out or the bases are not
-// 16-byte multiples). Needs cols, rows_pad and ld_out multiples of 4, rows_pad >= rows,
-// batch·rows_pad <= ld_out and 4-byte aligned bases.
+// moved in 16-byte chunks (4-byte ones where cols, rows_pad, ld_out, the batch stride or the
+// bases are not 16-byte multiples). Needs cols, rows_pad and ld_out multiples of 4,
+// rows <= rows_pad <= ld_out and 4-byte aligned bases.
 void transpose_8bit(const void* in, void* out, int64_t batch, int64_t rows, int64_t cols,
-                    int64_t ld_out, int64_t rows_pad, void* stream);
+                    int64_t ld_out, int64_t rows_pad, void* stream, int64_t out_batch_stride = -1);
 
 }  // namespace tessera::gemm_cuda
