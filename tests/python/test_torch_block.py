@@ -17,7 +17,7 @@ tt = pytest.importorskip("tessera.torch")
 import tessera  # noqa: E402
 from tessera.torch.fp8 import scale_shape  # noqa: E402
 from torch_oracles import (  # noqa: E402
-    grouped_products, ends, sqnr, mlp_eager_and_compiled, run_step)
+    grouped_products, ends, sqnr, mlp_eager_and_compiled, mlp_layer_tensors, run_step)
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() and tessera.cuda_compiled() else [])
 cuda_only = pytest.mark.skipif("cuda" not in DEVICES, reason="needs CUDA")
@@ -209,16 +209,8 @@ def test_grouped_mlp_layers_match_fp64_oracle(device):
     t = sum(SIZES)
     x0 = torch.randn(t, hid, device=device, dtype=torch.bfloat16)
     p = torch.rand(t, device=device)
-    seen = {}  # each layer's input, output and output gradient, as the step saw them
-    for name in ("fc1", "fc2"):
-        layer = getattr(mlp, name)
-        layer.register_forward_hook(lambda m, i, o, name=name: seen.update(
-            {name: [i[0].detach(), o.detach()]}))
-        layer.register_full_backward_hook(lambda m, gi, go, name=name: seen[name].extend(
-            [go[0].detach(), gi[0].detach()]))
     x = x0.detach().requires_grad_()
-    y = mlp(x, offs, probs=p)
-    y.float().square().sum().backward()
+    y, seen = mlp_layer_tensors(mlp, x, offs, p)
     for name in ("fc1", "fc2"):
         layer = getattr(mlp, name)
         xin, yout, dy, dx = seen[name]

@@ -14,7 +14,7 @@ tt = pytest.importorskip("tessera.torch")
 import tessera  # noqa: E402
 from tessera.torch.fp8 import quantize_fp8_rowwise_impl  # noqa: E402
 from torch_oracles import (  # noqa: E402
-    grouped_products, ends, sqnr, mlp_eager_and_compiled, run_step)
+    grouped_products, ends, sqnr, mlp_eager_and_compiled, mlp_layer_tensors, run_step)
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() and tessera.cuda_compiled() else [])
 # Empty groups at the start, middle and end; group sizes multiples of 16 (the FP8 rule).
@@ -172,15 +172,7 @@ def test_mlp_with_per_layer_configs_matches_fp64_oracle(device):
     assert [(r.mode, r.element) for r in recipe.roles("fc2")] == list(MIXED_MLP_ROLES["fc2"])
     offs = ends(SIZES, device)
     x = torch.randn(sum(SIZES), 256, device=device, dtype=torch.bfloat16).requires_grad_()
-    seen = {}  # each layer's input, output, output gradient and input gradient
-    for name in ("fc1", "fc2"):
-        layer = getattr(mlp, name)
-        layer.register_forward_hook(lambda m, i, o, name=name: seen.update(
-            {name: [i[0].detach(), o.detach()]}))
-        layer.register_full_backward_hook(lambda m, gi, go, name=name: seen[name].extend(
-            [go[0].detach(), gi[0].detach()]))
-    y = mlp(x, offs, probs=torch.rand(sum(SIZES), device=device))
-    y.float().square().sum().backward()
+    _, seen = mlp_layer_tensors(mlp, x, offs, torch.rand(sum(SIZES), device=device))
     for name in ("fc1", "fc2"):
         layer = getattr(mlp, name)
         xin, yout, dy, dx = seen[name]

@@ -30,7 +30,7 @@ import test_quantize_oracle as O  # noqa: E402  (the NumPy oracle of docs/numeri
 from tessera.torch import linear as tl  # noqa: E402
 from tessera.torch.fp8 import E8M0_DTYPE, scale_shape  # noqa: E402
 from torch_oracles import (  # noqa: E402
-    ends, grouped_products, mlp_eager_and_compiled, run_step, sqnr)
+    ends, grouped_products, mlp_eager_and_compiled, mlp_layer_tensors, run_step, sqnr)
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() and tessera.cuda_compiled() else [])
 # Empty experts at the start, middle and end; sizes and the total (262) not multiples of 32, so
@@ -277,15 +277,7 @@ def test_grouped_mlp_layers_match_oracle(device):
     mlp = tt.GroupedMLP(len(S), 96, 80, recipe="mxfp8", device=device)
     offs = ends(S, device)
     x = torch.randn(sum(S), 96, device=device, dtype=torch.bfloat16).requires_grad_()
-    seen = {}  # each layer's input, output, output gradient and input gradient
-    for name in ("fc1", "fc2"):
-        layer = getattr(mlp, name)
-        layer.register_forward_hook(lambda m, i, o, name=name: seen.update(
-            {name: [i[0].detach(), o.detach()]}))
-        layer.register_full_backward_hook(lambda m, gi, go, name=name: seen[name].extend(
-            [go[0].detach(), gi[0].detach()]))
-    y = mlp(x, offs, probs=torch.rand(sum(S), device=device))
-    y.float().square().sum().backward()
+    _, seen = mlp_layer_tensors(mlp, x, offs, torch.rand(sum(S), device=device))
     for name in ("fc1", "fc2"):
         layer = getattr(mlp, name)
         xin, yout, dy, dx = seen[name]

@@ -49,3 +49,20 @@ def mlp_eager_and_compiled(mlp, x0, offs):
     eager = step(mlp)
     torch._dynamo.reset()
     return eager, step(torch.compile(mlp, fullgraph=True, backend="aot_eager"))
+
+
+def mlp_layer_tensors(mlp, x, offs, probs):
+    """A sum-of-squares step through GroupedMLP `mlp` on x (a leaf: its .grad is set) with
+    routing probs; returns (y, {"fc1": [...], "fc2": [...]}): the output, and each layer's input,
+    output, output gradient and input gradient as the step saw them (forward and full backward
+    hooks)."""
+    seen = {}
+    for name in ("fc1", "fc2"):
+        layer = getattr(mlp, name)
+        layer.register_forward_hook(lambda m, i, o, name=name: seen.update(
+            {name: [i[0].detach(), o.detach()]}))
+        layer.register_full_backward_hook(lambda m, gi, go, name=name: seen[name].extend(
+            [go[0].detach(), gi[0].detach()]))
+    y = mlp(x, offs, probs=probs)
+    y.float().square().sum().backward()
+    return y, seen
