@@ -4,6 +4,7 @@
 #include "tessera/gemm/grouped_gemm.h"
 
 #include <new>
+#include <string>
 
 #include "core/host_bytes.h"
 #include "gemm/gemm_backend.h"
@@ -50,11 +51,17 @@ Plan plan_for_backend(const GroupedGemmProblem& p) {
     } catch (const Error&) {
       throw e;  // not for the emulated path either: the first refusal is the one to report
     }
-    // A valid problem the CPU emulates: on CUDA it is a capability the device lacks.
-    TESSERA_CHECK_STATUS(!p.a.device().is_cuda(), Status::kUnsupported, e.what(), " (on CUDA "
-                         "there is no emulated path; dequantize the operands or quantize both "
-                         "with modes of one family)");
     plan.path = detail::GemmPath::kEmulated;
+    if (!p.a.device().is_cuda()) return plan;
+    // On CUDA the backend runs some of these pairs exactly (those with an NVFP4 copy: both
+    // operands expanded to BF16, Hadamard-transformed wgrad copies included); the rest is a
+    // capability the device lacks.
+    std::string reason;
+    if (detail::grouped_gemm_cuda_can_implement(p, plan.dims, &reason) != Status::kOk)
+      throw Error(Status::kUnsupported,
+                  std::string(e.what()) + " (on CUDA there is no emulated path: " + reason +
+                      "; dequantize the operands or quantize both with modes of one family)");
+    detail::grouped_gemm_cuda_check_config(p);
     return plan;
   }
   if (p.a.device().is_cuda()) {

@@ -2,6 +2,7 @@
 // it refuses and in which order. No device is needed: the mapping reads only the views' fields.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <string>
 
 #include "gemm/cuda/quantized_operands.h"
@@ -33,16 +34,96 @@ detail::GroupedGemmDims forward_dims() {
   return d;
 }
 
-// NVFP4 activations with 128x128 block weights: the refusal names the mode that has no CUDA
-// path, not the pair's mismatch.
+// NVFP4 activations with 128x128 block weights: the refusal names the operand whose mode has no
+// CUDA path beside NVFP4, not the pair's mismatch.
 TEST(CudaFp8OperandMap, NamesAnUnsupportedScalingModeFirst) {
   const GroupedGemmProblem p = forward_problem(ScalingMode::kNVFP4, ScalingMode::kBlock128x128);
   gemm_cuda::Fp8ProblemMap m;
   std::string why;
   EXPECT_EQ(gemm_cuda::map_fp8_problem(p, forward_dims(), &m, &why), Status::kUnsupported);
-  EXPECT_NE(why.find(std::string("A: scaling mode ") + scaling_mode_name(ScalingMode::kNVFP4)),
+  EXPECT_NE(why.find(std::string("B: scaling mode ") +
+                     scaling_mode_name(ScalingMode::kBlock128x128) + " meets an NVFP4"),
             std::string::npos)
       << why;
+}
+
+// An NVFP4 copy (rows, cols) on the device as far as the mapping can tell (the views' fields
+// only): codes, scales and one global amax per usage; `rht` on the columnwise copy.
+QuantizedTensorView nvfp4_view(int64_t rows, int64_t cols, bool rht, int64_t amax_values = 1) {
+  QuantizedTensorView q;
+  q.config = make_config(ScalingMode::kNVFP4, DType::kFloat4E2M1);
+  q.config.rowwise = q.config.columnwise = true;
+  q.config.random_hadamard = rht;
+  q.rows = rows, q.cols = cols;
+  q.device = Device::cuda(0);
+  for (TensorView* v : {&q.data, &q.scale_inv, &q.columnwise_data, &q.columnwise_scale_inv}) {
+    v->data = reinterpret_cast<void*>(uintptr_t{4096});
+    v->device = q.device;
+  }
+  for (TensorView* v : {&q.amax, &q.columnwise_amax})
+    *v = TensorView::contiguous(reinterpret_cast<void*>(uintptr_t{8192}), DType::kFloat32,
+                                {amax_values}, q.device);
+  return q;
+}
+
+// NVFP4 x NVFP4: both copies expanded to BF16 K-major matrices (ld padded to 8), the BF16 kind,
+// the weights' per-group amax as a per-group epilogue scale.
+TEST(CudaFp8OperandMap, Nvfp4PairsExpandToBf16) {
+  GroupedGemmProblem p;
+  p.kind = GroupedGemmKind::kMGrouped;
+  p.num_groups = 2;
+  p.a = GemmOperand::from_quantized(nvfp4_view(40, 100, false), false);
+  p.b = GemmOperand::from_quantized(nvfp4_view(2 * 24, 100, false, 2), false);
+  detail::GroupedGemmDims d;
+  d.groups = 2, d.n = 24, d.k = 100, d.capacity = 32;
+  gemm_cuda::Fp8ProblemMap m;
+  std::string why;
+  ASSERT_EQ(gemm_cuda::map_fp8_problem(p, d, &m, &why), Status::kOk) << why;
+  EXPECT_TRUE(m.expanded);
+  EXPECT_EQ(m.elem, gemm_cuda::ElemKind::kBF16);
+  EXPECT_TRUE(m.a.expand && m.b.expand && !m.a.expand_transposed && !m.b.expand_transposed);
+  EXPECT_EQ(m.a.matrix.rows, 32);  // the capacity: rows past it are never read nor expanded
+  EXPECT_EQ(m.a.ex.rows, 32);
+  EXPECT_EQ(m.a.matrix.cols, 100);
+  EXPECT_EQ(m.a.matrix.ld, 104);
+  EXPECT_EQ(m.b.matrix.rows, 48);
+  EXPECT_EQ(m.b_group_rows, 24);
+  EXPECT_EQ(m.a.scale_gs, 0);
+  EXPECT_EQ(m.b.scale_gs, 1);
+  EXPECT_EQ(m.b.amax_count, 2);
+  EXPECT_FALSE(m.rht);
+  EXPECT_FALSE(gemm_cuda::one_byte_operands(p));
+  // dgrad: B's columnwise copy, stored transposed (cols, rows) = K-major as stored
+  p.transpose_b = false;
+  p.b = GemmOperand::from_quantized(nvfp4_view(2 * 100, 24, false), true);
+  d.n = 24, d.k = 100;
+  ASSERT_EQ(gemm_cuda::map_fp8_problem(p, d, &m, &why), Status::kOk) << why;
+  EXPECT_EQ(m.b.ex.rows, 24);
+  EXPECT_EQ(m.b.ex.cols, 200);
+  EXPECT_EQ(m.b_group_cols, 100);
+}
+
+// Hadamard-transformed copies: only with each other, K-grouped; the groups then need whole
+// 16-token blocks.
+TEST(CudaFp8OperandMap, Nvfp4HadamardCopiesOnlyMeetEachOtherInWgrad) {
+  GroupedGemmProblem p;
+  p.kind = GroupedGemmKind::kKGrouped;
+  p.num_groups = 2;
+  p.transpose_a = true, p.transpose_b = false;
+  p.a = GemmOperand::from_quantized(nvfp4_view(64, 24, true), true);
+  p.b = GemmOperand::from_quantized(nvfp4_view(64, 40, true), true);
+  detail::GroupedGemmDims d;
+  d.groups = 2, d.m = 24, d.n = 40, d.capacity = 64;
+  gemm_cuda::Fp8ProblemMap m;
+  std::string why;
+  ASSERT_EQ(gemm_cuda::map_fp8_problem(p, d, &m, &why), Status::kOk) << why;
+  EXPECT_TRUE(m.rht);
+  EXPECT_EQ(m.rht_rows, 64);
+  EXPECT_EQ(m.a.matrix.rows, 24);
+  EXPECT_EQ(m.a.matrix.ld, 64);
+  p.b = GemmOperand::from_quantized(nvfp4_view(64, 40, false), true);
+  EXPECT_EQ(gemm_cuda::map_fp8_problem(p, d, &m, &why), Status::kUnsupported);
+  EXPECT_NE(why.find("random Hadamard"), std::string::npos) << why;
 }
 
 }  // namespace

@@ -331,7 +331,7 @@ INSTANTIATE_TEST_SUITE_P(Cases, CudaFp8GroupedGemm, ::testing::ValuesIn(cases())
 
 // A CPU QuantizedTensor copied to the device, buffer by buffer, with the same shapes.
 struct DeviceCopy {
-  DeviceArray data, scale, cdata, cscale;
+  DeviceArray data, scale, cdata, cscale, amax, camax;
   QuantizedTensorView view;
   static DeviceArray copy(const TensorView& v, TensorView& out) {
     if (v.data == nullptr) return {};
@@ -344,7 +344,8 @@ struct DeviceCopy {
   }
   explicit DeviceCopy(const QuantizedTensorView& h) : view(h) {
     view.device = Device::cuda(0);
-    view.amax = view.columnwise_amax = TensorView{};
+    amax = copy(h.amax, view.amax);  // NVFP4's global amax (kTensor's is not read by the GEMM)
+    camax = copy(h.columnwise_amax, view.columnwise_amax);
     data = copy(h.data, view.data);
     scale = copy(h.scale_inv, view.scale_inv);
     cdata = copy(h.columnwise_data, view.columnwise_data);
@@ -484,8 +485,29 @@ std::string compare_layer(const LayerReference& ref, const LayerOutputs& out) {
 struct LayerShape {
   std::vector<int64_t> rows = {0, 48, 160, 0, 32};
   int64_t n = 144, k = 192, cap = 256;
-  ScaleLayout scale_layout = ScaleLayout::kCompact;  // MXFP8: compact or GEMM-swizzled scales
+  ScaleLayout scale_layout = ScaleLayout::kCompact;  // MXFP8/NVFP4: compact or swizzled scales
+  // NVFP4: the 16-point Hadamard transform on x's and dy's columnwise copies (the wgrad's).
+  bool rht = false;
+  // dy's mode when it differs from x's (kNone: the same; the custom recipes' NVFP4 gradients
+  // with MXFP8 activations and weights).
+  ScalingMode grad_mode = ScalingMode::kNone;
 };
+
+// Both usages of `m` with `element` (E2M1 for the NVFP4 modes); NVFP4 gradients (`grad`) with
+// stochastic rounding, as the recipe quantizes them.
+QuantizerConfig layer_config(ScalingMode m, DType element, const LayerShape& shape,
+                             bool grad = false) {
+  const bool fp4 = scaling_mode_info(m).fp4;
+  QuantizerConfig c = make_config(m, fp4 ? DType::kFloat4E2M1 : element);
+  c.rowwise = c.columnwise = true;
+  if (scaling_mode_info(m).swizzle) c.scale_layout = shape.scale_layout;
+  if (fp4) {
+    c.random_hadamard = shape.rht && m == ScalingMode::kNVFP4;
+    c.stochastic_rounding = grad;
+    c.rng_seed = 5;
+  }
+  return c;
+}
 
 // Forward, dgrad and wgrad on operands quantized by tessera's CPU Quantizer; dy in
 // `grad_element` (E5M2: the HYBRID recipes, dgrad and wgrad then run the E5M2 x E4M3 kind);
@@ -502,17 +524,13 @@ std::string run_with_tessera_quantizer(ScalingMode mode, DType grad_element = DT
   std::mt19937 rng(7);
   std::vector<float> x = random_values(cap * k, rng, 3.0f), w = random_values(groups * n * k, rng, 3.0f),
                      dy = random_values(cap * n, rng, 3.0f);
-  auto config = [&](ScalingMode m, DType element) {
-    QuantizerConfig c = make_config(m, element);
-    c.rowwise = c.columnwise = true;
-    if (scaling_mode_info(m).swizzle) c.scale_layout = shape.scale_layout;
-    return c;
-  };
-  const QuantizerConfig cfg = config(mode, DType::kFloat8E4M3);
-  const QuantizerConfig w_cfg = config(weight_mode, DType::kFloat8E4M3);
+  const QuantizerConfig cfg = layer_config(mode, DType::kFloat8E4M3, shape);
+  QuantizerConfig w_cfg = layer_config(weight_mode, DType::kFloat8E4M3, shape);
+  w_cfg.random_hadamard = false;  // the recipes transform activations and gradients only
   const QuantizedTensor qx = quantize_with_tessera(cfg, x, cap, k);
   const QuantizedTensor qw = quantize_with_tessera(w_cfg, w, groups * n, k);
-  const QuantizerConfig grad_cfg = config(mode, grad_element);
+  const ScalingMode grad_mode = shape.grad_mode == ScalingMode::kNone ? mode : shape.grad_mode;
+  const QuantizerConfig grad_cfg = layer_config(grad_mode, grad_element, shape, true);
   const QuantizedTensor qdy = quantize_with_tessera(grad_cfg, dy, cap, n);
   DeviceCopy dx(qx.view()), dw(qw.view()), ddy(qdy.view());
   const std::vector<double> x_r = dequantized(qx, false), x_c = dequantized(qx, true);
@@ -592,20 +610,23 @@ TEST(CudaFp8GroupedGemmTesseraQuantizer, BlockHybridE5M2Gradients) {
 // a CUDA graph (setup kernel, transposes, three public-API GEMMs on a caller workspace) and
 // replayed with different device group sizes — mid-block starts, empty experts, all experts
 // empty, all tokens on one expert; each replay against the FP64 oracle.
-void graph_replay_with_changed_group_sizes(ScalingMode act_mode, ScalingMode weight_mode) {
+void graph_replay_with_changed_group_sizes(ScalingMode act_mode, ScalingMode weight_mode,
+                                           bool rht = false) {
   const int64_t groups = 4, n = 256, k = 208, cap = 512;
   const std::vector<std::vector<int64_t>> size_sets = {
       {112, 0, 304, 48}, {0, 256, 0, 256}, {0, 0, 0, 0}, {512, 0, 0, 0}, {16, 32, 48, 400}};
   std::mt19937 rng(11);
   std::vector<float> x = random_values(cap * k, rng, 3.0f), w = random_values(groups * n * k, rng, 3.0f),
                      dy = random_values(cap * n, rng, 3.0f);
-  QuantizerConfig act = make_config(act_mode, DType::kFloat8E4M3);
-  act.rowwise = act.columnwise = true;
-  QuantizerConfig wcfg = make_config(weight_mode, DType::kFloat8E4M3);
-  wcfg.rowwise = wcfg.columnwise = true;
+  LayerShape shape;
+  shape.rht = rht;
+  const QuantizerConfig act = layer_config(act_mode, DType::kFloat8E4M3, shape);
+  QuantizerConfig wcfg = layer_config(weight_mode, DType::kFloat8E4M3, shape);
+  wcfg.random_hadamard = false;
+  const QuantizerConfig grad = layer_config(act_mode, DType::kFloat8E4M3, shape, true);
   const QuantizedTensor qx = quantize_with_tessera(act, x, cap, k);
   const QuantizedTensor qw = quantize_with_tessera(wcfg, w, groups * n, k);
-  const QuantizedTensor qdy = quantize_with_tessera(act, dy, cap, n);
+  const QuantizedTensor qdy = quantize_with_tessera(grad, dy, cap, n);
   DeviceCopy dx(qx.view()), dw(qw.view()), ddy(qdy.view());
   const std::vector<double> x_r = dequantized(qx, false), x_c = dequantized(qx, true);
   const std::vector<double> w_r = dequantized(qw, false), w_c = dequantized(qw, true);
@@ -702,6 +723,117 @@ TEST(CudaFp8GroupedGemmTesseraQuantizer, MxHybridE5M2Gradients) {
   EXPECT_EQ(run_with_tessera_quantizer(ScalingMode::kMXFP8, DType::kFloat8E5M2,
                                        ScalingMode::kMXFP8_32x32, s),
             "");
+}
+
+// NVFP4 operands (no FP4 kind: both copies expanded exactly to BF16, the BF16 kind, 1/S_enc in
+// the epilogue): 1x16 activations and gradients (stochastic rounding) with 16x16 weights,
+// compact and swizzled E4M3 scales, the Hadamard transform on the wgrad's copies (x's and dy's
+// columnwise ones), K = 208 and N = 144 not multiples of 64 or 128, groups on multiples of 16.
+TEST(CudaFp8GroupedGemmTesseraQuantizer, Nvfp4x16x16) {
+  if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  LayerShape s = block_shape();
+  s.n = 144;
+  EXPECT_EQ(run_with_tessera_quantizer(ScalingMode::kNVFP4, DType::kFloat4E2M1,
+                                       ScalingMode::kNVFP4_16x16, s),
+            "");
+}
+
+TEST(CudaFp8GroupedGemmTesseraQuantizer, Nvfp4HadamardWgradSwizzled) {
+  if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  LayerShape s = block_shape();
+  s.rht = true;
+  s.scale_layout = ScaleLayout::kSwizzled;
+  EXPECT_EQ(run_with_tessera_quantizer(ScalingMode::kNVFP4, DType::kFloat4E2M1,
+                                       ScalingMode::kNVFP4_16x16, s),
+            "");
+}
+
+// The demo's custom recipe: MXFP8 activations and weights (the MXFP8 kind forward), NVFP4
+// gradients (dgrad NVFP4 dy x MXFP8 W's columnwise copy, wgrad dy's x x's columnwise copies:
+// both expanded, the MXFP8 columnwise copies transposed on the way).
+TEST(CudaFp8GroupedGemmTesseraQuantizer, Nvfp4GradientsWithMxfp8Operands) {
+  if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  LayerShape s = block_shape();
+  s.grad_mode = ScalingMode::kNVFP4;
+  EXPECT_EQ(run_with_tessera_quantizer(ScalingMode::kMXFP8, DType::kFloat8E4M3,
+                                       ScalingMode::kMXFP8_32x32, s),
+            "");
+}
+
+TEST(CudaFp8GroupedGemmTesseraQuantizer, Nvfp4HadamardGraphReplayWithChangedGroupSizes) {
+  if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  graph_replay_with_changed_group_sizes(ScalingMode::kNVFP4, ScalingMode::kNVFP4_16x16, true);
+}
+
+// Hadamard-transformed wgrad copies with device offsets whose group ends mid-block: that group's
+// dW is NaN (its transforms no longer cancel), the others are right.
+TEST(CudaFp8GroupedGemmTesseraQuantizer, Nvfp4HadamardGroupOffBlockIsNaN) {
+  if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  const int64_t t = 64, m = 16, n = 32;
+  std::mt19937 rng(3);
+  std::vector<float> dy = random_values(t * m, rng, 2.0f), x = random_values(t * n, rng, 2.0f);
+  LayerShape shape;
+  shape.rht = true;
+  const QuantizerConfig cfg = layer_config(ScalingMode::kNVFP4, DType::kFloat4E2M1, shape);
+  const QuantizedTensor qdy = quantize_with_tessera(cfg, dy, t, m);
+  const QuantizedTensor qx = quantize_with_tessera(cfg, x, t, n);
+  DeviceCopy ddy(qdy.view()), dx(qx.view());
+  const std::vector<double> dy_c = dequantized(qdy, true), x_c = dequantized(qx, true);
+  const std::vector<int64_t> start = {0, 16, 24, 64};  // group 1 ends mid-block, group 2 starts there
+  DeviceArray offsets(start), d(std::vector<float>(3 * m * n, 7.0f));
+  GroupedGemmProblem p;
+  p.kind = GroupedGemmKind::kKGrouped;
+  p.num_groups = 3;
+  p.transpose_a = true, p.transpose_b = false;
+  p.a = GemmOperand::from_quantized(ddy.view, true);
+  p.b = GemmOperand::from_quantized(dx.view, true);
+  p.d = TensorView::contiguous(d.ptr, DType::kFloat32, {3, m, n}, Device::cuda(0));
+  p.group_offsets = TensorView::contiguous(offsets.ptr, DType::kInt64, {4}, Device::cuda(0));
+  grouped_gemm(p);
+  cuda_ok(cudaDeviceSynchronize(), "sync");
+  const std::vector<float> got = d.to_host<float>();
+  for (int64_t g = 1; g < 3; ++g)
+    for (int64_t i = 0; i < m * n; ++i)
+      ASSERT_TRUE(std::isnan(got[g * m * n + i])) << "group " << g << " element " << i;
+  EXPECT_EQ(compare_fp32("group 0", d, m, n, 16, [&](int64_t r, int64_t c, double* abs, bool*) {
+              double acc = 0;
+              for (int64_t i = 0; i < 16; ++i) {
+                acc += dy_c[i * m + r] * x_c[i * n + c];
+                *abs += std::fabs(dy_c[i * m + r] * x_c[i * n + c]);
+              }
+              return acc;
+            }),
+            "");
+}
+
+TEST(CudaFp8GroupedGemmStatus, Nvfp4RefusesWhatItCannotRunExactly) {
+  if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  std::vector<float> a(64 * 32, 1.0f), b(64 * 48, 1.0f);
+  LayerShape shape;
+  shape.rht = true;
+  const QuantizedTensor qa = quantize_with_tessera(
+      layer_config(ScalingMode::kNVFP4, DType::kFloat4E2M1, shape), a, 64, 32);
+  const QuantizedTensor qb = quantize_with_tessera(
+      layer_config(ScalingMode::kNVFP4, DType::kFloat4E2M1, LayerShape{}), b, 64, 48);
+  const QuantizedTensor qr = quantize_with_tessera(
+      layer_config(ScalingMode::kRowwise, DType::kFloat8E4M3, LayerShape{}), b, 64, 48);
+  DeviceCopy da(qa.view()), db(qb.view()), dr(qr.view());
+  DeviceArray d(std::vector<float>(2 * 32 * 48)), offsets(std::vector<int64_t>{0, 32, 64});
+  GroupedGemmProblem p;
+  p.kind = GroupedGemmKind::kKGrouped;
+  p.num_groups = 2;
+  p.transpose_a = true, p.transpose_b = false;
+  p.a = GemmOperand::from_quantized(da.view, true);  // transformed
+  p.b = GemmOperand::from_quantized(db.view, true);  // not transformed
+  p.d = TensorView::contiguous(d.ptr, DType::kFloat32, {2, 32, 48}, Device::cuda(0));
+  p.group_offsets = TensorView::contiguous(offsets.ptr, DType::kInt64, {3}, Device::cuda(0));
+  std::string reason;
+  EXPECT_EQ(can_implement(p, &reason), Status::kUnsupported);
+  EXPECT_NE(reason.find("random Hadamard"), std::string::npos) << reason;
+  p.a = GemmOperand::from_quantized(db.view, true);  // NVFP4 x FP8 rowwise: no exact expansion
+  p.b = GemmOperand::from_quantized(dr.view, true);
+  EXPECT_EQ(can_implement(p, &reason), Status::kDTypeMismatch);  // the front end's pair rule
+  EXPECT_NE(reason.find("nvfp4 and rowwise"), std::string::npos) << reason;
 }
 
 TEST(CudaFp8GroupedGemmStatus, BlockDgradNeedsKMultipleOf128) {

@@ -1,4 +1,5 @@
-// The built-in recipes the nn tests run, by name (parse_recipe of recipe.h).
+// The built-in recipes the nn tests run, by name (parse_recipe of recipe.h; "nvfp4:nosr": nvfp4
+// without stochastic rounding).
 #include "nn_test_util.h"
 
 namespace tessera::nn::test {
@@ -9,6 +10,11 @@ std::vector<std::string> recipe_names() {
 }
 
 std::shared_ptr<Recipe> make_recipe(const std::string& name) {
+  if (name == "nvfp4:nosr") {  // nvfp4 with round-to-nearest gradients (a deterministic run)
+    Recipe r = parse_recipe("nvfp4");
+    r.stochastic_rounding = false;
+    return std::make_shared<Recipe>(r);
+  }
   return std::make_shared<Recipe>(parse_recipe(name));
 }
 

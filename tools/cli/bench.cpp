@@ -7,7 +7,9 @@
 //   fp8_block: the same with 1x128 blocks for x and dy and 128x128 blocks for W (scales
 //         promoted every 128 K in the GEMM main loop);
 //   mxfp8: the same with E8M0 scales per 1x32 block of x and dy and per 32x32 tile of W (each
-//         32-K partial sum promoted in the main loop; columnwise copies transposed by the GEMM).
+//         32-K partial sum promoted in the main loop; columnwise copies transposed by the GEMM);
+//   nvfp4: E2M1 with E4M3 scales per 1x16 block of x and dy (Hadamard-transformed columnwise
+//         copies) and per 16x16 tile of W; the GEMM expands both operands to BF16 first.
 // Validates first (relative error of y, dx, dW of the FP8 step against the BF16 step's), then
 // times whole steps with CUDA events (median). Shapes: the DeepSeek-V3, Qwen3 and Mixtral expert
 // layers, balanced and imbalanced (one empty expert, skewed sizes, multiples of 16).
@@ -166,8 +168,12 @@ struct Fp8Step {
       : act_quant(both(act), st.dev), w_quant(both(weight), st.dev), xq(both(act), st.t, st.k, st.dev),
         wq(both(weight), st.g * st.n, st.k, st.dev), dyq(both(act), st.t, st.n, st.dev) {}
   static QuantizerConfig both(ScalingMode m) {
-    QuantizerConfig c = make_config(m, DType::kFloat8E4M3);
+    QuantizerConfig c =
+        make_config(m, scaling_mode_info(m).fp4 ? DType::kFloat4E2M1 : DType::kFloat8E4M3);
     c.rowwise = c.columnwise = true;
+    // NVFP4 x and dy (1x16): the Hadamard transform on their columnwise copies, as the recipe
+    // quantizes the wgrad's operands.
+    c.random_hadamard = m == ScalingMode::kNVFP4;
     return c;
   }
   void quantize(Step& st, Stream s) {
@@ -252,7 +258,7 @@ double rel_err(const Buffer& got, const Buffer& ref, int64_t n, Device dev) {
 
 int usage() {
   std::printf(
-      "usage: tessera bench train [--shapes dsv3-fc1,...] [--recipes fp8_rowwise,fp8_block,mxfp8]\n"
+      "usage: tessera bench train [--shapes dsv3-fc1,...] [--recipes fp8_rowwise,fp8_block,mxfp8,nvfp4]\n"
       "                           [--reps N] [--gemms] [--fp8-config tile_n,stages,cluster_m]\n"
       "  One grouped-linear training step (forward, dgrad, wgrad) through the public C++ API on\n"
       "  cuda:0: bf16 and each FP8 recipe (default fp8_rowwise), balanced and imbalanced; prints\n"
@@ -290,12 +296,14 @@ int run_bench(const Args& args) {
       {"fp8_rowwise", ScalingMode::kRowwise, ScalingMode::kRowwise},
       {"fp8_block", ScalingMode::kBlock1x128, ScalingMode::kBlock128x128},
       {"mxfp8", ScalingMode::kMXFP8, ScalingMode::kMXFP8_32x32},
+      {"nvfp4", ScalingMode::kNVFP4, ScalingMode::kNVFP4_16x16},
   };
   for (size_t start = 0; start < recipes.size();) {
     const size_t end = std::min(recipes.find(',', start), recipes.size());
     const std::string_view r = std::string_view(recipes).substr(start, end - start);
-    TESSERA_CHECK(r == "fp8_rowwise" || r == "fp8_block" || r == "mxfp8",
-                  "--recipes: unknown recipe '", r, "'; expected fp8_rowwise, fp8_block, mxfp8");
+    TESSERA_CHECK(r == "fp8_rowwise" || r == "fp8_block" || r == "mxfp8" || r == "nvfp4",
+                  "--recipes: unknown recipe '", r, "'; expected fp8_rowwise, fp8_block, mxfp8, "
+                  "nvfp4");
     start = end + 1;
   }
 #if !defined(TESSERA_WITH_CUDA)

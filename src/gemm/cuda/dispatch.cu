@@ -49,9 +49,11 @@ constexpr int64_t kAlign = 256;
 
 // Byte layout of the workspace: every region 256-byte aligned; absent regions have 0 bytes.
 struct WorkspaceLayout {
-  int64_t maps = 0, offsets = 0, alpha = 0, starts = 0, a_t = 0, b_t = 0, total = 0;
+  int64_t maps = 0, offsets = 0, alpha = 0, starts = 0, a_t = 0, b_t = 0, factors = 0, total = 0;
   int64_t maps_bytes = 0, offsets_bytes = 0, alpha_bytes = 0, starts_bytes = 0, a_t_bytes = 0,
-          b_t_bytes = 0;
+          b_t_bytes = 0, factors_bytes = 0;
+  // NVFP4 operands: their 1/S_enc factors (FP32) at factors: A's values, then B's.
+  int64_t factors_a = 0;
   // K-grouped dense: row stride of the transposed operands (elements) = the padded token columns
   // (k_grouped_padded_cols); `starts` holds the G+1 padded group starts.
   int64_t ld_t = 0;
@@ -102,15 +104,19 @@ WorkspaceLayout layout_of(const GroupedGemmProblem& p, const GroupedGemmDims& d)
   const int64_t starts_bytes = (d.groups + 1) * 8;
   if (p.a.is_quantized) {
     // FP8 copies (quantized_operands.h) are read in place, except MXFP8 columnwise copies,
-    // transposed into the workspace (an unmappable problem gets no regions: can_implement
-    // refuses it)
+    // transposed into the workspace, and the pairs with an NVFP4 copy, both expanded to BF16
+    // there (an unmappable problem gets no regions: can_implement refuses it)
     gemm_cuda::Fp8ProblemMap m;
-    if (gemm_cuda::has_mx_operand(p) &&
+    if (gemm_cuda::has_workspace_operand(p) &&
         gemm_cuda::map_fp8_problem(p, d, &m, nullptr) == Status::kOk) {
-      if (m.a.transpose)
-        w.a_t_bytes = checked_mul(m.a.matrix.rows, m.a.matrix.ld, "workspace: transposed MXFP8 A");
-      if (m.b.transpose)
-        w.b_t_bytes = checked_mul(m.b.matrix.rows, m.b.matrix.ld, "workspace: transposed MXFP8 B");
+      auto copy_bytes = [&](const gemm_cuda::Fp8OperandMap& o, const char* what) -> int64_t {
+        if (o.expand) return bytes16({o.matrix.rows, o.matrix.ld}, what);
+        return o.transpose ? checked_mul(o.matrix.rows, o.matrix.ld, what) : 0;
+      };
+      w.a_t_bytes = copy_bytes(m.a, "workspace: the K-major copy of quantized A");
+      w.b_t_bytes = copy_bytes(m.b, "workspace: the K-major copy of quantized B");
+      w.factors_a = m.a.amax_count;
+      w.factors_bytes = (m.a.amax_count + m.b.amax_count) * 4;
     }
   } else if (mn.a) {
     // MN-major BF16 token matrices are read in place
@@ -139,6 +145,7 @@ WorkspaceLayout layout_of(const GroupedGemmProblem& p, const GroupedGemmDims& d)
   w.starts = place(w.starts_bytes);
   w.a_t = place(w.a_t_bytes);
   w.b_t = place(w.b_t_bytes);
+  w.factors = place(w.factors_bytes);
   w.total = at;
   return w;
 }
@@ -232,16 +239,25 @@ int64_t grouped_gemm_cuda_workspace_size(const GroupedGemmProblem& p, const Grou
 namespace {
 
 // FP8 operands, scales and B's per-group coordinates (quantized_operands.h); can_implement
-// accepted the problem. MXFP8 columnwise copies are read from their workspace transposes at
-// a_t / b_t (null while only sizing).
+// accepted the problem. MXFP8 columnwise copies are read from their workspace transposes, and
+// expanded copies from their BF16 expansions, at a_t / b_t, NVFP4 factors at factors (all null
+// while only sizing).
 gemm_cuda::Fp8ProblemMap describe_fp8(const GroupedGemmProblem& p, const GroupedGemmDims& d,
-                                      char* a_t, char* b_t, Sm90GroupedGemm* g) {
+                                      const WorkspaceLayout& w, char* ws, Sm90GroupedGemm* g) {
   gemm_cuda::Fp8ProblemMap m;
   std::string why;
   const Status s = gemm_cuda::map_fp8_problem(p, d, &m, &why);
   TESSERA_CHECK_STATUS(s == Status::kOk, s, why);
-  if (m.a.transpose) m.a.matrix.ptr = a_t;
-  if (m.b.transpose) m.b.matrix.ptr = b_t;
+  auto at = [ws](int64_t off) -> char* { return ws != nullptr ? ws + off : nullptr; };
+  if (m.a.transpose || m.a.expand) m.a.matrix.ptr = at(w.a_t);
+  if (m.b.transpose || m.b.expand) m.b.matrix.ptr = at(w.b_t);
+  auto* factors = reinterpret_cast<float*>(at(w.factors));
+  if (m.a.amax != nullptr) m.a.scale = factors;
+  if (m.b.amax != nullptr) m.b.scale = factors != nullptr ? factors + w.factors_a : nullptr;
+  if (m.rht) {  // each group's tokens on whole 16-token transform blocks
+    g->k_bound_block = 16;
+    g->k_bound_exempt = m.rht_rows;
+  }
   auto& k = g->params;
   g->elem = m.elem;
   g->a = m.a.matrix;
@@ -259,13 +275,21 @@ gemm_cuda::Fp8ProblemMap describe_fp8(const GroupedGemmProblem& p, const Grouped
   return m;
 }
 
-// Writes the workspace transposes of MXFP8 columnwise copies (describe_fp8).
+// Writes the workspace copies of describe_fp8: transposes of MXFP8 columnwise copies, BF16
+// expansions (pairs with an NVFP4 copy) and NVFP4's 1/S_enc factors.
 void prepare_fp8_operands(const gemm_cuda::Fp8ProblemMap& m, const WorkspaceLayout& w, char* ws,
                           cudaStream_t s) {
-  for (const auto& [o, at] : {std::pair{&m.a, w.a_t}, std::pair{&m.b, w.b_t}})
+  for (const auto& [o, at] : {std::pair{&m.a, w.a_t}, std::pair{&m.b, w.b_t}}) {
     if (o->transpose)
       gemm_cuda::transpose_8bit(o->src, ws + at, o->src_batch, o->src_rows, o->src_cols,
                                 o->matrix.ld, o->rows_pad, s);
+    if (o->expand && o->expand_transposed)
+      gemm_cuda::expand_to_bf16_transposed(o->ex, ws + at, o->matrix.ld, s);
+    else if (o->expand)
+      gemm_cuda::expand_to_bf16(o->ex, ws + at, o->matrix.ld, s);
+    if (o->amax != nullptr)
+      gemm_cuda::nvfp4_decode_factors(o->amax, o->amax_count, const_cast<float*>(o->scale), s);
+  }
 }
 
 // The kernel launch description of a problem whose workspace regions are at `ws`; `fp8`, when
@@ -302,8 +326,7 @@ Sm90GroupedGemm describe(const GroupedGemmProblem& p, const GroupedGemmDims& d,
   if (!p.a.is_quantized && p.a.dense.dtype == DType::kFloat16) g.elem = gemm_cuda::ElemKind::kFP16;
   const MnPlan mn = mn_plan(p, d);
   if (p.a.is_quantized) {
-    const gemm_cuda::Fp8ProblemMap m =
-        describe_fp8(p, d, static_cast<char*>(at(w.a_t)), static_cast<char*>(at(w.b_t)), &g);
+    const gemm_cuda::Fp8ProblemMap m = describe_fp8(p, d, w, ws, &g);
     if (fp8 != nullptr) *fp8 = m;
   } else if (k.k_grouped && mn.a) {  // A (T, m), B (T, n) as stored: contraction = token rows
     g.a_mn_major = g.b_mn_major = true;
@@ -434,7 +457,7 @@ GroupedGemmConfig grouped_gemm_cuda_select_config(const GroupedGemmProblem& p,
                                                   const GroupedGemmDims& dims) {
   const WorkspaceLayout w = layout_of(p, dims);
   const gemm_cuda::Sm90Config c = gemm_cuda::select_sm90_config(describe(p, dims, w, nullptr), 0);
-  return gemm_cuda::public_config(c, p.a.is_quantized);
+  return gemm_cuda::public_config(c, gemm_cuda::one_byte_operands(p));
 }
 
 void grouped_gemm_cuda(const GroupedGemmProblem& p, const GroupedGemmDims& dims, void* workspace,
@@ -443,7 +466,7 @@ void grouped_gemm_cuda(const GroupedGemmProblem& p, const GroupedGemmDims& dims,
   // An explicit config is checked before anything is written.
   const bool explicit_config = !p.config.is_default();
   const gemm_cuda::Sm90Config requested =
-      explicit_config ? gemm_cuda::sm90_config_of(p.config, p.kind, p.a.is_quantized)
+      explicit_config ? gemm_cuda::sm90_config_of(p.config, p.kind, gemm_cuda::one_byte_operands(p))
                       : gemm_cuda::Sm90Config{};
   TESSERA_CHECK_STATUS(workspace_bytes >= w.total, Status::kBufferTooSmall, "workspace: ",
                        workspace_bytes, " bytes, ", w.total, " needed");
@@ -459,7 +482,7 @@ void grouped_gemm_cuda(const GroupedGemmProblem& p, const GroupedGemmDims& dims,
   if (!p.a.is_quantized) prepare_dense_operands(p, dims, w, ws, s);
   gemm_cuda::Fp8ProblemMap fp8;
   Sm90GroupedGemm g = describe(p, dims, w, ws, &fp8);
-  if (p.a.is_quantized) prepare_fp8_operands(fp8, w, ws, s);  // MXFP8 columnwise transposes
+  if (p.a.is_quantized) prepare_fp8_operands(fp8, w, ws, s);  // transposes, expansions
   g.config = explicit_config ? requested : gemm_cuda::select_sm90_config(g, 0);
   if (gemm_cuda::is_block_scaled(g.elem)) {  // one kernel shape: cooperative 128 x 128, 1 CTA
     TESSERA_CHECK_STATUS(p.config.tile_n == 0 || p.config.tile_n == 128, Status::kUnsupported,

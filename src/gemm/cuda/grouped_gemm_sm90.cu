@@ -153,6 +153,9 @@ __global__ void build_group_maps_kernel(const __grid_constant__ CUtensorMap tmpl
         ok = ok && (first * q.elem_bytes) % 16 == 0;
         if (q.per_member[o]) ok = ok && ((end - start) * q.elem_bytes) % 16 == 0;
       }
+      if (q.bound_block > 0 && end > start)
+        ok = ok && start % q.bound_block == 0 &&
+             (end % q.bound_block == 0 || end == q.bound_exempt);
       q.group_ok[g] = ok ? 1 : 0;
     }
     if (q.origin_at_start[which]) {  // columns [start, end) of the whole tensor
@@ -409,6 +412,8 @@ void launch_grouped_gemm_sm90(const Sm90GroupedGemm& g, void* workspace, int64_t
     q.origin_at_start[0] = block_scaled && !g.a_per_member;
     q.origin_at_start[1] = block_scaled && !g.b_per_member;
     q.elem_bytes = elem_bytes(g.elem);
+    q.bound_block = g.k_bound_block;
+    q.bound_exempt = g.k_bound_exempt;
     q.group_ok = reinterpret_cast<int32_t*>(static_cast<CUtensorMap*>(workspace) + 2 * p.num_groups);
     const int blocks = (2 * p.num_groups + kSetupWarps - 1) / kSetupWarps;
     build_group_maps_kernel<<<blocks, 32 * kSetupWarps, 0, stream>>>(

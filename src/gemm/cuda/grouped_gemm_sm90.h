@@ -79,6 +79,10 @@ struct Sm90GroupedGemm {
   // M-grouped B = (G, k, n) weights, b_mn_groups = G (a 3-D map: n, k, group). Not with clusters.
   bool a_mn_major = false, b_mn_major = false;
   int64_t b_mn_groups = 0;
+  // K-grouped: each group's contraction [start, end) must start and end on multiples of
+  // k_bound_block (an end at k_bound_exempt excepted) or its output is NaN
+  // (GroupMapParams::bound_block; Hadamard-transformed NVFP4 copies); 0 = no such rule.
+  int64_t k_bound_block = 0, k_bound_exempt = 0;
   Sm90Config config;
 };
 

@@ -2,7 +2,9 @@
 // epilogue scale indexing (see quantized_operands.h for the supported layouts).
 #include "gemm/cuda/quantized_operands.h"
 
+#include <algorithm>
 #include <sstream>
+#include <utility>
 
 namespace tessera::gemm_cuda {
 namespace {
@@ -63,6 +65,57 @@ Refusal map_mx_scales(const QuantizedTensorView& q, const TensorView& scale, con
   // 32x32 tiles: each 32 rows of the kernel's matrix (weight rows, or x's columns for the
   // transposed columnwise copy) share one scale, stored in each row.
   out->rows_per_scale_32 = c.mode == ScalingMode::kMXFP8_32x32 ? 1 : 0;
+  return {};
+}
+
+bool is_nvfp4(const GemmOperand& o) {
+  return o.is_quantized && is_family(o.quantized.config.mode, ScaleFamily::kNVFP4);
+}
+bool is_mxfp8(const GemmOperand& o) {
+  return o.is_quantized && is_family(o.quantized.config.mode, ScaleFamily::kMXFP8);
+}
+bool rht_copy(const GemmOperand& o) {
+  return is_nvfp4(o) && o.columnwise && o.quantized.config.random_hadamard;
+}
+
+// An operand of a pair with an NVFP4 copy: the copy to expand into BF16 and the K-major matrix
+// it becomes (rows = the copy's K-major rows, ld = cols padded to 8: 16-byte TMA rows). The
+// buffers' dtypes, shapes and devices were validated by the front end (check_quantized_operand).
+Refusal map_expanded_operand(const GemmOperand& o, const char* name, bool want_columnwise,
+                             int64_t groups, Fp8OperandMap* out) {
+  const QuantizedTensorView& q = o.quantized;
+  const QuantizerConfig& c = q.config;
+  const bool nvfp4 = is_nvfp4(o);  // else MXFP8 (map_expanded_problem)
+  if (o.columnwise != want_columnwise)
+    return refuse(Status::kUnsupported, name, ": the CUDA path reads the ",
+                  want_columnwise ? "columnwise" : "rowwise", " copy here");
+  const bool cw = want_columnwise;
+  const TensorView& data = cw ? q.columnwise_data : q.data;
+  const TensorView& scale = cw ? q.columnwise_scale_inv : q.scale_inv;
+  if (!data.device.is_cuda() || !scale.device.is_cuda())
+    return refuse(Status::kInvalidArgument, name, ": the stored copy must be on the device");
+  ExpandSource& ex = out->ex;
+  ex.codes = data.data;
+  ex.scales = scale.data;
+  ex.geometry = scale_geometry(c, q.rows, q.cols, cw);
+  ex.element = c.element;
+  // NVFP4 stores its columnwise copy transposed (K-major as stored); MXFP8 keeps x's layout.
+  const bool stored_transposed = nvfp4 && cw;
+  ex.rows = stored_transposed ? q.cols : q.rows;
+  ex.cols = stored_transposed ? q.rows : q.cols;
+  out->expand = true;
+  out->expand_transposed = cw && !nvfp4;
+  const int64_t rows = cw ? q.cols : q.rows, cols = cw ? q.rows : q.cols;
+  out->matrix = {nullptr, rows, cols, (cols + 7) / 8 * 8};
+  if (nvfp4) {
+    const TensorView& amax = cw ? q.columnwise_amax : q.amax;
+    out->amax = static_cast<const float*>(amax.data);
+    out->amax_count = amax.numel();
+    if (!amax.device.is_cuda())
+      return refuse(Status::kInvalidArgument, name, ": the NVFP4 global amax must be on the device");
+    out->scale_gs = amax.numel() == groups && groups > 1 ? 1 : 0;
+    out->scale_rs = 0;
+  }
   return {};
 }
 
@@ -157,15 +210,18 @@ Refusal map_operand(const GemmOperand& o, const char* name, bool want_columnwise
   return {};
 }
 
+using MapOperand = Refusal (*)(const GemmOperand&, const char*, bool, int64_t, Fp8OperandMap*);
+
 Refusal map_m_grouped(const GroupedGemmProblem& p, const detail::GroupedGemmDims& d,
-                      Fp8ProblemMap* out) {
-  if (d.k % 16 != 0)
+                      MapOperand map, Fp8ProblemMap* out) {
+  if (!out->expanded && d.k % 16 != 0)  // expanded BF16 copies are padded to whole 16 bytes
     return refuse(Status::kUnsupported, "K = ", d.k, " must be a multiple of 16 for FP8 on CUDA "
                   "(16-byte TMA rows)");
-  Refusal r = map_operand(p.a, "A", false, d.groups, &out->a);
+  Refusal r = map(p.a, "A", false, d.groups, &out->a);
   if (r.status != Status::kOk) return r;
   out->a.matrix.rows = d.capacity;  // A (T, K): rows past the capacity are never read
-  r = map_operand(p.b, "B", !p.transpose_b, d.groups, &out->b);
+  if (out->a.expand) out->a.ex.rows = std::min(out->a.ex.rows, d.capacity);
+  r = map(p.b, "B", !p.transpose_b, d.groups, &out->b);
   if (r.status != Status::kOk) return r;
   if (p.transpose_b) {  // TN: B (G·N, K) rowwise; rowwise scales per weight row g·N + n
     out->b_group_rows = d.n;
@@ -197,14 +253,15 @@ Refusal map_m_grouped(const GroupedGemmProblem& p, const detail::GroupedGemmDims
 }
 
 Refusal map_k_grouped(const GroupedGemmProblem& p, const detail::GroupedGemmDims& d,
-                      Fp8ProblemMap* out) {
-  Refusal r = map_operand(p.a, "A", true, d.groups, &out->a);
+                      MapOperand map, Fp8ProblemMap* out) {
+  Refusal r = map(p.a, "A", true, d.groups, &out->a);
   if (r.status != Status::kOk) return r;
-  r = map_operand(p.b, "B", true, d.groups, &out->b);
+  r = map(p.b, "B", true, d.groups, &out->b);
   if (r.status != Status::kOk) return r;
-  // The stored token dim (row stride of both copies; MXFP8's workspace copies pad it to 16).
+  // The stored token dim (row stride of both copies; MXFP8's workspace copies pad it to 16,
+  // the expanded BF16 copies to 8).
   const int64_t t = out->a.transpose ? out->a.matrix.ld : out->a.matrix.cols;
-  if (t % 16 != 0)
+  if (!out->expanded && t % 16 != 0)
     return refuse(Status::kMisaligned, "A and B: ", t, " token rows; the transposed FP8 copies "
                   "need a multiple of 16 (16-byte TMA row stride)");
   out->a.matrix.cols = d.capacity;  // the setup kernel clips each group at end_g
@@ -227,11 +284,40 @@ Refusal element_kind(const GroupedGemmProblem& p, ElemKind* out) {
   return {};
 }
 
+// A pair with an NVFP4 copy: both expanded to BF16 (map_expanded_operand), the BF16 kind. A
+// Hadamard-transformed copy only with another one, K-grouped (the transforms cancel over the
+// contraction).
+Refusal map_expanded_problem(const GroupedGemmProblem& p, const detail::GroupedGemmDims& d,
+                             Fp8ProblemMap* m) {
+  m->expanded = true;
+  m->elem = ElemKind::kBF16;
+  for (const auto& [o, name] : {std::pair{&p.a, "A"}, std::pair{&p.b, "B"}})
+    if (!is_nvfp4(*o) && !is_mxfp8(*o))
+      return refuse(Status::kUnsupported, name, ": scaling mode ",
+                    scaling_mode_name(o->quantized.config.mode), " meets an NVFP4 operand; on "
+                    "CUDA an NVFP4 copy multiplies with an NVFP4 or an MXFP8 copy");
+  const bool rht_a = rht_copy(p.a), rht_b = rht_copy(p.b);
+  if ((rht_a || rht_b) && !(rht_a && rht_b && p.kind == GroupedGemmKind::kKGrouped))
+    return refuse(Status::kUnsupported, "A and B: an NVFP4 copy with the random Hadamard "
+                  "transform multiplies on CUDA only with another such copy over the transformed "
+                  "token dim (the K-grouped wgrad, where the transforms cancel); got A ",
+                  rht_a ? "with" : "without", " and B ", rht_b ? "with" : "without",
+                  " the transform in a ", grouped_gemm_kind_name(p.kind), " GEMM");
+  m->rht = rht_a;
+  m->rht_rows = p.a.quantized.rows;
+  if (p.kind == GroupedGemmKind::kMGrouped) return map_m_grouped(p, d, map_expanded_operand, m);
+  if (p.kind == GroupedGemmKind::kKGrouped) return map_k_grouped(p, d, map_expanded_operand, m);
+  return refuse(Status::kUnsupported, "batched (3D x 3D) GEMM is not implemented on CUDA");
+}
+
 }  // namespace
 
-bool has_mx_operand(const GroupedGemmProblem& p) {
-  return (p.a.is_quantized && is_family(p.a.quantized.config.mode, ScaleFamily::kMXFP8)) ||
-         (p.b.is_quantized && is_family(p.b.quantized.config.mode, ScaleFamily::kMXFP8));
+bool has_workspace_operand(const GroupedGemmProblem& p) {
+  return is_mxfp8(p.a) || is_mxfp8(p.b) || is_nvfp4(p.a) || is_nvfp4(p.b);
+}
+
+bool one_byte_operands(const GroupedGemmProblem& p) {
+  return p.a.is_quantized && !is_nvfp4(p.a) && !is_nvfp4(p.b);
 }
 
 Status map_fp8_problem(const GroupedGemmProblem& p, const detail::GroupedGemmDims& d,
@@ -240,10 +326,15 @@ Status map_fp8_problem(const GroupedGemmProblem& p, const detail::GroupedGemmDim
   Refusal r;
   if (!p.a.is_quantized || !p.b.is_quantized) {
     r = refuse(Status::kDTypeMismatch, "A and B: both must be quantized");
+  } else if (is_nvfp4(p.a) || is_nvfp4(p.b)) {
+    r = map_expanded_problem(p, d, &m);
+    if (r.status != Status::kOk && reason != nullptr) *reason = r.reason;
+    if (r.status == Status::kOk) *out = m;
+    return r.status;
   } else if (p.kind == GroupedGemmKind::kMGrouped) {
-    r = map_m_grouped(p, d, &m);
+    r = map_m_grouped(p, d, map_operand, &m);
   } else if (p.kind == GroupedGemmKind::kKGrouped) {
-    r = map_k_grouped(p, d, &m);
+    r = map_k_grouped(p, d, map_operand, &m);
   } else {
     r = refuse(Status::kUnsupported, "batched (3D x 3D) GEMM is not implemented on CUDA");
   }

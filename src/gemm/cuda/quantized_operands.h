@@ -27,12 +27,20 @@
 // straddles two experts — the exact product needs A's and B's blocks to coincide); wgrad's dy (T, M) → (M, T) and x (T, N) → (N, T) with the token dim padded to a
 // multiple of 16, group starts multiples of 16 (the 32-token scale blocks may straddle groups,
 // their scales then cover rows of two experts, as in the quantizer).
+// NVFP4 (1x16 and 16x16 E4M3 scales, compact or swizzled, FP32 global amax; A × B = NVFP4 ×
+// NVFP4 or one NVFP4 and one MXFP8 copy, the custom recipes' mix) has no FP4 kind: both copies
+// are expanded exactly into BF16 in the workspace (expand_operand.h), read K-major as the FP8
+// copies above (the MXFP8 columnwise copy transposed on the way), and the BF16 kind runs them
+// with NVFP4's 1/S_enc factors as the epilogue scales. Hadamard-transformed NVFP4 copies
+// multiply only with each other over the transformed token dim (the wgrad of the NVFP4 recipe:
+// the orthogonal transforms cancel in the product), each group on whole 16-token blocks.
 // Everything else is refused with a reason (status kUnsupported or kMisaligned).
 #pragma once
 
 #include <cstdint>
 #include <string>
 
+#include "gemm/cuda/expand_operand.h"
 #include "gemm/cuda/grouped_gemm_sm90.h"
 #include "gemm/gemm_backend.h"
 
@@ -51,17 +59,37 @@ struct Fp8OperandMap {
   const float* scale = nullptr;  // epilogue scales (kTensor / kRowwise); null for block modes
   int64_t scale_gs = 0, scale_rs = 0;  // scale of (group g, index i) = scale[g·gs + i·rs]
   gemm_sm90::BlockScales block;       // block modes: the per-stage scales
+  // Pairs with an NVFP4 copy (Fp8ProblemMap::expanded): the stored copy `ex` is expanded into
+  // the BF16 workspace matrix `matrix` (ptr null until placed; expand_operand.h), transposed on
+  // the way when `expand_transposed` (MXFP8 columnwise copies). NVFP4: the copy's 1/S_enc
+  // factors (from amax, 1 or G values) are the epilogue scale, computed into the workspace
+  // (`scale` null until placed, scale_gs 0 or 1).
+  bool expand = false, expand_transposed = false;
+  ExpandSource ex;
+  const float* amax = nullptr;
+  int64_t amax_count = 0;
 };
 
 struct Fp8ProblemMap {
   Fp8OperandMap a, b;
   ElemKind elem = ElemKind::kE4M3;  // the (A, B) element pair
   int64_t b_group_rows = 0, b_group_cols = 0;  // M-grouped: B_g's coordinate offsets
+  // Both operands expanded to BF16 (a pair with an NVFP4 copy): elem is kBF16.
+  bool expanded = false;
+  // K-grouped pairs of Hadamard-transformed NVFP4 copies: each group's contraction must start
+  // and end on a 16-token transform block (an end at `rht_rows`, the copies' stored token count,
+  // may close a partial one), else its output is NaN (GroupMapParams::bound_block).
+  bool rht = false;
+  int64_t rht_rows = 0;
 };
 
-// Whether either operand is an MXFP8 copy (a cheap test before map_fp8_problem: only those may
-// need workspace transposes).
-bool has_mx_operand(const GroupedGemmProblem& p);
+// Whether either operand is an MXFP8 or NVFP4 copy (a cheap test before map_fp8_problem: only
+// those may need workspace copies: transposes or expansions).
+bool has_workspace_operand(const GroupedGemmProblem& p);
+
+// Whether the kernel reads one-byte operands: quantized ones, except the pairs with an NVFP4
+// copy, expanded to BF16.
+bool one_byte_operands(const GroupedGemmProblem& p);
 
 // Maps a validated problem whose operands are both quantized. Returns kOk and fills *out, or the
 // status with *reason saying what the CUDA path needs instead.

@@ -17,6 +17,7 @@
 //   group's A is not streamed from DRAM once per n-block column (register epilogue: plain order);
 // - one persistent CTA per SM, no clusters (2-CTA clusters measured no gain).
 #include "gemm/cuda/heuristics/grouped_gemm_config.h"
+#include "gemm/cuda/quantized_operands.h"
 
 #include <cuda_runtime_api.h>
 
@@ -121,7 +122,8 @@ Sm90Config sm90_config_of(const GroupedGemmConfig& c, GroupedGemmKind kind, bool
 namespace tessera::detail {
 
 void grouped_gemm_cuda_check_config(const GroupedGemmProblem& p) {
-  if (!p.config.is_default()) gemm_cuda::sm90_config_of(p.config, p.kind, p.a.is_quantized);
+  if (!p.config.is_default())
+    gemm_cuda::sm90_config_of(p.config, p.kind, gemm_cuda::one_byte_operands(p));
 }
 
 }  // namespace tessera::detail

@@ -195,6 +195,10 @@ struct GroupMapParams {
   // 128·floor(start_g/128) − start_g + 128·i may be negative and read zeros below the group.
   int origin_at_start[2] = {0, 0};
   int elem_bytes = 1;
+  // bound_block > 0: group g is also ok only when start_g and end_g are multiples of
+  // bound_block, or end_g == bound_exempt (the products of Hadamard-transformed copies equal the
+  // untransformed ones only over whole transform blocks).
+  int64_t bound_block = 0, bound_exempt = 0;
   int32_t* group_ok = nullptr;  // out: 1 when group g's operands meet TMA's 16-byte rules
 };
 
