@@ -4,6 +4,7 @@
 #include <string>
 
 #include "bindings.h"
+#include "tessera/core/checked_math.h"
 #include "tessera/core/status.h"
 
 namespace tessera::python {
@@ -82,6 +83,17 @@ TensorView device_view(const DeviceArray& a, DType dtype, const char* arg) {
 
 TensorView device_view(const DeviceArray& a, const char* arg) {
   return device_view(a, array_dtype(a, arg), arg);
+}
+
+TensorView codes_view(const DeviceArray& a, DType element, const char* arg) {
+  if (element != DType::kFloat4E2M1) return device_view(a, element, arg);
+  const TensorView bytes = device_view(a, DType::kUInt8, arg);
+  TESSERA_CHECK_STATUS(bytes.ndim == 2, Status::kShapeMismatch, arg,
+                       ": packed e2m1 codes must be a 2-D (rows, ceil(cols/2)) uint8 array, got ",
+                       bytes.to_string());
+  return TensorView::contiguous(bytes.data, DType::kFloat4E2M1,
+                                {bytes.shape[0], checked_mul(bytes.shape[1], 2, arg)},
+                                bytes.device);
 }
 
 namespace {

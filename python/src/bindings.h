@@ -49,6 +49,10 @@ Device array_device(const DeviceArray& a, const char* arg);
 // array is not C-contiguous: tessera never copies a caller's array behind its back.
 TensorView device_view(const DeviceArray& a, const char* arg);
 TensorView device_view(const DeviceArray& a, DType dtype, const char* arg);
+// A C-contiguous 2-D array of quantized codes read as `element`: 8-bit codes as they are; E2M1
+// codes are the packed bytes (R, B), two codes per byte, seen as the (R, 2·B) E2M1 view of the
+// storage contract (quantize/types.h: rows start on a byte).
+TensorView codes_view(const DeviceArray& a, DType element, const char* arg);
 // The tessera::Stream of a raw cudaStream_t handle passed from Python as an integer
 // (torch.cuda.current_stream().cuda_stream, cupy's stream.ptr); 0 = the legacy default stream.
 inline Stream stream_of(uintptr_t handle) { return Stream{reinterpret_cast<void*>(handle)}; }

@@ -6,7 +6,8 @@
 //
 // Python surface (private; tessera.torch wraps it with torch's conventions):
 //   _gemm_dense_operand(array) -> _GemmOperand
-//   _gemm_quantized_operand(data_u8, scale_inv, mode, element, rows, cols, columnwise)
+//   _gemm_quantized_operand(data_u8, scale_inv, mode, element, rows, cols, columnwise, amax,
+//                           random_hadamard)
 //   _grouped_gemm_into(kind, a, b, out, offsets, end_offsets, transpose_a, transpose_b, alpha,
 //                      beta, workspace, stream, zero_unused_rows) -> int
 //   _array_view(array) -> {data_ptr, shape, dtype, device}   (zero-copy introspection)
@@ -73,18 +74,31 @@ DType scale_dtype_of(const DeviceArray& scale_inv, ScalingMode mode) {
 // copy that `columnwise` names of a logical (rows, cols) matrix quantized with (mode, element),
 // in the storage contract of tessera/quantize/types.h (a columnwise FP8 copy is stored
 // transposed; rowwise FP8 scales are (rows, 1); MXFP8 copies both stay (rows, cols), their E8M0
-// scales given as uint8 bytes).
+// scales given as uint8 bytes). NVFP4 (element e2m1): `data` holds the packed code bytes
+// (stored rows, ceil(stored cols / 2)), E4M3 scales as uint8, `amax` the copy's FP32 global
+// amax (1 value, or G: one per group), and random_hadamard says that the (columnwise) copy was
+// quantized after the 16-point Hadamard transform (the GEMM undoes it, or pairs two such copies).
 ArrayOperand quantized_operand(const DeviceArray& data, const DeviceArray& scale_inv,
                                const std::string& mode, const std::string& element, int64_t rows,
-                               int64_t cols, bool columnwise) {
+                               int64_t cols, bool columnwise,
+                               const std::optional<DeviceArray>& amax, bool random_hadamard) {
   TESSERA_CHECK(rows >= 0 && cols >= 0, "rows/cols: must be >= 0, got (", rows, ", ", cols, ")");
   QuantizerConfig config;
   config.mode = scaling_mode_from_name(mode.c_str());
   config.element = parse_dtype(element);
-  TESSERA_CHECK(dtype_bits(config.element) == 8, "element: '", element,
-                "' is not accepted here; expected an 8-bit element (e4m3, e5m2)");
+  const bool nvfp4 = is_family(config.mode, ScaleFamily::kNVFP4);
+  TESSERA_CHECK(dtype_bits(config.element) == 8 || config.element == DType::kFloat4E2M1,
+                "element: '", element, "' is not accepted here; expected e4m3, e5m2 or e2m1");
+  TESSERA_CHECK(!nvfp4 || amax.has_value(), "amax: an NVFP4 operand needs its copy's FP32 "
+                "global amax (1 value, or one per group)");
+  TESSERA_CHECK(nvfp4 || !amax.has_value(), "amax: only NVFP4 operands carry a global amax; "
+                "got one for mode '", mode, "'");
+  TESSERA_CHECK(!random_hadamard || (nvfp4 && columnwise), "random_hadamard: only the "
+                "columnwise copy of an NVFP4 operand has the Hadamard transform; got mode '",
+                mode, "', ", columnwise ? "columnwise" : "rowwise", " copy");
   config.rowwise = !columnwise;
   config.columnwise = columnwise;
+  config.random_hadamard = random_hadamard;
   ArrayOperand o;
   QuantizedTensorView q;
   q.config = config;
@@ -93,17 +107,25 @@ ArrayOperand quantized_operand(const DeviceArray& data, const DeviceArray& scale
   q.device = array_device(data, "data");
   TESSERA_CHECK(array_device(scale_inv, "scale_inv") == q.device,
                 "scale_inv: must be on the device of data (", to_string(q.device), ")");
-  const TensorView d = matrix_view(data, config.element, "data");
+  TESSERA_CHECK_STATUS(data.ndim() == 2, Status::kShapeMismatch,
+                       "data: must be a 2-D array (rows, cols) of the quantized storage; got ",
+                       data.ndim(), "-D");
+  const TensorView d = codes_view(data, config.element, "data");
   const TensorView s = matrix_view(scale_inv, scale_dtype_of(scale_inv, config.mode), "scale_inv");
+  TensorView a;
+  if (amax) a = device_view(*amax, "amax");  // dtype, count and device: the GEMM's check
   if (columnwise) {
     q.columnwise_data = d;
     q.columnwise_scale_inv = s;
+    q.columnwise_amax = a;
   } else {
     q.data = d;
     q.scale_inv = s;
+    q.amax = a;
   }
   o.op = GemmOperand::from_quantized(q, columnwise);
   o.keep = {data, scale_inv};
+  if (amax) o.keep.push_back(*amax);
   return o;
 }
 
@@ -180,8 +202,10 @@ void register_dlpack_gemm(nb::module_& m) {
   m.def("_gemm_quantized_operand", &quantized_operand, nb::arg("data").noconvert(),
         nb::arg("scale_inv").noconvert(), nb::arg("mode"), nb::arg("element"), nb::arg("rows"),
         nb::arg("cols"), nb::arg("columnwise") = false,
-        "A quantized operand: uint8 codes + scale_inv (FP32, or E8M0 bytes as uint8) of one "
-        "usage of a logical (rows, cols) matrix.");
+        nb::arg("amax").noconvert() = nb::none(), nb::arg("random_hadamard") = false,
+        "A quantized operand: uint8 codes (E2M1 packed two per byte) + scale_inv (FP32, or "
+        "E8M0 / E4M3 bytes as uint8) of one usage of a logical (rows, cols) matrix; NVFP4 adds "
+        "the copy's FP32 global amax and whether it carries the Hadamard transform.");
   m.def("_transpose_bytes_into", &transpose_bytes_into, nb::arg("src").noconvert(),
         nb::arg("out").noconvert(), nb::arg("batch"), nb::arg("rows"), nb::arg("cols"),
         nb::arg("stream") = 0,

@@ -6,10 +6,11 @@
 // Python surface (private; tessera.torch.quantize_fp8_rowwise / _tensor / _delayed wrap it):
 //   _quantize_into(x, mode, element, rowwise, columnwise, data, scale_inv, columnwise_data,
 //                  columnwise_scale_inv, stream, amax, columnwise_amax, delayed_scale,
-//                  amax_history) -> None
+//                  amax_history, random_hadamard, stochastic_rounding, rng_seed,
+//                  rng_offset) -> None
 //   _delayed_update(scale, amax_history, element, amax_compute_algo, margin, stream) -> None
 //     (the role's element, algorithm and margin: _recipe_config in quantize_py.cpp)
-// FP8 and MXFP8 modes with their make_config defaults (per-tensor "tensor" = current scaling, which
+// FP8, MXFP8 and NVFP4 modes with their make_config defaults (per-tensor "tensor" = current scaling, which
 // also writes the tensor amax of each copy into the caller's 1-element `amax` arrays; with
 // `delayed_scale` and `amax_history` it is delayed scaling on that caller-owned state: the scale is
 // read from `delayed_scale` and the amax written to history slot 0, docs/numerics.md), compact
@@ -18,7 +19,12 @@
 // tessera/quantize/types.h (a
 // columnwise rowwise/block copy is stored transposed); a scale array may be given with any shape
 // of the contracted number of elements (torch keeps rowwise scales 1-D), and the arrays of a usage
-// not asked for are ignored (they may be empty).
+// not asked for are ignored (they may be empty). NVFP4 ("nvfp4", "nvfp4_16x16", element e2m1):
+// codes are packed bytes (rows, ceil(cols/2)) (the columnwise copy transposed: (cols,
+// ceil(rows/2))), E4M3 scales given as uint8, and each usage's FP32 global amax is written into
+// `amax` / `columnwise_amax`; random_hadamard (the 16-point transform of the columnwise copy,
+// rows % 16 == 0), stochastic_rounding and the Philox rng_seed / rng_offset are the config's
+// (validate_config refuses them outside NVFP4; tessera never advances the offset itself).
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 
@@ -27,6 +33,7 @@
 #include <string>
 
 #include "bindings.h"
+#include "tessera/core/checked_math.h"
 #include "tessera/core/status.h"
 #include "tessera/quantize/quantizer.h"
 #include "tessera/quantize/types.h"
@@ -39,13 +46,17 @@ namespace {
 // (any shape with that many, e.g. a 1-D (M,) rowwise scale vector).
 TensorView contract_view(const DeviceArray& a, const MatrixShape& want, Device device,
                          const char* arg) {
-  const TensorView v = device_view(a, want.dtype, arg);
+  const bool packed = want.dtype == DType::kFloat4E2M1;  // two codes per byte, rows on a byte
+  const TensorView v = device_view(a, packed ? DType::kUInt8 : want.dtype, arg);
   TESSERA_CHECK(v.device == device, arg, ": must be on the device of x (", to_string(device),
                 "), got ", to_string(v.device));
-  TESSERA_CHECK_STATUS(v.numel() == want.numel(), Status::kShapeMismatch, arg, ": expected ",
-                       want.rows, "x", want.cols, " = ", want.numel(), " ", dtype_name(want.dtype),
-                       " elements, got ", v.to_string());
-  return TensorView::contiguous(v.data, want.dtype, {want.rows, want.cols}, device);
+  TESSERA_CHECK_STATUS(v.numel() == (packed ? want.bytes() : want.numel()),
+                       Status::kShapeMismatch, arg, ": expected ", want.rows, "x", want.cols, " ",
+                       dtype_name(want.dtype), packed ? " codes packed in " : " = ",
+                       packed ? want.bytes() : want.numel(), packed ? " bytes" : " elements",
+                       ", got ", v.to_string());
+  const int64_t cols = packed ? checked_round_up(want.cols, 2, arg) : want.cols;
+  return TensorView::contiguous(v.data, want.dtype, {want.rows, cols}, device);
 }
 
 // Caller-owned delayed-scaling state: scale (1) and amax_history (its length is the history
@@ -69,13 +80,11 @@ void quantize_into(const DeviceArray& x, const std::string& mode, const std::str
                    const std::optional<DeviceArray>& amax,
                    const std::optional<DeviceArray>& columnwise_amax,
                    const std::optional<DeviceArray>& delayed_scale,
-                   const std::optional<DeviceArray>& amax_history) {
+                   const std::optional<DeviceArray>& amax_history, bool random_hadamard,
+                   bool stochastic_rounding, uint64_t rng_seed, uint64_t rng_offset) {
   const ScalingMode m = scaling_mode_from_name(mode.c_str());
-  TESSERA_CHECK(m != ScalingMode::kNone && m != ScalingMode::kNVFP4 &&
-                    m != ScalingMode::kNVFP4_16x16,
-                "mode: '", mode,
-                "' is not accepted here; expected tensor, rowwise, block1x128, block128x128, mxfp8 "
-                "or mxfp8_32x32 (NVFP4 needs the QuantizedTensor API)");
+  TESSERA_CHECK(m != ScalingMode::kNone, "mode: 'none' does not quantize; expected tensor, "
+                "rowwise, block1x128, block128x128, mxfp8, mxfp8_32x32, nvfp4 or nvfp4_16x16");
   TESSERA_CHECK(!has_amax(m) || (rowwise ? amax.has_value() : true),
                 "amax: mode '", mode, "' writes the tensor amax of the rowwise copy; pass a "
                 "1-element float32 array");
@@ -86,6 +95,10 @@ void quantize_into(const DeviceArray& x, const std::string& mode, const std::str
   TESSERA_CHECK(rowwise || columnwise, "rowwise/columnwise: at least one usage must be asked for");
   config.rowwise = rowwise;
   config.columnwise = columnwise;
+  config.random_hadamard = random_hadamard;
+  config.stochastic_rounding = stochastic_rounding;
+  config.rng_seed = rng_seed;
+  config.rng_offset = rng_offset;
   const TensorView xv = device_view(x, "x");  // (M, K) float32/bfloat16/float16
   TESSERA_CHECK_STATUS(xv.ndim == 2, Status::kShapeMismatch, "x: must be 2-D (M, K), got ",
                        xv.to_string());
@@ -151,10 +164,13 @@ void register_dlpack_quantize(nb::module_& m) {
         nb::arg("columnwise_data").noconvert(), nb::arg("columnwise_scale_inv").noconvert(),
         nb::arg("stream") = 0, nb::arg("amax") = nb::none(),
         nb::arg("columnwise_amax") = nb::none(), nb::arg("delayed_scale").noconvert() = nb::none(),
-        nb::arg("amax_history").noconvert() = nb::none(),
+        nb::arg("amax_history").noconvert() = nb::none(), nb::arg("random_hadamard") = false,
+        nb::arg("stochastic_rounding") = false, nb::arg("rng_seed") = 0,
+        nb::arg("rng_offset") = 0,
         "Quantizes a 2-D CPU/CUDA array with tessera's Quantizer into caller-owned arrays "
-        "(codes as uint8, FP32/E8M0 scale_inv), zero-copy, on the caller's stream; with "
-        "delayed_scale and amax_history, delayed scaling on that caller-owned state.");
+        "(codes as uint8 — E2M1 packed two per byte —, FP32/E8M0/E4M3 scale_inv), zero-copy, on "
+        "the caller's stream; with delayed_scale and amax_history, delayed scaling on that "
+        "caller-owned state; NVFP4's Hadamard transform, stochastic rounding, seed and offset.");
   m.def("_delayed_update", &delayed_update, nb::arg("scale").noconvert(),
         nb::arg("amax_history").noconvert(), nb::arg("element"), nb::arg("amax_compute_algo"),
         nb::arg("margin"), nb::arg("stream") = 0,

@@ -164,7 +164,8 @@ nb::object dequantize_py(const PyQuantized& q, bool columnwise, const std::strin
 }
 
 // A quantizer config as a dict (what front ends read): mode, element, usages, delayed-scaling
-// options, power_of_two_scales, and the recipe's token alignment.
+// options, power_of_two_scales, NVFP4's Hadamard transform, stochastic rounding and rng seed,
+// and the recipe's token alignment.
 nb::dict config_dict(const QuantizerConfig& c, int token_alignment) {
   nb::dict d;
   d["mode"] = scaling_mode_name(c.mode);
@@ -177,6 +178,9 @@ nb::dict config_dict(const QuantizerConfig& c, int token_alignment) {
   d["margin"] = c.margin;
   d["amax_epsilon"] = c.amax_epsilon;
   d["power_of_two_scales"] = c.power_of_two_scales;
+  d["random_hadamard"] = c.random_hadamard;
+  d["stochastic_rounding"] = c.stochastic_rounding;
+  d["rng_seed"] = c.rng_seed;
   d["token_alignment"] = token_alignment;
   return d;
 }
