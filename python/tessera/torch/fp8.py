@@ -52,6 +52,11 @@ def _mode_row(mode: str) -> dict:
     return row
 
 
+def is_fp4(mode: str) -> bool:
+    """Whether `mode` stores FP4 codes, two per byte (NVFP4): the C++ table's `fp4`."""
+    return _mode_row(mode)["fp4"]
+
+
 def columnwise_transposed(mode: str) -> bool:
     """Whether `mode` stores the columnwise copy of (R, C) transposed, (C, R) (the FP8 modes),
     or as (R, C) (MXFP8): the C++ table's `columnwise_transposed`."""
@@ -331,7 +336,7 @@ def scaled_operands_rowwise(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor, Tenso
     return aq, bq.reshape(g, n, k).transpose(-2, -1), as_, bs.reshape(g, n)
 
 
-__all__ = ["BLOCK_MODES", "E8M0_DTYPE", "FP8_DTYPES", "MX_MODES", "columnwise_transposed",
+__all__ = ["BLOCK_MODES", "E8M0_DTYPE", "FP8_DTYPES", "MX_MODES", "columnwise_transposed", "is_fp4",
            "quantize_backend", "quantize_fp8_block", "quantize_fp8_block_impl",
            "quantize_fp8_rowwise", "quantize_fp8_rowwise_impl", "quantize_fp8_tensor",
            "quantize_fp8_tensor_impl", "quantize_mxfp8", "quantize_mxfp8_impl", "scale_shape",
