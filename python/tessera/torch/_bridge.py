@@ -47,14 +47,18 @@ def dense(t: torch.Tensor):
 
 
 def quantized(data: torch.Tensor, scale_inv: torch.Tensor, mode: str, rows: int, cols: int,
-              columnwise: bool = False, element: str = "e4m3"):
-    """A quantized operand: FP8 codes (any 8-bit dtype, viewed as uint8) + scale_inv: FP32, or
-    E8M0 bytes (MXFP8; float8_e8m0fnu or uint8, passed as uint8: the extension reads them as
-    the mode's scale dtype)."""
+              columnwise: bool = False, element: str = "e4m3", amax: torch.Tensor | None = None,
+              random_hadamard: bool = False):
+    """A quantized operand: FP8 codes (any 8-bit dtype, viewed as uint8) or packed E2M1 codes
+    (uint8, two per byte) + scale_inv: FP32, or E8M0 / E4M3 bytes (MXFP8 float8_e8m0fnu, NVFP4
+    float8_e4m3fn, or uint8; passed as uint8: the extension reads them as the mode's scale
+    dtype). NVFP4: `amax` the copy's FP32 global amax, random_hadamard whether the columnwise
+    copy was quantized after the Hadamard transform."""
     if scale_inv.element_size() == 1:
         scale_inv = scale_inv.view(torch.uint8)
     return _C._gemm_quantized_operand(dl(data.view(torch.uint8)), dl(scale_inv), mode,
-                                      element, rows, cols, columnwise)
+                                      element, rows, cols, columnwise,
+                                      None if amax is None else dl(amax), random_hadamard)
 
 
 # Workspace bytes per problem signature (run's `key`): a repeated problem runs with one call into

@@ -92,19 +92,22 @@ from .delayed import (ROLES, DelayedScaling, quantize_fp8_delayed, quantize_fp8_
 from .fp8 import (MX_MODES, quantize_fp8_block, quantize_fp8_block_impl, quantize_fp8_rowwise,
                   quantize_fp8_rowwise_impl, quantize_fp8_tensor, quantize_fp8_tensor_impl,
                   quantize_mxfp8, quantize_mxfp8_impl)
+from .nvfp4 import NVFP4_MODES, quantize_nvfp4, quantize_nvfp4_impl
 from .linear_ops import (_Ops, fp8_linear_dgrad, fp8_linear_fprop, fp8_linear_wgrad,
                          fp8_linear_wgrad_accumulate, linear_wgrad_accumulate)
 from .ops import grouped_mm
 from .recipe import CustomRecipe, Fp8Role
 
-RECIPES = ("bf16", "fp8_rowwise", "fp8_current", "fp8_delayed", "fp8_block", "mxfp8")
+RECIPES = ("bf16", "fp8_rowwise", "fp8_current", "fp8_delayed", "fp8_block", "mxfp8", "nvfp4")
 _COMPUTE_DTYPES = (torch.bfloat16, torch.float16)  # 16-bit GEMM dtypes of the bf16 recipe
 
 
 def _recipe_roles(cpp_recipe: str) -> Tuple[Fp8Role, Fp8Role, Fp8Role]:
-    """The (input, weight, grad_output) roles of a C++ recipe (Recipe::config_for)."""
+    """The (input, weight, grad_output) roles of a C++ recipe (Recipe::config_for), NVFP4's
+    Hadamard transform, stochastic rounding and seed included."""
     configs = (_C._recipe_config(cpp_recipe, "grouped_linear", r, "", {}) for r in ROLES)
-    return tuple(Fp8Role(c["mode"], c["element"]) for c in configs)
+    return tuple(Fp8Role(c["mode"], c["element"], None, c["random_hadamard"],
+                         c["stochastic_rounding"], c["rng_seed"]) for c in configs)
 
 
 # The FP8 and MXFP8 recipes: torch name -> the roles of the C++ recipe it runs (fp8_current is
@@ -113,7 +116,8 @@ _FP8_ROLES = {"fp8_rowwise": _recipe_roles("fp8_rowwise"),
               "fp8_current": _recipe_roles("fp8_current:e4m3"),
               "fp8_delayed": _recipe_roles("fp8_delayed"),
               "fp8_block": _recipe_roles("fp8_block"),
-              "mxfp8": _recipe_roles("mxfp8")}
+              "mxfp8": _recipe_roles("mxfp8"),
+              "nvfp4": _recipe_roles("nvfp4")}
 # Stateless quantizers per mode, called (x, rowwise, columnwise, element): (custom op, eager
 # implementation). Block and MXFP8 modes go through quantize_fp8_block / quantize_mxfp8, which
 # take mode and element.
@@ -121,10 +125,47 @@ _QUANTIZERS = {"rowwise": (quantize_fp8_rowwise, quantize_fp8_rowwise_impl),
                "tensor": (quantize_fp8_tensor, quantize_fp8_tensor_impl)}
 
 
+class StochasticRoundingOffsets:
+    """The Philox offsets of the step's stochastically rounded quantizations (NVFP4 grad_output):
+    a host counter, one value per quantization, never repeated in the process, so every layer
+    and every step draws fresh random words without reading anything from the device (no host
+    sync, CUDA-graph friendly: the offset is a host integer of the quantizer's config).
+    Reproducible: the same sequence of calls from the same `reset(value)` draws the same bits.
+    Under torch.compile the offset is read when the backward is traced, so a compiled step draws
+    the same words at every call (a known limit, docs/torch_training.md)."""
+
+    def __init__(self) -> None:
+        self.value = 0
+
+    def next(self) -> int:
+        offset, self.value = self.value, self.value + 1
+        return offset
+
+    def reset(self, value: int = 0) -> None:
+        self.value = value
+
+
+SR_OFFSETS = StochasticRoundingOffsets()
+
+
 def _quantize(role: Fp8Role, x: Tensor, rowwise: bool, columnwise: bool):
     """One pass of the role's quantizer over the 2-D x, the usages asked for:
-    (data, scale_inv, columnwise_data, columnwise_scale_inv). A delayed role's scale and history
-    are updated in place."""
+    (data, scale_inv, columnwise_data, columnwise_scale_inv, amax, columnwise_amax), the amax
+    pair None except for NVFP4 (the copies' FP32 global amax). A delayed role's scale and history
+    are updated in place; a stochastically rounded NVFP4 role takes the next offset of
+    SR_OFFSETS."""
+    compiling = torch.compiler.is_compiling()
+    if role.mode in NVFP4_MODES:
+        quantize = quantize_nvfp4 if compiling else quantize_nvfp4_impl
+        offset = SR_OFFSETS.next() if role.stochastic_rounding else 0
+        return quantize(x, role.mode, rowwise, columnwise, role.random_hadamard,
+                        role.stochastic_rounding, role.rng_seed, offset)
+    return tuple(_quantize_fp8(role, x, rowwise, columnwise)) + (None, None)
+
+
+def _quantize_fp8(role: Fp8Role, x: Tensor, rowwise: bool, columnwise: bool):
+    """_quantize's FP8 and MXFP8 modes: (data, scale_inv, columnwise_data,
+    columnwise_scale_inv)."""
     compiling = torch.compiler.is_compiling()
     if role.delayed is not None:
         state = role.delayed
@@ -201,17 +242,19 @@ class WeightCache:
 
     def get(self, weight: Tensor, role: Fp8Role):
         """(wq (G·N, K), ws, wcq (K, G·N) — for MXFP8 (G·N, K), or the rowwise copy of Wᵀ per
-        group (G·K, N) when _mx_dgrad_tn —, wcs): both FP8 usages of weight (G, N, K) read as
-        (G·N, K), quantized as the weight `role` says (a delayed role's state is updated when the
-        weight is quantized)."""
+        group (G·K, N) when _mx_dgrad_tn; NVFP4 packed bytes (G·N, K/2), (K, G·N/2) —, wcs,
+        wa, wca): both usages of weight (G, N, K) read as (G·N, K), quantized as the weight
+        `role` says (a delayed role's state is updated when the weight is quantized); wa, wca:
+        the NVFP4 copies' global amax (None for the other modes)."""
         g, n, k = weight.shape
         what = (role.mode, role.element, None if role.delayed is None else role.delayed[2:])
 
         def make(w):
-            wq, ws, wcq, wcs = _quantize(role, w.reshape(g * n, k).contiguous(), True, True)
+            wq, ws, wcq, wcs, wa, wca = _quantize(role, w.reshape(g * n, k).contiguous(), True,
+                                                  True)
             if _mx_dgrad_tn(role, n):
                 wcq, wcs = _transpose_mx_columnwise(wcq, wcs, g, n, k)
-            return wq, ws, wcq, wcs
+            return wq, ws, wcq, wcs, wa, wca
 
         return self._get(weight, what, make)
 
@@ -223,44 +266,51 @@ class WeightCache:
 # ---- autograd ------------------------------------------------------------------------------
 
 class _Fp8Linear(torch.autograd.Function):
-    """The FP8 step of one recipe: quantize once per tensor (both usages), three GEMMs with the
-    scales applied inside them. roles: the (input, weight, grad_output) Fp8Roles (their modes go
-    to the GEMM ops; a delayed role's state is updated in place); main_grad: the FP32 buffer the
-    wgrad accumulates into (then no weight gradient is returned)."""
+    """The quantized step of one recipe (FP8, MXFP8, NVFP4): quantize once per tensor (both
+    usages), three GEMMs with the scales (and NVFP4's global amax) applied inside them. roles:
+    the (input, weight, grad_output) Fp8Roles (their modes go to the GEMM ops; a delayed role's
+    state is updated in place); w: the weight's cached copies (WeightCache.get); main_grad: the
+    FP32 buffer the wgrad accumulates into (then no weight gradient is returned)."""
 
     @staticmethod
     def forward(ctx, x: Tensor, weight: Tensor, offs: Tensor, roles, wq: Tensor, ws: Tensor,
-                wcq: Tensor, wcs: Tensor, main_grad: Optional[Tensor]) -> Tensor:
+                wcq: Tensor, wcs: Tensor, wa: Optional[Tensor], wca: Optional[Tensor],
+                main_grad: Optional[Tensor]) -> Tensor:
         fprop = _Ops.get().fp8[0]
         g = weight.shape[0]
         x_role, w_role, _ = roles
         need_wgrad = weight.requires_grad
-        xq, xs, xcq, xcs = _quantize(x_role, x, True, need_wgrad)  # one pass
-        y = fprop(xq, xs, wq, ws, offs, g, x.dtype, x_role.mode, w_role.mode)
-        ctx.save_for_backward(xcq, xcs, wcq, wcs, offs)
+        xq, xs, xcq, xcs, xa, xca = _quantize(x_role, x, True, need_wgrad)  # one pass
+        y = fprop(xq, xs, wq, ws, offs, g, x.dtype, x_role.mode, w_role.mode, xa, wa)
+        ctx.save_for_backward(xcq, xcs, wcq, wcs, offs, xca, wca)
         # Not saved tensors: backward updates the delayed state and main_grad in place.
         ctx.meta = (g, x.dtype, weight.dtype, roles, main_grad)
         return y
 
     @staticmethod
     def backward(ctx, dy: Tensor):
-        xcq, xcs, wcq, wcs, offs = ctx.saved_tensors
+        xcq, xcs, wcq, wcs, offs, xca, wca = ctx.saved_tensors
         g, x_dtype, w_dtype, (x_role, w_role, dy_role), main_grad = ctx.meta
         need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        _, dgrad, wgrad, wgrad_accumulate = _Ops.get().fp8
+        fprop, dgrad, wgrad, wgrad_accumulate = _Ops.get().fp8
         dy = dy if dy.is_contiguous() else dy.contiguous()
-        dyq, dys, dycq, dycs = _quantize(dy_role, dy, need_x, need_w)  # one pass
+        dyq, dys, dycq, dycs, dya, dyca = _quantize(dy_role, dy, need_x, need_w)  # one pass
+        modes = (dy_role.mode, w_role.mode)
         dx = None
         if need_x and _mx_dgrad_tn(w_role, dy.shape[1]):  # W's copy is Wᵀ per group (G·K, N)
-            dx = _Ops.get().fp8[0](dyq, dys, wcq, wcs, offs, g, x_dtype, dy_role.mode, w_role.mode)
+            dx = fprop(dyq, dys, wcq, wcs, offs, g, x_dtype, *modes, dya, wca)
         elif need_x:
-            dx = dgrad(dyq, dys, wcq, wcs, offs, g, x_dtype, dy_role.mode, w_role.mode)
+            dx = dgrad(dyq, dys, wcq, wcs, offs, g, x_dtype, *modes, dya, wca)
         dw = None
+        # the columnwise copies of dy and x, with NVFP4's amax and Hadamard flags
+        wgrad_args = (dycq, dycs, xcq, xcs, offs)
+        wgrad_tail = (dy_role.mode, x_role.mode, dyca, xca, dy_role.random_hadamard,
+                      x_role.random_hadamard)
         if need_w and main_grad is None:
-            dw = wgrad(dycq, dycs, xcq, xcs, offs, w_dtype, dy_role.mode, x_role.mode)
+            dw = wgrad(*wgrad_args, w_dtype, *wgrad_tail)
         elif need_w:
-            wgrad_accumulate(dycq, dycs, xcq, xcs, offs, main_grad, dy_role.mode, x_role.mode)
-        return dx, dw, None, None, None, None, None, None, None
+            wgrad_accumulate(*wgrad_args, main_grad, *wgrad_tail)
+        return dx, dw, None, None, None, None, None, None, None, None, None
 
 
 class _DenseLinear(torch.autograd.Function):
@@ -359,12 +409,39 @@ def grouped_linear(x: Tensor, weight: Tensor, offs: Tensor, recipe="bf16",
                      f"{RECIPES}, a DelayedScaling or a CustomRecipe")
 
 
+def _check_nvfp4_shapes(x: Tensor, weight: Tensor, roles) -> None:
+    """The sizes an NVFP4 step needs: in_features and out_features even (codes are packed two
+    per byte along them, and the GEMM ops read a copy's logical size from its bytes); the token
+    count T even when a columnwise copy (packed along T) feeds the wgrad, and a multiple of 16
+    when that copy has the Hadamard transform (it mixes each 16 consecutive tokens)."""
+    if not any(r.mode in NVFP4_MODES for r in roles):
+        return
+    t, k = x.shape
+    n = weight.shape[1]
+    if k % 2 or n % 2:
+        raise ValueError(f"nvfp4: in_features ({k}) and out_features ({n}) must be even (E2M1 "
+                         f"codes are packed two per byte along them)")
+    if not weight.requires_grad:
+        return
+    x_role, _, dy_role = roles
+    if ((x_role.random_hadamard and x_role.mode in NVFP4_MODES)
+            or (dy_role.random_hadamard and dy_role.mode in NVFP4_MODES)) and t % 16:
+        raise ValueError(f"nvfp4: the wgrad's columnwise copies of x and dy have the 16-point "
+                         f"Hadamard transform along the tokens, so the token count must be a "
+                         f"multiple of 16, got {t} (pad the token buffer; on CUDA every group "
+                         f"size must be a multiple of 16 too)")
+    if (x_role.mode in NVFP4_MODES or dy_role.mode in NVFP4_MODES) and t % 2:
+        raise ValueError(f"nvfp4: the token count must be even (the wgrad's columnwise copies "
+                         f"pack two tokens per byte), got {t}")
+
+
 def _fp8_step(x: Tensor, weight: Tensor, offs: Tensor, roles, cache: WeightCache,
               main_grad: Optional[Tensor]) -> Tensor:
-    """The FP8 step with the (input, weight, grad_output) Fp8Roles `roles`."""
-    wq, ws, wcq, wcs = cache.get(weight, roles[1])
+    """The quantized step with the (input, weight, grad_output) Fp8Roles `roles`."""
+    _check_nvfp4_shapes(x, weight, roles)
+    wq, ws, wcq, wcs, wa, wca = cache.get(weight, roles[1])
     xc = x if x.is_contiguous() else x.contiguous()
-    return _Fp8Linear.apply(xc, weight, offs, roles, wq, ws, wcq, wcs, main_grad)
+    return _Fp8Linear.apply(xc, weight, offs, roles, wq, ws, wcq, wcs, wa, wca, main_grad)
 
 
 def fp8_rowwise_grouped_mm(x: Tensor, w_t: Tensor, offs: Tensor) -> Tensor:
@@ -374,6 +451,6 @@ def fp8_rowwise_grouped_mm(x: Tensor, w_t: Tensor, offs: Tensor) -> Tensor:
     return grouped_linear(x, w_t.transpose(-2, -1), offs, "fp8_rowwise")
 
 
-__all__ = ["RECIPES", "CustomRecipe", "Fp8Role", "WeightCache", "fp8_linear_dgrad",
+__all__ = ["RECIPES", "SR_OFFSETS", "CustomRecipe", "Fp8Role", "WeightCache", "fp8_linear_dgrad",
            "fp8_linear_fprop", "fp8_linear_wgrad", "fp8_linear_wgrad_accumulate",
            "fp8_rowwise_grouped_mm", "grouped_linear", "linear_wgrad_accumulate"]

@@ -15,14 +15,19 @@ the rules of the torch step (what its quantizers make and its GEMMs read):
 - modes: "tensor" (per-tensor current scaling), "rowwise", "block1x128", "block128x128", each
   with the mode's defaults (compact FP32 scales, power-of-two for the block modes), and "mxfp8",
   "mxfp8_32x32" (E8M0 scales per 1x32 block / per 32x32 tile, compact, exponent rounded up;
-  the 32x32 tiles are meant for weights, and any role may take either); NVFP4 has no quantizer
-  or GEMM operand in the torch step (the C++ nn layer runs it);
-- elements: "e4m3" for every role, "e5m2" for grad_output only — the GEMM takes E4M3 × E4M3 and
-  E5M2 × E4M3 with the gradient as A (dgrad dy · W, wgrad dy · x), so x and W stay E4M3;
+  the 32x32 tiles are meant for weights, and any role may take either), and "nvfp4",
+  "nvfp4_16x16" (E2M1 codes, E4M3 scales per 1x16 block / 16x16 tile, FP32 global amax) with
+  the mode's defaults: a factory's config has only mode and element, so a custom NVFP4 role has
+  neither the Hadamard transform nor stochastic rounding (the named recipe "nvfp4" has both);
+- elements: "e4m3" for every FP8 role, "e5m2" for grad_output only — the GEMM takes E4M3 × E4M3
+  and E5M2 × E4M3 with the gradient as A (dgrad dy · W, wgrad dy · x), so x and W stay E4M3;
+  "e2m1" (the only one) for the NVFP4 modes;
 - pairing: the three GEMMs (forward x · W, dgrad dy · W, wgrad dy · x) each meet two roles, and
   A and B of one GEMM must be of one scale family (formats/scaling_modes.h; the CUDA GEMM: the
   same mode, or two block modes): all "tensor", all "rowwise", block1x128 / block128x128 in
-  any mix, or mxfp8 / mxfp8_32x32 in any mix.
+  any mix, or mxfp8 / mxfp8_32x32 / nvfp4 / nvfp4_16x16 in any mix (an NVFP4 copy meets an
+  NVFP4 or an MXFP8 copy: the CUDA GEMM expands both to BF16, the CPU's dequantizes), e.g.
+  MXFP8 forward tensors with NVFP4 gradients.
 These rules hold on every device (the CPU GEMM, which dequantizes, would run more), so a recipe
 that trains on the CPU also runs on CUDA; shape rules of one device stay with its GEMM (the CUDA
 block dgrad needs out_features % 128 == 0 and refuses other shapes when it runs; the MXFP8 modes
@@ -43,17 +48,25 @@ from .delayed import ROLES  # the quantized tensors of one linear step, in state
 
 MODULE_TYPE = "grouped_linear"              # the module type of the roles the step asks for
 # What the torch step runs (quantizers in tessera.torch.fp8, operands of the GEMM ops).
-STEP_MODES = ("tensor", "rowwise", "block1x128", "block128x128", "mxfp8", "mxfp8_32x32")
+STEP_MODES = ("tensor", "rowwise", "block1x128", "block128x128", "mxfp8", "mxfp8_32x32", "nvfp4",
+              "nvfp4_16x16")
+# Families whose modes meet in any mix (the GEMM pairs an NVFP4 copy with an NVFP4 or MXFP8 one).
+_MIXABLE_FAMILIES = {"mxfp8", "nvfp4"}
 _FAMILY = {row["name"]: row["family"] for row in _C.scaling_mode_table}
 
 
 class Fp8Role(NamedTuple):
     """How one tensor of the step (input, weight or grad_output) is quantized: the scaling mode
-    and FP8 element the recipe gives the role, and fp8_delayed's role state (scale, history,
-    element, algorithm, margin: DelayedScaling.role_state; None for the stateless recipes)."""
+    and element the recipe gives the role, fp8_delayed's role state (scale, history, element,
+    algorithm, margin: DelayedScaling.role_state; None for the stateless recipes), and NVFP4's
+    options from the C++ recipe: the Hadamard transform of the columnwise copy, stochastic
+    rounding and its Philox seed (the offset is the step's, tessera.torch.linear)."""
     mode: str
     element: str
     delayed: Optional[tuple] = None
+    random_hadamard: bool = False
+    stochastic_rounding: bool = False
+    rng_seed: int = 0
 
 
 @dataclass(frozen=True)
@@ -71,18 +84,19 @@ class QuantizerRole:
 @dataclass(frozen=True)
 class QuantizerConfig:
     """The config a factory gives a role: mode ("tensor", "rowwise", "block1x128",
-    "block128x128", "mxfp8", "mxfp8_32x32") and element ("e4m3", or "e5m2" for grad_output);
+    "block128x128", "mxfp8", "mxfp8_32x32", "nvfp4", "nvfp4_16x16") and element ("e4m3", or
+    "e5m2" for grad_output; "e2m1" for NVFP4); None: the mode's default (e4m3, e2m1 for NVFP4);
     current scaling with the mode's defaults."""
     mode: str
-    element: str = "e4m3"
+    element: Optional[str] = None
 
 
 ConfigLike = Union[QuantizerConfig, dict]
 
 
 def _as_dict(config, role: QuantizerRole, recipe: str) -> dict:
-    if isinstance(config, QuantizerConfig):
-        return dataclasses.asdict(config)
+    if isinstance(config, QuantizerConfig):  # element None: the C++ mode's default
+        return {k: v for k, v in dataclasses.asdict(config).items() if v is not None}
     if isinstance(config, dict):
         return config
     raise TypeError(f"recipe {recipe!r}, role {role}: the factory must return a "
@@ -97,8 +111,7 @@ def _check_step_role(config: dict, role: QuantizerRole, recipe: str) -> Fp8Role:
     where = f"recipe {recipe!r}, role {role}"
     if mode not in STEP_MODES:
         raise ValueError(f"{where}: mode {mode!r} is not run by the tessera.torch step; expected "
-                         f"one of {STEP_MODES} (its quantizers and GEMM operands are FP8 with "
-                         f"FP32 or E8M0 scales; NVFP4 runs in the C++ nn layer only)")
+                         f"one of {STEP_MODES}")
     if element == "e5m2" and role.tensor_type != "grad_output":
         raise ValueError(f"{where}: element 'e5m2' is taken for grad_output only; expected "
                          f"'e4m3' for {role.tensor_type} (the GEMM runs E4M3 x E4M3 and "
@@ -111,13 +124,13 @@ def _check_pairing(roles: Tuple[Fp8Role, ...], layer: str, recipe: str) -> None:
     """The three GEMMs meet (input, weight), (grad_output, weight), (grad_output, input): one
     scale family for all three roles."""
     families = {_FAMILY[r.mode] for r in roles}
-    if len(families) != 1:
+    if len(families) != 1 and not families <= _MIXABLE_FAMILIES:
         modes = ", ".join(f"{t} {r.mode}" for t, r in zip(ROLES, roles))
         raise ValueError(f"recipe {recipe!r}, layer {layer!r}: modes ({modes}) cannot meet in "
                          f"the step's GEMMs (forward x·W, dgrad dy·W, wgrad dy·x): A and B of a "
                          f"GEMM must be of one scale family — all 'tensor', all 'rowwise', "
                          f"'block1x128' / 'block128x128' in any mix, or 'mxfp8' / "
-                         f"'mxfp8_32x32' in any mix")
+                         f"'mxfp8_32x32' / 'nvfp4' / 'nvfp4_16x16' in any mix")
 
 
 class CustomRecipe:
