@@ -7,11 +7,14 @@
     fp8_rowwise_grouped_mm(x, w_t, offs)   differentiable dynamic FP8-rowwise grouped GEMM
     quantize_fp8_rowwise(x, rowwise, columnwise), quantize_fp8_tensor(x, rowwise, columnwise),
     quantize_fp8_block(x, mode, element, rowwise, columnwise),
-    quantize_mxfp8(x, mode, element, rowwise, columnwise)        both usages in one pass
+    quantize_mxfp8(x, mode, element, rowwise, columnwise),
+    quantize_nvfp4(x, mode, rowwise, columnwise, random_hadamard, stochastic_rounding, seed,
+                   offset)                                    both usages in one pass
     scale_shape(mode, rows, cols, columnwise)   the scale_inv shape of a quantized copy
     GroupedLinear(num_groups, in_features, out_features, recipe, bias, params_dtype=,
                   accumulate_main_grad=)   recipes: RECIPES (bf16, fp8_rowwise, fp8_current,
-                                           fp8_delayed, fp8_block, mxfp8), a DelayedScaling
+                                           fp8_delayed, fp8_block, mxfp8, nvfp4), a
+                                           DelayedScaling
                                            or a CustomRecipe
     GroupedMLP(num_groups, hidden, ffn, recipe, bias, params_dtype=, accumulate_main_grad=)
                                            fc1 -> SwiGLU (x probs) -> fc2
@@ -39,6 +42,7 @@ from .fp8 import (quantize_backend, quantize_fp8_block, quantize_fp8_block_impl,
                   scaled_operands_rowwise)
 from .linear import RECIPES, WeightCache, fp8_rowwise_grouped_mm, grouped_linear
 from .modules import GroupedLinear, GroupedMLP
+from .nvfp4 import quantize_nvfp4, quantize_nvfp4_impl
 from .ops import grouped_mm, scaled_grouped_mm
 from .recipe import CustomRecipe, QuantizerConfig, QuantizerRole
 
@@ -48,7 +52,7 @@ __all__ = ["CustomRecipe", "DelayedScaling", "GroupedLinear", "GroupedMLP", "Qua
            "quantize_fp8_block", "quantize_fp8_block_impl", "quantize_fp8_delayed",
            "quantize_fp8_delayed_impl", "quantize_fp8_rowwise", "quantize_fp8_rowwise_impl",
            "quantize_fp8_tensor", "quantize_fp8_tensor_impl", "quantize_mxfp8",
-           "quantize_mxfp8_impl", "scale_shape",
+           "quantize_mxfp8_impl", "quantize_nvfp4", "quantize_nvfp4_impl", "scale_shape",
            "scaled_grouped_mm", "scaled_operands_rowwise"]
 
 # Expert parallelism: routing ops and dispatch/combine in tessera.torch.moe (docs/moe.md).

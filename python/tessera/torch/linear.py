@@ -131,8 +131,9 @@ class StochasticRoundingOffsets:
     and every step draws fresh random words without reading anything from the device (no host
     sync, CUDA-graph friendly: the offset is a host integer of the quantizer's config).
     Reproducible: the same sequence of calls from the same `reset(value)` draws the same bits.
-    Under torch.compile the offset is read when the backward is traced, so a compiled step draws
-    the same words at every call (a known limit, docs/torch_training.md)."""
+    Under torch.compile the counter's side effect is refused inside the autograd function: the
+    offset is read (not advanced) when the backward is traced, so a compiled step draws the same
+    words at every call and in every layer (a known limit, docs/torch_training.md)."""
 
     def __init__(self) -> None:
         self.value = 0
@@ -157,7 +158,10 @@ def _quantize(role: Fp8Role, x: Tensor, rowwise: bool, columnwise: bool):
     compiling = torch.compiler.is_compiling()
     if role.mode in NVFP4_MODES:
         quantize = quantize_nvfp4 if compiling else quantize_nvfp4_impl
-        offset = SR_OFFSETS.next() if role.stochastic_rounding else 0
+        # torch.compile refuses the counter's side effect inside the autograd function: a
+        # compiled step reads the offset when it is traced and does not advance it.
+        offset = (0 if not role.stochastic_rounding
+                  else SR_OFFSETS.value if compiling else SR_OFFSETS.next())
         return quantize(x, role.mode, rowwise, columnwise, role.random_hadamard,
                         role.stochastic_rounding, role.rng_seed, offset)
     return tuple(_quantize_fp8(role, x, rowwise, columnwise)) + (None, None)

@@ -1,0 +1,392 @@
+"""tessera.torch nvfp4 (the C++ recipe "nvfp4": E2M1 codes two per byte, E4M3 scales per 1x16
+block of x and dy and per 16x16 tile of W, FP32 global amax per copy, the 16-point random
+Hadamard transform on the wgrad's columnwise copies of x and dy, stochastic rounding of dy)
+against tessera's reference quantizer (`tessera.quantize(..., backend="reference")`: the
+spec-faithful loops of src/quantize/reference, not the CPU/CUDA kernels the op runs) and its
+reference dequantize (which undoes the Hadamard transform): the op's bytes bit for bit; y, dx,
+dW of grouped_linear and of each GroupedMLP layer by SQNR against FP64 products of the
+reference's dequantized operands and against the unquantized values; the weight quantized once
+per weight version; fresh stochastic-rounding bits every step; main_grad;
+torch.compile(fullgraph=True); CustomRecipe with NVFP4 and MXFP8 roles; bad input.
+
+Group sizes: the token count must be a multiple of 16 (the Hadamard transform of the columnwise
+copies); the CPU takes any group sizes (its GEMM undoes the transform of each copy), the CUDA
+GEMM needs each group a multiple of 16 (sizes_for)."""
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+tt = pytest.importorskip("tessera.torch")
+import tessera  # noqa: E402
+from tessera.torch import linear as tl  # noqa: E402
+from tessera.torch.fp8 import scale_shape  # noqa: E402
+from torch_oracles import (  # noqa: E402
+    ends, grouped_products, mlp_eager_and_compiled, mlp_layer_tensors, run_step, sqnr)
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() and tessera.cuda_compiled() else [])
+# Empty experts at the start, middle and end; sizes not multiples of 16 (the total, 272, is):
+# on the CPU the Hadamard blocks of 16 tokens straddle groups.
+SIZES = [0, 40, 100, 0, 7, 53, 72, 0]
+CUDA_SIZES = [0, 48, 96, 0, 16, 48, 64, 0]  # multiples of 16, total 272
+
+
+def sizes_for(device, sizes=None):
+    """The group sizes of a test on `device`: `sizes` (default SIZES) on the CPU; on CUDA each
+    rounded up to a multiple of 16."""
+    if sizes is None or sizes is SIZES:
+        return CUDA_SIZES if device == "cuda" else SIZES
+    return [(m + 15) // 16 * 16 for m in sizes] if device == "cuda" else sizes
+
+
+ORACLE_DB = 40.0  # bf16 outputs against FP64 products of the same dequantized operands
+PLAIN_DB = 11.0   # E2M1 (1 mantissa bit) against the unquantized values
+
+
+# ---- the oracle -------------------------------------------------------------------------------
+
+def ref_copies(x, mode, columnwise=True, rht=False, sr=False, offset=0):
+    """tessera's reference quantizer on x (2-D): the QuantizedTensor (NumPy buffers)."""
+    xf = np.ascontiguousarray(x.detach().float().cpu().numpy())
+    return tessera.quantize(xf, mode, rowwise=True, columnwise=columnwise, random_hadamard=rht,
+                            stochastic_rounding=sr, seed=0, offset=offset, backend="reference")
+
+
+def ref_values(q, columnwise):
+    """FP64 (R, C) of one copy of q, dequantized by the reference (inverse transform applied)."""
+    return torch.from_numpy(q.dequantize(columnwise, "reference")).double()
+
+
+def oracle_step(x, w, dy, sizes, dy_offset):
+    """FP64 y, dx, dW on the reference's operands: y = x rowwise · W rowwise, dx = dy rowwise ·
+    W columnwise, dW = dy columnwise · x columnwise (the Hadamard-transformed copies, undone)."""
+    g, n, k = w.shape
+    qx = ref_copies(x, "nvfp4", rht=True)
+    qw = ref_copies(w.reshape(g * n, k), "nvfp4_16x16")
+    qdy = ref_copies(dy, "nvfp4", rht=True, sr=True, offset=dy_offset)
+    xq, xcq = ref_values(qx, False), ref_values(qx, True)
+    wq, wcq = (ref_values(qw, c).reshape(g, n, k) for c in (False, True))
+    dyq, dycq = ref_values(qdy, False), ref_values(qdy, True)
+    y, _, _ = grouped_products(xq, wq, dyq, sizes)
+    _, dx, _ = grouped_products(xq, wcq, dyq, sizes)
+    _, _, dw = grouped_products(xcq, wq, dycq, sizes)
+    return y, dx, dw
+
+
+def inputs(sizes, k, n, device, seed=0):
+    """x (T, K), w (G, N, K), dy (T, N) in bf16, with magnitudes varying along K."""
+    gen = torch.Generator().manual_seed(seed)
+    t = sum(sizes)
+    mag = torch.tensor([1e-2, 1.0, 1e2, 1e-1])[torch.arange(k) // 16 % 4]
+    x = (torch.randn(t, k, generator=gen) * mag).to(torch.bfloat16)
+    w = (torch.randn(len(sizes), n, k, generator=gen) / mag / math.sqrt(k)).to(torch.bfloat16)
+    dy = torch.randn(t, n, generator=gen).to(torch.bfloat16)
+    return x.to(device), w.to(device), dy.to(device)
+
+
+def check_step(got, oracle, plain, where):
+    vs_oracle = [sqnr(a, b) for a, b in zip(got, oracle)]
+    vs_plain = [sqnr(a, b) for a, b in zip(got, plain)]
+    print(f"\n[{where}] SQNR y/dx/dW vs the FP64 products of the unquantized values "
+          f"{[round(d, 1) for d in vs_plain]}, vs the reference oracle "
+          f"{[round(d, 1) for d in vs_oracle]} dB")
+    assert min(vs_oracle) >= ORACLE_DB, where
+    assert min(vs_plain) >= PLAIN_DB, where
+
+
+# ---- the quantize op ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("mode", ["nvfp4", "nvfp4_16x16"])
+@pytest.mark.parametrize("shape", [(64, 96), (48, 33), (32, 1), (80, 200)])
+@pytest.mark.parametrize("rht,sr", [(False, False), (True, False), (True, True)])
+def test_quantizer_matches_reference_bit_for_bit(device, mode, shape, rht, sr):
+    torch.manual_seed(3)
+    r, c = shape
+    x = torch.randn(r, c) * torch.logspace(-3, 3, c)[None, :]
+    x[:16, :16] = 0.0  # an all-zero block: scale byte 0
+    for xin in (x.bfloat16(), x):
+        out = tt.quantize_nvfp4_impl(xin.to(device), mode, True, True, rht, sr, 7, 11)
+        data, sinv, cdata, csinv, amax, camax = out
+        where = f"{mode} {shape} rht={rht} sr={sr} {xin.dtype}"
+        assert data.dtype == cdata.dtype == torch.uint8, where
+        assert sinv.dtype == csinv.dtype == torch.float8_e4m3fn, where
+        assert data.shape == (r, (c + 1) // 2) and cdata.shape == (c, (r + 1) // 2), where
+        assert sinv.shape == scale_shape(mode, r, c) == (r, -(-c // 16)), where
+        assert csinv.shape == scale_shape(mode, r, c, True) == (c, -(-r // 16)), where
+        xf = np.ascontiguousarray(xin.float().numpy())
+        q = tessera.quantize(xf, mode, rowwise=True, columnwise=True, random_hadamard=rht,
+                             stochastic_rounding=sr, seed=7, offset=11, backend="reference")
+        u8 = lambda t: t.cpu().view(torch.uint8).numpy()  # noqa: E731
+        for got, want, name in ((data, q.data, "data"), (sinv, q.scale_inv, "scale_inv"),
+                                (cdata, q.columnwise_data, "columnwise_data"),
+                                (csinv, q.columnwise_scale_inv, "columnwise_scale_inv")):
+            assert np.array_equal(u8(got), want), f"{where} {name}"
+        assert amax.cpu().numpy()[0] == q.amax[0] and camax.cpu().numpy()[0] == q.columnwise_amax[0]
+        op = torch.ops.tessera.quantize_nvfp4(xin.to(device), mode, True, True, rht, sr, 7, 11)
+        assert all(torch.equal(a.view(torch.uint8) if a.element_size() == 1 else a,
+                               b.view(torch.uint8) if b.element_size() == 1 else b)
+                   for a, b in zip(op, out)), where
+
+
+def test_offset_changes_the_stochastic_bits_only():
+    x = torch.randn(64, 64)
+    a = tt.quantize_nvfp4_impl(x, "nvfp4", True, True, True, True, 0, 1)
+    b = tt.quantize_nvfp4_impl(x, "nvfp4", True, True, True, True, 0, 2)
+    c = tt.quantize_nvfp4_impl(x, "nvfp4", True, True, True, False, 0, 1)
+    d = tt.quantize_nvfp4_impl(x, "nvfp4", True, True, True, False, 0, 2)
+    assert not torch.equal(a[0], b[0]) and not torch.equal(a[2], b[2])
+    assert torch.equal(c[0], d[0]) and torch.equal(c[2], d[2])  # RNE: the offset is unused
+    assert torch.equal(a[1].view(torch.uint8), b[1].view(torch.uint8))  # scales: no rounding
+
+
+def test_quantizer_bad_input_is_a_clear_error():
+    x = torch.randn(64, 64)
+    empty = tt.quantize_nvfp4_impl(torch.zeros(0, 64), "nvfp4", True, True)
+    assert all(t.numel() == 0 for t in empty[:4]) and empty[4].item() == 0
+    with pytest.raises(RuntimeError, match="quantize_nvfp4: mode 'mxfp8' is not one of"):
+        tt.quantize_nvfp4_impl(x, "mxfp8")
+    with pytest.raises(RuntimeError, match="quantize_nvfp4: x must be 2-D, got 3-D"):
+        tt.quantize_nvfp4_impl(x[None])
+    with pytest.raises(tessera.Error, match="Hadamard transform of the columnwise copy needs M"):
+        tt.quantize_nvfp4_impl(x[:40], "nvfp4", True, True, True)
+    with pytest.raises(tessera.Error, match="rowwise/columnwise: at least one usage"):
+        tt.quantize_nvfp4_impl(x, "nvfp4", False, False)
+
+
+def test_custom_ops_pass_opcheck():
+    sizes, k, n, g = [32, 0, 16], 96, 64, 3
+    x, w, dy = inputs(sizes, k, n, "cpu", seed=13)
+    offs = ends(sizes, "cpu")
+    ops = torch.ops.tessera
+    torch.library.opcheck(ops.quantize_nvfp4.default, (x, "nvfp4", True, True, True, True, 0, 3),
+                          test_utils=("test_schema", "test_faketensor"))
+    xq, xs, xcq, xcs, xa, xca = tt.quantize_nvfp4(x, "nvfp4", True, True, True)
+    dyq, dys, dycq, dycs, dya, dyca = tt.quantize_nvfp4(dy, "nvfp4", True, True, True, True)
+    wq, ws, wcq, wcs, wa, wca = tt.quantize_nvfp4(w.reshape(-1, k), "nvfp4_16x16", True, True)
+    bf16, nv, nv16 = torch.bfloat16, "nvfp4", "nvfp4_16x16"
+    utils = ("test_faketensor",)
+    torch.library.opcheck(ops.fp8_linear_fprop.default,
+                          (xq, xs, wq, ws, offs, g, bf16, nv, nv16, xa, wa), test_utils=utils)
+    torch.library.opcheck(ops.fp8_linear_dgrad.default,
+                          (dyq, dys, wcq, wcs, offs, g, bf16, nv, nv16, dya, wca),
+                          test_utils=utils)
+    torch.library.opcheck(ops.fp8_linear_wgrad.default,
+                          (dycq, dycs, xcq, xcs, offs, bf16, nv, nv, dyca, xca, True, True),
+                          test_utils=utils)
+    # the logical sizes come from the packed bytes
+    assert ops.fp8_linear_fprop(xq, xs, wq, ws, offs, g, bf16, nv, nv16, xa, wa).shape == (48, n)
+    assert ops.fp8_linear_dgrad(dyq, dys, wcq, wcs, offs, g, bf16, nv, nv16, dya,
+                                wca).shape == (48, k)
+    assert ops.fp8_linear_wgrad(dycq, dycs, xcq, xcs, offs, bf16, nv, nv, dyca, xca, True,
+                                True).shape == (g, n, k)
+
+
+def test_roles_come_from_the_cpp_recipe():
+    x_role, w_role, dy_role = tl._FP8_ROLES["nvfp4"]
+    assert (x_role.mode, x_role.element, x_role.random_hadamard, x_role.stochastic_rounding) == (
+        "nvfp4", "e2m1", True, False)
+    assert (w_role.mode, w_role.random_hadamard, w_role.stochastic_rounding) == (
+        "nvfp4_16x16", False, False)
+    assert (dy_role.mode, dy_role.random_hadamard, dy_role.stochastic_rounding) == (
+        "nvfp4", True, True)
+    assert "nvfp4" in tt.RECIPES and {"nvfp4", "nvfp4_16x16"} <= set(tt.recipe.STEP_MODES)
+    assert tt.GroupedLinear(2, 64, 64, recipe="nvfp4").recipe == "nvfp4"
+
+
+# ---- the linear step --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("sizes,k,n", [(SIZES, 160, 96), (SIZES, 72, 40), ([16], 64, 32),
+                                       ([0, 48, 0], 96, 200)])
+def test_grouped_linear_step_matches_oracle_and_fp64(device, sizes, k, n):
+    sizes = sizes_for(device, sizes)
+    x, w, dy = inputs(sizes, k, n, device, seed=k + n)
+    offs = ends(sizes, device)
+    tl.SR_OFFSETS.reset(100)  # dy is the step's only stochastically rounded quantization
+    got = run_step(lambda a, b: tt.grouped_linear(a, b, offs, "nvfp4"), x, w, dy)
+    assert tl.SR_OFFSETS.value == 101
+    assert all(t.dtype == torch.bfloat16 for t in got)
+    check_step(got, oracle_step(x, w, dy, sizes, 100), grouped_products(x, w, dy, sizes),
+               f"nvfp4 {device} sizes={sizes} K={k} N={n}")
+    for gi, m in enumerate(sizes):  # empty experts get zero weight gradients
+        if m == 0:
+            assert torch.count_nonzero(got[2][gi]) == 0
+
+
+def test_the_oracle_sees_a_wrong_offset():
+    # the dW check above would fail if the step's dy bits came from another offset
+    x, w, dy = inputs(SIZES, 96, 64, "cpu", seed=5)
+    offs = ends(SIZES, "cpu")
+    tl.SR_OFFSETS.reset(0)
+    got = run_step(lambda a, b: tt.grouped_linear(a, b, offs, "nvfp4"), x, w, dy)
+    right, wrong = oracle_step(x, w, dy, SIZES, 0), oracle_step(x, w, dy, SIZES, 1)
+    assert sqnr(got[2], right[2]) >= ORACLE_DB > sqnr(got[2], wrong[2])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_grouped_mlp_layers_match_oracle(device):
+    S = sizes_for(device)
+    torch.manual_seed(9)
+    mlp = tt.GroupedMLP(len(S), 96, 80, recipe="nvfp4", device=device)
+    offs = ends(S, device)
+    x = torch.randn(sum(S), 96, device=device, dtype=torch.bfloat16).requires_grad_()
+    tl.SR_OFFSETS.reset(0)
+    _, seen = mlp_layer_tensors(mlp, x, offs, torch.rand(sum(S), device=device))
+    # the backward runs fc2 first: its dy takes offset 0, fc1's offset 1
+    for name, offset in (("fc1", 1), ("fc2", 0)):
+        layer = getattr(mlp, name)
+        xin, yout, dy, dx = seen[name]
+        oracle = oracle_step(xin, layer.weight.detach(), dy, S, offset)
+        dbs = [sqnr(a, b) for a, b in zip((yout, dx, layer.weight.grad), oracle)]
+        print(f"\n[mlp nvfp4 {device} {name}] SQNR vs oracle y/dx/dW {[round(d, 1) for d in dbs]}")
+        assert min(dbs) >= ORACLE_DB
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_weight_is_quantized_once_per_weight_version(device, monkeypatch):
+    S = sizes_for(device)
+    g, k, n = len(S), 96, 64
+    layer = tt.GroupedLinear(g, k, n, recipe="nvfp4", device=device)
+    offs = ends(S, device)
+    calls = []
+    real = tl.quantize_nvfp4_impl
+
+    def counting(x, mode, rowwise, columnwise, rht, sr, seed, offset):
+        calls.append((tuple(x.shape), mode, rowwise, columnwise, rht, sr))
+        return real(x, mode, rowwise, columnwise, rht, sr, seed, offset)
+
+    monkeypatch.setattr(tl, "quantize_nvfp4_impl", counting)
+    weight_calls = lambda: [c for c in calls if c[0] == (g * n, k)]  # noqa: E731
+    x, _, dy = inputs(S, k, n, device, seed=4)
+    with torch.no_grad():
+        y_eval = layer(x, offs)
+    assert weight_calls() == [((g * n, k), "nvfp4_16x16", True, True, False, False)]
+    wq, ws, wcq, wcs, wa, wca = layer.weight_cache.value
+    assert wq.shape == (g * n, k // 2) and wcq.shape == (k, g * n // 2)
+    assert ws.dtype == torch.float8_e4m3fn and wa.shape == wca.shape == (1,)
+    del calls[:]
+    for _ in range(3):
+        xr = x.detach().requires_grad_()
+        y = layer(xr, offs)
+        y.backward(dy)
+    assert not weight_calls() and torch.equal(y.detach(), y_eval)
+    # x and dy once each per step, both usages in one pass, RHT on both, SR on dy
+    assert sorted(calls) == sorted([((sum(S), k), "nvfp4", True, True, True, False),
+                                    ((sum(S), n), "nvfp4", True, True, True, True)] * 3)
+    torch.optim.SGD(layer.parameters(), lr=0.1).step()  # new weight version
+    layer(x.detach().requires_grad_(), offs).backward(dy)
+    assert len(weight_calls()) == 1
+
+
+def test_successive_steps_draw_fresh_rounding_bits():
+    S = SIZES
+    layer = tt.GroupedLinear(len(S), 64, 32, recipe="nvfp4")
+    x, _, dy = inputs(S, 64, 32, "cpu", seed=6)
+    offs = ends(S, "cpu")
+    grads = []
+    for _ in range(2):
+        layer.zero_grad(set_to_none=True)
+        xr = x.detach().requires_grad_()
+        layer(xr, offs).backward(dy)
+        grads.append((xr.grad, layer.weight.grad))
+    assert not torch.equal(grads[0][0], grads[1][0]) and not torch.equal(grads[0][1], grads[1][1])
+    # the same offsets again: the same bits
+    start = tl.SR_OFFSETS.value
+    runs = []
+    for _ in range(2):
+        tl.SR_OFFSETS.reset(start)
+        layer.zero_grad(set_to_none=True)
+        xr = x.detach().requires_grad_()
+        layer(xr, offs).backward(dy)
+        runs.append((xr.grad, layer.weight.grad))
+    assert torch.equal(runs[0][0], runs[1][0]) and torch.equal(runs[0][1], runs[1][1])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_fp32_master_weights_and_main_grad(device):
+    S = sizes_for(device)
+    torch.manual_seed(11)
+    g, k, n = len(S), 96, 64
+    kw = dict(recipe="nvfp4", device=device, params_dtype=torch.float32)
+    plain = tt.GroupedLinear(g, k, n, **kw)
+    acc = tt.GroupedLinear(g, k, n, accumulate_main_grad=True, **kw)
+    acc.load_state_dict(plain.state_dict())
+    offs = ends(S, device)
+    want = torch.zeros(g, n, k, dtype=torch.float64)
+    for step in range(2):
+        x0, _, dy = inputs(S, k, n, device, seed=20 + step)
+        for layer in (plain, acc):
+            tl.SR_OFFSETS.reset(step)  # both layers draw the same bits
+            layer.zero_grad(set_to_none=True)
+            layer(x0.detach().requires_grad_(), offs).backward(dy)
+        assert plain.weight.grad.dtype == torch.float32 and acc.weight.grad is None
+        want += plain.weight.grad.double().cpu()
+        oracle = oracle_step(x0, plain.weight.detach(), dy, S, step)[2]
+        assert sqnr(plain.weight.grad, oracle) >= (100.0 if device == "cpu" else 70.0)
+    assert sqnr(acc.weight.main_grad, want) >= 100.0
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_torch_compile_fullgraph(device):
+    S = sizes_for(device)
+    torch.manual_seed(12)
+    mlp = tt.GroupedMLP(len(S), 96, 48, recipe="nvfp4", device=device)
+    x0 = torch.randn(sum(S), 96, device=device, dtype=torch.bfloat16)
+    offs = ends(S, device)
+    eager, compiled = mlp_eager_and_compiled(mlp, x0, offs)
+    # the forward has no stochastic rounding: bit for bit; the gradients' dy bits come from
+    # other offsets (the compiled backward's offsets are read when it is traced)
+    assert torch.equal(eager[0], compiled[0])
+    for e, c in zip(eager[1:], compiled[1:]):
+        assert torch.isfinite(c).all() and sqnr(c, e) >= 8.0
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_custom_recipe_mxfp8_forward_nvfp4_gradients(device):
+    S = sizes_for(device)
+
+    def factory(role):
+        return tt.QuantizerConfig("nvfp4" if role.tensor_type == "grad_output" else "mxfp8")
+    recipe = tt.CustomRecipe(factory, name="mx-fwd-nvfp4-grad")
+    assert [(r.mode, r.element, r.random_hadamard, r.stochastic_rounding)
+            for r in recipe.roles("fc1")] == [("mxfp8", "e4m3", False, False)] * 2 + [
+                ("nvfp4", "e2m1", False, False)]
+    x, w, dy = inputs(S, 96, 64, device, seed=15)
+    offs = ends(S, device)
+    got = run_step(lambda a, b: tt.grouped_linear(a, b, offs, recipe, name="fc1"), x, w, dy)
+    plain = grouped_products(x, w, dy, S)
+    dbs = [sqnr(a, b) for a, b in zip(got, plain)]
+    print(f"\n[custom mxfp8 fwd / nvfp4 dy {device}] SQNR y/dx/dW vs FP64 "
+          f"{[round(d, 1) for d in dbs]}")
+    assert dbs[0] >= 25.0 and min(dbs[1:]) >= PLAIN_DB
+    # all-NVFP4 custom roles (no Hadamard transform, no SR) run too
+    nv = tt.CustomRecipe(lambda r: tt.QuantizerConfig(
+        "nvfp4_16x16" if r.tensor_type == "weight" else "nvfp4"), name="nv")
+    got = run_step(lambda a, b: tt.grouped_linear(a, b, offs, nv), x, w, dy)
+    assert min(sqnr(a, b) for a, b in zip(got, plain)) >= PLAIN_DB
+
+
+# ---- errors -----------------------------------------------------------------------------------
+
+def test_bad_input_is_a_clear_error():
+    x, w, dy = inputs([32], 64, 32, "cpu")
+    offs = ends([32], "cpu")
+    with pytest.raises(ValueError, match="token count must be a multiple of 16, got 40"):
+        xr, wr = x.new_zeros(40, 64).requires_grad_(), w.detach().requires_grad_()
+        tt.grouped_linear(xr, wr, ends([40], "cpu"), "nvfp4")
+    with pytest.raises(ValueError, match=r"in_features \(63\) and out_features \(32\) must be even"):
+        tt.grouped_linear(x[:, :63], w[:, :, :63], offs, "nvfp4")
+    xq, xs, _, _, xa, _ = tt.quantize_nvfp4(x, "nvfp4", True, False)
+    wq, ws, _, _, wa, _ = tt.quantize_nvfp4(w.reshape(32, 64), "nvfp4_16x16", True, False)
+    fprop = torch.ops.tessera.fp8_linear_fprop
+    with pytest.raises(ValueError, match="A: a nvfp4 operand needs its copy's global amax"):
+        fprop(xq, xs, wq, ws, offs, 1, torch.bfloat16, "nvfp4", "nvfp4_16x16", None, wa)
+    with pytest.raises(tessera.Error, match="amax: 2 values; expected 1"):
+        fprop(xq, xs, wq, ws, offs, 1, torch.bfloat16, "nvfp4", "nvfp4_16x16", xa.repeat(2), wa)
+    with pytest.raises(ValueError, match="cannot meet"):
+        tt.CustomRecipe(lambda r: tt.QuantizerConfig(
+            "nvfp4" if r.tensor_type == "input" else "block1x128")).roles()
+    with pytest.raises(ValueError, match="recipe"):
+        tt.GroupedLinear(2, 64, 64, recipe="nvfp4:e4m3")
