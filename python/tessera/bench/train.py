@@ -11,6 +11,9 @@ tessera.torch, next to the peers a user would pick instead, in the same run on t
                            for (--recipes); and cached-W
     tessera mxfp8          MXFP8 (E8M0 scales per 32 elements; the C++ recipe "mxfp8"), when
                            asked for (--recipes); and cached-W
+    tessera nvfp4          NVFP4 (E2M1, E4M3 scales per 16 elements, Hadamard-transformed
+                           wgrad copies, stochastically rounded dy; the C++ recipe "nvfp4"),
+                           when asked for (--recipes); and cached-W
     torchao fp8    torchao's _to_fp8_rowwise_then_scaled_grouped_mm (when torchao imports)
     ... [graph]    with --graphs: torch BF16 and the tessera rows again, each step captured in
                    one CUDA graph and replayed (no host work between kernels: what the kernels
@@ -51,7 +54,7 @@ MLP_SHAPES = {  # name: (experts, tokens per expert, hidden, ffn)
 }
 # tessera.torch recipes a step can be timed with (fp8_delayed keeps a scale history across
 # steps, so one step from a fresh state is not what a user runs: not a contender here).
-RECIPES = ("bf16", "fp8_rowwise", "fp8_current", "fp8_block", "mxfp8")
+RECIPES = ("bf16", "fp8_rowwise", "fp8_current", "fp8_block", "mxfp8", "nvfp4")
 DEFAULT_RECIPES = ("bf16", "fp8_rowwise", "fp8_current")
 
 
