@@ -10,10 +10,11 @@
 //                  rng_offset) -> None
 //   _delayed_update(scale, amax_history, element, amax_compute_algo, margin, stream) -> None
 //     (the role's element, algorithm and margin: _recipe_config in quantize_py.cpp)
-// FP8, MXFP8 and NVFP4 modes with their make_config defaults (per-tensor "tensor" = current scaling, which
-// also writes the tensor amax of each copy into the caller's 1-element `amax` arrays; with
-// `delayed_scale` and `amax_history` it is delayed scaling on that caller-owned state: the scale is
-// read from `delayed_scale` and the amax written to history slot 0, docs/numerics.md), compact
+// FP8, MXFP8 and NVFP4 modes with their make_config defaults (per-tensor "tensor" = current
+// scaling, which also writes the tensor amax of each copy into the caller's 1-element `amax`
+// arrays; with `delayed_scale` and `amax_history` it is delayed scaling on that caller-owned
+// state: the scale is read from `delayed_scale` and the amax written to history slot 0,
+// docs/numerics.md), compact
 // scales. `_delayed_update` is Quantizer::update() on the same caller-owned state (the next scale
 // from the history, then the roll), on the caller's stream. Output shapes follow
 // tessera/quantize/types.h (a

@@ -186,9 +186,8 @@ def test_mlp_with_per_layer_configs_matches_fp64_oracle(device):
 # ---- what is refused ----------------------------------------------------------------------------
 
 BAD = [
-    ("nvfp4", lambda r: {"mode": "nvfp4", "element": "e2m1"}, ValueError,
-     r"mode 'nvfp4' is not run by the tessera.torch step; expected one of \('tensor', "
-     r"'rowwise', .*'mxfp8', 'mxfp8_32x32'\).*NVFP4 runs in the C\+\+ nn layer only"),
+    ("nvfp4 with fp8", lambda r: {"mode": "nvfp4" if r.tensor_type == "input" else "rowwise"},
+     ValueError, r"modes \(input nvfp4, weight rowwise, grad_output rowwise\) cannot meet"),
     ("unknown mode", lambda r: {"mode": "block64x64"}, ValueError,
      "mode 'block64x64' is not a scaling mode; expected one of tensor, rowwise"),
     ("no mode", lambda r: {"element": "e4m3"}, ValueError, "the config has no 'mode'"),

@@ -376,7 +376,8 @@ def test_bad_input_is_a_clear_error():
     with pytest.raises(ValueError, match="token count must be a multiple of 16, got 40"):
         xr, wr = x.new_zeros(40, 64).requires_grad_(), w.detach().requires_grad_()
         tt.grouped_linear(xr, wr, ends([40], "cpu"), "nvfp4")
-    with pytest.raises(ValueError, match=r"in_features \(63\) and out_features \(32\) must be even"):
+    with pytest.raises(ValueError,
+                       match=r"in_features \(63\) and out_features \(32\) must be even"):
         tt.grouped_linear(x[:, :63], w[:, :, :63], offs, "nvfp4")
     xq, xs, _, _, xa, _ = tt.quantize_nvfp4(x, "nvfp4", True, False)
     wq, ws, _, _, wa, _ = tt.quantize_nvfp4(w.reshape(32, 64), "nvfp4_16x16", True, False)

@@ -3,7 +3,7 @@ dgrad and wgrad, for every recipe the torch front end runs.
 
     grouped_linear(x (T, K), weight (G, N, K), offs (G,) int32 cumulative end offsets,
                    recipe="bf16" | "fp8_rowwise" | "fp8_current" | "fp8_delayed" | "fp8_block"
-                          | "mxfp8" | DelayedScaling | CustomRecipe,
+                          | "mxfp8" | "nvfp4" | DelayedScaling | CustomRecipe,
                    weight_cache=None, *, delayed_state=None, main_grad=None, name="")
                    -> y (T, N)
 
@@ -54,10 +54,25 @@ tessera calls, no PyTorch elementwise op runs in the step):
   its nn layer and tessera.torch.moe's dispatch pad groups to); this step takes any group sizes
   and pads nothing. The CPU GEMM runs every shape; the CUDA GEMM needs group sizes multiples of
   16 and out_features % 32 == 0 (docs/torch_training.md).
+- nvfp4 (the C++ recipe "nvfp4": E2M1 codes two per byte, low nibble first; E4M3 scales,
+  torch.float8_e4m3fn, compact; one FP32 global amax per copy): x and dy quantized once each,
+  both usages in one pass (quantize_nvfp4) — rowwise codes (T, K/2) bytes with one scale per
+  1x16 block; the columnwise copy stored TRANSPOSED, (K, T/2) bytes, 16x1 blocks along the
+  tokens, quantized after the 16-point random Hadamard transform of each 16 tokens; dy
+  stochastically rounded (Philox, the recipe's seed, the offset from SR_OFFSETS: a host counter
+  advanced once per stochastically rounded quantization, so every layer and step draws fresh
+  bits with no host sync; under torch.compile the offset is read at trace time, not advanced).
+  W once per weight version as nvfp4_16x16 (16x16 tiles), both usages, no transform.
+  forward = x rowwise · W rowwise, dgrad = dy rowwise · W columnwise, wgrad = dy columnwise ·
+  x columnwise (the two transforms cancel), each NVFP4 operand with its copy's global amax.
+  in_features and out_features must be even; T a multiple of 16 when the weight needs a
+  gradient (the transform). The CPU GEMM takes any group sizes (it undoes each transform); the
+  CUDA GEMM needs group sizes multiples of 16 (the transform's blocks may not straddle groups).
 - a CustomRecipe (tessera.torch.recipe): the step of the modes and elements its factory gives
   the roles of layer `name` (any mix of the above that the GEMMs pair: one scale family for all
-  three roles — "mxfp8" / "mxfp8_32x32" (32x32 weight tiles) in any mix is one —, E5M2 for
-  grad_output only); per-tensor roles use current scaling.
+  three roles — "mxfp8" / "mxfp8_32x32" (32x32 weight tiles) in any mix is one —, or MXFP8 and
+  NVFP4 modes in any mix (NVFP4 roles from a factory have no transform and no stochastic
+  rounding); E5M2 for grad_output only); per-tensor roles use current scaling.
 Each FP8 recipe's roles (input, weight, grad_output) get the scaling mode and element the C++
 recipe gives them (`_tessera._recipe_config`, `_custom_recipe_config`); the mode travels with the
 codes into the GEMM ops.
