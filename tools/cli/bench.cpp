@@ -176,12 +176,17 @@ struct Fp8Step {
     c.random_hadamard = m == ScalingMode::kNVFP4;
     return c;
   }
-  void quantize(Step& st, Stream s) {
-    act_quant.quantize(st.x.view, xq, s);
+  void quantize_x(Step& st, Stream s) { act_quant.quantize(st.x.view, xq, s); }
+  void quantize_w(Step& st, Stream s) {
     w_quant.quantize(TensorView::contiguous(st.w.buf.data(), DType::kBFloat16,
                                             {st.g * st.n, st.k}, st.dev),
                      wq, s);
-    act_quant.quantize(st.dy.view, dyq, s);
+  }
+  void quantize_dy(Step& st, Stream s) { act_quant.quantize(st.dy.view, dyq, s); }
+  void quantize(Step& st, Stream s) {
+    quantize_x(st, s);
+    quantize_w(st, s);
+    quantize_dy(st, s);
   }
   void forward(Step& st, Stream s) {
     st.gemm(st.problem(GroupedGemmKind::kMGrouped, GemmOperand::from_quantized(xq.view(), false),
@@ -351,11 +356,15 @@ int run_bench(const Args& args) {
           const double f1 = flops / 3.0;
           using Run = void (Fp8Step::*)(Step&, Stream);
           const std::pair<const char*, Run> parts[] = {
-              {"forward", &Fp8Step::forward}, {"dgrad", &Fp8Step::dgrad}, {"wgrad", &Fp8Step::wgrad}};
+              {"forward", &Fp8Step::forward}, {"dgrad", &Fp8Step::dgrad}, {"wgrad", &Fp8Step::wgrad},
+              {"quantize x", &Fp8Step::quantize_x}, {"quantize W", &Fp8Step::quantize_w},
+              {"quantize dy", &Fp8Step::quantize_dy}};
           for (const auto& [name, fn] : parts) {
             const float m8 = median_ms([&] { (f8.*fn)(st, {}); }, reps);
-            std::printf("| %s | %s | %s %s | %.3f | %.0f | |\n", s.name, bal, r.name, name, m8,
-                        f1 / m8 / 1e9);
+            const bool gemm = name[0] != 'q';  // TFLOP/s for the GEMMs only
+            std::printf("| %s | %s | %s %s | %.3f | ", s.name, bal, r.name, name, m8);
+            if (gemm) std::printf("%.0f | |\n", f1 / m8 / 1e9);
+            else std::printf(" | |\n");
           }
         }
         std::fflush(stdout);

@@ -5,8 +5,9 @@
 // e = M*K + k*M + m). Arithmetic: scale_rules (nvfp4_block_scale, nvfp4_encode_scale,
 // nvfp4_clamp, e2m1_stochastic, rht16_forward's order of sums).
 //
-// The generic kernels below take what the tiled kernels (nvfp4_tiles.cu) do not: 16x16 tiles,
-// K % 16 != 0, unaligned views. One thread per (stripe, 16-column block) of a copy. Rowwise:
+// The generic kernels below take what the tiled kernels (nvfp4_tiles.cu) do not: 16x16 tiles
+// (without stochastic rounding: nvfp4_tile16_kernel, through shared memory), K % 16 != 0,
+// unaligned views. One thread per (stripe, 16-column block) of a copy. Rowwise:
 // lanes take consecutive blocks of a row (coalesced 32-byte reads); columnwise: lanes take
 // consecutive k (for each m the warp reads 32 consecutive elements). A 16x16 tile reads its
 // rows twice (amax, then encode; L1/L2 hits).
@@ -116,6 +117,70 @@ __global__ __launch_bounds__(kThreads) void nvfp4_kernel(Nvfp4Args a) {
   for (int64_t w = blockIdx.x * int64_t{kThreads} + threadIdx.x; w < items;
        w += int64_t{gridDim.x} * kThreads) {
     nvfp4_item<In>(a, w, s_enc);
+  }
+}
+
+// 16x16 tiles without stochastic rounding or the Hadamard transform (the weights' copies):
+// one 256-thread block per strip of 16 x rows x 256 x columns (16 tiles), read once into shared
+// memory with coalesced loads; thread (tile j, lane i) takes the tile's amax by a 16-lane
+// shuffle, then encodes row i of the tile (rowwise copy) or column i (the transposed copy) into
+// 8 bytes and writes that copy row's scale. Same arithmetic as nvfp4_item (the generic kernel,
+// which reads x's columns element by element for the transposed copy).
+constexpr int kStripCols = 256;
+
+template <class In>
+__global__ __launch_bounds__(kThreads) void nvfp4_tile16_kernel(Nvfp4Args a) {
+  __shared__ float strip[kBlock][kStripCols + 1];
+  const float s_enc =
+      scale_rules::nvfp4_global_encode_scale(scale_rules::amax_from_abs_bits(*a.amax));
+  const In* x = static_cast<const In*>(a.x);
+  const int64_t M = a.rows, K = a.cols;
+  const int64_t strips_k = ceil_div_device(K, kStripCols);
+  const int64_t strips = ceil_div_device(M, kBlock) * strips_k;
+  const int t = threadIdx.x, j = t / kBlock, i = t % kBlock;
+  // The copy: rows (x's rows, or columns when transposed) and their bytes / scale blocks.
+  const int64_t copy_cols = a.columnwise ? M : K;
+  const int64_t row_bytes = ceil_div_device(copy_cols, 2), nb = ceil_div_device(copy_cols, kBlock);
+  for (int64_t w = blockIdx.x; w < strips; w += gridDim.x) {
+    const int64_t r0 = (w / strips_k) * kBlock, k0 = (w % strips_k) * kStripCols;
+    // Load: thread t reads x row r0 + t / 16, columns k0 + 16·(t % 16) .. + 16 (zeros outside).
+#pragma unroll
+    for (int e = 0; e < kBlock; ++e) {
+      const int64_t r = r0 + j, c = k0 + kBlock * i + e;
+      strip[j][kBlock * i + e] = r < M && c < K ? load_float(x[r * K + c]) : 0.0f;
+    }
+    __syncthreads();
+    // Tile j (columns k0 + 16j ..), lane i: row i of the tile for the amax.
+    uint32_t m = 0;
+#pragma unroll
+    for (int e = 0; e < kBlock; ++e) m = max(m, abs_bits(strip[i][kBlock * j + e]));
+#pragma unroll
+    for (int d = 1; d < kBlock; d *= 2) m = max(m, __shfl_xor_sync(0xffffffffu, m, d));
+    const uint8_t s_b = scale_rules::nvfp4_block_scale(scale_rules::amax_from_abs_bits(m), s_enc);
+    const float enc = scale_rules::nvfp4_encode_scale(s_b, s_enc);
+    // The copy row this lane writes: x row r0 + i (rowwise) or x column k0 + 16j + i.
+    const int64_t cr = a.columnwise ? k0 + kBlock * j + i : r0 + i;
+    const int64_t c0 = a.columnwise ? r0 : k0 + kBlock * j;  // first copy column of the block
+    if (cr < (a.columnwise ? K : M) && c0 < copy_cols) {
+      uint32_t packed[2] = {0u, 0u};
+#pragma unroll
+      for (int e = 0; e < kBlock; ++e) {
+        if (c0 + e >= copy_cols) continue;
+        const float v = a.columnwise ? strip[e][kBlock * j + i] : strip[i][kBlock * j + e];
+        packed[e / 8] |= uint32_t{formats::encode_e2m1(scale_rules::nvfp4_clamp(v * enc))}
+                         << (4 * (e % 8));
+      }
+      uint8_t* d = a.data + cr * row_bytes + c0 / 2;
+      if (c0 + kBlock <= copy_cols && (reinterpret_cast<uintptr_t>(d) & 7u) == 0) {
+        *reinterpret_cast<uint2*>(d) = make_uint2(packed[0], packed[1]);
+      } else {
+        for (int64_t e = 0; e < kBlock / 2 && c0 / 2 + e < row_bytes; ++e)
+          d[e] = static_cast<uint8_t>(packed[e / 4] >> (8 * (e % 4)));
+      }
+      const int64_t b = c0 / kBlock;
+      a.scale[a.padded_cols != 0 ? swizzled_offset(cr, b, a.padded_cols) : cr * nb + b] = s_b;
+    }
+    __syncthreads();
   }
 }
 
@@ -291,6 +356,16 @@ void launch_nvfp4(const Nvfp4Args& a, cudaStream_t stream) {
   const int64_t rows = a.columnwise ? a.cols : a.rows, cols = a.columnwise ? a.rows : a.cols;
   const int64_t bh = a.tile16 ? kBlock : 1;
   const int64_t work = ceil_div(rows, bh) * ceil_div(cols, kBlock);
+  if (a.tile16 && !a.stochastic && !a.rht) {  // the weights' 16x16 tiles: strips of 16 tiles
+    const int64_t strips = ceil_div(a.rows, kBlock) * ceil_div(a.cols, kStripCols);
+    const unsigned grid = grid_stride_blocks(strips * kThreads, kThreads, 16);
+    dispatch_float_input(a.in, "quantize: x", [&](auto tag) {
+      using In = typename decltype(tag)::type;
+      nvfp4_tile16_kernel<In><<<grid, kThreads, 0, stream>>>(a);
+    });
+    TESSERA_CUDA_CHECK_LAUNCH();
+    return;
+  }
   const unsigned grid = grid_stride_blocks(work, kThreads, 16);
   dispatch_float_input(a.in, "quantize: x", [&](auto tag) {
     using In = typename decltype(tag)::type;
