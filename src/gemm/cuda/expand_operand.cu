@@ -15,13 +15,42 @@ namespace {
 
 enum class Code : int { kE2M1 = 0, kE4M3 = 1, kE5M2 = 2 };
 
-// Value of a code (E2M1: the low nibble) times its block's scale byte, in FP32 (exact).
-template <Code kCode>
-__device__ float element_value(uint8_t code, uint8_t scale) {
-  if constexpr (kCode == Code::kE2M1) return formats::decode_e2m1(code & 0xF) * formats::decode_e4m3(scale);
-  else if constexpr (kCode == Code::kE4M3) return formats::decode_e4m3(code) * formats::decode_e8m0(scale);
-  else return formats::decode_e5m2(code) * formats::decode_e8m0(scale);
+// E2M1 code (low nibble) → FP32 from bits: magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6.
+__device__ __forceinline__ float e2m1_value(uint32_t code) {
+  const uint32_t m = code & 7u;
+  const uint32_t bits =
+      m >= 2 ? (((m >> 1) + 126u) << 23) | ((m & 1u) << 22) : (m == 1 ? 0x3f000000u : 0u);
+  return __uint_as_float(bits | ((code & 8u) << 28));
 }
+
+// FP32 value of a block's scale byte: E4M3 for E2M1 codes, E8M0 for FP8 codes.
+template <Code kCode>
+__device__ __forceinline__ float scale_value(uint8_t s) {
+  if constexpr (kCode == Code::kE2M1) return formats::decode_e4m3(s);
+  else return formats::decode_e8m0(s);
+}
+
+// Value of a code (E2M1: the low nibble) times its block's scale, in FP32 (exact).
+template <Code kCode>
+__device__ __forceinline__ float element_value(uint8_t code, float scale) {
+  if constexpr (kCode == Code::kE2M1) return e2m1_value(code) * scale;
+  else if constexpr (kCode == Code::kE4M3) return formats::decode_e4m3(code) * scale;
+  else return formats::decode_e5m2(code) * scale;
+}
+
+// scale_rules::scale_index for block sizes that are powers of two (every NVFP4 / MXFP8
+// geometry), by shifts.
+struct ScaleIndex {
+  int row_shift = 0, col_shift = 0;
+  int64_t ld = 1;
+  bool swizzled = false, transposed = false;
+  __device__ int64_t operator()(int64_t r, int64_t c) const {
+    const int64_t sr = r >> row_shift, sc = c >> col_shift;
+    if (!swizzled) return sr * ld + sc;
+    return transposed ? scale_rules::swizzled_scale_offset<int64_t>(sc, sr, ld)
+                      : scale_rules::swizzled_scale_offset<int64_t>(sr, sc, ld);
+  }
+};
 
 // Code of stored element (r, c).
 template <Code kCode>
@@ -37,49 +66,47 @@ __device__ uint8_t code_at(const uint8_t* codes, int64_t row_bytes, int64_t r, i
 constexpr int kThreads = 256;
 
 // Thread i: row r = i / chunks, output columns [8j, 8j + 8), j = i % chunks. The chunk's scale
-// is looked up once when a block covers whole chunks (block_cols a multiple of 8: NVFP4 1x16,
+// is looked up once when a block covers whole chunks (block columns a multiple of 8: NVFP4 1x16,
 // MXFP8 1x32), else per element; its codes come in one word where rows allow it.
 template <Code kCode>
 __global__ void expand_kernel(const uint8_t* __restrict__ codes, int64_t row_bytes,
-                              const uint8_t* __restrict__ scales, scale_rules::ScaleGeometry geo,
-                              int64_t rows, int64_t cols, uint4* __restrict__ out, int64_t ld) {
+                              const uint8_t* __restrict__ scales, ScaleIndex si, int64_t rows,
+                              int64_t cols, uint4* __restrict__ out, int64_t ld) {
   const int64_t chunks = ld / 8, total = rows * chunks;
-  const bool shared_scale = geo.block_cols % 8 == 0;
+  const bool shared_scale = si.col_shift >= 3;
   // Rows whose 8-code chunks are aligned words (4 bytes E2M1, 8 bytes FP8).
   const int64_t chunk_bytes = kCode == Code::kE2M1 ? 4 : 8;
   const bool vector_loads = row_bytes % chunk_bytes == 0 &&
                             reinterpret_cast<uintptr_t>(codes) % chunk_bytes == 0;
   for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < total;
        i += int64_t{gridDim.x} * kThreads) {
-    const int64_t r = i / chunks, c0 = (i % chunks) * 8;
-    uint8_t s = shared_scale && c0 < cols ? scales[scale_rules::scale_index(geo, r, c0)] : 0;
-    __align__(16) __nv_bfloat16 v[8];
+    const int64_t r = i / chunks, c0 = (i - r * chunks) * 8;
+    __align__(16) __nv_bfloat162 v[4];
+    float f[8];
     if (vector_loads && shared_scale && c0 + 8 <= cols) {  // the 8 codes in one aligned load
-      uint8_t code[8];
+      const float s = scale_value<kCode>(scales[si(r, c0)]);
       if constexpr (kCode == Code::kE2M1) {
         const uint32_t w = *reinterpret_cast<const uint32_t*>(codes + r * row_bytes + c0 / 2);
 #pragma unroll
-        for (int e = 0; e < 8; ++e) code[e] = (w >> (4 * e)) & 0xF;
+        for (int e = 0; e < 8; ++e) f[e] = element_value<kCode>((w >> (4 * e)) & 0xF, s);
       } else {
         const uint2 w = *reinterpret_cast<const uint2*>(codes + r * row_bytes + c0);
 #pragma unroll
-        for (int e = 0; e < 8; ++e) code[e] = ((e < 4 ? w.x : w.y) >> (8 * (e % 4))) & 0xFF;
+        for (int e = 0; e < 8; ++e)
+          f[e] = element_value<kCode>(((e < 4 ? w.x : w.y) >> (8 * (e % 4))) & 0xFF, s);
       }
-#pragma unroll
-      for (int e = 0; e < 8; ++e) v[e] = __float2bfloat16_rn(element_value<kCode>(code[e], s));
     } else {
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
         const int64_t c = c0 + e;
-        float x = 0.0f;
-        if (c < cols) {
-          if (!shared_scale) s = scales[scale_rules::scale_index(geo, r, c)];
-          x = element_value<kCode>(code_at<kCode>(codes, row_bytes, r, c), s);
-        }
-        v[e] = __float2bfloat16_rn(x);
+        f[e] = c < cols ? element_value<kCode>(code_at<kCode>(codes, row_bytes, r, c),
+                                               scale_value<kCode>(scales[si(r, c)]))
+                        : 0.0f;
       }
     }
-    out[r * chunks + c0 / 8] = *reinterpret_cast<const uint4*>(v);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) v[e] = __floats2bfloat162_rn(f[2 * e], f[2 * e + 1]);
+    out[i] = *reinterpret_cast<const uint4*>(v);
   }
 }
 
@@ -89,8 +116,8 @@ constexpr int kTile = 32;
 // ceil(ld / 32) row tiles, so that out's padding columns [rows, ld) are written as zeros).
 template <Code kCode>
 __global__ void expand_transposed_kernel(const uint8_t* __restrict__ codes, int64_t row_bytes,
-                                         const uint8_t* __restrict__ scales,
-                                         scale_rules::ScaleGeometry geo, int64_t rows,
+                                         const uint8_t* __restrict__ scales, ScaleIndex si,
+                                         int64_t rows,
                                          int64_t cols, __nv_bfloat16* __restrict__ out,
                                          int64_t ld) {
   __shared__ float tile[kTile][kTile + 1];
@@ -102,7 +129,7 @@ __global__ void expand_transposed_kernel(const uint8_t* __restrict__ codes, int6
       float x = 0.0f;
       if (r < rows && c < cols)
         x = element_value<kCode>(code_at<kCode>(codes, row_bytes, r, c),
-                                 scales[scale_rules::scale_index(geo, r, c)]);
+                                 scale_value<kCode>(scales[si(r, c)]));
       tile[i][threadIdx.x] = x;
     }
     __syncthreads();
@@ -128,6 +155,24 @@ Code code_of(DType e) {
   return Code::kE5M2;
 }
 
+int log2_exact(int64_t v, const char* what) {
+  int s = 0;
+  while ((int64_t{1} << s) < v) ++s;
+  TESSERA_CHECK(v >= 1 && (int64_t{1} << s) == v, "expand_to_bf16: ", what, " ", v,
+                " is not a power of two");
+  return s;
+}
+
+ScaleIndex scale_index_of(const scale_rules::ScaleGeometry& g) {
+  ScaleIndex i;
+  i.row_shift = log2_exact(g.block_rows, "scale block rows");
+  i.col_shift = log2_exact(g.block_cols, "scale block columns");
+  i.ld = g.ld;
+  i.swizzled = g.swizzled;
+  i.transposed = g.swizzle_transposed;
+  return i;
+}
+
 int64_t row_bytes_of(const ExpandSource& s) {
   return s.element == DType::kFloat4E2M1 ? (s.cols + 1) / 2 : s.cols;
 }
@@ -148,17 +193,18 @@ void expand_to_bf16(const ExpandSource& s, void* out, int64_t ld, void* stream) 
   const auto* codes = static_cast<const uint8_t*>(s.codes);
   const auto* scales = static_cast<const uint8_t*>(s.scales);
   const int64_t rb = row_bytes_of(s);
+  const ScaleIndex si = scale_index_of(s.geometry);
   const unsigned blocks = blocks_for(s.rows * (ld / 8), kThreads);
   auto* o = static_cast<uint4*>(out);
   switch (code_of(s.element)) {
     case Code::kE2M1:
-      expand_kernel<Code::kE2M1><<<blocks, kThreads, 0, st>>>(codes, rb, scales, s.geometry, s.rows, s.cols, o, ld);
+      expand_kernel<Code::kE2M1><<<blocks, kThreads, 0, st>>>(codes, rb, scales, si, s.rows, s.cols, o, ld);
       break;
     case Code::kE4M3:
-      expand_kernel<Code::kE4M3><<<blocks, kThreads, 0, st>>>(codes, rb, scales, s.geometry, s.rows, s.cols, o, ld);
+      expand_kernel<Code::kE4M3><<<blocks, kThreads, 0, st>>>(codes, rb, scales, si, s.rows, s.cols, o, ld);
       break;
     case Code::kE5M2:
-      expand_kernel<Code::kE5M2><<<blocks, kThreads, 0, st>>>(codes, rb, scales, s.geometry, s.rows, s.cols, o, ld);
+      expand_kernel<Code::kE5M2><<<blocks, kThreads, 0, st>>>(codes, rb, scales, si, s.rows, s.cols, o, ld);
       break;
   }
   TESSERA_CUDA_CHECK_LAUNCH();
@@ -171,19 +217,20 @@ void expand_to_bf16_transposed(const ExpandSource& s, void* out, int64_t ld, voi
   const auto* codes = static_cast<const uint8_t*>(s.codes);
   const auto* scales = static_cast<const uint8_t*>(s.scales);
   const int64_t rb = row_bytes_of(s);
+  const ScaleIndex si = scale_index_of(s.geometry);
   const int64_t tiles = ((ld + kTile - 1) / kTile) * ((s.cols + kTile - 1) / kTile);
   const unsigned blocks = blocks_for(tiles, 1);
   const dim3 block(kTile, 8);
   auto* o = static_cast<__nv_bfloat16*>(out);
   switch (code_of(s.element)) {
     case Code::kE2M1:
-      expand_transposed_kernel<Code::kE2M1><<<blocks, block, 0, st>>>(codes, rb, scales, s.geometry, s.rows, s.cols, o, ld);
+      expand_transposed_kernel<Code::kE2M1><<<blocks, block, 0, st>>>(codes, rb, scales, si, s.rows, s.cols, o, ld);
       break;
     case Code::kE4M3:
-      expand_transposed_kernel<Code::kE4M3><<<blocks, block, 0, st>>>(codes, rb, scales, s.geometry, s.rows, s.cols, o, ld);
+      expand_transposed_kernel<Code::kE4M3><<<blocks, block, 0, st>>>(codes, rb, scales, si, s.rows, s.cols, o, ld);
       break;
     case Code::kE5M2:
-      expand_transposed_kernel<Code::kE5M2><<<blocks, block, 0, st>>>(codes, rb, scales, s.geometry, s.rows, s.cols, o, ld);
+      expand_transposed_kernel<Code::kE5M2><<<blocks, block, 0, st>>>(codes, rb, scales, si, s.rows, s.cols, o, ld);
       break;
   }
   TESSERA_CUDA_CHECK_LAUNCH();

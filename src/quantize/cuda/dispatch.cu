@@ -290,16 +290,21 @@ void quantize_nvfp4(const QuantizerConfig& cfg, const TensorView& x,
     quantize_nvfp4_tiles(cfg, x, out, req, s);
     return;
   }
+  // 16x16 tiles with neither transform nor stochastic rounding (the weights): both copies share
+  // the amax of x and come out of one read of x.
+  const bool both_at_once = req.rowwise && req.columnwise && !cfg.random_hadamard &&
+                            cuda_quant::nvfp4_tile16_eligible(a);
+  cuda_quant::Nvfp4Args row = a;
   if (req.rowwise) {
     auto* target = reinterpret_cast<uint32_t*>(amax_row);
     TESSERA_CUDA_CHECK(cudaMemsetAsync(target, 0, sizeof(uint32_t), s));
     cuda_quant::launch_tensor_amax(x.data, M * K, x.dtype, target, s);
-    a.amax = target;
-    a.data = out.data.as<uint8_t>();
-    a.scale = out.scale_inv.as<uint8_t>();
-    a.padded_cols = sw ? (ceil_div(K, 16) + 3) / 4 * 4 : 0;
-    TESSERA_CUDA_CHECK(cudaMemsetAsync(a.scale, 0, out.scale_inv.nbytes(), s));
-    cuda_quant::launch_nvfp4(a, s);
+    row.amax = target;
+    row.data = out.data.as<uint8_t>();
+    row.scale = out.scale_inv.as<uint8_t>();
+    row.padded_cols = sw ? (ceil_div(K, 16) + 3) / 4 * 4 : 0;
+    TESSERA_CUDA_CHECK(cudaMemsetAsync(row.scale, 0, out.scale_inv.nbytes(), s));
+    if (!both_at_once) cuda_quant::launch_nvfp4(row, s);
   }
   if (req.columnwise) {
     auto* target = reinterpret_cast<uint32_t*>(amax_col);
@@ -321,7 +326,8 @@ void quantize_nvfp4(const QuantizerConfig& cfg, const TensorView& x,
     a.scale = out.columnwise_scale_inv.as<uint8_t>();
     a.padded_cols = sw ? (ceil_div(M, 16) + 3) / 4 * 4 : 0;
     TESSERA_CUDA_CHECK(cudaMemsetAsync(a.scale, 0, out.columnwise_scale_inv.nbytes(), s));
-    cuda_quant::launch_nvfp4(a, s);
+    if (both_at_once) cuda_quant::launch_nvfp4_tile16(&row, &a, s);
+    else cuda_quant::launch_nvfp4(a, s);
   }
 }
 

@@ -149,6 +149,11 @@ struct Nvfp4Args {
   int64_t padded_cols = 0;         // swizzled: padded scale width; 0 = compact
 };
 void launch_nvfp4(const Nvfp4Args& args, cudaStream_t stream);
+// 16x16 tiles without stochastic rounding or the Hadamard transform: both copies (row and col
+// non-null: the rowwise and columnwise args, sharing one global amax) from one read of x, or one
+// (the other null). launch_nvfp4 takes this path for one copy on its own.
+bool nvfp4_tile16_eligible(const Nvfp4Args& args);
+void launch_nvfp4_tile16(const Nvfp4Args* row, const Nvfp4Args* col, cudaStream_t stream);
 // The config-derived fields of Nvfp4Args (16x16 tiles, stochastic rounding and its stream); the
 // caller adds shapes, the copy and pointers. One definition for both dispatchers.
 inline Nvfp4Args nvfp4_args_of(const QuantizerConfig& c, const void* x, DType in) {

@@ -122,15 +122,44 @@ __global__ __launch_bounds__(kThreads) void nvfp4_kernel(Nvfp4Args a) {
 
 // 16x16 tiles without stochastic rounding or the Hadamard transform (the weights' copies):
 // one 256-thread block per strip of 16 x rows x 256 x columns (16 tiles), read once into shared
-// memory with coalesced loads; thread (tile j, lane i) takes the tile's amax by a 16-lane
-// shuffle, then encodes row i of the tile (rowwise copy) or column i (the transposed copy) into
-// 8 bytes and writes that copy row's scale. Same arithmetic as nvfp4_item (the generic kernel,
-// which reads x's columns element by element for the transposed copy).
+// memory (16-byte loads where x allows them); thread (tile j, lane i) takes the tile's amax by a
+// 16-lane shuffle, then encodes row i of the tile (the rowwise copy) and / or column i (the
+// transposed copy: the same values, scale and codes, transposed) into 8 bytes each and writes
+// that copy row's scale. Both copies share the global amax here (no transform), so one read of
+// x makes both. Same arithmetic as nvfp4_item (the generic kernel, whose transposed copy reads
+// x's columns element by element).
 constexpr int kStripCols = 256;
 
-template <class In>
-__global__ __launch_bounds__(kThreads) void nvfp4_tile16_kernel(Nvfp4Args a) {
+// Row `cr` of a copy with `copy_cols` columns: the 16 codes of `v` from column c0 (8 bytes) and
+// the block's scale.
+__device__ __forceinline__ void nvfp4_store16(const Nvfp4Args& a, int64_t cr, int64_t c0,
+                                              int64_t copy_cols, const float (&v)[kBlock],
+                                              float enc, uint8_t s_b) {
+  const int64_t row_bytes = ceil_div_device(copy_cols, 2), nb = ceil_div_device(copy_cols, kBlock);
+  uint32_t packed[2] = {0u, 0u};
+#pragma unroll
+  for (int e = 0; e < kBlock; ++e) {
+    if (c0 + e >= copy_cols) continue;
+    packed[e / 8] |= uint32_t{formats::encode_e2m1(scale_rules::nvfp4_clamp(v[e] * enc))}
+                     << (4 * (e % 8));
+  }
+  uint8_t* d = a.data + cr * row_bytes + c0 / 2;
+  if (c0 + kBlock <= copy_cols && (reinterpret_cast<uintptr_t>(d) & 7u) == 0) {
+    *reinterpret_cast<uint2*>(d) = make_uint2(packed[0], packed[1]);
+  } else {
+    for (int64_t e = 0; e < kBlock / 2 && c0 / 2 + e < row_bytes; ++e)
+      d[e] = static_cast<uint8_t>(packed[e / 4] >> (8 * (e % 4)));
+  }
+  const int64_t b = c0 / kBlock;
+  a.scale[a.padded_cols != 0 ? swizzled_offset(cr, b, a.padded_cols) : cr * nb + b] = s_b;
+}
+
+// row: the rowwise copy's args (kRow), col: the columnwise copy's (kCol); x, shapes and the
+// amax (bits of the copies' shared global amax) come from whichever is written.
+template <class In, bool kRow, bool kCol>
+__global__ __launch_bounds__(kThreads) void nvfp4_tile16_kernel(Nvfp4Args row, Nvfp4Args col) {
   __shared__ float strip[kBlock][kStripCols + 1];
+  const Nvfp4Args& a = kRow ? row : col;
   const float s_enc =
       scale_rules::nvfp4_global_encode_scale(scale_rules::amax_from_abs_bits(*a.amax));
   const In* x = static_cast<const In*>(a.x);
@@ -138,17 +167,27 @@ __global__ __launch_bounds__(kThreads) void nvfp4_tile16_kernel(Nvfp4Args a) {
   const int64_t strips_k = ceil_div_device(K, kStripCols);
   const int64_t strips = ceil_div_device(M, kBlock) * strips_k;
   const int t = threadIdx.x, j = t / kBlock, i = t % kBlock;
-  // The copy: rows (x's rows, or columns when transposed) and their bytes / scale blocks.
-  const int64_t copy_cols = a.columnwise ? M : K;
-  const int64_t row_bytes = ceil_div_device(copy_cols, 2), nb = ceil_div_device(copy_cols, kBlock);
+  constexpr int kVec = kVec16<In>;
+  const bool vec = K % kVec == 0 && (reinterpret_cast<uintptr_t>(x) & 15u) == 0;
   for (int64_t w = blockIdx.x; w < strips; w += gridDim.x) {
     const int64_t r0 = (w / strips_k) * kBlock, k0 = (w % strips_k) * kStripCols;
     // Load: thread t reads x row r0 + t / 16, columns k0 + 16·(t % 16) .. + 16 (zeros outside).
+    const int64_t r = r0 + j, c = k0 + kBlock * i;
+    float v[kBlock];
+    if (vec && r < M && c + kBlock <= K) {
 #pragma unroll
-    for (int e = 0; e < kBlock; ++e) {
-      const int64_t r = r0 + j, c = k0 + kBlock * i + e;
-      strip[j][kBlock * i + e] = r < M && c < K ? load_float(x[r * K + c]) : 0.0f;
+      for (int h = 0; h < kBlock / kVec; ++h) {
+        float f[kVec];
+        load_vec<In, kVec>(x + r * K + c + h * kVec, f);
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) v[h * kVec + e] = f[e];
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < kBlock; ++e) v[e] = r < M && c + e < K ? load_float(x[r * K + c + e]) : 0.0f;
     }
+#pragma unroll
+    for (int e = 0; e < kBlock; ++e) strip[j][kBlock * i + e] = v[e];
     __syncthreads();
     // Tile j (columns k0 + 16j ..), lane i: row i of the tile for the amax.
     uint32_t m = 0;
@@ -158,27 +197,20 @@ __global__ __launch_bounds__(kThreads) void nvfp4_tile16_kernel(Nvfp4Args a) {
     for (int d = 1; d < kBlock; d *= 2) m = max(m, __shfl_xor_sync(0xffffffffu, m, d));
     const uint8_t s_b = scale_rules::nvfp4_block_scale(scale_rules::amax_from_abs_bits(m), s_enc);
     const float enc = scale_rules::nvfp4_encode_scale(s_b, s_enc);
-    // The copy row this lane writes: x row r0 + i (rowwise) or x column k0 + 16j + i.
-    const int64_t cr = a.columnwise ? k0 + kBlock * j + i : r0 + i;
-    const int64_t c0 = a.columnwise ? r0 : k0 + kBlock * j;  // first copy column of the block
-    if (cr < (a.columnwise ? K : M) && c0 < copy_cols) {
-      uint32_t packed[2] = {0u, 0u};
+    const int64_t kc = k0 + kBlock * j;  // the tile's first x column
+    if constexpr (kRow) {  // x row r0 + i, columns kc ..
+      if (r0 + i < M && kc < K) {
 #pragma unroll
-      for (int e = 0; e < kBlock; ++e) {
-        if (c0 + e >= copy_cols) continue;
-        const float v = a.columnwise ? strip[e][kBlock * j + i] : strip[i][kBlock * j + e];
-        packed[e / 8] |= uint32_t{formats::encode_e2m1(scale_rules::nvfp4_clamp(v * enc))}
-                         << (4 * (e % 8));
+        for (int e = 0; e < kBlock; ++e) v[e] = strip[i][kBlock * j + e];
+        nvfp4_store16(row, r0 + i, kc, K, v, enc, s_b);
       }
-      uint8_t* d = a.data + cr * row_bytes + c0 / 2;
-      if (c0 + kBlock <= copy_cols && (reinterpret_cast<uintptr_t>(d) & 7u) == 0) {
-        *reinterpret_cast<uint2*>(d) = make_uint2(packed[0], packed[1]);
-      } else {
-        for (int64_t e = 0; e < kBlock / 2 && c0 / 2 + e < row_bytes; ++e)
-          d[e] = static_cast<uint8_t>(packed[e / 4] >> (8 * (e % 4)));
+    }
+    if constexpr (kCol) {  // x column kc + i, rows r0 ..
+      if (kc + i < K) {
+#pragma unroll
+        for (int e = 0; e < kBlock; ++e) v[e] = strip[e][kBlock * j + i];
+        nvfp4_store16(col, kc + i, r0, M, v, enc, s_b);
       }
-      const int64_t b = c0 / kBlock;
-      a.scale[a.padded_cols != 0 ? swizzled_offset(cr, b, a.padded_cols) : cr * nb + b] = s_b;
     }
     __syncthreads();
   }
@@ -351,21 +383,33 @@ void launch_rht_amax_grouped(const Nvfp4Args& a, const GroupedMeta& g, uint32_t*
   TESSERA_CUDA_CHECK_LAUNCH();
 }
 
+bool nvfp4_tile16_eligible(const Nvfp4Args& a) { return a.tile16 && !a.stochastic && !a.rht; }
+
+void launch_nvfp4_tile16(const Nvfp4Args* row, const Nvfp4Args* col, cudaStream_t stream) {
+  const Nvfp4Args& a = row != nullptr ? *row : *col;
+  if (a.rows == 0 || a.cols == 0) return;
+  const int64_t strips = ceil_div(a.rows, kBlock) * ceil_div(a.cols, kStripCols);
+  const unsigned grid = grid_stride_blocks(strips * kThreads, kThreads, 16);
+  const Nvfp4Args none;
+  dispatch_float_input(a.in, "quantize: x", [&](auto tag) {
+    using In = typename decltype(tag)::type;
+    if (row != nullptr && col != nullptr)
+      nvfp4_tile16_kernel<In, true, true><<<grid, kThreads, 0, stream>>>(*row, *col);
+    else if (row != nullptr)
+      nvfp4_tile16_kernel<In, true, false><<<grid, kThreads, 0, stream>>>(*row, none);
+    else
+      nvfp4_tile16_kernel<In, false, true><<<grid, kThreads, 0, stream>>>(none, *col);
+  });
+  TESSERA_CUDA_CHECK_LAUNCH();
+}
+
 void launch_nvfp4(const Nvfp4Args& a, cudaStream_t stream) {
   if (a.rows == 0 || a.cols == 0) return;
   const int64_t rows = a.columnwise ? a.cols : a.rows, cols = a.columnwise ? a.rows : a.cols;
   const int64_t bh = a.tile16 ? kBlock : 1;
   const int64_t work = ceil_div(rows, bh) * ceil_div(cols, kBlock);
-  if (a.tile16 && !a.stochastic && !a.rht) {  // the weights' 16x16 tiles: strips of 16 tiles
-    const int64_t strips = ceil_div(a.rows, kBlock) * ceil_div(a.cols, kStripCols);
-    const unsigned grid = grid_stride_blocks(strips * kThreads, kThreads, 16);
-    dispatch_float_input(a.in, "quantize: x", [&](auto tag) {
-      using In = typename decltype(tag)::type;
-      nvfp4_tile16_kernel<In><<<grid, kThreads, 0, stream>>>(a);
-    });
-    TESSERA_CUDA_CHECK_LAUNCH();
-    return;
-  }
+  if (nvfp4_tile16_eligible(a)) return launch_nvfp4_tile16(a.columnwise ? nullptr : &a,
+                                                           a.columnwise ? &a : nullptr, stream);
   const unsigned grid = grid_stride_blocks(work, kThreads, 16);
   dispatch_float_input(a.in, "quantize: x", [&](auto tag) {
     using In = typename decltype(tag)::type;
