@@ -121,14 +121,24 @@ __global__ __launch_bounds__(kThreads) void nvfp4_kernel(Nvfp4Args a) {
 }
 
 // 16x16 tiles without stochastic rounding or the Hadamard transform (the weights' copies):
-// one 256-thread block per strip of 16 x rows x 256 x columns (16 tiles), read once into shared
+// one 512-thread block per strip of 16 x rows x 512 x columns (32 tiles), read once into shared
 // memory (16-byte loads where x allows them); thread (tile j, lane i) takes the tile's amax by a
 // 16-lane shuffle, then encodes row i of the tile (the rowwise copy) and / or column i (the
 // transposed copy: the same values, scale and codes, transposed) into 8 bytes each and writes
 // that copy row's scale. Both copies share the global amax here (no transform), so one read of
-// x makes both. Same arithmetic as nvfp4_item (the generic kernel, whose transposed copy reads
-// x's columns element by element).
-constexpr int kStripCols = 256;
+// x makes both. Strips go down the rows first, so the blocks running at once fill whole 32-byte
+// sectors of the transposed copy's rows (its codes and scales advance 8 bytes / 1 byte per
+// strip); a strip writes whole sectors of the rowwise copy's codes and scales (32 tiles: 32
+// scale bytes per row). Partial sectors would cost the memory a read-modify-write each. Same
+// arithmetic as nvfp4_item (the generic kernel, whose transposed copy reads x's columns element
+// by element).
+constexpr int kStripCols = 512;
+constexpr int kStripThreads = 512;  // one per (tile, row) of a strip
+// Shared strip layout: column c of a row at c + c / 16 (a gap after every 16), rows 545 floats
+// apart, so the 16-element chunks the loaders store, the tile rows of the amax and the tile
+// columns of the transposed copy each fall on distinct banks (at most 2-way).
+constexpr int kStripStride = kStripCols + kStripCols / 16 + 1;
+__device__ __forceinline__ int strip_col(int c) { return c + c / 16; }
 
 // Row `cr` of a copy with `copy_cols` columns: the 16 codes of `v` from column c0 (8 bytes) and
 // the block's scale.
@@ -157,22 +167,25 @@ __device__ __forceinline__ void nvfp4_store16(const Nvfp4Args& a, int64_t cr, in
 // row: the rowwise copy's args (kRow), col: the columnwise copy's (kCol); x, shapes and the
 // amax (bits of the copies' shared global amax) come from whichever is written.
 template <class In, bool kRow, bool kCol>
-__global__ __launch_bounds__(kThreads) void nvfp4_tile16_kernel(Nvfp4Args row, Nvfp4Args col) {
-  __shared__ float strip[kBlock][kStripCols + 1];
+__global__ __launch_bounds__(kStripThreads) void nvfp4_tile16_kernel(Nvfp4Args row,
+                                                                     Nvfp4Args col) {
+  __shared__ float strip[kBlock][kStripStride];
   const Nvfp4Args& a = kRow ? row : col;
   const float s_enc =
       scale_rules::nvfp4_global_encode_scale(scale_rules::amax_from_abs_bits(*a.amax));
   const In* x = static_cast<const In*>(a.x);
   const int64_t M = a.rows, K = a.cols;
-  const int64_t strips_k = ceil_div_device(K, kStripCols);
-  const int64_t strips = ceil_div_device(M, kBlock) * strips_k;
+  const int64_t strips_m = ceil_div_device(M, kBlock);
+  const int64_t strips = strips_m * ceil_div_device(K, kStripCols);
   const int t = threadIdx.x, j = t / kBlock, i = t % kBlock;
+  constexpr int kLoaders = kStripCols / kBlock;  // threads per strip row when loading
   constexpr int kVec = kVec16<In>;
   const bool vec = K % kVec == 0 && (reinterpret_cast<uintptr_t>(x) & 15u) == 0;
   for (int64_t w = blockIdx.x; w < strips; w += gridDim.x) {
-    const int64_t r0 = (w / strips_k) * kBlock, k0 = (w % strips_k) * kStripCols;
-    // Load: thread t reads x row r0 + t / 16, columns k0 + 16·(t % 16) .. + 16 (zeros outside).
-    const int64_t r = r0 + j, c = k0 + kBlock * i;
+    const int64_t r0 = (w % strips_m) * kBlock, k0 = (w / strips_m) * kStripCols;
+    // Load: thread t reads x row r0 + t / 32, columns k0 + 16·(t % 32) .. + 16 (zeros outside).
+    const int lr = t / kLoaders, lc = kBlock * (t % kLoaders);
+    const int64_t r = r0 + lr, c = k0 + lc;
     float v[kBlock];
     if (vec && r < M && c + kBlock <= K) {
 #pragma unroll
@@ -187,12 +200,12 @@ __global__ __launch_bounds__(kThreads) void nvfp4_tile16_kernel(Nvfp4Args row, N
       for (int e = 0; e < kBlock; ++e) v[e] = r < M && c + e < K ? load_float(x[r * K + c + e]) : 0.0f;
     }
 #pragma unroll
-    for (int e = 0; e < kBlock; ++e) strip[j][kBlock * i + e] = v[e];
+    for (int e = 0; e < kBlock; ++e) strip[lr][strip_col(lc) + e] = v[e];
     __syncthreads();
     // Tile j (columns k0 + 16j ..), lane i: row i of the tile for the amax.
     uint32_t m = 0;
 #pragma unroll
-    for (int e = 0; e < kBlock; ++e) m = max(m, abs_bits(strip[i][kBlock * j + e]));
+    for (int e = 0; e < kBlock; ++e) m = max(m, abs_bits(strip[i][strip_col(kBlock * j) + e]));
 #pragma unroll
     for (int d = 1; d < kBlock; d *= 2) m = max(m, __shfl_xor_sync(0xffffffffu, m, d));
     const uint8_t s_b = scale_rules::nvfp4_block_scale(scale_rules::amax_from_abs_bits(m), s_enc);
@@ -201,14 +214,14 @@ __global__ __launch_bounds__(kThreads) void nvfp4_tile16_kernel(Nvfp4Args row, N
     if constexpr (kRow) {  // x row r0 + i, columns kc ..
       if (r0 + i < M && kc < K) {
 #pragma unroll
-        for (int e = 0; e < kBlock; ++e) v[e] = strip[i][kBlock * j + e];
+        for (int e = 0; e < kBlock; ++e) v[e] = strip[i][strip_col(kBlock * j) + e];
         nvfp4_store16(row, r0 + i, kc, K, v, enc, s_b);
       }
     }
     if constexpr (kCol) {  // x column kc + i, rows r0 ..
       if (kc + i < K) {
 #pragma unroll
-        for (int e = 0; e < kBlock; ++e) v[e] = strip[e][kBlock * j + i];
+        for (int e = 0; e < kBlock; ++e) v[e] = strip[e][strip_col(kBlock * j) + i];
         nvfp4_store16(col, kc + i, r0, M, v, enc, s_b);
       }
     }
@@ -389,16 +402,16 @@ void launch_nvfp4_tile16(const Nvfp4Args* row, const Nvfp4Args* col, cudaStream_
   const Nvfp4Args& a = row != nullptr ? *row : *col;
   if (a.rows == 0 || a.cols == 0) return;
   const int64_t strips = ceil_div(a.rows, kBlock) * ceil_div(a.cols, kStripCols);
-  const unsigned grid = grid_stride_blocks(strips * kThreads, kThreads, 16);
+  const unsigned grid = grid_stride_blocks(strips, 1, 8);
   const Nvfp4Args none;
   dispatch_float_input(a.in, "quantize: x", [&](auto tag) {
     using In = typename decltype(tag)::type;
     if (row != nullptr && col != nullptr)
-      nvfp4_tile16_kernel<In, true, true><<<grid, kThreads, 0, stream>>>(*row, *col);
+      nvfp4_tile16_kernel<In, true, true><<<grid, kStripThreads, 0, stream>>>(*row, *col);
     else if (row != nullptr)
-      nvfp4_tile16_kernel<In, true, false><<<grid, kThreads, 0, stream>>>(*row, none);
+      nvfp4_tile16_kernel<In, true, false><<<grid, kStripThreads, 0, stream>>>(*row, none);
     else
-      nvfp4_tile16_kernel<In, false, true><<<grid, kThreads, 0, stream>>>(none, *col);
+      nvfp4_tile16_kernel<In, false, true><<<grid, kStripThreads, 0, stream>>>(none, *col);
   });
   TESSERA_CUDA_CHECK_LAUNCH();
 }
