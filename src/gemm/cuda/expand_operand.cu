@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "gemm/cuda/expand_operand.h"
 #include "tessera/core/cuda_check.h"
@@ -147,12 +148,14 @@ __global__ void nvfp4_factors_kernel(const float* __restrict__ amax, int64_t cou
   if (i < count) out[i] = 1.0f / scale_rules::nvfp4_global_encode_scale(amax[i]);
 }
 
-Code code_of(DType e) {
-  if (e == DType::kFloat4E2M1) return Code::kE2M1;
-  if (e == DType::kFloat8E4M3) return Code::kE4M3;
+// Calls f(std::integral_constant<Code, c>) for the element's code c.
+template <class F>
+void dispatch_code(DType e, F&& f) {
+  if (e == DType::kFloat4E2M1) return f(std::integral_constant<Code, Code::kE2M1>{});
+  if (e == DType::kFloat8E4M3) return f(std::integral_constant<Code, Code::kE4M3>{});
   TESSERA_CHECK(e == DType::kFloat8E5M2, "expand_to_bf16: element ", dtype_name(e),
                 "; expected E2M1, E4M3 or E5M2");
-  return Code::kE5M2;
+  f(std::integral_constant<Code, Code::kE5M2>{});
 }
 
 int log2_exact(int64_t v, const char* what) {
@@ -196,17 +199,10 @@ void expand_to_bf16(const ExpandSource& s, void* out, int64_t ld, void* stream) 
   const ScaleIndex si = scale_index_of(s.geometry);
   const unsigned blocks = blocks_for(s.rows * (ld / 8), kThreads);
   auto* o = static_cast<uint4*>(out);
-  switch (code_of(s.element)) {
-    case Code::kE2M1:
-      expand_kernel<Code::kE2M1><<<blocks, kThreads, 0, st>>>(codes, rb, scales, si, s.rows, s.cols, o, ld);
-      break;
-    case Code::kE4M3:
-      expand_kernel<Code::kE4M3><<<blocks, kThreads, 0, st>>>(codes, rb, scales, si, s.rows, s.cols, o, ld);
-      break;
-    case Code::kE5M2:
-      expand_kernel<Code::kE5M2><<<blocks, kThreads, 0, st>>>(codes, rb, scales, si, s.rows, s.cols, o, ld);
-      break;
-  }
+  dispatch_code(s.element, [&](auto code) {
+    expand_kernel<decltype(code)::value><<<blocks, kThreads, 0, st>>>(codes, rb, scales, si,
+                                                                      s.rows, s.cols, o, ld);
+  });
   TESSERA_CUDA_CHECK_LAUNCH();
 }
 
@@ -222,17 +218,10 @@ void expand_to_bf16_transposed(const ExpandSource& s, void* out, int64_t ld, voi
   const unsigned blocks = blocks_for(tiles, 1);
   const dim3 block(kTile, 8);
   auto* o = static_cast<__nv_bfloat16*>(out);
-  switch (code_of(s.element)) {
-    case Code::kE2M1:
-      expand_transposed_kernel<Code::kE2M1><<<blocks, block, 0, st>>>(codes, rb, scales, si, s.rows, s.cols, o, ld);
-      break;
-    case Code::kE4M3:
-      expand_transposed_kernel<Code::kE4M3><<<blocks, block, 0, st>>>(codes, rb, scales, si, s.rows, s.cols, o, ld);
-      break;
-    case Code::kE5M2:
-      expand_transposed_kernel<Code::kE5M2><<<blocks, block, 0, st>>>(codes, rb, scales, si, s.rows, s.cols, o, ld);
-      break;
-  }
+  dispatch_code(s.element, [&](auto code) {
+    expand_transposed_kernel<decltype(code)::value><<<blocks, block, 0, st>>>(
+        codes, rb, scales, si, s.rows, s.cols, o, ld);
+  });
   TESSERA_CUDA_CHECK_LAUNCH();
 }
 

@@ -284,6 +284,26 @@ Refusal element_kind(const GroupedGemmProblem& p, ElemKind* out) {
   return {};
 }
 
+// The kernel kind of an FP8 pair: the same mode on both, or two FP8 block modes (e.g. 1x128
+// activations x 128x128 weights), or two MXFP8 modes (1x32 activations x 32x32 weights); the
+// element pair (element_kind) with its block or MXFP8 scales.
+Refusal fp8_pair_kind(const GroupedGemmProblem& p, ElemKind* out) {
+  const ScalingMode ma = p.a.quantized.config.mode, mb = p.b.quantized.config.mode;
+  const bool blocks = is_family(ma, ScaleFamily::kBlock);
+  const bool mx = is_family(ma, ScaleFamily::kMXFP8);
+  if (ma != mb && !(blocks && is_family(mb, ScaleFamily::kBlock)) &&
+      !(mx && is_family(mb, ScaleFamily::kMXFP8)))
+    return refuse(Status::kUnsupported, "A and B: the CUDA path needs the same scaling mode on "
+                  "both (or two FP8 block modes, or two MXFP8 modes), got ", scaling_mode_name(ma),
+                  " x ", scaling_mode_name(mb));
+  Refusal r = element_kind(p, out);
+  if (r.status == Status::kOk && blocks)
+    *out = *out == ElemKind::kE4M3 ? ElemKind::kE4M3Block : ElemKind::kE5M2E4M3Block;
+  if (r.status == Status::kOk && mx)
+    *out = *out == ElemKind::kE4M3 ? ElemKind::kE4M3Mx : ElemKind::kE5M2E4M3Mx;
+  return r;
+}
+
 // A pair with an NVFP4 copy: both expanded to BF16 (map_expanded_operand), the BF16 kind. A
 // Hadamard-transformed copy only with another one, K-grouped (the transforms cancel over the
 // contraction).
@@ -328,32 +348,17 @@ Status map_fp8_problem(const GroupedGemmProblem& p, const detail::GroupedGemmDim
     r = refuse(Status::kDTypeMismatch, "A and B: both must be quantized");
   } else if (is_nvfp4(p.a) || is_nvfp4(p.b)) {
     r = map_expanded_problem(p, d, &m);
-    if (r.status != Status::kOk && reason != nullptr) *reason = r.reason;
-    if (r.status == Status::kOk) *out = m;
-    return r.status;
-  } else if (p.kind == GroupedGemmKind::kMGrouped) {
-    r = map_m_grouped(p, d, map_operand, &m);
-  } else if (p.kind == GroupedGemmKind::kKGrouped) {
-    r = map_k_grouped(p, d, map_operand, &m);
   } else {
-    r = refuse(Status::kUnsupported, "batched (3D x 3D) GEMM is not implemented on CUDA");
+    if (p.kind == GroupedGemmKind::kMGrouped) {
+      r = map_m_grouped(p, d, map_operand, &m);
+    } else if (p.kind == GroupedGemmKind::kKGrouped) {
+      r = map_k_grouped(p, d, map_operand, &m);
+    } else {
+      r = refuse(Status::kUnsupported, "batched (3D x 3D) GEMM is not implemented on CUDA");
+    }
+    // After the operands (an unsupported mode of either is named first), the pair.
+    if (r.status == Status::kOk) r = fp8_pair_kind(p, &m.elem);
   }
-  // After the operands (an unsupported mode of either is named first), then the pair: the same
-  // mode on both, or two FP8 block modes (e.g. 1x128 activations x 128x128 weights), or two
-  // MXFP8 modes (1x32 activations x 32x32 weights).
-  const ScalingMode ma = p.a.quantized.config.mode, mb = p.b.quantized.config.mode;
-  const bool blocks = is_family(ma, ScaleFamily::kBlock);
-  const bool mx = is_family(ma, ScaleFamily::kMXFP8);
-  if (r.status == Status::kOk && ma != mb &&
-      !(blocks && is_family(mb, ScaleFamily::kBlock)) && !(mx && is_family(mb, ScaleFamily::kMXFP8)))
-    r = refuse(Status::kUnsupported, "A and B: the CUDA path needs the same scaling mode on both "
-               "(or two FP8 block modes, or two MXFP8 modes), got ", scaling_mode_name(ma), " x ",
-               scaling_mode_name(mb));
-  if (r.status == Status::kOk) r = element_kind(p, &m.elem);
-  if (r.status == Status::kOk && blocks)
-    m.elem = m.elem == ElemKind::kE4M3 ? ElemKind::kE4M3Block : ElemKind::kE5M2E4M3Block;
-  if (r.status == Status::kOk && mx)
-    m.elem = m.elem == ElemKind::kE4M3 ? ElemKind::kE4M3Mx : ElemKind::kE5M2E4M3Mx;
   if (r.status != Status::kOk) {
     if (reason != nullptr) *reason = r.reason;
     return r.status;
