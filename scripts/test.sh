@@ -35,7 +35,7 @@ cmake -S tests/packaging/consumer -B build/consumer -G Ninja \
 cmake --build build/consumer >/dev/null
 build/consumer/consumer
 # C: gcc (no C++ driver) with pkg-config's flags only.
-pc_dir="$(dirname "$(find "$PWD/build/pkg-moved" -name tessera.pc | head -n 1)")"
+pc_dir="$(dirname "$(find "$PWD/build/pkg-moved" -name tessera.pc -print -quit)")"
 gcc -std=c11 -Wall -Wextra -Werror tests/packaging/c_consumer/main.c \
   $(PKG_CONFIG_PATH="$pc_dir" pkg-config --cflags --libs tessera) -o build/c_consumer
 build/c_consumer

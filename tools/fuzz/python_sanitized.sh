@@ -24,7 +24,10 @@ cmake -S . -B "$build" -G Ninja -DTESSERA_SANITIZE=ON -DTESSERA_WERROR=ON \
 cmake --build "$build" -j "$(nproc)" --target _tessera tessera_python_files >/dev/null
 build="$(cd "$build" && pwd)"
 ext="$(ls "$build"/python/tessera/_tessera*.so)"
-ldd "$ext" | grep -q libasan || { echo "python_sanitized: $ext is not ASan-instrumented"; exit 1; }
+# ldd's whole output first: `ldd | grep -q` under pipefail fails at random when grep exits at the
+# first match while ldd still writes (SIGPIPE, status 141).
+deps="$(ldd "$ext")"
+grep -q libasan <<<"$deps" || { echo "python_sanitized: $ext is not ASan-instrumented"; exit 1; }
 
 # Runs "$@" with the sanitized package. The extension links libasan / libubsan dynamically (no
 # -static-libstdc++ under TESSERA_SANITIZE); ASan's runtime must come first in the process, hence
