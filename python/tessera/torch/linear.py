@@ -362,6 +362,27 @@ class _DenseLinear(torch.autograd.Function):
         return dx, dw, None, None, None
 
 
+class _NoTokens(torch.autograd.Function):
+    """The step of an empty batch (T = 0) for every recipe, as the C++ nn layer runs it: nothing
+    to quantize or multiply (no role's delayed state moves for x or dy), y and dx empty (x's
+    dtype), dW zero (a sum over no tokens) or main_grad unchanged. The quantizers and GEMMs are
+    not called: a zero-size tensor has no buffer for them to take."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, main_grad: Optional[Tensor]) -> Tensor:
+        ctx.meta = (x.shape[1], weight.shape, weight.dtype, main_grad is not None)
+        return x.new_empty((0, weight.shape[1]))
+
+    @staticmethod
+    def backward(ctx, dy: Tensor):
+        k, w_shape, w_dtype, accumulates = ctx.meta
+        dx = dy.new_empty((0, k)) if ctx.needs_input_grad[0] else None
+        dw = None
+        if ctx.needs_input_grad[1] and not accumulates:
+            dw = dy.new_zeros(w_shape, dtype=w_dtype)
+        return dx, dw, None
+
+
 def _check(x: Tensor, weight: Tensor, offs: Tensor, main_grad: Optional[Tensor]) -> None:
     if x.dim() != 2:
         raise ValueError(f"x: expected a 2-D (T, in) tensor, got {tuple(x.shape)}")
@@ -413,6 +434,8 @@ def grouped_linear(x: Tensor, weight: Tensor, offs: Tensor, recipe="bf16",
     recipe_name, delayed = resolve(recipe)
     if recipe_name == "bf16":
         dtype = weight.dtype if weight.dtype in _COMPUTE_DTYPES else torch.bfloat16
+        if x.shape[0] == 0:
+            return _NoTokens.apply(x.to(dtype), weight, main_grad)
         xc = x.to(dtype)
         xc = xc if xc.is_contiguous() else xc.contiguous()
         if weight.dtype == dtype and not weight.is_contiguous() and main_grad is None:
@@ -458,7 +481,9 @@ def _fp8_step(x: Tensor, weight: Tensor, offs: Tensor, roles, cache: WeightCache
               main_grad: Optional[Tensor]) -> Tensor:
     """The quantized step with the (input, weight, grad_output) Fp8Roles `roles`."""
     _check_nvfp4_shapes(x, weight, roles)
-    wq, ws, wcq, wcs, wa, wca = cache.get(weight, roles[1])
+    wq, ws, wcq, wcs, wa, wca = cache.get(weight, roles[1])  # per weight version, as any step
+    if x.shape[0] == 0:
+        return _NoTokens.apply(x, weight, main_grad)
     xc = x if x.is_contiguous() else x.contiguous()
     return _Fp8Linear.apply(xc, weight, offs, roles, wq, ws, wcq, wcs, wa, wca, main_grad)
 
