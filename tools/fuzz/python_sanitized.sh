@@ -26,7 +26,7 @@ build="$(cd "$build" && pwd)"
 ext="$(ls "$build"/python/tessera/_tessera*.so)"
 # ldd's whole output first: `ldd | grep -q` under pipefail fails at random when grep exits at the
 # first match while ldd still writes (SIGPIPE, status 141).
-deps="$(ldd "$ext")"
+deps="$(ldd "$ext" 2>&1)" || { echo "python_sanitized: ldd $ext failed: $deps"; exit 1; }
 grep -q libasan <<<"$deps" || { echo "python_sanitized: $ext is not ASan-instrumented"; exit 1; }
 
 # Runs "$@" with the sanitized package. The extension links libasan / libubsan dynamically (no
