@@ -11,6 +11,7 @@
 #include "nn/recipe_binding.h"
 #include "nn/row_ops.h"
 #include "nn/step_storage.h"
+#include "tessera/core/checked_math.h"
 #include "tessera/core/status.h"
 #include "tessera/gemm/grouped_gemm.h"
 #include "tessera/nn/token_padding.h"
@@ -203,6 +204,12 @@ GroupedLinear::GroupedLinear(int64_t num_groups, int64_t in_features, int64_t ou
   TESSERA_CHECK(num_groups >= 1, "GroupedLinear: num_groups ", num_groups, " must be >= 1");
   TESSERA_CHECK(in_features >= 1 && out_features >= 1, "GroupedLinear: in_features ",
                 in_features, " and out_features ", out_features, " must be >= 1");
+  // Every later size (weights, operands, reset_parameters) is a product of these: checked once.
+  const int64_t bias_elems = checked_mul(num_groups, out_features, "GroupedLinear: num_groups * "
+                                         "out_features");
+  const int64_t weight_bytes = checked_dtype_bytes(
+      DType::kFloat32, checked_mul(bias_elems, in_features, "GroupedLinear: num_groups * "
+                                   "out_features * in_features"), "GroupedLinear: weight bytes");
   LinearParams& p = *p_;
   p.groups = num_groups;
   p.in = in_features;
@@ -210,8 +217,8 @@ GroupedLinear::GroupedLinear(int64_t num_groups, int64_t in_features, int64_t ou
   p.has_bias = bias;
   p.options = options;
   const Device dev = options.device;
-  p.weight = Buffer(static_cast<size_t>(num_groups * out_features * in_features * 4), dev);
-  if (bias) p.bias = Buffer(static_cast<size_t>(num_groups * out_features * 4), dev);
+  p.weight = Buffer(static_cast<size_t>(weight_bytes), dev);
+  if (bias) p.bias = Buffer(static_cast<size_t>(bias_elems * 4), dev);
   std::shared_ptr<RecipeState> state = options.recipe_state;
   if (!state) state = std::make_shared<RecipeState>(recipe, dev);
   p.align = detail::recipe_token_alignment(state->recipe());

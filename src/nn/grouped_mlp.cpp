@@ -11,6 +11,7 @@
 #include "nn/recipe_binding.h"
 #include "nn/row_ops.h"
 #include "nn/step_storage.h"
+#include "tessera/core/checked_math.h"
 #include "tessera/core/status.h"
 #include "tessera/nn/token_padding.h"
 
@@ -132,7 +133,8 @@ GroupedMLP::GroupedMLP(int64_t num_groups, int64_t hidden, int64_t ffn, const Re
   o1.recipe_state = o2.recipe_state = state;
   s_ = std::make_unique<detail::MlpState>(
       num_groups, hidden, ffn, options,
-      GroupedLinear(num_groups, hidden, 2 * ffn, recipe, options.bias, o1),
+      GroupedLinear(num_groups, hidden, checked_mul(2, ffn, "GroupedMLP: 2 * ffn"), recipe,
+                    options.bias, o1),
       GroupedLinear(num_groups, ffn, hidden, recipe, options.bias, o2),
       detail::make_producer(state, {detail::kGroupedMlpModule, TensorType::kOutput, o1.name}));
   reset_parameters(0);

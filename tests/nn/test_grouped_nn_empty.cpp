@@ -3,7 +3,9 @@
 // and clear errors for bad arguments.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstdio>
+#include <string>
 
 #include "nn_test_util.h"
 #include "tessera/core/status.h"
@@ -81,6 +83,19 @@ TEST(GroupedNNEmptyExperts, MlpAllEmptyBatch) {
 TEST(GroupedNNErrors, BadArgumentsNameTheProblem) {
   const auto recipe = make_recipe("fp32");
   EXPECT_THROW(GroupedLinear(0, 4, 4, *recipe, false), Error);
+  // Parameter sizes past int64 are refused before anything is allocated (they once wrapped
+  // around to a zero-byte weight buffer).
+  for (const auto& [g, in, out] : {std::array<int64_t, 3>{2, int64_t{1} << 40, int64_t{1} << 40},
+                                   std::array<int64_t, 3>{3, 1, int64_t{1} << 62}}) {
+    try {
+      GroupedLinear huge(g, in, out, *recipe, true);
+      ADD_FAILURE() << "a (" << g << ", " << out << ", " << in << ") weight was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), Status::kOutOfRange) << e.what();
+      EXPECT_NE(std::string(e.what()).find("num_groups * out_features"), std::string::npos);
+    }
+  }
+  EXPECT_THROW(GroupedMLP(2, 8, int64_t{1} << 62, *recipe), Error);
   GroupedLinear layer(2, 8, 4, *recipe, false);
   std::vector<float> x(10 * 8), y(10 * 4), wrong(10 * 5);
   std::vector<int64_t> splits = {4, 6}, too_many = {8, 6}, negative = {-1, 11};
