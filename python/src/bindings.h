@@ -71,6 +71,10 @@ float arg_float(nb::handle v, const char* arg);
 QuantizerConfig config_from_name(const std::string& what, const std::string& role,
                                  bool role_given, const char* arg);
 
+// The config a Python recipe factory returned for one role: a dict {"mode": a scaling-mode name,
+// "element": optional}; every other field takes the mode's defaults. Throws naming the problem.
+QuantizerConfig config_from_factory(nb::handle out);
+
 // "max" / "most_recent" (TE's amax_compute_algo names); throws naming the accepted values.
 AmaxHistoryAlgo amax_algo_from_name(const std::string& name);
 
@@ -82,5 +86,6 @@ void register_dlpack_quantize(nb::module_& m);
 void register_quantize(nb::module_& m);
 void register_grouped(nb::module_& m);
 void register_moe(nb::module_& m);  // expert-parallel routing ops (moe_py.cpp)
+void register_nn(nb::module_& m);   // the C++ nn layers on NumPy arrays (nn_py.cpp)
 
 }  // namespace tessera::python

@@ -104,4 +104,5 @@ NB_MODULE(_tessera, m) {
   tessera::python::register_quantize(m);
   tessera::python::register_grouped(m);
   tessera::python::register_moe(m);
+  tessera::python::register_nn(m);
 }

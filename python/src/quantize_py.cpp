@@ -185,35 +185,6 @@ nb::dict config_dict(const QuantizerConfig& c, int token_alignment) {
   return d;
 }
 
-// The config a Python factory returned for one role: a dict with "mode" (a name of the
-// scaling-mode table) and optionally "element" (default: the mode's, make_config; checked by
-// validate_config); every other field takes the mode's defaults (current scaling, compact
-// scales, power-of-two scales for the block modes).
-QuantizerConfig config_from_factory(nb::handle out) {
-  TESSERA_CHECK(nb::isinstance<nb::dict>(out), "the factory must return a dict "
-                "{'mode': ..., 'element': ...} (tessera.torch.QuantizerConfig converts), got ",
-                nb::type_name(out.type()).c_str());
-  const nb::dict d = nb::borrow<nb::dict>(out);
-  for (auto [k, v] : d) {
-    const std::string key = arg_string(k, "config key");
-    TESSERA_CHECK(key == "mode" || key == "element", "config key '", key,
-                  "' is not known; expected mode and element (the other fields take the "
-                  "mode's defaults)");
-  }
-  TESSERA_CHECK(d.contains("mode"), "the config has no 'mode'; expected one of ",
-                scaling_mode_names());
-  const std::string mode = arg_string(d["mode"], "config mode");
-  bool known = false;
-  for (const ScalingModeInfo& m : scaling_mode_table()) {
-    known = known || (m.family != ScaleFamily::kNone && mode == m.name);
-  }
-  TESSERA_CHECK(known, "mode '", mode, "' is not a scaling mode; expected one of ",
-                scaling_mode_names());
-  QuantizerConfig c = make_config(scaling_mode_from_name(mode.c_str()));
-  if (d.contains("element")) c.element = parse_dtype(arg_string(d["element"], "config element"));
-  return c;
-}
-
 // The config a CustomRecipe gives a role, its factory a Python callable
 // factory(module_type, tensor_type, name) -> dict (tessera.torch.CustomRecipe wraps the user's
 // factory, which takes a role object): the C++ CustomRecipe / Recipe::config_for path, then
@@ -270,6 +241,35 @@ nb::dict recipe_config(const std::string& recipe, const std::string& module_type
 }
 
 }  // namespace
+
+// The config a Python factory returned for one role: a dict with "mode" (a name of the
+// scaling-mode table) and optionally "element" (default: the mode's, make_config; checked by
+// validate_config); every other field takes the mode's defaults (current scaling, compact
+// scales, power-of-two scales for the block modes).
+QuantizerConfig config_from_factory(nb::handle out) {
+  TESSERA_CHECK(nb::isinstance<nb::dict>(out), "the factory must return a dict "
+                "{'mode': ..., 'element': ...} (tessera.torch.QuantizerConfig converts), got ",
+                nb::type_name(out.type()).c_str());
+  const nb::dict d = nb::borrow<nb::dict>(out);
+  for (auto [k, v] : d) {
+    const std::string key = arg_string(k, "config key");
+    TESSERA_CHECK(key == "mode" || key == "element", "config key '", key,
+                  "' is not known; expected mode and element (the other fields take the "
+                  "mode's defaults)");
+  }
+  TESSERA_CHECK(d.contains("mode"), "the config has no 'mode'; expected one of ",
+                scaling_mode_names());
+  const std::string mode = arg_string(d["mode"], "config mode");
+  bool known = false;
+  for (const ScalingModeInfo& m : scaling_mode_table()) {
+    known = known || (m.family != ScaleFamily::kNone && mode == m.name);
+  }
+  TESSERA_CHECK(known, "mode '", mode, "' is not a scaling mode; expected one of ",
+                scaling_mode_names());
+  QuantizerConfig c = make_config(scaling_mode_from_name(mode.c_str()));
+  if (d.contains("element")) c.element = parse_dtype(arg_string(d["element"], "config element"));
+  return c;
+}
 
 void register_quantize(nb::module_& m) {
   nb::class_<PyQuantized>(m, "QuantizedTensor")

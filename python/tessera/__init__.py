@@ -289,3 +289,7 @@ class GroupedTensor(_tessera.GroupedTensor):
 
 
 __all__ += ["GroupedTensor"]
+
+from . import nn  # noqa: E402  (tessera.nn: the C++ nn layers on NumPy arrays)
+
+__all__ += ["nn"]

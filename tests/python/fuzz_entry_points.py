@@ -1,7 +1,7 @@
 """A bounded random-call fuzzer of tessera's Python entry points: tessera.quantize (and the
-QuantizedTensor it returns), encode / decode, grouped_gemm (dense and quantized operands) and
-GroupedTensor (construct, quantize, quantize_contiguous, member, dequantize). It draws extents up
-to 2^63 - 1 (array extents up to 2^59 with one of them 0, as NumPy allocates the others; larger
+QuantizedTensor it returns), encode / decode, grouped_gemm (dense and quantized operands),
+GroupedTensor (construct, quantize, quantize_contiguous, member, dequantize) and tessera.nn's
+layers (construct, forward, backward). It draws extents up to 2^63 - 1 (array extents up to 2^59 with one of them 0, as NumPy allocates the others; larger
 ones in GroupedTensor's metadata-only shapes), input dtypes tessera takes and refuses, recipes,
 modes and options (valid, unknown and of the wrong type), contents with NaN, +-inf, -0,
 subnormals and values near FLT_MAX, and non-contiguous views.
@@ -17,7 +17,9 @@ A finding is any of:
     (formats with a NaN), or is not finite where x is (saturating FP8 / E2M1 formats);
   - grouped_gemm on valid dense float32 problems: differs from a float64 NumPy loop by more than
     2^-16 of sum |a||b| per output; on quantized operands of finite inputs: a non-finite output;
-  - GroupedTensor: a member dequantizes differently from tessera.quantize of that member alone.
+  - GroupedTensor: a member dequantizes differently from tessera.quantize of that member alone;
+  - tessera.nn (GroupedLinear, GroupedMLP: construct, forward, backward): the fp32
+    GroupedLinear's y differs from a float64 NumPy loop by more than 2^-16 of sum |x||w|.
 A crash or hang ends the process with no summary line (the caller sees it).
 
 Usage: python3 tests/python/fuzz_entry_points.py [calls (default 20000)] [seed (default 1)];
@@ -34,6 +36,7 @@ import ml_dtypes
 import numpy as np
 
 import tessera
+import tessera.nn
 
 RECIPES = ["fp8_delayed", "fp8_current", "fp8_current:e4m3", "fp8_current:e5m2",
            "fp8_current:hybrid", "fp8_rowwise", "fp8_block", "mxfp8", "nvfp4", "bf16", "fp32"]
@@ -45,6 +48,11 @@ EXTENTS = [0, 1, 2, 3, 5, 15, 16, 17, 31, 32, 33, 64, 127, 128, 129]
 HUGE = [2**31 - 1, 2**31, 2**32 + 1, 2**40, 2**59]  # x 8-byte items: NumPy takes it
 META_HUGE = HUGE + [2**60, 2**62, 2**63 - 1]
 MAX_ELEMS = 4096      # arrays with elements stay this small
+
+
+def NN_FACTORY(module_type, tensor_type, name):
+    """A custom recipe of tessera.nn layers: MXFP8 roles with E5M2 gradients."""
+    return {"mode": "mxfp8", "element": "e5m2" if tensor_type == "grad_output" else "e4m3"}
 SLOW_CALL_S = 2.0
 
 
@@ -70,7 +78,7 @@ class Fuzzer:
         self.findings = []
         self.slowest = (0.0, "")
         self.checks = dict.fromkeys(("cpu==reference", "finite->finite", "non-finite->NaN",
-                                     "codec round trip", "gemm==float64", "grouped==alone"), 0)
+                                     "codec round trip", "gemm==float64", "grouped==alone", "nn==float64"), 0)
 
     # ---- draws ------------------------------------------------------------------------------
     def chance(self, p):
@@ -439,9 +447,81 @@ class Fuzzer:
                     raise Finding(f"{what}: member {i} (columnwise {cw}) differs from quantizing "
                                   f"it alone")
 
+    # ---- tessera.nn -------------------------------------------------------------------------
+    def fuzz_nn(self):
+        """A GroupedLinear or GroupedMLP of random (sometimes invalid) sizes and recipe, then a
+        forward / backward of random (sometimes mismatched) arrays. Invariant: the fp32
+        GroupedLinear's y on finite x equals a float64 NumPy loop within 2^-16 of
+        sum |x||w| (+ |b|) per output, and its rows past the groups are zero."""
+        mlp = self.chance(0.3)
+        recipe = self.rng.choice(RECIPES * 2 + ["bogus", "", "none"] + [NN_FACTORY])
+        g = self.rng.choice([1, 1, 2, 3, 5, 0, -1, 2**40])
+        a, b = (self.rng.choice(EXTENTS[1:8] + [0, 2**31, 2**62]) if self.chance(0.05)
+                else self.rng.choice([8, 16, 32, 48, 64]) for _ in range(2))
+        bias = self.chance(0.5)
+        kw = {"bias": bias, "token_alignment": self.rng.choice([0, 0, 0, 16, 32, -3])}
+        if recipe is not NN_FACTORY:
+            kw["token_alignment"] = 0 if self.chance(0.95) else 16
+        cls = tessera.nn.GroupedMLP if mlp else tessera.nn.GroupedLinear
+        what = f"nn.{cls.__name__}({g}, {a}, {b}, {recipe if isinstance(recipe, str) else 'factory'}, {kw})"
+        layer = self.call(what, cls, g, a, b, recipe, **kw)
+        if layer is REFUSED:
+            return
+        k, n = (a, a) if mlp else (a, b)
+        if g > 64:
+            return
+        sizes = [self.rng.choice([0, 1, 5, 16, 17, 32]) for _ in range(g)]
+        t = sum(sizes) + self.rng.choice([0, 0, 3])
+        if self.chance(0.1):  # bad splits: too many tokens, negative, wrong count or dtype
+            sizes = self.rng.choice([[t + 1] + sizes[1:], [-1] + sizes[1:], sizes + [0],
+                                     np.array(sizes, np.float32), [[1, 2]], "12"])
+        x = self.values((t, k), specials=0.05, magnitude=False)
+        if self.chance(0.1):
+            x = self.rng.choice([x[:, :-1] if k > 1 else x[:0], x.astype(np.int32),
+                                 x.astype(ml_dtypes.bfloat16), x.astype(np.complex64), "x"])
+        args = [x, sizes]
+        if mlp:
+            args.append(self.np_rng.random(t).astype(np.float32) if self.chance(0.7) else
+                        self.rng.choice([None, np.zeros(t + 1, np.float32)]))
+        fwd = self.call(what + " .forward", layer.forward, *args,
+                        training=self.chance(0.9), requantize_weights=self.chance(0.9))
+        if fwd is REFUSED:
+            return
+        y, ctx = fwd
+        if (recipe == "fp32" and not mlp and isinstance(sizes, list) and x.dtype == np.float32
+                and x.shape == (t, k) and np.isfinite(x).all()):
+            self.check_nn_linear(what, layer, x, sizes, y)
+        dy = self.values((t, n), specials=0.05, magnitude=False)
+        if self.chance(0.1):
+            dy = self.rng.choice([dy[:1], dy.astype(np.float16), None])
+        acc = None
+        if self.chance(0.1):  # main-grad buffers of the right or a wrong shape / dtype
+            acc = self.rng.choice([(np.zeros((g, n, k), np.float32),), (np.zeros(3),),
+                                   {"fc1_dw": np.zeros(1, np.float32)}, "acc"])
+        self.call(what + " .backward", layer.backward, ctx, dy, need_dx=self.chance(0.8),
+                  accumulate_into=acc)
+
+    def check_nn_linear(self, what, layer, x, sizes, y):
+        w, bias = layer.weight.astype(np.float64), layer.bias
+        bound = np.zeros_like(y, np.float64)
+        want = np.zeros_like(y, np.float64)
+        s = 0
+        for e, m in enumerate(sizes):
+            xs = x[s:s + m].astype(np.float64)
+            want[s:s + m] = xs @ w[e].T + (0 if bias is None else bias[e])
+            bound[s:s + m] = np.abs(xs) @ np.abs(w[e]).T + (0 if bias is None else np.abs(bias[e]))
+            s += m
+        # rows past the groups (capacity): zero (want and bound stay zero there)
+        self.checks["nn==float64"] += 1
+        err = np.abs(y - want)
+        if not (err <= bound * 2.0**-16 + 1e-30).all():
+            i = np.unravel_index(np.argmax(err - 2.0**-16 * bound), err.shape)
+            raise Finding(f"{what}: y {y[i]} vs float64 {want[i]} at {i} (sizes {sizes})")
+
     # ---- the loop ----------------------------------------------------------------------------
     def run(self, calls, max_findings=20):
-        steps = (self.fuzz_quantize, self.fuzz_codec, self.fuzz_gemm, self.fuzz_grouped)
+        steps = (self.fuzz_quantize, self.fuzz_codec, self.fuzz_gemm, self.fuzz_grouped,
+                 self.fuzz_nn)
         while self.calls < calls and len(self.findings) < max_findings:
             step = self.rng.choice(steps)
             try:
