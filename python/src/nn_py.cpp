@@ -118,14 +118,19 @@ TensorView splits_array(nb::handle splits, std::vector<nb::object>& keep) {
   return view_of(nb::cast<AnyArray>(arr), DType::kInt64, "splits");
 }
 
-// A new float32 NumPy array of zeros and its view: the layers leave the rows past the groups
-// (a capacity buffer's tail) unwritten, and tessera.nn returns them as zeros.
-TensorView new_float32(const std::vector<int64_t>& shape, nb::object& out) {
+// A new float32 NumPy array and its view. Token-row outputs (y, dx, dprobs) are zeroed first:
+// the layers leave the rows past the groups (a capacity buffer's tail) unwritten, and tessera.nn
+// returns them as zeros. Weight gradients are written whole by the layers.
+enum class Fill { kNone, kZeros };
+TensorView new_float32(const std::vector<int64_t>& shape, nb::object& out,
+                       Fill fill = Fill::kNone) {
   void* data = nullptr;
   out = new_numpy(shape, raw_float32(), &data);
   const TensorView v = TensorView::contiguous(data, DType::kFloat32, shape.data(),
                                               static_cast<int>(shape.size()));
-  if (v.numel() > 0) std::memset(data, 0, static_cast<size_t>(v.nbytes()));
+  if (fill == Fill::kZeros && v.numel() > 0) {
+    std::memset(data, 0, static_cast<size_t>(v.nbytes()));
+  }
   return v;
 }
 
@@ -240,7 +245,7 @@ nb::tuple linear_forward(nb::handle self, nb::handle x, nb::handle splits, bool 
   std::vector<nb::object> keep;
   const auto [xv, sv] = forward_inputs(x, splits, layer.in_features(), keep);
   nb::object y;
-  const TensorView yv = new_float32({xv.shape[0], layer.out_features()}, y);
+  const TensorView yv = new_float32({xv.shape[0], layer.out_features()}, y, Fill::kZeros);
   return nb::make_tuple(y, context_object<PyLinearContext>(
                                layer.forward(xv, sv, yv, forward_mode(training, requantize_weights)),
                                self, xv.shape[0]));
@@ -256,7 +261,7 @@ nb::tuple linear_backward(nb::handle self, const PyLinearContext& pc, nb::handle
   const int64_t g = layer.num_groups(), in = layer.in_features(), out = layer.out_features();
   nb::object dx = nb::none(), dw = nb::none(), db = nb::none();
   nn::GroupedLinearGrads grads;
-  if (need_dx) grads.dx = new_float32({pc.rows, in}, dx);
+  if (need_dx) grads.dx = new_float32({pc.rows, in}, dx, Fill::kZeros);
   if (!accumulate_into.is_none()) {
     TESSERA_CHECK(need_weight_grads, "accumulate_into: given, but need_weight_grads is False");
     TESSERA_CHECK(nb::isinstance<nb::tuple>(accumulate_into) &&
@@ -286,7 +291,7 @@ nb::tuple mlp_forward(nb::handle self, nb::handle x, nb::handle splits, nb::hand
   TensorView pv;
   if (!probs.is_none()) pv = float_array(probs, "probs", keep);
   nb::object y;
-  const TensorView yv = new_float32({xv.shape[0], mlp.hidden()}, y);
+  const TensorView yv = new_float32({xv.shape[0], mlp.hidden()}, y, Fill::kZeros);
   nb::object ctx = context_object<PyMlpContext>(
       mlp.forward(xv, sv, pv, yv, forward_mode(training, requantize_weights)), self, xv.shape[0]);
   nb::cast<PyMlpContext&>(ctx).has_probs = !probs.is_none();
@@ -304,8 +309,8 @@ nb::dict mlp_backward(nb::handle self, const PyMlpContext& pc, nb::handle dy, bo
   nb::dict out;
   nn::GroupedMLPGrads grads;
   nb::object dx = nb::none(), dprobs = nb::none();
-  if (need_dx) grads.dx = new_float32({pc.rows, h}, dx);
-  if (pc.has_probs) grads.dprobs = new_float32({pc.rows}, dprobs);
+  if (need_dx) grads.dx = new_float32({pc.rows, h}, dx, Fill::kZeros);
+  if (pc.has_probs) grads.dprobs = new_float32({pc.rows}, dprobs, Fill::kZeros);
   out["dx"] = dx;
   out["dprobs"] = dprobs;
   const char* names[4] = {"fc1_dw", "fc1_db", "fc2_dw", "fc2_db"};
