@@ -4,15 +4,12 @@
 //
 // Recipes: a built-in name (parse_recipe: "fp32", "bf16", "fp8_current:e4m3", "mxfp8", ...) or a
 // Python callable factory(module_type, tensor_type, name) -> {"mode": ..., "element": ...}, the
-// C++ CustomRecipe path (the factory is called once per role, when the layer first needs it).
-// The GIL is held through every call: a factory may run inside forward or backward, and the
-// layers are serial objects anyway.
-#include <nanobind/stl/optional.h>
+// C++ CustomRecipe path (the layer's constructor calls it once per role; it is released after).
+// The GIL is held through every call (the layers are serial objects).
 #include <nanobind/stl/string.h>
 
 #include <cstring>
 #include <memory>
-#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
