@@ -1,9 +1,7 @@
 // make_group_layout: unpadded and padded group offsets from split sizes in one
-// splits_to_offsets_multi call (through token_padding_offsets), into new storage or into storage
-// a layer's context slot reuses (make_group_layout_into, copy_group_layout).
+// splits_to_offsets_multi call (through token_padding_offsets).
 #include "tessera/nn/group_layout.h"
 
-#include "nn/step_storage.h"
 #include "tessera/core/status.h"
 #include "tessera/nn/token_padding.h"
 #include "tessera/scan/splits_to_offsets.h"
@@ -29,17 +27,6 @@ void place_layout_offsets(GroupLayout& layout, int64_t num_groups, int64_t align
   layout.offsets = views[0];
   layout.padded_offsets = views[1];
 }
-
-}  // namespace
-
-GroupLayout make_group_layout(const TensorView& splits, int64_t rows, int64_t align,
-                              Device device, int32_t* error_flag, Stream stream) {
-  GroupLayout layout;
-  detail::make_group_layout_into(layout, splits, rows, align, device, error_flag, stream);
-  return layout;
-}
-
-namespace detail {
 
 void make_group_layout_into(GroupLayout& layout, const TensorView& splits, int64_t rows,
                             int64_t align, Device device, int32_t* error_flag, Stream stream) {
@@ -77,29 +64,14 @@ void make_group_layout_into(GroupLayout& layout, const TensorView& splits, int64
   }
 }
 
-void copy_group_layout(const GroupLayout& src, GroupLayout& dst, Stream stream) {
-  if (src.storage && src.storage == dst.storage) {
-    dst = src;  // already dst's own storage
-    return;
-  }
-  check_view(src.offsets, "GroupLayout: offsets", {DType::kInt64});
-  check_view(src.padded_offsets, "GroupLayout: padded_offsets", {DType::kInt64});
-  const int64_t n1 = src.num_groups + 1;
-  TESSERA_CHECK_STATUS(src.offsets.numel() == n1 && src.padded_offsets.numel() == n1,
-                       Status::kShapeMismatch, "GroupLayout: offsets ", src.offsets.to_string(),
-                       " and padded_offsets ", src.padded_offsets.to_string(), " must hold ",
-                       n1, " values");
-  place_layout_offsets(dst, src.num_groups, src.align, src.device);
-  dst.rows = src.rows;
-  dst.padded_rows = src.padded_rows;
-  const auto bytes = static_cast<size_t>(n1 * 8);
-  copy_bytes_async(dst.offsets.data, dst.device, src.offsets.data, src.offsets.device, bytes,
-                   stream);
-  copy_bytes_async(dst.padded_offsets.data, dst.device, src.padded_offsets.data,
-                   src.padded_offsets.device, bytes, stream);
-}
+}  // namespace
 
-}  // namespace detail
+GroupLayout make_group_layout(const TensorView& splits, int64_t rows, int64_t align,
+                              Device device, int32_t* error_flag, Stream stream) {
+  GroupLayout layout;
+  make_group_layout_into(layout, splits, rows, align, device, error_flag, stream);
+  return layout;
+}
 
 std::vector<int64_t> host_offsets(const GroupLayout& layout, bool padded) {
   const TensorView& v = padded ? layout.padded_offsets : layout.offsets;

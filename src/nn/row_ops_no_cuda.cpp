@@ -4,15 +4,15 @@
 
 namespace tessera::nn::detail::cuda {
 
-void grouped_row_sum(const TensorView&, const GroupLayout&, const TensorView&, bool, Stream) {
+void grouped_row_sum(const TensorView&, const GroupOffsets&, const TensorView&, bool, Stream) {
   TESSERA_FAIL(Status::kNoDevice, "grouped_row_sum: tessera was built without CUDA");
 }
-void swiglu_forward(const TensorView&, const TensorView&, const GroupLayout&, const TensorView&,
+void swiglu_forward(const TensorView&, const TensorView&, const GroupOffsets&, const TensorView&,
                     Stream) {
   TESSERA_FAIL(Status::kNoDevice, "swiglu_forward: tessera was built without CUDA");
 }
-void swiglu_backward(const TensorView&, const TensorView&, const TensorView&, const GroupLayout&,
-                     const TensorView&, const TensorView&, Stream) {
+void swiglu_backward(const TensorView&, const TensorView&, const TensorView&,
+                     const GroupOffsets&, const TensorView&, const TensorView&, Stream) {
   TESSERA_FAIL(Status::kNoDevice, "swiglu_backward: tessera was built without CUDA");
 }
 

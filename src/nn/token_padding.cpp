@@ -54,7 +54,7 @@ void check_offsets_cpu(const TensorView& offsets, const char* what) {
 }
 
 void regroup_rows_cpu(const detail::RegroupRows& r) {
-  const int64_t live = std::min(r.dst_offsets[r.num_groups], r.dst_rows);
+  const int64_t live = r.zero_tail ? r.dst_rows : std::min(r.dst_offsets[r.num_groups], r.dst_rows);
   const auto* src = static_cast<const char*>(r.src);
   auto* dst = static_cast<char*>(r.dst);
   const int64_t* d_begin = r.dst_offsets;
@@ -64,7 +64,8 @@ void regroup_rows_cpu(const detail::RegroupRows& r) {
     const int64_t g = (std::upper_bound(d_begin, d_end, row) - d_begin) - 1;
     const int64_t local = row - r.dst_offsets[g];
     const int64_t src_row = r.src_offsets[g] + local;
-    const bool inside = local < r.src_offsets[g + 1] - r.src_offsets[g] && src_row < r.src_rows;
+    const bool inside = g < r.num_groups && local < r.src_offsets[g + 1] - r.src_offsets[g] &&
+                        src_row < r.src_rows;
     char* out = dst + row * r.row_bytes;
     if (inside) {
       host_copy_bytes(out, src + src_row * r.row_bytes, static_cast<size_t>(r.row_bytes));
@@ -151,7 +152,7 @@ void token_padding_offsets(const TensorView& splits, int64_t align, const Tensor
 }
 
 void pad_tokens(const TensorView& x, const TensorView& offsets, const TensorView& padded_offsets,
-                const TensorView& x_padded, Stream stream) {
+                const TensorView& x_padded, Stream stream, bool zero_tail) {
   const int64_t n = check_padding_views(x, x_padded, offsets, padded_offsets, "pad_tokens");
   if (x.device.is_cpu()) {
     check_offsets_cpu(offsets, "pad_tokens: offsets");
@@ -159,12 +160,13 @@ void pad_tokens(const TensorView& x, const TensorView& offsets, const TensorView
   }
   const detail::RegroupRows r{x.data,          x_padded.data,   row_bytes_of(x),
                               x.shape[0],      x_padded.shape[0], offsets.as<const int64_t>(),
-                              padded_offsets.as<const int64_t>(), n};
+                              padded_offsets.as<const int64_t>(), n, zero_tail};
   regroup(r, x.device, stream);
 }
 
 void unpad_tokens(const TensorView& x_padded, const TensorView& offsets,
-                  const TensorView& padded_offsets, const TensorView& x, Stream stream) {
+                  const TensorView& padded_offsets, const TensorView& x, Stream stream,
+                  bool zero_tail) {
   const int64_t n = check_padding_views(x, x_padded, offsets, padded_offsets, "unpad_tokens");
   if (x.device.is_cpu()) {
     check_offsets_cpu(offsets, "unpad_tokens: offsets");
@@ -172,7 +174,7 @@ void unpad_tokens(const TensorView& x_padded, const TensorView& offsets,
   }
   const detail::RegroupRows r{x_padded.data,     x.data,     row_bytes_of(x),
                               x_padded.shape[0], x.shape[0], padded_offsets.as<const int64_t>(),
-                              offsets.as<const int64_t>(), n};
+                              offsets.as<const int64_t>(), n, zero_tail};
   regroup(r, x.device, stream);
 }
 

@@ -36,14 +36,14 @@ __global__ void __launch_bounds__(kThreads) regroup_rows_kernel(const RegroupRow
   const int64_t warp = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32;
   const int64_t num_warps = int64_t{gridDim.x} * kWarpsPerBlock;
   const int64_t live_end = r.dst_offsets[r.num_groups];
-  const int64_t rows = live_end < r.dst_rows ? live_end : r.dst_rows;
+  const int64_t rows = live_end < r.dst_rows && !r.zero_tail ? live_end : r.dst_rows;
   const int64_t words = r.row_bytes / static_cast<int64_t>(sizeof(V));
   for (int64_t row = warp; row < rows; row += num_warps) {
     const int64_t g = group_of(r.dst_offsets, r.num_groups, row);
     const int64_t local = row - r.dst_offsets[g];
     const int64_t src_row = r.src_offsets[g] + local;
-    const bool inside = local < r.src_offsets[g + 1] - r.src_offsets[g] && src_row >= 0 &&
-                        src_row < r.src_rows;
+    const bool inside = row < live_end && local < r.src_offsets[g + 1] - r.src_offsets[g] &&
+                        src_row >= 0 && src_row < r.src_rows;
     V* out = reinterpret_cast<V*>(static_cast<char*>(r.dst) + row * r.row_bytes);
     if (inside) {
       const V* in = reinterpret_cast<const V*>(static_cast<const char*>(r.src) +

@@ -19,12 +19,12 @@
 #include <type_traits>
 #include <vector>
 
-#include "nn/operand.h"
-#include "nn/recipe_binding.h"
 #include "nn_test_util.h"
 #include "tessera/core/buffer.h"
 #include "tessera/nn/grouped_linear.h"
 #include "tessera/nn/grouped_mlp.h"
+#include "tessera/nn/linear_step.h"
+#include "tessera/quantize/quantizer.h"
 
 namespace tessera::nn::test::step_alloc {
 
@@ -73,25 +73,20 @@ struct Quantization {
 // takes float copies of xᵀ for some columnwise layouts); outputs are made before counting.
 inline uint64_t quantize_backend_allocations(const Recipe& recipe,
                                              const std::vector<Quantization>& qs, Device dev) {
+  if (!recipe.quantized()) return 0;
   auto state = std::make_shared<RecipeState>(recipe, dev);
   uint64_t total = 0;
   for (const Quantization& q : qs) {
-    detail::OperandProducer producer = detail::make_producer(state, {q.module, q.type, q.name});
-    detail::OperandStorage out = producer.make(q.rows, q.cols, q.rowwise, q.columnwise, dev);
+    Quantizer& quantizer = state->quantizer({q.module, q.type, q.name});
+    quantizer.set_usage(q.rowwise, q.columnwise);
+    QuantizedTensor out = quantizer.allocate(q.rows, q.cols);
     const DeviceTensor x(random_normal(q.rows * q.cols, 3), {q.rows, q.cols}, dev);
     const uint64_t before = buffer_allocation_count();
-    producer.produce(x.view, out);
+    quantizer.quantize(x.view, out);
+    if (quantizer.config().delayed) quantizer.update();
     total += buffer_allocation_count() - before;
   }
   return total;
-}
-
-// Rows of the padded layout the layers quantize: T itself when nothing is padded.
-inline int64_t quantized_rows(const std::vector<int64_t>& splits, int64_t t, int64_t align) {
-  if (align == 1) return t;
-  int64_t rows = 0;
-  for (int64_t s : splits) rows += (s + align - 1) / align * align;
-  return rows;
 }
 
 // A batch: split sizes, plus `spare` capacity rows past the live ones.
@@ -116,19 +111,20 @@ struct LinearOutputs {
   int64_t saved_bytes = 0;
 };
 
-inline std::vector<Quantization> linear_quantizations(const GroupedLinear& l, bool save_original,
-                                                      int64_t tp) {
-  const char* m = detail::kGroupedLinearModule;
+// The quantizations of one step (linear_step.h): W both usages; x and dy rowwise on their T rows,
+// columnwise on the wgrad's padded layout.
+inline std::vector<Quantization> linear_quantizations(const GroupedLinear& l, const Recipe& r,
+                                                      int64_t t) {
+  const char* m = "grouped_linear";
   const int64_t g = l.num_groups(), in = l.in_features(), out = l.out_features();
-  std::vector<Quantization> qs = {{m, TensorType::kWeight, l.name(), g * out, in, true, true},
-                                  {m, TensorType::kGradOutput, l.name(), tp, out, true, true}};
-  if (save_original) {  // x rowwise in forward, columnwise in backward
-    qs.push_back({m, TensorType::kInput, l.name(), tp, in, true, false});
-    qs.push_back({m, TensorType::kInput, l.name(), tp, in, false, true});
-  } else {
-    qs.push_back({m, TensorType::kInput, l.name(), tp, in, true, true});
-  }
-  return qs;
+  if (!r.quantized()) return {};
+  const int64_t a = make_linear_spec(r, l.name(), g, in, out, false).wgrad_align;
+  const int64_t tp = (t + g * (a - 1) + a - 1) / a * a;
+  return {{m, TensorType::kWeight, l.name(), g * out, in, true, true},
+          {m, TensorType::kInput, l.name(), t, in, true, false},
+          {m, TensorType::kInput, l.name(), tp, in, false, true},
+          {m, TensorType::kGradOutput, l.name(), t, out, true, false},
+          {m, TensorType::kGradOutput, l.name(), tp, out, false, true}};
 }
 
 // One training step (forward + backward, context dropped at the end); *allocations receives the
@@ -176,8 +172,7 @@ inline void check_linear(const std::string& recipe_name, const LinearDims& d, De
   const auto make_layer = [&] { return GroupedLinear(d.groups, d.in, d.out, *recipe, true, o); };
   GroupedLinear reused = make_layer();
   const auto backend = [&](const Shape& s) {
-    const int64_t tp = quantized_rows(s.splits, s.rows(), reused.token_alignment());
-    return quantize_backend_allocations(*recipe, linear_quantizations(reused, save_original, tp),
+    return quantize_backend_allocations(*recipe, linear_quantizations(reused, *recipe, s.rows()),
                                         dev);
   };
   const auto fresh = [&](const Shape& s) {
@@ -187,9 +182,14 @@ inline void check_linear(const std::string& recipe_name, const LinearDims& d, De
   const std::string what = recipe_name + (save_original ? " (save_original_input)" : "");
   linear_step(reused, a, dev);
   uint64_t second = 0, smaller = 0;
+  // Every compared step starts from the same stochastic-rounding offset (NVFP4 gradients) as its
+  // fresh counterpart.
+  reset_rng_offset(1000);
   const LinearOutputs same = linear_step(reused, a, dev, &second);
   EXPECT_EQ(second, backend(a)) << what << ": Buffers allocated by the second step of a shape";
+  reset_rng_offset(2000);
   const LinearOutputs grown = linear_step(reused, b, dev);
+  reset_rng_offset(3000);
   const LinearOutputs shrunk = linear_step(reused, c, dev, &smaller);
   EXPECT_EQ(smaller, backend(c)) << what << ": Buffers allocated by a step of a smaller shape";
   std::printf("  %-34s linear: 2nd step %llu Buffers, smaller shape %llu (quantize backend's: "
@@ -197,8 +197,11 @@ inline void check_linear(const std::string& recipe_name, const LinearDims& d, De
               (unsigned long long)smaller, (unsigned long long)backend(a),
               (unsigned long long)backend(c));
   if (recipe->delayed) return;
+  reset_rng_offset(1000);
   expect_same_linear(fresh(a), same, what + ", 2nd step:");
+  reset_rng_offset(2000);
   expect_same_linear(fresh(b), grown, what + ", larger shape:");
+  reset_rng_offset(3000);
   expect_same_linear(fresh(c), shrunk, what + ", smaller shape:");
 }
 
@@ -213,11 +216,9 @@ struct MlpOutputs {
   int64_t saved_bytes = 0;
 };
 
-inline std::vector<Quantization> mlp_quantizations(GroupedMLP& mlp, int64_t tp) {
-  std::vector<Quantization> qs = linear_quantizations(mlp.fc1(), false, tp);
-  for (const Quantization& q : linear_quantizations(mlp.fc2(), false, tp)) qs.push_back(q);
-  qs.push_back({detail::kGroupedMlpModule, TensorType::kOutput, mlp.fc1().name(), tp,
-                2 * mlp.ffn(), true, false});  // the saved SwiGLU input
+inline std::vector<Quantization> mlp_quantizations(GroupedMLP& mlp, const Recipe& r, int64_t t) {
+  std::vector<Quantization> qs = linear_quantizations(mlp.fc1(), r, t);
+  for (const Quantization& q : linear_quantizations(mlp.fc2(), r, t)) qs.push_back(q);
   return qs;
 }
 
@@ -274,8 +275,8 @@ inline void check_mlp(const std::string& recipe_name, const MlpDims& d, Device d
   const auto make_mlp = [&] { return GroupedMLP(d.groups, d.hidden, d.ffn, *recipe, o); };
   GroupedMLP reused = make_mlp();
   const auto backend = [&](const Shape& s) {
-    const int64_t tp = quantized_rows(s.splits, s.rows(), reused.fc1().token_alignment());
-    return quantize_backend_allocations(*recipe, mlp_quantizations(reused, tp), dev);
+    return quantize_backend_allocations(*recipe, mlp_quantizations(reused, *recipe, s.rows()),
+                                        dev);
   };
   const auto fresh = [&](const Shape& s) {
     GroupedMLP mlp = make_mlp();
@@ -283,9 +284,12 @@ inline void check_mlp(const std::string& recipe_name, const MlpDims& d, Device d
   };
   mlp_step(reused, a, dev);
   uint64_t second = 0, smaller = 0;
+  reset_rng_offset(1000);
   const MlpOutputs same = mlp_step(reused, a, dev, &second);
   EXPECT_EQ(second, backend(a)) << recipe_name << ": Buffers allocated by the 2nd MLP step";
+  reset_rng_offset(2000);
   const MlpOutputs grown = mlp_step(reused, b, dev);
+  reset_rng_offset(3000);
   const MlpOutputs shrunk = mlp_step(reused, c, dev, &smaller);
   EXPECT_EQ(smaller, backend(c)) << recipe_name << ": Buffers allocated by a smaller MLP step";
   std::printf("  %-34s mlp:    2nd step %llu Buffers, smaller shape %llu (quantize backend's: "
@@ -293,8 +297,11 @@ inline void check_mlp(const std::string& recipe_name, const MlpDims& d, Device d
               (unsigned long long)smaller, (unsigned long long)backend(a),
               (unsigned long long)backend(c));
   if (recipe->delayed) return;
+  reset_rng_offset(1000);
   expect_same_mlp(fresh(a), same, recipe_name + " MLP, 2nd step:");
+  reset_rng_offset(2000);
   expect_same_mlp(fresh(b), grown, recipe_name + " MLP, larger shape:");
+  reset_rng_offset(3000);
   expect_same_mlp(fresh(c), shrunk, recipe_name + " MLP, smaller shape:");
 }
 

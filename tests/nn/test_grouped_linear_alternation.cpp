@@ -10,9 +10,10 @@
 
 #include <cstdio>
 
-#include "nn/recipe_binding.h"
 #include "nn_test_util.h"
+#include "tessera/formats/convert.h"
 #include "tessera/nn/grouped_linear.h"
+#include "tessera/quantize/quantizer.h"
 
 namespace tessera::nn::test {
 namespace {
@@ -56,9 +57,7 @@ int run_sequence(const std::string& name, const std::vector<Step>& stages) {
   const auto recipe = make_recipe(name);
   GroupedLinear layer(kG, kIn, kOut, *recipe, false, named("fc1"));
   const bool stateful = name == "fp8_delayed";
-  detail::OperandProducer fresh = detail::make_producer(
-      std::make_shared<RecipeState>(*recipe),
-      {detail::kGroupedLinearModule, TensorType::kWeight, "fc1"});
+  RecipeState fresh_state(*recipe);
   std::vector<int64_t> splits = {70, 0, 130};
   std::vector<float> y(kT * kOut), dx(kT * kIn), dw(kG * kOut * kIn);
   uint64_t seed = 100;
@@ -86,32 +85,44 @@ int run_sequence(const std::string& name, const std::vector<Step>& stages) {
         EXPECT_EQ(ctx.operand_value(SavedOperand::kWeight, false), w_used) << name;
         EXPECT_GT(sqnr_db(master, w_used), 5.0) << name << ": dgrad read a stale weight copy";
       } else {
-        detail::OperandStorage q = fresh.make(kG * kOut, kIn, true, true, Device::cpu());
-        fresh.produce(TensorView::contiguous(layer.weight().data, DType::kFloat32,
-                                             {kG * kOut, kIn}),
-                      q);
+        // The current weights' copy, made afresh: quantized (both usages in one pass) or cast
+        // to the dense compute dtype.
         std::vector<float> expect(master.size());
-        q.to_float(view_of(expect, {kG * kOut, kIn}), true);
+        const TensorView w2 = TensorView::contiguous(layer.weight().data, DType::kFloat32,
+                                                     {kG * kOut, kIn});
+        if (recipe->quantized()) {
+          Quantizer& q = fresh_state.quantizer({"grouped_linear", TensorType::kWeight, "fc1"});
+          q.set_usage(true, true);
+          QuantizedTensor out = q.allocate(kG * kOut, kIn);
+          q.quantize(w2, out);
+          dequantize(out.view(), view_of(expect, {kG * kOut, kIn}), true);
+        } else if (name == "bf16") {
+          std::vector<uint16_t> bits(master.size());
+          encode(w2, TensorView::contiguous(bits.data(), DType::kBFloat16, {kG * kOut, kIn}));
+          decode(TensorView::contiguous(bits.data(), DType::kBFloat16, {kG * kOut, kIn}),
+                 view_of(expect, {kG * kOut, kIn}));
+        } else {
+          expect = master;
+        }
         EXPECT_EQ(expect, w_used) << name << ": dgrad's weight copy is not the current one";
       }
-      // The saved operands, as the GEMMs read them (padded layout).
+      // The saved operands, as the GEMMs read them: the copies of dy and x in the step's padded
+      // layout (the dgrad's padded dx rows are then moved back to the groups' rows).
+      const std::vector<int64_t> o = host_offsets(ctx.layout(), false);
       const std::vector<int64_t> po = host_offsets(ctx.layout(), true);
       const std::vector<float> dyq = ctx.operand_value(SavedOperand::kGradOutput, false);
       const std::vector<float> dyc = ctx.operand_value(SavedOperand::kGradOutput, true);
       const std::vector<float> xc = ctx.operand_value(SavedOperand::kInput, true);
       std::vector<double> dx_ref, dw_ref, unused;
-      recompute(dyq, w_used, xc, po, dx_ref, unused);
+      recompute(dyq, w_used, std::vector<float>(dyq.size() / kOut * kIn), po, dx_ref, unused);
       recompute(dyc, w_used, xc, po, unused, dw_ref);
-      // dx is unpadded: map padded rows back.
-      const std::vector<int64_t> o = host_offsets(ctx.layout(), false);
-      std::vector<double> dx_unpadded(static_cast<size_t>(kT * kIn));
+      std::vector<double> dx_rows(static_cast<size_t>(kT * kIn), 0.0);
       for (int64_t g = 0; g < kG; ++g) {
         for (int64_t r = 0; r < o[g + 1] - o[g]; ++r) {
-          std::copy_n(dx_ref.begin() + (po[g] + r) * kIn, kIn,
-                      dx_unpadded.begin() + (o[g] + r) * kIn);
+          std::copy_n(dx_ref.begin() + (po[g] + r) * kIn, kIn, dx_rows.begin() + (o[g] + r) * kIn);
         }
       }
-      EXPECT_LT(max_rel_err(dx_unpadded, dx), 1e-5) << name << " dX";
+      EXPECT_LT(max_rel_err(dx_rows, dx), 1e-5) << name << " dX";
       EXPECT_LT(max_rel_err(dw_ref, dw), 1e-5) << name << " dW";
       ++checks;
     }

@@ -35,6 +35,7 @@
 #include "tessera/core/status.h"
 #include "tessera/nn/grouped_linear.h"
 #include "tessera/nn/grouped_mlp.h"
+#include "tessera/nn/linear_step.h"
 
 namespace tessera::nn::test {
 namespace {
@@ -115,6 +116,7 @@ std::vector<LinearStep> run_linear(const std::string& recipe_name, Device dev, b
   o.device = dev;
   GroupedLinear layer(kG, kIn, kOut, *recipe, true, o);
   layer.reset_parameters(7);
+  reset_rng_offset(5);  // both devices' runs draw the same stochastic-rounding bits
   const int64_t tp = padded_total(layer.token_alignment());
   std::vector<int64_t> splits = kSplits;
   Tensor splits_t(splits, {kG}, device_splits ? dev : Device::cpu());
@@ -295,6 +297,7 @@ std::vector<MlpStep> run_mlp(const std::string& recipe_name, Device dev, bool de
   o.device = dev;
   GroupedMLP mlp(kG, kHidden, kFfn, *make_recipe(recipe_name), o);
   mlp.reset_parameters(5);
+  reset_rng_offset(5);  // both devices' runs draw the same stochastic-rounding bits
   std::vector<int64_t> splits = kSplits;
   Tensor splits_t(splits, {kG}, device_splits ? dev : Device::cpu());
   std::vector<MlpStep> out;

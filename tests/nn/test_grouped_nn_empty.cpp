@@ -113,11 +113,25 @@ TEST(GroupedNNErrors, BadArgumentsNameTheProblem) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("training"), std::string::npos) << e.what();
   }
-  // A second forward that re-quantizes the weights invalidates the first context.
+  // The fp32 recipe computes on the master weights themselves: after a later forward (which may
+  // follow a change of them) an earlier context's backward is refused.
   GroupedLinearContext first = layer.forward(view_of(x, {10, 8}), view_of(splits),
                                              view_of(y, {10, 4}));
   layer.forward(view_of(x, {10, 8}), view_of(splits), view_of(y, {10, 4}));
   EXPECT_THROW(layer.backward(first, view_of(y, {10, 4}), {view_of(x, {10, 8}), {}, {}}), Error);
+  // Recipes with a compute copy: a context keeps the copy its forward read, so a later forward on
+  // changed weights leaves an earlier context's backward as it was.
+  for (const char* name : {"bf16", "fp8_current"}) {
+    GroupedLinear l2(2, 8, 4, *make_recipe(name), false);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = 0.01f * static_cast<float>(i % 17);
+    std::vector<float> dy(10 * 4, 0.5f), dx_first(10 * 8), dx_again(10 * 8);
+    GroupedLinearContext c = l2.forward(view_of(x, {10, 8}), view_of(splits), view_of(y, {10, 4}));
+    l2.backward(c, view_of(dy, {10, 4}), {view_of(dx_first, {10, 8}), {}, {}});
+    l2.weight().as<float>()[0] += 1.0f;
+    l2.forward(view_of(x, {10, 8}), view_of(splits), view_of(y, {10, 4}));
+    l2.backward(c, view_of(dy, {10, 4}), {view_of(dx_again, {10, 8}), {}, {}});
+    EXPECT_EQ(dx_first, dx_again) << name << ": an earlier context read the later weights";
+  }
 }
 
 }  // namespace

@@ -105,4 +105,15 @@ constexpr ScaleFamily scale_family(ScalingMode m) {
 }
 constexpr bool is_family(ScalingMode m, ScaleFamily f) { return scale_family(m) == f; }
 
+// Whether copies of modes a and b can meet as A and B of one grouped GEMM (on every backend):
+// two modes of one family (e.g. block1x128 with block128x128), or MXFP8 and NVFP4 copies in any
+// mix (an NVFP4 operand is expanded exactly to BF16 on CUDA, dequantized on the CPU). The one
+// statement of this rule: the training step's recipe check and tessera.torch read it.
+constexpr bool modes_can_meet(ScalingMode a, ScalingMode b) {
+  const ScaleFamily fa = scale_family(a), fb = scale_family(b);
+  if (fa == ScaleFamily::kNone || fb == ScaleFamily::kNone) return false;
+  const auto narrow = [](ScaleFamily f) { return f == ScaleFamily::kMXFP8 || f == ScaleFamily::kNVFP4; };
+  return fa == fb || (narrow(fa) && narrow(fb));
+}
+
 }  // namespace tessera

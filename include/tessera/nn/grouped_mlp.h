@@ -2,16 +2,11 @@
 //   h = x W1_gᵀ (+ b1_g)          fc1: hidden → 2·ffn, h = [gate | up]
 //   a = silu(gate) ⊙ up ⊙ p       SwiGLU, optionally scaled by the per-token routing probability p
 //   y = a W2_gᵀ (+ b2_g)          fc2: ffn → hidden
-// with explicit forward / backward (docs/nn.md). The per-group metadata (unpadded and padded
-// offsets) comes from ONE splits_to_offsets_multi call and is kept in the context; fc1, SwiGLU and
-// fc2 all run on the padded layout (tokens padded once on entry, padding removed once on exit).
-//
-// Saved for backward: fc1's and fc2's quantized operands (see grouped_linear.h) and the SwiGLU
-// input h (fc1's output), stored through the role {grouped_mlp, kOutput, "<name>.fc1"} —
-// quantized rowwise in low-precision recipes, as DeepSeek-V3 caches SwiGLU inputs in FP8 — plus
-// p. One RecipeState serves fc1, fc2 and that role.
-// Memory and streams as in grouped_linear.h: after the first step of a shape nothing is
-// allocated and every device operation is ordered on `stream`.
+// with explicit forward / backward (docs/nn.md): a thin holder of two GroupedLinear layers' weights
+// and state over the one MLP training step (mlp_step.h). The per-group offsets come from ONE scan
+// of the splits and are kept in the context; the saved SwiGLU input h is kept in the activation
+// dtype. One RecipeState serves fc1 and fc2 (roles "<name>.fc1" / "<name>.fc2").
+// Memory and streams as in grouped_linear.h.
 #pragma once
 
 #include <cstdint>
@@ -23,8 +18,8 @@
 namespace tessera::nn {
 
 namespace detail {
-struct MlpSaved;
-struct MlpState;
+struct MlpContextState;
+struct MlpHolder;
 }  // namespace detail
 
 struct GroupedMLPOptions {
@@ -36,7 +31,7 @@ struct GroupedMLPOptions {
 
 // Gradients GroupedMLP::backward writes; an empty view skips that gradient.
 struct GroupedMLPGrads {
-  TensorView dx;      // (T, hidden) float32
+  TensorView dx;      // (T, hidden), float32 / bfloat16 / float16
   TensorView dprobs;  // (T) float32 (needs probs in forward)
   TensorView fc1_dw, fc1_db;  // FP32 (G, 2·ffn, hidden), (G, 2·ffn)
   TensorView fc2_dw, fc2_db;  // FP32 (G, hidden, ffn), (G, hidden)
@@ -46,12 +41,11 @@ struct GroupedMLPGrads {
 class GroupedMLPContext {
  public:
   bool valid() const { return saved_ != nullptr; }
-  // Bytes kept alive for backward: both layers' contexts, the saved SwiGLU input and p.
+  // Bytes kept alive for backward: both layers' saved operands, the SwiGLU input h, p, x when
+  // kept, the layout.
   int64_t saved_bytes() const;
   const GroupLayout& layout() const;
-  const GroupedLinearContext& fc1() const;
-  const GroupedLinearContext& fc2() const;
-  std::shared_ptr<detail::MlpSaved> saved_;
+  std::shared_ptr<detail::MlpContextState> saved_;
 };
 
 class GroupedMLP {
@@ -69,16 +63,17 @@ class GroupedMLP {
   int64_t ffn() const;
   void reset_parameters(uint64_t seed);
 
-  // x (T, hidden) float32, splits (G) int32/int64, probs (T) float32 or empty, y (T, hidden).
+  // x (T, hidden) float32 / bfloat16 / float16, splits (G) int32/int64, probs (T) float32 or
+  // empty, y (T, hidden) like x.
   GroupedMLPContext forward(const TensorView& x, const TensorView& splits,
                             const TensorView& probs, const TensorView& y, ForwardMode mode = {},
                             Stream stream = {});
-  // dy (T, hidden) float32.
+  // dy (T, hidden) like x.
   void backward(const GroupedMLPContext& ctx, const TensorView& dy, const GroupedMLPGrads& grads,
                 Stream stream = {});
 
  private:
-  std::unique_ptr<detail::MlpState> s_;
+  std::unique_ptr<detail::MlpHolder> s_;
 };
 
 }  // namespace tessera::nn

@@ -37,13 +37,17 @@ void token_padding_offsets(const TensorView& splits, int64_t align, const Tensor
 
 // x (rows_cap, K) → x_padded (padded_cap, K), zero rows in each group's padding. Rows of a group
 // that would fall past padded_cap are not written; source rows past rows_cap read as zero.
+// zero_tail: rows of x_padded past the last group (up to padded_cap) are written as zero too
+// (a buffer every row of which a later pass reads).
 void pad_tokens(const TensorView& x, const TensorView& offsets, const TensorView& padded_offsets,
-                const TensorView& x_padded, Stream stream = {});
+                const TensorView& x_padded, Stream stream = {}, bool zero_tail = false);
 
 // The inverse (backward of pad_tokens, for gradients): x (rows_cap, K) receives the real rows of
 // x_padded (padded_cap, K); padding rows are dropped. Rows past rows_cap are not written.
+// zero_tail: rows of x past the last group are written as zero (else left as they were).
 void unpad_tokens(const TensorView& x_padded, const TensorView& offsets,
-                  const TensorView& padded_offsets, const TensorView& x, Stream stream = {});
+                  const TensorView& padded_offsets, const TensorView& x, Stream stream = {},
+                  bool zero_tail = false);
 
 // token_padding_offsets then pad_tokens. With splits on the device of x, total_bound defaults to
 // rows_cap (so error_flag, when given, reports splits that do not fit x) and x_padded must have
@@ -67,6 +71,7 @@ struct RegroupRows {
   const int64_t* src_offsets;
   const int64_t* dst_offsets;
   int64_t num_groups;
+  bool zero_tail = false;  // dst rows past dst_offsets[num_groups] (below dst_rows) become zeros
 };
 void regroup_rows_cuda(const RegroupRows& r, Device device, Stream stream);
 // Asynchronous host→device copy of pageable host memory (staged before returning).

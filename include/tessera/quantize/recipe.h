@@ -127,6 +127,18 @@ struct CustomRecipe {
 Recipe parse_recipe(std::string_view name);
 const RecipeInfo& recipe_info(std::string_view name);  // throws like parse_recipe
 
+// A recipe from its text form, the form bindings pass around (e.g. through a framework's op
+// schemas), `;`-separated:
+//   <built-in name>[:<format>][;amax_history_len=N][;amax_compute_algo=max|most_recent]
+//                  [;margin=M]
+//   custom:<name>;input=<mode>/<element>;weight=<mode>/<element>;grad_output=<mode>/<element>
+// (a custom recipe of the three roles of a linear step, each with make_config's defaults for
+// its mode and element; other roles are refused). Throws Error(kInvalidArgument) naming the
+// part it cannot read.
+Recipe parse_recipe_spec(std::string_view spec);
+// "max" / "most_recent" ↔ AmaxHistoryAlgo (throws naming the accepted names).
+AmaxHistoryAlgo amax_algo_from_name(std::string_view name);
+
 // One Quantizer per role, created on first request (the factory / config_for is called once per
 // role) and kept when the role list changes, so delayed-scaling history survives.
 class RecipeState {

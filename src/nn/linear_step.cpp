@@ -1,0 +1,505 @@
+// The grouped linear training step (linear_step.h): spec resolution, weight copies, forward
+// (fprop) and backward (dgrad, wgrad, bias grad), every GEMM through the device-dispatching
+// grouped GEMM on the caller's offsets, every byte from the caller's Allocator.
+#include "tessera/nn/linear_step.h"
+
+#include <algorithm>
+
+#include "nn/row_ops.h"
+#include "nn/step_layout.h"
+#include "nn/step_memory.h"
+#include "nn/weight_layout.h"
+#include "tessera/core/checked_math.h"
+#include "tessera/core/status.h"
+#include "tessera/formats/scaling_modes.h"
+#include "tessera/nn/token_padding.h"
+
+namespace tessera::nn {
+
+using detail::Carver;
+using detail::matrix;
+
+namespace {
+
+// Module type of the roles a linear step asks for.
+constexpr const char* kModule = "grouped_linear";
+
+DType recipe_dense_dtype(const Recipe& recipe) {
+  for (const RecipeInfo& info : recipe_table()) {
+    if (recipe.name == info.name && info.activation_mode == ScalingMode::kNone) {
+      return info.scale_dtype;  // "bf16" → bfloat16, "fp32" → float32
+    }
+  }
+  return DType::kBFloat16;
+}
+
+// The name a message gives a recipe: a custom one's own name ("custom:<name>;..." texts
+// included), a built-in one's.
+std::string recipe_label(const Recipe& r) {
+  std::string name = r.name;
+  if (name.rfind("custom:", 0) == 0) name = name.substr(7, name.find(';') - 7);
+  return name;
+}
+
+// The three GEMMs of a step meet (input, weight), (grad_output, weight), (grad_output, input).
+void check_pairs(const LinearSpec& s, const Recipe& recipe, const std::string& layer) {
+  const std::pair<const RoleFormat*, const char*> pairs[3][2] = {
+      {{&s.input, "input"}, {&s.weight, "weight"}},
+      {{&s.grad_output, "grad_output"}, {&s.weight, "weight"}},
+      {{&s.grad_output, "grad_output"}, {&s.input, "input"}}};
+  static constexpr const char* kGemm[3] = {"forward x·W", "dgrad dy·W", "wgrad dy·x"};
+  for (int i = 0; i < 3; ++i) {
+    const auto& [a, b] = pairs[i];
+    TESSERA_CHECK_STATUS(
+        modes_can_meet(a.first->config.mode, b.first->config.mode), Status::kUnsupported,
+        "recipe '", recipe_label(recipe), "', layer '", layer, "': modes (input ",
+        scaling_mode_name(s.input.config.mode), ", weight ",
+        scaling_mode_name(s.weight.config.mode), ", grad_output ",
+        scaling_mode_name(s.grad_output.config.mode), ") cannot meet in the step's GEMMs (the ",
+        kGemm[i], " GEMM meets ", a.second, " and ", b.second,
+        "): A and B of a GEMM must be of one scale family — all tensor, all rowwise, "
+        "block1x128 / block128x128 in any mix, or mxfp8 / mxfp8_32x32 / nvfp4 / nvfp4_16x16 in "
+        "any mix (formats/scaling_modes.h)");
+  }
+}
+
+void check_float_matrix(const TensorView& v, const char* arg, int64_t rows, int64_t cols) {
+  check_view(v, arg, {DType::kFloat32, DType::kBFloat16, DType::kFloat16});
+  TESSERA_CHECK_STATUS(v.ndim == 2 && v.shape[0] == rows && v.shape[1] == cols,
+                       Status::kShapeMismatch, arg, ": expected (", rows, ", ", cols, "), got ",
+                       v.to_string());
+}
+
+// The (G, out, in) weight gradient or weight view, any float dtype.
+void check_weight_like(const TensorView& v, const char* arg, const LinearSpec& s) {
+  check_view(v, arg, {DType::kFloat32, DType::kBFloat16, DType::kFloat16});
+  TESSERA_CHECK_STATUS(v.numel() == s.groups * s.out * s.in && v.ndim >= 2,
+                       Status::kShapeMismatch, arg, ": expected (", s.groups, ", ", s.out, ", ",
+                       s.in, "), got ", v.to_string());
+}
+
+DType dense_dtype(const LinearSpec& s) { return s.input.dense_dtype; }
+
+// x in the dense compute dtype: x itself, or a cast into scratch.
+TensorView dense_operand(const TensorView& x, DType dtype, Carver& scratch, Stream stream) {
+  if (x.dtype == dtype) return x;
+  TensorView c = matrix(scratch.take(dtype_bytes(dtype, x.numel())), dtype, x.shape[0],
+                        x.shape[1], x.device);
+  detail::cast(x, c, stream);
+  return c;
+}
+
+int64_t dense_cast_bytes(const TensorView& x, DType dtype) {
+  return x.dtype == dtype ? 0 : dtype_bytes(dtype, x.numel());
+}
+
+// Bytes of the (rows, cols) quantized usages asked for, as carve_quantized places them.
+int64_t quantized_bytes(const QuantizerConfig& c, int64_t rows, int64_t cols, bool rowwise,
+                        bool columnwise) {
+  Carver measure;
+  detail::carve_quantized(c, rows, cols, rowwise, columnwise, measure, Device::cpu());
+  return measure.used();
+}
+
+// An affine bound of the bytes of x's columnwise copy at T rows as carve_quantized places it.
+// The exact size g(T) (pieces without alignment) grows by blocks and paddings whose periods all
+// divide 512 rows, so g(T + 512) = g(T) + (g(512) − g(0)): the slope is the mean over a period
+// and the intercept the largest excess within one; each carved piece adds at most 256 bytes.
+SavedSize columnwise_copy_size(const QuantizerConfig& c, int64_t cols) {
+  constexpr int64_t kPeriod = 512;
+  const auto exact = [&](int64_t rows) {
+    int64_t bytes = data_shape(c, rows, cols, true).bytes() + scale_shape(c, rows, cols, true).bytes();
+    return bytes + (has_amax(c.mode) ? 4 : 0);
+  };
+  SavedSize z;
+  const int64_t g0 = exact(0);
+  z.per_row = (exact(kPeriod) - g0 + kPeriod - 1) / kPeriod;
+  for (int64_t t = 0; t < kPeriod; ++t) z.fixed = std::max(z.fixed, exact(t) - z.per_row * t);
+  z.fixed += 4 * 256;  // data, scales, amax: each carved at a 256-byte boundary
+  return z;
+}
+
+// Rows of the token dimension one scale (or Hadamard block) of a columnwise copy covers: the
+// mode's block along the copy's rows, 0 for modes whose unit is the whole dimension (tensor,
+// rowwise).
+int64_t token_block(ScalingMode m) {
+  const ScalingModeInfo& info = scaling_mode_info(m);
+  return info.block_rows == 0 || info.block_cols == 0 ? 0 : info.block_cols;
+}
+
+// The saved context of a quantized step: starts and padded starts (G+1 int64 each), then x's
+// columnwise copy at padded_rows_for(T) <= T + G·(align − 1) + align rows.
+SavedSize saved_context_size(const LinearSpec& s) {
+  const SavedSize copy = columnwise_copy_size(s.input.config, s.in);
+  SavedSize z;
+  z.per_row = copy.per_row;
+  z.fixed = copy.fixed + copy.per_row * (s.groups * (s.wgrad_align - 1) + s.wgrad_align) +
+            2 * (s.groups + 1) * 8 + 2 * 256;
+  return z;
+}
+
+// Carves the saved context of `rows` rows (see saved_context_size) from `carver`.
+void carve_saved(const LinearSpec& s, int64_t rows, Carver& carver, Device device,
+                 LinearSaved& saved) {
+  const int64_t n1 = s.groups + 1;
+  saved.padded_rows = detail::padded_rows_for(rows, s.groups, s.wgrad_align);
+  saved.starts = TensorView::contiguous(carver.take(n1 * 8), DType::kInt64, {n1}, device);
+  saved.padded_starts = TensorView::contiguous(carver.take(n1 * 8), DType::kInt64, {n1}, device);
+  saved.input = detail::carve_quantized(s.input.config, saved.padded_rows, s.in, false, true,
+                                        carver, device);
+  saved.has_input = true;
+}
+
+// The starts and padded starts of a step without a saved context (an eval forward, or a
+// backward whose forward saved none), in their own Allocation (returned; `layout` points into it).
+Allocation place_layout(const LinearSpec& s, int64_t rows, Allocator& alloc, Device device,
+                        Stream stream, LinearSaved& layout) {
+  const int64_t n1 = s.groups + 1;
+  Allocation memory = alloc.allocate(2 * n1 * 8 + 256, device, stream);
+  Carver carver(memory.data, memory.bytes);
+  layout.padded_rows = detail::padded_rows_for(rows, s.groups, s.wgrad_align);
+  layout.starts = TensorView::contiguous(carver.take(n1 * 8), DType::kInt64, {n1}, device);
+  layout.padded_starts = TensorView::contiguous(carver.take(n1 * 8), DType::kInt64, {n1}, device);
+  return memory;
+}
+
+// x (T, cols) padded into `tmp` as the wgrad layout of `saved` (zero rows between groups and
+// past the last), (padded_rows, cols).
+TensorView padded_copy(const TensorView& x, const LinearSaved& saved, Carver& tmp, Stream stream) {
+  const int64_t cols = x.shape[1];
+  TensorView xp = matrix(tmp.take(dtype_bytes(x.dtype, saved.padded_rows * cols)), x.dtype,
+                         saved.padded_rows, cols, x.device);
+  pad_tokens(x, saved.starts, saved.padded_starts, xp, stream, /*zero_tail=*/true);
+  return xp;
+}
+
+GroupedGemmProblem m_grouped(const LinearSpec& s, const TensorView& offsets,
+                             GroupOffsetsFormat format, const TensorView& d) {
+  GroupedGemmProblem g;
+  g.kind = GroupedGemmKind::kMGrouped;
+  g.num_groups = s.groups;
+  g.d = d;
+  g.group_offsets = offsets;
+  g.offsets_format = format;
+  g.zero_unused_rows = true;  // rows in no group: 0 (never the memory that was there)
+  return g;
+}
+
+}  // namespace
+
+LinearSpec make_linear_spec(const Recipe& recipe, const std::string& name, int64_t groups,
+                            int64_t in, int64_t out, bool bias, std::optional<DType> dense_dtype) {
+  TESSERA_CHECK(groups >= 1, "num_groups: ", groups, " must be >= 1");
+  TESSERA_CHECK(in >= 1 && out >= 1, "in_features ", in, " and out_features ", out,
+                " must be >= 1");
+  checked_mul(checked_mul(groups, out, "num_groups * out_features"), in,
+              "num_groups * out_features * in_features");
+  LinearSpec s;
+  s.groups = groups;
+  s.in = in;
+  s.out = out;
+  s.bias = bias;
+  if (!recipe.quantized()) {
+    const DType dt = dense_dtype.value_or(recipe_dense_dtype(recipe));
+    TESSERA_CHECK_STATUS(is_floating_input(dt), Status::kDTypeMismatch, "compute dtype ",
+                         dtype_name(dt), " must be float32, bfloat16 or float16");
+    for (RoleFormat* r : {&s.input, &s.weight, &s.grad_output}) r->dense_dtype = dt;
+    return s;
+  }
+  const auto role = [&](TensorType t) {
+    RoleFormat f;
+    f.quantized = true;
+    f.config = recipe.config_for({kModule, t, name});
+    validate_config(f.config);
+    return f;
+  };
+  s.input = role(TensorType::kInput);
+  s.weight = role(TensorType::kWeight);
+  s.grad_output = role(TensorType::kGradOutput);
+  check_pairs(s, recipe, name);
+  // x and W are B operands of the backward GEMMs, which take E5M2 only as A (the gradient).
+  for (const auto& [f, t] : {std::pair{&s.input, TensorType::kInput},
+                             std::pair{&s.weight, TensorType::kWeight}}) {
+    TESSERA_CHECK_STATUS(f->config.element != DType::kFloat8E5M2, Status::kUnsupported,
+                         "recipe '", recipe_label(recipe), "', role ",
+                         QuantizerRole{kModule, t, name}.to_string(),
+                         ": element 'e5m2' is taken for grad_output only; expected 'e4m3' (the "
+                         "GEMMs run E4M3 x E4M3 and E5M2 x E4M3 with the gradient as A: x and "
+                         "W are B operands of the backward GEMMs)");
+  }
+  s.wgrad_align = std::max({int64_t{16}, token_block(s.input.config.mode),
+                            token_block(s.grad_output.config.mode)});
+  s.saved_input = saved_context_size(s);
+  // Packed E2M1 codes: the widths the NVFP4 copies pack two per byte must be even.
+  for (const RoleFormat* f : {&s.input, &s.weight, &s.grad_output}) {
+    if (!scaling_mode_info(f->config.mode).fp4) continue;
+    TESSERA_CHECK_STATUS(in % 2 == 0 && out % 2 == 0, Status::kUnsupported, "layer '", name,
+                         "': NVFP4 packs two codes per byte along in_features (", in,
+                         ") and out_features (", out, "): both must be even");
+  }
+  return s;
+}
+
+// ---- weight copies ----------------------------------------------------------------------------
+
+int64_t weight_copies_bytes(const LinearSpec& s, DType weight_dtype) {
+  if (!s.quantized()) {
+    return weight_dtype == dense_dtype(s) ? 0
+                                          : dtype_bytes(dense_dtype(s), s.groups * s.out * s.in);
+  }
+  return detail::weight_layout_bytes(s);
+}
+
+WeightCopies view_weight_copies(const LinearSpec& s, const TensorView& w,
+                                const Allocation& storage) {
+  check_weight_like(w, "weight", s);
+  WeightCopies c;
+  c.storage = storage;
+  if (!s.quantized()) {
+    const DType dt = dense_dtype(s);
+    void* data = w.dtype == dt ? w.data : storage.data;
+    TESSERA_CHECK_STATUS(w.dtype == dt || storage.bytes >= weight_copies_bytes(s, w.dtype),
+                         Status::kBufferTooSmall, "weight copies: ", storage.bytes,
+                         " bytes cannot hold the ", dtype_name(dt), " copy");
+    c.dense = TensorView::contiguous(data, dt, {s.groups, s.out, s.in}, w.device);
+    return c;
+  }
+  detail::place_weight_layout(s, storage, w.device, c);
+  return c;
+}
+
+WeightCopies quantize_weight(const LinearSpec& s, const TensorView& w, const LinearState& state,
+                             Allocator& alloc, Stream stream) {
+  check_weight_like(w, "weight", s);
+  const Device dev = w.device;
+  Allocation storage = alloc.allocate(weight_copies_bytes(s, w.dtype), dev, stream);
+  WeightCopies c = view_weight_copies(s, w, storage);
+  if (!s.quantized()) {
+    if (c.dense.data != w.data) detail::cast(w, c.dense, stream);
+    return c;
+  }
+  detail::quantize_weight_layout(s, w, state, alloc, c, stream);
+  return c;
+}
+
+// ---- forward ------------------------------------------------------------------------------------
+
+SavedSize saved_size(const LinearSpec& s, bool save_input) {
+  return s.quantized() && save_input ? s.saved_input : SavedSize{};
+}
+
+LinearSaved view_linear_saved(const LinearSpec& s, int64_t rows, bool save_input,
+                              const Allocation& storage) {
+  LinearSaved saved;
+  saved.storage = storage;
+  saved.rows = rows;
+  if (!s.quantized() || !save_input) return saved;
+  TESSERA_CHECK_STATUS(storage.bytes >= saved_size(s, true).at(rows), Status::kBufferTooSmall,
+                       "saved context: ", storage.bytes, " bytes, ",
+                       saved_size(s, true).at(rows), " needed for ", rows, " rows");
+  Carver carver(storage.data, storage.bytes);
+  carve_saved(s, rows, carver, storage.device, saved);
+  return saved;
+}
+
+LinearSaved linear_forward(const LinearSpec& s, const WeightCopies& weight,
+                           const LinearForwardArgs& a, const LinearState& state, Allocator& alloc,
+                           Stream stream) {
+  check_view(a.x, "x", {DType::kFloat32, DType::kBFloat16, DType::kFloat16});
+  TESSERA_CHECK_STATUS(a.x.ndim == 2 && a.x.shape[1] == s.in, Status::kShapeMismatch,
+                       "x: expected (T, ", s.in, "), got ", a.x.to_string());
+  const int64_t t = a.x.shape[0];
+  const Device dev = a.x.device;
+  check_float_matrix(a.y, "y", t, s.out);
+  const detail::GroupOffsets groups =
+      detail::group_offsets_of(a.offsets, a.offsets_format, s.groups, t);
+  if (a.bias.data) check_float_matrix(a.bias, "bias", s.groups, s.out);
+  TESSERA_CHECK(!a.bias.data || s.bias, "bias: given, but the layer has none");
+  const bool save_q = a.save_input && s.quantized();
+  const SavedSize size = saved_size(s, save_q);
+  LinearSaved saved = view_linear_saved(s, t, save_q, alloc.allocate(size.at(t), dev, stream));
+  if (t == 0) return saved;
+
+  GroupedGemmProblem g = m_grouped(s, a.offsets, a.offsets_format, a.y);
+  g.transpose_b = true;
+  g.bias = a.bias;
+  if (!s.quantized()) {
+    detail::Scratch tmp = detail::scratch(alloc, dense_cast_bytes(a.x, dense_dtype(s)), dev, stream);
+    g.a = GemmOperand::from_dense(dense_operand(a.x, dense_dtype(s), tmp.carver, stream));
+    g.b = GemmOperand::from_dense(weight.dense);
+    detail::run_gemm(g, alloc, stream);
+    return saved;
+  }
+  // x in the padded layout (every group on an aligned row start, zeros between groups and past
+  // the last), quantized once: the rowwise copy (scratch) feeds this GEMM, the columnwise copy
+  // goes into the saved context. The GEMM writes y in the padded layout; its group rows are
+  // moved into y (rows in no group: zero). Rows outside the groups thus take part in no scale.
+  LinearSaved layout = saved;  // the layout (the saved context's, or scratch for an eval step)
+  Allocation layout_memory;
+  if (!save_q) layout_memory = place_layout(s, t, alloc, dev, stream, layout);
+  const int64_t tp = layout.padded_rows;
+  detail::Scratch tmp = detail::scratch(
+      alloc, quantized_bytes(s.input.config, tp, s.in, true, false) +
+                 dtype_bytes(a.x.dtype, tp * s.in) + dtype_bytes(a.y.dtype, tp * s.out) + 1024,
+      dev, stream);
+  detail::group_starts(groups, s.wgrad_align, layout.starts.as<int64_t>(),
+                       layout.padded_starts.as<int64_t>(), dev, stream);
+  QuantizedTensorView xq =
+      detail::carve_quantized(s.input.config, tp, s.in, true, false, tmp.carver, dev);
+  if (save_q) {
+    xq.columnwise_data = saved.input.columnwise_data;
+    xq.columnwise_scale_inv = saved.input.columnwise_scale_inv;
+    xq.columnwise_amax = saved.input.columnwise_amax;
+    xq.config.columnwise = true;
+  }
+  Quantizer q = detail::role_quantizer(s.input, true, save_q, state.input, dev, "input");
+  detail::quantize_role(q, padded_copy(a.x, layout, tmp.carver, stream), xq, stream);
+  const TensorView yp = matrix(tmp.carver.take(dtype_bytes(a.y.dtype, tp * s.out)), a.y.dtype,
+                               tp, s.out, dev);
+  g = m_grouped(s, layout.padded_starts, GroupOffsetsFormat::kStartOffsets, yp);
+  g.zero_unused_rows = false;  // the move into y writes the rows in no group
+  g.max_total_rows = tp;
+  g.transpose_b = true;
+  g.bias = a.bias;
+  g.a = GemmOperand::from_quantized(xq, false);
+  g.b = GemmOperand::from_quantized(weight.q, false);
+  detail::run_gemm(g, alloc, stream);
+  unpad_tokens(yp, layout.starts, layout.padded_starts, a.y, stream, /*zero_tail=*/true);
+  return saved;
+}
+
+// ---- backward -----------------------------------------------------------------------------------
+
+void linear_backward(const LinearSpec& s, const WeightCopies& weight, const LinearSaved& saved,
+                     const LinearBackwardArgs& a, const LinearState& state, Allocator& alloc,
+                     Stream stream) {
+  const int64_t t = saved.rows;
+  check_float_matrix(a.dy, "dy", t, s.out);
+  const Device dev = a.dy.device;
+  if (a.dx.data) check_float_matrix(a.dx, "dx", t, s.in);
+  if (a.dw.data) {
+    check_weight_like(a.dw, "dw", s);
+    TESSERA_CHECK_STATUS(!a.accumulate || a.dw.dtype == DType::kFloat32, Status::kDTypeMismatch,
+                         "dw: main-grad accumulation needs float32, got ", dtype_name(a.dw.dtype));
+  }
+  if (a.db.data) {
+    TESSERA_CHECK(s.bias, "db: given, but the layer has no bias");
+    check_float_matrix(a.db, "db", s.groups, s.out);
+  }
+  const bool need_x = a.dw.data != nullptr;
+  const detail::GroupOffsets groups =
+      detail::group_offsets_of(a.offsets, a.offsets_format, s.groups, t);
+  if (t == 0) {  // nothing to multiply: dW of no rows is 0 (a main grad stays as it is)
+    for (const TensorView* v : {&a.dw, &a.db}) {
+      if (v->data && !(v == &a.dw ? a.accumulate : a.accumulate_bias)) {
+        fill_bytes_async(v->data, v->device, 0, static_cast<size_t>(v->nbytes()), stream);
+      }
+    }
+    return;
+  }
+  TESSERA_CHECK(!need_x || saved.has_input || a.x.data != nullptr,
+                "x: the weight gradient needs the forward's x (the forward saved no copy of it)");
+  if (a.x.data && need_x) check_float_matrix(a.x, "x", t, s.in);
+  if (a.db.data) detail::grouped_row_sum(a.dy, groups, a.db, a.accumulate_bias, stream);
+
+  // K-grouped wgrad: dW_g (out, in) (+)= dy_gᵀ x_g.
+  GroupedGemmProblem wg;
+  wg.kind = GroupedGemmKind::kKGrouped;
+  wg.num_groups = s.groups;
+  wg.transpose_a = true;
+  wg.transpose_b = false;
+  wg.group_offsets = a.offsets;
+  wg.offsets_format = a.offsets_format;
+  wg.beta = a.accumulate ? 1.0f : 0.0f;
+  if (a.dw.data) {
+    wg.d = TensorView::contiguous(a.dw.data, a.dw.dtype, {s.groups, s.out, s.in}, dev);
+  }
+
+  if (!s.quantized()) {
+    const DType dt = dense_dtype(s);
+    detail::Scratch tmp = detail::scratch(
+        alloc, dense_cast_bytes(a.dy, dt) + (need_x ? dense_cast_bytes(a.x, dt) : 0) + 512, dev,
+        stream);
+    const TensorView dy = dense_operand(a.dy, dt, tmp.carver, stream);
+    if (a.dx.data) {
+      GroupedGemmProblem dg = m_grouped(s, a.offsets, a.offsets_format, a.dx);
+      dg.a = GemmOperand::from_dense(dy);
+      dg.b = GemmOperand::from_dense(weight.dense);  // (G, out, in) read MN-major: NN
+      dg.transpose_b = false;
+      detail::run_gemm(dg, alloc, stream);
+    }
+    if (need_x) {
+      wg.a = GemmOperand::from_dense(dy);
+      wg.b = GemmOperand::from_dense(dense_operand(a.x, dt, tmp.carver, stream));
+      detail::run_gemm(wg, alloc, stream);
+    }
+    return;
+  }
+
+  // dy in the padded layout, quantized once: the rowwise copy feeds the dgrad (whose padded dx
+  // is moved into dx, rows in no group zero), the columnwise copy the wgrad.
+  const bool need_dx = a.dx.data != nullptr;
+  if (!need_dx && !need_x) return;
+  LinearSaved layout = saved;  // the forward's layout (made here when it saved none)
+  Allocation layout_memory;
+  const bool made_layout = !saved.has_input;
+  if (made_layout) layout_memory = place_layout(s, t, alloc, dev, stream, layout);
+  const int64_t tp = layout.padded_rows;
+  const int64_t dy_bytes = quantized_bytes(s.grad_output.config, tp, s.out, need_dx, need_x);
+  const int64_t pad_bytes = dtype_bytes(a.dy.dtype, tp * s.out) +
+                            (need_dx ? dtype_bytes(a.dx.dtype, tp * s.in) : 0) +
+                            (made_layout && need_x ? dtype_bytes(a.x.dtype, tp * s.in) +
+                                 quantized_bytes(s.input.config, tp, s.in, false, true) : 0);
+  detail::Scratch tmp = detail::scratch(alloc, dy_bytes + pad_bytes + 1024, dev, stream);
+  if (made_layout) {
+    detail::group_starts(groups, s.wgrad_align, layout.starts.as<int64_t>(),
+                         layout.padded_starts.as<int64_t>(), dev, stream);
+  }
+  Carver* dy_carver = &tmp.carver;
+  Carver keep;
+  if (a.keep_grad_output) {
+    a.keep_grad_output->storage = alloc.allocate(dy_bytes + 256, dev, stream);
+    keep = Carver(a.keep_grad_output->storage.data, a.keep_grad_output->storage.bytes);
+    dy_carver = &keep;
+  }
+  QuantizedTensorView dyq = detail::carve_quantized(s.grad_output.config, tp, s.out, need_dx,
+                                                    need_x, *dy_carver, dev);
+  if (a.keep_grad_output) a.keep_grad_output->rowwise = a.keep_grad_output->columnwise = dyq;
+  Quantizer q = detail::role_quantizer(s.grad_output, need_dx, need_x, state.grad_output, dev,
+                                       "grad_output");
+  detail::quantize_role(q, padded_copy(a.dy, layout, tmp.carver, stream), dyq, stream);
+  if (need_dx) {
+    const TensorView dxp = matrix(tmp.carver.take(dtype_bytes(a.dx.dtype, tp * s.in)),
+                                  a.dx.dtype, tp, s.in, dev);
+    GroupedGemmProblem dg = m_grouped(s, layout.padded_starts, GroupOffsetsFormat::kStartOffsets,
+                                      dxp);
+    dg.zero_unused_rows = false;  // the move into dx writes the rows in no group
+    dg.max_total_rows = tp;
+    dg.a = GemmOperand::from_quantized(dyq, false);
+    if (weight.columnwise_is_wt()) {  // Wᵀ per group as a rowwise copy: the forward's TN form
+      dg.b = GemmOperand::from_quantized(weight.wt, false);
+      dg.transpose_b = true;
+    } else {
+      dg.b = GemmOperand::from_quantized(weight.q, true);
+      dg.transpose_b = false;
+    }
+    detail::run_gemm(dg, alloc, stream);
+    unpad_tokens(dxp, layout.starts, layout.padded_starts, a.dx, stream, /*zero_tail=*/true);
+  }
+  if (need_x) {
+    QuantizedTensorView xq = layout.input;
+    if (made_layout) {  // save_original_input: x's copy in the wgrad layout, made now
+      xq = detail::carve_quantized(s.input.config, tp, s.in, false, true, tmp.carver, dev);
+      Quantizer qx = detail::role_quantizer(s.input, false, true, state.input, dev, "input");
+      detail::quantize_role(qx, padded_copy(a.x, layout, tmp.carver, stream), xq, stream);
+    }
+    wg.a = GemmOperand::from_quantized(dyq, true);
+    wg.b = GemmOperand::from_quantized(xq, true);
+    wg.group_offsets = layout.padded_starts;
+    wg.offsets_format = GroupOffsetsFormat::kStartOffsets;
+    wg.max_total_rows = tp;
+    detail::run_gemm(wg, alloc, stream);
+  }
+}
+
+}  // namespace tessera::nn

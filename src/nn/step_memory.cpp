@@ -1,0 +1,113 @@
+// Memory plumbing of the training step: carving, quantized copies in caller memory, role
+// quantizers, GEMM workspaces from the caller's Allocator.
+#include "nn/step_memory.h"
+
+#include <atomic>
+#include <utility>
+
+#include "tessera/core/checked_math.h"
+#include "tessera/core/status.h"
+
+namespace tessera::nn {
+
+namespace {
+std::atomic<uint64_t> g_rng_offset{0};
+}  // namespace
+
+uint64_t next_rng_offset() { return g_rng_offset.fetch_add(1, std::memory_order_relaxed); }
+uint64_t current_rng_offset() { return g_rng_offset.load(std::memory_order_relaxed); }
+void reset_rng_offset(uint64_t value) { g_rng_offset.store(value, std::memory_order_relaxed); }
+
+namespace detail {
+
+void* Carver::take(int64_t bytes) {
+  TESSERA_CHECK(bytes >= 0, "Carver: bytes ", bytes, " must be >= 0");
+  const int64_t at = checked_round_up(used_, 256, "step memory offset");
+  used_ = checked_add(at, bytes, "step memory bytes");
+  if (base_ == nullptr) return nullptr;
+  TESSERA_CHECK_STATUS(capacity_ < 0 || used_ <= capacity_, Status::kBufferTooSmall,
+                       "step memory: ", used_, " bytes needed, the allocation holds ", capacity_);
+  return bytes == 0 ? nullptr : static_cast<char*>(base_) + at;
+}
+
+TensorView matrix(void* data, DType dtype, int64_t rows, int64_t cols, Device device) {
+  return TensorView::contiguous(data, dtype, {rows, cols}, device);
+}
+
+QuantizedTensorView carve_quantized(const QuantizerConfig& config, int64_t rows, int64_t cols,
+                                    bool rowwise, bool columnwise, Carver& carver,
+                                    Device device) {
+  QuantizedTensorView q;
+  q.config = config;
+  q.config.rowwise = rowwise;
+  q.config.columnwise = columnwise;
+  q.rows = rows;
+  q.cols = cols;
+  q.device = device;
+  const bool amax = has_amax(config.mode);
+  for (const bool cw : {false, true}) {
+    if (!(cw ? columnwise : rowwise)) continue;
+    const MatrixShape ds = data_shape(config, rows, cols, cw);
+    const MatrixShape ss = scale_shape(config, rows, cols, cw);
+    // An E2M1 view is (rows, roundup(cols, 2)) codes over ceil(cols/2) bytes per row.
+    const int64_t view_cols = ds.dtype == DType::kFloat4E2M1 ? (ds.cols + 1) / 2 * 2 : ds.cols;
+    TensorView data = matrix(carver.take(ds.bytes()), ds.dtype, ds.rows, view_cols, device);
+    TensorView scale = matrix(carver.take(ss.bytes()), ss.dtype, ss.rows, ss.cols, device);
+    TensorView amax_view;
+    if (amax) amax_view = TensorView::contiguous(carver.take(4), DType::kFloat32, {1}, device);
+    (cw ? q.columnwise_data : q.data) = data;
+    (cw ? q.columnwise_scale_inv : q.scale_inv) = scale;
+    (cw ? q.columnwise_amax : q.amax) = amax_view;
+  }
+  return q;
+}
+
+// `bytes` from `alloc`, the start rounded up to 256 bytes (allocators may align less: torch's CPU
+// allocator aligns 64).
+std::pair<Allocation, void*> aligned(Allocator& alloc, int64_t bytes, Device device,
+                                     Stream stream) {
+  if (bytes == 0) return {Allocation{}, nullptr};
+  Allocation a = alloc.allocate(bytes + 256, device, stream);
+  TESSERA_CHECK_STATUS(a.bytes >= bytes + 256, Status::kBufferTooSmall, "allocator: asked for ",
+                       bytes + 256, " bytes, got ", a.bytes);
+  const auto at = reinterpret_cast<uintptr_t>(a.data);
+  return {a, reinterpret_cast<void*>((at + 255) / 256 * 256)};
+}
+
+Scratch scratch(Allocator& alloc, int64_t bytes, Device device, Stream stream) {
+  Scratch s;
+  auto [memory, base] = aligned(alloc, bytes, device, stream);
+  s.memory = std::move(memory);
+  s.carver = Carver(base, bytes);
+  return s;
+}
+
+Quantizer role_quantizer(const RoleFormat& format, bool rowwise, bool columnwise,
+                         const DelayedScalingState& state, Device device, const char* role) {
+  QuantizerConfig c = format.config;
+  c.rowwise = rowwise;
+  c.columnwise = columnwise;
+  if (c.stochastic_rounding) c.rng_offset = next_rng_offset();
+  if (!c.delayed) return Quantizer(c, device);
+  TESSERA_CHECK(state.scale.data != nullptr && state.amax_history.data != nullptr, role,
+                ": the recipe scales this role with an amax history (delayed scaling); pass its "
+                "state (scale (1) and amax_history (", c.amax_history_len, ") float32)");
+  return Quantizer(c, device, state);
+}
+
+void quantize_role(Quantizer& q, const TensorView& x, QuantizedTensorView& out, Stream stream) {
+  q.quantize(x, out, stream);
+  if (q.config().delayed) q.update(stream);
+}
+
+void run_gemm(const GroupedGemmProblem& problem, Allocator& alloc, Stream stream) {
+  const int64_t need = workspace_size(problem);
+  const Device device = problem.d.device;
+  auto [ws, base] = aligned(alloc, need, device, stream);
+  const TensorView view =
+      need == 0 ? TensorView{} : TensorView::contiguous(base, DType::kUInt8, {need}, device);
+  run(problem, view, stream);
+}
+
+}  // namespace detail
+}  // namespace tessera::nn

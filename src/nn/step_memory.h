@@ -1,0 +1,59 @@
+// Memory plumbing of the training step (linear_step.cpp, mlp_step.cpp): carving one Allocation
+// into 256-byte aligned pieces in a fixed order (so that a saved context can be re-viewed from
+// its bytes alone), quantized copies placed in such memory, scratch from the caller's
+// Allocator, and a GEMM run with its workspace from the Allocator.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "tessera/gemm/grouped_gemm.h"
+#include "tessera/nn/allocator.h"
+#include "tessera/nn/linear_step.h"
+#include "tessera/quantize/quantizer.h"
+
+namespace tessera::nn::detail {
+
+// Places pieces one after the other at 256-byte aligned offsets. Two passes over the same
+// sequence of take() calls give the same offsets: a measuring pass (base == nullptr) sizes the
+// Allocation, a placing pass hands out pointers into it.
+class Carver {
+ public:
+  explicit Carver(void* base = nullptr, int64_t capacity = -1) : base_(base), capacity_(capacity) {}
+  void* take(int64_t bytes);
+  int64_t used() const { return used_; }
+
+ private:
+  void* base_;
+  int64_t capacity_;
+  int64_t used_ = 0;
+};
+
+// Views of the usages asked for of a (rows, cols) tensor quantized with `config`, carved from
+// `carver` (data, scales, amax per usage, in that order).
+QuantizedTensorView carve_quantized(const QuantizerConfig& config, int64_t rows, int64_t cols,
+                                    bool rowwise, bool columnwise, Carver& carver, Device device);
+
+// An Allocation of `bytes` with a Carver over it.
+struct Scratch {
+  Allocation memory;
+  Carver carver;
+};
+Scratch scratch(Allocator& alloc, int64_t bytes, Device device, Stream stream);
+
+// The role's quantizer for one call, producing the usages asked for: its config with those
+// usages, the next stochastic-rounding offset when the config rounds stochastically, and the
+// caller's delayed-scaling state when the config is delayed (throws naming `role` when the state
+// is missing).
+Quantizer role_quantizer(const RoleFormat& format, bool rowwise, bool columnwise,
+                         const DelayedScalingState& state, Device device, const char* role);
+// x → the usages of `out` through `q`, then the delayed update when q is delayed.
+void quantize_role(Quantizer& q, const TensorView& x, QuantizedTensorView& out, Stream stream);
+
+// Runs `problem` with a workspace from `alloc` (none when it needs no bytes).
+void run_gemm(const GroupedGemmProblem& problem, Allocator& alloc, Stream stream);
+
+// A (rows, cols) view of `dtype` at `data`.
+TensorView matrix(void* data, DType dtype, int64_t rows, int64_t cols, Device device);
+
+}  // namespace tessera::nn::detail

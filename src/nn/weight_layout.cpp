@@ -1,0 +1,96 @@
+// The quantized weight copies of a linear step: placement in one Allocation, quantization of both
+// usages in one pass, the MXFP8 Wᵀ form.
+#include "nn/weight_layout.h"
+
+#include "nn/step_memory.h"
+#include "tessera/core/status.h"
+#include "tessera/formats/scaling_modes.h"
+
+namespace tessera::nn::detail {
+namespace {
+
+// The config of Wᵀ's rowwise copy: the weight's, 1x32 blocks along out.
+QuantizerConfig wt_config(const LinearSpec& s) {
+  QuantizerConfig c = s.weight.config;
+  c.mode = ScalingMode::kMXFP8;  // 32x32 tiles store their scales as 1x32 ones (scaling_modes.h)
+  return c;
+}
+
+void carve(const LinearSpec& s, Carver& carver, Device device, WeightCopies& c) {
+  const int64_t rows = s.groups * s.out;
+  if (weight_columnwise_is_wt(s)) {
+    c.q = carve_quantized(s.weight.config, rows, s.in, true, false, carver, device);
+    c.wt = carve_quantized(wt_config(s), s.groups * s.in, s.out, true, false, carver, device);
+  } else {
+    c.q = carve_quantized(s.weight.config, rows, s.in, true, true, carver, device);
+  }
+}
+
+}  // namespace
+
+bool weight_columnwise_is_wt(const LinearSpec& s) {
+  return s.quantized() && is_family(s.weight.config.mode, ScaleFamily::kMXFP8) &&
+         s.out % 32 == 0;
+}
+
+int64_t weight_layout_bytes(const LinearSpec& s) {
+  Carver measure;
+  WeightCopies c;
+  carve(s, measure, Device::cpu(), c);
+  return measure.used();
+}
+
+void place_weight_layout(const LinearSpec& s, const Allocation& storage, Device device,
+                         WeightCopies& c) {
+  TESSERA_CHECK_STATUS(storage.bytes >= weight_layout_bytes(s), Status::kBufferTooSmall,
+                       "weight copies: ", storage.bytes, " bytes, ", weight_layout_bytes(s),
+                       " needed");
+  Carver carver(storage.data, storage.bytes);
+  carve(s, carver, device, c);
+}
+
+void quantize_weight_layout(const LinearSpec& s, const TensorView& w, const LinearState& state,
+                            Allocator& alloc, WeightCopies& c, Stream stream) {
+  const Device dev = w.device;
+  const int64_t rows = s.groups * s.out;
+  const TensorView w2 = TensorView::contiguous(w.data, w.dtype, {rows, s.in}, dev);
+  Quantizer q = role_quantizer(s.weight, true, true, state.weight, dev, "weight");
+  if (!c.columnwise_is_wt()) {
+    quantize_role(q, w2, c.q, stream);
+    return;
+  }
+  // Both usages in one pass, the columnwise copy into scratch, then moved per group into Wᵀ.
+  Carver measure;
+  carve_quantized(s.weight.config, rows, s.in, false, true, measure, dev);
+  Scratch tmp = scratch(alloc, measure.used(), dev, stream);
+  const QuantizedTensorView cw =
+      carve_quantized(s.weight.config, rows, s.in, false, true, tmp.carver, dev);
+  QuantizedTensorView both = c.q;
+  both.columnwise_data = cw.columnwise_data;
+  both.columnwise_scale_inv = cw.columnwise_scale_inv;
+  both.config.columnwise = true;
+  quantize_role(q, w2, both, stream);
+  // codes (G·out, in) → per group (in, out); E8M0 scales (G·out/32, in) → per group (in, out/32)
+  transpose_bytes(cw.columnwise_data.data, c.wt.data.data, s.groups, s.out, s.in, dev,
+                  stream);
+  transpose_bytes(cw.columnwise_scale_inv.data, c.wt.scale_inv.data, s.groups,
+                  s.out / 32, s.in, dev, stream);
+}
+
+void transpose_bytes(const void* in, void* out, int64_t batch, int64_t rows, int64_t cols,
+                     Device device, Stream stream) {
+  if (batch * rows * cols == 0) return;
+  if (device.is_cuda()) return cuda::transpose_bytes(in, out, batch, rows, cols, stream);
+  const auto* src = static_cast<const uint8_t*>(in);
+  auto* dst = static_cast<uint8_t*>(out);
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < batch; ++b) {
+    const uint8_t* s = src + b * rows * cols;
+    uint8_t* d = dst + b * rows * cols;
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) d[c * rows + r] = s[r * cols + c];
+    }
+  }
+}
+
+}  // namespace tessera::nn::detail

@@ -1,0 +1,31 @@
+// The quantized weight copies of a linear step in one Allocation (linear_step.h WeightCopies):
+// the rowwise copy of the (G·out, in) matrix, then its columnwise copy — for MXFP8 with
+// out % 32 == 0 moved into the rowwise layout of Wᵀ per group, (G·in, out) codes and
+// (G·in, out/32) scales (the same bytes: the dgrad then reads W as a TN GEMM and transposes
+// nothing per call).
+#pragma once
+
+#include "tessera/nn/linear_step.h"
+
+namespace tessera::nn::detail {
+
+// Whether the columnwise copy is kept as Wᵀ per group.
+bool weight_columnwise_is_wt(const LinearSpec& s);
+int64_t weight_layout_bytes(const LinearSpec& s);
+// Points c.q (and c.wt) into `storage`.
+void place_weight_layout(const LinearSpec& s, const Allocation& storage, Device device,
+                         WeightCopies& c);
+// Quantizes w (G, out, in) into c's views (both usages in one pass; through scratch and a
+// per-group byte transpose for the Wᵀ form).
+void quantize_weight_layout(const LinearSpec& s, const TensorView& w, const LinearState& state,
+                            Allocator& alloc, WeightCopies& c, Stream stream);
+
+// out[b] (cols, rows) = in[b] (rows, cols)ᵀ for b < batch, bytes, any sizes (CPU or CUDA).
+void transpose_bytes(const void* in, void* out, int64_t batch, int64_t rows, int64_t cols,
+                     Device device, Stream stream);
+namespace cuda {
+void transpose_bytes(const void* in, void* out, int64_t batch, int64_t rows, int64_t cols,
+                     Stream stream);
+}  // namespace cuda
+
+}  // namespace tessera::nn::detail

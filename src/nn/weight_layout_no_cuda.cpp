@@ -1,0 +1,11 @@
+// Builds without nvcc: the CUDA byte transpose of the weight layout reports that CUDA is absent.
+#include "nn/weight_layout.h"
+#include "tessera/core/status.h"
+
+namespace tessera::nn::detail::cuda {
+
+void transpose_bytes(const void*, void*, int64_t, int64_t, int64_t, Stream) {
+  TESSERA_FAIL(Status::kNoDevice, "transpose_bytes: tessera was built without CUDA");
+}
+
+}  // namespace tessera::nn::detail::cuda
