@@ -12,6 +12,8 @@
 #include <cuda/ptx>
 
 #include <algorithm>
+#include <atomic>
+#include <mutex>
 
 #include "gemm/cuda/grouped_gemm_sm90.h"
 #include "gemm/cuda/kernels/grouped_gemm_sm90.cuh"
@@ -243,15 +245,21 @@ void launch_kernel(const CUtensorMap& ma, const CUtensorMap& mb, const CUtensorM
                    const KernelParams& p, int grid, cudaStream_t stream) {
   auto kernel = gemm_sm90::grouped_gemm_sm90_kernel<Elem, kBlockN, kSchedule>;
   const int64_t smem = smem_bytes(p, kBlockN, kSchedule);
-  // The dynamic shared-memory limit is raised once per (thread, device) to what this launch
-  // needs, and again only when a later launch needs more (the call costs host time per launch).
-  thread_local int64_t raised[64] = {};
+  // The dynamic shared-memory limit is an attribute of the kernel, shared by every thread (the
+  // autograd engine launches backward GEMMs from its own thread): raised under a lock, only ever
+  // upwards, to what a launch needs; a launch that needs no more than the recorded value reads
+  // it without the lock (the attribute is set before the value is published).
+  static std::atomic<int64_t> raised[64];  // per instantiation (this function), by device
+  static std::mutex raise_mutex;
   int dev = 0;
   TESSERA_CUDA_CHECK(cudaGetDevice(&dev));
-  if (dev >= 64 || raised[dev] < smem) {
-    TESSERA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            static_cast<int>(smem)));
-    if (dev < 64) raised[dev] = smem;
+  if (dev >= 64 || raised[dev].load(std::memory_order_acquire) < smem) {
+    std::lock_guard<std::mutex> lock(raise_mutex);
+    if (dev >= 64 || raised[dev].load(std::memory_order_relaxed) < smem) {
+      TESSERA_CUDA_CHECK(cudaFuncSetAttribute(
+          kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+      if (dev < 64) raised[dev].store(smem, std::memory_order_release);
+    }
   }
   if (p.cluster <= 1) {
     kernel<<<grid, gemm_sm90::kNumThreads, smem, stream>>>(ma, mb, mah, mbh, md, md8, p);
