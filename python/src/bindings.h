@@ -75,10 +75,9 @@ QuantizerConfig config_from_name(const std::string& what, const std::string& rol
 // "element": optional}; every other field takes the mode's defaults. Throws naming the problem.
 QuantizerConfig config_from_factory(nb::handle out);
 
-// "max" / "most_recent" (TE's amax_compute_algo names); throws naming the accepted values.
-AmaxHistoryAlgo amax_algo_from_name(const std::string& name);
 
 void register_formats(nb::module_& m);
+void register_step(nb::module_& m);
 void register_scan(nb::module_& m);
 void register_gemm(nb::module_& m);
 void register_dlpack_gemm(nb::module_& m);

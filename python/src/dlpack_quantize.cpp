@@ -37,6 +37,7 @@
 #include "tessera/core/checked_math.h"
 #include "tessera/core/status.h"
 #include "tessera/quantize/quantizer.h"
+#include "tessera/quantize/recipe.h"
 #include "tessera/quantize/types.h"
 
 namespace tessera::python {

@@ -70,13 +70,25 @@ void register_errors(nb::module_& m) {
                             "An argument of a type tessera does not take (a tessera.Error).")
                      .release()
                      .ptr();
+  m.def("_error_class", [](int status) {
+    PyObject* cls = status > 0 && status < kStatusCount && g_by_status[status] ? g_by_status[status]
+                                                                              : g_error;
+    return nb::borrow(cls);
+  }, "The tessera.Error subclass of a status code (tessera.torch maps its ops' errors).");
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
     try {
       std::rethrow_exception(p);
     } catch (const tessera::Error& e) {
       const int s = static_cast<int>(e.status());
       PyObject* cls = s > 0 && s < kStatusCount && g_by_status[s] ? g_by_status[s] : g_error;
-      PyErr_SetString(cls, e.what());
+      // Python users get the message, not the C++ check behind it: the trailing
+      // " [file:line, check `...` failed]" (status.h) stays out, except for device errors and
+      // broken invariants (what a bug report needs).
+      std::string msg = e.what();
+      const size_t bracket = msg.rfind(" [");
+      const bool keep = e.status() == Status::kDeviceError || e.status() == Status::kInternal;
+      if (!keep && bracket != std::string::npos && msg.back() == ']') msg.erase(bracket);
+      PyErr_SetString(cls, msg.c_str());
     } catch (const nb::cast_error&) {
       PyErr_SetString(g_type_error, "tessera dtype mismatch: an argument has a type tessera "
                                     "does not take here (see the function's documentation)");
@@ -105,4 +117,5 @@ NB_MODULE(_tessera, m) {
   tessera::python::register_grouped(m);
   tessera::python::register_moe(m);
   tessera::python::register_nn(m);
+  tessera::python::register_step(m);
 }

@@ -65,13 +65,6 @@ QuantizerConfig config_from_name(const std::string& what, const std::string& rol
                "nvfp4) nor a scaling mode (", scaling_mode_names(), ")");
 }
 
-AmaxHistoryAlgo amax_algo_from_name(const std::string& name) {
-  if (name == "max") return AmaxHistoryAlgo::kMax;
-  if (name == "most_recent") return AmaxHistoryAlgo::kMostRecent;
-  TESSERA_FAIL(Status::kInvalidArgument, "amax_compute_algo: '", name,
-               "' is not known; expected max or most_recent");
-}
-
 namespace {
 
 void apply_option(QuantizerConfig& c, const std::string& key, nb::handle v, Backend& backend) {

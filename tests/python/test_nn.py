@@ -74,7 +74,7 @@ def test_linear_quantized_recipes_against_their_operands(recipe):
     x, dy = data(sum(SPLITS), k, n, 1)
     y, ctx = lin.forward(x, SPLITS)
     dx, dw, _ = lin.backward(ctx, dy)
-    # FP64 products of the operands the dgrad and wgrad GEMMs read (padded layout)
+    # FP64 products of the operands the dgrad and wgrad GEMMs read, in the step's padded layout
     dy_row = ctx.operand_value("grad_output", columnwise=False)
     dy_col = ctx.operand_value("grad_output", columnwise=True)
     x_col = ctx.operand_value("input", columnwise=True)
@@ -127,15 +127,15 @@ def test_weight_views_train_eval_and_requantization():
     y_same, ctx_same = lin.forward(x, [16, 16], requantize_weights=False)
     np.testing.assert_array_equal(y_same, y1)
     lin.backward(ctx, dy)
-    # an eval forward: no context; it re-quantizes the (changed) weights, which invalidates the
-    # earlier contexts, with a clear error
+    # an eval forward: no context; it re-quantizes the (changed) weights; an earlier context
+    # keeps the copies its forward read, so its backward is what it was
     y_eval, none = lin.forward(x, [16, 16], training=False)
     assert not none.valid and none.saved_bytes == 0
     assert sqnr(y_eval, 2 * y1.astype(np.float64)) > 25
     with pytest.raises(tessera.InvalidArgumentError, match="eval forward"):
         lin.backward(none, dy)
-    with pytest.raises(tessera.Error, match="re-quantized"):
-        lin.backward(ctx_same, dy)
+    for got, want in zip(lin.backward(ctx_same, dy), lin.backward(ctx, dy)):
+        np.testing.assert_array_equal(got, want)
     # train after eval: the columnwise copy the dgrad reads is fresh (never a stale usage)
     y2, ctx2 = lin.forward(x, [16, 16])
     np.testing.assert_array_equal(y2, y_eval)
@@ -234,13 +234,16 @@ def test_custom_factory_reproduces_the_named_recipe_and_is_released():
         outs.append((y,) + lin.backward(ctx, dy)[:2])
     for what, a, b in zip(("y", "dx", "dw"), *outs):
         np.testing.assert_array_equal(a, b, err_msg=what)
-    # mixed formats per role, and a padding alignment of the factory's recipe
+    # mixed formats per role; the factory's token alignment is the recipe's (what MoE dispatch
+    # pads to), while the step pads the wgrad's copies to its own alignment (16 for FP8 rowwise)
     mixed = tn.GroupedLinear(2, 64, 32, lambda m, t, n: {"mode": "rowwise", "element":
                                                          "e5m2" if t == "grad_output" else "e4m3"},
                              token_alignment=32)
     assert mixed.token_alignment == 32
+    _, ctx15 = mixed.forward(x[:47], [15, 32])
+    assert list(ctx15.padded_offsets) == [0, 16, 48]
     y, ctx = mixed.forward(x, [16, 32])
-    assert list(ctx.padded_offsets) == [0, 32, 64]
+    assert list(ctx.padded_offsets) == [0, 16, 48]
     ref_y = reference_linear(x, mixed.weight, None, dy, [16, 32])[0]
     assert sqnr(y, ref_y) > 25
 

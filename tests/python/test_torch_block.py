@@ -1,13 +1,17 @@
 """tessera.torch fp8_block (DeepSeek-V3's recipe, the C++ recipe "fp8_block": E4M3, power-of-two
 FP32 scales per 1x128 block of x and dy, per 128x128 tile of W) against an independent
 pure-PyTorch emulation of docs/numerics.md: the quantizer's codes and scales bit for bit; y, dx,
-dW of grouped_linear and of each layer of GroupedMLP by SQNR against FP64 products of the emulated
-operands, and against plain FP32 (>= 28 dB); ragged groups (empty experts at the start, middle
-and end, group starts that are multiples of 16 but not of 128); train/eval alternation on the
-weight cache; main_grad; torch.compile(fullgraph=True); CUDA-graph replay.
+dW of grouped_linear by SQNR against FP64 products of the emulated operands, and against plain
+FP32 (>= 28 dB); GroupedMLP == its composition of linear steps, and against FP64; ragged groups
+(empty experts at the start, middle and end, sizes and starts not multiples of 16, on every
+device); the weight copies across train/eval alternation, reused only under the caller's
+promise; main_grad; torch.compile(fullgraph=True).
 
-On CUDA the dgrad of a block recipe needs out_features % 128 == 0 (the GEMM refuses others);
-the CPU runs every shape, so the shapes with other N are CPU-only here."""
+The step quantizes the wgrad's columnwise copies of x and dy in its padded layout (every group
+starting on a multiple of 128 rows, zero rows between: no 128-token block straddles two groups),
+which the oracle mirrors (torch_oracles.pad_groups; test_wgrad_blocks_never_straddle_groups
+shows the difference). On CUDA the dgrad of a block recipe needs out_features % 128 == 0 (the
+GEMM refuses others); the CPU runs every shape, so the shapes with other N are CPU-only here."""
 import math
 
 import pytest
@@ -17,17 +21,18 @@ tt = pytest.importorskip("tessera.torch")
 import tessera  # noqa: E402
 from tessera.torch.fp8 import scale_shape  # noqa: E402
 from torch_oracles import (  # noqa: E402
-    grouped_products, ends, sqnr, mlp_eager_and_compiled, mlp_layer_tensors, run_step)
+    composed_mlp_step, ends, grouped_products, mlp_eager_and_compiled, mlp_products,
+    opcheck_linear_step, pad_groups, padded_sizes, run_step, sqnr, wgrad_align)
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() and tessera.cuda_compiled() else [])
 cuda_only = pytest.mark.skipif("cuda" not in DEVICES, reason="needs CUDA")
-# Empty groups at the start, middle and end; starts 0, 48, 208, 240, 256, 528: multiples of 16,
-# most not of 128 (token blocks of the wgrad operands straddle groups).
-SIZES = [0, 48, 160, 0, 32, 16, 272, 0]
+# Empty groups at the start, middle and end; sizes and starts (0, 45, 205, 236, 245) not
+# multiples of 16 nor of 128, on every device (the wgrad's padded layout takes any).
+SIZES = [0, 45, 160, 0, 31, 9, 272, 0]
+ALIGN = wgrad_align("fp8_block")  # 128: the token block of the columnwise copies
 E4M3_MAX = 448.0
 FLT_MAX = torch.finfo(torch.float32).max
 POW2_MASK = -(1 << 23)  # 0xff800000 as int32: sign and exponent kept, mantissa cleared
-
 
 
 
@@ -75,16 +80,21 @@ def oracle_copies(x, mode):
     return oracle_block(x, tile_rows), oracle_block(x.t(), tile_rows)
 
 
-def oracle_step(x, w, dy, sizes):
+def oracle_step(x, w, dy, sizes, align=ALIGN):
     """FP64 y, dx, dW of the fp8_block step on the emulated operands: y = x 1x128 · W 128x128,
-    dx = dy 1x128 · W's columnwise copy, dW = dy's columnwise copy · x's columnwise copy."""
+    dx = dy 1x128 · W's columnwise copy, dW = dy's columnwise copy · x's columnwise copy, both
+    quantized in the wgrad layout (each group starting on a multiple of `align` rows; align=1:
+    the unpadded copies, token blocks straddling groups)."""
     g, n, k = w.shape
-    (_, _, xq), (_, _, xcq) = oracle_copies(x, "block1x128")
-    (_, _, dyq), (_, _, dycq) = oracle_copies(dy, "block1x128")
+    (_, _, xq), _ = oracle_copies(x, "block1x128")
+    (_, _, dyq), _ = oracle_copies(dy, "block1x128")
+    _, (_, _, xcq) = oracle_copies(pad_groups(x, sizes, align), "block1x128")
+    _, (_, _, dycq) = oracle_copies(pad_groups(dy, sizes, align), "block1x128")
     (_, _, wq), (_, _, wcq) = oracle_copies(w.reshape(g * n, k), "block128x128")
     y, _, _ = grouped_products(xq, wq.reshape(g, n, k), dyq, sizes)
     _, dx, _ = grouped_products(xq, wcq.t().reshape(g, n, k), dyq, sizes)
-    _, _, dw = grouped_products(xcq.t(), wq.reshape(g, n, k), dycq.t(), sizes)
+    _, _, dw = grouped_products(xcq.t(), wq.reshape(g, n, k), dycq.t(),
+                                padded_sizes(sizes, align))
     return y, dx, dw
 
 
@@ -95,7 +105,6 @@ def inputs(sizes, k, n, device, seed=0, dtype=torch.bfloat16):
     w = (torch.randn(len(sizes), n, k, generator=gen) / math.sqrt(k)).to(dtype).to(device)
     dy = torch.randn(t, n, generator=gen).to(dtype).to(device)
     return x, w, dy
-
 
 
 # ---- the quantizer ----------------------------------------------------------------------------
@@ -139,42 +148,33 @@ def test_block_quantizer_edges():
         scale_shape("block64x64", 16, 16)
 
 
-def test_custom_ops_pass_opcheck():
-    # schema and fake implementations of the quantizer and of the GEMM ops with block operands
+def test_quantize_op_and_step_ops_pass_opcheck():
+    # schema and fake implementations of the quantizer and of the step's ops (forward and
+    # backward of the linear and MLP steps) with block operands
     sizes, k, n = [16, 0, 48], 256, 128
     x, w, dy = inputs(sizes, k, n, "cpu", seed=13)
-    offs = ends(sizes, "cpu")
-    ops = torch.ops.tessera
     for mode in ("block1x128", "block128x128"):
-        torch.library.opcheck(ops.quantize_fp8_block.default, (x, mode, "e4m3", True, True),
+        torch.library.opcheck(torch.ops.tessera.quantize_fp8_block.default,
+                              (x, mode, "e4m3", True, True),
                               test_utils=("test_schema", "test_faketensor"))
-    utils = ("test_faketensor",)  # test_schema multiplies the inputs: no FP8 mul on the CPU
-    xq, xs, xcq, xcs = tt.quantize_fp8_block(x, "block1x128", "e4m3", True, True)
-    dyq, dys, dycq, dycs = tt.quantize_fp8_block(dy, "block1x128", "e4m3", True, True)
-    wq, ws, wcq, wcs = tt.quantize_fp8_block(w.reshape(-1, k), "block128x128", "e4m3", True,
-                                             True)
-    bf16, g = torch.bfloat16, len(sizes)
-    torch.library.opcheck(ops.fp8_linear_fprop.default, (xq, xs, wq, ws, offs, g, bf16,
-                                                         "block1x128", "block128x128"),
-                          test_utils=utils)
-    torch.library.opcheck(ops.fp8_linear_dgrad.default, (dyq, dys, wcq, wcs, offs, g, bf16,
-                                                         "block1x128", "block128x128"),
-                          test_utils=utils)
-    torch.library.opcheck(ops.fp8_linear_wgrad.default, (dycq, dycs, xcq, xcs, offs, bf16,
-                                                         "block1x128", "block1x128"),
-                          test_utils=utils)
+    opcheck_linear_step("fp8_block", x, w, ends(sizes, "cpu"), dy)
 
 
 def test_roles_and_formats_come_from_the_cpp_recipe():
-    from tessera.torch.linear import _FP8_ROLES
-    x_role, w_role, dy_role = _FP8_ROLES["fp8_block"]
-    assert (x_role.mode, x_role.element) == ("block1x128", "e4m3")
-    assert (w_role.mode, w_role.element) == ("block128x128", "e4m3")
-    assert (dy_role.mode, dy_role.element) == ("block1x128", "e4m3")
-    assert "fp8_block" in tt.RECIPES
-    assert tt.GroupedLinear(2, 128, 128, recipe="fp8_block").recipe == "fp8_block"
-    with pytest.raises(ValueError, match="recipe"):
+    cfg = {t: tessera._tessera._recipe_config("fp8_block", "grouped_linear", t, "", {})
+           for t in ("input", "weight", "grad_output")}
+    assert (cfg["input"]["mode"], cfg["input"]["element"]) == ("block1x128", "e4m3")
+    assert (cfg["weight"]["mode"], cfg["weight"]["element"]) == ("block128x128", "e4m3")
+    assert (cfg["grad_output"]["mode"], cfg["grad_output"]["element"]) == ("block1x128", "e4m3")
+    assert all(c["power_of_two_scales"] for c in cfg.values())
+    assert ALIGN == 128
+    layer = tt.GroupedLinear(2, 128, 128, recipe="fp8_block")
+    assert "fp8_block" in tt.RECIPES and layer.recipe == "fp8_block" and layer.spec == "fp8_block"
+    with pytest.raises(tessera.UnsupportedError,
+                       match="element 'e5m2' is taken for grad_output only"):
         tt.GroupedLinear(2, 128, 128, recipe="fp8_block:e5m2")
+    with pytest.raises(tessera.InvalidArgumentError, match="recipe"):
+        tt.GroupedLinear(2, 128, 128, recipe="fp8_blocks")
 
 
 # ---- the linear step ----------------------------------------------------------------------------
@@ -201,73 +201,98 @@ def test_grouped_linear_step_matches_fp64_oracle_and_fp32(device, k, n):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_grouped_mlp_layers_match_fp64_oracle(device):
+def test_wgrad_blocks_never_straddle_groups(device):
+    # Group 1 (16 tokens) is 2^-17 times smaller than its neighbours, which share its 128-token
+    # block in the unpadded columnwise copies (rows 0..127: groups 0, 1 and 2): there the
+    # neighbours' scale flushes group 1's dy and x to (near) zero. In the step's padded layout
+    # each group has blocks of its own: dW_1 matches the padded oracle and the unquantized
+    # values, not the unpadded oracle.
+    sizes, k, n = [45, 16, 70], 128, 128
+    x, w, dy = inputs(sizes, k, n, "cpu", seed=31)
+    small = torch.ones(sum(sizes), 1, dtype=torch.bfloat16)
+    small[45:61] = 2.0 ** -17
+    x, w, dy = (x * small).to(device), w.to(device), (dy * small).to(device)
+    offs = ends(sizes, device)
+    got = run_step(lambda a, b: tt.grouped_linear(a, b, offs, "fp8_block"), x, w, dy)
+    padded, unpadded = oracle_step(x, w, dy, sizes), oracle_step(x, w, dy, sizes, align=1)
+    plain = grouped_products(x, w, dy, sizes)
+    assert min(sqnr(a, b) for a, b in zip(got, padded)) >= 45.0
+    dbs = [sqnr(got[2][1], r[2][1]) for r in (padded, plain, unpadded)]
+    print(f"\n[fp8_block {device} straddle] dW of the small group vs padded oracle / "
+          f"unquantized / unpadded oracle {[round(d, 1) for d in dbs]} dB")
+    assert dbs[0] >= 45.0 and dbs[1] >= 25.0 > 10.0 > dbs[2]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_grouped_mlp_is_the_composition_of_linear_steps(device):
+    # GroupedMLP's one fused step == fc1 and fc2 as grouped_linear steps (each checked against
+    # the oracle above) with the SwiGLU × probs between; and the whole MLP against FP64
     torch.manual_seed(9)
     g, hid, ffn = len(SIZES), 256, 128  # fc1 out 256, fc2 out 256: CUDA's dgrad runs both
     mlp = tt.GroupedMLP(g, hid, ffn, recipe="fp8_block", device=device)
     offs = ends(SIZES, device)
     t = sum(SIZES)
     x0 = torch.randn(t, hid, device=device, dtype=torch.bfloat16)
-    p = torch.rand(t, device=device)
+    probs = torch.rand(t, device=device)
+    dy = torch.randn(t, hid, device=device, dtype=torch.bfloat16)
     x = x0.detach().requires_grad_()
-    y, seen = mlp_layer_tensors(mlp, x, offs, p)
-    for name in ("fc1", "fc2"):
-        layer = getattr(mlp, name)
-        xin, yout, dy, dx = seen[name]
-        oracle = oracle_step(xin, layer.weight.detach(), dy, SIZES)
-        dbs = [sqnr(a, b) for a, b in zip((yout, dx, layer.weight.grad), oracle)]
-        print(f"\n[mlp fp8_block {device} {name}] SQNR vs oracle y/dx/dW "
-              f"{[round(d, 1) for d in dbs]}")
-        assert min(dbs) >= 45.0
-    # the whole MLP against FP32 on the same values (errors of both layers compound)
-    xr = x0.float().detach().requires_grad_()
-    w1 = mlp.fc1.weight.detach().float().requires_grad_()
-    w2 = mlp.fc2.weight.detach().float().requires_grad_()
-    outs, s = [], 0
-    for gi, m in enumerate(SIZES):
-        gate, up = (xr[s:s + m] @ w1[gi].t()).chunk(2, dim=-1)
-        outs.append((torch.nn.functional.silu(gate) * up * p[s:s + m, None]) @ w2[gi].t())
-        s += m
-    yr = torch.cat(outs)
-    yr.square().sum().backward()
-    dbs = [sqnr(y.detach(), yr), sqnr(x.grad, xr.grad), sqnr(mlp.fc1.weight.grad, w1.grad),
-           sqnr(mlp.fc2.weight.grad, w2.grad)]
-    print(f"[mlp fp8_block {device}] SQNR vs FP32 y/dx/dW1/dW2 {[round(d, 1) for d in dbs]}")
-    assert min(dbs) >= 21.0  # measured 23.0-24.0 on the CPU: two FP8 layers in series
+    p = probs.detach().requires_grad_()
+    y = mlp(x, offs, probs=p)
+    y.backward(dy)
+    got = (y.detach(), x.grad, mlp.fc1.weight.grad, mlp.fc2.weight.grad, p.grad)
+    want = composed_mlp_step("fp8_block", mlp.fc1.weight, mlp.fc2.weight, None, None, x0, offs,
+                             probs, dy)
+    dbs = [sqnr(a, b) for a, b in zip(got, want)]
+    print(f"\n[mlp fp8_block {device}] SQNR vs the composed linear steps y/dx/dW1/dW2/dp "
+          f"{[round(d, 1) for d in dbs]}")
+    assert min(dbs) >= 45.0
+    # the whole MLP against FP64 on the same values (errors of both layers compound)
+    plain = mlp_products(x0, mlp.fc1.weight, mlp.fc2.weight, probs, SIZES, dy)
+    dbs = [sqnr(a, b) for a, b in zip(got, plain)]
+    print(f"[mlp fp8_block {device}] SQNR vs FP64 y/dx/dW1/dW2 {[round(d, 1) for d in dbs]}")
+    assert min(dbs) >= 21.0  # measured 23.6-23.9 on the CPU: two FP8 layers in series
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_weight_cache_keeps_both_usages_across_train_eval_alternation(device):
+def test_weight_copies_across_train_eval_alternation(device):
     torch.manual_seed(10)
-    layer = tt.GroupedLinear(len(SIZES), 256, 128, recipe="fp8_block", device=device)
+    g, k, n = len(SIZES), 256, 128
+    layer = tt.GroupedLinear(g, k, n, recipe="fp8_block", device=device)
     offs = ends(SIZES, device)
-    x = torch.randn(sum(SIZES), 256, device=device, dtype=torch.bfloat16)
+    x = torch.randn(sum(SIZES), k, device=device, dtype=torch.bfloat16)
 
     def fresh(x_in):  # the same weights quantized from scratch
         return tt.grouped_linear(x_in, layer.weight.detach(), offs, "fp8_block")
 
     with torch.no_grad():                     # eval first: both usages are made all the same
         y_eval = layer(x, offs)
-    key = layer.weight_cache.key
-    wq, ws, wcq, wcs = layer.weight_cache.value[:4]  # (+ NVFP4 amax: None)
-    assert wq.shape == (len(SIZES) * 128, 256) and wcq.shape == (256, len(SIZES) * 128)
-    assert ws.shape == scale_shape("block128x128", len(SIZES) * 128, 256)
-    assert wcs.shape == scale_shape("block128x128", len(SIZES) * 128, 256, True)
+    kept = layer.weight_cache.copies
+    # both usages in one uint8 tensor laid out by C++, of the size the op's fake gives
+    wbytes = tessera._tessera._linear_step_sizes("fp8_block", "", g, k, n, False, "bfloat16")[2]
+    assert kept.dtype == torch.uint8 and kept.numel() == wbytes > 0
     xr = x.detach().requires_grad_()
-    y_train = layer(xr, offs)                 # train step: reuses the cached copies
-    assert layer.weight_cache.key == key and torch.equal(y_train.detach(), y_eval)
-    y_train.float().square().mean().backward()
+    y_train = layer(xr, offs, is_first_microbatch=False)  # train step: reuses the eval copies
+    assert layer.weight_cache.copies is kept and torch.equal(y_train.detach(), y_eval)
+    y_train.float().square().mean().backward()  # the dgrad reads the eval's columnwise copy
     xr2 = x.detach().requires_grad_()
     fresh(xr2).float().square().mean().backward()
     assert torch.equal(xr.grad, xr2.grad)
     torch.optim.SGD(layer.parameters(), lr=1.0).step()  # in-place update: new version
-    with torch.no_grad():
-        y_after = layer(x, offs)
-    assert layer.weight_cache.key != key and torch.equal(y_after, fresh(x))
+    with torch.no_grad():                     # re-made despite the promise
+        y_after = layer(x, offs, is_first_microbatch=False)
+    assert layer.weight_cache.copies is not kept and torch.equal(y_after, fresh(x))
+    kept = layer.weight_cache.copies
     xr, xr2 = x.detach().requires_grad_(), x.detach().requires_grad_()
-    layer(xr, offs).float().sum().backward()  # train after eval: the CURRENT weights' copies
+    layer(xr, offs, is_first_microbatch=False).float().sum().backward()  # train after eval:
+    assert layer.weight_cache.copies is kept          # the CURRENT weights' copies
     fresh(xr2).float().sum().backward()
     assert torch.equal(xr.grad, xr2.grad)
+    tt.quantize_weights_(layer)               # made by quantize_weights_: reused unpromised
+    made = layer.weight_cache.copies
+    assert made is not kept
+    with torch.no_grad():
+        assert torch.equal(layer(x, offs), y_after)
+    assert layer.weight_cache.copies is made
 
 
 @pytest.mark.parametrize("device", DEVICES)

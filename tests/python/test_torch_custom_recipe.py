@@ -14,7 +14,7 @@ tt = pytest.importorskip("tessera.torch")
 import tessera  # noqa: E402
 from tessera.torch.fp8 import quantize_fp8_rowwise_impl  # noqa: E402
 from torch_oracles import (  # noqa: E402
-    grouped_products, ends, sqnr, mlp_eager_and_compiled, mlp_layer_tensors, run_step)
+    composed_mlp_step, grouped_products, ends, sqnr, mlp_eager_and_compiled, run_step)
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() and tessera.cuda_compiled() else [])
 # Empty groups at the start, middle and end; group sizes multiples of 16 (the FP8 rule).
@@ -164,23 +164,27 @@ MIXED_MLP_ROLES = {"fc1": (("rowwise", "e4m3"),) * 3,
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_mlp_with_per_layer_configs_matches_fp64_oracle(device):
+def test_mlp_with_per_layer_configs_is_the_composition_of_its_linear_steps(device):
     torch.manual_seed(4)
     recipe = tt.CustomRecipe(mixed_mlp_factory, name="mixed")
     mlp = tt.GroupedMLP(len(SIZES), 256, 128, recipe=recipe, device=device)
-    assert [r.mode for r in recipe.roles("fc1")] == ["rowwise"] * 3
-    assert [(r.mode, r.element) for r in recipe.roles("fc2")] == list(MIXED_MLP_ROLES["fc2"])
+    for layer, roles in MIXED_MLP_ROLES.items():  # each layer's own configs, from its factory
+        assert recipe.spec(layer) == "custom:mixed;" + ";".join(
+            f"{t}={m}/{e}" for t, (m, e) in zip(("input", "weight", "grad_output"), roles))
     offs = ends(SIZES, device)
-    x = torch.randn(sum(SIZES), 256, device=device, dtype=torch.bfloat16).requires_grad_()
-    _, seen = mlp_layer_tensors(mlp, x, offs, torch.rand(sum(SIZES), device=device))
-    for name in ("fc1", "fc2"):
-        layer = getattr(mlp, name)
-        xin, yout, dy, dx = seen[name]
-        oracle = oracle_step(xin, layer.weight.detach(), dy, SIZES, MIXED_MLP_ROLES[name])
-        dbs = [sqnr(a, b) for a, b in zip((yout, dx, layer.weight.grad), oracle)]
-        print(f"\n[custom mixed MLP {device} {name}] SQNR vs oracle y/dx/dW "
-              f"{[round(d, 1) for d in dbs]}")
-        assert min(dbs) >= ORACLE_BAR_DB
+    x0 = torch.randn(sum(SIZES), 256, device=device, dtype=torch.bfloat16)
+    probs = torch.rand(sum(SIZES), device=device)
+    dy = torch.randn(sum(SIZES), 256, device=device, dtype=torch.bfloat16)
+    x = x0.detach().requires_grad_()
+    y = mlp(x, offs, probs=probs)
+    y.backward(dy)
+    want = composed_mlp_step(recipe, mlp.fc1.weight, mlp.fc2.weight, None, None, x0, offs, probs,
+                             dy)
+    got = (y.detach(), x.grad, mlp.fc1.weight.grad, mlp.fc2.weight.grad)
+    dbs = [sqnr(a, b) for a, b in zip(got, want[:4])]
+    print(f"\n[custom mixed MLP {device}] SQNR vs the composed linear steps y/dx/dW1/dW2 "
+          f"{[round(d, 1) for d in dbs]}")
+    assert min(dbs) >= ORACLE_BAR_DB
 
 
 # ---- what is refused ----------------------------------------------------------------------------
@@ -232,7 +236,7 @@ def test_bad_arguments_of_the_recipe_itself():
     with pytest.raises(ValueError, match="name: expected a non-empty str"):
         tt.CustomRecipe(lambda r: {"mode": "tensor"}, name="")
     with pytest.raises(ZeroDivisionError):  # the factory's own error comes through unchanged
-        tt.CustomRecipe(lambda r: 1 / 0).roles("fc1")
+        tt.CustomRecipe(lambda r: 1 / 0).spec("fc1")
     with pytest.raises(ValueError, match="a CustomRecipe"):
         tt.GroupedLinear(2, 128, 128, recipe="fp9")
 

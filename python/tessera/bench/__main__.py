@@ -1,13 +1,14 @@
 """python -m tessera.bench <suite> [options]; suites: train (GroupedLinear / GroupedMLP steps on
-CUDA), cpu (BF16 grouped_mm on the CPU next to torch._grouped_mm)."""
+CUDA), host (the host cost of an eager step on tiny shapes, CUDA), cpu (BF16 grouped_mm on the
+CPU next to torch._grouped_mm)."""
 import sys
 
-from . import cpu, train
+from . import cpu, host, train
 
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    suites = {"train": train.main, "cpu": cpu.main}
+    suites = {"train": train.main, "host": host.main, "cpu": cpu.main}
     if not argv or argv[0] not in suites:
         print(f"usage: python -m tessera.bench {{{','.join(suites)}}} [options]", file=sys.stderr)
         return 2

@@ -4,7 +4,8 @@ tessera.torch, next to the peers a user would pick instead, in the same run on t
     torch BF16     y = torch._grouped_mm(x, Wᵀ, offs); y.backward(dy)          (autograd)
     tessera bf16   tessera.torch.grouped_linear(x, W, offs, "bf16")
     tessera fp8    grouped_linear(..., "fp8_rowwise"), weights re-quantized every step
-    tessera fp8 cached-W   the same with the quantized weights cached (a later micro-batch)
+    tessera fp8 cached-W   the same with the quantized weights cached (a later micro-batch: the
+                           weights_unchanged() promise of tessera.torch's weight cache)
     tessera fp8_current    per-tensor current scaling (TE's recipe), weights re-quantized; and
                            cached-W
     tessera fp8_block      1x128 / 128x128 block scaling (DeepSeek-V3's recipe), when asked
@@ -182,6 +183,15 @@ def linear_step(fn, case: Case):
     return step, x, w
 
 
+def cached_step(tt, recipe, cache):
+    """A grouped_linear step that reuses `cache`'s weight copies: the caller's promise that the
+    weights did not change (tessera.torch.weights_unchanged), as a later micro-batch makes it."""
+    def step(x, w, o):
+        with tt.weights_unchanged():
+            return tt.grouped_linear(x, w, o, recipe, cache)
+    return step
+
+
 def linear_contenders(tt, ao, recipes=DEFAULT_RECIPES):
     """(label, step(x, w, offs)) of torch's BF16 step, each tessera recipe (FP8 ones twice:
     weights re-quantized every step, and cached) and torchao's FP8 rowwise step."""
@@ -190,9 +200,7 @@ def linear_contenders(tt, ao, recipes=DEFAULT_RECIPES):
         rows.append((tessera_label(r), lambda x, w, o, r=r: tt.grouped_linear(
             x, w, o, r, tt.WeightCache())))
         if r != "bf16":
-            cached = tt.WeightCache()
-            rows.append((tessera_label(r, cached_w=True),
-                         lambda x, w, o, r=r, c=cached: tt.grouped_linear(x, w, o, r, c)))
+            rows.append((tessera_label(r, cached_w=True), cached_step(tt, r, tt.WeightCache())))
     if ao is not None:
         rows.append(("torchao fp8", lambda x, w, o: ao(x, w.transpose(-2, -1), o,
                                                        out_dtype=torch.bfloat16,
@@ -282,11 +290,14 @@ def bench_mlp(names, reps, out_rows, recipes=DEFAULT_RECIPES):
                            [w1, w2])]
             for r, m in mods.items():
                 params = list(m.parameters())
-                requantized = (lambda x, m=m: (m.invalidate_weight_cache(), m(x, offs, probs))[1])
-                contenders.append((tessera_label(r, suffix=" mlp"), requantized, params))
+                # by default a forward re-quantizes; is_first_microbatch=False promises unchanged
+                # weights (a later micro-batch) and reuses the copies
+                contenders.append((tessera_label(r, suffix=" mlp"),
+                                   lambda x, m=m: m(x, offs, probs), params))
                 if r != "bf16":
                     contenders.append((tessera_label(r, cached_w=True, suffix=" mlp"),
-                                       lambda x, m=m: m(x, offs, probs), params))
+                                       lambda x, m=m: m(x, offs, probs,
+                                                        is_first_microbatch=False), params))
             for label, fn, params in contenders:
                 x = x0.detach().requires_grad_()
 

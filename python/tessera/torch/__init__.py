@@ -2,8 +2,9 @@
 
     grouped_mm(mat_a, mat_b, offs=None, bias=None, out_dtype=None) ~ torch._grouped_mm
     scaled_grouped_mm(mat_a, mat_b, scale_a, scale_b, offs=None, ...) ~ torch._scaled_grouped_mm
-    grouped_linear(x, weight, offs, recipe, weight_cache, delayed_state=, main_grad=)
-                                           the training step of a grouped linear layer
+    grouped_linear(x, weight, offs, recipe, weight_cache, bias=, delayed_state=, main_grad=)
+                                           the training step of a grouped linear layer (one
+                                           compiled call per direction: torch.ops.tessera.*)
     fp8_rowwise_grouped_mm(x, w_t, offs)   differentiable dynamic FP8-rowwise grouped GEMM
     quantize_fp8_rowwise(x, rowwise, columnwise), quantize_fp8_tensor(x, rowwise, columnwise),
     quantize_fp8_block(x, mode, element, rowwise, columnwise),
@@ -24,9 +25,15 @@
                                            named layer), wherever a recipe name is accepted
     MoELayer(hidden, ffn, num_experts, top_k, recipe, ep_group)  router -> dispatch -> experts
 
-The ops are torch.library custom ops in the "tessera" namespace (torch.ops.tessera.*) with fake
-implementations (torch.compile(fullgraph=True) works) and autograd. Tensors reach the C++ library
-by DLPack without copies; CUDA work runs on torch's current stream.
+    quantize_weights_(model), weights_unchanged(), is_first_microbatch=False
+                                           when the cached weight copies may be reused
+    set_rng_offset(v), rng_offset()        the stochastic-rounding counter of the step
+
+The training step runs in tessera's compiled PyTorch ops (torch.ops.tessera.linear_fwd /
+linear_bwd / mlp_fwd / mlp_bwd; PyTorch's stable C++ ABI, fake implementations for
+torch.compile(fullgraph=True)), one call per direction, on torch's current stream with torch's
+allocator. grouped_mm, scaled_grouped_mm and the quantize ops are torch.library custom ops over
+the nanobind module (DLPack, no copies).
 """
 from __future__ import annotations
 
@@ -35,16 +42,18 @@ try:
 except ImportError as e:  # pragma: no cover - exercised only without torch
     raise ImportError("tessera.torch needs PyTorch (pip install torch)") from e
 
+from . import _ext  # noqa: F401  (loads the compiled ops: torch.ops.tessera.*)
 from .delayed import DelayedScaling, quantize_fp8_delayed, quantize_fp8_delayed_impl
 from .fp8 import (quantize_backend, quantize_fp8_block, quantize_fp8_block_impl,
                   quantize_fp8_rowwise, quantize_fp8_rowwise_impl, quantize_fp8_tensor,
                   quantize_fp8_tensor_impl, quantize_mxfp8, quantize_mxfp8_impl, scale_shape,
                   scaled_operands_rowwise)
-from .linear import RECIPES, WeightCache, fp8_rowwise_grouped_mm, grouped_linear
-from .modules import GroupedLinear, GroupedMLP
+from .linear import (WeightCache, fp8_rowwise_grouped_mm, grouped_linear, rng_offset,
+                     set_rng_offset, weights_unchanged)
+from .modules import GroupedLinear, GroupedMLP, quantize_weights_
 from .nvfp4 import quantize_nvfp4, quantize_nvfp4_impl
 from .ops import grouped_mm, scaled_grouped_mm
-from .recipe import CustomRecipe, QuantizerConfig, QuantizerRole
+from .recipe import RECIPES, CustomRecipe, QuantizerConfig, QuantizerRole
 
 __all__ = ["CustomRecipe", "DelayedScaling", "GroupedLinear", "GroupedMLP", "QuantizerConfig",
            "QuantizerRole", "RECIPES", "WeightCache",
@@ -52,8 +61,9 @@ __all__ = ["CustomRecipe", "DelayedScaling", "GroupedLinear", "GroupedMLP", "Qua
            "quantize_fp8_block", "quantize_fp8_block_impl", "quantize_fp8_delayed",
            "quantize_fp8_delayed_impl", "quantize_fp8_rowwise", "quantize_fp8_rowwise_impl",
            "quantize_fp8_tensor", "quantize_fp8_tensor_impl", "quantize_mxfp8",
-           "quantize_mxfp8_impl", "quantize_nvfp4", "quantize_nvfp4_impl", "scale_shape",
-           "scaled_grouped_mm", "scaled_operands_rowwise"]
+           "quantize_mxfp8_impl", "quantize_nvfp4", "quantize_nvfp4_impl", "quantize_weights_",
+           "rng_offset", "scale_shape", "scaled_grouped_mm", "scaled_operands_rowwise",
+           "set_rng_offset", "weights_unchanged"]
 
 # Expert parallelism: routing ops and dispatch/combine in tessera.torch.moe (docs/moe.md).
 from . import moe  # noqa: E402

@@ -60,6 +60,11 @@ class DelayedScaling:
         """The C++ recipe name: "fp8_delayed" (hybrid) or "fp8_delayed:e4m3"."""
         return "fp8_delayed" if self.fp8_format == "hybrid" else "fp8_delayed:e4m3"
 
+    def spec(self) -> str:
+        """The recipe's text form (C++ parse_recipe_spec), options included."""
+        return (f"{self.name};amax_history_len={self.amax_history_len};"
+                f"amax_compute_algo={self.amax_compute_algo};margin={self.margin}")
+
     def config_for(self, tensor_type: str, module_type: str = "grouped_linear",
                    name: str = "") -> dict:
         """The quantizer config the C++ recipe gives the role {module_type, tensor_type, name}
@@ -87,17 +92,6 @@ class DelayedScaling:
         return (torch.ones(len(ROLES), dtype=torch.float32, device=device),
                 torch.zeros(len(ROLES), self.amax_history_len, dtype=torch.float32,
                             device=device))
-
-
-def resolve(recipe) -> Tuple[str, "DelayedScaling | None"]:
-    """(recipe name, DelayedScaling or None) of a recipe argument: a DelayedScaling, or a name
-    ("fp8_delayed", "fp8_delayed:e4m3" give the default options)."""
-    if isinstance(recipe, DelayedScaling):
-        return "fp8_delayed", recipe
-    if isinstance(recipe, str) and recipe.split(":")[0] == "fp8_delayed":
-        fmt = recipe.partition(":")[2] or "hybrid"
-        return "fp8_delayed", DelayedScaling(fp8_format=fmt)
-    return recipe, None
 
 
 def quantize_fp8_delayed_impl(x: Tensor, scale: Tensor, amax_history: Tensor, rowwise: bool,
@@ -150,5 +144,4 @@ def _quantize_delayed_fake(x, scale, amax_history, rowwise, columnwise, element,
             x.new_empty((1 if columnwise else 0,), dtype=torch.float32))
 
 
-__all__ = ["DelayedScaling", "ROLES", "quantize_fp8_delayed", "quantize_fp8_delayed_impl",
-           "resolve"]
+__all__ = ["DelayedScaling", "ROLES", "quantize_fp8_delayed", "quantize_fp8_delayed_impl"]

@@ -1,491 +1,265 @@
-"""The training step of a grouped linear layer on tessera: y = x · W_gᵀ per group of rows, its
-dgrad and wgrad, for every recipe the torch front end runs.
+"""The training step of a grouped linear layer on tessera: y = x · W_gᵀ (+ b_g) per group of rows,
+its dgrad, wgrad and bias gradient — one autograd.Function, one call into compiled code per
+direction (torch.ops.tessera.linear_fwd / linear_bwd, the C++ step of tessera/nn/linear_step.h).
 
     grouped_linear(x (T, K), weight (G, N, K), offs (G,) int32 cumulative end offsets,
-                   recipe="bf16" | "fp8_rowwise" | "fp8_current" | "fp8_delayed" | "fp8_block"
-                          | "mxfp8" | "nvfp4" | DelayedScaling | CustomRecipe,
-                   weight_cache=None, *, delayed_state=None, main_grad=None, name="")
-                   -> y (T, N)
+                   recipe="bf16" | "fp8_rowwise" | ... | DelayedScaling | CustomRecipe,
+                   weight_cache=None, *, bias=None, delayed_state=None, main_grad=None,
+                   name="") -> y (T, N)
 
-Each GEMM reads its operands in the layout they are in (nothing is transposed or copied between
-tessera calls, no PyTorch elementwise op runs in the step):
-- bf16: forward M-grouped TN (x, W as stored); dgrad M-grouped NN (dy, W as stored: the kernel
-  reads W MN-major); wgrad K-grouped (dy, x as stored, MN-major) straight into the weight's
-  dtype. The GEMMs run in the weight's dtype when it is bf16/fp16, else in bf16 on a bf16 copy
-  of the (FP32 master) weight made once per weight version; dW comes out in the weight's dtype.
-- fp8_rowwise (torchao's dynamic rowwise recipe, E4M3 everywhere, FP32 accumulation): x and dy
-  are quantized once each, both usages in one pass (rowwise: scales per token row; columnwise:
-  the transposed codes with one scale per column); W once per weight version, both usages in one
-  pass of the (G·N, K) matrix (rowwise: scales per output row along K; columnwise: the transposed
-  codes (K, G·N), one scale per input column k, shared by the groups — what the C++ nn layer
-  does). forward = xq · Wq, dgrad = dyq · W columnwise, wgrad = dy columnwise · x columnwise, all
-  scales applied in the GEMM epilogue.
-- fp8_current (TE's per-tensor current scaling, E4M3 everywhere — the C++ recipe
-  "fp8_current:e4m3"): the same step with one scale per tensor (x, dy, and the whole (G·N, K)
-  weight), scale = 448 / amax; the columnwise copies are the transposed codes of the same scale.
-- fp8_delayed (TE's DelayedScaling, tessera.torch.delayed): the fp8_current step with each
-  role's scale taken from its amax history instead of the tensor itself; HYBRID by default (the
-  C++ recipe's: E4M3 x and W, E5M2 dy). The state — per role (input, weight, grad_output) one
-  FP32 scale and one amax history, `delayed_state = (scale (3,), amax_history (3, L))` — lives on
-  the device (GroupedLinear keeps it in buffers) and every quantize updates it in place, no host
-  sync.
-- fp8_block (DeepSeek-V3's recipe, the C++ recipe "fp8_block": E4M3 everywhere, power-of-two
-  FP32 scales): x and dy quantized once each with one scale per 1x128 block along K (rowwise
-  copy) and per 128x1 block along the tokens (columnwise copy, stored transposed), both in one
-  pass; W once per weight version with one scale per 128x128 tile of the (G·N, K) matrix, both
-  usages (the columnwise copy (K, G·N) has the tiles of Wᵀ). forward = x 1x128 · W 128x128,
-  dgrad = dy 1x128 · W columnwise (the CUDA GEMM needs N % 128 == 0 here, so that no tile of the
-  contraction straddles two experts, and refuses other N; the CPU runs every shape), wgrad = dy
-  columnwise · x columnwise (the 128-token blocks may straddle group boundaries: a block's scale
-  then covers rows of two experts). Scales applied per block inside the GEMM's main loop.
-- mxfp8 (OCP MX, the C++ recipe "mxfp8": E4M3 everywhere, E8M0 scales, exponent rounded up): x
-  and dy quantized once each, both usages in one pass — rowwise one scale per 1x32 block along
-  K (resp. N), columnwise one per 32x1 block along the tokens; W once per weight version, both
-  usages of the (G·N, K) matrix (1x32 blocks along K, 32x1 blocks along G·N). Unlike the FP8
-  modes, MXFP8's columnwise copies are NOT transposed: codes stay (T, K), (T, N), (G·N, K), and
-  the GEMMs read them in that layout. forward = x rowwise · W rowwise, dgrad = dy rowwise · W
-  columnwise, wgrad = dy columnwise · x columnwise, scales (torch.float8_e8m0fnu, compact) applied
-  per 32-element block of the contraction. With out_features % 32 == 0 the cached columnwise
-  copy of W is kept moved into Wᵀ's rowwise layout per group ((G·K, N) codes, (G·K, N/32)
-  scales: the same bytes) and the dgrad runs as the forward's TN GEMM on it, so the CUDA GEMM
-  transposes no weight per call. Blocks along G·N and along the tokens may straddle a group
-  boundary (out_features or a group size not a multiple of 32): the block's scale then covers
-  values of two experts — correct, only coarser. The C++ recipe's token alignment is 32 (what
-  its nn layer and tessera.torch.moe's dispatch pad groups to); this step takes any group sizes
-  and pads nothing. The CPU GEMM runs every shape; the CUDA GEMM needs group sizes multiples of
-  16 and out_features % 32 == 0 (docs/torch_training.md).
-- nvfp4 (the C++ recipe "nvfp4": E2M1 codes two per byte, low nibble first; E4M3 scales,
-  torch.float8_e4m3fn, compact; one FP32 global amax per copy): x and dy quantized once each,
-  both usages in one pass (quantize_nvfp4) — rowwise codes (T, K/2) bytes with one scale per
-  1x16 block; the columnwise copy stored TRANSPOSED, (K, T/2) bytes, 16x1 blocks along the
-  tokens, quantized after the 16-point random Hadamard transform of each 16 tokens; dy
-  stochastically rounded (Philox, the recipe's seed, the offset from SR_OFFSETS: a host counter
-  advanced once per stochastically rounded quantization, so every layer and step draws fresh
-  bits with no host sync; under torch.compile the offset is read at trace time, not advanced).
-  W once per weight version as nvfp4_16x16 (16x16 tiles), both usages, no transform.
-  forward = x rowwise · W rowwise, dgrad = dy rowwise · W columnwise, wgrad = dy columnwise ·
-  x columnwise (the two transforms cancel), each NVFP4 operand with its copy's global amax.
-  in_features and out_features must be even; T a multiple of 16 when the weight needs a
-  gradient (the transform). The CPU GEMM takes any group sizes (it undoes each transform); the
-  CUDA GEMM needs group sizes multiples of 16 (the transform's blocks may not straddle groups).
-- a CustomRecipe (tessera.torch.recipe): the step of the modes and elements its factory gives
-  the roles of layer `name` (any mix of the above that the GEMMs pair: one scale family for all
-  three roles — "mxfp8" / "mxfp8_32x32" (32x32 weight tiles) in any mix is one —, or MXFP8 and
-  NVFP4 modes in any mix (NVFP4 roles from a factory have no transform and no stochastic
-  rounding); E5M2 for grad_output only); per-tensor roles use current scaling.
-Each FP8 recipe's roles (input, weight, grad_output) get the scaling mode and element the C++
-recipe gives them (`_tessera._recipe_config`, `_custom_recipe_config`); the mode travels with the
-codes into the GEMM ops.
-Group sizes for the FP8 recipes (MXFP8: above) must be multiples of 16 rows (as
-torch._scaled_grouped_mm asks): the wgrad reads each group's token columns with 16-byte TMA loads
-and writes NaN for a group that breaks this, never silently wrong numbers. Rows past offs[-1] (a
-capacity buffer): the BF16 GEMMs leave them unwritten, as torch._grouped_mm; the FP8 and MXFP8
-outputs have them zero, because every row of x and dy takes part in the per-column (per 32x1
-block) scales of the wgrad operands — a layer's own outputs must not feed unwritten memory
-(possibly NaN) into the next layer's scales. Input rows past offs[-1] must be finite for the same
-reason.
+What the C++ step does (docs/torch_training.md): every recipe of the C++ table, x and dy each
+quantized once (both usages in one pass), the weight once per quantization (both usages), the
+GEMMs reading every copy as it is stored; activations stay in x's dtype (BF16 in, BF16 out);
+dense recipes compute in a 16-bit weight's own dtype, or in the recipe's on a cast copy of FP32
+master weights. Rows in no group (past offs[-1]) get y = 0, dx = 0, no bias, and add to no
+gradient. T = 0 is a valid step. main_grad (Megatron's gradient-accumulation fusion): an FP32
+(G, N, K) tensor the wgrad adds into (the K-grouped GEMM with beta = 1); weight.grad then stays
+untouched. Stochastic rounding (NVFP4 gradients) draws its Philox offsets from a counter of the
+compiled step: set_rng_offset(v) makes a run reproducible.
 
-main_grad (Megatron's gradient-accumulation fusion): an FP32 (G, N, K) tensor the wgrad
-accumulates into (the K-grouped GEMM with beta = 1) instead of producing weight.grad, which then
-stays untouched.
-
-Quantized (or 16-bit cast) weights are cached across calls (micro-batches, eval/train
-alternation) in a `WeightCache` and re-made only when the weight changes (its version counter,
-storage or shape): both usages are always produced together, so no usage can go stale.
+The weight cache contract (no stale weight without an explicit promise): a forward re-quantizes
+(or re-casts) the weight every call, unless
+  * the caller promises that the weights did not change since their copies were made — the
+    `weights_unchanged()` context, or `is_first_microbatch=False` (TransformerEngine's spelling)
+    in the module's forward; or
+  * `quantize_weights_(module)` made the copies from the current weights (the optimizer calls
+    it after updating them) and nothing has changed the weight since in a way torch records.
+In both cases the copies are re-made anyway when the weight is another tensor, has another
+shape or dtype, or its version counter moved (an in-place write through torch). Writes through
+`weight.data` are invisible to torch: after one, no promise holds — call `quantize_weights_`
+again (or leave the default, which re-quantizes). Under torch.compile the weight is quantized in
+every call (a cache is Python state the graph cannot see).
 """
 from __future__ import annotations
 
+import contextlib
+import threading
 from typing import Optional, Tuple
 
 import torch
 from torch import Tensor
 
 from .. import _tessera as _C
-from . import _bridge as br
-from .delayed import (ROLES, DelayedScaling, quantize_fp8_delayed, quantize_fp8_delayed_impl,
-                      resolve)
-from .fp8 import (MX_MODES, quantize_fp8_block, quantize_fp8_block_impl, quantize_fp8_rowwise,
-                  quantize_fp8_rowwise_impl, quantize_fp8_tensor, quantize_fp8_tensor_impl,
-                  quantize_mxfp8, quantize_mxfp8_impl)
-from .nvfp4 import NVFP4_MODES, quantize_nvfp4, quantize_nvfp4_impl
-from .linear_ops import (_Ops, fp8_linear_dgrad, fp8_linear_fprop, fp8_linear_wgrad,
-                         fp8_linear_wgrad_accumulate, linear_wgrad_accumulate)
-from .ops import grouped_mm
-from .recipe import CustomRecipe, Fp8Role
+from . import _ext
+from .recipe import recipe_spec, resolve
 
-RECIPES = ("bf16", "fp8_rowwise", "fp8_current", "fp8_delayed", "fp8_block", "mxfp8", "nvfp4")
-_COMPUTE_DTYPES = (torch.bfloat16, torch.float16)  # 16-bit GEMM dtypes of the bf16 recipe
+_local = threading.local()
 
 
-def _recipe_roles(cpp_recipe: str) -> Tuple[Fp8Role, Fp8Role, Fp8Role]:
-    """The (input, weight, grad_output) roles of a C++ recipe (Recipe::config_for), NVFP4's
-    Hadamard transform, stochastic rounding and seed included."""
-    configs = (_C._recipe_config(cpp_recipe, "grouped_linear", r, "", {}) for r in ROLES)
-    return tuple(Fp8Role(c["mode"], c["element"], None, c["random_hadamard"],
-                         c["stochastic_rounding"], c["rng_seed"]) for c in configs)
+@contextlib.contextmanager
+def weights_unchanged():
+    """Inside this context the caller promises that no weight of a tessera layer changed since
+    its copies were made (later micro-batches of one optimizer step): forwards reuse the cached
+    copies instead of re-quantizing."""
+    previous = getattr(_local, "promise", False)
+    _local.promise = True
+    try:
+        yield
+    finally:
+        _local.promise = previous
 
 
-# The FP8 and MXFP8 recipes: torch name -> the roles of the C++ recipe it runs (fp8_current is
-# E4M3 everywhere; fp8_delayed's elements and state come from its DelayedScaling at each call).
-_FP8_ROLES = {"fp8_rowwise": _recipe_roles("fp8_rowwise"),
-              "fp8_current": _recipe_roles("fp8_current:e4m3"),
-              "fp8_delayed": _recipe_roles("fp8_delayed"),
-              "fp8_block": _recipe_roles("fp8_block"),
-              "mxfp8": _recipe_roles("mxfp8"),
-              "nvfp4": _recipe_roles("nvfp4")}
-# Stateless quantizers per mode, called (x, rowwise, columnwise, element): (custom op, eager
-# implementation). Block and MXFP8 modes go through quantize_fp8_block / quantize_mxfp8, which
-# take mode and element.
-_QUANTIZERS = {"rowwise": (quantize_fp8_rowwise, quantize_fp8_rowwise_impl),
-               "tensor": (quantize_fp8_tensor, quantize_fp8_tensor_impl)}
+def _promised() -> bool:
+    return getattr(_local, "promise", False)
 
 
-class StochasticRoundingOffsets:
-    """The Philox offsets of the step's stochastically rounded quantizations (NVFP4 grad_output):
-    a host counter, one value per quantization, never repeated in the process, so every layer
-    and every step draws fresh random words without reading anything from the device (no host
-    sync, CUDA-graph friendly: the offset is a host integer of the quantizer's config).
-    Reproducible: the same sequence of calls from the same `reset(value)` draws the same bits.
-    Under torch.compile the counter's side effect is refused inside the autograd function: the
-    offset is read (not advanced) when the backward is traced, so a compiled step draws the same
-    words at every call and in every layer (a known limit, docs/torch_training.md)."""
-
-    def __init__(self) -> None:
-        self.value = 0
-
-    def next(self) -> int:
-        offset, self.value = self.value, self.value + 1
-        return offset
-
-    def reset(self, value: int = 0) -> None:
-        self.value = value
+def set_rng_offset(offset: int) -> None:
+    """Sets the stochastic-rounding counter of the compiled step (every stochastically rounded
+    quantization takes the next value): the same sequence of steps from the same offset draws
+    the same bits."""
+    _ext.call(_ext.ops.set_rng_offset, int(offset))
 
 
-SR_OFFSETS = StochasticRoundingOffsets()
+def rng_offset() -> int:
+    """The offset the next stochastically rounded quantization of a step takes."""
+    return int(_ext.ops.get_rng_offset())
 
-
-def _quantize(role: Fp8Role, x: Tensor, rowwise: bool, columnwise: bool):
-    """One pass of the role's quantizer over the 2-D x, the usages asked for:
-    (data, scale_inv, columnwise_data, columnwise_scale_inv, amax, columnwise_amax), the amax
-    pair None except for NVFP4 (the copies' FP32 global amax). A delayed role's scale and history
-    are updated in place; a stochastically rounded NVFP4 role takes the next offset of
-    SR_OFFSETS."""
-    compiling = torch.compiler.is_compiling()
-    if role.mode in NVFP4_MODES:
-        quantize = quantize_nvfp4 if compiling else quantize_nvfp4_impl
-        # torch.compile refuses the counter's side effect inside the autograd function: a
-        # compiled step reads the offset when it is traced and does not advance it.
-        offset = (0 if not role.stochastic_rounding
-                  else SR_OFFSETS.value if compiling else SR_OFFSETS.next())
-        return quantize(x, role.mode, rowwise, columnwise, role.random_hadamard,
-                        role.stochastic_rounding, role.rng_seed, offset)
-    return tuple(_quantize_fp8(role, x, rowwise, columnwise)) + (None, None)
-
-
-def _quantize_fp8(role: Fp8Role, x: Tensor, rowwise: bool, columnwise: bool):
-    """_quantize's FP8 and MXFP8 modes: (data, scale_inv, columnwise_data,
-    columnwise_scale_inv)."""
-    compiling = torch.compiler.is_compiling()
-    if role.delayed is not None:
-        state = role.delayed
-        quantize = quantize_fp8_delayed if compiling else quantize_fp8_delayed_impl
-        return quantize(x, state[0], state[1], rowwise, columnwise, *state[2:])
-    if role.mode in _QUANTIZERS:
-        return _QUANTIZERS[role.mode][0 if compiling else 1](x, rowwise, columnwise, role.element)
-    if role.mode in MX_MODES:
-        quantize = quantize_mxfp8 if compiling else quantize_mxfp8_impl
-        return quantize(x, role.mode, role.element, rowwise, columnwise)
-    quantize = quantize_fp8_block if compiling else quantize_fp8_block_impl
-    return quantize(x, role.mode, role.element, rowwise, columnwise)
-
-
-def _mx_dgrad_tn(role: Fp8Role, out_features: int) -> bool:
-    """Whether the weight's MXFP8 columnwise copy is kept as Wᵀ per group (a rowwise copy of the
-    (G·K, N) matrix, _transpose_mx_columnwise) and the dgrad runs as a TN GEMM on it: MXFP8 roles
-    with out_features (the dgrad contraction) a multiple of 32, so that every group's 32-row scale
-    blocks are its own."""
-    return role.mode in MX_MODES and out_features % 32 == 0
-
-
-def _transpose_mx_columnwise(wcq: Tensor, wcs: Tensor, g: int, n: int, k: int):
-    """The columnwise MXFP8 copy of W (G·N, K) (codes as stored, E8M0 scales (G·N/32, K): 32x1
-    blocks along N) as the rowwise copy of Wᵀ per group: codes (G·K, N), scales (G·K, N/32),
-    1x32 blocks along N — the same codes and scales, moved. The dgrad then reads it K-major as a
-    TN GEMM (dx = dy · W_g), so the CUDA GEMM needs no transpose of W per call (nor its
-    workspace); made once per weight version with the cached copies."""
-    codes = _transpose_bytes(wcq.view(torch.uint8), g, n, k).view(g * k, n)
-    scales = _transpose_bytes(wcs.view(torch.uint8), g, n // 32, k).view(g * k, n // 32)
-    return codes.view(wcq.dtype), scales.view(wcs.dtype)
-
-
-def _transpose_bytes(x: Tensor, g: int, r: int, c: int) -> Tensor:
-    """x (g·r, c) uint8 → (g, c, r): each group's (r, c) block transposed. On CUDA (r and c
-    multiples of 4, eager) tessera's tiled byte transpose: torch's strided uint8 copy ran at
-    ~0.35 TB/s on the H100 for DSv3 fc1's 940 MB weight. Elsewhere torch's."""
-    if (x.device.type == "cuda" and r % 4 == 0 and c % 4 == 0 and x.numel() > 0
-            and not torch.compiler.is_compiling()):
-        out = torch.empty((g, c, r), dtype=torch.uint8, device=x.device)
-        with br.device_scope(x.device):
-            _C._transpose_bytes_into(br.dl(x), br.dl(out), g, r, c, br.stream_handle(x.device))
-        return out
-    return x.view(g, r, c).transpose(1, 2).contiguous()
-
-
-# ---- weight cache ----------------------------------------------------------------------------
 
 class WeightCache:
-    """The compute copies of one weight (FP8 codes and scales, or a 16-bit cast of FP32 master
-    weights), kept until the weight changes.
-
-    Key: the weight's storage pointer, shape, dtype and in-place version counter (an optimizer
-    step, `load_state_dict` or any in-place write bumps it), and what the copy is for. Under
-    torch.compile nothing is cached (the copy is traced every call). `invalidate()` forces the
-    next call to re-make it (a benchmark of whole training steps calls it every step). Both FP8
-    usages are made together, so a cached weight never lacks one."""
+    """The weight copies (both usages, as one uint8 tensor laid out by the C++ step) of one
+    weight, with what they were made from. See the module doc for when they are reused; they
+    are never state: pickling, deepcopy and state_dict leave them out."""
 
     def __init__(self):
-        self.key = None
-        self.value = None
+        self.invalidate()
 
     def invalidate(self) -> None:
+        """Drops the copies: the next forward re-makes them."""
+        self.copies: Optional[Tensor] = None
         self.key = None
-        self.value = None
+        self.fresh = False  # made by quantize_weights_ from the current weights
 
-    def _get(self, weight: Tensor, what, make):
-        key = (weight.data_ptr(), tuple(weight.shape), weight._version, weight.dtype, what)
+    @staticmethod
+    def key_of(weight: Tensor, spec: str):
+        return (weight.data_ptr(), tuple(weight.shape), weight.dtype, weight._version, spec)
+
+    def usable(self, weight: Tensor, spec: str) -> bool:
+        """Whether the copies may be read instead of re-made (module doc)."""
+        if self.key is None or torch.compiler.is_compiling():
+            return False
+        if self.key != self.key_of(weight, spec):
+            self.fresh = False
+            return False
+        return self.fresh or _promised()
+
+    def store(self, weight: Tensor, spec: str, copies: Tensor, fresh: bool = False) -> None:
         if torch.compiler.is_compiling():
-            return make(weight.detach())
-        if self.key != key:
-            self.key, self.value = key, make(weight.detach())
-        return self.value
+            return
+        self.copies, self.key, self.fresh = copies, self.key_of(weight, spec), fresh
 
-    def get(self, weight: Tensor, role: Fp8Role):
-        """(wq (G·N, K), ws, wcq (K, G·N) — for MXFP8 (G·N, K), or the rowwise copy of Wᵀ per
-        group (G·K, N) when _mx_dgrad_tn; NVFP4 packed bytes (G·N, K/2), (K, G·N/2) —, wcs,
-        wa, wca): both usages of weight (G, N, K) read as (G·N, K), quantized as the weight
-        `role` says (a delayed role's state is updated when the weight is quantized); wa, wca:
-        the NVFP4 copies' global amax (None for the other modes)."""
-        g, n, k = weight.shape
-        what = (role.mode, role.element, None if role.delayed is None else role.delayed[2:])
+    def __getstate__(self):
+        return {}
 
-        def make(w):
-            wq, ws, wcq, wcs, wa, wca = _quantize(role, w.reshape(g * n, k).contiguous(), True,
-                                                  True)
-            if _mx_dgrad_tn(role, n):
-                wcq, wcs = _transpose_mx_columnwise(wcq, wcs, g, n, k)
-            return wq, ws, wcq, wcs, wa, wca
+    def __setstate__(self, state):
+        self.invalidate()
 
-        return self._get(weight, what, make)
-
-    def get_cast(self, weight: Tensor, dtype: torch.dtype) -> Tensor:
-        """weight (G, N, K) cast to `dtype`, contiguous: the 16-bit compute copy."""
-        return self._get(weight, dtype, lambda w: w.to(dtype).contiguous())
+    def __deepcopy__(self, memo):
+        return WeightCache()
 
 
-# ---- autograd ------------------------------------------------------------------------------
+@torch.compiler.assume_constant_result
+def spec_of(recipe, name: str = "") -> str:
+    """The text form of a recipe argument for layer `name` (tessera.torch.recipe), resolved once
+    (a custom factory runs here); a constant under torch.compile."""
+    resolved, _ = resolve(recipe)
+    return recipe_spec(resolved, name)
 
-class _Fp8Linear(torch.autograd.Function):
-    """The quantized step of one recipe (FP8, MXFP8, NVFP4): quantize once per tensor (both
-    usages), three GEMMs with the scales (and NVFP4's global amax) applied inside them. roles:
-    the (input, weight, grad_output) Fp8Roles (their modes go to the GEMM ops; a delayed role's
-    state is updated in place); w: the weight's cached copies (WeightCache.get); main_grad: the
-    FP32 buffer the wgrad accumulates into (then no weight gradient is returned)."""
+
+def is_delayed(spec: str) -> bool:
+    return spec.startswith("fp8_delayed")
+
+
+def _delayed_tensors(spec: str, state, device):
+    """(delayed_scale (3,), amax_history (3, L)) of a delayed-scaling step, checked; (None, None)
+    otherwise."""
+    if not is_delayed(spec):
+        return None, None
+    if state is None:
+        raise _C.InvalidArgumentError(
+            "tessera invalid argument: delayed_state: fp8_delayed keeps a scale and an amax "
+            "history per role across steps; pass delayed_state=(scale (3,), amax_history "
+            "(3, L)) (DelayedScaling.initial_state) or use GroupedLinear, which keeps them")
+    scale, history = state
+    for t, rows, name in ((scale, 1, "scale"), (history, 2, "amax_history")):
+        if (t.dim() != rows or t.shape[0] != 3 or t.dtype != torch.float32
+                or t.device != device or not t.is_contiguous()):
+            raise _C.ShapeError(f"tessera shape mismatch: delayed_state: {name} must be a "
+                                f"contiguous float32 {'(3,)' if rows == 1 else '(3, L)'} tensor "
+                                f"on {device}, got {tuple(t.shape)} {t.dtype} on {t.device}")
+    return scale, history
+
+
+def _no_double_backward(name: str) -> None:
+    if torch.is_grad_enabled():
+        raise _C.UnsupportedError(
+            f"tessera unsupported: {name}: a backward with create_graph=True would need the "
+            f"gradient of tessera's backward, which it does not have (a gradient penalty "
+            f"through this layer would silently lose its second-order term); differentiate "
+            f"without create_graph, or use the bf16 torch._grouped_mm path for that term")
+
+
+class _LinearFn(torch.autograd.Function):
+    """One grouped linear step: forward and backward each one call of the compiled step.
+    `w_in`: the weight copies to read, or None to make them now; the copies made are the second
+    output (uint8, not differentiable; (0,) when none were made) for the caller's cache."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, weight: Tensor, offs: Tensor, roles, wq: Tensor, ws: Tensor,
-                wcq: Tensor, wcs: Tensor, wa: Optional[Tensor], wca: Optional[Tensor],
-                main_grad: Optional[Tensor]) -> Tensor:
-        fprop = _Ops.get().fp8[0]
-        g = weight.shape[0]
-        x_role, w_role, _ = roles
-        need_wgrad = weight.requires_grad
-        xq, xs, xcq, xcs, xa, xca = _quantize(x_role, x, True, need_wgrad)  # one pass
-        y = fprop(xq, xs, wq, ws, offs, g, x.dtype, x_role.mode, w_role.mode, xa, wa)
-        ctx.save_for_backward(xcq, xcs, wcq, wcs, offs, xca, wca)
-        # Not saved tensors: backward updates the delayed state and main_grad in place.
-        ctx.meta = (g, x.dtype, weight.dtype, roles, main_grad)
-        return y
+    def forward(ctx, x, weight, offs, bias, spec, name, w_in, scale, history, main_grad):
+        requantize = w_in is None
+        save = ctx.needs_input_grad[1]  # the wgrad reads the saved copy of x
+        y, saved, made = _ext.call(_ext.ops.linear_fwd, x, weight, offs, bias, w_in, requantize,
+                                   spec, name, scale, history, save)
+        copies = made if requantize else w_in
+        dense_x = saved.numel() == 0  # the step saved no copy of x: backward reads x itself
+        ctx.save_for_backward(offs, x if dense_x and save else None, weight, copies, saved,
+                              scale, history, main_grad)
+        ctx.meta = (spec, name, bias is not None, x.dtype, weight.dtype,
+                    bias.dtype if bias is not None else x.dtype)
+        ctx.mark_non_differentiable(made)
+        ctx.set_materialize_grads(False)  # no zero tensor for the copies' (unused) gradient
+        return y, made
 
     @staticmethod
-    def backward(ctx, dy: Tensor):
-        xcq, xcs, wcq, wcs, offs, xca, wca = ctx.saved_tensors
-        g, x_dtype, w_dtype, (x_role, w_role, dy_role), main_grad = ctx.meta
-        need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        fprop, dgrad, wgrad, wgrad_accumulate = _Ops.get().fp8
+    def backward(ctx, dy, _):
+        _no_double_backward("grouped_linear")
+        if dy is None:  # y took no part in the loss
+            return (None,) * 10
+        offs, x, weight, copies, saved, scale, history, main_grad = ctx.saved_tensors
+        spec, name, has_bias, x_dtype, w_dtype, b_dtype = ctx.meta
+        need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        need_db = has_bias and ctx.needs_input_grad[3]
         dy = dy if dy.is_contiguous() else dy.contiguous()
-        dyq, dys, dycq, dycs, dya, dyca = _quantize(dy_role, dy, need_x, need_w)  # one pass
-        modes = (dy_role.mode, w_role.mode)
-        dx = None
-        if need_x and _mx_dgrad_tn(w_role, dy.shape[1]):  # W's copy is Wᵀ per group (G·K, N)
-            dx = fprop(dyq, dys, wcq, wcs, offs, g, x_dtype, *modes, dya, wca)
-        elif need_x:
-            dx = dgrad(dyq, dys, wcq, wcs, offs, g, x_dtype, *modes, dya, wca)
-        dw = None
-        # the columnwise copies of dy and x, with NVFP4's amax and Hadamard flags
-        wgrad_args = (dycq, dycs, xcq, xcs, offs)
-        wgrad_tail = (dy_role.mode, x_role.mode, dyca, xca, dy_role.random_hadamard,
-                      x_role.random_hadamard)
-        if need_w and main_grad is None:
-            dw = wgrad(*wgrad_args, w_dtype, *wgrad_tail)
-        elif need_w:
-            wgrad_accumulate(*wgrad_args, main_grad, *wgrad_tail)
-        return dx, dw, None, None, None, None, None, None, None, None, None
+        dx, dw, db = _ext.call(_ext.ops.linear_bwd, dy, offs, x, weight,
+                               copies if copies.numel() else None, saved, spec, name, has_bias,
+                               scale, history, main_grad, need_dx, need_dw, need_db, x_dtype,
+                               w_dtype, b_dtype)
+        return (dx if need_dx else None, dw if need_dw and main_grad is None else None, None,
+                db if need_db else None) + (None,) * 6
 
 
-class _DenseLinear(torch.autograd.Function):
-    """The 16-bit step: forward TN on W as stored, dgrad NN (W read MN-major), wgrad K-grouped on
-    the token matrices (read MN-major) into the weight's dtype or accumulated into main_grad.
-    weight: the parameter (its dtype is dW's); w_copy: its contiguous compute copy in x's dtype,
-    None when the parameter is one (dynamo refuses one tensor passed as two inputs)."""
-
-    @staticmethod
-    def forward(ctx, x: Tensor, weight: Tensor, offs: Tensor, w_copy: Optional[Tensor],
-                main_grad: Optional[Tensor]) -> Tensor:
-        w = weight if w_copy is None else w_copy
-        y = _Ops.get().dense[0](x, w, offs)
-        ctx.save_for_backward(x, w, offs)
-        ctx.meta = (weight.dtype, main_grad)
-        return y
-
-    @staticmethod
-    def backward(ctx, dy: Tensor):
-        x, w, offs = ctx.saved_tensors
-        w_dtype, main_grad = ctx.meta
-        _, dgrad, wgrad, wgrad_accumulate = _Ops.get().dense
-        dy = dy if dy.is_contiguous() else dy.contiguous()
-        dx = dgrad(dy, w, offs) if ctx.needs_input_grad[0] else None  # (T, K) = dy · W_g
-        dw = None
-        if ctx.needs_input_grad[1] and main_grad is None:               # dW_g = dy_gᵀ x_g
-            dw = wgrad(dy, x, offs, w_dtype)
-        elif ctx.needs_input_grad[1]:
-            wgrad_accumulate(dy, x, offs, main_grad)
-        return dx, dw, None, None, None
-
-
-class _NoTokens(torch.autograd.Function):
-    """The step of an empty batch (T = 0) for every recipe, as the C++ nn layer runs it: nothing
-    to quantize or multiply (no role's delayed state moves for x or dy), y and dx empty (x's
-    dtype), dW zero (a sum over no tokens) or main_grad unchanged. The quantizers and GEMMs are
-    not called: a zero-size tensor has no buffer for them to take."""
-
-    @staticmethod
-    def forward(ctx, x: Tensor, weight: Tensor, main_grad: Optional[Tensor]) -> Tensor:
-        ctx.meta = (x.shape[1], weight.shape, weight.dtype, main_grad is not None)
-        return x.new_empty((0, weight.shape[1]))
-
-    @staticmethod
-    def backward(ctx, dy: Tensor):
-        k, w_shape, w_dtype, accumulates = ctx.meta
-        dx = dy.new_empty((0, k)) if ctx.needs_input_grad[0] else None
-        dw = None
-        if ctx.needs_input_grad[1] and not accumulates:
-            dw = dy.new_zeros(w_shape, dtype=w_dtype)
-        return dx, dw, None
-
-
-def _check(x: Tensor, weight: Tensor, offs: Tensor, main_grad: Optional[Tensor]) -> None:
+def _check(x: Tensor, weight: Tensor, offs: Tensor, bias: Optional[Tensor],
+           main_grad: Optional[Tensor]) -> None:
     if x.dim() != 2:
-        raise ValueError(f"x: expected a 2-D (T, in) tensor, got {tuple(x.shape)}")
+        raise _C.ShapeError(f"tessera shape mismatch: x: expected a 2-D (T, in) tensor, got "
+                            f"{tuple(x.shape)}")
     if weight.dim() != 3 or weight.shape[2] != x.shape[1]:
-        raise ValueError(f"weight: expected (G, out, {x.shape[1]}), got {tuple(weight.shape)}")
-    if offs.dim() != 1 or offs.dtype != torch.int32 or offs.shape[0] != weight.shape[0]:
-        raise ValueError(f"offs: expected ({weight.shape[0]},) int32 cumulative end offsets, "
-                         f"got {tuple(offs.shape)} {offs.dtype}")
+        raise _C.ShapeError(f"tessera shape mismatch: weight: expected (G, out, "
+                            f"{x.shape[1]}), got {tuple(weight.shape)}")
+    if offs.dim() != 1 or offs.dtype not in (torch.int32, torch.int64) \
+            or offs.shape[0] != weight.shape[0]:
+        raise _C.ShapeError(f"tessera shape mismatch: offs: expected ({weight.shape[0]},) int32 "
+                            f"cumulative end offsets, got {tuple(offs.shape)} {offs.dtype}")
+    if bias is not None and tuple(bias.shape) != (weight.shape[0], weight.shape[1]):
+        raise _C.ShapeError(f"tessera shape mismatch: bias: expected "
+                            f"{(weight.shape[0], weight.shape[1])}, got {tuple(bias.shape)}")
     if main_grad is not None and (main_grad.shape != weight.shape
                                   or main_grad.dtype != torch.float32
                                   or main_grad.device != weight.device
                                   or not main_grad.is_contiguous()):
-        raise ValueError(f"main_grad: expected a contiguous float32 {tuple(weight.shape)} tensor "
-                         f"on {weight.device}, got {tuple(main_grad.shape)} {main_grad.dtype} "
-                         f"on {main_grad.device}")
+        raise _C.ShapeError(f"tessera shape mismatch: main_grad: expected a contiguous float32 "
+                            f"{tuple(weight.shape)} tensor on {weight.device}, got "
+                            f"{tuple(main_grad.shape)} {main_grad.dtype} on {main_grad.device}")
 
 
-def _delayed_roles(delayed: DelayedScaling, state, device: torch.device):
-    """The (input, weight, grad_output) Fp8Roles of a layer's delayed state, checked."""
-    if state is None:
-        raise ValueError("delayed_state: fp8_delayed keeps a scale and an amax history per role "
-                         "across steps; pass delayed_state=(scale (3,), amax_history (3, L)) "
-                         "(DelayedScaling.initial_state) or use GroupedLinear, which keeps them")
-    scale, history = state
-    want = (3, delayed.amax_history_len)
-    for t, shape, name in ((scale, want[:1], "scale"), (history, want, "amax_history")):
-        if (tuple(t.shape) != shape or t.dtype != torch.float32 or t.device != device
-                or not t.is_contiguous()):
-            raise ValueError(f"delayed_state: {name} must be a contiguous float32 {shape} "
-                             f"tensor on {device}, got {tuple(t.shape)} {t.dtype} on {t.device}")
-    return tuple(Fp8Role(role.mode, delayed.elements()[i], delayed.role_state(state, i))
-                 for i, role in enumerate(_FP8_ROLES["fp8_delayed"]))
+def autocast_input(x: Tensor) -> Tensor:
+    """x in torch.autocast's dtype when autocast is on for its device (the layer then computes
+    and returns in that dtype, as torch's own layers do under autocast)."""
+    dev = x.device.type
+    if torch.is_autocast_enabled(dev) and x.is_floating_point():
+        dt = torch.get_autocast_dtype(dev)
+        if x.dtype != dt:
+            return x.to(dt)
+    return x
+
+
+def linear_step(x: Tensor, weight: Tensor, offs: Tensor, spec: str, name: str,
+                cache: Optional[WeightCache], *, bias: Optional[Tensor] = None,
+                delayed_state=None, main_grad: Optional[Tensor] = None) -> Tensor:
+    """The step of a recipe text (spec_of) (GroupedLinear's forward and grouped_linear)."""
+    x = autocast_input(x)
+    _check(x, weight, offs, bias, main_grad)
+    scale, history = _delayed_tensors(spec, delayed_state, x.device)
+    w_in = cache.copies if cache is not None and cache.usable(weight, spec) else None
+    xc = x if x.is_contiguous() else x.contiguous()
+    w = weight if weight.is_contiguous() else weight.contiguous()
+    y, made = _LinearFn.apply(xc, w, offs, bias, spec, name, w_in, scale, history, main_grad)
+    if w_in is None and cache is not None:
+        cache.store(weight, spec, made)
+    return y
 
 
 def grouped_linear(x: Tensor, weight: Tensor, offs: Tensor, recipe="bf16",
-                   weight_cache: Optional[WeightCache] = None, *,
+                   weight_cache: Optional[WeightCache] = None, *, bias: Optional[Tensor] = None,
                    delayed_state: Optional[Tuple[Tensor, Tensor]] = None,
                    main_grad: Optional[Tensor] = None, name: str = "") -> Tensor:
-    """y (T, N) = x (T, K) · W_gᵀ for the rows of each group (offs: int32 cumulative ends),
-    weight (G, N, K) as torch.nn.Linear stores it per group. Differentiable in x and weight.
-    recipe: a name of RECIPES ("fp8_delayed:e4m3" too), a DelayedScaling or a CustomRecipe;
-    fp8_delayed needs `delayed_state` (module doc). main_grad: FP32 (G, N, K) that the weight
-    gradient is added to instead of being returned. name: the layer's name in the roles a
-    CustomRecipe's factory sees. Rows past offs[-1] are left unwritten (as torch._grouped_mm)."""
-    _check(x, weight, offs, main_grad)
-    cache = weight_cache if weight_cache is not None else WeightCache()
-    if isinstance(recipe, CustomRecipe):
-        return _fp8_step(x, weight, offs, recipe.roles(name), cache, main_grad)
-    recipe_name, delayed = resolve(recipe)
-    if recipe_name == "bf16":
-        dtype = weight.dtype if weight.dtype in _COMPUTE_DTYPES else torch.bfloat16
-        if x.shape[0] == 0:
-            return _NoTokens.apply(x.to(dtype), weight, main_grad)
-        xc = x.to(dtype)
-        xc = xc if xc.is_contiguous() else xc.contiguous()
-        if weight.dtype == dtype and not weight.is_contiguous() and main_grad is None:
-            return grouped_mm(xc, weight.transpose(-2, -1), offs)  # reads the layout it is in
-        same = weight.dtype == dtype and weight.is_contiguous()
-        w_copy = None if same else cache.get_cast(weight, dtype)
-        return _DenseLinear.apply(xc, weight, offs, w_copy, main_grad)
-    if recipe_name in _FP8_ROLES:
-        roles = (_FP8_ROLES[recipe_name] if delayed is None
-                 else _delayed_roles(delayed, delayed_state, x.device))
-        return _fp8_step(x, weight, offs, roles, cache, main_grad)
-    raise ValueError(f"recipe: {recipe!r} is not supported by tessera.torch; expected one of "
-                     f"{RECIPES}, a DelayedScaling or a CustomRecipe")
-
-
-def _check_nvfp4_shapes(x: Tensor, weight: Tensor, roles) -> None:
-    """The sizes an NVFP4 step needs: in_features and out_features even (codes are packed two
-    per byte along them, and the GEMM ops read a copy's logical size from its bytes); the token
-    count T even when a columnwise copy (packed along T) feeds the wgrad, and a multiple of 16
-    when that copy has the Hadamard transform (it mixes each 16 consecutive tokens)."""
-    if not any(r.mode in NVFP4_MODES for r in roles):
-        return
-    t, k = x.shape
-    n = weight.shape[1]
-    if k % 2 or n % 2:
-        raise ValueError(f"nvfp4: in_features ({k}) and out_features ({n}) must be even (E2M1 "
-                         f"codes are packed two per byte along them)")
-    if not weight.requires_grad:
-        return
-    x_role, _, dy_role = roles
-    if ((x_role.random_hadamard and x_role.mode in NVFP4_MODES)
-            or (dy_role.random_hadamard and dy_role.mode in NVFP4_MODES)) and t % 16:
-        raise ValueError(f"nvfp4: the wgrad's columnwise copies of x and dy have the 16-point "
-                         f"Hadamard transform along the tokens, so the token count must be a "
-                         f"multiple of 16, got {t} (pad the token buffer; on CUDA every group "
-                         f"size must be a multiple of 16 too)")
-    if (x_role.mode in NVFP4_MODES or dy_role.mode in NVFP4_MODES) and t % 2:
-        raise ValueError(f"nvfp4: the token count must be even (the wgrad's columnwise copies "
-                         f"pack two tokens per byte), got {t}")
-
-
-def _fp8_step(x: Tensor, weight: Tensor, offs: Tensor, roles, cache: WeightCache,
-              main_grad: Optional[Tensor]) -> Tensor:
-    """The quantized step with the (input, weight, grad_output) Fp8Roles `roles`."""
-    _check_nvfp4_shapes(x, weight, roles)
-    wq, ws, wcq, wcs, wa, wca = cache.get(weight, roles[1])  # per weight version, as any step
-    if x.shape[0] == 0:
-        return _NoTokens.apply(x, weight, main_grad)
-    xc = x if x.is_contiguous() else x.contiguous()
-    return _Fp8Linear.apply(xc, weight, offs, roles, wq, ws, wcq, wcs, wa, wca, main_grad)
+    """y (T, N) = x (T, K) · W_gᵀ (+ bias_g) for the rows of each group (offs: int32 cumulative
+    ends), weight (G, N, K) as torch.nn.Linear stores it per group. Differentiable in x, weight
+    and bias. recipe: a name of RECIPES, a DelayedScaling or a CustomRecipe; fp8_delayed needs
+    `delayed_state`. weight_cache: a WeightCache whose copies may be reused (module doc: only
+    under a promise). main_grad: FP32 (G, N, K) that the weight gradient is added to instead of
+    being returned. name: the layer's name in the roles a CustomRecipe's factory sees."""
+    return linear_step(x, weight, offs, spec_of(recipe, name), name, weight_cache, bias=bias,
+                       delayed_state=delayed_state, main_grad=main_grad)
 
 
 def fp8_rowwise_grouped_mm(x: Tensor, w_t: Tensor, offs: Tensor) -> Tensor:
@@ -495,6 +269,5 @@ def fp8_rowwise_grouped_mm(x: Tensor, w_t: Tensor, offs: Tensor) -> Tensor:
     return grouped_linear(x, w_t.transpose(-2, -1), offs, "fp8_rowwise")
 
 
-__all__ = ["RECIPES", "SR_OFFSETS", "CustomRecipe", "Fp8Role", "WeightCache", "fp8_linear_dgrad",
-           "fp8_linear_fprop", "fp8_linear_wgrad", "fp8_linear_wgrad_accumulate",
-           "fp8_rowwise_grouped_mm", "grouped_linear", "linear_wgrad_accumulate"]
+__all__ = ["WeightCache", "fp8_rowwise_grouped_mm", "grouped_linear", "linear_step", "spec_of",
+           "rng_offset", "set_rng_offset", "weights_unchanged"]

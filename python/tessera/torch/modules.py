@@ -1,72 +1,75 @@
 """tessera.torch.GroupedLinear and GroupedMLP: the layers of an MoE expert block over a token
-buffer whose rows are grouped by int32 cumulative end offsets (or group sizes).
+buffer whose rows are grouped by int32 cumulative end offsets (or group sizes) — thin holders of
+parameters and state over the one C++ training step (tessera.torch.linear, tessera.torch.mlp).
 
     GroupedLinear:  y[rows of g] = x[rows of g] @ W_gᵀ (+ b_g)
     GroupedMLP:     h = x W1_gᵀ = [gate | up];  a = silu(gate) ⊙ up (⊙ p);  y = a W2_gᵀ
 
-Both run their GEMMs through tessera.torch.linear.grouped_linear (the operands are read as stored,
-FP8 weights are quantized once per weight version) and take every recipe of
-tessera.torch.linear.RECIPES, a DelayedScaling or a CustomRecipe (tessera.torch.recipe; its roles
-carry the layer's `name`: GroupedMLP names its layers "fc1" and "fc2"). Weights are single
-contiguous (G, out, in) parameters (torch.nn.Linear's layout per group) in `params_dtype` (bf16 by
-default; FP32 master weights are cast or quantized for compute), so state_dict round-trips with
-plain tensors; fp8_delayed adds two buffers per layer, `delayed_scale` (3,) and `amax_history`
-(3, L) (rows: input, weight, grad_output), which state_dict carries too. accumulate_main_grad=True:
-the weight gradient is added to the FP32 `weight.main_grad` (Megatron's convention) and
-weight.grad is left alone.
+Both take every recipe of RECIPES, a DelayedScaling or a CustomRecipe (its roles carry the
+layer's `name`: GroupedMLP names its layers "fc1" and "fc2", or "<name>.fc1" / "<name>.fc2").
+Weights are single contiguous (G, out, in) parameters (torch.nn.Linear's layout per group) in
+`params_dtype` (bf16 by default; FP32 master weights are cast or quantized for compute), so
+state_dict round-trips with plain tensors; fp8_delayed adds two buffers per layer,
+`delayed_scale` (3,) and `amax_history` (3, L) (rows: input, weight, grad_output).
+accumulate_main_grad=True: the weight gradient is added to the FP32 `weight.main_grad`
+(Megatron's convention) and weight.grad is left alone; the bias gets a plain .grad.
+Weight copies follow tessera.torch.linear's contract: re-made every forward unless the caller
+promises (`is_first_microbatch=False`, `weights_unchanged()`, or `quantize_weights_(model)`).
 """
 from __future__ import annotations
 
+import contextlib
 import math
-from typing import Optional, Tuple
+from typing import Optional
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .delayed import DelayedScaling, resolve
-from .linear import RECIPES, WeightCache, grouped_linear
-from .recipe import CustomRecipe
+from .. import _tessera as _C
+from .linear import WeightCache, linear_step, spec_of, weights_unchanged
+from .mlp import mlp_step
+from .recipe import RECIPES, resolve
 
 
-def offsets_from(offs: Optional[Tensor], splits: Optional[Tensor], groups: int) -> Tensor:
+def offsets_from(offs: Optional[Tensor], splits, groups: int) -> Tensor:
     """int32 cumulative end offsets from either `offs` (returned as is) or group sizes `splits`
-    (one cumsum on their device, no host sync)."""
+    (a tensor — one cumsum on its device, no host sync — or a list of ints, TransformerEngine's
+    m_splits)."""
     if (offs is None) == (splits is None):
-        raise ValueError("offs / splits: give exactly one (int32 cumulative end offsets, or "
-                         "the group sizes)")
+        raise _C.InvalidArgumentError("tessera invalid argument: offs / splits: give exactly one "
+                                      "(int32 cumulative end offsets, or the group sizes)")
     if offs is not None:
         return offs
+    if isinstance(splits, (list, tuple)):
+        splits = torch.tensor(splits, dtype=torch.int64)
     if splits.dim() != 1 or splits.shape[0] != groups:
-        raise ValueError(f"splits: expected ({groups},) group sizes, got {tuple(splits.shape)}")
+        raise _C.ShapeError(f"tessera shape mismatch: splits: expected ({groups},) group sizes, "
+                            f"got {tuple(splits.shape)}")
     return torch.cumsum(splits, 0, dtype=torch.int32)
-
-
-def _check_recipe(recipe) -> Tuple[object, Optional[DelayedScaling]]:
-    """(recipe name or CustomRecipe, DelayedScaling or None) of a recipe argument."""
-    if isinstance(recipe, CustomRecipe):
-        return recipe, None
-    name, delayed = resolve(recipe)
-    if name not in RECIPES or (delayed is None and ":" in name):
-        raise ValueError(f"recipe: {recipe!r} is not supported by tessera.torch; expected one of "
-                         f"{RECIPES} (fp8_delayed also as fp8_delayed:e4m3), a DelayedScaling or "
-                         f"a CustomRecipe")
-    return name, delayed
 
 
 def _params_dtype(params_dtype, dtype) -> torch.dtype:
     if params_dtype is not None and dtype is not None and params_dtype != dtype:
-        raise ValueError(f"params_dtype {params_dtype} and dtype {dtype}: give one (they name the "
-                         f"same thing)")
+        raise _C.InvalidArgumentError(f"tessera invalid argument: params_dtype {params_dtype} and "
+                                      f"dtype {dtype}: give one (they name the same thing)")
     chosen = params_dtype if params_dtype is not None else dtype
     return chosen if chosen is not None else torch.bfloat16
 
 
-def _bias_rows(bias: Tensor, offs: Tensor, rows: int) -> Tensor:
-    """bias[group of each row] (rows, out) without a host sync."""
-    idx = torch.arange(rows, device=bias.device, dtype=offs.dtype)
-    group = torch.bucketize(idx, offs, right=True).clamp_(max=bias.shape[0] - 1)
-    return bias[group]
+def _promise(is_first_microbatch: Optional[bool]):
+    """TransformerEngine's is_first_microbatch: False promises unchanged weights."""
+    return weights_unchanged() if is_first_microbatch is False else contextlib.nullcontext()
+
+
+def quantize_weights_(module: nn.Module) -> None:
+    """Re-makes the weight copies of every tessera layer in `module` from its current weights
+    (both usages, every recipe) and lets later forwards reuse them until a weight changes in a
+    way torch records (tessera.torch.linear's contract): call it after the optimizer step, so that
+    no forward of the next step quantizes a weight."""
+    with torch.no_grad():
+        for m in module.modules():
+            if isinstance(m, (GroupedLinear, GroupedMLP)) and not m._inside_mlp:
+                m._quantize_weights()
 
 
 class GroupedLinear(nn.Module):
@@ -74,40 +77,25 @@ class GroupedLinear(nn.Module):
 
     weight: (G, out_features, in_features), one contiguous parameter; bias: (G, out_features) or
     None; both in params_dtype (`dtype` is the same argument under torch's factory name).
-    recipe (tessera.torch.linear says how each runs): "bf16" (16-bit GEMMs: the parameters'
-    dtype, or bf16 for FP32 master weights), "fp8_rowwise", "fp8_current", "fp8_delayed" /
-    "fp8_delayed:e4m3" / a DelayedScaling (per-role scale and amax history in the buffers
-    `delayed_scale`, `amax_history`), "fp8_block" (1x128 blocks of x and dy, 128x128 tiles of
-    W; on CUDA out_features % 128 == 0), "mxfp8" (E8M0 scales per 1x32 block of x, dy and W
-    along the contraction of each GEMM, columnwise copies untransposed; on CUDA it needs the CUDA
-    GEMM's MXFP8 operands), or a CustomRecipe (its factory's config per role; the roles carry
-    `name`, resolved here: a bad config is refused when the layer is made). FP8 and MXFP8
-    output is in the input's dtype; FP8 group sizes multiples of 16. The weight's compute copy
-    is cached until the weight changes (in-place updates bump its version);
-    `invalidate_weight_cache()` drops it. accumulate_main_grad: the wgrad GEMM adds into the
-    FP32 `weight.main_grad` (made zero here; the caller zeroes it between optimizer steps) and
-    weight.grad stays None; the bias gets a plain .grad.
 
-    forward(x (T, in), offs (G,) int32 cumulative end offsets | splits=(G,) sizes) -> (T, out).
-    Rows past offs[-1] are not computed (left unwritten, as torch._grouped_mm does).
+    forward(x (T, in), offs (G,) int32 cumulative end offsets | splits=(G,) sizes (a tensor or
+    a list), is_first_microbatch=None) -> (T, out). Rows past offs[-1] give zeros.
     """
 
     def __init__(self, num_groups: int, in_features: int, out_features: int,
                  recipe="bf16", bias: bool = False, device=None, dtype=None, *,
                  params_dtype=None, accumulate_main_grad: bool = False, name: str = ""):
         super().__init__()
-        recipe_name, delayed = _check_recipe(recipe)
-        if num_groups < 1 or in_features < 1 or out_features < 1:
-            raise ValueError("num_groups, in_features and out_features must be >= 1")
-        if isinstance(recipe_name, CustomRecipe):
-            recipe_name.roles(name)  # the factory runs now (once per role), errors surface here
+        if min(num_groups, in_features, out_features) < 1:
+            raise _C.InvalidArgumentError("tessera invalid argument: num_groups, in_features and "
+                                          "out_features must be >= 1")
+        recipe, delayed = resolve(recipe)
         factory = {"device": device, "dtype": _params_dtype(params_dtype, dtype)}
-        self.num_groups = num_groups
-        self.in_features = in_features
-        self.out_features = out_features
+        self.num_groups, self.in_features, self.out_features = num_groups, in_features, out_features
         self.name = name
-        self.recipe = recipe_name
-        self.delayed_scaling = delayed
+        self.recipe, self.delayed_scaling = recipe, delayed
+        # The recipe's text: a custom factory runs now (once per role), errors surface here.
+        self.spec = spec_of(delayed or recipe, name)
         self.accumulate_main_grad = accumulate_main_grad
         self.weight = nn.Parameter(torch.empty(num_groups, out_features, in_features, **factory))
         self.bias = (nn.Parameter(torch.empty(num_groups, out_features, **factory)) if bias
@@ -117,6 +105,7 @@ class GroupedLinear(nn.Module):
             self.register_buffer("delayed_scale", scale)      # (3,) input, weight, grad_output
             self.register_buffer("amax_history", history)     # (3, amax_history_len)
         self.weight_cache = WeightCache()
+        self._inside_mlp = False
         self.reset_parameters()
         if accumulate_main_grad:
             self._main_grad()
@@ -131,6 +120,9 @@ class GroupedLinear(nn.Module):
     def invalidate_weight_cache(self) -> None:
         self.weight_cache.invalidate()
 
+    def _delayed_state(self):
+        return (self.delayed_scale, self.amax_history) if self.delayed_scaling else None
+
     def _main_grad(self) -> Tensor:
         """weight.main_grad, FP32 zeros made on first use and again when the weight moved
         (module.to) or changed shape."""
@@ -142,22 +134,25 @@ class GroupedLinear(nn.Module):
             w.main_grad = mg
         return mg
 
-    def forward(self, x: Tensor, offs: Optional[Tensor] = None,
-                splits: Optional[Tensor] = None) -> Tensor:
+    def _quantize_weights(self) -> None:
+        x = self.weight.new_empty((0, self.in_features))
+        offs = torch.zeros(self.num_groups, dtype=torch.int32, device=self.weight.device)
+        self.weight_cache.invalidate()
+        linear_step(x, self.weight, offs, self.spec, self.name, self.weight_cache,
+                    delayed_state=self._delayed_state())
+        self.weight_cache.fresh = True
+
+    def forward(self, x: Tensor, offs: Optional[Tensor] = None, splits=None, *,
+                m_splits=None, is_first_microbatch: Optional[bool] = None) -> Tensor:
         if x.dim() != 2 or x.shape[1] != self.in_features:
-            raise ValueError(f"x: expected (T, {self.in_features}), got {tuple(x.shape)}")
-        offs = offsets_from(offs, splits, self.num_groups)
+            raise _C.ShapeError(f"tessera shape mismatch: x: expected (T, {self.in_features}), "
+                                f"got {tuple(x.shape)}")
+        offs = offsets_from(offs, splits if m_splits is None else m_splits, self.num_groups)
         main_grad = self._main_grad() if self.accumulate_main_grad else None
-        if self.delayed_scaling is not None:
-            y = grouped_linear(x, self.weight, offs, self.delayed_scaling, self.weight_cache,
-                               delayed_state=(self.delayed_scale, self.amax_history),
-                               main_grad=main_grad)
-        else:
-            y = grouped_linear(x, self.weight, offs, self.recipe, self.weight_cache,
-                               main_grad=main_grad, name=self.name)
-        if self.bias is not None:
-            y = y + _bias_rows(self.bias, offs, x.shape[0]).to(y.dtype)
-        return y
+        with _promise(is_first_microbatch):
+            return linear_step(x, self.weight, offs, self.spec, self.name, self.weight_cache,
+                               bias=self.bias,
+                               delayed_state=self._delayed_state(), main_grad=main_grad)
 
     def extra_repr(self) -> str:
         recipe = self.delayed_scaling if self.delayed_scaling is not None else self.recipe
@@ -171,44 +166,61 @@ class GroupedLinear(nn.Module):
 class GroupedMLP(nn.Module):
     """The expert computation of an MoE layer: per group g of routed tokens
     h = x W1_gᵀ (G, 2·ffn, hidden) = [gate | up], a = silu(gate) ⊙ up (⊙ probs), y = a W2_gᵀ
-    (G, hidden, ffn). fc1 and fc2 are GroupedLinear layers of the same recipe, named "fc1" and
-    "fc2" (or "<name>.fc1", "<name>.fc2" when `name` is given) in a CustomRecipe's roles.
+    (G, hidden, ffn). fc1 and fc2 are GroupedLinear layers holding the parameters (and delayed
+    state) of one step that runs them together, named "fc1" and "fc2" (or "<name>.fc1",
+    "<name>.fc2") in a CustomRecipe's roles.
 
     forward(x (T, hidden), offs (G,) int32 cumulative end offsets | splits=(G,) sizes,
-            probs (T,) routing probabilities or None) -> (T, hidden).
+            probs (T,) routing probabilities or None, is_first_microbatch=None) -> (T, hidden).
     """
 
     def __init__(self, num_groups: int, hidden: int, ffn: int, recipe="bf16",
                  bias: bool = False, device=None, dtype=None, *, params_dtype=None,
                  accumulate_main_grad: bool = False, name: str = ""):
         super().__init__()
-        self.recipe, self.delayed_scaling = _check_recipe(recipe)
+        self.recipe, self.delayed_scaling = resolve(recipe)
         self.num_groups, self.hidden, self.ffn = num_groups, hidden, ffn
         self.name = name
+        self.prefix = f"{name}." if name else ""
         kw = {"params_dtype": params_dtype, "accumulate_main_grad": accumulate_main_grad}
-        prefix = f"{name}." if name else ""
         self.fc1 = GroupedLinear(num_groups, hidden, 2 * ffn, recipe, bias, device, dtype, **kw,
-                                 name=prefix + "fc1")
+                                 name=self.prefix + "fc1")
         self.fc2 = GroupedLinear(num_groups, ffn, hidden, recipe, bias, device, dtype, **kw,
-                                 name=prefix + "fc2")
+                                 name=self.prefix + "fc2")
+        self.fc1._inside_mlp = self.fc2._inside_mlp = True
+        self._inside_mlp = False
 
     def invalidate_weight_cache(self) -> None:
         self.fc1.invalidate_weight_cache()
         self.fc2.invalidate_weight_cache()
 
+    def _run(self, x: Tensor, offs: Tensor, probs: Optional[Tensor]) -> Tensor:
+        l1, l2 = self.fc1, self.fc2
+        main_grads = ((l1._main_grad(), l2._main_grad()) if l1.accumulate_main_grad
+                      else (None, None))
+        return mlp_step(x, l1.weight, l2.weight, offs, probs, (l1.spec, l2.spec), self.prefix,
+                        (l1.weight_cache, l2.weight_cache), b1=l1.bias, b2=l2.bias,
+                        states=(l1._delayed_state(), l2._delayed_state()),
+                        main_grads=main_grads)
+
+    def _quantize_weights(self) -> None:
+        x = self.fc1.weight.new_empty((0, self.hidden))
+        offs = torch.zeros(self.num_groups, dtype=torch.int32, device=x.device)
+        self.invalidate_weight_cache()
+        self._run(x, offs, None)
+        self.fc1.weight_cache.fresh = self.fc2.weight_cache.fresh = True
+
     def forward(self, x: Tensor, offs: Optional[Tensor] = None, probs: Optional[Tensor] = None,
-                splits: Optional[Tensor] = None) -> Tensor:
-        offs = offsets_from(offs, splits, self.num_groups)
-        h = self.fc1(x, offs)                                   # (T, 2·ffn)
-        gate, up = h.chunk(2, dim=-1)
-        a = F.silu(gate) * up                                   # (T, ffn)
-        if probs is not None:
-            if probs.shape != (x.shape[0],):
-                raise ValueError(f"probs: expected ({x.shape[0]},), got {tuple(probs.shape)}")
-            a = a * probs.to(a.dtype).unsqueeze(-1)
-        return self.fc2(a, offs)
+                splits=None, *, m_splits=None,
+                is_first_microbatch: Optional[bool] = None) -> Tensor:
+        offs = offsets_from(offs, splits if m_splits is None else m_splits, self.num_groups)
+        with _promise(is_first_microbatch):
+            return self._run(x, offs, probs)
 
     def extra_repr(self) -> str:
         recipe = self.delayed_scaling if self.delayed_scaling is not None else self.recipe
         return (f"num_groups={self.num_groups}, hidden={self.hidden}, ffn={self.ffn}, "
                 f"recipe={recipe!r}")
+
+
+__all__ = ["GroupedLinear", "GroupedMLP", "RECIPES", "offsets_from", "quantize_weights_"]

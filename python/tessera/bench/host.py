@@ -1,0 +1,86 @@
+"""Host cost of one eager training step: shapes so small that the GPU work is a few
+microseconds, so the wall time of a step is what the host spends issuing it. torch's BF16
+autograd step (torch._grouped_mm) next to tessera.torch.GroupedLinear's steps, same run:
+
+    python -m tessera.bench host [--steps 200] [--rounds 5]
+
+Each contender runs `steps` fwd+bwd steps between two synchronizations (after warm-up); the
+table gives the median over `rounds` of the per-step wall time and its ratio to torch's. The
+FP8 rows reuse their weight copies (weights_unchanged: a later micro-batch), as the goal they
+measure asks.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+import torch
+
+SHAPES = {"8x16x256": (8, 16, 256, 256), "32x16x512": (32, 16, 512, 512)}
+
+
+def per_step_us(step, steps: int) -> float:
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(steps):
+        step()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t) / steps * 1e6
+
+
+def contenders(tt, g, per, k, n):
+    offs = torch.full((g,), per, device="cuda").cumsum(0).to(torch.int32)
+    x = torch.randn(g * per, k, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(g, n, k, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    dy = torch.randn(g * per, n, device="cuda", dtype=torch.bfloat16)
+    layers = {r: tt.GroupedLinear(g, k, n, recipe=r, device="cuda")
+              for r in ("bf16", "fp8_rowwise", "fp8_current")}
+
+    def step(fn, params):
+        def run():
+            x.grad = None
+            for p in params:
+                p.grad = None
+            fn().backward(dy)
+        return run
+
+    rows = {"torch bf16": step(lambda: torch._grouped_mm(x, w.transpose(-2, -1), offs=offs), [w])}
+    rows["tessera bf16"] = step(lambda: layers["bf16"](x, offs), [layers["bf16"].weight])
+    for r in ("fp8_rowwise", "fp8_current"):
+        m = layers[r]
+        rows[f"tessera {r} cached-W"] = step(
+            lambda m=m: m(x, offs, is_first_microbatch=False), [m.weight])
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tessera.bench host")
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--rounds", type=int, default=5)
+    a = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("tessera.bench host: needs a CUDA device", file=sys.stderr)
+        return 2
+    import tessera.torch as tt
+    print(torch.__version__, torch.cuda.get_device_name(), flush=True)
+    print("\n| shape (G x rows x K x N) | contender | us / step (median) | x torch BF16 |")
+    print("|---|---|---:|---:|")
+    for name, (g, per, k, n) in SHAPES.items():
+        rows = contenders(tt, g, per, k, n)
+        for fn in rows.values():  # warm-up: caches filled, kernels loaded
+            for _ in range(20):
+                fn()
+        times = {label: [] for label in rows}
+        for _ in range(a.rounds):  # interleaved rounds: drift falls on every contender alike
+            for label, fn in rows.items():
+                times[label].append(per_step_us(fn, a.steps))
+        med = {label: statistics.median(t) for label, t in times.items()}
+        for label, us in med.items():
+            print(f"| {name} | {label} | {us:.1f} | {us / med['torch bf16']:.2f} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

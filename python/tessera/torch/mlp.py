@@ -1,0 +1,100 @@
+"""The training step of the grouped MLP on tessera: fc1 → SwiGLU (× routing probabilities) → fc2
+per group of rows, forward and backward each one call into compiled code
+(torch.ops.tessera.mlp_fwd / mlp_bwd, the C++ step of tessera/nn/mlp_step.h).
+
+    h = x W1_gᵀ (+ b1_g) = [gate | up];  a = silu(gate) ⊙ up (⊙ p);  y = a W2_gᵀ (+ b2_g)
+
+The step keeps the SwiGLU input h in x's dtype for the backward, and fc1's and fc2's quantized
+input copies (or, for dense recipes, fc2's input a; x itself is the autograd input). Same
+contracts as tessera.torch.linear: weight caches (re-quantized every forward unless promised),
+rows in no group, T = 0, main grads, stochastic rounding.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from .. import _tessera as _C
+from . import _ext
+from .linear import WeightCache, _delayed_tensors, _no_double_backward, autocast_input
+
+
+class _MlpFn(torch.autograd.Function):
+    """One grouped MLP step. wc1 / wc2: the weight copies to read, or None to make them now (then
+    returned as the second and third outputs for the caller's caches)."""
+
+    @staticmethod
+    def forward(ctx, x, w1, w2, offs, probs, b1, b2, spec1, spec2, prefix, wc1, wc2, ds1, ah1, ds2,
+                ah2, mg1, mg2):
+        requantize = wc1 is None
+        need_wgrad = ctx.needs_input_grad[1] or ctx.needs_input_grad[2]
+        y, s1, h, s2, a, made1, made2 = _ext.call(
+            _ext.ops.mlp_fwd, x, w1, w2, offs, probs, b1, b2, wc1, wc2, requantize, spec1, spec2,
+            prefix, ds1, ah1, ds2, ah2, need_wgrad)
+        c1, c2 = (made1, made2) if requantize else (wc1, wc2)
+        dense_x = s1.numel() == 0 and need_wgrad  # fc1's weight gradient reads x itself
+        ctx.save_for_backward(offs, x if dense_x else None, probs, w1, w2, c1, c2, s1, h, s2, a,
+                              ds1, ah1, ds2, ah2, mg1, mg2)
+        ctx.meta = (spec1, spec2, prefix, b1 is not None, w1.dtype,
+                    b1.dtype if b1 is not None else w1.dtype,
+                    probs.dtype if probs is not None else torch.float32)
+        ctx.mark_non_differentiable(made1, made2)
+        ctx.set_materialize_grads(False)  # no zero tensors for the copies' (unused) gradients
+        return y, made1, made2
+
+    @staticmethod
+    def backward(ctx, dy, _1, _2):
+        _no_double_backward("GroupedMLP")
+        if dy is None:  # y took no part in the loss
+            return (None,) * 18
+        (offs, x, probs, w1, w2, c1, c2, s1, h, s2, a, ds1, ah1, ds2, ah2, mg1,
+         mg2) = ctx.saved_tensors
+        spec1, spec2, prefix, has_bias, w_dtype, b_dtype, p_dtype = ctx.meta
+        need = ctx.needs_input_grad
+        need_dx, need_dprobs = need[0], probs is not None and need[4]
+        need_dw = need[1] or need[2]
+        need_db = has_bias and (need[5] or need[6])
+        dy = dy if dy.is_contiguous() else dy.contiguous()
+        dx, dprobs, dw1, db1, dw2, db2 = _ext.call(
+            _ext.ops.mlp_bwd, dy, offs, x, probs, w1, w2, c1 if c1.numel() else None,
+            c2 if c2.numel() else None, s1, h, s2, a, spec1, spec2, prefix, has_bias, ds1, ah1, ds2,
+            ah2, mg1, mg2, need_dx, need_dprobs, need_dw, need_db, w_dtype, b_dtype, p_dtype)
+        accumulate = mg1 is not None
+        return (dx if need_dx else None, dw1 if need[1] and not accumulate else None,
+                dw2 if need[2] and not accumulate else None, None,
+                dprobs if need_dprobs else None, db1 if need_db else None,
+                db2 if need_db else None) + (None,) * 11
+
+
+def mlp_step(x: Tensor, w1: Tensor, w2: Tensor, offs: Tensor, probs: Optional[Tensor],
+             specs, prefix: str, caches, *, b1: Optional[Tensor] = None,
+             b2: Optional[Tensor] = None, states=(None, None),
+             main_grads=(None, None)) -> Tensor:
+    """The step (GroupedMLP's forward). specs: the recipe texts of fc1 and fc2 (spec_of);
+    caches: (WeightCache, WeightCache) of fc1 and fc2; states: fc1's and fc2's delayed state
+    ((scale, history) or None); main_grads: FP32 main grads of fc1 and fc2 (both or neither)."""
+    spec1, spec2 = specs
+    x = autocast_input(x)
+    if x.dim() != 2 or x.shape[1] != w1.shape[2]:
+        raise _C.ShapeError(f"tessera shape mismatch: x: expected (T, {w1.shape[2]}), got "
+                            f"{tuple(x.shape)}")
+    if probs is not None and tuple(probs.shape) != (x.shape[0],):
+        raise _C.ShapeError(f"tessera shape mismatch: probs: expected ({x.shape[0]},), got "
+                            f"{tuple(probs.shape)}")
+    (ds1, ah1), (ds2, ah2) = (_delayed_tensors(sp, st, x.device)
+                              for sp, st in zip(specs, states))
+    usable = all(c is not None for c in caches) and all(
+        c.usable(w, sp) for c, w, sp in zip(caches, (w1, w2), (spec1, spec2)))
+    wc1, wc2 = (caches[0].copies, caches[1].copies) if usable else (None, None)
+    xc = x if x.is_contiguous() else x.contiguous()
+    y, made1, made2 = _MlpFn.apply(xc, w1, w2, offs, probs, b1, b2, spec1, spec2, prefix, wc1,
+                                   wc2, ds1, ah1, ds2, ah2, *main_grads)
+    if not usable and caches[0] is not None:
+        caches[0].store(w1, spec1, made1)
+        caches[1].store(w2, spec2, made2)
+    return y
+
+
+__all__ = ["WeightCache", "mlp_step"]
