@@ -36,7 +36,7 @@ OperandProducer make_producer(const std::shared_ptr<RecipeState>& state,
 }
 
 int64_t recipe_token_alignment(const Recipe& recipe) {
-  TESSERA_CHECK(recipe.token_alignment >= 1, "recipe ", recipe.name, ": token alignment ",
+  TESSERA_CHECK(recipe.token_alignment >= 1, "recipe ", echo(recipe.name), ": token alignment ",
                 recipe.token_alignment, " must be >= 1");
   return recipe.token_alignment;
 }
