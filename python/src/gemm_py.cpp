@@ -143,23 +143,25 @@ nb::object grouped_gemm_py(const nb::object& a, const std::string& a_dtype, cons
   p.num_groups = num_groups;
   p.a = operand_of(a, a_dtype, "a");
   p.b = operand_of(b, b_dtype, "b");
-  // can_implement reads no element of D: until it accepts, a placeholder address stands for the
-  // output that is not allocated yet.
-  alignas(kBufferAlignment) static unsigned char placeholder[kBufferAlignment];
   if (out) {
     p.d = typed_view(*out, out_dtype, "out");
   } else {
+    // can_implement reads no element of D: until it accepts, a placeholder address stands for
+    // the output that is not allocated yet. The output will be new memory, which overlaps no
+    // input; the placeholder is the last aligned address of the address space, where no input
+    // can be, so that can_implement's overlap check sees no overlap either (D's byte range lies
+    // above every input, or wraps past the end of the address space and ends below them).
     const DType dt = parse_dtype(out_dtype);
     const int ndim = static_cast<int>(out_shape.size());
     checked_dtype_bytes(dt, checked_numel(out_shape.data(), ndim, "out: shape"), "out: bytes");
+    void* const placeholder =
+        reinterpret_cast<void*>(~uintptr_t{0} & ~uintptr_t{kBufferAlignment - 1});
     p.d = TensorView::contiguous(placeholder, dt, out_shape.data(), ndim);
   }
   p.transpose_a = transpose_a;
   p.transpose_b = transpose_b;
   if (offsets) p.group_offsets = view_of(*offsets, array_dtype(*offsets, "offsets"), "offsets");
   p.offsets_format = parse_offsets_format(offsets_format);
-  TESSERA_CHECK(max_total_rows >= -1, "max_total_rows: ", max_total_rows,
-                " is not accepted; expected -1 (no bound) or a row count >= 0");
   p.max_total_rows = max_total_rows;
   p.alpha = alpha;
   if (group_alpha) {
