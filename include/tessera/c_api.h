@@ -11,7 +11,15 @@
  * (also where the call would not read it). Sizes are int64: a size whose element count or byte
  * count does not fit int64 gives TESSERA_STATUS_OUT_OF_RANGE with a message naming the argument.
  *
- * Objects are opaque handles created and destroyed by the API. */
+ * Handles. Objects are opaque handles created and destroyed by the API. Each starts with a magic
+ * word naming its type, checked by every call; destroy clears it and keeps the memory inside
+ * tessera (reused by later creates of the same type, oldest first; at most 4096 kept per type).
+ * So these return TESSERA_STATUS_INVALID_ARGUMENT instead of touching freed memory: a NULL
+ * handle (destroy: a no-op), a handle used or destroyed again after destroy until a later create
+ * reuses its memory, a handle of the other type, a pointer to readable memory that is no handle.
+ * Not detected: a destroyed handle whose memory a later create reused (it then names that live
+ * object), one destroyed more than 4096 destroys of its type ago, a pointer to unmapped memory,
+ * a handle destroyed while another thread uses it (undefined behaviour, as with free()). */
 #ifndef TESSERA_C_API_H_
 #define TESSERA_C_API_H_
 
@@ -124,7 +132,7 @@ typedef struct tessera_grouped_gemm_problem_s* tessera_grouped_gemm_problem;
  * K-grouped, which also gets transpose_a = 1), start offsets, capacity = rows of A. */
 tessera_status tessera_grouped_gemm_create(tessera_grouped_gemm_problem* problem, int32_t kind,
                                            int64_t num_groups);
-/* Frees the handle (NULL is a no-op). */
+/* Frees the handle (NULL is a no-op; a destroyed handle: INVALID_ARGUMENT, see Handles). */
 tessera_status tessera_grouped_gemm_destroy(tessera_grouped_gemm_problem problem);
 /* Sets one tensor (`which`: tessera_grouped_gemm_tensor); data NULL clears an optional one (dtype,
  * ndim and device must still be valid). The memory is not copied: it must stay valid until run
@@ -226,7 +234,7 @@ tessera_status tessera_quantizer_create(const tessera_quantizer_config* config,
 /* The quantizer of a built-in recipe ("mxfp8", "fp8_current:e4m3", ...) for a tensor type. */
 tessera_status tessera_quantizer_create_from_recipe(const char* recipe, int32_t tensor_type,
                                                     tessera_device device, tessera_quantizer* out);
-/* NULL is accepted. */
+/* NULL is accepted (a no-op); a destroyed handle: INVALID_ARGUMENT (see Handles). */
 tessera_status tessera_quantizer_destroy(tessera_quantizer q);
 tessera_status tessera_quantizer_get_config(tessera_quantizer q, tessera_quantizer_config* out);
 /* Bytes of data and scale_inv of one usage (columnwise 0/1) of a (rows, cols) input; the shapes

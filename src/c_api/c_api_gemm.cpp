@@ -1,24 +1,25 @@
 // C API: grouped GEMM through an opaque problem handle (create, set_*, can_implement,
-// workspace_size, run, destroy). No exception crosses the boundary (c_api::guard); every flag and
-// enum is checked in range (c_api_args.h).
+// workspace_size, run, destroy). No exception crosses the boundary (c_api::guard); every handle
+// is checked live (c_api_handle.h), every flag and enum in range (c_api_args.h).
 #include <memory>
 
 #include "c_api/c_api_args.h"
 #include "c_api/c_api_guard.h"
+#include "c_api/c_api_handle.h"
 #include "tessera/c_api.h"
 #include "tessera/core/checked_math.h"
 #include "tessera/gemm/grouped_gemm.h"
 
-struct tessera_grouped_gemm_problem_s {
-  tessera::GroupedGemmProblem problem;
+struct tessera_grouped_gemm_problem_s : tessera::c_api::Handle<tessera::GroupedGemmProblem> {
+  static constexpr uint64_t kMagic = tessera::c_api::magic_word("tsr:gemm");
+  static constexpr const char* kTypeName = "tessera_grouped_gemm_problem";
 };
 
 namespace tessera::c_api {
 namespace {
 
 GroupedGemmProblem& problem_of(tessera_grouped_gemm_problem h) {
-  TESSERA_CHECK(h != nullptr, "problem: NULL handle");
-  return h->problem;
+  return handle_object(h, "problem");
 }
 
 constexpr const char* kTensorNames[] = {"A", "B", "D", "bias", "group_offsets", "group_alpha"};
@@ -62,19 +63,19 @@ tessera_status tessera_grouped_gemm_create(tessera_grouped_gemm_problem* problem
     *problem = nullptr;
     TESSERA_CHECK(kind >= 0 && kind <= 2, "kind: value ", kind,
                   " is not a tessera_grouped_gemm_kind (0, 1 or 2)");
-    auto h = std::make_unique<tessera_grouped_gemm_problem_s>();
-    h->problem.kind = static_cast<tessera::GroupedGemmKind>(kind);
-    h->problem.num_groups = tessera::c_api::count_arg(num_groups, "num_groups");
-    if (h->problem.kind == tessera::GroupedGemmKind::kKGrouped) {
-      h->problem.transpose_a = true;
-      h->problem.transpose_b = false;
+    auto p = std::make_unique<tessera::GroupedGemmProblem>();
+    p->kind = static_cast<tessera::GroupedGemmKind>(kind);
+    p->num_groups = tessera::c_api::count_arg(num_groups, "num_groups");
+    if (p->kind == tessera::GroupedGemmKind::kKGrouped) {
+      p->transpose_a = true;
+      p->transpose_b = false;
     }
-    *problem = h.release();
+    *problem = tessera::c_api::create_handle<tessera_grouped_gemm_problem_s>(std::move(p));
   });
 }
 
 tessera_status tessera_grouped_gemm_destroy(tessera_grouped_gemm_problem problem) {
-  return guard([&] { delete problem; });
+  return guard([&] { tessera::c_api::destroy_handle(problem, "problem"); });
 }
 
 tessera_status tessera_grouped_gemm_set_tensor(tessera_grouped_gemm_problem problem, int32_t which,

@@ -1,17 +1,20 @@
-// C API of the quantizers: opaque tessera_quantizer handles over tessera::Quantizer, caller-owned
-// buffers described by tessera_quantized_buffers, every call behind the exception firewall.
+// C API of the quantizers: opaque tessera_quantizer handles over tessera::Quantizer (checked live
+// at every call, c_api_handle.h), caller-owned buffers described by tessera_quantized_buffers,
+// every call behind the exception firewall.
 #include <memory>
 #include <string>
 
 #include "c_api/c_api_args.h"
 #include "c_api/c_api_guard.h"
+#include "c_api/c_api_handle.h"
 #include "tessera/c_api.h"
 #include "tessera/core/checked_math.h"
 #include "tessera/quantize/quantizer.h"
 #include "tessera/quantize/recipe.h"
 
-struct tessera_quantizer_s {
-  std::unique_ptr<tessera::Quantizer> quantizer;
+struct tessera_quantizer_s : tessera::c_api::Handle<tessera::Quantizer> {
+  static constexpr uint64_t kMagic = tessera::c_api::magic_word("tsr:qntz");
+  static constexpr const char* kTypeName = "tessera_quantizer";
 };
 
 namespace tessera::c_api {
@@ -64,10 +67,7 @@ tessera_quantizer_config to_c(const QuantizerConfig& q) {
   return c;
 }
 
-Quantizer& quantizer_of(tessera_quantizer q) {
-  TESSERA_CHECK(q != nullptr && q->quantizer != nullptr, "quantizer: NULL handle");
-  return *q->quantizer;
-}
+Quantizer& quantizer_of(tessera_quantizer q) { return handle_object(q, "quantizer"); }
 
 // A view of one caller buffer: its declared size must cover `want`.
 TensorView buffer_view(void* p, int64_t bytes, const MatrixShape& want, Device dev, const char* name) {
@@ -129,7 +129,7 @@ tessera_status tessera_quantizer_create(const tessera_quantizer_config* config,
     *out = nullptr;
     auto q = std::make_unique<tessera::Quantizer>(tessera::c_api::from_c(*config),
                                                   tessera::c_api::device_arg(device));
-    *out = new tessera_quantizer_s{std::move(q)};
+    *out = tessera::c_api::create_handle<tessera_quantizer_s>(std::move(q));
   });
 }
 
@@ -143,12 +143,12 @@ tessera_status tessera_quantizer_create_from_recipe(const char* recipe, int32_t 
     const tessera::QuantizerRole role{"c_api", static_cast<tessera::TensorType>(tensor_type), ""};
     auto q = std::make_unique<tessera::Quantizer>(tessera::parse_recipe(recipe).config_for(role),
                                                   tessera::c_api::device_arg(device));
-    *out = new tessera_quantizer_s{std::move(q)};
+    *out = tessera::c_api::create_handle<tessera_quantizer_s>(std::move(q));
   });
 }
 
 tessera_status tessera_quantizer_destroy(tessera_quantizer q) {
-  return guard([&] { delete q; });
+  return guard([&] { tessera::c_api::destroy_handle(q, "quantizer"); });
 }
 
 tessera_status tessera_quantizer_get_config(tessera_quantizer q, tessera_quantizer_config* out) {
