@@ -106,8 +106,8 @@ namespace {
     got = "?";
   }
   const std::string type = nb::cast<std::string>(nb::handle(Py_TYPE(v.ptr())).attr("__name__"));
-  TESSERA_FAIL(Status::kInvalidArgument, arg, ": expected ", expected, ", got ", got, " (", type,
-               ")");
+  TESSERA_FAIL(Status::kInvalidArgument, arg, ": expected ", expected, ", got ", echo(got), " (",
+               echo(type), ")");
 }
 
 }  // namespace

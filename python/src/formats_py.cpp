@@ -23,7 +23,7 @@ nb::object encode_py(const AnyArray& x, const std::string& fmt_name, const std::
                         fmt == DType::kFloat8E4M3 || fmt == DType::kFloat8E5M2 ||
                         fmt == DType::kFloat8E8M0 || fmt == DType::kFloat4E2M1;
   TESSERA_CHECK(encodable,
-                "format: '", fmt_name, "' is not an encodable format; expected e4m3, e5m2, e8m0, "
+                "format: '", echo(fmt_name), "' is not an encodable format; expected e4m3, e5m2, e8m0, "
                 "e2m1, bfloat16 or float16");
   const DType in = src_dtype.empty() ? array_dtype(x, "x") : parse_dtype(src_dtype);
   const TensorView src = view_of(x, in, "x");
@@ -55,8 +55,8 @@ nb::object decode_py(const AnyArray& codes, const std::string& fmt_name, int64_t
   const bool decodable = fmt == DType::kBFloat16 || fmt == DType::kFloat16 ||
                          fmt == DType::kFloat8E4M3 || fmt == DType::kFloat8E5M2 ||
                          fmt == DType::kFloat8E8M0 || fmt == DType::kFloat4E2M1;
-  TESSERA_CHECK(decodable, "format: '", fmt_name, "' is not a decodable format; expected e4m3, "
-                "e5m2, e8m0, e2m1, bfloat16 or float16");
+  TESSERA_CHECK(decodable, "format: '", echo(fmt_name), "' is not a decodable format; expected "
+                "e4m3, e5m2, e8m0, e2m1, bfloat16 or float16");
   // Codes are unsigned integers of the format's width (what encode returns): uint16 for
   // bfloat16/float16, uint8 for the 8- and 4-bit formats.
   const int want_bits = dtype_bits(fmt) == 16 ? 16 : 8;

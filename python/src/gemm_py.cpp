@@ -39,7 +39,7 @@ ScaleLayout resolve_layout(QuantizerConfig c, int64_t rows, int64_t cols, bool c
     return scale.ndim == 2 && scale.shape[0] == want.rows && scale.shape[1] == want.cols;
   };
   if (!layout.empty()) {
-    TESSERA_CHECK(layout == "compact" || layout == "swizzled", "layout: '", layout,
+    TESSERA_CHECK(layout == "compact" || layout == "swizzled", "layout: '", echo(layout),
                   "' is not known; expected compact or swizzled");
     return layout == "compact" ? ScaleLayout::kCompact : ScaleLayout::kSwizzled;
   }
@@ -99,14 +99,14 @@ GroupedGemmKind parse_kind(const std::string& kind) {
   if (kind == "m_grouped") return GroupedGemmKind::kMGrouped;
   if (kind == "k_grouped") return GroupedGemmKind::kKGrouped;
   if (kind == "batched") return GroupedGemmKind::kBatched;
-  TESSERA_FAIL(Status::kInvalidArgument, "kind: '", kind,
+  TESSERA_FAIL(Status::kInvalidArgument, "kind: '", echo(kind),
                "' is not accepted; expected 'm_grouped', 'k_grouped' or 'batched'");
 }
 
 GroupOffsetsFormat parse_offsets_format(const std::string& f) {
   if (f == "start") return GroupOffsetsFormat::kStartOffsets;
   if (f == "end") return GroupOffsetsFormat::kEndOffsets;
-  TESSERA_FAIL(Status::kInvalidArgument, "offsets_format: '", f,
+  TESSERA_FAIL(Status::kInvalidArgument, "offsets_format: '", echo(f),
                "' is not accepted; expected 'start' (G+1, leading 0) or 'end' (G, torch)");
 }
 

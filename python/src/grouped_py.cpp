@@ -124,7 +124,7 @@ PyGrouped* create(const std::vector<std::array<int64_t, 2>>& shapes, const std::
         found = true;
       }
     }
-    TESSERA_CHECK(found, "mode: '", *mode, "' is not known; expected 'all same', 'varying first', "
+    TESSERA_CHECK(found, "mode: '", echo(*mode), "' is not known; expected 'all same', 'varying first', "
                   "'varying last' or 'varying both'");
   }
   auto p = std::make_unique<PyGrouped>();

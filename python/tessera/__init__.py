@@ -51,6 +51,13 @@ splits_to_offsets_multi.__doc__ = _tessera.splits_to_offsets_multi.__doc__
 __all__ += ["splits_to_offsets_multi"]
 
 
+def _echo(text):
+    """A caller's text in a message: at most 64 characters of it, then "..." (the C++ messages
+    echo user text the same way)."""
+    text = str(text)
+    return text if len(text) <= 64 else text[:64] + "..."
+
+
 def _c_contiguous(x):
     """x as a C-contiguous array; a 0-d array stays 0-d (np.ascontiguousarray would make it 1-d)."""
     arr = np.asarray(x)
@@ -110,7 +117,7 @@ def _quantized_spec(q, usage, layout):
     """The dict the binding reads for one copy of a tessera.quantize(...) result."""
     if usage not in ("rowwise", "columnwise"):
         raise InvalidArgumentError(
-            f"tessera invalid argument: usage: '{usage}' is not rowwise or columnwise")
+            f"tessera invalid argument: usage: '{_echo(usage)}' is not rowwise or columnwise")
     cw = usage == "columnwise"
     data = q.columnwise_data if cw else q.data
     if data is None:
@@ -188,8 +195,8 @@ def grouped_gemm(a, b, offsets=None, *, kind: str = "m_grouped", transpose_a=Non
     if transpose_b is None:
         transpose_b = kind != "k_grouped"
     if out_dtype is not None and out_dtype not in _GEMM_DTYPES:
-        raise InvalidArgumentError(f"tessera invalid argument: out_dtype: {out_dtype!r} is not "
-                                   f"accepted; expected one of {', '.join(_GEMM_DTYPES)}")
+        raise InvalidArgumentError(f"tessera invalid argument: out_dtype: {_echo(repr(out_dtype))} "
+                                   f"is not accepted; expected one of {', '.join(_GEMM_DTYPES)}")
     if offsets is not None and kind == "m_grouped" and offsets_format in ("start", "end"):
         _check_group_count(offsets, offsets_format, num_groups,
                            getattr(b, "shape", ()) if not _is_quantized(b) else (), _is_quantized(b))

@@ -162,3 +162,35 @@ def test_console_entry_point_runs_the_program():
     assert r.returncode == 1
     assert r.stderr.strip() == "tessera demo: unknown option '--bogus' (see tessera demo --help)"
     assert os.access(exe, os.X_OK)
+
+
+# ---- bounded echoes of user text -----------------------------------------------------------
+
+LONG = "z" * 100000
+
+
+@pytest.mark.parametrize("call", [
+    lambda: tessera.quantize(X, LONG),
+    lambda: tessera.quantize(X, "fp8_current:" + LONG),
+    lambda: tessera.quantize(X, "mxfp8", role=LONG),
+    lambda: tessera.quantize(X, "mxfp8", layout=LONG),
+    lambda: tessera.quantize(X, "mxfp8", **{LONG: 1}),
+    lambda: tessera.quantize(X, "mxfp8", seed=LONG),
+    lambda: tessera.encode(X, LONG),
+    lambda: tessera.decode(np.zeros(3, np.uint8), LONG),
+    lambda: tessera.grouped_gemm(*gemm_args(), np.array([0, 4, 8]), kind=LONG),
+    lambda: tessera.grouped_gemm(*gemm_args(), np.array([0, 4, 8]), offsets_format=LONG),
+    lambda: tessera.grouped_gemm(*gemm_args(), np.array([0, 4, 8]), out_dtype=LONG),
+    lambda: tessera.GroupedTensor([(2, 32)], recipe=LONG),
+    lambda: tessera.GroupedTensor([(2, 32)], dtype=LONG),
+    lambda: tessera.splits_to_offsets_multi(np.array([1]), [1], [True], [LONG]),
+], ids=["recipe", "recipe-suffix", "role", "layout", "option-key", "seed", "encode-format",
+        "decode-format", "kind", "offsets-format", "out-dtype", "grouped-recipe",
+        "grouped-dtype", "offsets-dtype"])
+def test_messages_echo_a_bounded_prefix_of_user_text(call):
+    with pytest.raises(tessera.Error) as e:
+        call()
+    message = str(e.value)
+    # At most 64 characters of the text (a repr counts its quote), then "...".
+    assert "z" * 63 in message and "z" * 65 not in message and "..." in message, message[:300]
+    assert len(message) < 1000, message[:300]
