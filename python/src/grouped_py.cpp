@@ -57,7 +57,7 @@ TensorView input_view(nb::handle x, const char* arg, std::vector<nb::object>& ke
     bf16_bits = true;
   }
   keep.push_back(arr);
-  const AnyArray a = nb::cast<AnyArray>(arr);
+  const ReadArray a = nb::cast<ReadArray>(arr);
   const TensorView v = view_of(a, bf16_bits ? DType::kBFloat16 : array_dtype(a, arg), arg);
   TESSERA_CHECK(v.device.is_cpu(), arg, ": tessera.GroupedTensor takes host (NumPy) arrays");
   return v;

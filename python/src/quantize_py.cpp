@@ -112,7 +112,7 @@ void apply_option(QuantizerConfig& c, const std::string& key, nb::handle v, Back
   }
 }
 
-PyQuantized quantize_py(const AnyArray& x, const std::string& what, const std::string& src_dtype,
+PyQuantized quantize_py(const ReadArray& x, const std::string& what, const std::string& src_dtype,
                         bool rowwise, bool columnwise, const nb::dict& options) {
   std::string role = "input";
   const bool role_given = options.contains("role");

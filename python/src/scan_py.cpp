@@ -21,7 +21,7 @@ nb::dlpack::dtype raw_int(int bits) {
 }
 
 // One NumPy array per output: stride × inclusive scan (of roundup(s, align)), length N or N+1.
-nb::list splits_to_offsets_multi_py(const AnyArray& splits, const std::vector<int64_t>& strides,
+nb::list splits_to_offsets_multi_py(const ReadArray& splits, const std::vector<int64_t>& strides,
                                     const std::vector<bool>& leading_zero,
                                     const std::vector<std::string>& dtypes,
                                     const std::vector<int64_t>& aligns) {
