@@ -69,8 +69,9 @@ tessera_quantizer_config to_c(const QuantizerConfig& q) {
 
 Quantizer& quantizer_of(tessera_quantizer q) { return handle_object(q, "quantizer"); }
 
-// A view of one caller buffer: its declared size must cover `want`.
+// A view of one caller buffer (`name`, its size `name`_bytes): the size must cover `want`.
 TensorView buffer_view(void* p, int64_t bytes, const MatrixShape& want, Device dev, const char* name) {
+  count_arg(bytes, (std::string(name) + "_bytes").c_str());
   TESSERA_CHECK_STATUS(bytes >= want.bytes(), Status::kBufferTooSmall, name, ": ", bytes,
                        " bytes given but (", want.rows, ", ", want.cols, ") ", dtype_name(want.dtype),
                        " needs ", want.bytes());

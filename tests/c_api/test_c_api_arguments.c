@@ -131,6 +131,13 @@ static void test_quantizer(void) {
   b.scale_inv_bytes = sizeof s;
   EXPECT(refused(tessera_quantize(q, x, TESSERA_DTYPE_FLOAT32, -2, 2, &b, NULL), "rows"));
   EXPECT(refused(tessera_quantize(q, x, 12, 2, 2, &b, NULL), "x_dtype"));
+  /* The byte size of a buffer that is given (data non-NULL) is a count too. */
+  b.data_bytes = -1;
+  EXPECT(refused(tessera_quantize(q, x, TESSERA_DTYPE_FLOAT32, 2, 2, &b, NULL), "data_bytes"));
+  b.data_bytes = sizeof d;
+  b.scale_inv_bytes = -8;
+  EXPECT(refused(tessera_dequantize(q, &b, 2, 2, 0, out, NULL), "scale_inv_bytes"));
+  b.scale_inv_bytes = sizeof s;
   EXPECT(tessera_quantize(q, x, TESSERA_DTYPE_FLOAT32, 2, 2, &b, NULL) == TESSERA_STATUS_OK);
   EXPECT(refused(tessera_dequantize(q, &b, 2, 2, 2, out, NULL), "columnwise"));
   EXPECT(refused(tessera_dequantize(q, &b, 2, -2, 0, out, NULL), "cols"));
