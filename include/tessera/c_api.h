@@ -1,11 +1,25 @@
-/* tessera C API.
+/* tessera C API (contracts in full: docs/c_api.md).
  *
  * Every function returns a tessera_status; on failure tessera_last_error() returns a message for
- * the calling thread (valid until that thread's next tessera call). No C++ exception ever crosses
- * this boundary. Objects are opaque handles created and destroyed by the API; enums have fixed
- * values so that fields and values can be added without breaking callers. Sizes are int64: a
- * size whose element count or byte count does not fit int64 gives TESSERA_STATUS_OUT_OF_RANGE
- * with a message naming the argument. */
+ * the calling thread (valid until that thread's next tessera call) naming the argument; text the
+ * caller passed (a recipe name) is echoed at most 64 characters long, then "...". No C++
+ * exception ever crosses this boundary. Enums have fixed values so that fields and values can be
+ * added without breaking callers.
+ *
+ * Arguments. An int32_t flag must be 0 or 1, an enum value one of its enum, a count >= 0, a
+ * capacity -1 or >= 0; anything else is TESSERA_STATUS_INVALID_ARGUMENT naming the parameter
+ * (also where the call would not read it). Sizes are int64: a size whose element count or byte
+ * count does not fit int64 gives TESSERA_STATUS_OUT_OF_RANGE with a message naming the argument.
+ *
+ * Handles. Objects are opaque handles created and destroyed by the API. Each starts with a magic
+ * word naming its type, checked by every call; destroy clears it and keeps the memory inside
+ * tessera (reused by later creates of the same type, oldest first; at most 4096 kept per type).
+ * So these return TESSERA_STATUS_INVALID_ARGUMENT instead of touching freed memory: a NULL
+ * handle (destroy: a no-op), a handle used or destroyed again after destroy until a later create
+ * reuses its memory, a handle of the other type, a pointer to readable memory that is no handle.
+ * Not detected: a destroyed handle whose memory a later create reused (it then names that live
+ * object), one destroyed more than 4096 destroys of its type ago, a pointer to unmapped memory,
+ * a handle destroyed while another thread uses it (undefined behaviour, as with free()). */
 #ifndef TESSERA_C_API_H_
 #define TESSERA_C_API_H_
 
@@ -118,22 +132,27 @@ typedef struct tessera_grouped_gemm_problem_s* tessera_grouped_gemm_problem;
  * K-grouped, which also gets transpose_a = 1), start offsets, capacity = rows of A. */
 tessera_status tessera_grouped_gemm_create(tessera_grouped_gemm_problem* problem, int32_t kind,
                                            int64_t num_groups);
-/* Frees the handle (NULL is a no-op). */
+/* Frees the handle (NULL is a no-op; a destroyed handle: INVALID_ARGUMENT, see Handles). */
 tessera_status tessera_grouped_gemm_destroy(tessera_grouped_gemm_problem problem);
-/* Sets one tensor (`which`: tessera_grouped_gemm_tensor); data NULL clears an optional one. The
- * memory is not copied: it must stay valid until run returns (CUDA: until the stream reaches it). */
+/* Sets one tensor (`which`: tessera_grouped_gemm_tensor); data NULL clears an optional one (dtype,
+ * ndim and device must still be valid). The memory is not copied: it must stay valid until run
+ * returns (CUDA: until the stream reaches it). D may not share a byte with an input the problem
+ * reads (A, B, bias, offsets, group_alpha; beta = 1 reads D itself by design): can_implement and
+ * run refuse it with INVALID_ARGUMENT ("D overlaps A"). Only the bytes the problem touches count
+ * (grouped operands and an M-grouped D: the capacity rows). */
 tessera_status tessera_grouped_gemm_set_tensor(tessera_grouped_gemm_problem problem, int32_t which,
                                                const void* data, int32_t dtype, int32_t ndim,
                                                const int64_t* shape, tessera_device device);
 tessera_status tessera_grouped_gemm_set_layout(tessera_grouped_gemm_problem problem,
                                                int32_t transpose_a, int32_t transpose_b);
-/* Offsets format (tessera_group_offsets_format) and the host-known capacity (-1 = rows of A). */
+/* Offsets format (tessera_group_offsets_format) and the host-known capacity (-1 = rows of A,
+ * else >= 0). */
 tessera_status tessera_grouped_gemm_set_offsets_format(tessera_grouped_gemm_problem problem,
                                                        int32_t format, int64_t max_total_rows);
 tessera_status tessera_grouped_gemm_set_scalars(tessera_grouped_gemm_problem problem, float alpha,
                                                 float beta);
-/* M-grouped only: nonzero = also write zeros into D's rows past the last group's end (read where
- * the offsets live, on the device without a sync); 0 (default) = leave them as they are. */
+/* M-grouped only: 1 = also write zeros into D's rows past the last group's end (read where the
+ * offsets live, on the device without a sync); 0 (default) = leave them as they are. */
 tessera_status tessera_grouped_gemm_set_zero_unused_rows(tessera_grouped_gemm_problem problem,
                                                          int32_t zero_unused_rows);
 /* TESSERA_STATUS_OK or the specific reason (tessera_last_error() explains). */
@@ -215,10 +234,11 @@ tessera_status tessera_quantizer_create(const tessera_quantizer_config* config,
 /* The quantizer of a built-in recipe ("mxfp8", "fp8_current:e4m3", ...) for a tensor type. */
 tessera_status tessera_quantizer_create_from_recipe(const char* recipe, int32_t tensor_type,
                                                     tessera_device device, tessera_quantizer* out);
-/* NULL is accepted. */
+/* NULL is accepted (a no-op); a destroyed handle: INVALID_ARGUMENT (see Handles). */
 tessera_status tessera_quantizer_destroy(tessera_quantizer q);
 tessera_status tessera_quantizer_get_config(tessera_quantizer q, tessera_quantizer_config* out);
-/* Bytes of data and scale_inv of one usage of a (rows, cols) input. */
+/* Bytes of data and scale_inv of one usage (columnwise 0/1) of a (rows, cols) input; the shapes
+ * tessera_quantize takes (rows * cols must fit int64, else OUT_OF_RANGE). */
 tessera_status tessera_quantizer_buffer_sizes(tessera_quantizer q, int64_t rows, int64_t cols,
                                               int32_t columnwise, int64_t* data_bytes,
                                               int64_t* scale_inv_bytes);
@@ -244,7 +264,7 @@ tessera_status tessera_quantizer_update(tessera_quantizer q, void* stream);
 typedef struct tessera_moe_routing_options {
   int64_t num_experts;
   int64_t align;      /* >= 1 */
-  int64_t capacity;   /* < 0 dropless; >= 0 rows per expert, a multiple of align */
+  int64_t capacity;   /* -1 dropless; >= 0 rows per expert, a multiple of align */
   int32_t* error_flag;
 } tessera_moe_routing_options;
 

@@ -27,8 +27,12 @@ DType dlpack_dtype(nb::dlpack::dtype t, const char* arg) {
 }
 
 DType array_dtype(const AnyArray& a, const char* arg) { return dlpack_dtype(a.dtype(), arg); }
+DType array_dtype(const ReadArray& a, const char* arg) { return dlpack_dtype(a.dtype(), arg); }
 
-TensorView view_of(const AnyArray& a, DType dtype, const char* arg) {
+namespace {
+
+template <class Array>
+TensorView view_of_array(const Array& a, DType dtype, const char* arg) {
   TESSERA_CHECK(a.ndim() <= static_cast<size_t>(kMaxDims), arg, ": ", a.ndim(),
                 "-D arrays are not accepted; at most ", kMaxDims, " dimensions");
   int64_t shape[kMaxDims];
@@ -43,6 +47,15 @@ TensorView view_of(const AnyArray& a, DType dtype, const char* arg) {
   }
   return TensorView::contiguous(const_cast<void*>(a.data()), dtype, shape,
                                 static_cast<int>(a.ndim()), dev);
+}
+
+}  // namespace
+
+TensorView view_of(const AnyArray& a, DType dtype, const char* arg) {
+  return view_of_array(a, dtype, arg);
+}
+TensorView view_of(const ReadArray& a, DType dtype, const char* arg) {
+  return view_of_array(a, dtype, arg);
 }
 
 DType array_dtype(const DeviceArray& a, const char* arg) { return dlpack_dtype(a.dtype(), arg); }
@@ -106,8 +119,8 @@ namespace {
     got = "?";
   }
   const std::string type = nb::cast<std::string>(nb::handle(Py_TYPE(v.ptr())).attr("__name__"));
-  TESSERA_FAIL(Status::kInvalidArgument, arg, ": expected ", expected, ", got ", got, " (", type,
-               ")");
+  TESSERA_FAIL(Status::kInvalidArgument, arg, ": expected ", expected, ", got ", echo(got), " (",
+               echo(type), ")");
 }
 
 }  // namespace

@@ -19,13 +19,19 @@ namespace tessera::python {
 
 namespace nb = nanobind;
 
+// A C-contiguous array the binding may write (an output). A read-only array is refused.
 using AnyArray = nb::ndarray<nb::c_contig>;
+// A C-contiguous array the binding only reads (an input): read-only arrays are taken too.
+using ReadArray = nb::ndarray<nb::ro, nb::c_contig>;
 
 // The DType of an array's DLPack element type; `hint` overrides raw uint16 (bfloat16/float16
 // carried as uint16) and uint8 (fp8/fp4 codes). Throws a tessera::Error naming `arg`.
 DType array_dtype(const AnyArray& a, const char* arg);
-// A view of a C-contiguous array (CPU or CUDA memory), dtype given.
+DType array_dtype(const ReadArray& a, const char* arg);
+// A view of a C-contiguous array (CPU or CUDA memory), dtype given. The view of a ReadArray is
+// only read (TensorView has no const form).
 TensorView view_of(const AnyArray& a, DType dtype, const char* arg);
+TensorView view_of(const ReadArray& a, DType dtype, const char* arg);
 // Raw DLPack element types of the NumPy arrays tessera returns.
 nb::dlpack::dtype raw_uint(int bits);
 nb::dlpack::dtype raw_float32();

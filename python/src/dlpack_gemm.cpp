@@ -88,11 +88,11 @@ ArrayOperand quantized_operand(const DeviceArray& data, const DeviceArray& scale
   config.element = parse_dtype(element);
   const bool nvfp4 = is_family(config.mode, ScaleFamily::kNVFP4);
   TESSERA_CHECK(dtype_bits(config.element) == 8 || config.element == DType::kFloat4E2M1,
-                "element: '", element, "' is not accepted here; expected e4m3, e5m2 or e2m1");
+                "element: '", echo(element), "' is not accepted here; expected e4m3, e5m2 or e2m1");
   TESSERA_CHECK(!nvfp4 || amax.has_value(), "amax: an NVFP4 operand needs its copy's FP32 "
                 "global amax (1 value, or one per group)");
   TESSERA_CHECK(nvfp4 || !amax.has_value(), "amax: only NVFP4 operands carry a global amax; "
-                "got one for mode '", mode, "'");
+                "got one for mode '", echo(mode), "'");
   TESSERA_CHECK(!random_hadamard || (nvfp4 && columnwise), "random_hadamard: only the "
                 "columnwise copy of an NVFP4 operand has the Hadamard transform; got mode '",
                 mode, "', ", columnwise ? "columnwise" : "rowwise", " copy");

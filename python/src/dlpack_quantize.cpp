@@ -88,10 +88,10 @@ void quantize_into(const DeviceArray& x, const std::string& mode, const std::str
   TESSERA_CHECK(m != ScalingMode::kNone, "mode: 'none' does not quantize; expected tensor, "
                 "rowwise, block1x128, block128x128, mxfp8, mxfp8_32x32, nvfp4 or nvfp4_16x16");
   TESSERA_CHECK(!has_amax(m) || (rowwise ? amax.has_value() : true),
-                "amax: mode '", mode, "' writes the tensor amax of the rowwise copy; pass a "
+                "amax: mode '", echo(mode), "' writes the tensor amax of the rowwise copy; pass a "
                 "1-element float32 array");
   TESSERA_CHECK(!has_amax(m) || (columnwise ? columnwise_amax.has_value() : true),
-                "columnwise_amax: mode '", mode, "' writes the tensor amax of the columnwise "
+                "columnwise_amax: mode '", echo(mode), "' writes the tensor amax of the columnwise "
                 "copy; pass a 1-element float32 array");
   QuantizerConfig config = make_config(m, parse_dtype(element));
   TESSERA_CHECK(rowwise || columnwise, "rowwise/columnwise: at least one usage must be asked for");
@@ -130,7 +130,7 @@ void quantize_into(const DeviceArray& x, const std::string& mode, const std::str
                 "delayed_scale/amax_history: delayed scaling needs both (or neither)");
   if (delayed_scale) {
     TESSERA_CHECK(m == ScalingMode::kTensor, "delayed_scale: delayed scaling is per-tensor ",
-                  "(mode 'tensor'), got mode '", mode, "'");
+                  "(mode 'tensor'), got mode '", echo(mode), "'");
     const DelayedScalingState state =
         delayed_state(*delayed_scale, *amax_history, xv.device, config);
     out.config = config;

@@ -22,10 +22,13 @@
 namespace tessera::python {
 namespace {
 
-using OptArray = std::optional<AnyArray>;
+// Inputs are only read (read-only arrays are taken); `out` is written.
+using OptInput = std::optional<ReadArray>;
+using OptOutput = std::optional<AnyArray>;
 
 // A view of `a`; `hint` ("" = from the array) lets uint16 carry bfloat16/float16 bits.
-TensorView typed_view(const AnyArray& a, const std::string& hint, const char* arg) {
+template <class Array>
+TensorView typed_view(const Array& a, const std::string& hint, const char* arg) {
   return view_of(a, hint.empty() ? array_dtype(a, arg) : parse_dtype(hint), arg);
 }
 
@@ -39,7 +42,7 @@ ScaleLayout resolve_layout(QuantizerConfig c, int64_t rows, int64_t cols, bool c
     return scale.ndim == 2 && scale.shape[0] == want.rows && scale.shape[1] == want.cols;
   };
   if (!layout.empty()) {
-    TESSERA_CHECK(layout == "compact" || layout == "swizzled", "layout: '", layout,
+    TESSERA_CHECK(layout == "compact" || layout == "swizzled", "layout: '", echo(layout),
                   "' is not known; expected compact or swizzled");
     return layout == "compact" ? ScaleLayout::kCompact : ScaleLayout::kSwizzled;
   }
@@ -53,7 +56,7 @@ ScaleLayout resolve_layout(QuantizerConfig c, int64_t rows, int64_t cols, bool c
 }
 
 // A 2-D uint8 array of codes as a view of `element` codes (E2M1: two per byte).
-TensorView codes_view(const AnyArray& a, DType element, const char* arg) {
+TensorView codes_view(const ReadArray& a, DType element, const char* arg) {
   TESSERA_CHECK_STATUS(a.ndim() == 2 && array_dtype(a, arg) == DType::kUInt8,
                        Status::kDTypeMismatch, arg, ": quantized data must be a 2-D uint8 array");
   const int64_t per_byte = element == DType::kFloat4E2M1 ? 2 : 1;
@@ -71,8 +74,8 @@ GemmOperand quantized_operand(const nb::dict& d, const char* arg) {
   q.rows = nb::cast<int64_t>(d["rows"]);
   q.cols = nb::cast<int64_t>(d["cols"]);
   const bool cw = nb::cast<bool>(d["columnwise"]);
-  const AnyArray data = nb::cast<AnyArray>(d["data"]);
-  const AnyArray scale = nb::cast<AnyArray>(d["scale_inv"]);
+  const ReadArray data = nb::cast<ReadArray>(d["data"]);
+  const ReadArray scale = nb::cast<ReadArray>(d["scale_inv"]);
   // FP32 scales arrive as float32 arrays, E8M0 / E4M3 ones as uint8: the table says which.
   const DType scale_dtype = array_dtype(scale, arg) == DType::kFloat32
                                 ? DType::kFloat32
@@ -84,7 +87,7 @@ GemmOperand quantized_operand(const nb::dict& d, const char* arg) {
   (cw ? q.columnwise_scale_inv : q.scale_inv) = s;
   if (!d["amax"].is_none()) {
     (cw ? q.columnwise_amax : q.amax) =
-        view_of(nb::cast<AnyArray>(d["amax"]), DType::kFloat32, arg);
+        view_of(nb::cast<ReadArray>(d["amax"]), DType::kFloat32, arg);
   }
   return GemmOperand::from_quantized(q, cw);
 }
@@ -92,21 +95,21 @@ GemmOperand quantized_operand(const nb::dict& d, const char* arg) {
 // An operand: an array (dense, dtype hint) or a quantized-copy dict.
 GemmOperand operand_of(const nb::object& x, const std::string& hint, const char* arg) {
   if (nb::isinstance<nb::dict>(x)) return quantized_operand(nb::borrow<nb::dict>(x), arg);
-  return GemmOperand::from_dense(typed_view(nb::cast<AnyArray>(x), hint, arg));
+  return GemmOperand::from_dense(typed_view(nb::cast<ReadArray>(x), hint, arg));
 }
 
 GroupedGemmKind parse_kind(const std::string& kind) {
   if (kind == "m_grouped") return GroupedGemmKind::kMGrouped;
   if (kind == "k_grouped") return GroupedGemmKind::kKGrouped;
   if (kind == "batched") return GroupedGemmKind::kBatched;
-  TESSERA_FAIL(Status::kInvalidArgument, "kind: '", kind,
+  TESSERA_FAIL(Status::kInvalidArgument, "kind: '", echo(kind),
                "' is not accepted; expected 'm_grouped', 'k_grouped' or 'batched'");
 }
 
 GroupOffsetsFormat parse_offsets_format(const std::string& f) {
   if (f == "start") return GroupOffsetsFormat::kStartOffsets;
   if (f == "end") return GroupOffsetsFormat::kEndOffsets;
-  TESSERA_FAIL(Status::kInvalidArgument, "offsets_format: '", f,
+  TESSERA_FAIL(Status::kInvalidArgument, "offsets_format: '", echo(f),
                "' is not accepted; expected 'start' (G+1, leading 0) or 'end' (G, torch)");
 }
 
@@ -132,34 +135,36 @@ nb::object zeros_numpy(const std::vector<int64_t>& shape, DType dt) {
 // out: the caller's array (then None is returned), or None: `out_shape` / `out_dtype` describe
 // the output this call allocates after can_implement accepts the problem, and returns.
 nb::object grouped_gemm_py(const nb::object& a, const std::string& a_dtype, const nb::object& b,
-                           const std::string& b_dtype, const OptArray& out,
+                           const std::string& b_dtype, const OptOutput& out,
                            const std::vector<int64_t>& out_shape, const std::string& out_dtype,
-                           const OptArray& offsets, const std::string& kind, int64_t num_groups,
+                           const OptInput& offsets, const std::string& kind, int64_t num_groups,
                            bool transpose_a, bool transpose_b, const std::string& offsets_format,
-                           int64_t max_total_rows, float alpha, const OptArray& group_alpha,
-                           float beta, const OptArray& bias, const std::string& bias_dtype) {
+                           int64_t max_total_rows, float alpha, const OptInput& group_alpha,
+                           float beta, const OptInput& bias, const std::string& bias_dtype) {
   GroupedGemmProblem p;
   p.kind = parse_kind(kind);
   p.num_groups = num_groups;
   p.a = operand_of(a, a_dtype, "a");
   p.b = operand_of(b, b_dtype, "b");
-  // can_implement reads no element of D: until it accepts, a placeholder address stands for the
-  // output that is not allocated yet.
-  alignas(kBufferAlignment) static unsigned char placeholder[kBufferAlignment];
   if (out) {
     p.d = typed_view(*out, out_dtype, "out");
   } else {
+    // can_implement reads no element of D: until it accepts, a placeholder address stands for
+    // the output that is not allocated yet. The output will be new memory, which overlaps no
+    // input; the placeholder is the last aligned address of the address space, where no input
+    // can be, so that can_implement's overlap check sees no overlap either (D's byte range lies
+    // above every input, or wraps past the end of the address space and ends below them).
     const DType dt = parse_dtype(out_dtype);
     const int ndim = static_cast<int>(out_shape.size());
     checked_dtype_bytes(dt, checked_numel(out_shape.data(), ndim, "out: shape"), "out: bytes");
+    void* const placeholder =
+        reinterpret_cast<void*>(~uintptr_t{0} & ~uintptr_t{kBufferAlignment - 1});
     p.d = TensorView::contiguous(placeholder, dt, out_shape.data(), ndim);
   }
   p.transpose_a = transpose_a;
   p.transpose_b = transpose_b;
   if (offsets) p.group_offsets = view_of(*offsets, array_dtype(*offsets, "offsets"), "offsets");
   p.offsets_format = parse_offsets_format(offsets_format);
-  TESSERA_CHECK(max_total_rows >= -1, "max_total_rows: ", max_total_rows,
-                " is not accepted; expected -1 (no bound) or a row count >= 0");
   p.max_total_rows = max_total_rows;
   p.alpha = alpha;
   if (group_alpha) {

@@ -57,7 +57,7 @@ TensorView input_view(nb::handle x, const char* arg, std::vector<nb::object>& ke
     bf16_bits = true;
   }
   keep.push_back(arr);
-  const AnyArray a = nb::cast<AnyArray>(arr);
+  const ReadArray a = nb::cast<ReadArray>(arr);
   const TensorView v = view_of(a, bf16_bits ? DType::kBFloat16 : array_dtype(a, arg), arg);
   TESSERA_CHECK(v.device.is_cpu(), arg, ": tessera.GroupedTensor takes host (NumPy) arrays");
   return v;
@@ -124,7 +124,7 @@ PyGrouped* create(const std::vector<std::array<int64_t, 2>>& shapes, const std::
         found = true;
       }
     }
-    TESSERA_CHECK(found, "mode: '", *mode, "' is not known; expected 'all same', 'varying first', "
+    TESSERA_CHECK(found, "mode: '", echo(*mode), "' is not known; expected 'all same', 'varying first', "
                   "'varying last' or 'varying both'");
   }
   auto p = std::make_unique<PyGrouped>();

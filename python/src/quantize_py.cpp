@@ -26,7 +26,7 @@ TensorType parse_tensor_type(const std::string& s) {
                        TensorType::kGradOutput, TensorType::kGradInput, TensorType::kGradWeight}) {
     if (s == tensor_type_name(t)) return t;
   }
-  TESSERA_FAIL(Status::kInvalidArgument, "role: '", s, "' is not known; expected input, weight, "
+  TESSERA_FAIL(Status::kInvalidArgument, "role: '", echo(s), "' is not known; expected input, weight, "
                "output, grad_output, grad_input or grad_weight");
 }
 
@@ -60,7 +60,7 @@ QuantizerConfig config_from_name(const std::string& what, const std::string& rol
       return parse_recipe(what).config_for({"python", parse_tensor_type(role), ""});
     }
   }
-  TESSERA_FAIL(Status::kInvalidArgument, arg, ": '", what, "' is neither a recipe (",
+  TESSERA_FAIL(Status::kInvalidArgument, arg, ": '", echo(what), "' is neither a recipe (",
                "fp8_delayed, fp8_current[:e4m3|:e5m2|:hybrid], fp8_rowwise, fp8_block, mxfp8, "
                "nvfp4) nor a scaling mode (", scaling_mode_names(), ")");
 }
@@ -73,14 +73,14 @@ void apply_option(QuantizerConfig& c, const std::string& key, nb::handle v, Back
     c.element = parse_dtype(arg_string(v, k));
   } else if (key == "layout") {
     const std::string s = arg_string(v, k);
-    TESSERA_CHECK(s == "compact" || s == "swizzled", "layout: '", s,
+    TESSERA_CHECK(s == "compact" || s == "swizzled", "layout: '", echo(s),
                   "' is not known; expected compact or swizzled");
     c.scale_layout = s == "compact" ? ScaleLayout::kCompact : ScaleLayout::kSwizzled;
   } else if (key == "power_of_two_scales") {
     c.power_of_two_scales = arg_bool(v, k);
   } else if (key == "e8m0_rounding") {
     const std::string s = arg_string(v, k);
-    TESSERA_CHECK(s == "round_up" || s == "floor", "e8m0_rounding: '", s,
+    TESSERA_CHECK(s == "round_up" || s == "floor", "e8m0_rounding: '", echo(s),
                   "' is not known; expected round_up or floor");
     c.e8m0_rounding = s == "floor" ? E8M0Rounding::kFloor : E8M0Rounding::kRoundUp;
   } else if (key == "random_hadamard") {
@@ -95,17 +95,17 @@ void apply_option(QuantizerConfig& c, const std::string& key, nb::handle v, Back
     c.amax_epsilon = arg_float(v, k);
   } else if (key == "backend") {
     const std::string s = arg_string(v, k);
-    TESSERA_CHECK(s == "cpu" || s == "reference", "backend: '", s,
+    TESSERA_CHECK(s == "cpu" || s == "reference", "backend: '", echo(s),
                   "' is not known; expected cpu or reference");
     backend = s == "cpu" ? Backend::kCPU : Backend::kReference;
   } else if (key != "role") {
-    TESSERA_FAIL(Status::kInvalidArgument, "option '", key, "' is not known; expected element, "
+    TESSERA_FAIL(Status::kInvalidArgument, "option '", echo(key), "' is not known; expected element, "
                  "layout, power_of_two_scales, e8m0_rounding, random_hadamard, "
                  "stochastic_rounding, seed, offset, amax_epsilon, role or backend");
   }
 }
 
-PyQuantized quantize_py(const AnyArray& x, const std::string& what, const std::string& src_dtype,
+PyQuantized quantize_py(const ReadArray& x, const std::string& what, const std::string& src_dtype,
                         bool rowwise, bool columnwise, const nb::dict& options) {
   std::string role = "input";
   const bool role_given = options.contains("role");
@@ -146,7 +146,7 @@ nb::object dequantize_py(const PyQuantized& q, bool columnwise, const std::strin
   const QuantizedTensorView& v = q.tensor.view();
   void* data = nullptr;
   nb::object out = new_numpy({v.rows, v.cols}, raw_float32(), &data);
-  TESSERA_CHECK(backend == "cpu" || backend == "reference", "backend: '", backend,
+  TESSERA_CHECK(backend == "cpu" || backend == "reference", "backend: '", echo(backend),
                 "' is not known; expected cpu or reference");
   {
     nb::gil_scoped_release release;
@@ -223,11 +223,11 @@ nb::dict recipe_config(const std::string& recipe, const std::string& module_type
     } else if (key == "margin") {
       r.margin = nb::cast<int>(v);
     } else {
-      TESSERA_FAIL(Status::kInvalidArgument, "option '", key, "' is not known; expected "
+      TESSERA_FAIL(Status::kInvalidArgument, "option '", echo(key), "' is not known; expected "
                    "amax_history_len, amax_compute_algo or margin");
     }
   }
-  TESSERA_CHECK(r.quantized(), "recipe: '", recipe, "' does not quantize; it has no roles");
+  TESSERA_CHECK(r.quantized(), "recipe: '", echo(recipe), "' does not quantize; it has no roles");
   const QuantizerConfig c = r.config_for({module_type, parse_tensor_type(tensor_type), name});
   validate_config(c);
   return config_dict(c, r.token_alignment);
@@ -246,7 +246,7 @@ QuantizerConfig config_from_factory(nb::handle out) {
   const nb::dict d = nb::borrow<nb::dict>(out);
   for (auto [k, v] : d) {
     const std::string key = arg_string(k, "config key");
-    TESSERA_CHECK(key == "mode" || key == "element", "config key '", key,
+    TESSERA_CHECK(key == "mode" || key == "element", "config key '", echo(key),
                   "' is not known; expected mode and element (the other fields take the "
                   "mode's defaults)");
   }
@@ -257,7 +257,7 @@ QuantizerConfig config_from_factory(nb::handle out) {
   for (const ScalingModeInfo& m : scaling_mode_table()) {
     known = known || (m.family != ScaleFamily::kNone && mode == m.name);
   }
-  TESSERA_CHECK(known, "mode '", mode, "' is not a scaling mode; expected one of ",
+  TESSERA_CHECK(known, "mode '", echo(mode), "' is not a scaling mode; expected one of ",
                 scaling_mode_names());
   QuantizerConfig c = make_config(scaling_mode_from_name(mode.c_str()));
   if (d.contains("element")) c.element = parse_dtype(arg_string(d["element"], "config element"));

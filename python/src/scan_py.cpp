@@ -21,7 +21,7 @@ nb::dlpack::dtype raw_int(int bits) {
 }
 
 // One NumPy array per output: stride × inclusive scan (of roundup(s, align)), length N or N+1.
-nb::list splits_to_offsets_multi_py(const AnyArray& splits, const std::vector<int64_t>& strides,
+nb::list splits_to_offsets_multi_py(const ReadArray& splits, const std::vector<int64_t>& strides,
                                     const std::vector<bool>& leading_zero,
                                     const std::vector<std::string>& dtypes,
                                     const std::vector<int64_t>& aligns) {
@@ -52,7 +52,7 @@ nb::list splits_to_offsets_multi_py(const AnyArray& splits, const std::vector<in
   std::vector<TensorView> outputs;
   for (size_t k = 0; k < count; ++k) {
     const bool is_int = specs[k].dtype == DType::kInt32 || specs[k].dtype == DType::kInt64;
-    TESSERA_CHECK_STATUS(is_int, Status::kDTypeMismatch, "dtypes[", k, "]: '", dtypes[k],
+    TESSERA_CHECK_STATUS(is_int, Status::kDTypeMismatch, "dtypes[", k, "]: '", echo(dtypes[k]),
                          "' is not accepted; expected int32 or int64");
     void* data = nullptr;
     const int64_t len = offsets_length(n, specs[k]);

@@ -51,16 +51,53 @@ splits_to_offsets_multi.__doc__ = _tessera.splits_to_offsets_multi.__doc__
 __all__ += ["splits_to_offsets_multi"]
 
 
+def _echo(text):
+    """A caller's text in a message: at most 64 characters of it, then "..." (the C++ messages
+    echo user text the same way)."""
+    text = str(text)
+    return text if len(text) <= 64 else text[:64] + "..."
+
+
+def _flag(value, name):
+    """A boolean argument: True or False (NumPy's bool_ too); 2, -1, "yes", None, ... are an
+    InvalidArgumentError naming `name`, not read as true or false."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise InvalidArgumentError(f"tessera invalid argument: {name}: expected True or False, got "
+                               f"{_echo(repr(value))} ({type(value).__name__})")
+
+
 def _c_contiguous(x):
     """x as a C-contiguous array; a 0-d array stays 0-d (np.ascontiguousarray would make it 1-d)."""
     arr = np.asarray(x)
     return arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
 
 
-def _as_input(x):
-    """Returns (array, src_dtype) with ml_dtypes bfloat16 carried as uint16 bits."""
-    arr = _c_contiguous(x) if isinstance(x, (np.ndarray, list, tuple, float, int)) else x
-    if isinstance(arr, np.ndarray) and arr.dtype.name == "bfloat16":
+def _numeric_array(x, name):
+    """x as a C-contiguous NumPy array of numbers (bool, integer, float, complex or an ml_dtypes
+    format; which of them an operation takes is its own check). Anything else — a str, None, a
+    ragged list, a string or object array — is a tessera.ArgumentTypeError naming `name`."""
+    try:
+        arr = _c_contiguous(x)
+    except (TypeError, ValueError):
+        arr = None
+    if arr is None or not (arr.dtype.kind in "biufc" or arr.dtype.type.__module__ == "ml_dtypes"):
+        if arr is None or (arr.ndim == 0 and not isinstance(x, np.ndarray)):
+            got = type(x).__name__
+        else:
+            got = f"{type(x).__name__} of {arr.dtype}"
+        raise ArgumentTypeError(f"tessera dtype mismatch: {name}: must be a numeric array (or "
+                                f"a number, or a list of them), got {_echo(got)}")
+    return arr
+
+
+def _as_input(x, name="x"):
+    """Returns (array, src_dtype) with ml_dtypes bfloat16 carried as uint16 bits. A DLPack
+    producer that is not a NumPy array (a torch tensor, ...) passes as it is."""
+    if hasattr(x, "__dlpack__") and not isinstance(x, np.ndarray):
+        return x, ""
+    arr = _numeric_array(x, name)
+    if arr.dtype.name == "bfloat16":
         return arr.view(np.uint16), "bfloat16"
     return arr, ""
 
@@ -83,13 +120,16 @@ def decode(codes, format: str, last_dim: int = -1) -> np.ndarray:
     """Decodes `format` codes into float32. For "e2m1", `last_dim` gives an odd logical length.
 
     `codes` as encode returns them (uint16 for bfloat16/float16, uint8 otherwise), or an
-    ml_dtypes/NumPy array of the format itself (bfloat16, float16, float8_e4m3fn, ...), read as
-    its bit patterns.
+    ml_dtypes/NumPy array of the format itself (bfloat16, float16, float8_e4m3fn,
+    float4_e2m1fn: one value per element), whose values are decoded. Any other dtype (float16
+    codes of bfloat16, float8_e5m2 of e4m3, int8, bool, ...) is a tessera.DTypeError: its bits
+    are not read as another format.
     """
-    arr = _c_contiguous(codes)
+    arr = _numeric_array(codes, "codes")
+    name = arr.dtype.name
     if arr.dtype.kind not in "ui" and arr.dtype.itemsize in (1, 2):
         arr = arr.view(np.uint8 if arr.dtype.itemsize == 1 else np.uint16)
-    return _tessera.decode(arr, format, last_dim)
+    return _tessera.decode(arr, format, last_dim, name)
 
 
 # ---- grouped GEMM (docs/gemm.md) -----------------------------------------------------------------
@@ -100,7 +140,7 @@ def _gemm_operand(x, name):
     """(C-contiguous array, dtype hint) with bfloat16 carried as uint16 bits."""
     if x is None:
         return None, ""
-    arr, hint = _as_input(x)
+    arr, hint = _as_input(x, name)
     if not arr.flags.c_contiguous:
         arr = np.ascontiguousarray(arr)
     return arr, hint
@@ -110,7 +150,7 @@ def _quantized_spec(q, usage, layout):
     """The dict the binding reads for one copy of a tessera.quantize(...) result."""
     if usage not in ("rowwise", "columnwise"):
         raise InvalidArgumentError(
-            f"tessera invalid argument: usage: '{usage}' is not rowwise or columnwise")
+            f"tessera invalid argument: usage: '{_echo(usage)}' is not rowwise or columnwise")
     cw = usage == "columnwise"
     data = q.columnwise_data if cw else q.data
     if data is None:
@@ -183,13 +223,11 @@ def grouped_gemm(a, b, offsets=None, *, kind: str = "m_grouped", transpose_a=Non
     Returns `out`; without one, a zero-filled array allocated once the problem is accepted (a
     refused problem raises its tessera.Error before any allocation).
     """
-    if transpose_a is None:
-        transpose_a = kind == "k_grouped"
-    if transpose_b is None:
-        transpose_b = kind != "k_grouped"
+    transpose_a = kind == "k_grouped" if transpose_a is None else _flag(transpose_a, "transpose_a")
+    transpose_b = kind != "k_grouped" if transpose_b is None else _flag(transpose_b, "transpose_b")
     if out_dtype is not None and out_dtype not in _GEMM_DTYPES:
-        raise InvalidArgumentError(f"tessera invalid argument: out_dtype: {out_dtype!r} is not "
-                                   f"accepted; expected one of {', '.join(_GEMM_DTYPES)}")
+        raise InvalidArgumentError(f"tessera invalid argument: out_dtype: {_echo(repr(out_dtype))} "
+                                   f"is not accepted; expected one of {', '.join(_GEMM_DTYPES)}")
     if offsets is not None and kind == "m_grouped" and offsets_format in ("start", "end"):
         _check_group_count(offsets, offsets_format, num_groups,
                            getattr(b, "shape", ()) if not _is_quantized(b) else (), _is_quantized(b))
@@ -233,8 +271,12 @@ def grouped_gemm(a, b, offsets=None, *, kind: str = "m_grouped", transpose_a=Non
         if not isinstance(out, np.ndarray) or not out.flags.c_contiguous:
             raise InvalidArgumentError(
                 "tessera invalid argument: out: must be a C-contiguous NumPy array")
+        if not out.flags.writeable:
+            raise InvalidArgumentError(
+                "tessera invalid argument: out: must be a writable array (it is read-only); the "
+                "result is written into it")
         result = out
-        out, out_hint = _as_input(out)
+        out, out_hint = _as_input(out, "out")
     offs = None if offsets is None else np.ascontiguousarray(offsets)
     ga = None if group_alpha is None else np.ascontiguousarray(group_alpha, dtype=np.float32)
     bias_arr, bias_hint = _gemm_operand(bias, "bias")
@@ -275,7 +317,8 @@ def quantize(x, recipe_or_mode: str, rowwise: bool = True, columnwise: bool = Fa
     columnwise_amax (NumPy copies; None when absent) and dequantize(columnwise=False).
     """
     arr, src = _as_input(x)
-    return _tessera.quantize(arr, recipe_or_mode, src, rowwise, columnwise, dict(options))
+    return _tessera.quantize(arr, recipe_or_mode, src, _flag(rowwise, "rowwise"),
+                             _flag(columnwise, "columnwise"), dict(options))
 
 
 class GroupedTensor(_tessera.GroupedTensor):

@@ -1,6 +1,7 @@
 // C API: version, status strings, last error, bulk encode/decode.
 #include "tessera/c_api.h"
 
+#include "c_api/c_api_args.h"
 #include "c_api/c_api_guard.h"
 #include "tessera/core/checked_math.h"
 #include "tessera/core/tensor_view.h"
@@ -10,20 +11,8 @@ namespace tessera::c_api {
 namespace {
 thread_local std::string g_last_error;
 
-DType to_dtype(int32_t v, const char* arg) {
-  TESSERA_CHECK(v >= 0 && v < kNumDTypes, arg, ": dtype value ", v, " is not a tessera_dtype");
-  return static_cast<DType>(v);
-}
-
-Device to_device(tessera_device d) {
-  TESSERA_CHECK(d.device_type == 0 || d.device_type == 1, "device: device_type ", d.device_type,
-                " must be 0 (CPU) or 1 (CUDA)");
-  TESSERA_CHECK(d.device_index >= 0, "device: device_index ", d.device_index, " is negative");
-  return d.device_type == 0 ? Device::cpu() : Device::cuda(d.device_index);
-}
-
 TensorView flat(const void* p, DType dt, int64_t numel, Device dev, const char* arg) {
-  TESSERA_CHECK(numel >= 0, "numel ", numel, " is negative");
+  count_arg(numel, "numel");
   TESSERA_CHECK(p != nullptr || numel == 0, arg, " is NULL");
   (void)checked_dtype_bytes(dt, numel, arg);  // names the buffer when numel's bytes overflow
   return TensorView::contiguous(const_cast<void*>(p), dt, {numel}, dev);
@@ -32,7 +21,7 @@ TensorView flat(const void* p, DType dt, int64_t numel, Device dev, const char* 
 // flat() plus the caller's byte size of the buffer, which must hold numel elements of dt.
 TensorView flat_sized(const void* p, int64_t bytes, DType dt, int64_t numel, Device dev,
                       const char* arg, const char* bytes_arg) {
-  TESSERA_CHECK(bytes >= 0, bytes_arg, ": ", bytes, " is negative");
+  count_arg(bytes, bytes_arg);
   const TensorView v = flat(p, dt, numel, dev, arg);
   TESSERA_CHECK_STATUS(v.nbytes() <= bytes, Status::kBufferTooSmall, bytes_arg, ": ", arg,
                        " holds ", bytes, " bytes but ", numel, " elements of ", dtype_name(dt),
@@ -70,9 +59,9 @@ tessera_status tessera_encode(const void* src, int32_t src_dtype, void* dst, int
                               void* stream) {
   return guard([&] {
     using namespace tessera::c_api;
-    const tessera::Device dev = to_device(device);
-    tessera::encode(flat(src, to_dtype(src_dtype, "src_dtype"), numel, dev, "src"),
-                    flat(dst, to_dtype(dst_dtype, "dst_dtype"), numel, dev, "dst"),
+    const tessera::Device dev = device_arg(device);
+    tessera::encode(flat(src, dtype_arg(src_dtype, "src_dtype"), numel, dev, "src"),
+                    flat(dst, dtype_arg(dst_dtype, "dst_dtype"), numel, dev, "dst"),
                     tessera::Stream{stream});
   });
 }
@@ -81,8 +70,8 @@ tessera_status tessera_decode(const void* src, int32_t src_dtype, float* dst, in
                               tessera_device device, void* stream) {
   return guard([&] {
     using namespace tessera::c_api;
-    const tessera::Device dev = to_device(device);
-    tessera::decode(flat(src, to_dtype(src_dtype, "src_dtype"), numel, dev, "src"),
+    const tessera::Device dev = device_arg(device);
+    tessera::decode(flat(src, dtype_arg(src_dtype, "src_dtype"), numel, dev, "src"),
                     flat(dst, tessera::DType::kFloat32, numel, dev, "dst"),
                     tessera::Stream{stream});
   });
@@ -93,11 +82,11 @@ tessera_status tessera_encode_sized(const void* src, int64_t src_bytes, int32_t 
                                     tessera_device device, void* stream) {
   return guard([&] {
     using namespace tessera::c_api;
-    const tessera::Device dev = to_device(device);
+    const tessera::Device dev = device_arg(device);
     const tessera::TensorView s =
-        flat_sized(src, src_bytes, to_dtype(src_dtype, "src_dtype"), numel, dev, "src", "src_bytes");
+        flat_sized(src, src_bytes, dtype_arg(src_dtype, "src_dtype"), numel, dev, "src", "src_bytes");
     const tessera::TensorView d =
-        flat_sized(dst, dst_bytes, to_dtype(dst_dtype, "dst_dtype"), numel, dev, "dst", "dst_bytes");
+        flat_sized(dst, dst_bytes, dtype_arg(dst_dtype, "dst_dtype"), numel, dev, "dst", "dst_bytes");
     tessera::encode(s, d, tessera::Stream{stream});
   });
 }
@@ -107,9 +96,9 @@ tessera_status tessera_decode_sized(const void* src, int64_t src_bytes, int32_t 
                                     tessera_device device, void* stream) {
   return guard([&] {
     using namespace tessera::c_api;
-    const tessera::Device dev = to_device(device);
+    const tessera::Device dev = device_arg(device);
     const tessera::TensorView s =
-        flat_sized(src, src_bytes, to_dtype(src_dtype, "src_dtype"), numel, dev, "src", "src_bytes");
+        flat_sized(src, src_bytes, dtype_arg(src_dtype, "src_dtype"), numel, dev, "src", "src_bytes");
     const tessera::TensorView d =
         flat_sized(dst, dst_bytes, tessera::DType::kFloat32, numel, dev, "dst", "dst_bytes");
     tessera::decode(s, d, tessera::Stream{stream});

@@ -3,25 +3,15 @@
 // behind the exception firewall.
 #include <cstdint>
 
+#include "c_api/c_api_args.h"
 #include "c_api/c_api_guard.h"
 #include "tessera/c_api.h"
+#include "tessera/core/checked_math.h"
 #include "tessera/nn/moe_routing.h"
 #include "tessera/quantize/types.h"
 
 namespace tessera::c_api {
 namespace {
-
-DType dtype_of(int32_t v, const char* arg) {
-  TESSERA_CHECK(v >= 0 && v < kNumDTypes, arg, ": dtype value ", v, " is not a tessera_dtype");
-  return static_cast<DType>(v);
-}
-
-Device device_of(tessera_device d) {
-  TESSERA_CHECK(d.device_type == 0 || d.device_type == 1, "device: device_type ", d.device_type,
-                " must be 0 (CPU) or 1 (CUDA)");
-  TESSERA_CHECK(d.device_index >= 0, "device: device_index ", d.device_index, " is negative");
-  return d.device_type == 0 ? Device::cpu() : Device::cuda(d.device_index);
-}
 
 MoeRoutingOptions options_of(const tessera_moe_routing_options* o) {
   TESSERA_CHECK(o != nullptr, "options is NULL");
@@ -33,20 +23,28 @@ MoeRoutingOptions options_of(const tessera_moe_routing_options* o) {
   return r;
 }
 
-// A (rows, cols) view; rows·cols must fit int64 and a NULL pointer is allowed only when empty.
+// The sizes every op takes, each named when out of range: counts >= 0, top_k >= 1.
+void check_sizes(int64_t num_tokens, int64_t top_k, int64_t rows, int64_t hidden) {
+  count_arg(num_tokens, "num_tokens");
+  TESSERA_CHECK(top_k >= 1, "top_k: ", top_k, " must be >= 1");
+  count_arg(rows, "rows");
+  count_arg(hidden, "hidden");
+}
+
+// A (rows, cols) view; its element count and byte size must fit int64 (kOutOfRange naming
+// `arg`) and a NULL pointer is allowed only when it is empty.
 TensorView matrix(const void* p, DType dt, int64_t rows, int64_t cols, Device dev,
                   const char* arg) {
-  int64_t n = 0, bytes = 0;
   TESSERA_CHECK(rows >= 0 && cols >= 0, arg, ": sizes ", rows, " x ", cols, " are negative");
-  TESSERA_CHECK_STATUS(!__builtin_mul_overflow(rows, cols, &n) &&
-                           !__builtin_mul_overflow(n, int64_t{8}, &bytes),
-                       Status::kOutOfRange, arg, ": ", rows, " x ", cols, " overflows int64");
+  const int64_t n = checked_mul(rows, cols, arg);
+  (void)checked_dtype_bytes(dt, n, arg);
   TESSERA_CHECK(p != nullptr || n == 0, arg, " is NULL");
   return TensorView::contiguous(const_cast<void*>(p), dt, {rows, cols}, dev);
 }
 
 TensorView vector(const void* p, DType dt, int64_t n, Device dev, const char* arg) {
   TESSERA_CHECK(n >= 0, arg, ": size ", n, " is negative");
+  (void)checked_dtype_bytes(dt, n, arg);
   TESSERA_CHECK(p != nullptr || n == 0, arg, " is NULL");
   return TensorView::contiguous(const_cast<void*>(p), dt, {n}, dev);
 }
@@ -74,7 +72,7 @@ tessera_status tessera_moe_routing_workspace_bytes(int64_t num_tokens, int64_t t
     using namespace tessera::c_api;
     TESSERA_CHECK(bytes != nullptr, "bytes is NULL");
     *bytes = tessera::moe_routing_workspace_bytes(num_tokens, top_k, options_of(options),
-                                                  device_of(device));
+                                                  device_arg(device));
   });
 }
 
@@ -86,20 +84,22 @@ tessera_status tessera_moe_routing(const void* indices, int32_t index_dtype, int
                                    tessera_device device, void* stream) {
   return guard([&] {
     using namespace tessera::c_api;
+    check_sizes(num_tokens, top_k, rows, 0);
     using tessera::DType;
-    const tessera::Device dev = device_of(device);
+    const tessera::Device dev = device_arg(device);
     const tessera::MoeRoutingOptions o = options_of(options);
-    const DType map = dtype_of(map_dtype, "map_dtype");
-    TESSERA_CHECK(o.num_experts >= 1 && o.num_experts < INT64_MAX, "options->num_experts ",
-                  o.num_experts, " must be >= 1");
+    const DType map = dtype_arg(map_dtype, "map_dtype");
+    TESSERA_CHECK(o.num_experts >= 1, "options->num_experts ", o.num_experts, " must be >= 1");
     const tessera::MoeRouting out{
         vector(counts, DType::kInt64, o.num_experts, dev, "counts"),
-        vector(padded_offsets, DType::kInt64, o.num_experts + 1, dev, "padded_offsets"),
+        vector(padded_offsets, DType::kInt64,
+               tessera::checked_add(o.num_experts, 1, "padded_offsets: num_experts + 1"), dev,
+               "padded_offsets"),
         matrix(slot_map, map, num_tokens, top_k, dev, "slot_map"),
         vector(row_pair, map, rows, dev, "row_pair"),
         vector(dropped, DType::kInt64, 1, dev, "dropped")};
     tessera::moe_routing(
-        matrix(indices, dtype_of(index_dtype, "index_dtype"), num_tokens, top_k, dev, "indices"),
+        matrix(indices, dtype_arg(index_dtype, "index_dtype"), num_tokens, top_k, dev, "indices"),
         o, out, vector(workspace, DType::kUInt8, workspace_bytes, dev, "workspace"),
         tessera::Stream{stream});
   });
@@ -113,12 +113,18 @@ tessera_status tessera_moe_permute(const void* x, int32_t x_dtype, int64_t num_t
                                    tessera_device device, void* stream) {
   return guard([&] {
     using namespace tessera::c_api;
+    check_sizes(num_tokens, top_k, rows, hidden);
     using tessera::DType;
-    const tessera::Device dev = device_of(device);
-    const DType xd = dtype_of(x_dtype, "x_dtype");
+    const tessera::Device dev = device_arg(device);
+    const DType xd = dtype_arg(x_dtype, "x_dtype");
     const tessera::TensorView xv = matrix(x, xd, num_tokens, hidden, dev, "x");
     const tessera::TensorView rp =
-        vector(row_pair, dtype_of(map_dtype, "map_dtype"), rows, dev, "row_pair");
+        vector(row_pair, dtype_arg(map_dtype, "map_dtype"), rows, dev, "row_pair");
+    // Enums and sizes in range even where quant_mode NONE does not read them.
+    const DType elem = dtype_arg(element, "element");
+    TESSERA_CHECK(e8m0_rounding == 0 || e8m0_rounding == 1, "e8m0_rounding: value ",
+                  e8m0_rounding, " must be 0 (round-up) or 1 (floor)");
+    count_arg(scale_inv_bytes, "scale_inv_bytes");
     if (quant_mode == TESSERA_SCALING_NONE) {
       tessera::moe_permute(xv, rp, top_k, matrix(out, xd, rows, hidden, dev, "out"),
                            tessera::Stream{stream});
@@ -128,10 +134,8 @@ tessera_status tessera_moe_permute(const void* x, int32_t x_dtype, int64_t num_t
                       quant_mode == TESSERA_SCALING_BLOCK_1X128 ||
                       quant_mode == TESSERA_SCALING_MXFP8,
                   "quant_mode: value ", quant_mode, " is not NONE, ROWWISE, BLOCK_1X128 or MXFP8");
-    TESSERA_CHECK(e8m0_rounding == 0 || e8m0_rounding == 1, "e8m0_rounding: value ",
-                  e8m0_rounding, " must be 0 (round-up) or 1 (floor)");
-    tessera::QuantizerConfig c = tessera::make_config(
-        static_cast<tessera::ScalingMode>(quant_mode), dtype_of(element, "element"));
+    tessera::QuantizerConfig c =
+        tessera::make_config(static_cast<tessera::ScalingMode>(quant_mode), elem);
     c.e8m0_rounding = static_cast<tessera::E8M0Rounding>(e8m0_rounding);
     tessera::validate_config(c);
     const tessera::MatrixShape ss = tessera::scale_shape(c, rows, hidden, false);
@@ -155,11 +159,12 @@ tessera_status tessera_moe_permute_backward(const void* d_permuted, int32_t d_dt
                                             tessera_device device, void* stream) {
   return guard([&] {
     using namespace tessera::c_api;
-    const tessera::Device dev = device_of(device);
+    check_sizes(num_tokens, top_k, rows, hidden);
+    const tessera::Device dev = device_arg(device);
     tessera::moe_permute_backward(
-        matrix(d_permuted, dtype_of(d_dtype, "d_dtype"), rows, hidden, dev, "d_permuted"),
-        matrix(slot_map, dtype_of(map_dtype, "map_dtype"), num_tokens, top_k, dev, "slot_map"),
-        matrix(dx, dtype_of(dx_dtype, "dx_dtype"), num_tokens, hidden, dev, "dx"),
+        matrix(d_permuted, dtype_arg(d_dtype, "d_dtype"), rows, hidden, dev, "d_permuted"),
+        matrix(slot_map, dtype_arg(map_dtype, "map_dtype"), num_tokens, top_k, dev, "slot_map"),
+        matrix(dx, dtype_arg(dx_dtype, "dx_dtype"), num_tokens, hidden, dev, "dx"),
         tessera::Stream{stream});
   });
 }
@@ -170,14 +175,15 @@ tessera_status tessera_moe_unpermute(const void* y, int32_t y_dtype, int64_t row
                                      int32_t out_dtype, tessera_device device, void* stream) {
   return guard([&] {
     using namespace tessera::c_api;
-    const tessera::Device dev = device_of(device);
+    check_sizes(num_tokens, top_k, rows, hidden);
+    const tessera::Device dev = device_arg(device);
     const tessera::TensorView pv =
         probs == nullptr ? tessera::TensorView{}
                          : matrix(probs, tessera::DType::kFloat32, num_tokens, top_k, dev, "probs");
     tessera::moe_unpermute(
-        matrix(y, dtype_of(y_dtype, "y_dtype"), rows, hidden, dev, "y"),
-        matrix(slot_map, dtype_of(map_dtype, "map_dtype"), num_tokens, top_k, dev, "slot_map"),
-        pv, matrix(out, dtype_of(out_dtype, "out_dtype"), num_tokens, hidden, dev, "out"),
+        matrix(y, dtype_arg(y_dtype, "y_dtype"), rows, hidden, dev, "y"),
+        matrix(slot_map, dtype_arg(map_dtype, "map_dtype"), num_tokens, top_k, dev, "slot_map"),
+        pv, matrix(out, dtype_arg(out_dtype, "out_dtype"), num_tokens, hidden, dev, "out"),
         tessera::Stream{stream});
   });
 }
@@ -191,9 +197,10 @@ tessera_status tessera_moe_unpermute_backward(const void* dout, int32_t dout_dty
                                               tessera_device device, void* stream) {
   return guard([&] {
     using namespace tessera::c_api;
+    check_sizes(num_tokens, top_k, rows, hidden);
     using tessera::DType;
-    const tessera::Device dev = device_of(device);
-    const DType map = dtype_of(map_dtype, "map_dtype");
+    const tessera::Device dev = device_arg(device);
+    const DType map = dtype_arg(map_dtype, "map_dtype");
     const tessera::TensorView pv =
         probs == nullptr ? tessera::TensorView{}
                          : matrix(probs, DType::kFloat32, num_tokens, top_k, dev, "probs");
@@ -201,11 +208,11 @@ tessera_status tessera_moe_unpermute_backward(const void* dout, int32_t dout_dty
         dprobs == nullptr ? tessera::TensorView{}
                           : matrix(dprobs, DType::kFloat32, num_tokens, top_k, dev, "dprobs");
     tessera::moe_unpermute_backward(
-        matrix(dout, dtype_of(dout_dtype, "dout_dtype"), num_tokens, hidden, dev, "dout"),
-        matrix(y, dtype_of(y_dtype, "y_dtype"), rows, hidden, dev, "y"),
+        matrix(dout, dtype_arg(dout_dtype, "dout_dtype"), num_tokens, hidden, dev, "dout"),
+        matrix(y, dtype_arg(y_dtype, "y_dtype"), rows, hidden, dev, "y"),
         matrix(slot_map, map, num_tokens, top_k, dev, "slot_map"),
         vector(row_pair, map, rows, dev, "row_pair"), pv,
-        matrix(dy, dtype_of(dy_dtype, "dy_dtype"), rows, hidden, dev, "dy"), dpv,
+        matrix(dy, dtype_arg(dy_dtype, "dy_dtype"), rows, hidden, dev, "dy"), dpv,
         tessera::Stream{stream});
   });
 }

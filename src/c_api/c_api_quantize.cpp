@@ -1,27 +1,24 @@
-// C API of the quantizers: opaque tessera_quantizer handles over tessera::Quantizer, caller-owned
-// buffers described by tessera_quantized_buffers, every call behind the exception firewall.
+// C API of the quantizers: opaque tessera_quantizer handles over tessera::Quantizer (checked live
+// at every call, c_api_handle.h), caller-owned buffers described by tessera_quantized_buffers,
+// every call behind the exception firewall.
 #include <memory>
 #include <string>
 
+#include "c_api/c_api_args.h"
 #include "c_api/c_api_guard.h"
+#include "c_api/c_api_handle.h"
 #include "tessera/c_api.h"
 #include "tessera/core/checked_math.h"
 #include "tessera/quantize/quantizer.h"
 #include "tessera/quantize/recipe.h"
 
-struct tessera_quantizer_s {
-  std::unique_ptr<tessera::Quantizer> quantizer;
+struct tessera_quantizer_s : tessera::c_api::Handle<tessera::Quantizer> {
+  static constexpr uint64_t kMagic = tessera::c_api::magic_word("tsr:qntz");
+  static constexpr const char* kTypeName = "tessera_quantizer";
 };
 
 namespace tessera::c_api {
 namespace {
-
-Device device_of(tessera_device d) {
-  TESSERA_CHECK(d.device_type == 0 || d.device_type == 1, "device: device_type ", d.device_type,
-                " must be 0 (CPU) or 1 (CUDA)");
-  TESSERA_CHECK(d.device_index >= 0, "device: device_index ", d.device_index, " is negative");
-  return d.device_type == 0 ? Device::cpu() : Device::cuda(d.device_index);
-}
 
 QuantizerConfig from_c(const tessera_quantizer_config& c) {
   TESSERA_CHECK(c.mode >= 0 && c.mode <= static_cast<int32_t>(ScalingMode::kNVFP4_16x16),
@@ -31,18 +28,18 @@ QuantizerConfig from_c(const tessera_quantizer_config& c) {
   QuantizerConfig q;
   q.mode = static_cast<ScalingMode>(c.mode);
   q.element = static_cast<DType>(c.element);
-  q.rowwise = c.rowwise != 0;
-  q.columnwise = c.columnwise != 0;
+  q.rowwise = flag_arg(c.rowwise, "config.rowwise");
+  q.columnwise = flag_arg(c.columnwise, "config.columnwise");
   q.scale_layout = static_cast<ScaleLayout>(c.scale_layout);
-  q.delayed = c.delayed != 0;
+  q.delayed = flag_arg(c.delayed, "config.delayed");
   q.amax_history_len = c.amax_history_len;
   q.amax_algo = static_cast<AmaxHistoryAlgo>(c.amax_algo);
   q.margin = c.margin;
   q.amax_epsilon = c.amax_epsilon;
-  q.power_of_two_scales = c.power_of_two_scales != 0;
+  q.power_of_two_scales = flag_arg(c.power_of_two_scales, "config.power_of_two_scales");
   q.e8m0_rounding = static_cast<E8M0Rounding>(c.e8m0_rounding);
-  q.random_hadamard = c.random_hadamard != 0;
-  q.stochastic_rounding = c.stochastic_rounding != 0;
+  q.random_hadamard = flag_arg(c.random_hadamard, "config.random_hadamard");
+  q.stochastic_rounding = flag_arg(c.stochastic_rounding, "config.stochastic_rounding");
   q.rng_seed = c.rng_seed;
   q.rng_offset = c.rng_offset;
   validate_config(q);  // enum values out of range are reported here, before any use
@@ -70,20 +67,11 @@ tessera_quantizer_config to_c(const QuantizerConfig& q) {
   return c;
 }
 
-// rows * cols of a (rows, cols) argument pair: non-negative and representable.
-int64_t checked_elements(int64_t rows, int64_t cols) {
-  TESSERA_CHECK_STATUS(rows >= 0 && cols >= 0, Status::kShapeMismatch, "shape: (", rows, ", ",
-                       cols, ") must be non-negative");
-  return checked_mul(rows, cols, "rows * cols");
-}
+Quantizer& quantizer_of(tessera_quantizer q) { return handle_object(q, "quantizer"); }
 
-Quantizer& quantizer_of(tessera_quantizer q) {
-  TESSERA_CHECK(q != nullptr && q->quantizer != nullptr, "quantizer: NULL handle");
-  return *q->quantizer;
-}
-
-// A view of one caller buffer: its declared size must cover `want`.
+// A view of one caller buffer (`name`, its size `name`_bytes): the size must cover `want`.
 TensorView buffer_view(void* p, int64_t bytes, const MatrixShape& want, Device dev, const char* name) {
+  count_arg(bytes, (std::string(name) + "_bytes").c_str());
   TESSERA_CHECK_STATUS(bytes >= want.bytes(), Status::kBufferTooSmall, name, ": ", bytes,
                        " bytes given but (", want.rows, ", ", want.cols, ") ", dtype_name(want.dtype),
                        " needs ", want.bytes());
@@ -95,8 +83,6 @@ TensorView buffer_view(void* p, int64_t bytes, const MatrixShape& want, Device d
 QuantizedTensorView view_of(const Quantizer& q, const tessera_quantized_buffers* b, int64_t rows,
                             int64_t cols) {
   TESSERA_CHECK(b != nullptr, "buffers: NULL");
-  TESSERA_CHECK_STATUS(rows >= 0 && cols >= 0, Status::kShapeMismatch, "shape: (", rows, ", ",
-                       cols, ") must be non-negative");
   const QuantizerConfig& c = q.config();
   const Device dev = q.device();
   QuantizedTensorView v;
@@ -143,8 +129,8 @@ tessera_status tessera_quantizer_create(const tessera_quantizer_config* config,
     TESSERA_CHECK(config != nullptr && out != nullptr, "config and out must not be NULL");
     *out = nullptr;
     auto q = std::make_unique<tessera::Quantizer>(tessera::c_api::from_c(*config),
-                                                  tessera::c_api::device_of(device));
-    *out = new tessera_quantizer_s{std::move(q)};
+                                                  tessera::c_api::device_arg(device));
+    *out = tessera::c_api::create_handle<tessera_quantizer_s>(std::move(q));
   });
 }
 
@@ -157,13 +143,13 @@ tessera_status tessera_quantizer_create_from_recipe(const char* recipe, int32_t 
     *out = nullptr;
     const tessera::QuantizerRole role{"c_api", static_cast<tessera::TensorType>(tensor_type), ""};
     auto q = std::make_unique<tessera::Quantizer>(tessera::parse_recipe(recipe).config_for(role),
-                                                  tessera::c_api::device_of(device));
-    *out = new tessera_quantizer_s{std::move(q)};
+                                                  tessera::c_api::device_arg(device));
+    *out = tessera::c_api::create_handle<tessera_quantizer_s>(std::move(q));
   });
 }
 
 tessera_status tessera_quantizer_destroy(tessera_quantizer q) {
-  return guard([&] { delete q; });
+  return guard([&] { tessera::c_api::destroy_handle(q, "quantizer"); });
 }
 
 tessera_status tessera_quantizer_get_config(tessera_quantizer q, tessera_quantizer_config* out) {
@@ -177,10 +163,13 @@ tessera_status tessera_quantizer_buffer_sizes(tessera_quantizer q, int64_t rows,
                                               int32_t columnwise, int64_t* data_bytes,
                                               int64_t* scale_inv_bytes) {
   return guard([&] {
+    using namespace tessera::c_api;
+    const tessera::QuantizerConfig& c = quantizer_of(q).config();
     TESSERA_CHECK(data_bytes != nullptr && scale_inv_bytes != nullptr, "outputs must not be NULL");
-    const tessera::QuantizerConfig& c = tessera::c_api::quantizer_of(q).config();
-    *data_bytes = tessera::data_shape(c, rows, cols, columnwise != 0).bytes();
-    *scale_inv_bytes = tessera::scale_shape(c, rows, cols, columnwise != 0).bytes();
+    const bool cw = flag_arg(columnwise, "columnwise");
+    (void)elements_arg(rows, cols);  // a shape tessera_quantize takes: rows * cols fits int64
+    *data_bytes = tessera::data_shape(c, rows, cols, cw).bytes();
+    *scale_inv_bytes = tessera::scale_shape(c, rows, cols, cw).bytes();
   });
 }
 
@@ -189,13 +178,13 @@ tessera_status tessera_quantize(tessera_quantizer q, const void* x, int32_t x_dt
   return guard([&] {
     using namespace tessera;
     Quantizer& qz = c_api::quantizer_of(q);
-    TESSERA_CHECK(x_dtype >= 0 && x_dtype < kNumDTypes, "x_dtype: value ", x_dtype, " is not a tessera_dtype");
-    const int64_t numel = c_api::checked_elements(rows, cols);
+    const DType xd = c_api::dtype_arg(x_dtype, "x_dtype");
+    const int64_t numel = c_api::elements_arg(rows, cols);
     TESSERA_CHECK(x != nullptr || numel == 0, "x: NULL");
-    (void)checked_dtype_bytes(static_cast<DType>(x_dtype), numel, "x: rows * cols elements");
+    (void)checked_dtype_bytes(xd, numel, "x: rows * cols elements");
     QuantizedTensorView v = c_api::view_of(qz, out, rows, cols);
-    const TensorView xv = TensorView::contiguous(const_cast<void*>(x), static_cast<DType>(x_dtype),
-                                                 {rows, cols}, qz.device());
+    const TensorView xv =
+        TensorView::contiguous(const_cast<void*>(x), xd, {rows, cols}, qz.device());
     qz.quantize(xv, v, Stream{stream});
   });
 }
@@ -206,12 +195,13 @@ tessera_status tessera_dequantize(tessera_quantizer q, const tessera_quantized_b
   return guard([&] {
     using namespace tessera;
     Quantizer& qz = c_api::quantizer_of(q);
-    const int64_t numel = c_api::checked_elements(rows, cols);
+    const bool cw = c_api::flag_arg(columnwise, "columnwise");
+    const int64_t numel = c_api::elements_arg(rows, cols);
     TESSERA_CHECK(out != nullptr || numel == 0, "out: NULL");
     (void)checked_dtype_bytes(DType::kFloat32, numel, "out: rows * cols float32");
     const QuantizedTensorView v = c_api::view_of(qz, in, rows, cols);
-    dequantize(v, TensorView::contiguous(out, DType::kFloat32, {rows, cols}, qz.device()),
-               columnwise != 0, Stream{stream});
+    dequantize(v, TensorView::contiguous(out, DType::kFloat32, {rows, cols}, qz.device()), cw,
+               Stream{stream});
   });
 }
 

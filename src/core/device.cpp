@@ -27,7 +27,7 @@ Device parse_device(std::string_view text) {
       return Device::cuda(ordinal);
     }
   }
-  TESSERA_FAIL(Status::kInvalidArgument, "device '", std::string(text),
+  TESSERA_FAIL(Status::kInvalidArgument, "device '", echo(text),
                "' is not understood; expected 'cpu', 'cuda' or 'cuda:N' with N >= 0");
 }
 

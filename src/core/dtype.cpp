@@ -61,7 +61,7 @@ DType parse_dtype(std::string_view name) {
   for (const Alias& a : kAliases) {
     if (a.text == name) return a.dtype;
   }
-  TESSERA_FAIL(Status::kInvalidArgument, "unknown dtype '", std::string(name),
+  TESSERA_FAIL(Status::kInvalidArgument, "unknown dtype '", echo(name),
                "'; expected one of float32, bfloat16, float16, e4m3, e5m2, e8m0, e2m1, uint8, "
                "int32, int64, float64 (or aliases fp32, bf16, fp16, float8_e4m3fn, float8_e5m2, "
                "float8_e8m0fnu, float4_e2m1fn)");

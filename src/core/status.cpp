@@ -21,6 +21,15 @@ const char* status_string(Status s) noexcept {
   return "unknown status";
 }
 
+std::ostream& operator<<(std::ostream& os, Echo e) {
+  if (e.text.size() <= kMaxEchoedChars) return os << e.text;
+  size_t cut = kMaxEchoedChars;
+  // Back up over UTF-8 continuation bytes (10xxxxxx): the character they belong to starts before
+  // the cut and would end after it.
+  while (cut > 0 && (static_cast<unsigned char>(e.text[cut]) & 0xC0) == 0x80) --cut;
+  return os << e.text.substr(0, cut) << "...";
+}
+
 namespace detail {
 
 void throw_error(Status status, const char* file, int line, const char* condition,

@@ -55,6 +55,35 @@ bool TensorView::is_contiguous() const {
   return true;
 }
 
+ByteRange byte_range(const TensorView& v) {
+  if (v.data == nullptr) return {};
+  int64_t lo = 0, hi = 0;  // element offsets of the first and the last element from v.data
+  for (int i = 0; i < v.ndim; ++i) {
+    if (v.shape[i] == 0) return {};
+    const int64_t reach = checked_mul(v.shape[i] - 1, v.strides[i], "byte_range: extent");
+    if (reach < 0) {
+      lo = checked_add(lo, reach, "byte_range: extent");
+    } else {
+      hi = checked_add(hi, reach, "byte_range: extent");
+    }
+  }
+  // Byte offsets of the first and one past the last element (sub-byte elements: floor / ceil
+  // over the elements a byte holds), in bytes so that a view whose byte size fits never overflows.
+  const int bits = dtype_bits(v.dtype);
+  const int64_t past = checked_add(hi, 1, "byte_range: extent");
+  int64_t begin = 0, end = 0;
+  if (bits >= 8) {
+    begin = checked_mul(lo, bits / 8, "byte_range: bytes");
+    end = checked_mul(past, bits / 8, "byte_range: bytes");
+  } else {
+    const int64_t per_byte = 8 / bits;  // lo <= 0: '/' truncates toward zero, floor needs -1
+    begin = lo / per_byte - (lo % per_byte != 0 ? 1 : 0);
+    end = ceil_div_nonneg(past, per_byte);
+  }
+  const auto base = reinterpret_cast<uintptr_t>(v.data);
+  return {base + static_cast<uintptr_t>(begin), base + static_cast<uintptr_t>(end)};
+}
+
 std::string TensorView::to_string() const {
   std::ostringstream os;
   os << dtype_name(dtype) << '[';

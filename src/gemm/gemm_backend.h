@@ -42,6 +42,12 @@ enum class GemmPath : int { kFast = 0, kEmulated = 1 };
 // Reads host offsets (kOutOfRange past the capacity, kInvalidArgument when not non-decreasing).
 GroupedGemmDims check_grouped_gemm(const GroupedGemmProblem& p, GemmPath path = GemmPath::kFast);
 
+// Throws kInvalidArgument naming both when D shares a byte with an input the problem reads (A, B
+// or the quantized copy of them read, bias, group_offsets, group_alpha); only the bytes the
+// problem touches count (grouped operands and an M-grouped D: the capacity rows). Part of
+// check_grouped_gemm (grouped_gemm_overlap.cpp).
+void check_output_overlap(const GroupedGemmProblem& p, const GroupedGemmDims& dims);
+
 // The G+1 start offsets of a problem whose offsets live in host memory (kBatched: g·0).
 // Precondition: check_grouped_gemm(p) passed.
 std::vector<int64_t> host_start_offsets(const GroupedGemmProblem& p);

@@ -1,6 +1,6 @@
-// Backend-independent validation of a GroupedGemmProblem: devices, dtypes, shapes per kind,
-// offsets (read when in host memory), alpha/beta/bias. Every failure throws Error with the
-// specific status and a message naming the argument and what was expected.
+// Backend-independent validation of a GroupedGemmProblem: devices, dtypes, shapes per kind, offsets
+// (read when in host memory), alpha/beta/bias, and no output over an input. Every failure throws
+// Error with the specific status and a message naming the argument and what was expected.
 #include <cmath>
 #include <vector>
 
@@ -131,7 +131,9 @@ void check_offsets(const GroupedGemmProblem& p, int64_t capacity) {
 
 // Resolves max_total_rows against the grouped operands' row count.
 int64_t resolve_capacity(const GroupedGemmProblem& p, int64_t rows) {
-  if (p.max_total_rows < 0) return rows;
+  TESSERA_CHECK(p.max_total_rows >= -1, "max_total_rows: ", p.max_total_rows,
+                " must be -1 (the rows of the grouped operands) or a row count >= 0");
+  if (p.max_total_rows == -1) return rows;
   TESSERA_CHECK_STATUS(p.max_total_rows <= rows, Status::kOutOfRange, "max_total_rows: ",
                        p.max_total_rows, " exceeds the ", rows, " rows of the grouped operands");
   return p.max_total_rows;
@@ -241,6 +243,7 @@ GroupedGemmDims check_grouped_gemm(const GroupedGemmProblem& p, GemmPath path) {
                 "zero_unused_rows: only an M-grouped D has rows outside the groups (kind ",
                 grouped_gemm_kind_name(p.kind), ")");
   if (p.kind != GroupedGemmKind::kBatched) check_offsets(p, dims.capacity);
+  check_output_overlap(p, dims);
   return dims;
 }
 

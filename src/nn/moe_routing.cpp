@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "nn/moe_kernels.h"
+#include "tessera/core/checked_math.h"
 #include "tessera/core/dispatch.h"
 #include "tessera/core/status.h"
 #include "tessera/nn/token_padding.h"
@@ -19,8 +20,22 @@ using detail::moe::RowQuantMode;
 void check_options(const MoeRoutingOptions& o) {
   TESSERA_CHECK(o.num_experts >= 1, "moe routing: num_experts ", o.num_experts, " must be >= 1");
   TESSERA_CHECK(o.align >= 1, "moe routing: align ", o.align, " must be >= 1");
+  TESSERA_CHECK(o.capacity >= -1, "moe routing: capacity ", o.capacity,
+                " must be -1 (dropless) or a row count >= 0");
   TESSERA_CHECK(o.capacity < 0 || o.capacity % o.align == 0, "moe routing: capacity ",
                 o.capacity, " must be a multiple of align ", o.align);
+}
+
+// T·k, the number of (token, choice) pairs, for T >= 0 and k >= 1; kOutOfRange naming both when
+// it does not fit int64.
+int64_t pair_count(int64_t num_tokens, int64_t top_k, const char* op) {
+  TESSERA_CHECK(num_tokens >= 0 && top_k >= 1, op, ": num_tokens ", num_tokens, " and top_k ",
+                top_k, " must be >= 0 and >= 1");
+  int64_t pairs = 0;
+  TESSERA_CHECK_STATUS(!__builtin_mul_overflow(num_tokens, top_k, &pairs), Status::kOutOfRange,
+                       op, ": num_tokens ", num_tokens, " x top_k ", top_k,
+                       " pairs overflow int64");
+  return pairs;
 }
 
 void check_matrix(const TensorView& v, const char* arg, int64_t rows, int64_t cols) {
@@ -79,11 +94,11 @@ detail::moe::PermuteArgs permute_args(const TensorView& x, const TensorView& row
   check_view(x, "moe permute: x");
   TESSERA_CHECK_STATUS(is_floating_input(x.dtype) && x.ndim == 2, Status::kDTypeMismatch, op,
                        ": x must be a 2-D float32/bfloat16/float16 (T, H), got ", x.to_string());
-  TESSERA_CHECK(top_k >= 1, op, ": top_k ", top_k, " must be >= 1");
+  const int64_t pairs = pair_count(x.shape[0], top_k, op);
   TESSERA_CHECK_STATUS(row_pair.ndim == 1, Status::kShapeMismatch, op,
                        ": row_pair must be 1-D (rows), got ", row_pair.to_string());
   check_same_device(row_pair, x.device, "moe permute: row_pair");
-  check_map(row_pair, "moe permute: row_pair", x.shape[0] * top_k);
+  check_map(row_pair, "moe permute: row_pair", pairs);
   detail::moe::PermuteArgs a{};
   a.x = x.data;
   a.x_dtype = x.dtype;
@@ -152,25 +167,20 @@ const float* probs_of(const TensorView& probs, const TensorView& slot_map, Devic
 
 int64_t moe_permuted_rows(int64_t num_tokens, int64_t top_k, const MoeRoutingOptions& options) {
   check_options(options);
-  TESSERA_CHECK(num_tokens >= 0 && top_k >= 1, "moe routing: num_tokens ", num_tokens,
-                " and top_k ", top_k, " must be >= 0 and >= 1");
-  int64_t n = 0;
+  const int64_t pairs = pair_count(num_tokens, top_k, "moe routing");
   if (options.capacity >= 0) {
-    TESSERA_CHECK_STATUS(!__builtin_mul_overflow(options.num_experts, options.capacity, &n),
-                         Status::kOutOfRange, "moe routing: ", options.num_experts, " x ",
-                         options.capacity, " rows overflow int64");
-    return n;
+    return checked_mul(options.num_experts, options.capacity,
+                       "moe routing: num_experts x capacity rows");
   }
-  TESSERA_CHECK_STATUS(!__builtin_mul_overflow(num_tokens, top_k, &n), Status::kOutOfRange,
-                       "moe routing: ", num_tokens, " x ", top_k, " pairs overflow int64");
-  return padded_rows_bound(n, options.num_experts, options.align);
+  return padded_rows_bound(pairs, options.num_experts, options.align);
 }
 
 int64_t moe_routing_workspace_bytes(int64_t num_tokens, int64_t top_k,
                                     const MoeRoutingOptions& options, Device device) {
   check_options(options);
+  const int64_t pairs = pair_count(num_tokens, top_k, "moe_routing_workspace_bytes");
   if (!device.is_cuda()) return 0;
-  return detail::moe::routing_workspace_bytes_cuda(num_tokens * top_k, options.num_experts);
+  return detail::moe::routing_workspace_bytes_cuda(pairs, options.num_experts);
 }
 
 void moe_routing(const TensorView& indices, const MoeRoutingOptions& options,
@@ -181,6 +191,7 @@ void moe_routing(const TensorView& indices, const MoeRoutingOptions& options,
                        "moe_routing: indices must be (T, k) with k >= 1, got ",
                        indices.to_string());
   const int64_t t = indices.shape[0], k = indices.shape[1], e = options.num_experts;
+  const int64_t pairs = pair_count(t, k, "moe_routing: indices");
   const Device dev = indices.device;
   check_view(out.counts, "moe_routing: counts", {DType::kInt64});
   check_view(out.padded_offsets, "moe_routing: padded_offsets", {DType::kInt64});
@@ -188,7 +199,8 @@ void moe_routing(const TensorView& indices, const MoeRoutingOptions& options,
   check_view(out.slot_map, "moe_routing: slot_map", {DType::kInt32, DType::kInt64});
   check_view(out.row_pair, "moe_routing: row_pair", {DType::kInt32, DType::kInt64});
   check_vector(out.counts, "moe_routing: counts", e);
-  check_vector(out.padded_offsets, "moe_routing: padded_offsets", e + 1);
+  check_vector(out.padded_offsets, "moe_routing: padded_offsets",
+               checked_add(e, 1, "moe_routing: num_experts + 1"));
   check_vector(out.dropped, "moe_routing: dropped", 1);
   check_matrix(out.slot_map, "moe_routing: slot_map", t, k);
   const int64_t rows = moe_permuted_rows(t, k, options);
@@ -198,9 +210,9 @@ void moe_routing(const TensorView& indices, const MoeRoutingOptions& options,
   TESSERA_CHECK_STATUS(out.row_pair.dtype == out.slot_map.dtype, Status::kDTypeMismatch,
                        "moe_routing: slot_map and row_pair must share one dtype");
   const int64_t map_max = out.slot_map.dtype == DType::kInt32 ? INT32_MAX : INT64_MAX;
-  TESSERA_CHECK_STATUS(out.row_pair.shape[0] <= map_max && t * k <= map_max,
+  TESSERA_CHECK_STATUS(out.row_pair.shape[0] <= map_max && pairs <= map_max,
                        Status::kOutOfRange, "moe_routing: ", out.row_pair.shape[0], " rows / ",
-                       t * k, " pairs do not fit int32 slot_map / row_pair; use int64");
+                       pairs, " pairs do not fit int32 slot_map / row_pair; use int64");
   for (const TensorView* v : {&out.counts, &out.padded_offsets, &out.dropped, &out.slot_map,
                               &out.row_pair}) {
     check_same_device(*v, dev, "moe_routing: outputs");
@@ -213,7 +225,7 @@ void moe_routing(const TensorView& indices, const MoeRoutingOptions& options,
   if (!dev.is_cuda()) return detail::moe::routing_cpu(a);
   TESSERA_CHECK(options.error_flag != nullptr, "moe_routing: CUDA indices need "
                 "options.error_flag (a device int32) to report expert indices out of range");
-  const int64_t need = detail::moe::routing_workspace_bytes_cuda(t * k, e);
+  const int64_t need = detail::moe::routing_workspace_bytes_cuda(pairs, e);
   TESSERA_CHECK_STATUS(workspace.nbytes() >= need && (need == 0 || workspace.device == dev),
                        Status::kBufferTooSmall, "moe_routing: workspace needs ", need,
                        " bytes on ", to_string(dev), ", got ", workspace.to_string());
@@ -294,7 +306,7 @@ void moe_unpermute_backward(const TensorView& dout, const TensorView& y,
   check_same_device(row_pair, dout.device, "moe_unpermute_backward: row_pair");
   TESSERA_CHECK_STATUS(row_pair.dtype == slot_map.dtype, Status::kDTypeMismatch, op,
                        ": slot_map and row_pair must share one dtype");
-  check_map(row_pair, "moe_unpermute_backward: row_pair", g.tokens * g.top_k);
+  check_map(row_pair, "moe_unpermute_backward: row_pair", pair_count(g.tokens, g.top_k, op));
   detail::moe::ScatterArgs a{};
   a.dout = dout.data;
   a.dout_dtype = dout.dtype;

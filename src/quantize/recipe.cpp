@@ -58,7 +58,7 @@ const RecipeInfo& recipe_info(std::string_view name) {
   for (const RecipeInfo& r : kRecipeTable) {
     if (name == r.name) return r;
   }
-  TESSERA_FAIL(Status::kInvalidArgument, "recipe: '", name, "' is not known; expected one of ",
+  TESSERA_FAIL(Status::kInvalidArgument, "recipe: '", echo(name), "' is not known; expected one of ",
                recipe_names(), " (FP8 ones optionally with :e4m3, :e5m2 or :hybrid)");
 }
 
@@ -76,7 +76,7 @@ Recipe parse_recipe(std::string_view text) {
   r.power_of_two_scales = scaling_mode_info(info.activation_mode).power_of_two_default;
   if (colon != std::string_view::npos) {
     const std::string_view fmt = text.substr(colon + 1);
-    TESSERA_CHECK(is_fp8_mode(info.activation_mode), "recipe: '", text, "': ", base,
+    TESSERA_CHECK(is_fp8_mode(info.activation_mode), "recipe: '", echo(text), "': ", base,
                   " has fixed element formats (",
                   element_format_name(info.default_format),
                   "); a :format suffix is accepted for the FP8 recipes only");
@@ -87,7 +87,7 @@ Recipe parse_recipe(std::string_view text) {
     } else if (fmt == "hybrid") {
       r.format = ElementFormat::kHybrid;
     } else {
-      TESSERA_FAIL(Status::kInvalidArgument, "recipe: '", text, "': format '", fmt,
+      TESSERA_FAIL(Status::kInvalidArgument, "recipe: '", echo(text), "': format '", echo(fmt),
                    "' is not known; expected e4m3, e5m2 or hybrid");
     }
   }
@@ -96,8 +96,8 @@ Recipe parse_recipe(std::string_view text) {
 
 QuantizerConfig Recipe::config_for(const QuantizerRole& role) const {
   if (factory) return factory(role);
-  TESSERA_CHECK(activation_mode != ScalingMode::kNone, "recipe ", name,
-                " does not quantize; there is no quantizer for role ", role.to_string());
+  TESSERA_CHECK(activation_mode != ScalingMode::kNone, "recipe ", echo(name),
+                " does not quantize; there is no quantizer for role ", echo(role.to_string()));
   const bool weight = role.tensor_type == TensorType::kWeight;
   const bool grad = is_gradient(role.tensor_type);
   QuantizerConfig c = make_config(weight ? weight_mode : activation_mode);

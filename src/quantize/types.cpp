@@ -36,11 +36,11 @@ const char* scaling_mode_name(ScalingMode m) noexcept {
 }
 
 ScalingMode scaling_mode_from_name(const char* name) {
-  const std::string n = name == nullptr ? "" : name;
+  const std::string_view n = name == nullptr ? "" : name;
   for (const ScalingModeInfo& r : kScalingModeTable) {
     if (n == r.name) return r.mode;
   }
-  TESSERA_FAIL(Status::kInvalidArgument, "scaling mode: '", n, "' is not known; expected ",
+  TESSERA_FAIL(Status::kInvalidArgument, "scaling mode: '", echo(n), "' is not known; expected ",
                scaling_mode_names(true));
 }
 

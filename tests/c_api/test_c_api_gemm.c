@@ -141,8 +141,72 @@ static void test_k_grouped_bf16(void) {
   EXPECT(tessera_grouped_gemm_destroy(p) == TESSERA_STATUS_OK);
 }
 
+/* D aliasing an input (A, B, bias or the offsets) is refused by can_implement and run with
+ * INVALID_ARGUMENT naming both; nothing is written (it used to run and return zeros). */
+static void test_aliasing_output(void) {
+  float a[T * K], b[G * N * K], bias[G * N];
+  int64_t offs[T * N] = {0, 4, 4, 10}; /* room for D (T, N) over the offsets */
+  const int64_t a_shape[2] = {T, K}, b_shape[3] = {G, N, K}, d_shape[2] = {T, N};
+  const int64_t o_shape[1] = {G + 1}, bias_shape[2] = {G, N}, small_d[2] = {T, 2};
+  tessera_grouped_gemm_problem p = NULL;
+  float a_before[T * K];
+  int i;
+  for (i = 0; i < T * K; ++i) a[i] = value(i);
+  for (i = 0; i < G * N * K; ++i) b[i] = value(2 * i);
+  for (i = 0; i < G * N; ++i) bias[i] = value(i + 9);
+  memcpy(a_before, a, sizeof a);
+  EXPECT(tessera_grouped_gemm_create(&p, TESSERA_GROUPED_GEMM_M_GROUPED, G) == TESSERA_STATUS_OK);
+  tessera_grouped_gemm_set_tensor(p, TESSERA_GROUPED_GEMM_A, a, TESSERA_DTYPE_FLOAT32, 2, a_shape,
+                                  kCpu);
+  tessera_grouped_gemm_set_tensor(p, TESSERA_GROUPED_GEMM_B, b, TESSERA_DTYPE_FLOAT32, 3, b_shape,
+                                  kCpu);
+  tessera_grouped_gemm_set_tensor(p, TESSERA_GROUPED_GEMM_GROUP_OFFSETS, offs, TESSERA_DTYPE_INT64,
+                                  1, o_shape, kCpu);
+  tessera_grouped_gemm_set_tensor(p, TESSERA_GROUPED_GEMM_BIAS, bias, TESSERA_DTYPE_FLOAT32, 2,
+                                  bias_shape, kCpu);
+  /* D over A (T x N floats inside A's T x K). */
+  EXPECT(tessera_grouped_gemm_set_tensor(p, TESSERA_GROUPED_GEMM_D, a, TESSERA_DTYPE_FLOAT32, 2,
+                                         d_shape, kCpu) == TESSERA_STATUS_OK);
+  EXPECT(tessera_grouped_gemm_can_implement(p) == TESSERA_STATUS_INVALID_ARGUMENT);
+  EXPECT(strstr(tessera_last_error(), "D overlaps A") != NULL);
+  EXPECT(tessera_grouped_gemm_run(p, NULL, 0, NULL) == TESSERA_STATUS_INVALID_ARGUMENT);
+  EXPECT(memcmp(a, a_before, sizeof a) == 0);
+  /* D over B, over the bias (D (T, 2) = 24 floats >= the 12 of bias), over the offsets. */
+  tessera_grouped_gemm_set_tensor(p, TESSERA_GROUPED_GEMM_D, b, TESSERA_DTYPE_FLOAT32, 2, d_shape,
+                                  kCpu);
+  EXPECT(tessera_grouped_gemm_can_implement(p) == TESSERA_STATUS_INVALID_ARGUMENT);
+  EXPECT(strstr(tessera_last_error(), "D overlaps B") != NULL);
+  {
+    float d_and_bias[T * N];
+    memcpy(d_and_bias + T * N - G * N, bias, sizeof bias);
+    tessera_grouped_gemm_set_tensor(p, TESSERA_GROUPED_GEMM_BIAS, d_and_bias + T * N - G * N,
+                                    TESSERA_DTYPE_FLOAT32, 2, bias_shape, kCpu);
+    tessera_grouped_gemm_set_tensor(p, TESSERA_GROUPED_GEMM_D, d_and_bias, TESSERA_DTYPE_FLOAT32, 2,
+                                    d_shape, kCpu);
+    EXPECT(tessera_grouped_gemm_can_implement(p) == TESSERA_STATUS_INVALID_ARGUMENT);
+    EXPECT(strstr(tessera_last_error(), "D overlaps bias") != NULL);
+    tessera_grouped_gemm_set_tensor(p, TESSERA_GROUPED_GEMM_BIAS, bias, TESSERA_DTYPE_FLOAT32, 2,
+                                    bias_shape, kCpu);
+  }
+  /* D (T, 2) over the offsets, with B and bias narrowed to N = 2. */
+  tessera_grouped_gemm_set_tensor(p, TESSERA_GROUPED_GEMM_D, offs, TESSERA_DTYPE_FLOAT32, 2,
+                                  small_d, kCpu);
+  {
+    const int64_t narrow_b[3] = {G, 2, K}, narrow_bias[2] = {G, 2};
+    tessera_grouped_gemm_set_tensor(p, TESSERA_GROUPED_GEMM_B, b, TESSERA_DTYPE_FLOAT32, 3,
+                                    narrow_b, kCpu);
+    tessera_grouped_gemm_set_tensor(p, TESSERA_GROUPED_GEMM_BIAS, bias, TESSERA_DTYPE_FLOAT32, 2,
+                                    narrow_bias, kCpu);
+    EXPECT(tessera_grouped_gemm_can_implement(p) == TESSERA_STATUS_INVALID_ARGUMENT);
+    EXPECT(strstr(tessera_last_error(), "D overlaps group_offsets") != NULL);
+  }
+  EXPECT(offs[0] == 0 && offs[3] == 10);
+  EXPECT(tessera_grouped_gemm_destroy(p) == TESSERA_STATUS_OK);
+}
+
 int main(void) {
   test_m_grouped();
+  test_aliasing_output();
   test_k_grouped_bf16();
   printf("test_c_api_gemm: %d checks, %d failures\n", checks, failures);
   return failures == 0 ? 0 : 1;

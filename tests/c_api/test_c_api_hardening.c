@@ -1,8 +1,8 @@
 /* The C API at the edges of int64, from plain C: sizes whose products overflow give
  * TESSERA_STATUS_OUT_OF_RANGE naming the argument (quantizer buffer sizes and quantize, GEMM
- * tensors, codecs); the sized codecs refuse buffers that are too small; huge empty extents
- * ((2^40, 0) quantize, 2^40 empty GEMM batches) return at once. Expected sizes are worked out
- * by hand in the comments. */
+ * tensors, codecs, the routing ops' num_tokens x top_k); the sized codecs refuse buffers that are
+ * too small; huge empty extents ((2^40, 0) quantize, 2^40 empty GEMM batches) return at once.
+ * Expected sizes are worked out by hand in the comments. */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -66,6 +66,19 @@ static void test_quantizer_sizes(void) {
     EXPECT(tessera_quantize(q, x, TESSERA_DTYPE_FLOAT32, 0, INT64_MAX, &b, NULL) ==
            TESSERA_STATUS_OUT_OF_RANGE);
     EXPECT(mentions("data"));
+  }
+  EXPECT(tessera_quantizer_destroy(q) == TESSERA_STATUS_OK);
+
+  /* NVFP4 (5, 2^61): 5 x 2^61 elements overflow int64 though the packed data (5 x 2^60 bytes)
+   * would not; tessera_quantize refuses that shape, so buffer_sizes does too (it returned OK). */
+  EXPECT(tessera_quantizer_config_default(TESSERA_SCALING_NVFP4, &c) == TESSERA_STATUS_OK);
+  EXPECT(tessera_quantizer_create(&c, kCpu, &q) == TESSERA_STATUS_OK);
+  for (cw = 0; cw <= 1; ++cw) {
+    EXPECT(tessera_quantizer_buffer_sizes(q, 5, P2(61), cw, &data, &scale) ==
+           TESSERA_STATUS_OUT_OF_RANGE);
+    EXPECT(mentions("rows * cols"));
+    EXPECT(tessera_quantizer_buffer_sizes(q, P2(61), 5, cw, &data, &scale) ==
+           TESSERA_STATUS_OUT_OF_RANGE);
   }
   EXPECT(tessera_quantizer_destroy(q) == TESSERA_STATUS_OK);
 
@@ -229,8 +242,29 @@ static void test_empty_extents(void) {
   EXPECT(seconds < 2.0);
 }
 
+/* num_tokens x top_k past int64 in the routing ops: OUT_OF_RANGE naming both (it was a signed
+ * overflow: a UBSan report, or a wrapped pair count and a misleading message). */
+static void test_moe_pairs(void) {
+  tessera_moe_routing_options o = {2, 1, -1, NULL};
+  int64_t rows = -1, bytes = -1, row_pair[1] = {-1};
+  float x[1] = {0.0f}, out[1];
+  EXPECT(tessera_moe_permute(x, TESSERA_DTYPE_FLOAT32, P2(40), 0, row_pair, TESSERA_DTYPE_INT64,
+                             1, P2(40), TESSERA_SCALING_NONE, 0, 0, out, NULL, 0, kCpu,
+                             NULL) == TESSERA_STATUS_OUT_OF_RANGE);
+  EXPECT(mentions("num_tokens") && mentions("top_k"));
+  EXPECT(tessera_moe_routing_workspace_bytes(P2(40), P2(40), &o, kCpu, &bytes) ==
+         TESSERA_STATUS_OUT_OF_RANGE);
+  EXPECT(mentions("num_tokens") && mentions("top_k"));
+  EXPECT(tessera_moe_permuted_rows(P2(40), P2(40), &o, &rows) == TESSERA_STATUS_OUT_OF_RANGE);
+  EXPECT(mentions("num_tokens") && mentions("top_k"));
+  o.capacity = 4; /* E x C rows are few, but the pairs still have to be countable */
+  EXPECT(tessera_moe_permuted_rows(P2(40), P2(40), &o, &rows) == TESSERA_STATUS_OUT_OF_RANGE);
+  EXPECT(rows == -1 && bytes == -1);
+}
+
 int main(void) {
   test_quantizer_sizes();
+  test_moe_pairs();
   test_gemm_shapes();
   test_sized_codecs();
   test_empty_extents();

@@ -2,11 +2,14 @@
 #include <gtest/gtest.h>
 
 #include <set>
+#include <sstream>
 #include <string>
 
 #include "tessera/core/device.h"
 #include "tessera/core/dtype.h"
 #include "tessera/core/status.h"
+#include "tessera/quantize/recipe.h"
+#include "tessera/quantize/types.h"
 
 namespace tessera {
 namespace {
@@ -74,6 +77,62 @@ TEST(Device, ParseAndPrint) {
   EXPECT_EQ(to_string(Device::cuda(2)), "cuda:2");
   for (const char* bad : {"gpu", "cuda:", "cuda:-1", "cuda:1x", "CPU"}) {
     EXPECT_THROW(parse_device(bad), Error) << bad;
+  }
+}
+
+// The message of `f`'s Error; empty when it does not throw.
+template <class F>
+std::string message_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Echo, ShortTextIsEchoedWhole) {
+  std::ostringstream os;
+  os << echo("e3m4");
+  EXPECT_EQ(os.str(), "e3m4");
+}
+
+TEST(Echo, LongTextIsCutAtTheLimitWithAnEllipsis) {
+  const std::string text(100000, 'x');
+  std::ostringstream os;
+  os << echo(text);
+  EXPECT_EQ(os.str(), std::string(kMaxEchoedChars, 'x') + "...");
+  // Exactly the limit: whole, no ellipsis.
+  std::ostringstream exact;
+  exact << echo(text.substr(0, kMaxEchoedChars));
+  EXPECT_EQ(exact.str(), std::string(kMaxEchoedChars, 'x'));
+}
+
+TEST(Echo, CutNeverSplitsAUtf8Character) {
+  // 63 ASCII bytes then a 2-byte character (U+00E9) straddling byte 64: the cut goes before it.
+  const std::string text = std::string(kMaxEchoedChars - 1, 'a') + "\xc3\xa9" + "tail";
+  std::ostringstream os;
+  os << echo(text);
+  EXPECT_EQ(os.str(), std::string(kMaxEchoedChars - 1, 'a') + "...");
+}
+
+// Every parser of a caller's name echoes at most a bounded prefix of it (a 1 MB name used to come
+// back whole in the message).
+TEST(Echo, ParsersBoundWhatTheyEcho) {
+  const std::string huge = "q" + std::string(1 << 20, 'z');
+  const std::string prefix = "q" + std::string(kMaxEchoedChars - 1, 'z') + "...";
+  const std::pair<const char*, std::string> messages[] = {
+      {"parse_dtype", message_of([&] { parse_dtype(huge); })},
+      {"parse_device", message_of([&] { parse_device(huge); })},
+      {"parse_recipe", message_of([&] { parse_recipe(huge); })},
+      {"parse_recipe suffix", message_of([&] { parse_recipe("fp8_current:" + huge); })},
+      {"recipe_info", message_of([&] { recipe_info(huge); })},
+      {"scaling_mode_from_name", message_of([&] { scaling_mode_from_name(huge.c_str()); })},
+  };
+  for (const auto& [what, m] : messages) {
+    EXPECT_FALSE(m.empty()) << what << " accepted the name";
+    EXPECT_LT(m.size(), 1024u) << what << ": " << m.substr(0, 300);
+    EXPECT_NE(m.find(prefix), std::string::npos) << what << ": " << m.substr(0, 300);
   }
 }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <sstream>
+#include <utility>
 
 namespace tessera::test {
 namespace {
@@ -67,6 +68,15 @@ void make_offsets(GemmFixture& f) {
 }  // namespace
 
 double d_value(const TensorView& d, int64_t i) { return load(d.dtype, d.data, i); }
+
+GemmCase small_m_grouped_case(std::string name) {
+  GemmCase c;
+  c.name = std::move(name);
+  c.group_rows = {3, 0, 5};
+  c.extra_rows = 2;
+  c.n = 8, c.k = 12;
+  return c;
+}
 
 GemmFixture make_fixture(const GemmCase& c, uint32_t seed) {
   GemmFixture f;

@@ -61,6 +61,9 @@ struct GemmFixture {
 };
 
 GemmFixture make_fixture(const GemmCase& c, uint32_t seed = 1234);
+// The small problem the error tests mutate: M-grouped, 3 groups of 3, 0 and 5 rows plus 2
+// capacity rows (10 rows of A), N = 8, K = 12, FP32.
+GemmCase small_m_grouped_case(std::string name);
 // A deep copy whose views (and the problem's dense operands, D, bias, offsets, group_alpha) point
 // into the copy's own storage; quantized operands are kept as they are.
 GemmFixture copy_of(const GemmFixture& f);

@@ -7,14 +7,7 @@
 namespace tessera::test {
 namespace {
 
-GemmCase base_case() {
-  GemmCase c;
-  c.name = "errors";
-  c.group_rows = {3, 0, 5};
-  c.extra_rows = 2;
-  c.n = 8, c.k = 12;
-  return c;
-}
+GemmCase base_case() { return small_m_grouped_case("errors"); }
 
 // can_implement gives `want` with a reason mentioning `needle`; run throws the same status and
 // leaves D untouched.

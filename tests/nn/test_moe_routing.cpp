@@ -221,5 +221,42 @@ TEST(MoeRouting, PermuteErrors) {
                "slot_map[2] = 4 is outside [-1, 4)");
 }
 
+// num_tokens x top_k past int64 is refused naming both (it was a signed overflow: UBSan's report,
+// or a wrapped bound and a misleading message about row_pair).
+TEST(MoeRouting, TokensTimesTopKOverflowNamesBoth) {
+  constexpr int64_t kHuge = int64_t{1} << 40;
+  float x_storage = 0.0f;
+  std::vector<int64_t> rp = {-1};
+  const TensorView xv = TensorView::contiguous(&x_storage, DType::kFloat32, {kHuge, 0});
+  const TensorView rpv = TensorView::contiguous(rp.data(), DType::kInt64, {1});
+  const TensorView out = TensorView::contiguous(&x_storage, DType::kFloat32, {1, 0});
+  for (const char* name : {"num_tokens", "top_k"})
+    expect_error([&] { moe_permute(xv, rpv, kHuge, out); }, Status::kOutOfRange, name);
+  QuantizedTensor q(make_config(ScalingMode::kRowwise), 1, 0, Device::cpu());
+  expect_error([&] { moe_permute_quantize(xv, rpv, kHuge, q.view()); }, Status::kOutOfRange,
+               "num_tokens");
+  MoeRoutingOptions o;
+  o.num_experts = 2;
+  expect_error([&] { moe_routing_workspace_bytes(kHuge, kHuge, o, Device::cpu()); },
+               Status::kOutOfRange, "num_tokens");
+  expect_error([&] { moe_routing_workspace_bytes(-1, 2, o, Device::cpu()); },
+               Status::kInvalidArgument, "num_tokens");
+  expect_error([&] { moe_routing_workspace_bytes(4, 0, o, Device::cpu()); },
+               Status::kInvalidArgument, "top_k");
+  o.capacity = 0;
+  expect_error([&] { moe_permuted_rows(kHuge, kHuge, o); }, Status::kOutOfRange, "top_k");
+}
+
+// Capacity is -1 (dropless) or a row count >= 0; other negative values are refused, not read as
+// dropless.
+TEST(MoeRouting, CapacityBelowMinusOneIsRefused) {
+  MoeRoutingOptions o;
+  o.num_experts = 2;
+  o.capacity = -2;
+  expect_error([&] { moe_permuted_rows(4, 2, o); }, Status::kInvalidArgument, "capacity -2");
+  o.capacity = -1;
+  EXPECT_EQ(moe_permuted_rows(4, 2, o), 8);
+}
+
 }  // namespace
 }  // namespace tessera

@@ -1,10 +1,12 @@
 """A bounded random-call fuzzer of tessera's Python entry points: tessera.quantize (and the
 QuantizedTensor it returns), encode / decode, grouped_gemm (dense and quantized operands),
-GroupedTensor (construct, quantize, quantize_contiguous, member, dequantize) and tessera.nn's
-layers (construct, forward, backward). It draws extents up to 2^63 - 1 (array extents up to 2^59 with one of them 0, as NumPy allocates the others; larger
-ones in GroupedTensor's metadata-only shapes), input dtypes tessera takes and refuses, recipes,
-modes and options (valid, unknown and of the wrong type), contents with NaN, +-inf, -0,
-subnormals and values near FLT_MAX, and non-contiguous views.
+GroupedTensor (construct, quantize, quantize_contiguous, member, dequantize) and tessera.nn's layers
+(construct, forward, backward); and the argument contracts (fuzz_contract_steps.py: outputs aliasing
+inputs, flags and names out of range with bounded echoes, read-only inputs, codes of other dtypes).
+It draws extents up to 2^63 - 1 (array extents up to 2^59 with one of them 0, as NumPy allocates the
+others; larger ones in GroupedTensor's metadata-only shapes), input dtypes tessera takes and
+refuses, recipes, modes and options (valid, unknown and of the wrong type), contents with NaN,
++-inf, -0, subnormals and values near FLT_MAX, and non-contiguous views.
 
 A finding is any of:
   - an exception that is not a tessera.Error (the package's contract: every error it raises is
@@ -19,7 +21,8 @@ A finding is any of:
     2^-16 of sum |a||b| per output; on quantized operands of finite inputs: a non-finite output;
   - GroupedTensor: a member dequantizes differently from tessera.quantize of that member alone;
   - tessera.nn (GroupedLinear, GroupedMLP: construct, forward, backward): the fp32
-    GroupedLinear's y differs from a float64 NumPy loop by more than 2^-16 of sum |x||w|.
+    GroupedLinear's y differs from a float64 NumPy loop by more than 2^-16 of sum |x||w|;
+  - the argument contracts of fuzz_contract_steps.py (its docstring lists them).
 A crash or hang ends the process with no summary line (the caller sees it).
 
 Usage: python3 tests/python/fuzz_entry_points.py [calls (default 20000)] [seed (default 1)];
@@ -37,6 +40,7 @@ import numpy as np
 
 import tessera
 import tessera.nn
+from fuzz_contract_steps import REFUSED, ContractSteps, Finding
 
 RECIPES = ["fp8_delayed", "fp8_current", "fp8_current:e4m3", "fp8_current:e5m2",
            "fp8_current:hybrid", "fp8_rowwise", "fp8_block", "mxfp8", "nvfp4", "bf16", "fp32"]
@@ -61,14 +65,7 @@ def numpy_can_hold(shape):
     return math.prod(e for e in shape if e) * 8 < 2**63
 
 
-class Finding(Exception):
-    pass
-
-
-REFUSED = object()  # what Fuzzer.call returns after a tessera.Error
-
-
-class Fuzzer:
+class Fuzzer(ContractSteps):
     def __init__(self, seed):
         self.rng = random.Random(seed)
         self.np_rng = np.random.default_rng(seed)
@@ -78,7 +75,9 @@ class Fuzzer:
         self.findings = []
         self.slowest = (0.0, "")
         self.checks = dict.fromkeys(("cpu==reference", "finite->finite", "non-finite->NaN",
-                                     "codec round trip", "gemm==float64", "grouped==alone", "nn==float64"), 0)
+                                     "codec round trip", "gemm==float64", "grouped==alone",
+                                     "nn==float64", "refused", "aliased out refused",
+                                     "read-only==writable", "decode dtype rule"), 0)
 
     # ---- draws ------------------------------------------------------------------------------
     def chance(self, p):
@@ -521,7 +520,8 @@ class Fuzzer:
     # ---- the loop ----------------------------------------------------------------------------
     def run(self, calls, max_findings=20):
         steps = (self.fuzz_quantize, self.fuzz_codec, self.fuzz_gemm, self.fuzz_grouped,
-                 self.fuzz_nn)
+                 self.fuzz_nn, self.fuzz_gemm_alias, self.fuzz_bad_arguments,
+                 self.fuzz_read_only, self.fuzz_decode_dtypes)
         while self.calls < calls and len(self.findings) < max_findings:
             step = self.rng.choice(steps)
             try:

@@ -162,3 +162,168 @@ def test_console_entry_point_runs_the_program():
     assert r.returncode == 1
     assert r.stderr.strip() == "tessera demo: unknown option '--bogus' (see tessera demo --help)"
     assert os.access(exe, os.X_OK)
+
+
+# ---- read-only inputs, codes of the wrong dtype, outputs over inputs, bounded echoes ------------
+
+def read_only(x):
+    x = np.array(x)
+    x.setflags(write=False)
+    return x
+
+
+def test_read_only_inputs_are_read():
+    # Read-only arrays were refused ("dtype mismatch ... incompatible function arguments") by
+    # every binding, though the binding only reads them.
+    x = np.random.default_rng(3).standard_normal((4, 32)).astype(np.float32)
+    for fmt in ("e4m3", "bfloat16", "e2m1"):
+        codes = tessera.encode(x, fmt)
+        assert np.array_equal(tessera.encode(read_only(x), fmt), codes), fmt
+        assert np.array_equal(tessera.decode(read_only(codes), fmt), tessera.decode(codes, fmt))
+    assert np.array_equal(tessera.encode(read_only(x.astype(ml_dtypes.bfloat16)), "e4m3"),
+                          tessera.encode(x.astype(ml_dtypes.bfloat16), "e4m3"))
+    q, q_ro = tessera.quantize(x, "mxfp8"), tessera.quantize(read_only(x), "mxfp8")
+    assert np.array_equal(q.data, q_ro.data) and np.array_equal(q.scale_inv, q_ro.scale_inv)
+    a, b = np.arange(32, dtype=np.float32).reshape(8, 4), np.ones((2, 3, 4), np.float32)
+    offs, bias, ga = np.array([0, 4, 8]), np.ones((2, 3), np.float32), np.array([1, 2], np.float32)
+    want = tessera.grouped_gemm(a, b, offs, bias=bias, group_alpha=ga)
+    got = tessera.grouped_gemm(read_only(a), read_only(b), read_only(offs), bias=read_only(bias),
+                               group_alpha=read_only(ga))
+    assert np.array_equal(got, want)
+    qa, qb = tessera.quantize(read_only(a), "mxfp8"), tessera.quantize(b.reshape(6, 4), "mxfp8")
+    assert tessera.grouped_gemm(qa, qb, read_only(offs), num_groups=2).shape == (8, 3)
+    g = tessera.GroupedTensor([(4, 32)], recipe="mxfp8")
+    g.quantize([read_only(x)])
+    assert np.array_equal(g.member(0)["data"].reshape(q.data.shape), q.data)
+    assert [o.tolist() for o in tessera.splits_to_offsets_multi(read_only([3, 5]), [1], [True],
+                                                                ["int64"])] == [[0, 3, 8]]
+
+
+def test_read_only_output_is_refused():
+    a, b = gemm_args()
+    out = read_only(np.zeros((8, 3), np.float32))
+    with pytest.raises(tessera.InvalidArgumentError, match="out: .*writable"):
+        tessera.grouped_gemm(a, b, np.array([0, 4, 8]), out=out)
+
+
+@pytest.mark.parametrize("codes,fmt", [
+    (np.ones(4, np.float16), "bfloat16"),               # float16 bits are not bfloat16 codes
+    (np.ones(4, ml_dtypes.bfloat16), "float16"),
+    (np.ones(4, ml_dtypes.float8_e5m2), "e4m3"),        # another 8-bit format
+    (np.ones(4, ml_dtypes.float8_e4m3fn), "e8m0"),
+    (np.ones(4, bool), "e4m3"),
+    (np.ones(4, np.int8), "e4m3"),
+    (np.ones(4, np.int16), "float16"),
+    (np.ones(4, np.float32), "e4m3"),
+])
+def test_decode_takes_raw_codes_or_the_format_itself(codes, fmt):
+    # A float16 (or float8, or bool) array decoded as another format used to be read as raw bits.
+    with pytest.raises(tessera.DTypeError, match=f"codes: .*{codes.dtype.name}"):
+        tessera.decode(codes, fmt)
+
+
+def test_decode_of_unpacked_e2m1_values():
+    # ml_dtypes' float4_e2m1fn holds one value per byte; tessera's e2m1 codes pack two per byte.
+    # Such an array is the format's own dtype: its values are decoded, not its bytes as pairs.
+    x = np.array([[1.0, -0.5, 3.0, 6.0], [0.0, -6.0, 1.5, 2.0]], np.float32)
+    fp4 = x.astype(ml_dtypes.float4_e2m1fn)
+    assert np.array_equal(tessera.decode(fp4, "e2m1"), x)
+    assert np.array_equal(tessera.decode(fp4[0, :3], "e2m1"), x[0, :3])  # odd length, 1-D
+
+
+@pytest.mark.parametrize("x", ["abc", None, np.array(["a", "b"]), np.array([{}], object),
+                               [[1.0], "x"]], ids=["str", "None", "str-array", "object-array",
+                                                    "ragged"])
+def test_encode_needs_a_numeric_array(x):
+    with pytest.raises(tessera.ArgumentTypeError, match="x: must be a numeric array"):
+        tessera.encode(x, "e4m3")
+
+
+def aliased_gemm(where):
+    """grouped_gemm whose out shares memory with `where` (a, b, bias or offsets)."""
+    storage = np.zeros(64, np.int64)  # 512 bytes; out (8, 3) float32 = 96 bytes
+    a, b = gemm_args()
+    offs, bias = np.array([0, 4, 8]), np.ones((2, 3), np.float32)
+    out = storage.view(np.float32)[:24].reshape(8, 3)
+    if where == "A":
+        a = storage.view(np.float32)[:32].reshape(8, 4)
+        a[:] = 1
+    elif where == "B":
+        b = storage.view(np.float32)[8:32].reshape(2, 3, 4)
+        b[:] = 1
+    elif where == "bias":
+        bias = storage.view(np.float32)[20:26].reshape(2, 3)
+        bias[:] = 1
+    else:
+        offs = storage[:3]
+        offs[:] = [0, 4, 8]
+    return a, b, offs, bias, out
+
+
+@pytest.mark.parametrize("where,name", [("A", "A"), ("B", "B"), ("bias", "bias"),
+                                        ("offsets", "group_offsets")])
+@pytest.mark.parametrize("beta", [0.0, 1.0])
+def test_output_over_an_input_is_refused(where, name, beta):
+    # out aliasing an input returned wrong values (each group's rows were written while later
+    # rows still read them); the C API's run returned zeros.
+    a, b, offs, bias, out = aliased_gemm(where)
+    before = [np.array(v) for v in (a, b, offs, bias)]
+    with pytest.raises(tessera.InvalidArgumentError, match=f"D overlaps {name}"):
+        tessera.grouped_gemm(a, b, offs, bias=bias, out=out, beta=beta)
+    for v, w in zip((a, b, offs, bias), before):
+        assert np.array_equal(v, w)
+
+
+def test_output_beside_an_input_in_one_buffer_is_accepted():
+    storage = np.zeros(32 + 24, np.float32)
+    a, out = storage[:32].reshape(8, 4), storage[32:].reshape(8, 3)
+    a[:] = np.arange(32).reshape(8, 4)
+    b = np.ones((2, 3, 4), np.float32)
+    want = tessera.grouped_gemm(np.array(a), b, np.array([0, 4, 8]))
+    assert tessera.grouped_gemm(a, b, np.array([0, 4, 8]), out=out) is out
+    assert np.array_equal(out, want)
+
+
+LONG = "z" * 100000
+
+
+@pytest.mark.parametrize("call", [
+    lambda: tessera.quantize(X, LONG),
+    lambda: tessera.quantize(X, "fp8_current:" + LONG),
+    lambda: tessera.quantize(X, "mxfp8", role=LONG),
+    lambda: tessera.quantize(X, "mxfp8", layout=LONG),
+    lambda: tessera.quantize(X, "mxfp8", **{LONG: 1}),
+    lambda: tessera.quantize(X, "mxfp8", seed=LONG),
+    lambda: tessera.encode(X, LONG),
+    lambda: tessera.decode(np.zeros(3, np.uint8), LONG),
+    lambda: tessera.grouped_gemm(*gemm_args(), np.array([0, 4, 8]), kind=LONG),
+    lambda: tessera.grouped_gemm(*gemm_args(), np.array([0, 4, 8]), offsets_format=LONG),
+    lambda: tessera.grouped_gemm(*gemm_args(), np.array([0, 4, 8]), out_dtype=LONG),
+    lambda: tessera.GroupedTensor([(2, 32)], recipe=LONG),
+    lambda: tessera.GroupedTensor([(2, 32)], dtype=LONG),
+    lambda: tessera.splits_to_offsets_multi(np.array([1]), [1], [True], [LONG]),
+], ids=["recipe", "recipe-suffix", "role", "layout", "option-key", "seed", "encode-format",
+        "decode-format", "kind", "offsets-format", "out-dtype", "grouped-recipe",
+        "grouped-dtype", "offsets-dtype"])
+def test_messages_echo_a_bounded_prefix_of_user_text(call):
+    with pytest.raises(tessera.Error) as e:
+        call()
+    message = str(e.value)
+    # At most 64 characters of the text (a repr counts its quote), then "...".
+    assert "z" * 63 in message and "z" * 65 not in message and "..." in message, message[:300]
+    assert len(message) < 1000, message[:300]
+
+
+@pytest.mark.parametrize("value", [2, -1, "yes", None])
+def test_flags_are_true_or_false(value):
+    # transpose_b=2 was read as True (bool(2)); rowwise=2 gave nanobind's "incompatible function
+    # arguments". The C API refuses a flag outside {0, 1} the same way. (transpose_a/b=None is
+    # grouped_gemm's "the kind's default".)
+    a, b = gemm_args()
+    if value is not None:
+        with pytest.raises(tessera.InvalidArgumentError,
+                           match="transpose_b: expected True or False"):
+            tessera.grouped_gemm(a, b, np.array([0, 4, 8]), transpose_b=value)
+    with pytest.raises(tessera.InvalidArgumentError, match="rowwise: expected True or False"):
+        tessera.quantize(X, "mxfp8", rowwise=value)
+    assert tessera.quantize(X, "mxfp8", rowwise=np.bool_(True)).data is not None

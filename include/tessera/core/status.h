@@ -2,7 +2,9 @@
 //
 // TESSERA_CHECK(cond, message parts...) throws tessera::Error{Status::kInvalidArgument} with
 // "file:line: check `cond` failed: <message>". TESSERA_CHECK_STATUS picks the status. A condition
-// that is a string literal is rejected at compile time (it would always be true).
+// that is a string literal is rejected at compile time (it would always be true). Text that a
+// caller passed (a name to parse, an option key) goes into a message through echo(): at most
+// kMaxEchoedChars bytes of it, so that a message stays short whatever the input.
 #pragma once
 
 #include "tessera/config.h"
@@ -10,6 +12,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <type_traits>
 
 namespace tessera {
@@ -40,6 +43,16 @@ class Error : public std::runtime_error {
  private:
   Status status_;
 };
+
+// A caller's text in a message: `os << echo(text)` writes text whole when it has at most
+// kMaxEchoedChars bytes, else its first kMaxEchoedChars bytes (cut before a UTF-8 character that
+// would straddle the limit) followed by "...".
+inline constexpr size_t kMaxEchoedChars = 64;
+struct Echo {
+  std::string_view text;
+};
+inline Echo echo(std::string_view text) noexcept { return Echo{text}; }
+std::ostream& operator<<(std::ostream& os, Echo e);
 
 namespace detail {
 

@@ -41,6 +41,19 @@ struct TensorView {
   std::string to_string() const;  // "e4m3[128, 256] cpu"
 };
 
+// The bytes a view's elements occupy, [begin, end) as addresses; empty (begin == end) when the
+// view has no element or no data. From data, shape, strides (negative ones included) and dtype
+// (sub-byte elements: the bytes holding any of their bits). kOutOfRange when a byte offset does
+// not fit int64.
+struct ByteRange {
+  uintptr_t begin = 0, end = 0;
+  bool empty() const { return begin == end; }
+  bool overlaps(const ByteRange& o) const {
+    return !empty() && !o.empty() && begin < o.end && o.begin < end;
+  }
+};
+ByteRange byte_range(const TensorView& v);
+
 // Throws a clear Error naming `arg` unless the view is contiguous, on a valid device and of a
 // dtype in `allowed` (empty = any). Used by every public entry point that takes a view.
 void check_view(const TensorView& v, const char* arg, std::initializer_list<DType> allowed = {});

@@ -105,7 +105,11 @@ struct GroupedGemmConfig {
 // until the stream reaches it).
 // Invariants checked by can_implement: every operand on one device (offsets and group_alpha may
 // also be in host memory); shapes as listed in the file header; beta ∈ {0, 1}; beta = 1 needs an
-// FP32 D; max_total_rows ≤ rows of the grouped operands and of D (kMGrouped).
+// FP32 D; max_total_rows -1 or ≤ rows of the grouped operands and of D (kMGrouped); D shares no
+// byte with what the problem reads of A, B (dense, or the codes / scales / amax of the quantized
+// copy read), bias, group_offsets or group_alpha (kInvalidArgument "D overlaps A"; only the bytes
+// touched count: grouped operands and an M-grouped D cut to the capacity rows; beta = 1 reads D
+// itself by design).
 struct GroupedGemmProblem {
   GroupedGemmKind kind = GroupedGemmKind::kMGrouped;
   int64_t num_groups = 0;  // G ≥ 1
@@ -117,9 +121,9 @@ struct GroupedGemmProblem {
   // kMGrouped / kKGrouped: int32 or int64, format below; ignored for kBatched.
   TensorView group_offsets;
   GroupOffsetsFormat offsets_format = GroupOffsetsFormat::kStartOffsets;
-  // Host-known upper bound of the total grouped rows (the capacity). -1 = the grouped operand's
-  // row count. The last offset must not exceed it (checked on host offsets; on the device, rows
-  // past it are clamped away).
+  // Host-known upper bound of the total grouped rows (the capacity). -1 = the grouped operand's row
+  // count; other negative values are refused. The last offset must not exceed it (checked on host
+  // offsets; on the device, rows past it are clamped away).
   int64_t max_total_rows = -1;
   // kMGrouped only: also write zeros into D's rows past the last group's end (a capacity buffer's
   // unused rows), the end read where the offsets live — on the device without a host sync.

@@ -8,7 +8,7 @@
 // bound, moe_permuted_rows) holding E groups back to back: group e starts at padded_offsets[e];
 // its first counts[e] rows are the pairs routed to e in ascending pair order (lower token first,
 // then lower j), the rest of the group and every row past padded_offsets[E] are zero rows.
-//   dropless (capacity < 0): group e has roundup(routed_e, align) rows; every pair is kept.
+//   dropless (capacity -1): group e has roundup(routed_e, align) rows; every pair is kept.
 //   capacity (capacity >= 0, a multiple of align): group e is rows [e·C, (e+1)·C); the first
 //     min(routed_e, C) pairs (in pair order: lower token wins) are kept, the others are DROPPED:
 //     slot -1, never read or written, counted in `dropped`.
@@ -55,7 +55,7 @@ enum class MoeRoutingError : int32_t {
 struct MoeRoutingOptions {
   int64_t num_experts = 0;  // E >= 1
   int64_t align = 1;        // >= 1: rows per group are a multiple of it (recipe's alignment)
-  int64_t capacity = -1;    // < 0: dropless; >= 0: rows per expert (multiple of align)
+  int64_t capacity = -1;    // -1: dropless; >= 0: rows per expert (multiple of align)
   int32_t* error_flag = nullptr;  // CUDA: device int32 receiving MoeRoutingError bits
 };
 
@@ -69,7 +69,8 @@ struct MoeRouting {
 };
 
 // Host-known rows of the permuted buffer: dropless padded_rows_bound(T·k, E, align) =
-// T·k + E·(align − 1); capacity E·C. Throws on invalid options or int64 overflow.
+// T·k + E·(align − 1); capacity E·C. Throws on invalid options (a capacity below -1 included)
+// or int64 overflow: T·k past int64 is kOutOfRange naming num_tokens and top_k, in every op here.
 int64_t moe_permuted_rows(int64_t num_tokens, int64_t top_k, const MoeRoutingOptions& options);
 
 // Device workspace moe_routing needs on CUDA (0 on the CPU), in bytes.

@@ -1,0 +1,77 @@
+// An output that overlaps an input is refused: D is written while the GEMM still reads A, B (the
+// quantized copy read: codes, scales, amax), bias, group_offsets and group_alpha, so a shared
+// byte gives wrong values (or, on the device, a race). beta = 1 reads D itself by design; that is
+// the one overlap allowed. Only the bytes the problem touches count (byte_range of each view,
+// cut to the capacity rows for the grouped operands and an M-grouped D), so buffers side by side
+// in one allocation, and rows past the capacity, may be shared.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "gemm/gemm_backend.h"
+
+namespace tessera::detail {
+namespace {
+
+struct NamedRange {
+  std::string name;
+  Device device;
+  ByteRange bytes;
+};
+
+// The first `rows` rows of a view (all of them when it has fewer).
+TensorView leading_rows(TensorView v, int64_t rows) {
+  if (v.ndim >= 1 && v.shape[0] > rows) v.shape[0] = rows;
+  return v;
+}
+
+void add(std::vector<NamedRange>& out, std::string name, const TensorView& v) {
+  if (v.data != nullptr) out.push_back({std::move(name), v.device, byte_range(v)});
+}
+
+// What the problem reads of operand `o` (named `name`): a dense view (its first `rows` rows when
+// rows >= 0), or the quantized copy it reads.
+void add_operand(std::vector<NamedRange>& out, const char* name, const GemmOperand& o,
+                 int64_t rows) {
+  if (!o.is_quantized) {
+    add(out, name, rows >= 0 ? leading_rows(o.dense, rows) : o.dense);
+    return;
+  }
+  const QuantizedTensorView& q = o.quantized;
+  const std::string n = name;
+  const std::string copy = o.columnwise ? ".columnwise_" : ".";
+  add(out, n + copy + "data", o.columnwise ? q.columnwise_data : q.data);
+  add(out, n + copy + "scale_inv", o.columnwise ? q.columnwise_scale_inv : q.scale_inv);
+  add(out, n + copy + "amax", o.columnwise ? q.columnwise_amax : q.amax);
+}
+
+std::string hex(uintptr_t a) {
+  char s[24];
+  std::snprintf(s, sizeof s, "0x%llx", static_cast<unsigned long long>(a));
+  return s;
+}
+
+}  // namespace
+
+void check_output_overlap(const GroupedGemmProblem& p, const GroupedGemmDims& dims) {
+  const bool grouped_rows = p.kind != GroupedGemmKind::kBatched;
+  const int64_t capacity = grouped_rows ? dims.capacity : -1;
+  std::vector<NamedRange> inputs;
+  add_operand(inputs, "A", p.a, capacity);
+  add_operand(inputs, "B", p.b, p.kind == GroupedGemmKind::kKGrouped ? capacity : -1);
+  add(inputs, "bias", p.bias);
+  if (grouped_rows) add(inputs, "group_offsets", p.group_offsets);  // kBatched ignores them
+  add(inputs, "group_alpha", p.group_alpha);
+  // D's written rows: an M-grouped D up to the capacity, unless its unused rows are zeroed too.
+  const bool d_rows_cut = p.kind == GroupedGemmKind::kMGrouped && !p.zero_unused_rows;
+  const ByteRange d = byte_range(d_rows_cut ? leading_rows(p.d, dims.capacity) : p.d);
+  for (const NamedRange& in : inputs) {
+    TESSERA_CHECK(in.device != p.d.device || !d.overlaps(in.bytes), "D overlaps ", in.name,
+                  ": D writes bytes [", hex(d.begin), ", ", hex(d.end), ") and ", in.name,
+                  " is read from [", hex(in.bytes.begin), ", ", hex(in.bytes.end),
+                  "); an output may not share memory with an input (beta = 1 reads D itself, "
+                  "nothing else)");
+  }
+}
+
+}  // namespace tessera::detail
