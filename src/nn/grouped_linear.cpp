@@ -306,7 +306,8 @@ void GroupedLinear::backward(const GroupedLinearContext& ctx, const TensorView& 
   LinearContextState& s = *ctx.saved_;
   TESSERA_CHECK(s.owner == &p, "GroupedLinear backward: the context belongs to another layer");
   TESSERA_CHECK(s.weight->dense.data != p.weight.data() || s.weight_version == p.forwards,
-                "GroupedLinear '", p.options.name, "' backward: the ", p.recipe_state->recipe().name,
+                "GroupedLinear '", echo(p.options.name), "' backward: the ",
+                echo(p.recipe_state->recipe().name),
                 " recipe computes on the master weights themselves, and a later forward may have "
                 "changed them (run the backward of a context before the next forward, or use a "
                 "recipe that makes a compute copy)");

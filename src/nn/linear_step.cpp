@@ -52,7 +52,7 @@ void check_pairs(const LinearSpec& s, const Recipe& recipe, const std::string& l
     const auto& [a, b] = pairs[i];
     TESSERA_CHECK_STATUS(
         modes_can_meet(a.first->config.mode, b.first->config.mode), Status::kUnsupported,
-        "recipe '", recipe_label(recipe), "', layer '", layer, "': modes (input ",
+        "recipe '", echo(recipe_label(recipe)), "', layer '", echo(layer), "': modes (input ",
         scaling_mode_name(s.input.config.mode), ", weight ",
         scaling_mode_name(s.weight.config.mode), ", grad_output ",
         scaling_mode_name(s.grad_output.config.mode), ") cannot meet in the step's GEMMs (the ",
@@ -221,8 +221,8 @@ LinearSpec make_linear_spec(const Recipe& recipe, const std::string& name, int64
   for (const auto& [f, t] : {std::pair{&s.input, TensorType::kInput},
                              std::pair{&s.weight, TensorType::kWeight}}) {
     TESSERA_CHECK_STATUS(f->config.element != DType::kFloat8E5M2, Status::kUnsupported,
-                         "recipe '", recipe_label(recipe), "', role ",
-                         QuantizerRole{kModule, t, name}.to_string(),
+                         "recipe '", echo(recipe_label(recipe)), "', role ",
+                         echo(QuantizerRole{kModule, t, name}.to_string()),
                          ": element 'e5m2' is taken for grad_output only; expected 'e4m3' (the "
                          "GEMMs run E4M3 x E4M3 and E5M2 x E4M3 with the gradient as A: x and "
                          "W are B operands of the backward GEMMs)");
@@ -233,7 +233,7 @@ LinearSpec make_linear_spec(const Recipe& recipe, const std::string& name, int64
   // Packed E2M1 codes: the widths the NVFP4 copies pack two per byte must be even.
   for (const RoleFormat* f : {&s.input, &s.weight, &s.grad_output}) {
     if (!scaling_mode_info(f->config.mode).fp4) continue;
-    TESSERA_CHECK_STATUS(in % 2 == 0 && out % 2 == 0, Status::kUnsupported, "layer '", name,
+    TESSERA_CHECK_STATUS(in % 2 == 0 && out % 2 == 0, Status::kUnsupported, "layer '", echo(name),
                          "': NVFP4 packs two codes per byte along in_features (", in,
                          ") and out_features (", out, "): both must be even");
   }

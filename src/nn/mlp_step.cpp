@@ -44,7 +44,7 @@ MlpSpec make_mlp_spec(const Recipe& fc1_recipe, const Recipe& fc2_recipe,
                       bool bias, std::optional<DType> dense_dtype) {
   TESSERA_CHECK(hidden >= 1 && ffn >= 1, "hidden ", hidden, " and ffn ", ffn, " must be >= 1");
   TESSERA_CHECK(fc1_recipe.quantized() == fc2_recipe.quantized(), "fc1's recipe (",
-                fc1_recipe.name, ") and fc2's (", fc2_recipe.name,
+                echo(fc1_recipe.name), ") and fc2's (", echo(fc2_recipe.name),
                 ") must both quantize or both not");
   MlpSpec s;
   s.fc1 = make_linear_spec(fc1_recipe, prefix + "fc1", groups, hidden,
