@@ -3,11 +3,12 @@
 # under AddressSanitizer + UndefinedBehaviorSanitizer (with the sanitized Python extension: the
 # Python entry-point fuzzer and test_hardening.py), the installed package from C++ (CMake) and
 # plain C (gcc + pkg-config), pytest (the tessera.torch tests included: torch is installed).
+# Everything Python is .venv's (scripts/install_deps.sh): CMake's Python, pytest's, the fuzzer's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install_deps.sh
-PY_CMAKE_BIN="$(python3 -c 'import cmake, os; print(os.path.join(os.path.dirname(cmake.__file__), "data", "bin"))' 2>/dev/null || true)"
-[ -x "$PY_CMAKE_BIN/cmake" ] && export PATH="$PY_CMAKE_BIN:$PATH"
+bash scripts/install_deps.sh test
+. scripts/venv.sh
+py="$VIRTUAL_ENV/bin/python"
 jobs="$(nproc)"
 
 echo "== build (warnings are errors)"
@@ -18,7 +19,8 @@ ctest --test-dir build --output-on-failure -j "$jobs"
 echo "== C++ tests (and the 20k-call C API fuzz loop) under ASan + UBSan"
 cmake -S . -B build-asan -G Ninja -DTESSERA_SANITIZE=ON -DTESSERA_WERROR=ON \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTESSERA_BUILD_TESTS=ON -DTESSERA_BUILD_BENCH=OFF \
-  -DTESSERA_BUILD_TOOLS=OFF -DTESSERA_BUILD_PYTHON=ON >/dev/null
+  -DTESSERA_BUILD_TOOLS=OFF -DTESSERA_BUILD_PYTHON=ON \
+  -DPython_EXECUTABLE="$py" >/dev/null
 cmake --build build-asan -j "$jobs" >/dev/null
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan --output-on-failure --no-tests=error -j "$jobs"
@@ -41,5 +43,5 @@ gcc -std=c11 -Wall -Wextra -Werror tests/packaging/c_consumer/main.c \
 build/c_consumer
 
 echo "== Python tests"
-python3 -c "import torch" || { echo "torch is not importable: the tessera.torch tests would skip"; exit 1; }
-TESSERA_BUILD_DIR="$PWD/build" python3 -m pytest -q tests/python
+"$py" -c "import torch" || { echo "torch is not importable: the tessera.torch tests would skip"; exit 1; }
+TESSERA_BUILD_DIR="$PWD/build" "$py" -m pytest -q tests/python
