@@ -2,8 +2,9 @@
 # Every test on a fresh machine: install, build (warnings as errors), C++ tests, the same tests
 # under AddressSanitizer + UndefinedBehaviorSanitizer (with the sanitized Python extension: the
 # Python entry-point fuzzer and test_hardening.py), the installed package from C++ (CMake) and
-# plain C (gcc + pkg-config), pytest (the tessera.torch tests included: torch is installed), then
-# `pip install .` into a throwaway venv (the distribution's name, version and license).
+# plain C (gcc + pkg-config), the C and C++ programs of docs/ as written (tests/docs), pytest (the
+# tessera.torch tests included: torch is installed), then `pip install .` into a throwaway venv
+# (the distribution's name, version and license).
 # Everything Python is .venv's (scripts/install_deps.sh): CMake's Python, pytest's, the fuzzer's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -44,6 +45,8 @@ gcc -std=c11 -Wall -Wextra -Werror tests/packaging/c_consumer/main.c \
 build/c_consumer
 [ "$(PKG_CONFIG_PATH="$pc_dir" pkg-config --modversion tessera)" = "$(cat VERSION)" ] ||
   { echo "tessera.pc's version is not VERSION's"; exit 1; }
+echo "== the C and C++ code of docs/, compiled and run as written against the installed package"
+"$py" tests/docs/run_doc_blocks.py build/pkg-moved
 
 echo "== Python tests"
 "$py" -c "import torch" || { echo "torch is not importable: the tessera.torch tests would skip"; exit 1; }
