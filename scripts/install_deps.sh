@@ -1,12 +1,37 @@
 #!/usr/bin/env bash
-# Installs what building and testing tessera needs on a fresh Debian machine (apt-get + pip).
-# Idempotent: packages already present are not reinstalled.
+# Installs what building tessera needs on a fresh Debian machine: system packages with apt-get,
+# Python packages with pip into the repository's own virtual environment .venv/ (git-ignored;
+# never the system Python). Idempotent: what is present is not installed again.
+#
+# Usage: scripts/install_deps.sh [demo|test]   (default test)
+#   demo: what `tessera demo` needs (scripts/demo.sh): compilers, OpenBLAS, oneDNN, CMake.
+#   test: everything (scripts/test.sh): also GTest, Google Benchmark, pkg-config, Python headers,
+#         nanobind, scikit-build-core, NumPy, ml_dtypes, pytest, PyTorch.
+# Activate .venv afterwards with `. scripts/venv.sh` (in a script) or `. .venv/bin/activate`.
 set -euo pipefail
+cd "$(dirname "$0")/.."
+mode="${1:-test}"
+case "$mode" in
+  demo|test) ;;
+  *) echo "usage: scripts/install_deps.sh [demo|test]" >&2; exit 2 ;;
+esac
 
 # libdnnl-dev: oneDNN, the CPU backend's native BF16 GEMM (docs/gemm.md); without it BF16 runs
 # the FP32 path.
-apt_pkgs=(g++ ninja-build pkg-config libopenblas-dev libdnnl-dev libgtest-dev libgmock-dev
-          libbenchmark-dev)
+apt_pkgs=(g++ ninja-build libopenblas-dev libdnnl-dev)
+if [ "$mode" = test ]; then
+  # make: the default CMake generator of docs/quickstart.md's commands (tests/docs runs them).
+  apt_pkgs+=(make pkg-config libgtest-dev libgmock-dev libbenchmark-dev)
+fi
+# The venv's interpreter is the python3 on PATH. Debian's (sys.base_prefix /usr) keeps venv and
+# ensurepip in python3-venv and Python.h (the extension's build) in python3-dev.
+if ! command -v python3 >/dev/null; then
+  apt_pkgs+=(python3 python3-venv)
+  [ "$mode" = test ] && apt_pkgs+=(python3-dev)
+elif [ "$(python3 -c 'import sys; print(sys.base_prefix)')" = /usr ]; then
+  apt_pkgs+=(python3-venv)
+  [ "$mode" = test ] && apt_pkgs+=(python3-dev)
+fi
 missing=()
 for p in "${apt_pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -18,6 +43,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-# CMake >= 3.28 (the CUDA C++20 dialect of nvcc 13 is unknown to Debian's 3.25), Python tooling.
-python3 -m pip install -q --disable-pip-version-check -r "$(dirname "$0")/requirements-dev.txt"
-hash -r
+# A venv without a working pip (python3 -m venv failed half-way) is made again.
+if ! .venv/bin/python -m pip --version >/dev/null 2>&1; then
+  echo "install_deps: python3 -m venv .venv ($(command -v python3), $(python3 --version))"
+  rm -rf .venv
+  python3 -m venv .venv
+  # A current pip: Debian 12's (23.0) shows no PEP 639 license in `pip show`.
+  .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
+fi
+.venv/bin/python -m pip install -q --disable-pip-version-check -r "scripts/requirements-$mode.txt"

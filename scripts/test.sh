@@ -2,12 +2,15 @@
 # Every test on a fresh machine: install, build (warnings as errors), C++ tests, the same tests
 # under AddressSanitizer + UndefinedBehaviorSanitizer (with the sanitized Python extension: the
 # Python entry-point fuzzer and test_hardening.py), the installed package from C++ (CMake) and
-# plain C (gcc + pkg-config), pytest (the tessera.torch tests included: torch is installed).
+# plain C (gcc + pkg-config), the C and C++ programs of docs/ as written (tests/docs), pytest (the
+# tessera.torch tests included: torch is installed), then `pip install .` into a throwaway venv
+# (the distribution's name, version and license).
+# Everything Python is .venv's (scripts/install_deps.sh): CMake's Python, pytest's, the fuzzer's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install_deps.sh
-PY_CMAKE_BIN="$(python3 -c 'import cmake, os; print(os.path.join(os.path.dirname(cmake.__file__), "data", "bin"))' 2>/dev/null || true)"
-[ -x "$PY_CMAKE_BIN/cmake" ] && export PATH="$PY_CMAKE_BIN:$PATH"
+bash scripts/install_deps.sh test
+. scripts/venv.sh
+py="$VIRTUAL_ENV/bin/python"
 jobs="$(nproc)"
 
 echo "== build (warnings are errors)"
@@ -18,7 +21,8 @@ ctest --test-dir build --output-on-failure -j "$jobs"
 echo "== C++ tests (and the 20k-call C API fuzz loop) under ASan + UBSan"
 cmake -S . -B build-asan -G Ninja -DTESSERA_SANITIZE=ON -DTESSERA_WERROR=ON \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTESSERA_BUILD_TESTS=ON -DTESSERA_BUILD_BENCH=OFF \
-  -DTESSERA_BUILD_TOOLS=OFF -DTESSERA_BUILD_PYTHON=ON >/dev/null
+  -DTESSERA_BUILD_TOOLS=OFF -DTESSERA_BUILD_PYTHON=ON \
+  -DPython_EXECUTABLE="$py" >/dev/null
 cmake --build build-asan -j "$jobs" >/dev/null
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan --output-on-failure --no-tests=error -j "$jobs"
@@ -39,7 +43,33 @@ pc_dir="$(dirname "$(find "$PWD/build/pkg-moved" -name tessera.pc -print -quit)"
 gcc -std=c11 -Wall -Wextra -Werror tests/packaging/c_consumer/main.c \
   $(PKG_CONFIG_PATH="$pc_dir" pkg-config --cflags --libs tessera) -o build/c_consumer
 build/c_consumer
+[ "$(PKG_CONFIG_PATH="$pc_dir" pkg-config --modversion tessera)" = "$(cat VERSION)" ] ||
+  { echo "tessera.pc's version is not VERSION's"; exit 1; }
+echo "== the C and C++ code of docs/, compiled and run as written against the installed package"
+"$py" tests/docs/run_doc_blocks.py build/pkg-moved
 
 echo "== Python tests"
-python3 -c "import torch" || { echo "torch is not importable: the tessera.torch tests would skip"; exit 1; }
-TESSERA_BUILD_DIR="$PWD/build" python3 -m pytest -q tests/python
+"$py" -c "import torch" || { echo "torch is not importable: the tessera.torch tests would skip"; exit 1; }
+TESSERA_BUILD_DIR="$PWD/build" "$py" -m pytest -q tests/python
+
+echo "== pip install . into a throwaway venv: pip show, tessera --version, tessera.__version__"
+# CPU only (TESSERA_CUDA=OFF: the CUDA build is tested above) and in its own build directory,
+# so that a later plain `pip install .` does not find this configuration cached (made anew: its
+# cache would name the previous run's temporary build environment).
+rm -rf build/pip-venv build/pip-build
+"$py" -m venv build/pip-venv
+build/pip-venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
+build/pip-venv/bin/python -m pip install -q --disable-pip-version-check \
+  -C build-dir=build/pip-build -C cmake.define.TESSERA_CUDA=OFF .
+version="$(cat VERSION)"
+show="$(build/pip-venv/bin/python -m pip show tessera-moe)"
+echo "$show" | grep -E '^(Name|Version|License-Expression):'
+for want in "Name: tessera-moe" "Version: $version" "License-Expression: Apache-2.0"; do
+  grep -qx "$want" <<<"$show" || { echo "pip show tessera-moe lacks '$want'"; exit 1; }
+done
+[ "$(build/pip-venv/bin/tessera --version)" = "tessera $version" ] ||
+  { echo "the installed tessera command does not print 'tessera $version'"; exit 1; }
+# -I: the installed package (PYTHONPATH ignored).
+build/pip-venv/bin/python -I -c "import tessera, sys; sys.exit(tessera.__version__ != '$version')" ||
+  { echo "the installed tessera.__version__ is not $version"; exit 1; }
+echo "test.sh: all tests passed"

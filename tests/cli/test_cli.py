@@ -81,6 +81,15 @@ class BadOptions(unittest.TestCase):
         self.refused("--topk", "9", "--experts", "8", must=("--topk 9",))
 
 
+class Version(unittest.TestCase):
+    def test_version_is_the_version_file(self):
+        root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+        version = open(os.path.join(root, "VERSION")).read().strip()
+        for flag in ("--version", "-V"):
+            r = run(flag)
+            self.assertEqual((r.returncode, r.stdout, r.stderr), (0, f"tessera {version}\n", ""))
+
+
 class Demo(unittest.TestCase):
     def demo(self, *args, env=None):
         with tempfile.TemporaryDirectory() as d:

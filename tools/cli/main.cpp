@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "commands.h"
+#include "tessera/config.h"
 #include "tessera/core/status.h"
 
 namespace tessera::cli {
@@ -49,7 +50,8 @@ int usage(std::FILE* out) {
     std::fprintf(out, "  %-8.*s %.*s\n", static_cast<int>(c.name.size()), c.name.data(),
                  static_cast<int>(c.summary.size()), c.summary.data());
   }
-  std::fprintf(out, "\n`tessera <command> --help` describes a command's options.\n");
+  std::fprintf(out, "\n`tessera <command> --help` describes a command's options; "
+                   "`tessera --version` prints the version.\n");
   return out == stdout ? 0 : 2;
 }
 
@@ -59,6 +61,10 @@ int main(int argc, char** argv) {
   if (argc < 2) return usage(stderr);
   const std::string_view name = argv[1];
   if (name == "-h" || name == "--help" || name == "help") return usage(stdout);
+  if (name == "--version" || name == "-V") {
+    std::printf("tessera %s\n", TESSERA_VERSION_STRING);  // the file VERSION's, through CMake
+    return 0;
+  }
   for (const Command& c : kCommands) {
     if (c.name != name) continue;
     try {
