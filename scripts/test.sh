@@ -4,7 +4,8 @@
 # Python entry-point fuzzer and test_hardening.py), the installed package from C++ (CMake) and
 # plain C (gcc + pkg-config), the C and C++ programs of docs/ as written (tests/docs), pytest (the
 # tessera.torch tests included: torch is installed), then `pip install .` into a throwaway venv
-# (the distribution's name, version and license).
+# (the distribution's name, version and license, tessera.torch's compiled ops against the
+# venv's torch).
 # Everything Python is .venv's (scripts/install_deps.sh): CMake's Python, pytest's, the fuzzer's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -59,6 +60,9 @@ echo "== pip install . into a throwaway venv: pip show, tessera --version, tesse
 rm -rf build/pip-venv build/pip-build
 "$py" -m venv build/pip-venv
 build/pip-venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
+# torch first (pip's cache has it from .venv): the build, isolated by pip, must find the venv's
+# torch and build tessera.torch's compiled ops against it.
+build/pip-venv/bin/python -m pip install -q --disable-pip-version-check -r <(grep -E '^torch' scripts/requirements-test.txt)
 build/pip-venv/bin/python -m pip install -q --disable-pip-version-check \
   -C build-dir=build/pip-build -C cmake.define.TESSERA_CUDA=OFF .
 version="$(cat VERSION)"
@@ -72,4 +76,14 @@ done
 # -I: the installed package (PYTHONPATH ignored).
 build/pip-venv/bin/python -I -c "import tessera, sys; sys.exit(tessera.__version__ != '$version')" ||
   { echo "the installed tessera.__version__ is not $version"; exit 1; }
+# The installed tessera.torch loads its compiled ops into the venv's torch (no ABI mismatch) and
+# runs one training step.
+build/pip-venv/bin/python -I -c "
+import torch, tessera.torch as tt
+x = torch.randn(32, 64, dtype=torch.bfloat16, requires_grad=True)
+m = tt.GroupedLinear(2, 64, 32, recipe='fp8_rowwise')
+m(x, torch.tensor([16, 32], dtype=torch.int32)).float().sum().backward()
+assert x.grad is not None and m.weight.grad is not None
+print('installed tessera.torch: one fp8_rowwise step on torch', torch.__version__)" ||
+  { echo "the installed tessera.torch does not run a step"; exit 1; }
 echo "test.sh: all tests passed"

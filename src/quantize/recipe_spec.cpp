@@ -8,13 +8,6 @@
 namespace tessera {
 namespace {
 
-// At most this many characters of a caller's text are echoed in a message.
-constexpr size_t kEcho = 64;
-
-std::string echo(std::string_view s) {
-  return s.size() <= kEcho ? std::string(s) : std::string(s.substr(0, kEcho)) + "...";
-}
-
 std::vector<std::string_view> split(std::string_view s, char sep) {
   std::vector<std::string_view> parts;
   size_t at = 0;
