@@ -21,7 +21,7 @@ tt = pytest.importorskip("tessera.torch")
 import tessera  # noqa: E402
 from tessera.torch.fp8 import scale_shape  # noqa: E402
 from torch_oracles import (  # noqa: E402
-    composed_mlp_step, ends, grouped_products, mlp_eager_and_compiled, mlp_products,
+    ends, grouped_products, mlp_eager_and_compiled, mlp_step_against_oracles,
     opcheck_linear_step, pad_groups, padded_sizes, run_step, sqnr, wgrad_align)
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() and tessera.cuda_compiled() else [])
@@ -227,30 +227,10 @@ def test_wgrad_blocks_never_straddle_groups(device):
 def test_grouped_mlp_is_the_composition_of_linear_steps(device):
     # GroupedMLP's one fused step == fc1 and fc2 as grouped_linear steps (each checked against
     # the oracle above) with the SwiGLU × probs between; and the whole MLP against FP64
-    torch.manual_seed(9)
-    g, hid, ffn = len(SIZES), 256, 128  # fc1 out 256, fc2 out 256: CUDA's dgrad runs both
-    mlp = tt.GroupedMLP(g, hid, ffn, recipe="fp8_block", device=device)
-    offs = ends(SIZES, device)
-    t = sum(SIZES)
-    x0 = torch.randn(t, hid, device=device, dtype=torch.bfloat16)
-    probs = torch.rand(t, device=device)
-    dy = torch.randn(t, hid, device=device, dtype=torch.bfloat16)
-    x = x0.detach().requires_grad_()
-    p = probs.detach().requires_grad_()
-    y = mlp(x, offs, probs=p)
-    y.backward(dy)
-    got = (y.detach(), x.grad, mlp.fc1.weight.grad, mlp.fc2.weight.grad, p.grad)
-    want = composed_mlp_step("fp8_block", mlp.fc1.weight, mlp.fc2.weight, None, None, x0, offs,
-                             probs, dy)
-    dbs = [sqnr(a, b) for a, b in zip(got, want)]
-    print(f"\n[mlp fp8_block {device}] SQNR vs the composed linear steps y/dx/dW1/dW2/dp "
-          f"{[round(d, 1) for d in dbs]}")
-    assert min(dbs) >= 45.0
-    # the whole MLP against FP64 on the same values (errors of both layers compound)
-    plain = mlp_products(x0, mlp.fc1.weight, mlp.fc2.weight, probs, SIZES, dy)
-    dbs = [sqnr(a, b) for a, b in zip(got, plain)]
-    print(f"[mlp fp8_block {device}] SQNR vs FP64 y/dx/dW1/dW2 {[round(d, 1) for d in dbs]}")
-    assert min(dbs) >= 21.0  # measured 23.6-23.9 on the CPU: two FP8 layers in series
+    # fc1 out 256, fc2 out 256: CUDA's dgrad runs both
+    composed, plain = mlp_step_against_oracles("fp8_block", SIZES, 256, 128, device)
+    assert min(composed) >= 45.0
+    assert min(plain) >= 21.0  # measured 23.6-23.9 on the CPU: two FP8 layers in series
 
 
 @pytest.mark.parametrize("device", DEVICES)

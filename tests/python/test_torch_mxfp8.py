@@ -31,7 +31,7 @@ import test_quantize_oracle as O  # noqa: E402  (the NumPy oracle of docs/numeri
 from tessera.torch import _ext  # noqa: E402
 from tessera.torch.fp8 import E8M0_DTYPE, scale_shape  # noqa: E402
 from torch_oracles import (  # noqa: E402
-    composed_mlp_step, ends, grouped_products, mlp_eager_and_compiled, mlp_products,
+    ends, grouped_products, mlp_eager_and_compiled, mlp_step_against_oracles,
     opcheck_linear_step, pad_groups, padded_sizes, run_step, sqnr, wgrad_align)
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() and tessera.cuda_compiled() else [])
@@ -293,29 +293,9 @@ def test_grouped_mlp_is_the_composition_of_linear_steps(device):
     # the oracle above) with the SwiGLU × probs between; and the whole MLP against the FP64
     # products of the unquantized values
     need_gemm(device)
-    S = SIZES
-    torch.manual_seed(9)
-    mlp = tt.GroupedMLP(len(S), 96, 80, recipe="mxfp8", device=device)
-    offs = ends(S, device)
-    x0 = torch.randn(sum(S), 96, device=device, dtype=torch.bfloat16)
-    probs = torch.rand(sum(S), device=device)
-    dy = torch.randn(sum(S), 96, device=device, dtype=torch.bfloat16)
-    x = x0.detach().requires_grad_()
-    p = probs.detach().requires_grad_()
-    y = mlp(x, offs, probs=p)
-    y.backward(dy)
-    got = (y.detach(), x.grad, mlp.fc1.weight.grad, mlp.fc2.weight.grad, p.grad)
-    want = composed_mlp_step("mxfp8", mlp.fc1.weight, mlp.fc2.weight, None, None, x0, offs,
-                             probs, dy)
-    dbs = [sqnr(a, b) for a, b in zip(got, want)]
-    print(f"\n[mlp mxfp8 {device}] SQNR vs the composed linear steps y/dx/dW1/dW2/dp "
-          f"{[round(d, 1) for d in dbs]}")
-    assert min(dbs) >= ORACLE_DB
-    plain = mlp_products(x0, mlp.fc1.weight, mlp.fc2.weight, probs, S, dy)
-    dbs = [sqnr(a, b) for a, b in zip(got, plain)]
-    print(f"[mlp mxfp8 {device}] SQNR vs FP64 of the unquantized values y/dx/dW1/dW2 "
-          f"{[round(d, 1) for d in dbs]}")
-    assert min(dbs) >= 21.0  # two E4M3 layers in series
+    composed, plain = mlp_step_against_oracles("mxfp8", SIZES, 96, 80, device)
+    assert min(composed) >= ORACLE_DB
+    assert min(plain) >= 21.0  # two E4M3 layers in series
 
 
 @pytest.mark.parametrize("device", DEVICES)

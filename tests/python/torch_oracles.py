@@ -156,6 +156,33 @@ def opcheck_linear_step(spec, x, w, offs, dy, utils=("test_schema", "test_fakete
     torch.library.opcheck(ops.mlp_bwd.default, mlp_bwd, test_utils=utils)
 
 
+def mlp_step_against_oracles(recipe, sizes, hidden, ffn, device):
+    """One GroupedMLP step (probs, ragged sizes) of `recipe`, and its SQNRs in dB: (vs
+    composed_mlp_step on y/dx/dW1/dW2/dprobs, vs the FP64 mlp_products of the unquantized values
+    on y/dx/dW1/dW2). Prints both lists."""
+    from tessera import torch as tt
+    torch.manual_seed(9)
+    mlp = tt.GroupedMLP(len(sizes), hidden, ffn, recipe=recipe, device=device)
+    offs = ends(sizes, device)
+    t = sum(sizes)
+    x0 = torch.randn(t, hidden, device=device, dtype=torch.bfloat16)
+    probs = torch.rand(t, device=device)
+    dy = torch.randn(t, hidden, device=device, dtype=torch.bfloat16)
+    x = x0.detach().requires_grad_()
+    p = probs.detach().requires_grad_()
+    y = mlp(x, offs, probs=p)
+    y.backward(dy)
+    got = (y.detach(), x.grad, mlp.fc1.weight.grad, mlp.fc2.weight.grad, p.grad)
+    w1, w2 = mlp.fc1.weight, mlp.fc2.weight
+    composed = [sqnr(a, b) for a, b in
+                zip(got, composed_mlp_step(recipe, w1, w2, None, None, x0, offs, probs, dy))]
+    plain = [sqnr(a, b) for a, b in zip(got, mlp_products(x0, w1, w2, probs, sizes, dy))]
+    print(f"\n[mlp {recipe} {device}] SQNR vs the composed linear steps y/dx/dW1/dW2/dp "
+          f"{[round(d, 1) for d in composed]}; vs FP64 y/dx/dW1/dW2 "
+          f"{[round(d, 1) for d in plain]}")
+    return composed, plain
+
+
 def mlp_products(x, w1, w2, probs, sizes, dy):
     """FP64 y, dx, dW1, dW2 of the unquantized grouped MLP (x (T, H), w1 (G, 2F, H), w2 (G, H, F),
     probs (T,) or None; h = x W1_gᵀ = [gate | up], a = silu(gate) ⊙ up (⊙ p), y = a W2_gᵀ),
