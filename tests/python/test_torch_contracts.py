@@ -188,6 +188,18 @@ def test_autocast_sets_the_compute_and_output_dtype(recipe):
 
 # ---- the coarse binding -------------------------------------------------------------------------
 
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_transformer_engine_splits_as_a_python_list(device):
+    # TE's GroupedLinear takes m_splits as a list of ints: the same step as device offsets
+    m = layer("fp8_rowwise", device)
+    x = torch.randn(sum(SIZES), K, device=device, dtype=torch.bfloat16)
+    with torch.no_grad():
+        want = m(x, ends(SIZES, device))
+        assert torch.equal(m(x, m_splits=list(SIZES)), want)
+        assert torch.equal(m(x, splits=torch.tensor(SIZES, device=device)), want)
+
+
 def test_a_quantized_step_makes_few_python_and_compiled_calls():
     """One eager fwd+bwd of a quantized GroupedLinear on CPU tensors: Python calls inside the
     tessera package, calls into compiled code (tessera extension functions, torch.ops.tessera.*)

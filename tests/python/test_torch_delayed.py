@@ -105,7 +105,13 @@ def test_recipe_roles_and_formats_come_from_the_cpp_recipe():
     assert tt.DelayedScaling(fp8_format="e4m3").elements() == ("e4m3",) * 3
     lin = tt.GroupedLinear(2, 16, 16, recipe="fp8_delayed:e4m3")
     assert lin.delayed_scaling == tt.DelayedScaling(fp8_format="e4m3")
-    with pytest.raises(ValueError, match="fp8_format"):
+    # TransformerEngine's spellings of the format (its Format enum by member name too)
+    assert tt.DelayedScaling(fp8_format="HYBRID") == tt.DelayedScaling()
+    assert tt.DelayedScaling(fp8_format="E4M3") == tt.DelayedScaling(fp8_format="e4m3")
+    import enum
+    assert tt.DelayedScaling(fp8_format=enum.Enum("Format", "E4M3 HYBRID").HYBRID).name \
+        == "fp8_delayed"
+    with pytest.raises(tessera.InvalidArgumentError, match="fp8_format"):
         tt.DelayedScaling(fp8_format="e5m2")
     with pytest.raises(tessera.Error, match="amax_compute_algo"):
         tt.DelayedScaling(amax_compute_algo="mean")

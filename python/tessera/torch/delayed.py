@@ -43,14 +43,19 @@ class DelayedScaling:
     amax_history_len: int = 1024
     amax_compute_algo: str = "max"
     margin: int = 0
-    fp8_format: str = "hybrid"
+    fp8_format: str = "hybrid"  # also TE's "HYBRID" / "E4M3" / Format.HYBRID
     _elements: Tuple[str, ...] = field(init=False, repr=False, compare=False, default=())
 
     def __post_init__(self):
+        # TE's spellings: "HYBRID" / "E4M3", or its Format enum (by member name)
+        fmt = getattr(self.fp8_format, "name", self.fp8_format)
+        if isinstance(fmt, str):
+            object.__setattr__(self, "fp8_format", fmt.lower())
         if self.fp8_format not in _FORMATS:
-            raise ValueError(f"fp8_format: {self.fp8_format!r} is not run by tessera.torch; "
-                             f"expected one of {_FORMATS} (E5M2 forward operands have no CUDA "
-                             f"GEMM)")
+            raise _C.InvalidArgumentError(
+                f"tessera invalid argument: fp8_format: {self.fp8_format!r} is not run by "
+                f"tessera.torch; expected one of {_FORMATS} (E5M2 forward operands have no CUDA "
+                f"GEMM)")
         # The C++ recipe validates the options (naming a bad one) and gives each role's element.
         object.__setattr__(self, "_elements",
                            tuple(self.config_for(role)["element"] for role in ROLES))

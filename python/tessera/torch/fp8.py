@@ -44,10 +44,10 @@ def _round_up(n, multiple: int):
 
 
 def _mode_row(mode: str) -> dict:
-    """The scaling-mode table's row of `mode`; a ValueError naming the accepted names."""
+    """The scaling-mode table's row of `mode`; a tessera.InvalidArgumentError (a ValueError) naming the accepted names."""
     row = _MODE_TABLE.get(mode)
     if row is None:
-        raise ValueError(f"mode: {mode!r} is not a scaling mode; expected one of "
+        raise _C.InvalidArgumentError(f"tessera invalid argument: mode: {mode!r} is not a scaling mode; expected one of "
                          f"{tuple(_MODE_TABLE)}")
     return row
 

@@ -31,17 +31,17 @@ from .mlp import mlp_step
 from .recipe import RECIPES, resolve
 
 
-def offsets_from(offs: Optional[Tensor], splits, groups: int) -> Tensor:
+def offsets_from(offs: Optional[Tensor], splits, groups: int, device=None) -> Tensor:
     """int32 cumulative end offsets from either `offs` (returned as is) or group sizes `splits`
     (a tensor — one cumsum on its device, no host sync — or a list of ints, TransformerEngine's
-    m_splits)."""
+    m_splits, copied to `device`)."""
     if (offs is None) == (splits is None):
         raise _C.InvalidArgumentError("tessera invalid argument: offs / splits: give exactly one "
                                       "(int32 cumulative end offsets, or the group sizes)")
     if offs is not None:
         return offs
     if isinstance(splits, (list, tuple)):
-        splits = torch.tensor(splits, dtype=torch.int64)
+        splits = torch.tensor(splits, dtype=torch.int64, device=device)
     if splits.dim() != 1 or splits.shape[0] != groups:
         raise _C.ShapeError(f"tessera shape mismatch: splits: expected ({groups},) group sizes, "
                             f"got {tuple(splits.shape)}")
@@ -147,7 +147,8 @@ class GroupedLinear(nn.Module):
         if x.dim() != 2 or x.shape[1] != self.in_features:
             raise _C.ShapeError(f"tessera shape mismatch: x: expected (T, {self.in_features}), "
                                 f"got {tuple(x.shape)}")
-        offs = offsets_from(offs, splits if m_splits is None else m_splits, self.num_groups)
+        offs = offsets_from(offs, splits if m_splits is None else m_splits, self.num_groups,
+                            x.device)
         main_grad = self._main_grad() if self.accumulate_main_grad else None
         with _promise(is_first_microbatch):
             return linear_step(x, self.weight, offs, self.spec, self.name, self.weight_cache,
@@ -213,7 +214,8 @@ class GroupedMLP(nn.Module):
     def forward(self, x: Tensor, offs: Optional[Tensor] = None, probs: Optional[Tensor] = None,
                 splits=None, *, m_splits=None,
                 is_first_microbatch: Optional[bool] = None) -> Tensor:
-        offs = offsets_from(offs, splits if m_splits is None else m_splits, self.num_groups)
+        offs = offsets_from(offs, splits if m_splits is None else m_splits, self.num_groups,
+                            x.device)
         with _promise(is_first_microbatch):
             return self._run(x, offs, probs)
 

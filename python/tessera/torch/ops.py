@@ -19,6 +19,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from .. import _tessera as _C
 from . import _bridge as br
 
 _FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -100,7 +101,7 @@ def _resolve_out_dtype(a: Tensor, out_dtype: Optional[torch.dtype]) -> torch.dty
 
 def _check_no_bias(bias: Optional[Tensor], name: str) -> None:
     if bias is not None:
-        raise ValueError(f"{name}: bias is not supported (as in torch.{'_' + name}); add it to "
+        raise _C.UnsupportedError(f"tessera unsupported: {name}: bias is not supported (as in torch.{'_' + name}); add it to "
                          f"the output, or use tessera.torch.GroupedLinear(bias=True)")
 
 
