@@ -40,7 +40,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from . import moe as ops
+from . import moe_ops as ops
 
 _ERR_INDEX = 1       # an expert index outside [0, E)
 _ERR_COUNTS = 2      # per-expert counts that do not sum to the rows given

@@ -21,7 +21,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .. import _tessera as _C
-from . import moe as ops
+from . import moe_ops as ops
+from .moe_dist import recipe_dispatch_mode
 
 
 def _gemm(a: Tensor, w: Tensor, out_dtype: torch.dtype) -> Tensor:
@@ -114,7 +115,7 @@ def reference_moe(x: Tensor, router: nn.Module, experts: nn.Module, num_experts:
     token_blocks: token counts of the ranks whose tokens x concatenates (capacity applies per
     (rank, expert), lower token first within a rank); default one block.
     """
-    mode, align = ops.recipe_dispatch_mode(recipe)
+    mode, align = recipe_dispatch_mode(recipe)
     t, h = x.shape
     top_p, top_i = route(router(x), top_k)
     blocks = token_blocks or [t]
