@@ -1,10 +1,11 @@
 """Expert parallelism for tessera.torch (docs/moe.md): the public surface of the MoE modules.
 
-    single-device ops (moe_ops)   moe_routing, moe_permute, moe_permute_backward, moe_unpermute,
-                                  moe_unpermute_backward (torch.library custom ops), permute,
-                                  unpermute, dequantize_rows, permuted_rows, QUANT_MODES
-    over torch.distributed         dispatch, combine, DispatchState, all_to_all_expert_rows,
-    (moe_dist)                     capacity_for, check_config, recipe_dispatch_mode
+    one device (moe_ops)          route (top-k routing of router logits); the torch.library
+                                  custom ops moe_routing, moe_permute, moe_permute_backward,
+                                  moe_unpermute, moe_unpermute_backward; permute, unpermute
+                                  (differentiable), dequantize_rows, permuted_rows, QUANT_MODES
+    over torch.distributed        dispatch, combine, DispatchState, all_to_all_expert_rows,
+    (moe_dist)                    capacity_for, check_config, recipe_dispatch_mode
 
 The modules import one way only: moe_dist imports moe_ops, this module imports both, and
 neither imports this one.
@@ -15,9 +16,9 @@ from .moe_dist import (DispatchState, all_to_all_expert_rows, capacity_for, chec
                        dispatch, recipe_dispatch_mode)
 from .moe_ops import (QUANT_MODES, dequantize_rows, moe_permute, moe_permute_backward,
                       moe_routing, moe_unpermute, moe_unpermute_backward, permute, permuted_rows,
-                      unpermute)
+                      route, unpermute)
 
 __all__ = ["DispatchState", "QUANT_MODES", "all_to_all_expert_rows", "capacity_for",
            "check_config", "combine", "dequantize_rows", "dispatch", "moe_permute",
            "moe_permute_backward", "moe_routing", "moe_unpermute", "moe_unpermute_backward",
-           "permute", "permuted_rows", "recipe_dispatch_mode", "unpermute"]
+           "permute", "permuted_rows", "recipe_dispatch_mode", "route", "unpermute"]

@@ -1,6 +1,10 @@
-"""The single-device MoE ops of tessera.torch (docs/moe.md): routing metadata, permute (+ fused
-quantization), unpermute and their backwards. Imports nothing of moe_dist (dispatch / combine over
-torch.distributed build on this module); tessera.torch.moe is the public surface of both.
+"""The single-device MoE ops of tessera.torch (docs/moe.md): top-k routing, routing metadata,
+permute (+ fused quantization), unpermute and their backwards. Imports nothing of moe_dist
+(dispatch / combine over torch.distributed build on this module); tessera.torch.moe is the public
+surface of both.
+
+    route(logits (T, E), top_k, normalize=True) -> (probs (T, k) float32, indices (T, k) int64)
+                                   top-k routing of the router's logits (plain torch)
 
 Ops (torch.library custom ops in the "tessera" namespace, fake impls for torch.compile):
 
@@ -52,6 +56,17 @@ def _ctx(device: torch.device):
 
 
 # ---- routing -----------------------------------------------------------------------------------
+def route(logits: Tensor, top_k: int, normalize: bool = True) -> Tuple[Tensor, Tensor]:
+    """Top-k routing of router logits (T, E): softmax in FP32, then the k largest probabilities,
+    renormalized to sum 1 per token unless normalize=False.
+    Returns (probs (T, k) float32, indices (T, k) int64)."""
+    p = torch.softmax(logits.float(), dim=-1)
+    top_p, top_i = torch.topk(p, top_k, dim=-1)
+    if normalize:
+        top_p = top_p / top_p.sum(dim=-1, keepdim=True)
+    return top_p, top_i
+
+
 @torch.library.custom_op("tessera::moe_routing", mutates_args=())
 def moe_routing(indices: Tensor, num_experts: int, align: int = 1,
                 capacity: int = -1) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
@@ -264,4 +279,5 @@ def dequantize_rows(data: Tensor, scale_inv: Tensor, mode: str, out_dtype: torch
 
 
 __all__ = ["QUANT_MODES", "dequantize_rows", "moe_permute", "moe_permute_backward", "moe_routing",
-           "moe_unpermute", "moe_unpermute_backward", "permute", "permuted_rows", "unpermute"]
+           "moe_unpermute", "moe_unpermute_backward", "permute", "permuted_rows", "route",
+           "unpermute"]

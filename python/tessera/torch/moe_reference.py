@@ -23,6 +23,7 @@ from torch import Tensor, nn
 from .. import _tessera as _C
 from . import moe_ops as ops
 from .moe_dist import recipe_dispatch_mode
+from .moe_ops import route
 
 
 def _gemm(a: Tensor, w: Tensor, out_dtype: torch.dtype) -> Tensor:
@@ -79,15 +80,6 @@ class ReferenceRouter(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return _gemm(x, self.weight, torch.float32)
-
-
-def route(logits: Tensor, top_k: int, normalize: bool = True) -> tuple[Tensor, Tensor]:
-    """softmax in FP32 then top-k: (probs (T, k) float32, indices (T, k) int64)."""
-    p = torch.softmax(logits.float(), dim=-1)
-    top_p, top_i = torch.topk(p, top_k, dim=-1)
-    if normalize:
-        top_p = top_p / top_p.sum(dim=-1, keepdim=True)
-    return top_p, top_i
 
 
 def quantize_dequantize_rows(x: Tensor, mode: str) -> Tensor:
@@ -185,5 +177,4 @@ class _ReferenceCombine(torch.autograd.Function):
         return dy, dprobs.reshape(probs.shape), None
 
 
-__all__ = ["ReferenceGroupedMLP", "ReferenceRouter", "quantize_dequantize_rows", "reference_moe",
-           "route"]
+__all__ = ["ReferenceGroupedMLP", "ReferenceRouter", "quantize_dequantize_rows", "reference_moe"]
