@@ -39,6 +39,11 @@ from torch import Tensor
 from .. import _tessera as _C
 from . import _bridge as br
 
+# The payload modes of moe_permute: "none" (_moe_permute_into, no quantization) and the scaling
+# modes (names of tessera.scaling_mode_table) that the C++ permute fuses (moe_routing.cpp,
+# row_quant_of; _moe_permute_quantize_into refuses every other mode). The nanobind module does not
+# export this list, so it mirrors that C++ switch (test_moe checks both ways). A mode's index here
+# is its value in moe_dist.check_config's configuration row.
 QUANT_MODES = ("none", "rowwise", "block1x128", "mxfp8")
 _FP8 = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
 
