@@ -1,6 +1,14 @@
-"""tessera.torch's MoE modules keep no policy of their own: each recipe's dispatch payload mode
-and token alignment are the C++ recipe table's (tessera.recipe_table), and the permute's payload
-modes are exactly the scaling modes the C++ permute fuses. CPU only; skips without torch."""
+"""tessera.torch's MoE modules keep no policy of their own and import one way: each recipe's
+dispatch payload mode and token alignment are the C++ recipe table's (tessera.recipe_table), the
+permute's payload modes are exactly the scaling modes the C++ permute fuses, and moe_ops imports
+neither moe_dist nor the facade moe, and no module imports the facade (no import circle), while
+every public import path keeps working in a fresh interpreter.
+CPU only; skips without torch."""
+import ast
+import os
+import subprocess
+import sys
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -62,3 +70,51 @@ def test_quant_modes_are_the_modes_the_cpp_permute_fuses(row):
         with pytest.raises(C.UnsupportedError, match="is not fused into permute"):
             run()
     assert moe_ops.QUANT_MODES[0] == "none" and set(moe_ops.QUANT_MODES[1:]) == set(FUSED)
+
+
+def _package_imports(path: str) -> set:
+    """The tessera.torch modules that the file at `path` imports (relative imports, by name)."""
+    names = set()
+    for node in ast.walk(ast.parse(open(path).read())):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            if node.module:
+                names.add(node.module)
+            else:
+                names.update(a.name for a in node.names)
+    return names
+
+
+def test_moe_modules_import_one_way():
+    here = os.path.dirname(tt.__file__)
+    graph = {m: _package_imports(os.path.join(here, m + ".py")) & {"moe", "moe_ops", "moe_dist",
+                                                                    "moe_layer", "moe_reference"}
+             for m in ("moe", "moe_ops", "moe_dist", "moe_layer", "moe_reference")}
+    assert graph["moe_ops"] == set(), graph
+    assert graph["moe_dist"] == {"moe_ops"}, graph
+    assert all("moe" not in deps for m, deps in graph.items()), graph   # the facade is a leaf
+
+    def reaches(a, b, seen=()):
+        return any(d == b or (d not in seen and reaches(d, b, seen + (d,))) for d in graph[a])
+    assert not any(reaches(m, m) for m in graph), graph
+
+
+@pytest.mark.parametrize("first", ["tessera.torch.moe_dist", "tessera.torch.moe_ops"])
+def test_a_fresh_interpreter_imports_any_moe_module_first(first):
+    """Every public import path of the MoE names works after `first` (the package's __init__
+    runs before any submodule, so the order proper is test_moe_modules_import_one_way's)."""
+    code = f"""
+import importlib
+first = importlib.import_module({first!r})
+from tessera.torch import MoELayer, moe, moe_dist, moe_ops
+from tessera.torch.moe import (DispatchState, QUANT_MODES, all_to_all_expert_rows, capacity_for,
+                               check_config, combine, dispatch, moe_routing, recipe_dispatch_mode,
+                               route)
+from tessera.torch.moe_reference import ReferenceGroupedMLP, reference_moe
+assert dispatch is moe_dist.dispatch and moe_routing is moe_ops.moe_routing
+assert route is moe_ops.route
+print("ok")
+"""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", (r.returncode, r.stdout, r.stderr)
