@@ -38,14 +38,14 @@ from torch import Tensor
 
 from .. import _tessera as _C
 from . import _bridge as br
+from .fp8 import FP8_DTYPES, _mode_row, scale_shape
 
 # The payload modes of moe_permute: "none" (_moe_permute_into, no quantization) and the scaling
 # modes (names of tessera.scaling_mode_table) that the C++ permute fuses (moe_routing.cpp,
-# row_quant_of; _moe_permute_quantize_into refuses every other mode). The nanobind module does not
-# export this list, so it mirrors that C++ switch (test_moe checks both ways). A mode's index here
-# is its value in moe_dist.check_config's configuration row.
+# row_quant_of; _moe_permute_quantize_into refuses every other mode). The nanobind module does
+# not export this list, so it mirrors that C++ switch (test_moe_policy checks both ways). A
+# mode's index here is its value in moe_dist.check_config's configuration row.
 QUANT_MODES = ("none", "rowwise", "block1x128", "mxfp8")
-_FP8 = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
 
 
 def permuted_rows(num_tokens, top_k: int, num_experts: int, align: int = 1,
@@ -110,21 +110,28 @@ def _routing_fake(indices, num_experts, align=1, capacity=-1):
 
 
 # ---- permute -----------------------------------------------------------------------------------
+def _scale_cols(mode: str) -> int:
+    """Columns of a row that share one scale in `mode` (0: the whole row), from the C++
+    scaling-mode table."""
+    return _mode_row(mode)["scale_block"][1]
+
+
 def _scale_shape(mode: str, rows, hidden: int):
-    if mode == "rowwise":
-        return (rows,), torch.float32
-    if mode == "block1x128":
-        return ((rows + 3) // 4 * 4, (hidden + 127) // 128), torch.float32
-    if mode == "mxfp8":
-        return (rows, (hidden + 31) // 32), torch.uint8
-    return (0,), torch.float32
+    """(shape, dtype) of a permuted payload's scale_inv: the compact scale shape of `mode`
+    (fp8.scale_shape, from the C++ scaling-mode table), one scale per row as (rows,); FP32, or
+    E8M0 bytes as uint8. Mode "none": an empty (0,) FP32."""
+    if mode == "none":
+        return (0,), torch.float32
+    shape = scale_shape(mode, rows, hidden)
+    dtype = torch.float32 if _mode_row(mode)["scale_dtype"] == "float32" else torch.uint8
+    return (shape[:1] if _scale_cols(mode) == 0 else shape), dtype
 
 
 def _permute_outputs(x: Tensor, rows, mode: str, element: str):
     if mode not in QUANT_MODES:
         raise ValueError(f"moe_permute: mode {mode!r} is not one of {QUANT_MODES}")
     h = x.shape[1]
-    data_dtype = x.dtype if mode == "none" else _FP8[element]
+    data_dtype = x.dtype if mode == "none" else FP8_DTYPES[element]
     shape, sdtype = _scale_shape(mode, rows, h)
     return x.new_empty((rows, h), dtype=data_dtype), x.new_empty(shape, dtype=sdtype)
 
@@ -262,25 +269,26 @@ def dequantize_rows(data: Tensor, scale_inv: Tensor, mode: str, out_dtype: torch
     """data (R, H) FP8 codes (any 8-bit dtype) and their scales -> (R, H) out_dtype.
 
     x = decode(q) * scale_inv in FP32 (tessera's dequantize rule), rounded once to out_dtype.
-    scale_inv: rowwise (R,) FP32; block1x128 (>= R, ceil(H/128)) FP32; mxfp8 (R, ceil(H/32))
-    E8M0 bytes (2^(e-127); 0 -> 2^-127, 255 -> NaN).
+    scale_inv as moe_permute returns it (_scale_shape): rowwise (R,) FP32; block1x128
+    (>= R, ceil(H/128)) FP32; mxfp8 (R, ceil(H/32)) E8M0 bytes (2^(e-127); 0 -> 2^-127,
+    255 -> NaN); block widths from the C++ scaling-mode table.
     """
+    if mode not in QUANT_MODES:
+        raise ValueError(f"dequantize_rows: mode {mode!r} is not one of {QUANT_MODES}")
     if mode == "none":
         return data.to(out_dtype)
     r, h = data.shape
     q = data.view(torch.float8_e4m3fn).float()
-    if mode == "rowwise":
-        return (q * scale_inv.reshape(r, 1)).to(out_dtype)
-    if mode == "block1x128":
-        s = scale_inv[:r].repeat_interleave(128, dim=1)[:, :h]
-        return (q * s).to(out_dtype)
-    if mode == "mxfp8":
-        e = scale_inv.view(torch.uint8).to(torch.int32)
+    s = scale_inv[:r]
+    s = s.reshape(r, 1) if s.dim() == 1 else s           # (R, scale columns)
+    if _mode_row(mode)["scale_dtype"] == "e8m0":
+        e = s.view(torch.uint8).to(torch.int32)
         bits = torch.where(e == 0, torch.full_like(e, 0x00400000), e << 23)
         bits = torch.where(e == 255, torch.full_like(e, 0x7FC00000), bits)
-        s = bits.view(torch.float32).repeat_interleave(32, dim=1)[:, :h]
-        return (q * s).to(out_dtype)
-    raise ValueError(f"dequantize_rows: mode {mode!r} is not one of {QUANT_MODES}")
+        s = bits.view(torch.float32)
+    if s.shape[1] > 1:  # one scale per _scale_cols(mode) columns; a single column broadcasts
+        s = s.repeat_interleave(_scale_cols(mode), dim=1)[:, :h]
+    return (q * s).to(out_dtype)
 
 
 __all__ = ["QUANT_MODES", "dequantize_rows", "moe_permute", "moe_permute_backward", "moe_routing",
