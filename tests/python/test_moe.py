@@ -14,7 +14,7 @@ if not hasattr(C, "_moe_routing_into"):
     pytest.skip("expert-parallel routing ops not in this build", allow_module_level=True)
 
 import tessera.torch as tt  # noqa: E402
-from tessera.torch import moe  # noqa: E402
+from tessera.torch import moe, moe_ops  # noqa: E402
 from tessera.torch.moe_reference import (ReferenceGroupedMLP, ReferenceRouter,  # noqa: E402
                                          reference_moe)
 
@@ -75,7 +75,7 @@ def test_permute_quantize_equals_standalone_quantizer(mode):
         assert torch.equal(data, perm)
         return
     want_d = torch.empty((rows, 200), dtype=torch.uint8)
-    shape, sdtype = moe._scale_shape(mode, rows, 200)
+    shape, sdtype = moe_ops._scale_shape(mode, rows, 200)
     want_s = torch.empty(shape, dtype=sdtype)
     C._quantize_into(perm, mode, "e4m3", True, False, want_d, want_s,
                      torch.empty(0, dtype=torch.uint8), torch.empty(0, dtype=sdtype), 0)

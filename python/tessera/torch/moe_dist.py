@@ -34,35 +34,45 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from . import moe as ops
+from .. import _tessera as _C
+from . import moe_ops as ops
 
 _ERR_INDEX = 1       # an expert index outside [0, E)
 _ERR_COUNTS = 2      # per-expert counts that do not sum to the rows given
 _FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-_DISPATCH_MODES = {"bf16": "none", "fp32": "none", "fp8_current": "none", "fp8_delayed": "none",
-                   "nvfp4": "none", "fp8_rowwise": "rowwise", "fp8_block": "block1x128",
-                   "mxfp8": "mxfp8"}
-_ALIGN = {"bf16": 1, "fp32": 1, "fp8_current": 16, "fp8_delayed": 16, "fp8_rowwise": 16,
-          "fp8_block": 16, "mxfp8": 32, "nvfp4": 128}
+
+
+def _recipe_dispatch_table() -> Dict[str, Tuple[str, int]]:
+    """recipe name -> (payload mode of the dispatch, token alignment), from the C++ recipe table
+    (tessera.recipe_table: activation_mode, token_alignment).
+
+    The payload rule, stated here only: a recipe whose activation scaling mode the permute fuses
+    (ops.QUANT_MODES: rowwise, block1x128, mxfp8 — scales per row or per 1xN block of a row, so
+    a row's codes do not depend on the other tokens) sends its payload quantized in that mode;
+    every other recipe (no scaling; per-tensor scaling, whose scale would depend on which tokens
+    share a batch; nvfp4) sends the activation dtype and leaves quantization to the experts."""
+    return {row["name"]: (row["activation_mode"] if row["activation_mode"] in ops.QUANT_MODES
+                          else "none", row["token_alignment"])
+            for row in _C.recipe_table}
+
+
+_RECIPE_DISPATCH = _recipe_dispatch_table()   # read once, at import
 
 
 def recipe_dispatch_mode(recipe: str) -> tuple[str, int]:
-    """(payload quantization of the dispatch, token alignment) of a recipe name.
-
-    Recipes whose scales are per row (fp8_rowwise, fp8_block 1x128, mxfp8) quantize the payload in
-    the permute; per-tensor recipes and nvfp4 dispatch in the activation dtype (their scale would
-    depend on which tokens share a batch) and leave quantization to the experts.
-    """
-    base = recipe.split(":")[0]
-    if base not in _DISPATCH_MODES:
-        raise ValueError(f"recipe: {recipe!r} is not one of {sorted(_DISPATCH_MODES)}")
-    return _DISPATCH_MODES[base], _ALIGN[base]
+    """(payload quantization of the dispatch, token alignment) of a recipe text, from the C++
+    recipe table (_recipe_dispatch_table). The recipe's name is the text before its options:
+    before ':' ("fp8_block:e4m3") and before ';' ("fp8_delayed;amax_history_len=16")."""
+    base = recipe.split(";")[0].split(":")[0]
+    if base not in _RECIPE_DISPATCH:
+        raise ValueError(f"recipe: {recipe!r} is not one of {sorted(_RECIPE_DISPATCH)}")
+    return _RECIPE_DISPATCH[base]
 
 
 @dataclass

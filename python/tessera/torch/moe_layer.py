@@ -26,7 +26,8 @@ import torch
 from torch import Tensor, nn
 
 from . import moe_dist
-from .moe_reference import ReferenceGroupedMLP, route
+from .moe_ops import route
+from .moe_reference import ReferenceGroupedMLP
 
 
 def _default_experts(local: int, hidden: int, ffn: int, recipe: str, device, dtype):

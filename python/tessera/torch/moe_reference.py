@@ -21,7 +21,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .. import _tessera as _C
-from . import moe as ops
+from . import moe_ops as ops
+from .moe_dist import recipe_dispatch_mode
+from .moe_ops import route
 
 
 def _gemm(a: Tensor, w: Tensor, out_dtype: torch.dtype) -> Tensor:
@@ -80,15 +82,6 @@ class ReferenceRouter(nn.Module):
         return _gemm(x, self.weight, torch.float32)
 
 
-def route(logits: Tensor, top_k: int, normalize: bool = True) -> tuple[Tensor, Tensor]:
-    """softmax in FP32 then top-k: (probs (T, k) float32, indices (T, k) int64)."""
-    p = torch.softmax(logits.float(), dim=-1)
-    top_p, top_i = torch.topk(p, top_k, dim=-1)
-    if normalize:
-        top_p = top_p / top_p.sum(dim=-1, keepdim=True)
-    return top_p, top_i
-
-
 def quantize_dequantize_rows(x: Tensor, mode: str) -> Tensor:
     """Each row of x quantized by tessera's standalone quantizer, then dequantized (x's dtype);
     straight-through in autograd."""
@@ -114,7 +107,7 @@ def reference_moe(x: Tensor, router: nn.Module, experts: nn.Module, num_experts:
     token_blocks: token counts of the ranks whose tokens x concatenates (capacity applies per
     (rank, expert), lower token first within a rank); default one block.
     """
-    mode, align = ops.recipe_dispatch_mode(recipe)
+    mode, align = recipe_dispatch_mode(recipe)
     t, h = x.shape
     top_p, top_i = route(router(x), top_k)
     blocks = token_blocks or [t]
@@ -184,5 +177,4 @@ class _ReferenceCombine(torch.autograd.Function):
         return dy, dprobs.reshape(probs.shape), None
 
 
-__all__ = ["ReferenceGroupedMLP", "ReferenceRouter", "quantize_dequantize_rows", "reference_moe",
-           "route"]
+__all__ = ["ReferenceGroupedMLP", "ReferenceRouter", "quantize_dequantize_rows", "reference_moe"]

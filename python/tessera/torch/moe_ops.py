@@ -1,0 +1,296 @@
+"""The single-device MoE ops of tessera.torch (docs/moe.md): top-k routing, routing metadata,
+permute (+ fused quantization), unpermute and their backwards. Imports nothing of moe_dist
+(dispatch / combine over torch.distributed build on this module); tessera.torch.moe is the public
+surface of both.
+
+    route(logits (T, E), top_k, normalize=True) -> (probs (T, k) float32, indices (T, k) int64)
+                                   top-k routing of the router's logits (plain torch)
+
+Ops (torch.library custom ops in the "tessera" namespace, fake impls for torch.compile):
+
+    moe_routing(indices (T, k), num_experts, align=1, capacity=-1)
+        -> (counts (E,), padded_offsets (E+1,), slot_map (T, k), row_pair (rows,), dropped (1,),
+            error_flag (1,) int32)
+    moe_permute(x (T, H), row_pair, top_k, mode="none", element="e4m3", e8m0_floor=False)
+        -> (data (rows, H), scale_inv)   mode none | rowwise | block1x128 | mxfp8
+    moe_permute_backward(d_permuted (rows, H), slot_map, num_tokens) -> dx (T, H)
+    moe_unpermute(y (rows, H), slot_map, row_pair, probs (T, k) | None) -> out (T, H)
+    moe_unpermute_backward(dout, y, slot_map, row_pair, probs) -> (dy, dprobs)
+
+Contract (normative, include/tessera/nn/moe_routing.h): the permuted buffer holds E groups back to
+back, group e starting at padded_offsets[e], its first counts[e] rows the pairs (t, j) routed to e
+in ascending (t, j) order, then zero rows up to the group's end (a multiple of `align`; capacity
+mode: exactly `capacity` rows per expert, pairs past it dropped: slot -1, counted in `dropped`,
+lower token wins). row_pair[r] = t * k + j or -1; slot_map[t, j] = row or -1. The quantized
+permute is bit-identical to tessera's quantizer applied to the permuted tensor.
+
+Autograd: moe_permute (mode "none") and moe_unpermute are differentiable (x; y and probs).
+Nothing syncs with the host; CUDA work runs on torch's current stream. On CUDA an expert index
+outside [0, E) sets error_flag (read it when convenient) and that pair is dropped; on the CPU it
+raises at once.
+"""
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from .. import _tessera as _C
+from . import _bridge as br
+from .fp8 import FP8_DTYPES, _mode_row, scale_shape
+
+# The payload modes of moe_permute: "none" (_moe_permute_into, no quantization) and the scaling
+# modes (names of tessera.scaling_mode_table) that the C++ permute fuses (moe_routing.cpp,
+# row_quant_of; _moe_permute_quantize_into refuses every other mode). The nanobind module does
+# not export this list, so it mirrors that C++ switch (test_moe_policy checks both ways). A
+# mode's index here is its value in moe_dist.check_config's configuration row.
+QUANT_MODES = ("none", "rowwise", "block1x128", "mxfp8")
+
+
+def permuted_rows(num_tokens, top_k: int, num_experts: int, align: int = 1,
+                  capacity: int = -1):
+    """Rows of the permuted buffer: T*k + E*(align-1) (dropless) or E*capacity."""
+    if capacity >= 0:
+        return num_experts * capacity
+    return num_tokens * top_k + num_experts * (align - 1)
+
+
+def _ctx(device: torch.device):
+    return torch.cuda.device(device) if device.type == "cuda" else br._nullcontext()
+
+
+# ---- routing -----------------------------------------------------------------------------------
+def route(logits: Tensor, top_k: int, normalize: bool = True) -> Tuple[Tensor, Tensor]:
+    """Top-k routing of router logits (T, E): softmax in FP32, then the k largest probabilities,
+    renormalized to sum 1 per token unless normalize=False.
+    Returns (probs (T, k) float32, indices (T, k) int64)."""
+    p = torch.softmax(logits.float(), dim=-1)
+    top_p, top_i = torch.topk(p, top_k, dim=-1)
+    if normalize:
+        top_p = top_p / top_p.sum(dim=-1, keepdim=True)
+    return top_p, top_i
+
+
+@torch.library.custom_op("tessera::moe_routing", mutates_args=())
+def moe_routing(indices: Tensor, num_experts: int, align: int = 1,
+                capacity: int = -1) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """Routing metadata of top-k expert indices (T, k) int32/int64; see the module docstring."""
+    torch._check(indices.dim() == 2, lambda: f"moe_routing: indices must be (T, k), got "
+                 f"{tuple(indices.shape)}")
+    t, k = indices.shape
+    dev = indices.device
+    rows = _C._moe_permuted_rows(t, k, num_experts, align, capacity)
+    i64 = dict(dtype=torch.int64, device=dev)
+    counts = torch.empty(num_experts, **i64)
+    offsets = torch.empty(num_experts + 1, **i64)
+    slot_map = torch.empty((t, k), **i64)
+    row_pair = torch.empty(rows, **i64)
+    dropped = torch.empty(1, **i64)
+    flag = torch.zeros(1, dtype=torch.int32, device=dev)
+    ws = None
+    if dev.type == "cuda":
+        nbytes = _C._moe_routing_workspace_bytes(t, k, num_experts, align, capacity, True)
+        ws = br.workspace(nbytes, dev)
+    with _ctx(dev):
+        _C._moe_routing_into(indices.detach().contiguous(), num_experts, align, capacity, counts,
+                             offsets, slot_map, row_pair, dropped, ws,
+                             flag if dev.type == "cuda" else None, br.stream_handle(dev))
+    return counts, offsets, slot_map, row_pair, dropped, flag
+
+
+@moe_routing.register_fake
+def _routing_fake(indices, num_experts, align=1, capacity=-1):
+    t, k = indices.shape
+    rows = permuted_rows(t, k, num_experts, align, capacity)
+    i64 = dict(dtype=torch.int64)
+    return (indices.new_empty(num_experts, **i64), indices.new_empty(num_experts + 1, **i64),
+            indices.new_empty((t, k), **i64), indices.new_empty(rows, **i64),
+            indices.new_empty(1, **i64), indices.new_empty(1, dtype=torch.int32))
+
+
+# ---- permute -----------------------------------------------------------------------------------
+def _scale_cols(mode: str) -> int:
+    """Columns of a row that share one scale in `mode` (0: the whole row), from the C++
+    scaling-mode table."""
+    return _mode_row(mode)["scale_block"][1]
+
+
+def _scale_shape(mode: str, rows, hidden: int):
+    """(shape, dtype) of a permuted payload's scale_inv: the compact scale shape of `mode`
+    (fp8.scale_shape, from the C++ scaling-mode table), one scale per row as (rows,); FP32, or
+    E8M0 bytes as uint8. Mode "none": an empty (0,) FP32."""
+    if mode == "none":
+        return (0,), torch.float32
+    shape = scale_shape(mode, rows, hidden)
+    dtype = torch.float32 if _mode_row(mode)["scale_dtype"] == "float32" else torch.uint8
+    return (shape[:1] if _scale_cols(mode) == 0 else shape), dtype
+
+
+def _permute_outputs(x: Tensor, rows, mode: str, element: str):
+    if mode not in QUANT_MODES:
+        raise ValueError(f"moe_permute: mode {mode!r} is not one of {QUANT_MODES}")
+    h = x.shape[1]
+    data_dtype = x.dtype if mode == "none" else FP8_DTYPES[element]
+    shape, sdtype = _scale_shape(mode, rows, h)
+    return x.new_empty((rows, h), dtype=data_dtype), x.new_empty(shape, dtype=sdtype)
+
+
+@torch.library.custom_op("tessera::moe_permute", mutates_args=())
+def moe_permute(x: Tensor, row_pair: Tensor, top_k: int, mode: str = "none",
+                element: str = "e4m3", e8m0_floor: bool = False) -> Tuple[Tensor, Tensor]:
+    """Tokens (T, H) into the permuted buffer (rows, H), quantized per `mode` in the same pass.
+
+    Returns (data, scale_inv): mode "none" -> (x.dtype data, empty); "rowwise" -> (FP8, (rows,)
+    FP32); "block1x128" -> (FP8, (roundup(rows, 4), ceil(H/128)) FP32); "mxfp8" -> (FP8,
+    (rows, ceil(H/32)) E8M0 bytes as uint8).
+    """
+    torch._check(x.dim() == 2, lambda: f"moe_permute: x must be (T, H), got {tuple(x.shape)}")
+    data, sinv = _permute_outputs(x, row_pair.shape[0], mode, element)
+    dev = x.device
+    with _ctx(dev):
+        if mode == "none":
+            _C._moe_permute_into(x.detach().contiguous(), row_pair, top_k, data,
+                                 br.stream_handle(dev))
+        else:
+            _C._moe_permute_quantize_into(x.detach().contiguous(), row_pair, top_k, mode, element,
+                                          e8m0_floor, data.view(torch.uint8), sinv,
+                                          br.stream_handle(dev))
+    return data, sinv
+
+
+@moe_permute.register_fake
+def _permute_fake(x, row_pair, top_k, mode="none", element="e4m3", e8m0_floor=False):
+    return _permute_outputs(x, row_pair.shape[0], mode, element)
+
+
+@torch.library.custom_op("tessera::moe_permute_backward", mutates_args=())
+def moe_permute_backward(d_permuted: Tensor, slot_map: Tensor, num_tokens: int) -> Tensor:
+    """dx (T, H) = sum over j of d_permuted[slot_map[t, j]] (FP32, j ascending), in its dtype."""
+    dx = d_permuted.new_empty((num_tokens, d_permuted.shape[1]))
+    dev = dx.device
+    with _ctx(dev):
+        _C._moe_permute_backward_into(d_permuted.detach().contiguous(), slot_map, dx,
+                                      br.stream_handle(dev))
+    return dx
+
+
+@moe_permute_backward.register_fake
+def _permute_backward_fake(d_permuted, slot_map, num_tokens):
+    return d_permuted.new_empty((num_tokens, d_permuted.shape[1]))
+
+
+class _PermuteFn(torch.autograd.Function):
+    """Differentiable unquantized permute: backward is the gather-add moe_permute_backward."""
+
+    @staticmethod
+    def forward(ctx, x, row_pair, slot_map, top_k):
+        data, _ = moe_permute(x, row_pair, top_k)
+        ctx.save_for_backward(slot_map)
+        ctx.num_tokens = x.shape[0]
+        return data
+
+    @staticmethod
+    def backward(ctx, grad):
+        (slot_map,) = ctx.saved_tensors
+        return moe_permute_backward(grad.contiguous(), slot_map, ctx.num_tokens), None, None, None
+
+
+def permute(x: Tensor, row_pair: Tensor, slot_map: Tensor, top_k: int) -> Tensor:
+    """Differentiable x (T, H) -> permuted (rows, H) (no quantization)."""
+    return _PermuteFn.apply(x, row_pair, slot_map, top_k)
+
+
+# ---- unpermute ---------------------------------------------------------------------------------
+@torch.library.custom_op("tessera::moe_unpermute", mutates_args=())
+def moe_unpermute(y: Tensor, slot_map: Tensor, row_pair: Tensor,
+                  probs: Optional[Tensor] = None) -> Tensor:
+    """out (T, H) = sum over j of probs[t, j] * y[slot_map[t, j]] (FP32, j ascending)."""
+    out = y.new_empty((slot_map.shape[0], y.shape[1]))
+    dev = y.device
+    with _ctx(dev):
+        _C._moe_unpermute_into(y.detach().contiguous(), slot_map,
+                               None if probs is None else probs.detach().contiguous(), out,
+                               br.stream_handle(dev))
+    return out
+
+
+@moe_unpermute.register_fake
+def _unpermute_fake(y, slot_map, row_pair, probs=None):
+    return y.new_empty((slot_map.shape[0], y.shape[1]))
+
+
+@torch.library.custom_op("tessera::moe_unpermute_backward", mutates_args=())
+def moe_unpermute_backward(dout: Tensor, y: Tensor, slot_map: Tensor, row_pair: Tensor,
+                           probs: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+    """(dy (rows, H) in y's dtype, dprobs (T, k) FP32; empty (0,) without probs)."""
+    dy = y.new_empty(y.shape)
+    dprobs = (dout.new_empty(slot_map.shape, dtype=torch.float32) if probs is not None
+              else dout.new_empty((0,), dtype=torch.float32))
+    dev = y.device
+    with _ctx(dev):
+        _C._moe_unpermute_backward_into(dout.detach().contiguous(), y.detach().contiguous(),
+                                        slot_map, row_pair,
+                                        None if probs is None else probs.detach().contiguous(),
+                                        dy, None if probs is None else dprobs,
+                                        br.stream_handle(dev))
+    return dy, dprobs
+
+
+@moe_unpermute_backward.register_fake
+def _unpermute_backward_fake(dout, y, slot_map, row_pair, probs=None):
+    shape = slot_map.shape if probs is not None else (0,)
+    return y.new_empty(y.shape), dout.new_empty(shape, dtype=torch.float32)
+
+
+def _unpermute_setup(ctx, inputs, output):
+    y, slot_map, row_pair, probs = inputs
+    ctx.save_for_backward(y, slot_map, row_pair, probs)
+
+
+def _unpermute_backward(ctx, dout):
+    y, slot_map, row_pair, probs = ctx.saved_tensors
+    dy, dprobs = moe_unpermute_backward(dout.contiguous(), y, slot_map, row_pair, probs)
+    need_p = probs is not None and ctx.needs_input_grad[3]
+    return dy, None, None, (dprobs.to(probs.dtype) if need_p else None)
+
+
+moe_unpermute.register_autograd(_unpermute_backward, setup_context=_unpermute_setup)
+
+
+def unpermute(y: Tensor, slot_map: Tensor, row_pair: Tensor,
+              probs: Optional[Tensor] = None) -> Tensor:
+    """Differentiable combine: y (rows, H), probs (T, k) float32 -> (T, H) in y's dtype."""
+    return moe_unpermute(y, slot_map, row_pair, probs)
+
+
+# ---- dequantize of a permuted payload (the receiver side of a quantized dispatch) ------------
+def dequantize_rows(data: Tensor, scale_inv: Tensor, mode: str, out_dtype: torch.dtype) -> Tensor:
+    """data (R, H) FP8 codes (any 8-bit dtype) and their scales -> (R, H) out_dtype.
+
+    x = decode(q) * scale_inv in FP32 (tessera's dequantize rule), rounded once to out_dtype.
+    scale_inv as moe_permute returns it (_scale_shape): rowwise (R,) FP32; block1x128
+    (>= R, ceil(H/128)) FP32; mxfp8 (R, ceil(H/32)) E8M0 bytes (2^(e-127); 0 -> 2^-127,
+    255 -> NaN); block widths from the C++ scaling-mode table.
+    """
+    if mode not in QUANT_MODES:
+        raise ValueError(f"dequantize_rows: mode {mode!r} is not one of {QUANT_MODES}")
+    if mode == "none":
+        return data.to(out_dtype)
+    r, h = data.shape
+    q = data.view(torch.float8_e4m3fn).float()
+    s = scale_inv[:r]
+    s = s.reshape(r, 1) if s.dim() == 1 else s           # (R, scale columns)
+    if _mode_row(mode)["scale_dtype"] == "e8m0":
+        e = s.view(torch.uint8).to(torch.int32)
+        bits = torch.where(e == 0, torch.full_like(e, 0x00400000), e << 23)
+        bits = torch.where(e == 255, torch.full_like(e, 0x7FC00000), bits)
+        s = bits.view(torch.float32)
+    if s.shape[1] > 1:  # one scale per _scale_cols(mode) columns; a single column broadcasts
+        s = s.repeat_interleave(_scale_cols(mode), dim=1)[:, :h]
+    return (q * s).to(out_dtype)
+
+
+__all__ = ["QUANT_MODES", "dequantize_rows", "moe_permute", "moe_permute_backward", "moe_routing",
+           "moe_unpermute", "moe_unpermute_backward", "permute", "permuted_rows", "route",
+           "unpermute"]
