@@ -96,7 +96,7 @@ TensorView float_array(nb::handle x, const char* arg, std::vector<nb::object>& k
                        "bfloat16 are converted), got ", name.c_str());
   arr = np.attr("ascontiguousarray")(arr, np.attr("float32"));
   keep.push_back(arr);
-  const TensorView v = view_of(nb::cast<AnyArray>(arr), DType::kFloat32, arg);
+  const TensorView v = view_of(nb::cast<ReadArray>(arr), DType::kFloat32, arg);
   TESSERA_CHECK(v.device.is_cpu(), arg, ": tessera.nn takes host (NumPy) arrays");
   return v;
 }
@@ -112,7 +112,7 @@ TensorView splits_array(nb::handle splits, std::vector<nb::object>& keep) {
                        nb::cast<std::string>(arr.attr("dtype").attr("name")).c_str());
   arr = np.attr("ascontiguousarray")(arr, np.attr("int64"));
   keep.push_back(arr);
-  return view_of(nb::cast<AnyArray>(arr), DType::kInt64, "splits");
+  return view_of(nb::cast<ReadArray>(arr), DType::kInt64, "splits");
 }
 
 // A new float32 NumPy array and its view. Token-row outputs (y, dx, dprobs) are zeroed first:

@@ -21,7 +21,10 @@ A finding is any of:
     2^-16 of sum |a||b| per output; on quantized operands of finite inputs: a non-finite output;
   - GroupedTensor: a member dequantizes differently from tessera.quantize of that member alone;
   - tessera.nn (GroupedLinear, GroupedMLP: construct, forward, backward): the fp32
-    GroupedLinear's y differs from a float64 NumPy loop by more than 2^-16 of sum |x||w|;
+    GroupedLinear's y differs from a float64 NumPy loop by more than 2^-16 of sum |x||w|; a row
+    past the groups gets a non-zero y or dx (whatever it holds: NaN, inf, huge); with per-row
+    activation scales (ROW_SCALED) a moderate x row gets a non-finite y row; with every scaling
+    unit inside one group (GROUP_SCALED) a group of moderate x and dy rows gets a non-finite dW;
   - the argument contracts of fuzz_contract_steps.py (its docstring lists them).
 A crash or hang ends the process with no summary line (the caller sees it).
 
@@ -52,6 +55,10 @@ EXTENTS = [0, 1, 2, 3, 5, 15, 16, 17, 31, 32, 33, 64, 127, 128, 129]
 HUGE = [2**31 - 1, 2**31, 2**32 + 1, 2**40, 2**59]  # x 8-byte items: NumPy takes it
 META_HUGE = HUGE + [2**60, 2**62, 2**63 - 1]
 MAX_ELEMS = 4096      # arrays with elements stay this small
+# Recipes whose activations are scaled per row or finer (a row's scales see only that row) and
+# whose every scaling unit stays in one group (the wgrad's padded layout): docs/torch_training.md.
+ROW_SCALED = {"fp32", "bf16", "fp8_rowwise", "fp8_block", "mxfp8"}
+GROUP_SCALED = {"fp32", "bf16", "fp8_block", "mxfp8"}
 
 
 def NN_FACTORY(module_type, tensor_type, name):
@@ -77,7 +84,10 @@ class Fuzzer(ContractSteps):
         self.checks = dict.fromkeys(("cpu==reference", "finite->finite", "non-finite->NaN",
                                      "codec round trip", "gemm==float64", "grouped==alone",
                                      "nn==float64", "refused", "aliased out refused",
-                                     "read-only==writable", "decode dtype rule"), 0)
+                                     "read-only==writable", "decode dtype rule",
+                                     "nn rows past the groups", "nn finite groups, non-finite tail",
+                                     "nn row isolation", "nn dx rows past the groups",
+                                     "nn group isolation"), 0)
 
     # ---- draws ------------------------------------------------------------------------------
     def chance(self, p):
@@ -487,9 +497,12 @@ class Fuzzer(ContractSteps):
         if fwd is REFUSED:
             return
         y, ctx = fwd
-        if (recipe == "fp32" and not mlp and isinstance(sizes, list) and x.dtype == np.float32
-                and x.shape == (t, k) and np.isfinite(x).all()):
+        valid = (isinstance(sizes, list) and isinstance(x, np.ndarray) and x.dtype == np.float32
+                 and x.shape == (t, k))
+        if recipe == "fp32" and not mlp and valid and np.isfinite(x).all():
             self.check_nn_linear(what, layer, x, sizes, y)
+        if valid:
+            self.check_nn_rows(what + " .forward", recipe if not mlp else None, sizes, x, y)
         dy = self.values((t, n), specials=0.05, magnitude=False)
         if self.chance(0.1):
             dy = self.rng.choice([dy[:1], dy.astype(np.float16), None])
@@ -497,8 +510,59 @@ class Fuzzer(ContractSteps):
         if self.chance(0.1):  # main-grad buffers of the right or a wrong shape / dtype
             acc = self.rng.choice([(np.zeros((g, n, k), np.float32),), (np.zeros(3),),
                                    {"fc1_dw": np.zeros(1, np.float32)}, "acc"])
-        self.call(what + " .backward", layer.backward, ctx, dy, need_dx=self.chance(0.8),
-                  accumulate_into=acc)
+        bwd = self.call(what + " .backward", layer.backward, ctx, dy, need_dx=self.chance(0.8),
+                        accumulate_into=acc)
+        if (valid and not mlp and acc is None and bwd is not REFUSED
+                and isinstance(dy, np.ndarray) and dy.shape == (t, n)):
+            self.check_nn_wgrad(what + " .backward", recipe, sizes, x, dy, bwd)
+
+    @staticmethod
+    def moderate_rows(a):
+        """Per row: every value finite and of magnitude <= 1e6 (no overflow downstream)."""
+        return np.isfinite(a).all(axis=1) & (np.abs(np.nan_to_num(a)) <= 1e6).all(axis=1)
+
+    def check_nn_rows(self, what, recipe, sizes, x, y):
+        """Rows past the groups give y = 0, whatever they hold (they take part in no scale);
+        with per-row (or finer) activation scales, a moderate x row gives a finite y row, whatever
+        the other rows hold (its scaling units are its own)."""
+        live = sum(sizes)
+        self.checks["nn rows past the groups"] += 1
+        if np.any(y[live:] != 0):
+            raise Finding(f"{what}: rows past the groups (from {live}) are not zero "
+                          f"(sizes {sizes})")
+        if (isinstance(recipe, str) and recipe.split(":")[0] in ROW_SCALED
+                and self.moderate_rows(x[:live]).all()):
+            self.checks["nn finite groups, non-finite tail"] += 1
+            if not np.isfinite(y).all():
+                raise Finding(f"{what}: non-finite y though every group row is finite "
+                              f"(sizes {sizes}; the tail must take part in no scale)")
+        if isinstance(recipe, str) and recipe.split(":")[0] in ROW_SCALED:
+            ok = self.moderate_rows(x[:live])
+            self.checks["nn row isolation"] += 1
+            if not np.isfinite(y[:live][ok]).all():
+                raise Finding(f"{what}: a moderate x row gave a non-finite y row "
+                              f"(sizes {sizes})")
+
+    def check_nn_wgrad(self, what, recipe, sizes, x, dy, out):
+        """dx rows past the groups are zero; with scaling units inside one group (GROUP_SCALED),
+        a group whose x and dy rows are moderate gets a finite dW, whatever other groups hold."""
+        dx, dw = out[0], out[1]
+        live = sum(sizes)
+        if dx is not None:
+            self.checks["nn dx rows past the groups"] += 1
+            if np.any(np.asarray(dx)[live:] != 0):
+                raise Finding(f"{what}: dx rows past the groups are not zero (sizes {sizes})")
+        if not (isinstance(recipe, str) and recipe in GROUP_SCALED) or dw is None:
+            return
+        s = 0
+        for e, m in enumerate(sizes):
+            rows = slice(s, s + m)
+            s += m
+            if self.moderate_rows(x[rows]).all() and self.moderate_rows(dy[rows]).all():
+                self.checks["nn group isolation"] += 1
+                if not np.isfinite(np.asarray(dw)[e]).all():
+                    raise Finding(f"{what}: group {e}'s dW is not finite though its rows are "
+                                  f"moderate (sizes {sizes})")
 
     def check_nn_linear(self, what, layer, x, sizes, y):
         w, bias = layer.weight.astype(np.float64), layer.bias

@@ -197,6 +197,17 @@ def test_read_only_inputs_are_read():
     assert np.array_equal(g.member(0)["data"].reshape(q.data.shape), q.data)
     assert [o.tolist() for o in tessera.splits_to_offsets_multi(read_only([3, 5]), [1], [True],
                                                                 ["int64"])] == [[0, 3, 8]]
+    # tessera.nn layers read x, splits and probs (float32 arrays are used without a copy)
+    import tessera.nn as tn
+    lin = tn.GroupedLinear(2, 32, 16, "fp8_rowwise")
+    y, _ = lin.forward(x, np.array([1, 3]))
+    y_ro, _ = lin.forward(read_only(x), read_only(np.array([1, 3])))
+    assert np.array_equal(y_ro, y)
+    mlp = tn.GroupedMLP(2, 32, 16, "bf16")
+    p = np.array([0.5, 1.0, 0.25, 2.0], np.float32)
+    assert np.array_equal(mlp.forward(read_only(x), read_only(np.array([1, 3])),
+                                      probs=read_only(p))[0],
+                          mlp.forward(x, np.array([1, 3]), probs=p)[0])
 
 
 def test_read_only_output_is_refused():
