@@ -197,6 +197,7 @@ def test_transformer_engine_splits_as_a_python_list(device):
     with torch.no_grad():
         want = m(x, ends(SIZES, device))
         assert torch.equal(m(x, m_splits=list(SIZES)), want)
+        assert torch.equal(m(x, list(SIZES)), want)  # TE's positional forward(inp, m_splits)
         assert torch.equal(m(x, splits=torch.tensor(SIZES, device=device)), want)
 
 
@@ -264,3 +265,13 @@ def _compiled_calls(fn):
         for name, f in wrapped.items():
             setattr(nb, name, f)
     return calls[0]
+
+
+def test_torchao_out_dtype():
+    x = torch.randn(sum(SIZES), K, dtype=torch.bfloat16)
+    w = torch.randn(len(SIZES), N, K, dtype=torch.bfloat16)
+    offs = ends(SIZES, "cpu")
+    y = tt.fp8_rowwise_grouped_mm(x, w.transpose(-2, -1), offs, out_dtype=torch.bfloat16)
+    assert torch.equal(y, tt.grouped_linear(x, w, offs, "fp8_rowwise"))
+    with pytest.raises(tessera.UnsupportedError, match="out_dtype"):
+        tt.fp8_rowwise_grouped_mm(x, w.transpose(-2, -1), offs, out_dtype=torch.float32)

@@ -262,10 +262,16 @@ def grouped_linear(x: Tensor, weight: Tensor, offs: Tensor, recipe="bf16",
                        delayed_state=delayed_state, main_grad=main_grad)
 
 
-def fp8_rowwise_grouped_mm(x: Tensor, w_t: Tensor, offs: Tensor) -> Tensor:
+def fp8_rowwise_grouped_mm(x: Tensor, w_t: Tensor, offs: Tensor,
+                           out_dtype: Optional[torch.dtype] = None) -> Tensor:
     """Differentiable FP8-rowwise grouped GEMM: x (T, K) @ w_t (G, K, N) -> (T, N), the
     functional form of grouped_linear(recipe="fp8_rowwise") with w_t the transposed view of
-    (G, N, K) weights (any other layout is copied once). No weight cache: every call quantizes."""
+    (G, N, K) weights (any other layout is copied once). No weight cache: every call quantizes.
+    out_dtype (torchao's argument): None or x's dtype — y comes out in x's dtype."""
+    if out_dtype is not None and out_dtype != x.dtype:
+        raise _C.UnsupportedError(
+            f"tessera unsupported: out_dtype: {out_dtype} differs from x's dtype {x.dtype}; the "
+            f"step writes y in x's dtype (pass out_dtype=None or {x.dtype}, or cast x)")
     return grouped_linear(x, w_t.transpose(-2, -1), offs, "fp8_rowwise")
 
 

@@ -34,7 +34,10 @@ from .recipe import RECIPES, resolve
 def offsets_from(offs: Optional[Tensor], splits, groups: int, device=None) -> Tensor:
     """int32 cumulative end offsets from either `offs` (returned as is) or group sizes `splits`
     (a tensor — one cumsum on its device, no host sync — or a list of ints, TransformerEngine's
-    m_splits, copied to `device`)."""
+    m_splits, copied to `device`). A list or tuple given as `offs` holds group sizes (TE's
+    positional m_splits); offsets are always a tensor."""
+    if isinstance(offs, (list, tuple)) and splits is None:
+        offs, splits = None, offs  # TE's forward(inp, m_splits): a list holds group sizes
     if (offs is None) == (splits is None):
         raise _C.InvalidArgumentError("tessera invalid argument: offs / splits: give exactly one "
                                       "(int32 cumulative end offsets, or the group sizes)")
