@@ -153,12 +153,20 @@ int64_t run_if_fits(const GroupedGemmProblem& problem, const TensorView& workspa
   return 0;
 }
 
-void grouped_gemm(const GroupedGemmProblem& problem, Stream stream) {
+void run_with_workspace(const GroupedGemmProblem& problem,
+                        const std::function<TensorView(int64_t bytes)>& workspace,
+                        Stream stream) {
   const Plan plan = plan_for_backend(problem);  // validated once
   const int64_t need = backend_workspace_size(problem, plan);
-  Buffer ws(static_cast<size_t>(need), problem.a.device());
-  run_planned(problem, plan, need,
-              TensorView::contiguous(ws.data(), DType::kUInt8, {need}, problem.a.device()), stream);
+  run_planned(problem, plan, need, need > 0 ? workspace(need) : TensorView{}, stream);
+}
+
+void grouped_gemm(const GroupedGemmProblem& problem, Stream stream) {
+  Buffer ws;
+  run_with_workspace(problem, [&](int64_t need) {
+    ws = Buffer(static_cast<size_t>(need), problem.a.device());
+    return TensorView::contiguous(ws.data(), DType::kUInt8, {need}, problem.a.device());
+  }, stream);
 }
 
 GroupedGemmConfig select_grouped_gemm_config(const GroupedGemmProblem& problem) {

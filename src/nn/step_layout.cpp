@@ -3,6 +3,7 @@
 
 #include "tessera/core/checked_math.h"
 #include "tessera/core/status.h"
+#include "tessera/nn/token_padding.h"
 
 namespace tessera::nn::detail {
 
@@ -21,9 +22,7 @@ void group_starts(const GroupOffsets& groups, int64_t align, int64_t* starts, in
 }
 
 int64_t padded_rows_for(int64_t rows, int64_t groups, int64_t align) {
-  const int64_t bound = checked_add(rows, checked_mul(groups, align - 1, "groups * (align - 1)"),
-                                    "padded rows");
-  return checked_round_up(bound, align, "padded rows");
+  return checked_round_up(padded_rows_bound(rows, groups, align), align, "padded rows");
 }
 
 }  // namespace tessera::nn::detail

@@ -101,12 +101,12 @@ void quantize_role(Quantizer& q, const TensorView& x, QuantizedTensorView& out, 
 }
 
 void run_gemm(const GroupedGemmProblem& problem, Allocator& alloc, Stream stream) {
-  const int64_t need = workspace_size(problem);
-  const Device device = problem.d.device;
-  auto [ws, base] = aligned(alloc, need, device, stream);
-  const TensorView view =
-      need == 0 ? TensorView{} : TensorView::contiguous(base, DType::kUInt8, {need}, device);
-  run(problem, view, stream);
+  Allocation ws;  // lives until the GEMM is enqueued (stream-ordered reuse after that)
+  run_with_workspace(problem, [&](int64_t need) {
+    auto [memory, base] = aligned(alloc, need, problem.d.device, stream);
+    ws = std::move(memory);
+    return TensorView::contiguous(base, DType::kUInt8, {need}, problem.d.device);
+  }, stream);
 }
 
 }  // namespace detail

@@ -29,6 +29,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "tessera/core/buffer.h"
@@ -160,6 +161,14 @@ void run(const GroupedGemmProblem& problem, const TensorView& workspace, Stream 
 // large). Throws like run() on a problem that cannot run.
 int64_t run_if_fits(const GroupedGemmProblem& problem, const TensorView& workspace,
                     Stream stream = {});
+
+// run() planned once, with a workspace the caller makes for it: `workspace(bytes)` is called
+// once, only when the problem needs bytes (> 0), and must return a view of at least `bytes`
+// under run()'s workspace rules (the caller keeps its memory alive until the GEMM is done, as
+// its stream orders). Throws like run() on a problem that cannot run.
+void run_with_workspace(const GroupedGemmProblem& problem,
+                        const std::function<TensorView(int64_t bytes)>& workspace,
+                        Stream stream = {});
 
 // Convenience: sizes and allocates the workspace itself, then run().
 void grouped_gemm(const GroupedGemmProblem& problem, Stream stream = {});
