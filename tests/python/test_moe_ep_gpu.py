@@ -1,0 +1,224 @@
+"""Expert parallelism over N GPUs (NCCL) against the same MoELayer on one GPU holding every
+expert, with the same kernels: tessera.torch.GroupedMLP experts, the batch-invariant
+ReferenceRouter (FP64 accumulation, so both runs route every token alike).
+
+Runs only under torchrun on a machine with one GPU per process; skipped anywhere else (CI runs
+the Gloo version, test_moe_dist.py):
+
+    NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 \
+    torchrun --standalone --nproc-per-node 4 -m pytest -q -p no:cacheprovider \
+        tests/python/test_moe_ep_gpu.py           (tools/gpu/ep_run.sh N does this first)
+
+Every rank runs every test; each test's collectives run in the same order on every rank, and a
+failed check on one rank fails the test on every rank (the verdicts are all-reduced), so nothing
+hangs in a later collective.
+
+What is compared, per recipe the dispatch takes (bf16; fp8_rowwise, fp8_block, mxfp8: payload
+quantized per row), each rank's T tokens of the W·T the one-GPU layer sees:
+* dropless, and capacity mode with a capacity no pair exceeds (dropped_total must be 0): outputs
+  and input gradients bit for bit (docs/moe.md: the experts' row computations do not depend on
+  the other rows; dispatch moves rows unchanged). Expert weight gradients within a stated bound
+  (their K-grouped contraction runs over each expert's rows with the padding of W chunks instead
+  of one, and the per-column scales of the FP8 columnwise copies span the rank's local tokens):
+  SQNR of the EP gradient against the one-GPU gradient >= WGRAD_SQNR_DB[recipe]. The router's
+  weight gradient summed over ranks matches to FP32 rounding (a sum in another order).
+* capacity mode with drops: the dropped pairs per rank equal the documented rule (per source
+  rank and expert, the first C pairs in pair order), computed here on the host; every token
+  none of whose pairs was dropped has bit-identical outputs and input gradients.
+* capacity mode in one CUDA graph (forward + backward), replayed twice: equal to eager bit for bit.
+"""
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+dist = pytest.importorskip("torch.distributed")
+
+_WORLD = int(os.environ.get("WORLD_SIZE", "1"))
+if _WORLD < 2 or not torch.cuda.is_available() or torch.cuda.device_count() < 1:
+    pytest.skip("run under torchrun with 2+ GPUs (see the module docstring)",
+                allow_module_level=True)
+if not dist.is_available() or not dist.is_nccl_available():
+    pytest.skip("torch.distributed with NCCL is not available", allow_module_level=True)
+
+import tessera.torch as tt  # noqa: E402
+from tessera.torch import moe  # noqa: E402
+from tessera.torch.moe_ops import route  # noqa: E402
+from tessera.torch.moe_reference import ReferenceRouter  # noqa: E402
+
+if not hasattr(tt, "GroupedMLP"):
+    pytest.skip("this build has no tessera.torch.GroupedMLP", allow_module_level=True)
+
+H, F, K, T = 256, 256, 2, 256           # hidden, ffn, top-k, tokens per rank
+E = 4 * _WORLD                          # 4 experts per rank
+RECIPES = ("bf16", "fp8_rowwise", "fp8_block", "mxfp8")
+# The stated bound of the expert weight gradients (EP vs one GPU), see the module docstring.
+WGRAD_SQNR_DB = {"bf16": 40.0, "fp8_rowwise": 20.0, "fp8_block": 20.0, "mxfp8": 20.0}
+
+
+@pytest.fixture(scope="module")
+def group():
+    # NVLink multicast stays off in every process (KINDS.md; the launcher's environment too).
+    for var, val in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
+                     ("NVSHMEM_DISABLE_NVLS", "1")):
+        os.environ.setdefault(var, val)
+        assert os.environ[var] == val, f"{var} must be {val}"
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    torch.cuda.set_device(local)
+    if not dist.is_initialized():
+        dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+    yield dist.group.WORLD
+    dist.barrier()
+
+
+def _all_ok(ok: bool, what: str) -> None:
+    """Every rank's verdict; one failure fails the test on every rank."""
+    flag = torch.tensor([1 if ok else 0], device="cuda")
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+    assert flag.item() == 1, f"{what} (rank {dist.get_rank()} own verdict: {ok})"
+
+
+def _sqnr_db(ref: torch.Tensor, got: torch.Tensor) -> float:
+    ref, got = ref.double(), got.double()
+    noise = (ref - got).square().sum().item()
+    return float("inf") if noise == 0 else 10 * torch.log10(ref.square().sum() / noise).item()
+
+
+def _layers(recipe, cf, group):
+    """(one-GPU layer with every expert, EP layer with this rank's slice), equal parameters,
+    drawn on the CPU from one seed (the same on every rank)."""
+    dev = torch.device("cuda", torch.cuda.current_device())
+    world, rank = dist.get_world_size(group), dist.get_rank(group)
+    gen = torch.Generator().manual_seed(1234)
+    one = tt.MoELayer(H, F, E, K, recipe=recipe, router=ReferenceRouter(H, E, device=dev),
+                      device=dev)
+    ep = tt.MoELayer(H, F, E, K, recipe=recipe, ep_group=group, capacity_factor=cf,
+                     router=ReferenceRouter(H, E, device=dev), device=dev)
+    lo, hi = rank * E // world, (rank + 1) * E // world
+    with torch.no_grad():
+        for name, p in one.named_parameters():
+            scale = p.shape[-1] ** -0.5
+            p.copy_((torch.randn(p.shape, generator=gen) * scale).bfloat16().float())
+            q = dict(ep.named_parameters())[name]
+            q.copy_(p if name.startswith("router") else p[lo:hi])
+    return one, ep
+
+
+def _data(world):
+    gen = torch.Generator().manual_seed(99)
+    x = torch.randn(world * T, H, generator=gen).bfloat16()
+    g = torch.randn(world * T, H, generator=gen).bfloat16()
+    return x.cuda(), g.cuda()
+
+
+def _run(layer, x, g):
+    xi = x.clone().requires_grad_()
+    y = layer(xi)
+    y.backward(g)
+    return y.detach(), xi.grad
+
+
+def _expert_grads(layer):
+    return {n: p.grad for n, p in layer.named_parameters() if not n.startswith("router")}
+
+
+def _kept_tokens(router, x_all, world, capacity):
+    """(T,) bool: this rank's tokens none of whose pairs the capacity rule drops, and the pairs
+    this rank drops — the rule of docs/moe.md, on the host."""
+    rank = dist.get_rank()
+    with torch.no_grad():
+        _, idx = route(router(x_all), K)
+    mine = idx[rank * T:(rank + 1) * T].cpu().reshape(-1)
+    seen = torch.zeros(E, dtype=torch.int64)
+    kept = torch.ones(T * K, dtype=torch.bool)
+    for p, e in enumerate(mine.tolist()):  # pair order: token, then j
+        seen[e] += 1
+        kept[p] = seen[e] <= capacity
+    return kept.reshape(T, K).all(1).cuda(), int((~kept).sum())
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+@pytest.mark.parametrize("mode", ["dropless", "capacity"])
+def test_ep_equals_one_gpu(group, recipe, mode):
+    world, rank = dist.get_world_size(group), dist.get_rank(group)
+    cf = None if mode == "dropless" else float(E)   # capacity >= every pair: nothing drops
+    one, ep = _layers(recipe, cf, group)
+    x, g = _data(world)
+    y1, dx1 = _run(one, x, g)
+    rows = slice(rank * T, (rank + 1) * T)
+    y, dx = _run(ep, x[rows], g[rows])
+    name = f"EP x{world} {recipe} {mode}"
+    if cf is not None:
+        _all_ok(int(ep.last_dropped_total.item()) == 0, name + ": no pair may drop")
+    _all_ok(torch.equal(y, y1[rows]), name + ": outputs bit-identical to one GPU")
+    _all_ok(torch.equal(dx, dx1[rows]), name + ": input gradients bit-identical to one GPU")
+    lo, hi = rank * E // world, (rank + 1) * E // world
+    worst = min(_sqnr_db(g1[lo:hi], _expert_grads(ep)[n])
+                for n, g1 in _expert_grads(one).items())
+    print(f"{name}: expert weight gradients vs one GPU: SQNR {worst:.1f} dB "
+          f"(bound {WGRAD_SQNR_DB[recipe]} dB)")
+    _all_ok(worst >= WGRAD_SQNR_DB[recipe], name + f": expert weight gradients SQNR {worst:.1f}")
+    router_sum = ep.router.weight.grad.clone()
+    dist.all_reduce(router_sum)
+    torch.testing.assert_close(router_sum, one.router.weight.grad, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_capacity_drops_follow_the_rule(group, recipe):
+    world, rank = dist.get_world_size(group), dist.get_rank(group)
+    one, ep = _layers(recipe, 0.5, group)
+    x, g = _data(world)
+    y1, dx1 = _run(one, x, g)
+    rows = slice(rank * T, (rank + 1) * T)
+    y, dx = _run(ep, x[rows], g[rows])
+    cap = ep.capacity(T)
+    kept, dropped = _kept_tokens(one.router, x, world, cap)
+    name = f"EP x{world} {recipe} capacity {cap}"
+    total = torch.tensor([dropped], device="cuda")
+    dist.all_reduce(total)
+    _all_ok(int(ep.last_dropped.item()) == dropped, name + ": pairs this rank dropped")
+    _all_ok(int(ep.last_dropped_total.item()) == int(total.item()), name + ": dropped_total")
+    _all_ok(int(total.item()) > 0, name + ": capacity factor 0.5 must drop pairs")
+    _all_ok(torch.equal(y[kept], y1[rows][kept]), name + ": outputs of tokens kept whole")
+    _all_ok(torch.equal(dx[kept], dx1[rows][kept]), name + ": input gradients of tokens kept whole")
+
+
+@pytest.mark.parametrize("recipe", ["bf16", "fp8_rowwise"])
+def test_capacity_step_in_a_cuda_graph(group, recipe):
+    """Capacity mode syncs nothing: forward + backward captured in one graph on every rank,
+    replayed (twice, new inputs between) equal to eager bit for bit."""
+    world, rank = dist.get_world_size(group), dist.get_rank(group)
+    _, ep = _layers(recipe, 1.0, group)
+    x, g = _data(world)
+    rows = slice(rank * T, (rank + 1) * T)
+    sx = x[rows].clone().requires_grad_()
+    sg = g[rows].clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up: the first forward checks the configuration
+        for _ in range(2):
+            ep.zero_grad(set_to_none=True)
+            sx.grad = None
+            ep(sx).backward(sg)
+    torch.cuda.current_stream().wait_stream(side)
+    ep.zero_grad(set_to_none=True)
+    sx.grad = None
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        sy = ep(sx)
+        sy.backward(sg)
+    name = f"EP x{world} {recipe} capacity graph"
+    for it in range(2):
+        with torch.no_grad():
+            sx.copy_(x[rows] * (1 + it))
+        graph.replay()
+        torch.cuda.synchronize()
+        got = (sy.clone(), sx.grad.clone(), {n: v.clone() for n, v in _expert_grads(ep).items()})
+        eager = tt.MoELayer(H, F, E, K, recipe=recipe, ep_group=group, capacity_factor=1.0,
+                            router=ReferenceRouter(H, E, device=x.device), device=x.device)
+        eager.load_state_dict(ep.state_dict())
+        ye, dxe = _run(eager, x[rows] * (1 + it), g[rows])
+        _all_ok(torch.equal(got[0], ye), name + f": replay {it} outputs")
+        _all_ok(torch.equal(got[1], dxe), name + f": replay {it} input gradients")
+        _all_ok(all(torch.equal(got[2][n], v) for n, v in _expert_grads(eager).items()),
+                name + f": replay {it} expert weight gradients")
