@@ -13,6 +13,8 @@
 //   _moe_permute_backward_into(d_permuted, slot_map, dx, stream=0)
 //   _moe_unpermute_into(y, slot_map, probs, out, stream=0)                  probs may be None
 //   _moe_unpermute_backward_into(dout, y, slot_map, row_pair, probs, dy, dprobs, stream=0)
+//   _moe_dequantize_rows_into(data, scale_inv, mode, out, stream=0)
+//                                     data: E4M3 codes (any 8-bit array); mode as permute's
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 
@@ -128,6 +130,16 @@ void unpermute_backward_into(const DeviceArray& dout, const DeviceArray& y,
   moe_unpermute_backward(g, yv, s, r, p, d, dp, stream_of(stream));
 }
 
+void dequantize_rows_into(const DeviceArray& data, const DeviceArray& scale_inv,
+                          const std::string& mode, const DeviceArray& out, uintptr_t stream) {
+  const ScalingMode m = scaling_mode_from_name(mode.c_str());
+  const TensorView dv = device_view(data, DType::kFloat8E4M3, "data");
+  const TensorView sv = device_view(scale_inv, "scale_inv");
+  const TensorView ov = device_view(out, "out");
+  nb::gil_scoped_release release;
+  moe_dequantize_rows(dv, sv, m, ov, stream_of(stream));
+}
+
 }  // namespace
 
 void register_moe(nb::module_& m) {
@@ -169,6 +181,11 @@ void register_moe(nb::module_& m) {
         nb::arg("y").noconvert(), nb::arg("slot_map").noconvert(),
         nb::arg("row_pair").noconvert(), nb::arg("probs").noconvert().none(),
         nb::arg("dy").noconvert(), nb::arg("dprobs").noconvert().none(), nb::arg("stream") = 0);
+  m.def("_moe_dequantize_rows_into", &dequantize_rows_into, nb::arg("data").noconvert(),
+        nb::arg("scale_inv").noconvert(), nb::arg("mode"), nb::arg("out").noconvert(),
+        nb::arg("stream") = 0,
+        "E4M3 payload rows (uint8 codes) and their scales -> out, decode(q) * scale_inv in FP32 "
+        "(moe_routing.h).");
 }
 
 }  // namespace tessera::python

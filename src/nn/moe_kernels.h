@@ -1,7 +1,8 @@
 // Internals of the expert-parallel routing ops (include/tessera/nn/moe_routing.h): the argument
-// blocks the checked entry points (moe_routing.cpp) hand to the CPU loops (moe_permute_cpu.cpp)
-// and the CUDA kernels (moe_routing.cu), and the per-block quantization and reduction rules both
-// backends share so that they give the same bits.
+// blocks the checked entry points (moe_routing.cpp) hand to the CPU loops (moe_routing_cpu.cpp)
+// and the CUDA kernels (moe_routing.cu: routing; moe_row_kernels.cu: the row ops), and the
+// per-block quantization, dequantization and reduction rules both backends share so that they
+// give the same bits.
 #pragma once
 
 #include <cstdint>
@@ -102,16 +103,49 @@ struct ScatterArgs {  // unpermute backward
   float* dprobs;  // (T, k) or null
 };
 
+// dprobs reduction order (moe_routing.h): a row of H products is cut into chunks of kDotChunk
+// consecutive elements; partial sum l (of kDotPartials) adds, from 0.0f, the products of chunks
+// l, l + kDotPartials, ... (elements ascending), and the partials combine by the halving tree
+// s_l += s_{l+w}, w = kDotPartials / 2, ..., 1. The CUDA kernel runs kDotPartials threads per
+// token, thread l holding partial l.
+inline constexpr int kDotChunk = 8;
+inline constexpr int kDotPartials = 256;
+
+struct DequantizeArgs {  // received payload -> high precision
+  const uint8_t* data;   // (rows, H) FP8 codes
+  bool e5m2;             // element: E5M2, else E4M3
+  int64_t rows, hidden;
+  const void* scale_inv;  // (>= rows, scale_cols): FP32, or E8M0 bytes when e8m0
+  bool e8m0;
+  int64_t block;       // elements per scale (H for rowwise; at least 1)
+  int64_t scale_cols;  // scale entries per row (the row stride of scale_inv)
+  void* out;           // (rows, H)
+  DType out_dtype;
+};
+
+// One dequantized element: decode(code) · scale in FP32; any NaN result is the canonical NaN
+// 0x7fc00000 (CPU and GPU differ in the NaN they produce). Rounded once to the output dtype by
+// the caller.
+TESSERA_HD float dequantize_product(float decoded, float scale) {
+  const float v = decoded * scale;
+  return (formats::float_to_bits(v) & 0x7fffffffu) > 0x7f800000u
+             ? formats::bits_to_float(scale_rules::kCanonicalNaN)
+             : v;
+}
+
 void routing_cpu(const RoutingArgs& a);
 void permute_cpu(const PermuteArgs& a);
 void gather_add_cpu(const GatherAddArgs& a);
 void scatter_cpu(const ScatterArgs& a);
+void dequantize_cpu(const DequantizeArgs& a);
 
-// CUDA: workspace bytes and the kernels (moe_routing.cu; moe_routing_no_cuda.cpp without nvcc).
+// CUDA: workspace bytes and the kernels (moe_routing.cu, moe_row_kernels.cu;
+// moe_routing_no_cuda.cpp without nvcc).
 int64_t routing_workspace_bytes_cuda(int64_t pairs, int64_t experts);
 void routing_cuda(const RoutingArgs& a, Device device, Stream stream);
 void permute_cuda(const PermuteArgs& a, Device device, Stream stream);
 void gather_add_cuda(const GatherAddArgs& a, Device device, Stream stream);
 void scatter_cuda(const ScatterArgs& a, Device device, Stream stream);
+void dequantize_cuda(const DequantizeArgs& a, Device device, Stream stream);
 
 }  // namespace tessera::detail::moe

@@ -334,4 +334,55 @@ void moe_unpermute_backward(const TensorView& dout, const TensorView& y,
   detail::moe::scatter_cpu(a);
 }
 
+void moe_dequantize_rows(const TensorView& data, const TensorView& scale_inv, ScalingMode mode,
+                         const TensorView& out, Stream stream) {
+  const char* op = "moe_dequantize_rows";
+  check_view(data, "moe_dequantize_rows: data", {DType::kFloat8E4M3, DType::kFloat8E5M2});
+  check_view(out, "moe_dequantize_rows: out");
+  TESSERA_CHECK_STATUS(data.ndim == 2, Status::kShapeMismatch, op,
+                       ": data must be (rows, H) FP8 codes, got ", data.to_string());
+  const int64_t rows = data.shape[0], hidden = data.shape[1];
+  TESSERA_CHECK_STATUS(is_floating_input(out.dtype), Status::kDTypeMismatch, op,
+                       ": out must be float32/bfloat16/float16, got ", out.to_string());
+  check_matrix(out, "moe_dequantize_rows: out", rows, hidden);
+  detail::moe::DequantizeArgs a{};
+  switch (mode) {
+    case ScalingMode::kRowwise: a.block = hidden; a.scale_cols = 1; break;
+    case ScalingMode::kBlock1x128: a.block = 128; break;
+    case ScalingMode::kMXFP8: a.block = 32; a.e8m0 = true; break;
+    default:
+      TESSERA_FAIL(Status::kUnsupported, op, ": mode ", scaling_mode_name(mode),
+                   " is not a payload mode; expected rowwise, block1x128 or mxfp8");
+  }
+  if (mode != ScalingMode::kRowwise) a.scale_cols = (hidden + a.block - 1) / a.block;
+  if (a.block < 1) a.block = 1;  // rowwise with H = 0: no element reads a scale
+  check_view(scale_inv, "moe_dequantize_rows: scale_inv");
+  const bool scale_dtype_ok =
+      a.e8m0 ? scale_inv.dtype == DType::kUInt8 || scale_inv.dtype == DType::kFloat8E8M0
+             : scale_inv.dtype == DType::kFloat32;
+  TESSERA_CHECK_STATUS(scale_dtype_ok, Status::kDTypeMismatch, op, ": scale_inv of mode ",
+                       scaling_mode_name(mode), " must be ",
+                       a.e8m0 ? "E8M0 bytes (e8m0 or uint8)" : "float32", ", got ",
+                       scale_inv.to_string());
+  // Rowwise: (n) or (n, 1); blocks: (n, ceil(H / block)); n >= rows (block1x128 pads rows).
+  const bool one_d = scale_inv.ndim == 1 && a.scale_cols == 1;
+  TESSERA_CHECK_STATUS((one_d || (scale_inv.ndim == 2 && scale_inv.shape[1] == a.scale_cols)) &&
+                           scale_inv.shape[0] >= rows,
+                       Status::kShapeMismatch, op, ": scale_inv must be (>= ", rows, ", ",
+                       a.scale_cols, ")", a.scale_cols == 1 ? " or (>= rows)" : "", " for ",
+                       scaling_mode_name(mode), " data ", data.to_string(), ", got ",
+                       scale_inv.to_string());
+  check_same_device(scale_inv, data.device, "moe_dequantize_rows: scale_inv");
+  check_same_device(out, data.device, "moe_dequantize_rows: out");
+  a.data = data.as<const uint8_t>();
+  a.e5m2 = data.dtype == DType::kFloat8E5M2;
+  a.rows = rows;
+  a.hidden = hidden;
+  a.scale_inv = scale_inv.data;
+  a.out = out.data;
+  a.out_dtype = out.dtype;
+  if (data.device.is_cuda()) return detail::moe::dequantize_cuda(a, data.device, stream);
+  detail::moe::dequantize_cpu(a);
+}
+
 }  // namespace tessera

@@ -1,6 +1,7 @@
 // CPU loops of the expert-parallel routing ops: routing metadata (sequential, in pair order, so
 // the kept pairs and their ranks are the normative ones), permute with optional per-row
-// quantization, the gather-add of permute's backward and unpermute, and unpermute's backward.
+// quantization, the gather-add of permute's backward and unpermute, unpermute's backward, and the
+// dequantize of a received payload.
 // Arguments arrive checked (moe_routing.cpp). Element rules: moe_kernels.h.
 #include <algorithm>
 #include <vector>
@@ -9,6 +10,7 @@
 #include "nn/moe_kernels.h"
 #include "tessera/core/dispatch.h"
 #include "tessera/core/status.h"
+#include "tessera/formats/codecs.h"
 #include "tessera/formats/half.h"
 
 namespace tessera::detail::moe {
@@ -128,17 +130,20 @@ void gather_add_typed(const GatherAddArgs& a) {
   }
 }
 
-// Σ_h a[h]·b[h] in the warp order of moe_routing.h (32 strided partials, halving tree).
+// Σ_h a[h]·b[h] in the order of moe_routing.h (moe_kernels.h: kDotPartials partial sums over
+// chunks of kDotChunk elements, then the halving tree).
 template <class A, class B>
-float warp_order_dot(const A* a, const B* b, int64_t h) {
-  float s[32] = {};
-  for (int l = 0; l < 32; ++l) {
-    for (int64_t c = l; c < h; c += 32) {
-      const float prod = to_float(a[c]) * to_float(b[c]);
-      s[l] = s[l] + prod;
+float chunked_dot(const A* a, const B* b, int64_t h) {
+  float s[kDotPartials] = {};
+  for (int l = 0; l < kDotPartials; ++l) {
+    for (int64_t c0 = int64_t{l} * kDotChunk; c0 < h; c0 += int64_t{kDotPartials} * kDotChunk) {
+      for (int64_t c = c0; c < c0 + kDotChunk && c < h; ++c) {
+        const float prod = to_float(a[c]) * to_float(b[c]);
+        s[l] = s[l] + prod;
+      }
     }
   }
-  for (int w = 16; w >= 1; w /= 2)
+  for (int w = kDotPartials / 2; w >= 1; w /= 2)
     for (int l = 0; l < w; ++l) s[l] = s[l] + s[l + w];
   return s[0];
 }
@@ -168,11 +173,34 @@ void scatter_typed(const ScatterArgs& a) {
 #pragma omp parallel for schedule(static) if (a.tokens * k * h >= kParallelWork)
   for (int64_t p = 0; p < a.tokens * k; ++p) {
     const int64_t s = static_cast<int64_t>(slot[p]);
-    a.dprobs[p] = s < 0 ? 0.0f : warp_order_dot(dout + (p / k) * h, y + s * h, h);
+    a.dprobs[p] = s < 0 ? 0.0f : chunked_dot(dout + (p / k) * h, y + s * h, h);
+  }
+}
+
+template <class Out>
+void dequantize_typed(const DequantizeArgs& a) {
+  auto* out = static_cast<Out*>(a.out);
+  const int64_t h = a.hidden;
+#pragma omp parallel for schedule(static) if (a.rows * h >= kParallelWork)
+  for (int64_t r = 0; r < a.rows; ++r) {
+    const uint8_t* q = a.data + r * h;
+    for (int64_t c = 0; c < h; ++c) {
+      const int64_t at = r * a.scale_cols + c / a.block;
+      const float s = a.e8m0 ? formats::decode_e8m0(static_cast<const uint8_t*>(a.scale_inv)[at])
+                             : static_cast<const float*>(a.scale_inv)[at];
+      const float v = a.e5m2 ? formats::decode_e5m2(q[c]) : formats::decode_e4m3(q[c]);
+      out[r * h + c] = from_float<Out>(dequantize_product(v, s));
+    }
   }
 }
 
 }  // namespace
+
+void dequantize_cpu(const DequantizeArgs& a) {
+  dispatch_float_input(a.out_dtype, "out", [&](auto ot) {
+    dequantize_typed<typename decltype(ot)::type>(a);
+  });
+}
 
 void routing_cpu(const RoutingArgs& a) {
   dispatch_index_dtype(a.index_dtype, "indices", [&](auto it) {

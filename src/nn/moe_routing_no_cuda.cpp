@@ -21,4 +21,8 @@ void scatter_cuda(const ScatterArgs&, Device, Stream) {
   TESSERA_FAIL(Status::kNoDevice, "moe_unpermute_backward: tessera was built without CUDA");
 }
 
+void dequantize_cuda(const DequantizeArgs&, Device, Stream) {
+  TESSERA_FAIL(Status::kNoDevice, "moe_dequantize_rows: tessera was built without CUDA");
+}
+
 }  // namespace tessera::detail::moe

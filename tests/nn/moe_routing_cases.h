@@ -226,13 +226,13 @@ inline MoeOutputs oracle(const MoeCase& c, const MoeInputs& in) {
   for (int64_t p = 0; p < t_n * k && c.with_probs; ++p) {
     const int64_t s = o.slot_map[static_cast<size_t>(p)];
     if (s < 0) continue;
-    float part[32] = {};
+    float part[256] = {};  // partial floor(i / 8) mod 256, i ascending; then the halving tree
     for (int64_t i = 0; i < h; ++i) {
       const float prod =
           load(in.dout, c.x_dtype, (p / k) * h + i) * load(in.y, c.x_dtype, s * h + i);
-      part[i % 32] += prod;
+      part[(i / 8) % 256] += prod;
     }
-    for (int w = 16; w >= 1; w /= 2)
+    for (int w = 128; w >= 1; w /= 2)
       for (int l = 0; l < w; ++l) part[l] += part[l + w];
     o.dprobs[static_cast<size_t>(p)] = part[0];
   }

@@ -47,7 +47,7 @@ TEST(MoeRouting, ShapesEdges) {
   for (int64_t t : {0, 1, 3, 130}) {
     for (int64_t k : {1, 2, 4, 8}) {
       for (int64_t e : {1, 3, 8, 64}) {
-        for (int64_t h : {1, 33, 100}) {
+        for (int64_t h : {1, 33, 100, 2100}) {
           MoeCase c;
           c.tokens = t;
           c.top_k = k;

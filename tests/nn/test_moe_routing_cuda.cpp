@@ -39,7 +39,7 @@ TEST(MoeRoutingCuda, EqualsCpu) {
           c.tokens = t;
           c.top_k = k;
           c.experts = e;
-          c.hidden = 96;
+          c.hidden = seed % 4 == 0 ? 7 : (seed % 4 == 1 ? 130 : (seed % 4 == 2 ? 96 : 2056));
           c.align = 16;
           c.capacity = cap;
           c.index_dtype = seed % 2 ? DType::kInt32 : DType::kInt64;
@@ -58,7 +58,7 @@ TEST(MoeRoutingCuda, FusedQuantizationEqualsCpu) {
   for (ScalingMode m : {ScalingMode::kRowwise, ScalingMode::kBlock1x128, ScalingMode::kMXFP8}) {
     for (DType el : {DType::kFloat8E4M3, DType::kFloat8E5M2}) {
       for (DType xd : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
-        for (int64_t h : {32, 300, 7168}) {
+        for (int64_t h : {32, 300, 7168, 8200}) {
           MoeCase c;
           c.tokens = h > 1000 ? 64 : 200;
           c.top_k = 4;

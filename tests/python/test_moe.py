@@ -244,3 +244,93 @@ def test_cuda_ops_equal_cpu_and_graph_replay(capacity):
         eager, dropped = step()
         torch.cuda.synchronize()
         assert torch.equal(out_g, eager) and int(dropped_g) == int(dropped)
+
+
+# ---- dequantize_rows: the C++ op against the torch passes it replaced ------------------------
+def _torch_dequantize_rows(data, scale_inv, mode, out_dtype):
+    """The former dequantize_rows, plain torch (the oracle): E4M3 decode, E8M0 bit tricks,
+    repeat_interleave of the scales, one FP32 multiply, one cast."""
+    r, h = data.shape
+    q = data.view(torch.float8_e4m3fn).float()
+    s = scale_inv[:r]
+    s = s.reshape(r, 1) if s.dim() == 1 else s
+    if mode == "mxfp8":
+        e = s.view(torch.uint8).to(torch.int32)
+        bits = torch.where(e == 0, torch.full_like(e, 0x00400000), e << 23)
+        bits = torch.where(e == 255, torch.full_like(e, 0x7FC00000), bits)
+        s = bits.view(torch.float32)
+    if s.shape[1] > 1:
+        s = s.repeat_interleave({"block1x128": 128, "mxfp8": 32}[mode], dim=1)[:, :h]
+    return (q * s).to(out_dtype)
+
+
+def _same_bits_nan_as_nan(got, want):
+    """Bit equality, except that a NaN equals any NaN (CPU and GPU NaN payloads differ; the op
+    writes the canonical one)."""
+    assert got.dtype == want.dtype and got.shape == want.shape
+    nan = torch.isnan(want.float())
+    assert torch.equal(torch.isnan(got.float()), nan)
+    ints = {4: torch.int32, 2: torch.int16}[got.element_size()]
+    assert torch.equal(got.view(ints)[~nan], want.view(ints)[~nan])
+
+
+def _payload(mode, rows, h, g):
+    """Random codes (every byte, NaN codes 0x7F / 0xFF included) and scales with specials:
+    FP32 0, inf, NaN, subnormal and huge scales; E8M0 codes 0 and 255."""
+    data = torch.randint(0, 256, (rows, h), generator=g, dtype=torch.uint8)
+    if rows:
+        data[0, : min(h, 4)] = torch.tensor([0x7F, 0xFF, 0x00, 0x80],
+                                            dtype=torch.uint8)[: min(h, 4)]
+    if mode == "mxfp8":
+        s = torch.randint(100, 160, (rows, -(-h // 32)), generator=g, dtype=torch.uint8)
+        if rows:
+            s[0, 0], s[-1, -1] = 0, 255
+        if rows > 2:
+            s[1, :] = 0
+        return data, s
+    cols = 1 if mode == "rowwise" else -(-h // 128)
+    srows = rows if mode == "rowwise" else -(-rows // 4) * 4
+    s = torch.exp2(torch.randint(-20, 20, (srows, cols), generator=g).float()) * (
+        1 + torch.rand(srows, cols, generator=g))
+    specials = [0.0, float("inf"), float("nan"), 2.0 ** -140, 2.0 ** 100]
+    for i, v in enumerate(specials[: srows]):
+        s[i, -1] = v
+    return data, (s.reshape(-1) if mode == "rowwise" and rows % 2 else s)
+
+
+@pytest.mark.parametrize("device", ["cpu"] + (["cuda"] if torch.cuda.is_available() and
+                                              C.cuda_compiled() else []))
+@pytest.mark.parametrize("mode", ["rowwise", "block1x128", "mxfp8"])
+def test_dequantize_rows_equals_torch_passes(device, mode):
+    g = torch.Generator().manual_seed(17)
+    for rows, h in [(5, 7), (6, 130), (37, 256), (9, 7168), (1, 33), (0, 64)]:
+        data, sinv = _payload(mode, rows, h, g)
+        for out_dtype in (torch.float32, torch.bfloat16, torch.float16):
+            want = _torch_dequantize_rows(data, sinv, mode, out_dtype)
+            got = moe.dequantize_rows(data.to(device).view(torch.float8_e4m3fn), sinv.to(device),
+                                      mode, out_dtype)
+            assert got.device.type == device
+            _same_bits_nan_as_nan(got.cpu(), want)
+
+
+def test_dequantize_rows_of_a_permuted_payload_and_errors():
+    g = torch.Generator().manual_seed(3)
+    idx = torch.randint(0, 8, (40, 2), generator=g)
+    x = torch.randn(40, 96, generator=g).bfloat16()
+    r = moe.moe_routing(idx, 8, 32)
+    for mode in moe.QUANT_MODES[1:]:
+        data, sinv = moe.moe_permute(x, r[3], 2, mode)
+        _same_bits_nan_as_nan(moe.dequantize_rows(data, sinv, mode, torch.bfloat16),
+                              _torch_dequantize_rows(data, sinv, mode, torch.bfloat16))
+    assert torch.equal(moe.dequantize_rows(x, torch.empty(0), "none", torch.float32), x.float())
+    data, sinv = moe.moe_permute(x, r[3], 2, "block1x128")
+    with pytest.raises(ValueError, match="mode 'tensor'"):
+        moe.dequantize_rows(data, sinv, "tensor", torch.bfloat16)
+    with pytest.raises(Exception, match="scale_inv"):
+        moe.dequantize_rows(data, sinv[:, :0], "block1x128", torch.bfloat16)
+    with pytest.raises(Exception, match="scale_inv"):
+        moe.dequantize_rows(data, sinv.view(torch.uint8), "block1x128", torch.bfloat16)
+    with pytest.raises(Exception, match="out"):
+        moe.dequantize_rows(data, sinv, "block1x128", torch.float64)
+    torch.library.opcheck(torch.ops.tessera.moe_dequantize_rows.default,
+                          (data.view(torch.uint8), sinv, "block1x128", torch.bfloat16))

@@ -26,10 +26,17 @@
 //                       probs is empty).
 //   unpermute backward: dy[r] = p[pair] · float(dout[pair / k]) for r holding a pair, else 0;
 //                       dprobs[t,j] = Σ_h float(dout[t,h]) · float(y[slot,h]) for slot >= 0,
-//                       else 0, summed as 32 strided FP32 partial sums s_l = Σ_{h ≡ l mod 32}
-//                       (h ascending) combined by the halving tree s_l += s_{l+w} for
-//                       w = 16, 8, 4, 2, 1 (what a warp's shuffle reduction computes).
+//                       else 0, summed as 256 FP32 partial sums over chunks of 8 consecutive
+//                       elements: s_l = Σ over h with floor(h / 8) ≡ l (mod 256), h ascending,
+//                       each from 0.0f, combined by the halving tree s_l += s_{l+w} for
+//                       w = 128, 64, ..., 1 (what a 256-thread CTA holding 8 elements per
+//                       thread computes).
+//   dequantize rows:    out[r,c] = decode(q[r,c]) · scale(r, c) in FP32, any NaN made the
+//                       canonical 0x7fc00000.
 //   Results are rounded once (RNE) to the output dtype.
+//
+// Kernels (CUDA): one pass over each row with 16-byte loads and stores where H and the pointers
+// allow, element by element otherwise (same bits either way); see moe_row_kernels.cu.
 //
 // Errors. CPU: every bad argument or expert index throws before anything is written. CUDA:
 // nothing waits for the device (no host sync, graph-capturable); shapes, dtypes and devices are
@@ -109,5 +116,14 @@ void moe_unpermute_backward(const TensorView& dout, const TensorView& y,
                             const TensorView& slot_map, const TensorView& row_pair,
                             const TensorView& probs, const TensorView& dy,
                             const TensorView& dprobs, Stream stream = {});
+
+// The receiver side of a quantized dispatch: data (rows, H) FP8 codes (e4m3 or e5m2) with the
+// scales moe_permute_quantize wrote for `mode` → out (rows, H) float32/bfloat16/float16, each
+// element decode(q) · scale_inv in FP32 rounded once (see Numerics). scale_inv: rowwise FP32
+// (n) or (n, 1); block1x128 FP32 (n, ceil(H/128)); mxfp8 E8M0 bytes (uint8 or e8m0)
+// (n, ceil(H/32)), E8M0 code 0 → 2^-127, 255 → NaN; n >= rows (rows past `rows` unread). One
+// read of the payload.
+void moe_dequantize_rows(const TensorView& data, const TensorView& scale_inv, ScalingMode mode,
+                         const TensorView& out, Stream stream = {});
 
 }  // namespace tessera

@@ -16,6 +16,8 @@ Ops (torch.library custom ops in the "tessera" namespace, fake impls for torch.c
     moe_permute_backward(d_permuted (rows, H), slot_map, num_tokens) -> dx (T, H)
     moe_unpermute(y (rows, H), slot_map, row_pair, probs (T, k) | None) -> out (T, H)
     moe_unpermute_backward(dout, y, slot_map, row_pair, probs) -> (dy, dprobs)
+    moe_dequantize_rows(data (R, H) E4M3 codes, scale_inv, mode, out_dtype) -> (R, H)
+                                   the receiver side of a quantized dispatch (dequantize_rows)
 
 Contract (normative, include/tessera/nn/moe_routing.h): the permuted buffer holds E groups back to
 back, group e starting at padded_offsets[e], its first counts[e] rows the pairs (t, j) routed to e
@@ -265,32 +267,46 @@ def unpermute(y: Tensor, slot_map: Tensor, row_pair: Tensor,
 
 
 # ---- dequantize of a permuted payload (the receiver side of a quantized dispatch) ------------
+@torch.library.custom_op("tessera::moe_dequantize_rows", mutates_args=())
+def moe_dequantize_rows(data: Tensor, scale_inv: Tensor, mode: str,
+                        out_dtype: torch.dtype) -> Tensor:
+    """E4M3 codes (R, H) (any 8-bit dtype) and their `mode` scales -> (R, H) out_dtype, in one
+    pass of the C++ op (moe_routing.h, moe_dequantize_rows); see dequantize_rows."""
+    torch._check(data.dim() == 2, lambda: f"dequantize_rows: data must be (R, H), got "
+                 f"{tuple(data.shape)}")
+    out = data.new_empty(data.shape, dtype=out_dtype)
+    sinv = scale_inv.detach().contiguous()
+    if sinv.element_size() == 1:  # E8M0 bytes, whatever 8-bit dtype carries them
+        sinv = sinv.view(torch.uint8)
+    dev = data.device
+    with _ctx(dev):
+        _C._moe_dequantize_rows_into(data.detach().contiguous().view(torch.uint8), sinv, mode,
+                                     out, br.stream_handle(dev))
+    return out
+
+
+@moe_dequantize_rows.register_fake
+def _dequantize_rows_fake(data, scale_inv, mode, out_dtype):
+    return data.new_empty(data.shape, dtype=out_dtype)
+
+
 def dequantize_rows(data: Tensor, scale_inv: Tensor, mode: str, out_dtype: torch.dtype) -> Tensor:
     """data (R, H) FP8 codes (any 8-bit dtype) and their scales -> (R, H) out_dtype.
 
-    x = decode(q) * scale_inv in FP32 (tessera's dequantize rule), rounded once to out_dtype.
-    scale_inv as moe_permute returns it (_scale_shape): rowwise (R,) FP32; block1x128
-    (>= R, ceil(H/128)) FP32; mxfp8 (R, ceil(H/32)) E8M0 bytes (2^(e-127); 0 -> 2^-127,
-    255 -> NaN); block widths from the C++ scaling-mode table.
+    x = decode(q) * scale_inv in FP32 (tessera's dequantize rule), rounded once to out_dtype;
+    the codes are E4M3 (the dispatch payload's element). scale_inv as moe_permute returns it
+    (_scale_shape): rowwise (R,) or (R, 1) FP32; block1x128 (>= R, ceil(H/128)) FP32; mxfp8
+    (R, ceil(H/32)) E8M0 bytes (2^(e-127); 0 -> 2^-127, 255 -> NaN); block widths from the C++
+    scaling-mode table. One pass of the C++ op moe_dequantize_rows (a NaN result is the positive
+    quiet NaN). Mode "none": data.to(out_dtype).
     """
     if mode not in QUANT_MODES:
         raise ValueError(f"dequantize_rows: mode {mode!r} is not one of {QUANT_MODES}")
     if mode == "none":
         return data.to(out_dtype)
-    r, h = data.shape
-    q = data.view(torch.float8_e4m3fn).float()
-    s = scale_inv[:r]
-    s = s.reshape(r, 1) if s.dim() == 1 else s           # (R, scale columns)
-    if _mode_row(mode)["scale_dtype"] == "e8m0":
-        e = s.view(torch.uint8).to(torch.int32)
-        bits = torch.where(e == 0, torch.full_like(e, 0x00400000), e << 23)
-        bits = torch.where(e == 255, torch.full_like(e, 0x7FC00000), bits)
-        s = bits.view(torch.float32)
-    if s.shape[1] > 1:  # one scale per _scale_cols(mode) columns; a single column broadcasts
-        s = s.repeat_interleave(_scale_cols(mode), dim=1)[:, :h]
-    return (q * s).to(out_dtype)
+    return moe_dequantize_rows(data, scale_inv, mode, out_dtype)
 
 
-__all__ = ["QUANT_MODES", "dequantize_rows", "moe_permute", "moe_permute_backward", "moe_routing",
-           "moe_unpermute", "moe_unpermute_backward", "permute", "permuted_rows", "route",
-           "unpermute"]
+__all__ = ["QUANT_MODES", "dequantize_rows", "moe_dequantize_rows", "moe_permute",
+           "moe_permute_backward", "moe_routing", "moe_unpermute", "moe_unpermute_backward",
+           "permute", "permuted_rows", "route", "unpermute"]

@@ -134,17 +134,24 @@ def reference_moe(x: Tensor, router: nn.Module, experts: nn.Module, num_experts:
     return _ReferenceCombine.apply(y, top_p, slot.reshape(t, top_k)), dropped
 
 
-def _warp_order_dot(a: Tensor, b: Tensor) -> Tensor:
-    """Row-wise dot products (FP32) in tessera's order: 32 strided partial sums, halving tree."""
+def _chunked_order_dot(a: Tensor, b: Tensor) -> Tensor:
+    """Row-wise dot products (FP32) in tessera's order (moe_routing.h): 256 partial sums, partial
+    l adding the products of the chunks of 8 elements l, l + 256, ... (elements ascending), then
+    the halving tree s_l += s_{l+w}, w = 128, ..., 1. Elements past H add nothing."""
     n, h = a.shape
     prod = a.float() * b.float()
-    width = (h + 31) // 32 * 32
-    parts = torch.cat([prod, prod.new_zeros((n, width - h))], dim=1).reshape(n, -1, 32)
-    s = torch.zeros((n, 32), dtype=torch.float32)
-    for i in range(parts.shape[1]):
-        s = s + parts[:, i, :]
-    for w in (16, 8, 4, 2, 1):
+    s = torch.zeros((n, 256), dtype=torch.float32)
+    lanes = torch.arange(256) * 8
+    for base in range(0, h, 2048):
+        for e in range(8):
+            cols = base + lanes + e
+            live = cols < h
+            term = prod[:, cols.clamp(max=max(h - 1, 0))] if h else s
+            s = torch.where(live, s + term, s)
+    w = 128
+    while w >= 1:
         s = torch.cat([s[:, :w] + s[:, w:2 * w], s[:, w:]], dim=1)
+        w //= 2
     return s[:, 0]
 
 
@@ -173,7 +180,7 @@ class _ReferenceCombine(torch.autograd.Function):
         dy = torch.zeros(y.shape, dtype=y.dtype)
         dy[flat[kept]] = (probs.reshape(-1)[kept].reshape(-1, 1) * g[tok].float()).to(y.dtype)
         dprobs = torch.zeros(flat.shape[0], dtype=torch.float32)
-        dprobs[kept] = _warp_order_dot(g[tok], y[flat[kept]])
+        dprobs[kept] = _chunked_order_dot(g[tok], y[flat[kept]])
         return dy, dprobs.reshape(probs.shape), None
 
 
