@@ -65,6 +65,10 @@ TESSERA_HD uint8_t encode_element(const RowQuant& q, float product) {
   return scale_rules::fp8_element(product, q.e5m2);
 }
 
+// The per-row quantization of rows of `hidden` elements under config c's rules (modes rowwise,
+// block1x128, mxfp8; any other raises kUnsupported naming the mode).
+RowQuant row_quant_of(const QuantizerConfig& c, int64_t hidden);
+
 struct PermuteArgs {
   const void* x;  // (T, H)
   DType x_dtype;

@@ -12,8 +12,31 @@
 #include "tessera/nn/token_padding.h"
 
 namespace tessera {
+
+namespace detail::moe {
+RowQuant row_quant_of(const QuantizerConfig& c, int64_t hidden) {
+  RowQuant q;
+  switch (c.mode) {
+    case ScalingMode::kRowwise: q.mode = RowQuantMode::kRowwise; q.block = hidden; break;
+    case ScalingMode::kBlock1x128: q.mode = RowQuantMode::kBlock1x128; q.block = 128; break;
+    case ScalingMode::kMXFP8: q.mode = RowQuantMode::kMXFP8; q.block = 32; break;
+    default:
+      TESSERA_FAIL(Status::kUnsupported, "moe_permute_quantize: mode ", scaling_mode_name(c.mode),
+                   " is not fused into permute; expected rowwise, block1x128 or mxfp8");
+  }
+  q.e5m2 = c.element == DType::kFloat8E5M2;
+  q.fp8_max = fp8_max_finite(c.element);
+  q.epsilon = c.amax_epsilon;
+  q.power_of_two = c.power_of_two_scales;
+  q.floor_rule = c.e8m0_rounding == E8M0Rounding::kFloor;
+  q.scale_cols = q.mode == RowQuantMode::kRowwise ? 1 : (hidden + q.block - 1) / q.block;
+  return q;
+}
+}  // namespace detail::moe
+
 namespace {
 
+using detail::moe::row_quant_of;
 using detail::moe::RowQuant;
 using detail::moe::RowQuantMode;
 
@@ -70,24 +93,6 @@ void check_map(const TensorView& m, const char* arg, int64_t bound) {
   });
 }
 
-RowQuant row_quant_of(const QuantizerConfig& c, int64_t hidden) {
-  RowQuant q;
-  switch (c.mode) {
-    case ScalingMode::kRowwise: q.mode = RowQuantMode::kRowwise; q.block = hidden; break;
-    case ScalingMode::kBlock1x128: q.mode = RowQuantMode::kBlock1x128; q.block = 128; break;
-    case ScalingMode::kMXFP8: q.mode = RowQuantMode::kMXFP8; q.block = 32; break;
-    default:
-      TESSERA_FAIL(Status::kUnsupported, "moe_permute_quantize: mode ", scaling_mode_name(c.mode),
-                   " is not fused into permute; expected rowwise, block1x128 or mxfp8");
-  }
-  q.e5m2 = c.element == DType::kFloat8E5M2;
-  q.fp8_max = fp8_max_finite(c.element);
-  q.epsilon = c.amax_epsilon;
-  q.power_of_two = c.power_of_two_scales;
-  q.floor_rule = c.e8m0_rounding == E8M0Rounding::kFloor;
-  q.scale_cols = q.mode == RowQuantMode::kRowwise ? 1 : (hidden + q.block - 1) / q.block;
-  return q;
-}
 
 detail::moe::PermuteArgs permute_args(const TensorView& x, const TensorView& row_pair,
                                       int64_t top_k, const char* op) {

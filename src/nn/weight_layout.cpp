@@ -3,15 +3,23 @@
 #include "nn/weight_layout.h"
 
 #include "nn/step_memory.h"
+#include "tessera/core/dispatch.h"
 #include "tessera/core/status.h"
+#include "tessera/formats/half.h"
 #include "tessera/formats/scaling_modes.h"
 
 namespace tessera::nn::detail {
 namespace {
 
-// The config of Wᵀ's rowwise copy: the weight's, 1x32 blocks along out.
+bool rowwise_family(const LinearSpec& s) {
+  return is_family(s.weight.config.mode, ScaleFamily::kRowwise);
+}
+
+// The config of Wᵀ's rowwise copy: the weight's (rowwise family: one scale per row of Wᵀ), or
+// for MXFP8 1x32 blocks along out.
 QuantizerConfig wt_config(const LinearSpec& s) {
   QuantizerConfig c = s.weight.config;
+  if (rowwise_family(s)) return c;
   c.mode = ScalingMode::kMXFP8;  // 32x32 tiles store their scales as 1x32 ones (scaling_modes.h)
   return c;
 }
@@ -29,8 +37,9 @@ void carve(const LinearSpec& s, Carver& carver, Device device, WeightCopies& c) 
 }  // namespace
 
 bool weight_columnwise_is_wt(const LinearSpec& s) {
-  return s.quantized() && is_family(s.weight.config.mode, ScaleFamily::kMXFP8) &&
-         s.out % 32 == 0;
+  if (!s.quantized()) return false;
+  return rowwise_family(s) || (is_family(s.weight.config.mode, ScaleFamily::kMXFP8) &&
+                               s.out % 32 == 0);
 }
 
 int64_t weight_layout_bytes(const LinearSpec& s) {
@@ -54,6 +63,15 @@ void quantize_weight_layout(const LinearSpec& s, const TensorView& w, const Line
   const Device dev = w.device;
   const int64_t rows = s.groups * s.out;
   const TensorView w2 = TensorView::contiguous(w.data, w.dtype, {rows, s.in}, dev);
+  if (rowwise_family(s)) {  // the rowwise copy, then Wᵀ per group with per-expert scales
+    Quantizer q = role_quantizer(s.weight, true, false, state.weight, dev, "weight");
+    quantize_role(q, w2, c.q, stream);
+    MemberColumnsArgs a{w.data, w.dtype, s.groups, s.out, s.in,
+                        moe::row_quant_of(wt_config(s), s.out), c.wt.data.as<uint8_t>(),
+                        c.wt.scale_inv.as<float>()};
+    quantize_member_columns(a, dev, stream);
+    return;
+  }
   Quantizer q = role_quantizer(s.weight, true, true, state.weight, dev, "weight");
   if (!c.columnwise_is_wt()) {
     quantize_role(q, w2, c.q, stream);
@@ -75,6 +93,29 @@ void quantize_weight_layout(const LinearSpec& s, const TensorView& w, const Line
                   stream);
   transpose_bytes(cw.columnwise_scale_inv.data, c.wt.scale_inv.data, s.groups,
                   s.out / 32, s.in, dev, stream);
+}
+
+void quantize_member_columns(const MemberColumnsArgs& a, Device device, Stream stream) {
+  if (a.groups * a.in == 0) return;
+  if (device.is_cuda()) return cuda::quantize_member_columns(a, stream);
+  dispatch_float_input(a.w_dtype, "weight", [&](auto tag) {
+    using In = typename decltype(tag)::type;
+    const auto* w = static_cast<const In*>(a.w);
+#pragma omp parallel for schedule(static)
+    for (int64_t gk = 0; gk < a.groups * a.in; ++gk) {
+      const int64_t g = gk / a.in, k = gk % a.in;
+      const In* col = w + g * a.out * a.in + k;
+      uint32_t m = 0;  // abs bits: NaN wins
+      for (int64_t r = 0; r < a.out; ++r) {
+        const uint32_t v = scale_rules::abs_bits(to_float(col[r * a.in]));
+        m = v > m ? v : m;
+      }
+      const float mult = moe::block_multiplier(a.quant, m, a.scale_inv, gk);
+      uint8_t* row = a.data + gk * a.out;
+      for (int64_t r = 0; r < a.out; ++r)
+        row[r] = moe::encode_element(a.quant, to_float(col[r * a.in]) * mult);
+    }
+  });
 }
 
 void transpose_bytes(const void* in, void* out, int64_t batch, int64_t rows, int64_t cols,

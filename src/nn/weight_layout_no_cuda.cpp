@@ -1,8 +1,12 @@
-// Builds without nvcc: the CUDA byte transpose of the weight layout reports that CUDA is absent.
+// Builds without nvcc: the CUDA parts of the weight layout report that CUDA is absent.
 #include "nn/weight_layout.h"
 #include "tessera/core/status.h"
 
 namespace tessera::nn::detail::cuda {
+
+void quantize_member_columns(const MemberColumnsArgs&, Stream) {
+  TESSERA_FAIL(Status::kNoDevice, "quantize_member_columns: tessera was built without CUDA");
+}
 
 void transpose_bytes(const void*, void*, int64_t, int64_t, int64_t, Stream) {
   TESSERA_FAIL(Status::kNoDevice, "transpose_bytes: tessera was built without CUDA");

@@ -12,6 +12,7 @@
 
 #include "nn_test_util.h"
 #include "tessera/formats/convert.h"
+#include "tessera/formats/scaling_modes.h"
 #include "tessera/nn/grouped_linear.h"
 #include "tessera/quantize/quantizer.h"
 
@@ -93,9 +94,20 @@ int run_sequence(const std::string& name, const std::vector<Step>& stages) {
         if (recipe->quantized()) {
           Quantizer& q = fresh_state.quantizer({"grouped_linear", TensorType::kWeight, "fc1"});
           q.set_usage(true, true);
-          QuantizedTensor out = q.allocate(kG * kOut, kIn);
-          q.quantize(w2, out);
-          dequantize(out.view(), view_of(expect, {kG * kOut, kIn}), true);
+          // The rowwise family scales each expert's columns on their own (its dgrad copy is
+          // Wᵀ per expert, nn/weight_layout.h): the oracle quantizes each W_g alone.
+          const bool per_expert = is_family(q.config().mode, ScaleFamily::kRowwise);
+          const int64_t parts = per_expert ? kG : 1, rows = kG * kOut / parts;
+          for (int64_t g = 0; g < parts; ++g) {
+            const TensorView wg = TensorView::contiguous(
+                layer.weight().as<float>() + g * rows * kIn, DType::kFloat32, {rows, kIn});
+            QuantizedTensor out = q.allocate(rows, kIn);
+            q.quantize(wg, out);
+            dequantize(out.view(),
+                       TensorView::contiguous(expect.data() + g * rows * kIn, DType::kFloat32,
+                                              {rows, kIn}),
+                       true);
+          }
         } else if (name == "bf16") {
           std::vector<uint16_t> bits(master.size());
           encode(w2, TensorView::contiguous(bits.data(), DType::kBFloat16, {kG * kOut, kIn}));

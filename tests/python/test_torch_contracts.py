@@ -142,6 +142,39 @@ def test_one_experts_nan_stays_in_that_expert(device, recipe):
         assert torch.isfinite(dw[g]).all(), (recipe, g)
 
 
+# Recipes whose weight scaling units stay inside one expert in every GEMM of the step (fp8_rowwise
+# keeps Wᵀ per expert with its own column scales for the dgrad): an expert's rows do not depend
+# on the other experts' weights.
+WEIGHT_ISOLATED = ["bf16", "fp8_rowwise", "fp8_block", "mxfp8"]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("recipe", WEIGHT_ISOLATED)
+def test_an_experts_rows_do_not_depend_on_other_experts_weights(device, recipe):
+    """y and dx of expert g's rows, bit for bit, equal those of a layer holding expert g alone,
+    though the other experts' weights are 1000x larger (a scale shared across experts would
+    change them): what makes expert parallelism give one GPU's bits."""
+    m = layer(recipe, device)
+    with torch.no_grad():
+        m.weight[1:] *= 1000
+    offs = ends(SIZES, device)
+    t = sum(SIZES)
+    x = torch.randn(t, K, device=device, dtype=torch.bfloat16)
+    dy = torch.randn(t, N, device=device, dtype=torch.bfloat16)
+    y, dx, _, _ = step(m, x, offs, dy)
+    bounds = torch.tensor([0] + SIZES).cumsum(0).tolist()
+    for g in range(len(SIZES)):
+        rows = slice(bounds[g], bounds[g + 1])
+        if SIZES[g] == 0:
+            continue
+        one = tt.GroupedLinear(1, K, N, recipe=recipe, bias=False, device=device)
+        with torch.no_grad():
+            one.weight.copy_(m.weight[g:g + 1])
+        y1, dx1, _, _ = step(one, x[rows], ends([SIZES[g]], device), dy[rows])
+        assert torch.equal(y[rows], y1), (recipe, g, "y")
+        assert torch.equal(dx[rows], dx1), (recipe, g, "dx")
+
+
 # ---- serialization, double backward, autocast ---------------------------------------------------
 
 @pytest.mark.parametrize("recipe", RECIPES)
