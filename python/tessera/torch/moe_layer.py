@@ -80,6 +80,12 @@ class MoELayer(nn.Module):
                                      self.capacity_factor, self.align)
 
     def forward(self, x: Tensor) -> Tensor:
+        """x (..., hidden) -> (..., hidden): route each token to its top_k experts, run them
+        (across the EP group when there is one), combine weighted by the routing probabilities."""
+        if x.dim() == 0 or x.shape[-1] != self.hidden:
+            from .. import ShapeError
+            raise ShapeError(f"tessera shape mismatch: MoELayer: x: expected (..., hidden) "
+                             f"with hidden={self.hidden}, got {tuple(x.shape)}")
         shape = x.shape
         x2 = x.reshape(-1, self.hidden)
         param = next(self.router.parameters(), None)
