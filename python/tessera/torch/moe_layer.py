@@ -41,6 +41,28 @@ def _default_experts(local: int, hidden: int, ffn: int, recipe: str, device, dty
 
 
 class MoELayer(nn.Module):
+    """A mixture-of-experts layer: router -> top-k dispatch -> local experts -> combine.
+
+    MoELayer(hidden, ffn, num_experts, top_k, recipe="bf16", ep_group=None,
+             capacity_factor=None, experts=None, router=None, normalize_probs=True,
+             sync_checks=None, device=None, dtype=torch.bfloat16)
+
+    hidden, ffn: model width and each expert's FFN width (the experts are a GroupedMLP:
+      fc1 -> SwiGLU -> fc2). num_experts, top_k: experts in all, experts per token.
+    recipe: the experts' precision ("bf16", "fp8_rowwise", "fp8_block", "mxfp8", ...; see
+      tessera.torch.RECIPES); FP8 recipes also quantize the dispatched rows.
+    ep_group: a torch.distributed ProcessGroup over which the experts are sharded (each rank
+      holds num_experts / world of them); None: this process holds every expert.
+    capacity_factor: None for dropless routing; a number caps each expert's rows per rank at
+      ceil(factor * T * top_k / num_experts), rounded up to the recipe's alignment.
+    experts, router: modules replacing the default GroupedMLP and bias-free FP32 Linear.
+
+    forward(x): x (..., hidden) -> (..., hidden); differentiable. Every rank of ep_group calls
+    it with its own tokens. After a forward, last_dropped / last_dropped_total hold the dropped
+    (token, expert) pairs (capacity mode) and check_errors() raises for bad input anywhere in the
+    group. docs/moe.md has a two-process example.
+    """
+
     def __init__(self, hidden: int, ffn: int, num_experts: int, top_k: int, recipe: str = "bf16",
                  ep_group=None, capacity_factor: Optional[float] = None,
                  experts: Optional[nn.Module] = None, router: Optional[nn.Module] = None,

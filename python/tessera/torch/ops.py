@@ -13,7 +13,7 @@ K-grouped). An operand whose memory layout the kernel cannot read directly is co
 .contiguous(); the usual layouts (row-major A, B as a transposed view of contiguous weights) are
 never copied.
 """
-import inspect
+import functools
 from typing import Optional
 
 import torch
@@ -118,7 +118,20 @@ def _check_no_bias(bias: Optional[Tensor], name: str) -> None:
 def grouped_mm(mat_a: Tensor, mat_b: Tensor, offs: Optional[Tensor] = None,
                bias: Optional[Tensor] = None, out_dtype: Optional[torch.dtype] = None) -> Tensor:
     """torch._grouped_mm(mat_a, mat_b, offs=offs, bias=bias, out_dtype=out_dtype) on tessera's
-    GEMM (the same signature; bias must be None, as torch requires)."""
+    grouped GEMM: the same arguments and results.
+
+    mat_a, mat_b: float32 / bfloat16 / float16 of one dtype, 2D or 3D:
+      2D x 3D  (T, K) x (G, K, N) -> (T, N), rows of mat_a grouped by offs (forward, dgrad)
+      2D x 2D  (M, T) x (T, N) -> (G, M, N), the contraction grouped (wgrad; an empty group
+               gives zeros)
+      3D x 3D  (G, M, K) x (G, K, N) -> (G, M, N), batched (offs None)
+      3D x 2D  (G, M, K) x (K, T) -> (M, T), columns of the output grouped
+    offs: int32 (G,) cumulative END offsets along the grouped dim (required when an operand is
+      2D); rows (or columns) past offs[-1] are left unwritten, as torch does.
+    bias: must be None (as torch requires). out_dtype: mat_a's dtype (default) or float32.
+    Differentiable (the backward is grouped_mm calls) and traceable by
+    torch.compile(fullgraph=True). Bad input raises a tessera.Error naming the argument.
+    """
     _check_no_bias(bias, "grouped_mm")
     _validate(mat_a, mat_b, offs, "grouped_mm")
     _check(mat_a.dtype in _FLOAT_DTYPES and mat_b.dtype == mat_a.dtype, _C.DTypeError,
@@ -314,6 +327,16 @@ def _scaled_grouped_mm_fake(mat_a, mat_b, scale_a, scale_b, offs=None, bias=None
     return _empty_out(mat_a, mat_b, offs, dt)
 
 
-# inspect.signature shows torch's argument lists (a custom op object wraps its function).
-grouped_mm.__signature__ = inspect.signature(grouped_mm._init_fn)
-scaled_grouped_mm.__signature__ = inspect.signature(scaled_grouped_mm._init_fn)
+def _documented(op):
+    """The public face of a custom op: a function with the op's own name, signature and
+    docstring (help() on the torch.library object shows CustomOpDef's class documentation) that
+    calls the op; `.op` is the torch.library object (register_fake, ...)."""
+    @functools.wraps(op._init_fn)
+    def call(*args, **kwargs):
+        return op(*args, **kwargs)
+    call.op = op
+    return call
+
+
+grouped_mm = _documented(grouped_mm)
+scaled_grouped_mm = _documented(scaled_grouped_mm)
