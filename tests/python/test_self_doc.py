@@ -43,3 +43,22 @@ def documented_signature(page, name):
 def test_python_md_signatures_are_the_code(name):
     assert documented_signature("python.md", name) == list(
         inspect.signature(getattr(tt, name)).parameters)
+
+
+def test_the_extension_ships_fresh_type_stubs():
+    # nanobind's stubgen runs on the built module (python/CMakeLists.txt): _tessera.pyi beside
+    # it, py.typed (PEP 561) in the package, and every public function of the module in the stub.
+    import tessera
+    from tessera import _tessera
+    folder = os.path.dirname(_tessera.__file__)
+    stub = os.path.join(folder, "_tessera.pyi")
+    if not os.path.exists(stub):
+        pytest.skip("a build without stubs (sanitized)")
+    assert os.path.exists(os.path.join(os.path.dirname(tessera.__file__), "py.typed"))
+    text = open(stub).read()
+    public = [n for n in dir(_tessera) if not n.startswith("_") and callable(getattr(_tessera, n))
+              and not isinstance(getattr(_tessera, n), type)]
+    assert public
+    for name in public:
+        assert re.search(rf"^def {name}\(", text, re.M), name
+    assert "def encode(x: " in text and "-> " in text
