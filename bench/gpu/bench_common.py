@@ -1,28 +1,44 @@
-"""What the GPU benchmarks share with bench/gpu/torch_peers.py, so that ours and the PyTorch peers
-are measured the same way: the CUDA-event median timer and the MoE group-size rule."""
+"""What the GPU benchmark scripts share with bench/gpu/torch_peers.py, so that ours and the
+PyTorch peers are measured the same way: the CUDA-event median timer and the shapes table, both
+tessera.bench's (python/tessera/bench/timing.py, shapes.py), and the group-size rule of these
+GEMM benchmarks.
+
+The scripts run from a checkout with plain python3, where the built tessera package may not be
+importable; the two tessera.bench modules import only the standard library, so they are loaded
+from their source files.
+"""
+import importlib.util
+import os
+
 import torch
+
+_BENCH_SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python",
+                          "tessera", "bench")
+
+
+def _tessera_bench(name):
+    """tessera.bench.<name>, loaded from python/tessera/bench/<name>.py."""
+    spec = importlib.util.spec_from_file_location(f"tessera_bench_{name}",
+                                                  os.path.join(_BENCH_SRC, f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+timing = _tessera_bench("timing")
+shapes = _tessera_bench("shapes")
+SHAPES = shapes.LINEAR_SHAPES  # name: (groups, tokens per group, K, N)
 
 
 def bench(fn, warmup=5, reps=30):
     """Median seconds of `reps` CUDA-event timings of fn() after `warmup` calls."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        s = torch.cuda.Event(enable_timing=True)
-        e = torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e))
-    times.sort()
-    return times[len(times) // 2] / 1e3
+    return timing.cuda_median_ms(fn, reps=reps, warmup=warmup) / 1e3
 
 
 def group_sizes(G, m, imbalanced):
-    """Tokens per expert: m each, or skewed (one empty expert, multiples of 16, same total)."""
+    """Tokens per expert: m each, or skewed (one empty expert, multiples of 16, same total).
+    (The GEMM benchmarks' rule since their first results; tessera.bench's training-step
+    benchmarks use shapes.group_sizes, a geometric skew.)"""
     if not imbalanced:
         return [m] * G
     g = torch.Generator().manual_seed(1)

@@ -56,14 +56,7 @@ if os.environ.get("GEMM_BENCH_CONFIGS"):  # e.g. "c256x3t,p128x5t"
     SWEEP_CONFIGS = {k: SWEEP_CONFIGS[k] for k in os.environ["GEMM_BENCH_CONFIGS"].split(",")}
 sweep_rows = []
 
-SHAPES = {  # name: (groups, tokens per group, K, N) -- docs/architecture.md, as torch_peers.py
-    "dsv3-fc1": (32, 512, 7168, 4096),
-    "dsv3-fc2": (32, 512, 2048, 7168),
-    "qwen3-fc1": (128, 256, 2048, 1536),
-    "qwen3-fc2": (128, 256, 768, 2048),
-    "mixtral-fc1": (8, 4096, 4096, 28672),
-    "mixtral-fc2": (8, 4096, 14336, 4096),
-}
+SHAPES = bench_common.SHAPES  # name: (groups, tokens per group, K, N): tessera.bench's table
 
 
 def bench(fn, warmup=5, reps=REPS):

@@ -33,10 +33,10 @@ def table(stdout):
 
 
 class BadOptions(unittest.TestCase):
-    def refused(self, *args, must=()):
+    def refused(self, *args, must=(), env=None):
         with tempfile.TemporaryDirectory() as d:
             args = [a.replace("{tmp}", d) for a in args]
-            r = run("demo", *args)
+            r = run("demo", *args, env=env)
             self.assertEqual(r.returncode, 1, r.stderr)
             self.assertEqual(r.stdout, "", "refused before any work")
             lines = r.stderr.strip().splitlines()
@@ -79,6 +79,29 @@ class BadOptions(unittest.TestCase):
         self.refused("--recipes", "fp32,foo", must=("--recipes", "'foo'", "custom"))
         self.refused("--device", "gpu", must=("--device",))
         self.refused("--topk", "9", "--experts", "8", must=("--topk 9",))
+
+
+    def test_cuda_without_a_device(self):
+        # With no device visible the message said "use --device cpu or cuda:0..cuda:-1".
+        msg = self.refused("--device", "cuda", env={"CUDA_VISIBLE_DEVICES": ""},
+                           must=("--device cuda", "use --device cpu"))
+        self.assertNotIn("cuda:-1", msg)
+        self.assertTrue("no CUDA device is present" in msg or "without CUDA" in msg, msg)
+
+
+class Info(unittest.TestCase):
+    def test_unknown_option_is_named(self):
+        # `tessera info --json` printed the usage without saying which word was refused.
+        r = run("info", "--json")
+        self.assertEqual(r.returncode, 2)
+        self.assertEqual(r.stdout, "")
+        self.assertIn("tessera info: unknown option '--json'", r.stderr)
+        self.assertIn("usage: tessera info", r.stderr)
+
+    def test_help_is_usage_on_stdout(self):
+        r = run("info", "--help")
+        self.assertEqual((r.returncode, r.stderr), (0, ""))
+        self.assertTrue(r.stdout.startswith("usage: tessera info"), r.stdout)
 
 
 class Version(unittest.TestCase):

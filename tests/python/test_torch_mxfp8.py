@@ -187,11 +187,11 @@ def test_quantizer_bad_input_is_a_clear_error():
     x = torch.randn(64, 64)
     assert all(t.numel() == 0 for t in tt.quantize_mxfp8_impl(torch.zeros(0, 64), "mxfp8",
                                                               "e4m3", True, True))
-    with pytest.raises(RuntimeError, match="quantize_mxfp8: mode 'block1x128' is not one of"):
+    with pytest.raises(tessera.InvalidArgumentError, match="quantize_mxfp8: mode 'block1x128' is not one of"):
         tt.quantize_mxfp8_impl(x, "block1x128")
-    with pytest.raises(RuntimeError, match="quantize_mxfp8: element 'e2m1' is not one of"):
+    with pytest.raises(tessera.InvalidArgumentError, match="quantize_mxfp8: element 'e2m1' is not one of"):
         tt.quantize_mxfp8_impl(x, "mxfp8", "e2m1")
-    with pytest.raises(RuntimeError, match="quantize_mxfp8: x must be 2-D, got 3-D"):
+    with pytest.raises(tessera.ShapeError, match="quantize_mxfp8: x must be 2-D, got 3-D"):
         tt.quantize_mxfp8_impl(x[None], "mxfp8")
     with pytest.raises(tessera.Error, match="rowwise/columnwise: at least one usage"):
         tt.quantize_mxfp8_impl(x, "mxfp8", "e4m3", False, False)

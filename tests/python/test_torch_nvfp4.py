@@ -142,9 +142,9 @@ def test_quantizer_bad_input_is_a_clear_error():
     x = torch.randn(64, 64)
     empty = tt.quantize_nvfp4_impl(torch.zeros(0, 64), "nvfp4", True, True)
     assert all(t.numel() == 0 for t in empty[:4]) and empty[4].item() == 0
-    with pytest.raises(RuntimeError, match="quantize_nvfp4: mode 'mxfp8' is not one of"):
+    with pytest.raises(tessera.InvalidArgumentError, match="quantize_nvfp4: mode 'mxfp8' is not one of"):
         tt.quantize_nvfp4_impl(x, "mxfp8")
-    with pytest.raises(RuntimeError, match="quantize_nvfp4: x must be 2-D, got 3-D"):
+    with pytest.raises(tessera.ShapeError, match="quantize_nvfp4: x must be 2-D, got 3-D"):
         tt.quantize_nvfp4_impl(x[None])
     with pytest.raises(tessera.Error, match="Hadamard transform of the columnwise copy needs M"):
         tt.quantize_nvfp4_impl(x[:40], "nvfp4", True, True, True)

@@ -134,11 +134,11 @@ def test_grouped_mm_matches_torch_grouped_mm(form, device):
 @pytest.mark.parametrize("device", DEVICES)
 def test_grouped_mm_errors_are_clear(device):
     a, b, offs = make_case("2d3d", device, torch.bfloat16)
-    with pytest.raises(RuntimeError, match="int32"):
+    with pytest.raises(tessera.DTypeError, match="int32"):
         tt.grouped_mm(a, b, offs=offs.long())
-    with pytest.raises(RuntimeError, match="contraction"):
+    with pytest.raises(tessera.ShapeError, match="contraction"):
         tt.grouped_mm(a[:, :32], b, offs=offs)
-    with pytest.raises(RuntimeError, match="dtype"):
+    with pytest.raises(tessera.DTypeError, match="dtype"):
         tt.grouped_mm(a.float(), b, offs=offs)
 
 

@@ -39,6 +39,8 @@ struct Shape {
   const char* name;
   int64_t experts, per_expert, k, n;
 };
+// The C++ copy of python/tessera/bench/shapes.py's LINEAR_SHAPES (the program runs without
+// Python); tests/python/test_bench_harness.py checks the two agree.
 constexpr Shape kShapes[] = {
     {"dsv3-fc1", 32, 512, 7168, 4096},   {"dsv3-fc2", 32, 512, 2048, 7168},
     {"qwen3-fc1", 128, 256, 2048, 1536}, {"qwen3-fc2", 128, 256, 768, 2048},

@@ -1,4 +1,12 @@
 // `tessera demo` options: parsing and the up-front checks.
+//
+// Parsed by hand, not with an argument library: Debian ships CLI11 (libcli11-dev) and cxxopts,
+// but the `tessera` program is built by every build of tessera, `pip install .` on any machine
+// and the offline GPU machines included (tools/gpu/fetch_deps.sh), and each of those would need
+// one more system package for a loop over nine `--name value` options. What a library would add
+// is here already and tested (tests/cli): every refusal names the option and its value, before
+// any work; --help is written out below. Revisit when a command grows subcommands or flags
+// beyond `--name value`.
 #include "demo_args.h"
 
 #include <cmath>
@@ -93,6 +101,8 @@ void check_device(const Device& device) {
   TESSERA_CHECK(cuda_compiled(), "--device ", to_string(device),
                 ": this tessera was built without CUDA; use --device cpu");
   const int n = cuda_device_count();
+  TESSERA_CHECK_STATUS(n > 0, Status::kNoDevice, "--device ", to_string(device),
+                       ": no CUDA device is present on this machine; use --device cpu");
   TESSERA_CHECK(device.index < n, "--device ", to_string(device), ": ", n,
                 " CUDA device(s) found; use --device cpu or cuda:0..cuda:", n - 1);
 }

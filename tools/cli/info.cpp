@@ -52,9 +52,14 @@ void print_recipes() {
 
 int run_info(const Args& args) {
   if (!args.empty()) {
-    std::printf("usage: tessera info\n  Prints the element format table, the recipe table, build "
-                "options and the CUDA devices found.\n");
-    return args[0] == "--help" || args[0] == "-h" ? 0 : 2;
+    const bool help = args[0] == "--help" || args[0] == "-h";
+    // A bad option is named on stderr (the usage alone left the user guessing which word was
+    // refused); --help prints the usage on stdout.
+    if (!help) std::fprintf(stderr, "tessera info: unknown option '%s' (it takes none)\n",
+                            args[0].c_str());
+    std::fprintf(help ? stdout : stderr, "usage: tessera info\n  Prints the element format "
+                 "table, the recipe table, build options and the CUDA devices found.\n");
+    return help ? 0 : 2;
   }
   std::printf("tessera %s\n", TESSERA_VERSION_STRING);
   std::printf("build: CUDA backend %s, C++%ld, OpenMP on\n", cuda_compiled() ? "on" : "off",

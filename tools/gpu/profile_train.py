@@ -8,7 +8,7 @@ import argparse
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from tessera.bench import train
+from tessera.bench import shapes, train
 
 
 def main():
@@ -20,7 +20,7 @@ def main():
     ap.add_argument("--top", type=int, default=10)
     a = ap.parse_args()
     import tessera.torch as tt
-    e, per, k, n = train.SHAPES[a.shape]
+    e, per, k, n = shapes.LINEAR_SHAPES[a.shape]
     case = train.Case(e, per, k, n, a.imbalanced)
     for label, f in train.linear_contenders(tt, train.torchao_rowwise()):
         if a.impl and label not in a.impl:

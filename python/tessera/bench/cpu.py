@@ -28,10 +28,7 @@ import time
 
 import torch
 
-from .train import group_sizes
-
-# experts x tokens per expert x K (in) x N (out); every shape runs balanced and imbalanced.
-SHAPES = ["8x512x1024x1024", "32x128x1024x1024", "8x512x2048x512"]
+from .shapes import CPU_SHAPES as SHAPES, group_sizes  # every shape balanced and imbalanced
 OPS = ["fwd", "dgrad", "wgrad", "step"]
 
 

@@ -18,7 +18,7 @@ import time
 
 import torch
 
-SHAPES = {"8x16x256": (8, 16, 256, 256), "32x16x512": (32, 16, 512, 512)}
+from .shapes import HOST_SHAPES as SHAPES
 
 
 def per_step_us(step, steps: int) -> float:

@@ -19,7 +19,7 @@ Ops (tessera | torch baseline):
 Validate, then time: every tessera op first runs on a few hundred tokens of the same sizes on
 the CUDA device and on the CPU (tessera's CPU loops, the reference) and must give the same bits
 (NaN-free inputs); then each op and its baseline are timed with CUDA events in interleaved
-rounds (bench.train.timed_interleaved: median of --reps after warm-up). Inputs exceed L2.
+rounds (bench.timing.cuda_interleaved_ms: median of --reps after warm-up). Inputs exceed L2.
 
 Columns: ms (median); TB/s = (bytes read + bytes written) / time, bytes counted as the op moves
 them: a row gathered k times (x in permute, dout in unpermute backward) counts k times; "TB/s
@@ -34,7 +34,7 @@ import sys
 
 import torch
 
-from .train import timed_interleaved
+from .timing import cuda_interleaved_ms as timed_interleaved
 
 DISPATCH_RECIPES = ("bf16", "fp8_rowwise", "fp8_block", "mxfp8")  # payload none / 3 FP8 modes
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}

@@ -41,18 +41,9 @@ from typing import Callable, Optional
 import torch
 import torch.nn.functional as F
 
-SHAPES = {  # name: (experts, tokens per expert, K = in, N = out)
-    "dsv3-fc1": (32, 512, 7168, 4096),
-    "dsv3-fc2": (32, 512, 2048, 7168),
-    "qwen3-fc1": (128, 256, 2048, 1536),
-    "qwen3-fc2": (128, 256, 768, 2048),
-    "mixtral-fc1": (8, 4096, 4096, 28672),
-    "mixtral-fc2": (8, 4096, 14336, 4096),
-}
-MLP_SHAPES = {  # name: (experts, tokens per expert, hidden, ffn)
-    "dsv3-mlp": (32, 512, 7168, 2048),
-    "qwen3-mlp": (128, 256, 2048, 768),
-}
+from .shapes import LINEAR_SHAPES as SHAPES, MLP_SHAPES, group_sizes  # noqa: F401 (re-exported)
+from .timing import cuda_interleaved_ms as timed_interleaved
+
 # tessera.torch recipes a step can be timed with (fp8_delayed keeps a scale history across
 # steps, so one step from a fresh state is not what a user runs: not a contender here).
 RECIPES = ("bf16", "fp8_rowwise", "fp8_current", "fp8_block", "mxfp8", "nvfp4")
@@ -64,38 +55,6 @@ def tessera_label(recipe: str, cached_w: bool = False, suffix: str = "") -> str:
     (results and tools/gpu/profile_train.py use it)."""
     name = "fp8" if recipe == "fp8_rowwise" else recipe
     return f"tessera {name}{suffix}" + (" cached-W" if cached_w else "")
-
-
-def group_sizes(experts: int, per_expert: int, imbalanced: bool) -> list[int]:
-    """Balanced: per_expert each. Imbalanced: the same total, skewed (geometric weights), one
-    empty expert, every size a multiple of 16."""
-    total = experts * per_expert
-    if not imbalanced:
-        return [per_expert] * experts
-    w = [0.0] + [0.85 ** i for i in range(experts - 1)]
-    sizes = [int(total * wi / sum(w)) // 16 * 16 for wi in w]
-    sizes[1] += total - sum(sizes)
-    return sizes
-
-
-def timed_interleaved(fns: dict, reps: int, warmup: int = 3) -> dict:
-    """Median milliseconds of each step in `fns` (name -> callable), timed with CUDA events in
-    interleaved rounds (every contender once per round), so clock and temperature drift over a
-    long run fall on all of them alike instead of on whichever is timed last."""
-    for fn in fns.values():
-        for _ in range(warmup):
-            fn()
-    torch.cuda.synchronize()
-    times: dict = {name: [] for name in fns}
-    for _ in range(reps):
-        for name, fn in fns.items():
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            fn()
-            e.record()
-            e.synchronize()
-            times[name].append(s.elapsed_time(e))
-    return {name: sorted(t)[len(t) // 2] for name, t in times.items()}
 
 
 def graphed(step: Callable) -> Callable:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from .. import _tessera as _C
+from ._errors import python_names
 
 KIND_M_GROUPED = 0  # A (T, K) rows grouped x B (G, ., .) -> D (T, N)
 KIND_K_GROUPED = 1  # A (T, M), B (T, N) rows grouped -> D (G, M, N) = A_g^T B_g
@@ -80,7 +81,17 @@ def run(kind: int, a, b, out: torch.Tensor, offs: torch.Tensor | None, *, transp
         zero_unused_rows: bool = False) -> torch.Tensor:
     """Runs one grouped GEMM into `out` (written in place) and returns `out`. `key`: a hashable
     signature of the problem (shapes, dtypes, layouts) to reuse its workspace size.
-    zero_unused_rows (M-grouped): out's rows past offs[-1] are zeroed too (read on the device)."""
+    zero_unused_rows (M-grouped): out's rows past offs[-1] are zeroed too (read on the device).
+    A refused problem raises its tessera.Error with the C++ argument names made tessera.torch's
+    (`offs`, not `group_offsets`)."""
+    try:
+        return _run(kind, a, b, out, offs, transpose_a, transpose_b, alpha, beta, key,
+                    zero_unused_rows)
+    except _C.Error as e:
+        raise python_names(e) from None
+
+
+def _run(kind, a, b, out, offs, transpose_a, transpose_b, alpha, beta, key, zero_unused_rows):
     device = out.device
     stream = stream_handle(device)
     with device_scope(device):

@@ -20,6 +20,7 @@ import re
 import torch
 
 from .. import _tessera as _C
+from ._errors import python_names
 
 _LIB = os.path.join(os.path.dirname(os.path.dirname(__file__)), "_torch_ops.so")
 if not os.path.exists(_LIB):
@@ -33,12 +34,13 @@ _ERROR = re.compile(r"\[tessera:(\d+)\] (.*)", re.S)
 
 
 def translate(e: RuntimeError) -> BaseException:
-    """The tessera.Error subclass of an op's RuntimeError ("[tessera:<status>] message"), or the
-    error itself when it did not come from tessera."""
+    """The tessera.Error subclass of an op's RuntimeError ("[tessera:<status>] message", the
+    message with tessera.torch's argument names), or the error itself when it did not come from
+    tessera."""
     m = _ERROR.search(str(e))
     if m is None:
         return e
-    return _C._error_class(int(m.group(1)))(m.group(2))
+    return python_names(_C._error_class(int(m.group(1)))(m.group(2)))
 
 
 def call(op, *args):

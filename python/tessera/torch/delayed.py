@@ -27,6 +27,7 @@ from torch import Tensor
 
 from .. import _tessera as _C
 from . import _bridge as br
+from ._errors import check
 
 ROLES = ("input", "weight", "grad_output")  # row order of a layer's delayed-scaling state
 _FP8_DTYPES = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
@@ -106,7 +107,8 @@ def quantize_fp8_delayed_impl(x: Tensor, scale: Tensor, amax_history: Tensor, ro
     and `amax_history` (L,) (FP32, x's device), then the state's update. Returns (data (R, C),
     scale_inv (1,), columnwise_data (C, R) = the transposed codes, columnwise_scale_inv (1,)),
     data in torch.float8_e4m3fn / float8_e5m2; a usage not asked for comes back empty."""
-    torch._check(x.dim() == 2, lambda: f"quantize_fp8_delayed: x must be 2-D, got {x.dim()}-D")
+    check(x.dim() == 2, _C.ShapeError,
+          lambda: f"quantize_fp8_delayed: x must be 2-D, got {x.dim()}-D")
     r, c = x.shape
     dev = x.device
     dt = _FP8_DTYPES[element]

@@ -22,6 +22,7 @@ from torch import Tensor
 
 from .. import _tessera as _C
 from . import _bridge as br
+from ._errors import check
 
 _E4M3_MAX = 448.0
 _FP8_MAX = {"e4m3": _E4M3_MAX, "e5m2": 57344.0}
@@ -90,8 +91,8 @@ def quantize_backend(device) -> str:
 
 
 def _check_element(element: str, op: str) -> None:
-    torch._check(element in FP8_DTYPES,
-                 lambda: f"{op}: element {element!r} is not one of {tuple(FP8_DTYPES)}")
+    check(element in FP8_DTYPES, _C.InvalidArgumentError,
+          lambda: f"{op}: element {element!r} is not one of {tuple(FP8_DTYPES)}")
 
 
 def _quantize_torch(x: Tensor, dim: int, element: str = "e4m3") -> tuple[Tensor, Tensor]:
@@ -120,7 +121,8 @@ def quantize_fp8_rowwise_impl(x: Tensor, rowwise: bool = True, columnwise: bool 
     the columnwise copy is stored transposed (tessera's contract), i.e. it is the rowwise
     quantization of x^T. A usage not asked for comes back as empty tensors.
     """
-    torch._check(x.dim() == 2, lambda: f"quantize_fp8_rowwise: x must be 2-D, got {x.dim()}-D")
+    check(x.dim() == 2, _C.ShapeError,
+          lambda: f"quantize_fp8_rowwise: x must be 2-D, got {x.dim()}-D")
     _check_element(element, "quantize_fp8_rowwise")
     r, c = x.shape
     dev, dt = x.device, FP8_DTYPES[element]
@@ -154,7 +156,8 @@ def quantize_fp8_tensor_impl(x: Tensor, rowwise: bool = True, columnwise: bool =
     scale = fp8_max / amax(x) (amax 0 or non-finite -> 1), both copies with that one scale, the
     columnwise copy stored transposed. Returns (data (R, C), scale_inv (1,), columnwise_data
     (C, R), columnwise_scale_inv (1,)); a usage not asked for comes back empty."""
-    torch._check(x.dim() == 2, lambda: f"quantize_fp8_tensor: x must be 2-D, got {x.dim()}-D")
+    check(x.dim() == 2, _C.ShapeError,
+          lambda: f"quantize_fp8_tensor: x must be 2-D, got {x.dim()}-D")
     _check_element(element, "quantize_fp8_tensor")
     r, c = x.shape
     dev, dt = x.device, FP8_DTYPES[element]
@@ -211,12 +214,12 @@ def _quantize_fake(x, rowwise=True, columnwise=False, element="e4m3"):
 def _block_outputs(x: Tensor, mode: str, element: str, rowwise: bool, columnwise: bool):
     """Empty (data (R, C), scale_inv, columnwise_data (C, R), columnwise_scale_inv) of a block
     quantization of x (R, C); a usage not asked for gets (0, 0) tensors."""
-    torch._check(mode in BLOCK_MODES,
-                 lambda: f"quantize_fp8_block: mode {mode!r} is not one of {BLOCK_MODES}")
-    torch._check(element in FP8_DTYPES,
-                 lambda: f"quantize_fp8_block: element {element!r} is not one of "
-                         f"{tuple(FP8_DTYPES)}")
-    torch._check(x.dim() == 2, lambda: f"quantize_fp8_block: x must be 2-D, got {x.dim()}-D")
+    check(mode in BLOCK_MODES, _C.InvalidArgumentError,
+          lambda: f"quantize_fp8_block: mode {mode!r} is not one of {BLOCK_MODES}")
+    check(element in FP8_DTYPES, _C.InvalidArgumentError,
+          lambda: f"quantize_fp8_block: element {element!r} is not one of {tuple(FP8_DTYPES)}")
+    check(x.dim() == 2, _C.ShapeError,
+          lambda: f"quantize_fp8_block: x must be 2-D, got {x.dim()}-D")
     r, c = x.shape
     dt, f32 = FP8_DTYPES[element], torch.float32
     return (x.new_empty((r, c) if rowwise else (0, 0), dtype=dt),
@@ -266,10 +269,10 @@ def _quantize_block_fake(x, mode="block1x128", element="e4m3", rowwise=True, col
 def _mxfp8_outputs(x: Tensor, mode: str, element: str, rowwise: bool, columnwise: bool):
     """Empty (data (R, C), scale_inv, columnwise_data (R, C), columnwise_scale_inv) of an MXFP8
     quantization of x (R, C); a usage not asked for gets (0, 0) tensors."""
-    torch._check(mode in MX_MODES,
-                 lambda: f"quantize_mxfp8: mode {mode!r} is not one of {MX_MODES}")
+    check(mode in MX_MODES, _C.InvalidArgumentError,
+          lambda: f"quantize_mxfp8: mode {mode!r} is not one of {MX_MODES}")
     _check_element(element, "quantize_mxfp8")
-    torch._check(x.dim() == 2, lambda: f"quantize_mxfp8: x must be 2-D, got {x.dim()}-D")
+    check(x.dim() == 2, _C.ShapeError, lambda: f"quantize_mxfp8: x must be 2-D, got {x.dim()}-D")
     r, c = x.shape
     dt = FP8_DTYPES[element]
     return (x.new_empty((r, c) if rowwise else (0, 0), dtype=dt),

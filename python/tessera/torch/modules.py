@@ -147,6 +147,13 @@ class GroupedLinear(nn.Module):
 
     def forward(self, x: Tensor, offs: Optional[Tensor] = None, splits=None, *,
                 m_splits=None, is_first_microbatch: Optional[bool] = None) -> Tensor:
+        """x (T, in_features) -> (T, out_features): rows [offs[g-1], offs[g]) through layer g.
+
+        Give the groups once: `offs` (G,) int32 cumulative end offsets, or their sizes as
+        `splits` / `m_splits` (TransformerEngine's name; a tensor or a list of ints; a list
+        passed positionally is read as sizes). Rows past offs[-1] give zeros.
+        is_first_microbatch=False reuses the weights' quantized copies (unchanged weights).
+        """
         if x.dim() != 2 or x.shape[1] != self.in_features:
             raise _C.ShapeError(f"tessera shape mismatch: x: expected (T, {self.in_features}), "
                                 f"got {tuple(x.shape)}")
@@ -217,6 +224,11 @@ class GroupedMLP(nn.Module):
     def forward(self, x: Tensor, offs: Optional[Tensor] = None, probs: Optional[Tensor] = None,
                 splits=None, *, m_splits=None,
                 is_first_microbatch: Optional[bool] = None) -> Tensor:
+        """x (T, hidden) -> (T, hidden): fc1 -> SwiGLU (times probs) -> fc2 per row group.
+
+        Groups as in GroupedLinear.forward (`offs`, or sizes as `splits` / `m_splits`); `probs`
+        (T,) scales each row's SwiGLU output (the routing probabilities; None: 1).
+        """
         offs = offsets_from(offs, splits if m_splits is None else m_splits, self.num_groups,
                             x.device)
         with _promise(is_first_microbatch):

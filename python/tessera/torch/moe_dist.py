@@ -71,7 +71,8 @@ def recipe_dispatch_mode(recipe: str) -> tuple[str, int]:
     before ':' ("fp8_block:e4m3") and before ';' ("fp8_delayed;amax_history_len=16")."""
     base = recipe.split(";")[0].split(":")[0]
     if base not in _RECIPE_DISPATCH:
-        raise ValueError(f"recipe: {recipe!r} is not one of {sorted(_RECIPE_DISPATCH)}")
+        raise _C.InvalidArgumentError(f"tessera invalid argument: recipe: {recipe!r} is not one "
+                                      f"of {sorted(_RECIPE_DISPATCH)}")
     return _RECIPE_DISPATCH[base]
 
 
@@ -140,7 +141,7 @@ def check_config(group, **config) -> None:
                     if rows[0][i + 1] != row[i + 1]}
             if row[0] != rows[0][0]:
                 diff["world_size"] = (rows[0][0], row[0])
-            raise ValueError(f"tessera.torch.moe: ranks disagree on the MoE configuration: rank 0 "
+            raise _C.InvalidArgumentError(f"tessera.torch.moe: ranks disagree on the MoE configuration: rank 0 "
                              f"vs rank {rank}: {diff} (every rank of the EP group must build the "
                              f"same layer)")
 
@@ -156,11 +157,11 @@ def _raise_errors(errors: List[int], what: str) -> None:
     msgs = []
     for rank, bits in enumerate(errors):
         if bits & _ERR_INDEX:
-            msgs.append(f"rank {rank}: an expert index is outside [0, num_experts)")
+            msgs.append(f"rank {rank}: an expert index is outside [0, num_experts) in indices")
         if bits & _ERR_COUNTS:
-            msgs.append(f"rank {rank}: per-expert counts do not sum to the rows given")
+            msgs.append(f"rank {rank}: per-expert counts do not sum to the rows given (counts)")
     if msgs:
-        raise ValueError(f"tessera.torch.moe.{what}: bad input on the EP group: "
+        raise _C.InvalidArgumentError(f"tessera.torch.moe.{what}: bad input on the EP group: "
                          + "; ".join(msgs))
 
 
@@ -245,17 +246,17 @@ def _prepare(x: Tensor, indices: Tensor, num_experts: int, group, mode: str, ali
              capacity: Optional[int], sync_checks: Optional[bool],
              verify_config: bool) -> DispatchState:
     if x.dim() != 2 or indices.dim() != 2 or indices.shape[0] != x.shape[0]:
-        raise ValueError(f"dispatch: x must be (T, H) and indices (T, k) with one T, got "
+        raise _C.ShapeError(f"dispatch: x must be (T, H) and indices (T, k) with one T, got "
                          f"{tuple(x.shape)} and {tuple(indices.shape)}")
     if x.dtype not in _FLOAT_DTYPES:
-        raise ValueError(f"dispatch: x must be float32, bfloat16 or float16, got {x.dtype}")
+        raise _C.DTypeError(f"dispatch: x must be float32, bfloat16 or float16, got {x.dtype}")
     world = _world(group)
     if num_experts < 1 or num_experts % world != 0:
-        raise ValueError(f"dispatch: num_experts {num_experts} is not a positive multiple of the "
+        raise _C.InvalidArgumentError(f"dispatch: num_experts {num_experts} is not a positive multiple of the "
                          f"EP world size {world}")
     cap = -1 if capacity is None else int(capacity)
     if cap >= 0 and cap % align != 0:
-        raise ValueError(f"dispatch: capacity {cap} must be a multiple of the alignment {align}")
+        raise _C.InvalidArgumentError(f"dispatch: capacity {cap} must be a multiple of the alignment {align}")
     t, k = indices.shape
     if verify_config:
         check_config(group, num_experts=num_experts, top_k=k, hidden=x.shape[1], capacity=cap,
@@ -359,7 +360,7 @@ def all_to_all_expert_rows(rows: Tensor, counts: Tensor, num_experts: int, group
     int32). Counts that do not sum to N raise on every rank."""
     world = _world(group)
     if num_experts % world != 0 or counts.shape != (num_experts,):
-        raise ValueError(f"all_to_all_expert_rows: counts must be ({num_experts},) and "
+        raise _C.ShapeError(f"all_to_all_expert_rows: counts must be ({num_experts},) and "
                          f"num_experts a multiple of the world size {world}, got "
                          f"{tuple(counts.shape)}")
     counts = counts.to(torch.int64)

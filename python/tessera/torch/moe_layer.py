@@ -25,6 +25,7 @@ from typing import Optional
 import torch
 from torch import Tensor, nn
 
+from .. import _tessera as _C
 from . import moe_dist
 from .moe_ops import route
 from .moe_reference import ReferenceGroupedMLP
@@ -41,6 +42,28 @@ def _default_experts(local: int, hidden: int, ffn: int, recipe: str, device, dty
 
 
 class MoELayer(nn.Module):
+    """A mixture-of-experts layer: router -> top-k dispatch -> local experts -> combine.
+
+    MoELayer(hidden, ffn, num_experts, top_k, recipe="bf16", ep_group=None,
+             capacity_factor=None, experts=None, router=None, normalize_probs=True,
+             sync_checks=None, device=None, dtype=torch.bfloat16)
+
+    hidden, ffn: model width and each expert's FFN width (the experts are a GroupedMLP:
+      fc1 -> SwiGLU -> fc2). num_experts, top_k: experts in all, experts per token.
+    recipe: the experts' precision ("bf16", "fp8_rowwise", "fp8_block", "mxfp8", ...; see
+      tessera.torch.RECIPES); FP8 recipes also quantize the dispatched rows.
+    ep_group: a torch.distributed ProcessGroup over which the experts are sharded (each rank
+      holds num_experts / world of them); None: this process holds every expert.
+    capacity_factor: None for dropless routing; a number caps each expert's rows per rank at
+      ceil(factor * T * top_k / num_experts), rounded up to the recipe's alignment.
+    experts, router: modules replacing the default GroupedMLP and bias-free FP32 Linear.
+
+    forward(x): x (..., hidden) -> (..., hidden); differentiable. Every rank of ep_group calls
+    it with its own tokens. After a forward, last_dropped / last_dropped_total hold the dropped
+    (token, expert) pairs (capacity mode) and check_errors() raises for bad input anywhere in the
+    group. docs/moe.md has a two-process example.
+    """
+
     def __init__(self, hidden: int, ffn: int, num_experts: int, top_k: int, recipe: str = "bf16",
                  ep_group=None, capacity_factor: Optional[float] = None,
                  experts: Optional[nn.Module] = None, router: Optional[nn.Module] = None,
@@ -49,10 +72,12 @@ class MoELayer(nn.Module):
         super().__init__()
         world = 1 if ep_group is None else torch.distributed.get_world_size(ep_group)
         if num_experts < 1 or num_experts % world != 0:
-            raise ValueError(f"MoELayer: num_experts {num_experts} is not a positive multiple of "
-                             f"the EP world size {world}")
+            raise _C.InvalidArgumentError(f"tessera invalid argument: MoELayer: num_experts "
+                                          f"{num_experts} is not a positive multiple of the EP "
+                                          f"world size {world}")
         if not 1 <= top_k <= num_experts:
-            raise ValueError(f"MoELayer: top_k {top_k} must be in [1, num_experts {num_experts}]")
+            raise _C.InvalidArgumentError(f"tessera invalid argument: MoELayer: top_k {top_k} must "
+                                          f"be in [1, num_experts {num_experts}]")
         self.mode, self.align = moe_dist.recipe_dispatch_mode(recipe)
         self.hidden, self.ffn, self.num_experts, self.top_k = hidden, ffn, num_experts, top_k
         self.recipe, self.ep_group, self.world = recipe, ep_group, world
@@ -65,9 +90,10 @@ class MoELayer(nn.Module):
             self.local_experts, hidden, ffn, recipe, device, dtype)
         groups = getattr(self.experts, "num_groups", self.local_experts)
         if groups != self.local_experts:
-            raise ValueError(f"MoELayer: the experts module holds {groups} experts but "
-                             f"num_experts {num_experts} over an EP world size of {world} needs "
-                             f"{self.local_experts} per rank")
+            raise _C.InvalidArgumentError(
+                f"tessera invalid argument: MoELayer: experts: the module holds {groups} experts "
+                f"but num_experts {num_experts} over an EP world size of {world} needs "
+                f"{self.local_experts} per rank")
         self.last_dropped: Optional[Tensor] = None
         self.last_dropped_total: Optional[Tensor] = None
         self.last_error: Optional[Tensor] = None
@@ -80,6 +106,11 @@ class MoELayer(nn.Module):
                                      self.capacity_factor, self.align)
 
     def forward(self, x: Tensor) -> Tensor:
+        """x (..., hidden) -> (..., hidden): route each token to its top_k experts, run them
+        (across the EP group when there is one), combine weighted by the routing probabilities."""
+        if x.dim() == 0 or x.shape[-1] != self.hidden:
+            raise _C.ShapeError(f"tessera shape mismatch: MoELayer: x: expected (..., hidden) "
+                             f"with hidden={self.hidden}, got {tuple(x.shape)}")
         shape = x.shape
         x2 = x.reshape(-1, self.hidden)
         param = next(self.router.parameters(), None)

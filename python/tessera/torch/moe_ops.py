@@ -40,6 +40,7 @@ from torch import Tensor
 
 from .. import _tessera as _C
 from . import _bridge as br
+from ._errors import check
 from .fp8 import FP8_DTYPES, _mode_row, scale_shape
 
 # The payload modes of moe_permute: "none" (_moe_permute_into, no quantization) and the scaling
@@ -78,8 +79,8 @@ def route(logits: Tensor, top_k: int, normalize: bool = True) -> Tuple[Tensor, T
 def moe_routing(indices: Tensor, num_experts: int, align: int = 1,
                 capacity: int = -1) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """Routing metadata of top-k expert indices (T, k) int32/int64; see the module docstring."""
-    torch._check(indices.dim() == 2, lambda: f"moe_routing: indices must be (T, k), got "
-                 f"{tuple(indices.shape)}")
+    check(indices.dim() == 2, _C.ShapeError,
+          lambda: f"moe_routing: indices must be (T, k), got {tuple(indices.shape)}")
     t, k = indices.shape
     dev = indices.device
     rows = _C._moe_permuted_rows(t, k, num_experts, align, capacity)
@@ -131,7 +132,7 @@ def _scale_shape(mode: str, rows, hidden: int):
 
 def _permute_outputs(x: Tensor, rows, mode: str, element: str):
     if mode not in QUANT_MODES:
-        raise ValueError(f"moe_permute: mode {mode!r} is not one of {QUANT_MODES}")
+        raise _C.InvalidArgumentError(f"moe_permute: mode {mode!r} is not one of {QUANT_MODES}")
     h = x.shape[1]
     data_dtype = x.dtype if mode == "none" else FP8_DTYPES[element]
     shape, sdtype = _scale_shape(mode, rows, h)
@@ -147,7 +148,7 @@ def moe_permute(x: Tensor, row_pair: Tensor, top_k: int, mode: str = "none",
     FP32); "block1x128" -> (FP8, (roundup(rows, 4), ceil(H/128)) FP32); "mxfp8" -> (FP8,
     (rows, ceil(H/32)) E8M0 bytes as uint8).
     """
-    torch._check(x.dim() == 2, lambda: f"moe_permute: x must be (T, H), got {tuple(x.shape)}")
+    check(x.dim() == 2, _C.ShapeError, lambda: f"moe_permute: x must be (T, H), got {tuple(x.shape)}")
     data, sinv = _permute_outputs(x, row_pair.shape[0], mode, element)
     dev = x.device
     with _ctx(dev):
@@ -301,7 +302,7 @@ def dequantize_rows(data: Tensor, scale_inv: Tensor, mode: str, out_dtype: torch
     quiet NaN). Mode "none": data.to(out_dtype).
     """
     if mode not in QUANT_MODES:
-        raise ValueError(f"dequantize_rows: mode {mode!r} is not one of {QUANT_MODES}")
+        raise _C.InvalidArgumentError(f"dequantize_rows: mode {mode!r} is not one of {QUANT_MODES}")
     if mode == "none":
         return data.to(out_dtype)
     return moe_dequantize_rows(data, scale_inv, mode, out_dtype)

@@ -38,7 +38,7 @@ class ReferenceGroupedMLP(nn.Module):
                  bias: bool = False, device=None, dtype=torch.bfloat16):
         super().__init__()
         if bias:
-            raise ValueError("ReferenceGroupedMLP: bias is not supported")
+            raise _C.UnsupportedError("ReferenceGroupedMLP: bias is not supported")
         self.num_groups, self.hidden, self.ffn, self.recipe = num_groups, hidden, ffn, recipe
         self.fc1_weight = nn.Parameter(torch.empty(num_groups, 2 * ffn, hidden, device=device,
                                                    dtype=dtype))
@@ -50,7 +50,7 @@ class ReferenceGroupedMLP(nn.Module):
 
     def forward(self, x: Tensor, offs: Tensor, probs: Optional[Tensor] = None) -> Tensor:
         if offs.shape != (self.num_groups,):
-            raise ValueError(f"ReferenceGroupedMLP: offs must be ({self.num_groups},), got "
+            raise _C.ShapeError(f"ReferenceGroupedMLP: offs must be ({self.num_groups},), got "
                              f"{tuple(offs.shape)}")
         ends = offs.tolist()
         pieces, start = [], 0

@@ -16,6 +16,7 @@ from torch import Tensor
 
 from .. import _tessera as _C
 from . import _bridge as br
+from ._errors import check
 from .fp8 import scale_shape
 
 NVFP4_MODES = ("nvfp4", "nvfp4_16x16")
@@ -26,9 +27,9 @@ def _nvfp4_outputs(x: Tensor, mode: str, rowwise: bool, columnwise: bool):
     """Empty (data (R, ceil(C/2)), scale_inv, columnwise_data (C, ceil(R/2)),
     columnwise_scale_inv, amax (1,), columnwise_amax (1,)) of an NVFP4 quantization of x (R, C);
     a usage not asked for gets (0, 0) codes and scales and a (0,) amax."""
-    torch._check(mode in NVFP4_MODES,
-                 lambda: f"quantize_nvfp4: mode {mode!r} is not one of {NVFP4_MODES}")
-    torch._check(x.dim() == 2, lambda: f"quantize_nvfp4: x must be 2-D, got {x.dim()}-D")
+    check(mode in NVFP4_MODES, _C.InvalidArgumentError,
+          lambda: f"quantize_nvfp4: mode {mode!r} is not one of {NVFP4_MODES}")
+    check(x.dim() == 2, _C.ShapeError, lambda: f"quantize_nvfp4: x must be 2-D, got {x.dim()}-D")
     r, c = x.shape
     u8, f32 = torch.uint8, torch.float32
     return (x.new_empty((r, (c + 1) // 2) if rowwise else (0, 0), dtype=u8),

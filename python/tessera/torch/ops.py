@@ -13,7 +13,7 @@ K-grouped). An operand whose memory layout the kernel cannot read directly is co
 .contiguous(); the usual layouts (row-major A, B as a transposed view of contiguous weights) are
 never copied.
 """
-import inspect
+import functools
 from typing import Optional
 
 import torch
@@ -21,6 +21,7 @@ from torch import Tensor
 
 from .. import _tessera as _C
 from . import _bridge as br
+from ._errors import check as _check
 
 _FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 _FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
@@ -43,14 +44,19 @@ def _matrix_stack(t: Tensor) -> tuple[Tensor, bool]:
 
 def _check_offs(offs: Optional[Tensor], needed: bool, groups: Optional[int], name: str) -> None:
     if not needed:
-        torch._check(offs is None, lambda: f"{name}: offs must be None when both operands are 3D")
+        _check(offs is None, _C.InvalidArgumentError,
+               lambda: f"{name}: offs must be None when both operands are 3D")
         return
-    torch._check(offs is not None, lambda: f"{name}: offs is required when an operand is 2D")
-    torch._check(offs.dim() == 1 and offs.dtype == torch.int32,
-                 lambda: f"{name}: offs must be a 1D int32 tensor of cumulative end offsets")
+    _check(offs is not None, _C.InvalidArgumentError,
+           lambda: f"{name}: offs is required when an operand is 2D")
+    _check(offs.dim() == 1, _C.ShapeError,
+           lambda: f"{name}: offs must be a 1D tensor of cumulative end offsets, got "
+                   f"{offs.dim()}D")
+    _check(offs.dtype == torch.int32, _C.DTypeError,
+           lambda: f"{name}: offs must be int32 (cumulative end offsets), got {offs.dtype}")
     if groups is not None:
-        torch._check(offs.shape[0] == groups,
-                     lambda: f"{name}: offs has {offs.shape[0]} groups but the 3D operand {groups}")
+        _check(offs.shape[0] == groups, _C.ShapeError,
+               lambda: f"{name}: offs has {offs.shape[0]} groups but the 3D operand {groups}")
 
 
 def _out_shape(a: Tensor, b: Tensor, offs: Optional[Tensor]) -> tuple[list[int], bool]:
@@ -65,22 +71,25 @@ def _out_shape(a: Tensor, b: Tensor, offs: Optional[Tensor]) -> tuple[list[int],
 
 
 def _validate(a: Tensor, b: Tensor, offs: Optional[Tensor], name: str) -> None:
-    torch._check(a.dim() in (2, 3) and b.dim() in (2, 3),
-                 lambda: f"{name}: mat_a and mat_b must be 2D or 3D, got {a.dim()}D and {b.dim()}D")
+    _check(a.dim() in (2, 3) and b.dim() in (2, 3), _C.ShapeError,
+           lambda: f"{name}: mat_a and mat_b must be 2D or 3D, got {a.dim()}D and {b.dim()}D")
     if a.dim() == 3 or b.dim() == 3:
-        torch._check(a.shape[-1] == b.shape[-2],
-                     lambda: f"{name}: contraction dims differ: mat_a {tuple(a.shape)}, "
-                             f"mat_b {tuple(b.shape)}")
+        _check(a.shape[-1] == b.shape[-2], _C.ShapeError,
+               lambda: f"{name}: contraction dims differ: mat_a {tuple(a.shape)}, "
+                       f"mat_b {tuple(b.shape)}")
     else:
-        torch._check(a.shape[1] == b.shape[0],
-                     lambda: f"{name}: contraction dims differ: mat_a {tuple(a.shape)}, "
-                             f"mat_b {tuple(b.shape)}")
+        _check(a.shape[1] == b.shape[0], _C.ShapeError,
+               lambda: f"{name}: contraction dims differ: mat_a {tuple(a.shape)}, "
+                       f"mat_b {tuple(b.shape)}")
     if a.dim() == 3 and b.dim() == 3:
-        torch._check(a.shape[0] == b.shape[0], lambda: f"{name}: batch dims differ")
+        _check(a.shape[0] == b.shape[0], _C.ShapeError,
+               lambda: f"{name}: batch dims differ: mat_a {tuple(a.shape)}, "
+                       f"mat_b {tuple(b.shape)}")
     groups = b.shape[0] if (a.dim() == 2 and b.dim() == 3) else (
         a.shape[0] if (a.dim() == 3 and b.dim() == 2) else None)
     _check_offs(offs, a.dim() == 2 or b.dim() == 2, groups, name)
-    torch._check(a.device == b.device, lambda: f"{name}: mat_a and mat_b on different devices")
+    _check(a.device == b.device, _C.InvalidArgumentError,
+           lambda: f"{name}: mat_a and mat_b on different devices ({a.device}, {b.device})")
 
 
 def _empty_out(a: Tensor, b: Tensor, offs: Optional[Tensor], dtype: torch.dtype) -> Tensor:
@@ -94,8 +103,8 @@ def _empty_out(a: Tensor, b: Tensor, offs: Optional[Tensor], dtype: torch.dtype)
 
 def _resolve_out_dtype(a: Tensor, out_dtype: Optional[torch.dtype]) -> torch.dtype:
     dt = a.dtype if out_dtype is None else out_dtype
-    torch._check(dt == a.dtype or dt == torch.float32,
-                 lambda: f"grouped_mm: out_dtype {dt} must be mat_a's dtype {a.dtype} or float32")
+    _check(dt == a.dtype or dt == torch.float32, _C.DTypeError,
+           lambda: f"grouped_mm: out_dtype {dt} must be mat_a's dtype {a.dtype} or float32")
     return dt
 
 
@@ -109,12 +118,25 @@ def _check_no_bias(bias: Optional[Tensor], name: str) -> None:
 def grouped_mm(mat_a: Tensor, mat_b: Tensor, offs: Optional[Tensor] = None,
                bias: Optional[Tensor] = None, out_dtype: Optional[torch.dtype] = None) -> Tensor:
     """torch._grouped_mm(mat_a, mat_b, offs=offs, bias=bias, out_dtype=out_dtype) on tessera's
-    GEMM (the same signature; bias must be None, as torch requires)."""
+    grouped GEMM: the same arguments and results.
+
+    mat_a, mat_b: float32 / bfloat16 / float16 of one dtype, 2D or 3D:
+      2D x 3D  (T, K) x (G, K, N) -> (T, N), rows of mat_a grouped by offs (forward, dgrad)
+      2D x 2D  (M, T) x (T, N) -> (G, M, N), the contraction grouped (wgrad; an empty group
+               gives zeros)
+      3D x 3D  (G, M, K) x (G, K, N) -> (G, M, N), batched (offs None)
+      3D x 2D  (G, M, K) x (K, T) -> (M, T), columns of the output grouped
+    offs: int32 (G,) cumulative END offsets along the grouped dim (required when an operand is
+      2D); rows (or columns) past offs[-1] are left unwritten, as torch does.
+    bias: must be None (as torch requires). out_dtype: mat_a's dtype (default) or float32.
+    Differentiable (the backward is grouped_mm calls) and traceable by
+    torch.compile(fullgraph=True). Bad input raises a tessera.Error naming the argument.
+    """
     _check_no_bias(bias, "grouped_mm")
     _validate(mat_a, mat_b, offs, "grouped_mm")
-    torch._check(mat_a.dtype in _FLOAT_DTYPES and mat_b.dtype == mat_a.dtype,
-                 lambda: f"grouped_mm: mat_a/mat_b must share a float32/bfloat16/float16 dtype, "
-                         f"got {mat_a.dtype} and {mat_b.dtype}")
+    _check(mat_a.dtype in _FLOAT_DTYPES and mat_b.dtype == mat_a.dtype, _C.DTypeError,
+           lambda: f"grouped_mm: mat_a/mat_b must share a float32/bfloat16/float16 dtype, "
+                   f"got {mat_a.dtype} and {mat_b.dtype}")
     out = _empty_out(mat_a, mat_b, offs, _resolve_out_dtype(mat_a, out_dtype))
     if mat_a.dim() == 2 and mat_b.dim() == 3:          # (T, K) x (G, K, N) -> (T, N)
         b_mem, b_is_t = _matrix_stack(mat_b)           # (G, N, K) when b_is_t else (G, K, N)
@@ -202,19 +224,20 @@ def _unit_scale(device: torch.device) -> Tensor:
 
 
 def _check_scale(scale: Tensor, numel: int, name: str, arg: str) -> None:
-    torch._check(scale.dtype == torch.float32,
-                 lambda: f"{name}: {arg} must be float32 (rowwise FP8), got {scale.dtype}")
-    torch._check(scale.numel() == numel,
-                 lambda: f"{name}: {arg} has {scale.numel()} elements, expected {numel}")
+    _check(scale.dtype == torch.float32, _C.DTypeError,
+           lambda: f"{name}: {arg} must be float32 (rowwise FP8), got {scale.dtype}")
+    _check(scale.numel() == numel, _C.ShapeError,
+           lambda: f"{name}: {arg} has {scale.numel()} elements, expected {numel}")
 
 
 def _validate_scaled(a, b, scale_a, scale_b, offs, out_dtype):
     name = "scaled_grouped_mm"
     _validate(a, b, offs, name)
-    torch._check(a.dtype in _FP8_DTYPES and b.dtype in _FP8_DTYPES,
-                 lambda: f"{name}: mat_a/mat_b must be float8, got {a.dtype} and {b.dtype}")
+    _check(a.dtype in _FP8_DTYPES and b.dtype in _FP8_DTYPES, _C.DTypeError,
+           lambda: f"{name}: mat_a/mat_b must be float8, got {a.dtype} and {b.dtype}")
     dt = torch.bfloat16 if out_dtype is None else out_dtype
-    torch._check(dt in _FLOAT_DTYPES, lambda: f"{name}: out_dtype must be bf16/fp16/fp32, got {dt}")
+    _check(dt in _FLOAT_DTYPES, _C.DTypeError,
+           lambda: f"{name}: out_dtype must be bf16/fp16/fp32, got {dt}")
     g = offs.shape[0] if offs is not None else 1
     if a.dim() == 2 and b.dim() == 2:
         _check_scale(scale_a, g * a.shape[0], name, "scale_a")
@@ -251,8 +274,8 @@ def scaled_grouped_mm(mat_a: Tensor, mat_b: Tensor, scale_a: Tensor, scale_b: Te
     of B, per group for 2D x 2D), FP32 accumulation (use_fast_accum is accepted and ignored:
     tessera always accumulates in FP32)."""
     _check_no_bias(bias, "scaled_grouped_mm")
-    torch._check(scale_result is None,
-                 lambda: "scaled_grouped_mm: scale_result is not supported (as torch)")
+    _check(scale_result is None, _C.UnsupportedError,
+           lambda: "scaled_grouped_mm: scale_result is not supported (as torch)")
     dt = _validate_scaled(mat_a, mat_b, scale_a, scale_b, offs, out_dtype)
     out = _empty_out(mat_a, mat_b, offs, dt)
     if mat_a.dim() == 2 and mat_b.dim() == 3:           # (T, K) x (G, K, N) -> (T, N)
@@ -304,6 +327,16 @@ def _scaled_grouped_mm_fake(mat_a, mat_b, scale_a, scale_b, offs=None, bias=None
     return _empty_out(mat_a, mat_b, offs, dt)
 
 
-# inspect.signature shows torch's argument lists (a custom op object wraps its function).
-grouped_mm.__signature__ = inspect.signature(grouped_mm._init_fn)
-scaled_grouped_mm.__signature__ = inspect.signature(scaled_grouped_mm._init_fn)
+def _documented(op):
+    """The public face of a custom op: a function with the op's own name, signature and
+    docstring (help() on the torch.library object shows CustomOpDef's class documentation) that
+    calls the op; `.op` is the torch.library object (register_fake, ...)."""
+    @functools.wraps(op._init_fn)
+    def call(*args, **kwargs):
+        return op(*args, **kwargs)
+    call.op = op
+    return call
+
+
+grouped_mm = _documented(grouped_mm)
+scaled_grouped_mm = _documented(scaled_grouped_mm)

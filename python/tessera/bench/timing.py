@@ -1,0 +1,55 @@
+"""The CUDA-event timer every GPU benchmark uses (python -m tessera.bench train, bench/gpu/*.py),
+so that tessera and its peers are measured the same way in the same run: warm-up calls, then one
+pair of CUDA events around each call on the current stream, the median of the calls.
+
+torch is imported when a timer runs, not with this module (python -m tessera.bench --help runs
+without torch).
+"""
+from __future__ import annotations
+
+from typing import Callable, Dict
+
+
+def _event_ms(fn: Callable[[], object]) -> float:
+    """Milliseconds of one fn() between two CUDA events on the current stream."""
+    import torch
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end)
+
+
+def _median(times: list) -> float:
+    """The upper median (the middle element of the sorted list; no averaging of two calls)."""
+    return sorted(times)[len(times) // 2]
+
+
+def cuda_median_ms(fn: Callable[[], object], reps: int = 30, warmup: int = 5) -> float:
+    """Median milliseconds of `reps` CUDA-event timings of fn(), after `warmup` calls."""
+    import torch
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    return _median([_event_ms(fn) for _ in range(reps)])
+
+
+def cuda_interleaved_ms(fns: Dict[str, Callable[[], object]], reps: int,
+                        warmup: int = 3) -> Dict[str, float]:
+    """Median milliseconds of each step in `fns` (name -> callable), timed in interleaved rounds
+    (every contender once per round), so that clock and temperature drift over a long run fall
+    on all of them alike instead of on whichever is timed last."""
+    import torch
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    torch.cuda.synchronize()
+    times: Dict[str, list] = {name: [] for name in fns}
+    for _ in range(reps):
+        for name, fn in fns.items():
+            times[name].append(_event_ms(fn))
+    return {name: _median(t) for name, t in times.items()}
+
+
+__all__ = ["cuda_interleaved_ms", "cuda_median_ms"]

@@ -1,0 +1,100 @@
+"""The benchmarks' one harness (issue 32, item 7): one shapes table (tessera.bench.shapes) that
+every benchmark reads — the C++ `tessera bench train` copy agrees with it, and no other Python
+file spells it out again —, one CUDA-event timer (tessera.bench.timing), and
+`python -m tessera.bench --help` answering without torch."""
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tessera.bench import shapes
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+
+
+def run_bench_main(*args):
+    """python -m tessera.bench <args> in a fresh interpreter where `import torch` fails."""
+    code = ("import runpy, sys; sys.modules['torch'] = None; "
+            f"sys.argv = ['tessera.bench', *{list(args)!r}]; "
+            "runpy.run_module('tessera.bench', run_name='__main__')")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}, timeout=120)
+
+
+def test_help_needs_no_torch():
+    r = run_bench_main("--help")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("usage: python -m tessera.bench {train,host,cpu}"), r.stdout
+    for suite in ("train", "host", "cpu"):
+        assert f"\n  {suite} " in r.stdout, r.stdout
+    assert "ModuleNotFoundError" not in r.stderr and "ImportError" not in r.stderr
+
+
+def test_unknown_suite_is_named_without_torch():
+    r = run_bench_main("trian")
+    assert r.returncode == 2
+    assert "unknown suite 'trian'" in r.stderr and "usage:" in r.stderr
+    # A suite that needs torch is what imports it (here: refused, torch being blocked).
+    r = run_bench_main("cpu", "--help")
+    assert r.returncode != 0 and "torch" in r.stderr
+
+
+def test_cpp_bench_shapes_are_the_python_table():
+    text = open(os.path.join(ROOT, "tools", "cli", "bench.cpp")).read()
+    table = text[text.index("kShapes[] = {"):]
+    table = table[:table.index("};")]
+    cpp = {m[0]: tuple(int(v) for v in m[1:])
+           for m in re.findall(r'\{"([\w-]+)", (\d+), (\d+), (\d+), (\d+)\}', table)}
+    assert cpp == shapes.LINEAR_SHAPES
+
+
+def python_sources():
+    for top in ("python", "bench", "tools"):
+        for folder, _, files in os.walk(os.path.join(ROOT, top)):
+            for f in files:
+                if f.endswith(".py"):
+                    yield os.path.join(folder, f)
+
+
+def test_one_python_shapes_table_and_one_cuda_event_timer():
+    own = {os.path.realpath(os.path.join(ROOT, "python", "tessera", "bench", f))
+           for f in ("shapes.py", "timing.py")}
+    tables, timers = [], []
+    for path in python_sources():
+        if os.path.realpath(path) in own:
+            continue
+        text = open(path, encoding="utf-8").read()
+        if re.search(r"""["']dsv3-fc1[^"']*["']\s*:\s*\(""", text):
+            tables.append(path)
+        if "Event(enable_timing" in text:
+            timers.append(path)
+    assert tables == [], f"a shapes table outside tessera.bench.shapes: {tables}"
+    # tools/gpu/ep_*.py time multi-process exchanges their own way (owned elsewhere).
+    timers = [t for t in timers if not os.path.basename(t).startswith("ep_")]
+    assert timers == [], f"a CUDA-event timer outside tessera.bench.timing: {timers}"
+
+
+def test_bench_scripts_read_the_same_table():
+    torch = pytest.importorskip("torch")  # bench_common imports torch (its group-size rule)
+    sys.path.insert(0, os.path.join(ROOT, "bench", "gpu"))
+    try:
+        import bench_common
+    finally:
+        sys.path.pop(0)
+    assert bench_common.SHAPES == shapes.LINEAR_SHAPES
+    assert bench_common.shapes.describe("dsv3-fc1") == "dsv3-fc1 (32e,512t,7168->4096)"
+    assert sum(bench_common.group_sizes(32, 512, True)) == 32 * 512
+    del torch
+
+
+@pytest.mark.parametrize("name", list(shapes.LINEAR_SHAPES) + list(shapes.MLP_SHAPES))
+def test_imbalanced_group_sizes_keep_the_total(name):
+    table = shapes.LINEAR_SHAPES if name in shapes.LINEAR_SHAPES else shapes.MLP_SHAPES
+    e, per = table[name][:2]
+    sizes = shapes.group_sizes(e, per, True)
+    assert len(sizes) == e and sum(sizes) == e * per
+    assert sizes[0] == 0 and all(s % 16 == 0 and s >= 0 for s in sizes)
+    assert max(sizes) > per  # skewed
+    assert shapes.group_sizes(e, per, False) == [per] * e
