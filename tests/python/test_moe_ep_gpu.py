@@ -21,7 +21,8 @@ quantized per row), each rank's T tokens of the W·T the one-GPU layer sees:
   (their K-grouped contraction runs over each expert's rows with the padding of W chunks instead
   of one, and the per-column scales of the FP8 columnwise copies span the rank's local tokens):
   SQNR of the EP gradient against the one-GPU gradient >= WGRAD_SQNR_DB[recipe]. The router's
-  weight gradient summed over ranks matches to FP32 rounding (a sum in another order).
+  weight gradient summed over ranks matches to the FP32 rounding of the per-rank partial sums
+  (they can cancel, so the bound scales with the partials' magnitudes, not the sum's).
 * capacity mode with drops: the dropped pairs per rank equal the documented rule (per source
   rank and expert, the first C pairs in pair order), computed here on the host; every token
   none of whose pairs was dropped has bit-identical outputs and input gradients.
@@ -158,9 +159,18 @@ def test_ep_equals_one_gpu(group, recipe, mode):
     print(f"{name}: expert weight gradients vs one GPU: SQNR {worst:.1f} dB "
           f"(bound {WGRAD_SQNR_DB[recipe]} dB)")
     _all_ok(worst >= WGRAD_SQNR_DB[recipe], name + f": expert weight gradients SQNR {worst:.1f}")
-    router_sum = ep.router.weight.grad.clone()
+    # The router's weight gradient: each rank's partial sum over its tokens is rounded to FP32,
+    # then the partials are added (an all-reduce). The partials can be far larger than their
+    # sum (they cancel), so the bound is FP32 rounding of the partials, element by element:
+    # |sum_r fl(P_r) - fl(P)| <= (world + 1) * 2^-24 * sum_r |P_r| (+ a subnormal floor).
+    part = ep.router.weight.grad.clone()
+    router_sum, magnitude = part.clone(), part.abs()
     dist.all_reduce(router_sum)
-    torch.testing.assert_close(router_sum, one.router.weight.grad, rtol=1e-4, atol=1e-6)
+    dist.all_reduce(magnitude)
+    err = (router_sum.double() - one.router.weight.grad.double()).abs()
+    bound = (world + 1) * 2.0 ** -24 * magnitude.double() + 1e-30
+    _all_ok(bool((err <= bound).all()), name + f": router gradient off by {err.max().item():.3g}"
+            f" past the FP32 rounding of the per-rank partial sums")
 
 
 @pytest.mark.parametrize("recipe", RECIPES)

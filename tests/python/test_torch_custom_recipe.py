@@ -71,12 +71,15 @@ def oracle_dequantized(x, mode, element):
 
 def oracle_step(x, w, dy, sizes, roles):
     """FP64 y, dx, dW of the step on the emulated operands; roles: (mode, element) of input,
-    weight, grad_output. Columnwise copies are the quantization of the transpose."""
+    weight, grad_output. Columnwise copies are the quantization of the transpose (a rowwise
+    weight's: of each expert's transpose, docs/numerics.md)."""
     g, n, k = w.shape
     (xm, xe), (wm, we), (dm, de) = roles
     xq, xcq = oracle_dequantized(x, xm, xe), oracle_dequantized(x.t(), xm, xe).t()
     w2 = w.reshape(g * n, k)
     wq, wcq = oracle_dequantized(w2, wm, we), oracle_dequantized(w2.t(), wm, we).t()
+    if wm == "rowwise":  # the dgrad's copy is Wᵀ per expert, each with its own column scales
+        wcq = torch.cat([oracle_dequantized(w[e].t(), wm, we).t() for e in range(g)])
     dyq, dycq = oracle_dequantized(dy, dm, de), oracle_dequantized(dy.t(), dm, de).t()
     y = grouped_products(xq, wq.reshape(g, n, k), dyq, sizes)[0]
     dx = grouped_products(xq, wcq.reshape(g, n, k), dyq, sizes)[1]
