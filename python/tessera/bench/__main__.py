@@ -15,6 +15,7 @@ SUITES = {
     "cpu": ("cpu", "BF16 grouped_mm on the CPU next to torch._grouped_mm"),
     "moe": ("moe", "the MoE routing / permute / unpermute / dequantize ops at DeepSeek-V3 sizes "
                    "next to torch index_select / index_add_ (CUDA)"),
+    "chart": ("chart", "a bar chart (SVG or PNG) of a cpu or train run's --json rows"),
 }
 
 
