@@ -26,7 +26,7 @@ def run_bench_main(*args):
 def test_help_needs_no_torch():
     r = run_bench_main("--help")
     assert r.returncode == 0, r.stderr
-    assert r.stdout.startswith("usage: python -m tessera.bench {train,host,cpu,moe,chart}"), r.stdout
+    assert r.stdout.startswith("usage: python -m tessera.bench {train,host,cpu,moe,chart,results}"), r.stdout
     for suite in ("train", "host", "cpu"):
         assert f"\n  {suite} " in r.stdout, r.stdout
     assert "ModuleNotFoundError" not in r.stderr and "ImportError" not in r.stderr

@@ -16,6 +16,7 @@ SUITES = {
     "moe": ("moe", "the MoE routing / permute / unpermute / dequantize ops at DeepSeek-V3 sizes "
                    "next to torch index_select / index_add_ (CUDA)"),
     "chart": ("chart", "a bar chart (SVG or PNG) of a cpu or train run's --json rows"),
+    "results": ("results_page", "rewrite a suite's section of docs/results.md from its --json rows"),
 }
 
 

@@ -152,15 +152,22 @@ def bench(shapes, ops, reps, rows):
                 print(json.dumps(row), flush=True)
 
 
-def print_table(rows):
-    print("\n| shape (G x rows x K x N) | balance | op | torch ms | tessera ms | torch GFLOP/s | "
-          "tessera GFLOP/s | x torch | torch / torch again | rel. err torch / tessera |")
-    print("|---|---|---|---:|---:|---:|---:|---:|---:|---|")
+def format_table(rows) -> str:
+    """The run's markdown table (printed, and written into the results page by
+    `python -m tessera.bench results`)."""
+    lines = ["| shape (G x rows x K x N) | balance | op | torch ms | tessera ms | torch GFLOP/s | "
+             "tessera GFLOP/s | x torch | torch / torch again | rel. err torch / tessera |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
-        print(f"| {r['shape']} | {'imb' if r['imbalanced'] else 'bal'} | {r['op']} | "
-              f"{r['torch_ms']:.1f} | {r['tessera_ms']:.1f} | {r['torch_gflops']:.0f} | "
-              f"{r['tessera_gflops']:.0f} | {r['x_torch']:.2f} | {r['torch_again']:.2f} | "
-              f"{r['torch_rel_err']:.1e} / {r['tessera_rel_err']:.1e} |")
+        lines.append(f"| {r['shape']} | {'imb' if r['imbalanced'] else 'bal'} | {r['op']} | "
+                     f"{r['torch_ms']:.1f} | {r['tessera_ms']:.1f} | {r['torch_gflops']:.0f} | "
+                     f"{r['tessera_gflops']:.0f} | {r['x_torch']:.2f} | {r['torch_again']:.2f} | "
+                     f"{r['torch_rel_err']:.1e} / {r['tessera_rel_err']:.1e} |")
+    return "\n".join(lines)
+
+
+def print_table(rows):
+    print("\n" + format_table(rows))
 
 
 def main(argv=None) -> int:

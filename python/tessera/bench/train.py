@@ -278,19 +278,27 @@ def bench_mlp(names, reps, out_rows, recipes=DEFAULT_RECIPES):
             torch.cuda.empty_cache()
 
 
-def print_table(rows):
-    print("\n| suite | shape | balance | impl | ms | TFLOP/s | × torch BF16 | SQNR y / dx / dW (dB) |")
-    print("|---|---|---|---|---:|---:|---:|---|")
+def format_table(rows) -> str:
+    """The run's markdown table (printed, and written into the results page by
+    `python -m tessera.bench results`)."""
+    lines = ["| suite | shape | balance | impl | ms | TFLOP/s | × torch BF16 | "
+             "SQNR y / dx / dW (dB) |", "|---|---|---|---|---:|---:|---:|---|"]
     for r in rows:
         bal = "imb" if r["imbalanced"] else "bal"
         if "error" in r:
-            print(f"| {r['suite']} | {r['shape']} | {bal} | {r['impl']} | error: {r['error']} ||||")
+            lines.append(f"| {r['suite']} | {r['shape']} | {bal} | {r['impl']} | "
+                         f"error: {r['error']} ||||")
             continue
         q = ("" if "sqnr_y" not in r else
              f"{r['sqnr_y']:.1f} / {r['sqnr_dx']:.1f} / {r['sqnr_dw']:.1f}")
         ratio = f"{r['x_torch_bf16']:.2f}" if r.get("x_torch_bf16") else ""
-        print(f"| {r['suite']} | {r['shape']} | {bal} | {r['impl']} | {r['ms']:.3f} | "
-              f"{r['tflops']:.0f} | {ratio} | {q} |")
+        lines.append(f"| {r['suite']} | {r['shape']} | {bal} | {r['impl']} | {r['ms']:.3f} | "
+                     f"{r['tflops']:.0f} | {ratio} | {q} |")
+    return "\n".join(lines)
+
+
+def print_table(rows):
+    print("\n" + format_table(rows))
 
 
 def main(argv=None) -> int:
