@@ -106,8 +106,10 @@ NB_MODULE(_tessera, m) {
   m.doc() = "tessera: low-precision grouped tensors and grouped GEMM";
   tessera::python::register_errors(m);
   m.attr("__version__") = TESSERA_VERSION_STRING;
-  m.def("cuda_compiled", &tessera::cuda_compiled);
-  m.def("cuda_device_count", &tessera::cuda_device_count);
+  m.def("cuda_compiled", &tessera::cuda_compiled,
+        "Whether this build of tessera has its CUDA backend (nvcc was found at build time).");
+  m.def("cuda_device_count", &tessera::cuda_device_count,
+        "The CUDA devices this process sees (0 without a driver, a device or the CUDA backend).");
   tessera::python::register_formats(m);
   tessera::python::register_scan(m);
   tessera::python::register_gemm(m);

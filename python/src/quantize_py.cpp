@@ -265,7 +265,10 @@ QuantizerConfig config_from_factory(nb::handle out) {
 }
 
 void register_quantize(nb::module_& m) {
-  nb::class_<PyQuantized>(m, "QuantizedTensor")
+  nb::class_<PyQuantized>(m, "QuantizedTensor",
+                          "A quantized (rows, cols) tensor as tessera.quantize makes it: the usages "
+                          "present (rowwise, columnwise), their codes and scales (read as NumPy "
+                          "copies), its mode and element format.")
       .def_prop_ro("data", [](const PyQuantized& q) { return copy_out(q.tensor.view().data); })
       .def_prop_ro("scale_inv", [](const PyQuantized& q) { return copy_out(q.tensor.view().scale_inv); })
       .def_prop_ro("columnwise_data",
@@ -282,7 +285,10 @@ void register_quantize(nb::module_& m) {
       .def_prop_ro("element", [](const PyQuantized& q) { return std::string(dtype_name(q.tensor.view().config.element)); })
       .def_prop_ro("rowwise", [](const PyQuantized& q) { return q.tensor.has_rowwise(); })
       .def_prop_ro("columnwise", [](const PyQuantized& q) { return q.tensor.has_columnwise(); })
-      .def("dequantize", &dequantize_py, nb::arg("columnwise") = false, nb::arg("backend") = "cpu");
+      .def("dequantize", &dequantize_py, nb::arg("columnwise") = false, nb::arg("backend") = "cpu",
+           "The (rows, cols) float32 values of one usage (columnwise=True: the columnwise copy, "
+           "returned in the logical orientation), decoded with its scales by `backend`: \"cpu\" or "
+           "\"reference\" (the plain reference loops).");
   m.def("_recipe_config", &recipe_config, nb::arg("recipe"), nb::arg("module_type"),
         nb::arg("tensor_type"), nb::arg("name"), nb::arg("options"),
         "The quantizer config (a dict) that the C++ recipe gives the role (module_type, "

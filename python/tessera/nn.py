@@ -46,16 +46,18 @@ class GroupedLinear:
         layer._impl = impl
         return layer
 
-    num_groups = property(lambda self: self._impl.num_groups)
-    in_features = property(lambda self: self._impl.in_features)
-    out_features = property(lambda self: self._impl.out_features)
-    token_alignment = property(lambda self: self._impl.token_alignment)
-    name = property(lambda self: self._impl.name)
+    num_groups = property(lambda self: self._impl.num_groups, doc="G, the number of groups")
+    in_features = property(lambda self: self._impl.in_features, doc="in, the columns of x")
+    out_features = property(lambda self: self._impl.out_features, doc="out, the columns of y")
+    token_alignment = property(lambda self: self._impl.token_alignment,
+                               doc="rows per group the layer asks of the splits (0: any)")
+    name = property(lambda self: self._impl.name, doc="the layer's name in the recipe's roles")
     weight = property(lambda self: self._impl.weight, doc="FP32 (G, out, in), writable view")
     bias = property(lambda self: self._impl.bias, doc="FP32 (G, out) view, or None")
 
     @_tessera_errors
     def reset_parameters(self, seed: int = 0) -> None:
+        """Draws new weights and bias, uniform in ±1/sqrt(in_features), from `seed`."""
         self._impl.reset_parameters(seed)
 
     @_tessera_errors
@@ -96,14 +98,17 @@ class GroupedMLP:
                                     save_original_input=save_original_input,
                                     token_alignment=token_alignment)
 
-    num_groups = property(lambda self: self._impl.num_groups)
-    hidden = property(lambda self: self._impl.hidden)
-    ffn = property(lambda self: self._impl.ffn)
-    fc1 = property(lambda self: GroupedLinear._of(self._impl.fc1))
-    fc2 = property(lambda self: GroupedLinear._of(self._impl.fc2))
+    num_groups = property(lambda self: self._impl.num_groups, doc="G, the number of groups")
+    hidden = property(lambda self: self._impl.hidden, doc="the columns of x and y")
+    ffn = property(lambda self: self._impl.ffn, doc="the width of the activation a")
+    fc1 = property(lambda self: GroupedLinear._of(self._impl.fc1),
+                   doc="the GroupedLinear hidden -> 2·ffn")
+    fc2 = property(lambda self: GroupedLinear._of(self._impl.fc2),
+                   doc="the GroupedLinear ffn -> hidden")
 
     @_tessera_errors
     def reset_parameters(self, seed: int = 0) -> None:
+        """Draws both layers' parameters anew: fc1 from seed 2·seed, fc2 from 2·seed + 1."""
         self._impl.reset_parameters(seed)
 
     @_tessera_errors

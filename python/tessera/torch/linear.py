@@ -91,6 +91,8 @@ class WeightCache:
 
     @staticmethod
     def key_of(weight: Tensor, spec: str):
+        """What the copies were made from: the weight's storage, shape, dtype and version
+        counter, and the step's spec."""
         return (weight.data_ptr(), tuple(weight.shape), weight.dtype, weight._version, spec)
 
     def usable(self, weight: Tensor, spec: str) -> bool:
@@ -103,6 +105,8 @@ class WeightCache:
         return self.fresh or _promised()
 
     def store(self, weight: Tensor, spec: str, copies: Tensor, fresh: bool = False) -> None:
+        """Keeps `copies` as made from `weight` under `spec` (fresh: made by
+        quantize_weights_ from the current weights). Nothing is kept while compiling."""
         if torch.compiler.is_compiling():
             return
         self.copies, self.key, self.fresh = copies, self.key_of(weight, spec), fresh

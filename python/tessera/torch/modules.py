@@ -114,6 +114,7 @@ class GroupedLinear(nn.Module):
             self._main_grad()
 
     def reset_parameters(self) -> None:
+        """torch.nn.Linear's default initialization, per group (uniform in ±1/sqrt(in))."""
         bound = 1.0 / math.sqrt(self.in_features)  # nn.Linear's default init, per group
         with torch.no_grad():
             self.weight.uniform_(-bound, bound)
@@ -121,6 +122,7 @@ class GroupedLinear(nn.Module):
                 self.bias.uniform_(-bound, bound)
 
     def invalidate_weight_cache(self) -> None:
+        """Drops the cached weight copies: the next forward quantizes the weight again."""
         self.weight_cache.invalidate()
 
     def _delayed_state(self):
@@ -202,6 +204,7 @@ class GroupedMLP(nn.Module):
         self._inside_mlp = False
 
     def invalidate_weight_cache(self) -> None:
+        """Drops both layers' cached weight copies."""
         self.fc1.invalidate_weight_cache()
         self.fc2.invalidate_weight_cache()
 

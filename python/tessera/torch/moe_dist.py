@@ -99,6 +99,8 @@ class DispatchState:
 
     @property
     def live_rows(self) -> int:
+        """Rows of this rank's permuted buffer that are sent (dropless: the sum of the split
+        sizes; capacity mode: all of them)."""
         return sum(self.send_rows) if self.send_rows is not None else self.rows
 
 

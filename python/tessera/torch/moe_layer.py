@@ -100,6 +100,7 @@ class MoELayer(nn.Module):
         self._config_verified = False  # every rank checks the configuration on its 1st forward
 
     def capacity(self, num_tokens: int) -> Optional[int]:
+        """Rows per (rank, expert) for a batch of num_tokens tokens (None: dropless)."""
         if self.capacity_factor is None:
             return None
         return moe_dist.capacity_for(num_tokens, self.top_k, self.num_experts,
