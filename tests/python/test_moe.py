@@ -247,21 +247,9 @@ def test_cuda_ops_equal_cpu_and_graph_replay(capacity):
 
 
 # ---- dequantize_rows: the C++ op against the torch passes it replaced ------------------------
-def _torch_dequantize_rows(data, scale_inv, mode, out_dtype):
-    """The former dequantize_rows, plain torch (the oracle): E4M3 decode, E8M0 bit tricks,
-    repeat_interleave of the scales, one FP32 multiply, one cast."""
-    r, h = data.shape
-    q = data.view(torch.float8_e4m3fn).float()
-    s = scale_inv[:r]
-    s = s.reshape(r, 1) if s.dim() == 1 else s
-    if mode == "mxfp8":
-        e = s.view(torch.uint8).to(torch.int32)
-        bits = torch.where(e == 0, torch.full_like(e, 0x00400000), e << 23)
-        bits = torch.where(e == 255, torch.full_like(e, 0x7FC00000), bits)
-        s = bits.view(torch.float32)
-    if s.shape[1] > 1:
-        s = s.repeat_interleave({"block1x128": 128, "mxfp8": 32}[mode], dim=1)[:, :h]
-    return (q * s).to(out_dtype)
+# The oracle: the former dequantize_rows in plain torch (E4M3 decode, E8M0 bit tricks,
+# repeat_interleave of the scales, one FP32 multiply, one cast), kept as the moe bench's baseline.
+from tessera.bench.moe import torch_dequantize as _torch_dequantize_rows  # noqa: E402
 
 
 def _same_bits_nan_as_nan(got, want):
