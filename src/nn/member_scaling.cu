@@ -1,0 +1,212 @@
+// CUDA kernels of the per-member scaling (member_scaling.h): the per-(member, column) rowwise
+// quantization (a weight's Wᵀ per expert; an activation's columnwise copy in the step's padded
+// layout) and the per-member amax and encode of per-tensor current scaling. Same rules and bits
+// as the CPU loops (the shared moe:: block_multiplier / encode_element; products by __fmul_rn).
+#include <cuda_runtime.h>
+
+#include "nn/member_scaling.h"
+#include "tessera/core/cuda_check.h"
+#include "tessera/core/dispatch.h"
+#include "tessera/formats/half.h"
+
+namespace tessera::nn::detail::cuda {
+namespace {
+
+constexpr int kColThreads = 256;  // 8 warps
+constexpr int kColWarps = kColThreads / 32;
+constexpr int kColCols = 64;      // columns of a member per CTA: two per lane
+constexpr int kColRows = 32;      // rows per staging step of pass 2
+constexpr int kTileStride = 36;   // bytes per staged column: 4-byte aligned, few bank conflicts
+
+// One CTA per (64 columns, member g): lane l holds columns 2l and 2l + 1 (a warp reads 64
+// consecutive elements of a row), the 8 warps stride the member's rows. Pass 1: the columns'
+// abs-bits maxima (NaN wins) and their scales; pass 2: the codes, 32 rows at a time through
+// shared memory, then each output row's 32 new bytes written 8 at a time.
+template <class In>
+__global__ void __launch_bounds__(kColThreads) member_columns_kernel(MemberColumnsArgs a) {
+  __shared__ uint32_t part[kColWarps][kColCols];
+  __shared__ float mult[kColCols];
+  __shared__ alignas(16) uint8_t tile[kColCols][kTileStride];
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  const int64_t g = blockIdx.y, k0 = int64_t{blockIdx.x} * kColCols;
+  const int64_t c0 = k0 + 2 * lane, c1 = c0 + 1;
+  const bool ok0 = c0 < a.cols, ok1 = c1 < a.cols;
+  int64_t r_begin = a.members.begin(g), r_end = a.members.end(g);
+  r_end = r_end > a.rows ? a.rows : r_end;  // a corrupt start never leaves the matrix
+  r_begin = r_begin < 0 ? 0 : (r_begin > r_end ? r_end : r_begin);
+  const int64_t n = r_end - r_begin;
+  const In* x = static_cast<const In*>(a.x) + r_begin * a.cols;
+  uint32_t m0 = 0, m1 = 0;
+#pragma unroll 4
+  for (int64_t r = warp; r < n; r += kColWarps) {
+    const In* row = x + r * a.cols;
+    if (ok0) m0 = max(m0, scale_rules::abs_bits(to_float(row[c0])));
+    if (ok1) m1 = max(m1, scale_rules::abs_bits(to_float(row[c1])));
+  }
+  part[warp][2 * lane] = m0;
+  part[warp][2 * lane + 1] = m1;
+  __syncthreads();
+  if (threadIdx.x < kColCols) {
+    const int c = static_cast<int>(threadIdx.x);
+    uint32_t m = part[0][c];
+    for (int i = 1; i < kColWarps; ++i) m = part[i][c] > m ? part[i][c] : m;
+    float sink = 0.0f;
+    mult[c] = k0 + c < a.cols ? moe::block_multiplier(a.quant, m, a.scale_inv, g * a.cols + k0 + c)
+                              : moe::block_multiplier(a.quant, 0, &sink, 0);
+  }
+  __syncthreads();
+  const float f0 = mult[2 * lane], f1 = mult[2 * lane + 1];
+  // Writer of pass 2: column wc of the CTA, bytes [8·wp, 8·wp + 8) of the 32 staged rows.
+  const int wc = static_cast<int>(threadIdx.x) / 4, wp = static_cast<int>(threadIdx.x) % 4;
+  uint8_t* base = a.data + g * a.g_stride + r_begin * a.keep_rows;
+  const bool vec = n % 8 == 0 && a.k_stride % 8 == 0 &&
+                   reinterpret_cast<uintptr_t>(base) % 8 == 0;
+  for (int64_t r0 = 0; r0 < n; r0 += kColRows) {
+#pragma unroll
+    for (int i = warp; i < kColRows; i += kColWarps) {
+      const int64_t r = r0 + i;
+      const bool live = r < n;
+      const In* row = x + r * a.cols;
+      tile[2 * lane][i] = ok0 && live ? moe::encode_element(a.quant, __fmul_rn(to_float(row[c0]), f0))
+                                      : uint8_t{0};
+      tile[2 * lane + 1][i] =
+          ok1 && live ? moe::encode_element(a.quant, __fmul_rn(to_float(row[c1]), f1)) : uint8_t{0};
+    }
+    __syncthreads();
+    if (k0 + wc < a.cols) {
+      uint8_t* dst = base + (k0 + wc) * a.k_stride + r0 + 8 * wp;
+      const uint8_t* src = &tile[wc][8 * wp];
+      if (vec && r0 + 8 * wp + 8 <= n) {
+        const auto* s4 = reinterpret_cast<const uint32_t*>(src);
+        *reinterpret_cast<uint2*>(dst) = make_uint2(s4[0], s4[1]);
+      } else {
+        for (int j = 0; j < 8 && r0 + 8 * wp + j < n; ++j) dst[j] = src[j];
+      }
+    }
+    __syncthreads();
+  }
+}
+
+constexpr int kRowWarps = 8;  // per CTA: one row per warp at a time
+constexpr int kVec = 8;       // elements per lane per step when rows allow 16-byte loads
+
+// The members' abs-bits maxima: each warp reduces a row and folds it into its member's slot
+// (atomicMax of the bits; NaN wins). Rows in no member are skipped.
+template <class In, bool kVecLoads>
+__global__ void __launch_bounds__(kRowWarps * 32) member_amax_kernel(MemberTensorArgs a,
+                                                                      uint32_t* amax_bits) {
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  const auto* x = static_cast<const In*>(a.x);
+  for (int64_t r = int64_t{blockIdx.x} * kRowWarps + warp; r < a.rows;
+       r += int64_t{gridDim.x} * kRowWarps) {
+    const int64_t g = a.members.member_of(r);
+    if (g < 0) continue;  // warp-uniform
+    const In* row = x + r * a.cols;
+    uint32_t m = 0;
+    if constexpr (kVecLoads) {
+      for (int64_t c = int64_t{lane} * kVec; c < a.cols; c += 32 * kVec) {
+        const uint4 v = *reinterpret_cast<const uint4*>(row + c);
+        const In* e = reinterpret_cast<const In*>(&v);
+#pragma unroll
+        for (int i = 0; i < kVec; ++i) m = max(m, scale_rules::abs_bits(to_float(e[i])));
+      }
+    } else {
+      for (int64_t c = lane; c < a.cols; c += 32) m = max(m, scale_rules::abs_bits(to_float(row[c])));
+    }
+#pragma unroll
+    for (int s = 16; s > 0; s /= 2) m = max(m, __shfl_xor_sync(0xffffffffu, m, s));
+    if (lane == 0 && m != 0) atomicMax(amax_bits + g, m);
+  }
+}
+
+// Codes of every row with its member's multiplier (rows in no member: 0); block 0 also writes
+// the members' scale_inv and amax values.
+template <class In, bool kVecLoads>
+__global__ void __launch_bounds__(kRowWarps * 32) member_encode_kernel(MemberTensorArgs a,
+                                                                       const uint32_t* amax_bits,
+                                                                       uint8_t* codes) {
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  if (blockIdx.x == 0) {
+    for (int64_t g = threadIdx.x; g < a.members.groups; g += blockDim.x) {
+      moe::block_multiplier(a.quant, amax_bits[g], a.scale_inv, g);
+      if (a.scale_inv2) a.scale_inv2[g] = a.scale_inv[g];
+      const float am = scale_rules::amax_from_abs_bits(amax_bits[g]);
+      if (a.amax) a.amax[g] = am;
+      if (a.amax2) a.amax2[g] = am;
+    }
+  }
+  const auto* x = static_cast<const In*>(a.x);
+  for (int64_t r = int64_t{blockIdx.x} * kRowWarps + warp; r < a.rows;
+       r += int64_t{gridDim.x} * kRowWarps) {
+    const int64_t g = a.members.member_of(r);
+    float sink = 0.0f;
+    const float f = g < 0 ? 0.0f : moe::block_multiplier(a.quant, amax_bits[g], &sink, 0);
+    const In* row = x + r * a.cols;
+    uint8_t* out = codes + r * a.cols;
+    if constexpr (kVecLoads) {
+      for (int64_t c = int64_t{lane} * kVec; c < a.cols; c += 32 * kVec) {
+        const uint4 v = *reinterpret_cast<const uint4*>(row + c);
+        const In* e = reinterpret_cast<const In*>(&v);
+        alignas(8) uint8_t b[kVec];
+#pragma unroll
+        for (int i = 0; i < kVec; ++i)
+          b[i] = g < 0 ? uint8_t{0} : moe::encode_element(a.quant, __fmul_rn(to_float(e[i]), f));
+        *reinterpret_cast<uint2*>(out + c) = *reinterpret_cast<const uint2*>(b);
+      }
+    } else {
+      for (int64_t c = lane; c < a.cols; c += 32)
+        out[c] = g < 0 ? uint8_t{0} : moe::encode_element(a.quant, __fmul_rn(to_float(row[c]), f));
+    }
+  }
+}
+
+unsigned row_grid(int64_t rows) {
+  const int64_t ctas = (rows + kRowWarps - 1) / kRowWarps;
+  return static_cast<unsigned>(ctas < 65536 ? (ctas > 0 ? ctas : 1) : 65536);
+}
+
+// 16-byte loads and 8-byte stores: every row a whole number of 8-element chunks, bases aligned.
+bool vec_rows(const MemberTensorArgs& a, const void* codes) {
+  const auto aligned = [](const void* p, uintptr_t n) { return reinterpret_cast<uintptr_t>(p) % n == 0; };
+  return a.cols % kVec == 0 && dtype_bytes(a.x_dtype, 1) == 2 && aligned(a.x, 16) &&
+         (codes == nullptr || aligned(codes, 8));
+}
+
+}  // namespace
+
+void quantize_member_columns(const MemberColumnsArgs& a, Stream stream) {
+  TESSERA_CHECK_STATUS(a.members.groups <= 65535, Status::kOutOfRange,
+                       "quantize_member_columns: ", a.members.groups,
+                       " members past the grid limit 65535");
+  const dim3 grid(static_cast<unsigned>((a.cols + kColCols - 1) / kColCols),
+                  static_cast<unsigned>(a.members.groups));
+  dispatch_float_input(a.x_dtype, "x", [&](auto tag) {
+    member_columns_kernel<typename decltype(tag)::type>
+        <<<grid, kColThreads, 0, stream.as<cudaStream_t>()>>>(a);
+    TESSERA_CUDA_CHECK(cudaGetLastError());
+  });
+}
+
+void member_tensor_amax(const MemberTensorArgs& a, uint32_t* amax_bits, Stream stream) {
+  const auto s = stream.as<cudaStream_t>();
+  TESSERA_CUDA_CHECK(cudaMemsetAsync(amax_bits, 0, 4 * a.members.groups, s));
+  if (a.rows * a.cols == 0) return;
+  dispatch_float_input(a.x_dtype, "x", [&](auto tag) {
+    using In = typename decltype(tag)::type;
+    auto* k = vec_rows(a, nullptr) ? member_amax_kernel<In, true> : member_amax_kernel<In, false>;
+    k<<<row_grid(a.rows), kRowWarps * 32, 0, s>>>(a, amax_bits);
+    TESSERA_CUDA_CHECK(cudaGetLastError());
+  });
+}
+
+void member_tensor_encode(const MemberTensorArgs& a, const uint32_t* amax_bits, uint8_t* codes,
+                          Stream stream) {
+  dispatch_float_input(a.x_dtype, "x", [&](auto tag) {
+    using In = typename decltype(tag)::type;
+    auto* k = vec_rows(a, codes) ? member_encode_kernel<In, true> : member_encode_kernel<In, false>;
+    k<<<row_grid(a.rows), kRowWarps * 32, 0, stream.as<cudaStream_t>()>>>(a, amax_bits, codes);
+    TESSERA_CUDA_CHECK(cudaGetLastError());
+  });
+}
+
+}  // namespace tessera::nn::detail::cuda
