@@ -17,9 +17,10 @@ from torch_oracles import ends, sqnr  # noqa: E402
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() and tessera.cuda_compiled() else [])
 SIZES = [24, 0, 40, 8, 0, 56]          # not multiples of 16, empty experts
 RECIPES = ["bf16", "fp8_rowwise", "fp8_current", "fp8_delayed", "fp8_block", "mxfp8", "nvfp4"]
-# Recipes whose every scaling unit stays inside one expert (the padded wgrad layout keeps block
-# scales apart): one expert's NaN stays in that expert. The others share a per-tensor amax or
-# per-column scales across experts (docs/nn.md, Limits).
+# Recipes whose every scaling unit stays inside one expert (docs/numerics.md, "Scaling units per
+# group member": per-expert amax and column scales, block scales kept apart by the padded
+# layout): one expert's NaN stays in that expert. fp8_delayed shares its history's scale and
+# NVFP4 its global amax across experts (docs/nn.md, Limits).
 ISOLATED = {"bf16", "fp8_rowwise", "fp8_current", "fp8_block", "mxfp8"}
 K, N = 128, 128  # fp8_block's dgrad on CUDA needs out_features % 128 == 0
 
