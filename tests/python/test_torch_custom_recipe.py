@@ -78,7 +78,7 @@ def per_expert(t, sizes, mode, element, transposed):
         part = t[start:start + size]
         start += size
         if size == 0:
-            parts.append(part.double())
+            parts.append(part.detach().double().cpu())
         elif transposed:
             parts.append(oracle_dequantized(part.t(), mode, element).t())
         else:
