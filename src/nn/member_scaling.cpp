@@ -111,9 +111,14 @@ void member_tensor_cpu(const MemberTensorArgs& a) {
 
 }  // namespace
 
-void quantize_member_columns(const MemberColumnsArgs& a, Device device, Stream stream) {
+void quantize_member_columns(const MemberColumnsArgs& a, Allocator& alloc, Device device,
+                             Stream stream) {
   if (a.members.groups * a.cols == 0) return;
-  if (device.is_cuda()) return cuda::quantize_member_columns(a, stream);
+  if (device.is_cuda()) {
+    const int64_t bytes = cuda::member_columns_scratch_bytes(a);
+    Scratch tmp = scratch(alloc, bytes, device, stream);
+    return cuda::quantize_member_columns(a, tmp.carver.take(bytes), stream);
+  }
   check_members(a.members, a.rows);
   member_columns_cpu(a);
 }
@@ -166,7 +171,7 @@ void quantize_role_members(const RoleFormat& format, bool rowwise, bool columnwi
     MemberColumnsArgs a{x.data, x.dtype, rows, cols, members, line_rule(c, rows),
                         out.columnwise_data.as<uint8_t>(), 0, rows, 1,
                         out.columnwise_scale_inv.as<float>()};
-    quantize_member_columns(a, dev, stream);
+    quantize_member_columns(a, alloc, dev, stream);
     return;
   }
   MemberTensorArgs a;  // per-tensor current scaling: both usages share the members' scales

@@ -4,6 +4,8 @@
 // as the CPU loops (the shared moe:: block_multiplier / encode_element; products by __fmul_rn).
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include "nn/member_scaling.h"
 #include "tessera/core/cuda_check.h"
 #include "tessera/core/dispatch.h"
@@ -84,6 +86,116 @@ __global__ void __launch_bounds__(kColThreads) member_columns_kernel(MemberColum
       }
     }
     __syncthreads();
+  }
+}
+
+// Activations (members = the padded layout's groups, the copy (cols, rows) with every member at
+// its own rows): the rows are cut into chunks of kChunkRows that need not respect members, so a
+// large member is spread over many CTAs. Pass 1 (chunk_amax_kernel): each warp takes kWarpRows
+// consecutive rows of the chunk, lane l columns 2l, 2l + 1 of the CTA's 64, and folds its
+// maxima into the (member, column) slots by atomicMax whenever the member changes and at the end.
+// Pass 2 (chunk_scales_kernel): each slot's scale_inv and multiplier (in place of its bits).
+// Pass 3 (chunk_encode_kernel): the codes of a chunk staged in shared memory, then each column's
+// kChunkRows bytes written 16 at a time.
+constexpr int kChunkRows = 128;
+constexpr int kWarpRows = kChunkRows / kColWarps;  // 16
+constexpr int kChunkStride = kChunkRows + 16;      // staged bytes per column (16-byte aligned)
+
+// The member of row r, searched only when r leaves the cached member [g, end).
+struct MemberCursor {
+  int64_t g = -1, begin = 0, end = 0;
+  __device__ int64_t at(const Members& m, int64_t r) {
+    if (r < begin || r >= end) {
+      g = m.member_of(r);
+      begin = g < 0 ? r : m.begin(g);
+      end = g < 0 ? r + 1 : m.end(g);
+    }
+    return g;
+  }
+};
+
+template <class In>
+__global__ void __launch_bounds__(kColThreads) chunk_amax_kernel(MemberColumnsArgs a,
+                                                                 uint32_t* slots) {
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  const int64_t c0 = int64_t{blockIdx.x} * kColCols + 2 * lane, c1 = c0 + 1;
+  const bool ok0 = c0 < a.cols, ok1 = c1 < a.cols;
+  const int64_t r_begin = int64_t{blockIdx.y} * kChunkRows + warp * kWarpRows;
+  const int64_t r_end = r_begin + kWarpRows < a.rows ? r_begin + kWarpRows : a.rows;
+  const In* x = static_cast<const In*>(a.x);
+  MemberCursor cur;
+  int64_t g = -1;
+  uint32_t m0 = 0, m1 = 0;
+  const auto flush = [&]() {
+    if (g >= 0) {
+      if (ok0 && m0 != 0) atomicMax(slots + g * a.cols + c0, m0);
+      if (ok1 && m1 != 0) atomicMax(slots + g * a.cols + c1, m1);
+    }
+    m0 = m1 = 0;
+  };
+  for (int64_t r = r_begin; r < r_end; ++r) {
+    const int64_t rg = cur.at(a.members, r);
+    if (rg != g) {
+      flush();
+      g = rg;
+    }
+    if (g < 0) continue;
+    const In* row = x + r * a.cols;
+    if (ok0) m0 = max(m0, scale_rules::abs_bits(to_float(row[c0])));
+    if (ok1) m1 = max(m1, scale_rules::abs_bits(to_float(row[c1])));
+  }
+  flush();
+}
+
+__global__ void chunk_scales_kernel(MemberColumnsArgs a, uint32_t* slots) {
+  const int64_t n = a.members.groups * a.cols;
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const float mult = moe::block_multiplier(a.quant, slots[i], a.scale_inv, i);
+    slots[i] = __float_as_uint(mult);
+  }
+}
+
+template <class In>
+__global__ void __launch_bounds__(kColThreads) chunk_encode_kernel(MemberColumnsArgs a,
+                                                                   const uint32_t* mult) {
+  __shared__ alignas(16) uint8_t tile[kColCols][kChunkStride];
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  const int64_t k0 = int64_t{blockIdx.x} * kColCols;
+  const int64_t c0 = k0 + 2 * lane, c1 = c0 + 1;
+  const bool ok0 = c0 < a.cols, ok1 = c1 < a.cols;
+  const int64_t chunk0 = int64_t{blockIdx.y} * kChunkRows;
+  const In* x = static_cast<const In*>(a.x);
+  MemberCursor cur;
+  int64_t g = -2;
+  float f0 = 0.0f, f1 = 0.0f;
+  for (int i = warp * kWarpRows; i < (warp + 1) * kWarpRows; ++i) {
+    const int64_t r = chunk0 + i;
+    const int64_t rg = r < a.rows ? cur.at(a.members, r) : -1;
+    if (rg != g) {
+      g = rg;
+      f0 = g >= 0 && ok0 ? __uint_as_float(mult[g * a.cols + c0]) : 0.0f;
+      f1 = g >= 0 && ok1 ? __uint_as_float(mult[g * a.cols + c1]) : 0.0f;
+    }
+    const In* row = x + r * a.cols;
+    tile[2 * lane][i] = g >= 0 && ok0 ? moe::encode_element(a.quant, __fmul_rn(to_float(row[c0]), f0))
+                                      : uint8_t{0};
+    tile[2 * lane + 1][i] =
+        g >= 0 && ok1 ? moe::encode_element(a.quant, __fmul_rn(to_float(row[c1]), f1)) : uint8_t{0};
+  }
+  __syncthreads();
+  // Column c's bytes [16·j, 16·j + 16) of the chunk: 64 columns x 8 pieces over 256 threads.
+  const int64_t live = a.rows - chunk0 < kChunkRows ? a.rows - chunk0 : int64_t{kChunkRows};
+  for (int p = static_cast<int>(threadIdx.x); p < kColCols * (kChunkRows / 16); p += kColThreads) {
+    const int c = p / (kChunkRows / 16), j = p % (kChunkRows / 16);
+    if (k0 + c >= a.cols || 16 * j >= live) continue;
+    uint8_t* dst = a.data + (k0 + c) * a.k_stride + chunk0 + 16 * j;
+    const uint8_t* src = &tile[c][16 * j];
+    if (16 * j + 16 <= live) {
+      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+    } else {
+      for (int e = 0; 16 * j + e < live; ++e) dst[e] = src[e];
+    }
   }
 }
 
@@ -174,15 +286,45 @@ bool vec_rows(const MemberTensorArgs& a, const void* codes) {
 
 }  // namespace
 
-void quantize_member_columns(const MemberColumnsArgs& a, Stream stream) {
+bool chunked_columns(const MemberColumnsArgs& a) {
+  return a.g_stride == 0 && a.keep_rows == 1 && a.k_stride % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(a.data) % 16 == 0;
+}
+
+int64_t member_columns_scratch_bytes(const MemberColumnsArgs& a) {
+  return chunked_columns(a) ? 4 * a.members.groups * a.cols : 0;
+}
+
+void quantize_member_columns(const MemberColumnsArgs& a, void* scratch, Stream stream) {
+  const auto s = stream.as<cudaStream_t>();
+  if (chunked_columns(a)) {
+    TESSERA_CHECK(scratch != nullptr, "quantize_member_columns: the chunked path needs ",
+                  member_columns_scratch_bytes(a), " bytes of scratch");
+    const int64_t chunks = (a.rows + kChunkRows - 1) / kChunkRows;
+    TESSERA_CHECK_STATUS(chunks <= 65535, Status::kOutOfRange, "quantize_member_columns: ",
+                         a.rows, " rows past the grid limit of ", 65535 * kChunkRows);
+    auto* slots = static_cast<uint32_t*>(scratch);
+    TESSERA_CUDA_CHECK(cudaMemsetAsync(slots, 0, 4 * a.members.groups * a.cols, s));
+    const dim3 grid(static_cast<unsigned>((a.cols + kColCols - 1) / kColCols),
+                    static_cast<unsigned>(chunks > 0 ? chunks : 1));
+    const int64_t n = a.members.groups * a.cols;
+    const unsigned sgrid = static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 4096));
+    dispatch_float_input(a.x_dtype, "x", [&](auto tag) {
+      using In = typename decltype(tag)::type;
+      if (a.rows > 0) chunk_amax_kernel<In><<<grid, kColThreads, 0, s>>>(a, slots);
+      chunk_scales_kernel<<<sgrid, 256, 0, s>>>(a, slots);
+      if (a.rows > 0) chunk_encode_kernel<In><<<grid, kColThreads, 0, s>>>(a, slots);
+      TESSERA_CUDA_CHECK(cudaGetLastError());
+    });
+    return;
+  }
   TESSERA_CHECK_STATUS(a.members.groups <= 65535, Status::kOutOfRange,
                        "quantize_member_columns: ", a.members.groups,
                        " members past the grid limit 65535");
   const dim3 grid(static_cast<unsigned>((a.cols + kColCols - 1) / kColCols),
                   static_cast<unsigned>(a.members.groups));
   dispatch_float_input(a.x_dtype, "x", [&](auto tag) {
-    member_columns_kernel<typename decltype(tag)::type>
-        <<<grid, kColThreads, 0, stream.as<cudaStream_t>()>>>(a);
+    member_columns_kernel<typename decltype(tag)::type><<<grid, kColThreads, 0, s>>>(a);
     TESSERA_CUDA_CHECK(cudaGetLastError());
   });
 }

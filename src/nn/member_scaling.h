@@ -66,7 +66,7 @@ int64_t member_scale_count(const QuantizerConfig& c, int64_t groups, int64_t row
 // scale_inv[g·cols + k]:
 // * a weight's Wᵀ per member (G·in, out): g_stride = in·out, k_stride = out, keep_rows = 0;
 // * an activation's columnwise copy (cols, rows): g_stride = 0, k_stride = rows, keep_rows = 1.
-// CPU or CUDA (x's device).
+// CPU or CUDA (x's device; scratch from `alloc` for the activation form).
 struct MemberColumnsArgs {
   const void* x;
   DType x_dtype;
@@ -77,7 +77,8 @@ struct MemberColumnsArgs {
   int64_t g_stride, k_stride, keep_rows;
   float* scale_inv;
 };
-void quantize_member_columns(const MemberColumnsArgs& a, Device device, Stream stream);
+void quantize_member_columns(const MemberColumnsArgs& a, Allocator& alloc, Device device,
+                             Stream stream);
 
 // Per-tensor current scaling per member: x (rows, cols) float → member g's amax over its rows,
 // its scale (scale_rules::current_scale under `quant`), codes of its rows in `row_codes`
@@ -112,7 +113,8 @@ void quantize_role_members(const RoleFormat& format, bool rowwise, bool columnwi
                            Stream stream, const char* role);
 
 namespace cuda {
-void quantize_member_columns(const MemberColumnsArgs& a, Stream stream);
+int64_t member_columns_scratch_bytes(const MemberColumnsArgs& a);
+void quantize_member_columns(const MemberColumnsArgs& a, void* scratch, Stream stream);
 void member_tensor_amax(const MemberTensorArgs& a, uint32_t* amax_bits, Stream stream);
 void member_tensor_encode(const MemberTensorArgs& a, const uint32_t* amax_bits, uint8_t* codes,
                           Stream stream);

@@ -4,7 +4,8 @@
 
 namespace tessera::nn::detail::cuda {
 
-void quantize_member_columns(const MemberColumnsArgs&, Stream) {
+int64_t member_columns_scratch_bytes(const MemberColumnsArgs&) { return 0; }
+void quantize_member_columns(const MemberColumnsArgs&, void*, Stream) {
   TESSERA_FAIL(Status::kNoDevice, "quantize_member_columns: tessera was built without CUDA");
 }
 void member_tensor_amax(const MemberTensorArgs&, uint32_t*, Stream) {

@@ -71,7 +71,7 @@ void quantize_weight_layout(const LinearSpec& s, const TensorView& w, const Line
     MemberColumnsArgs a{w.data, w.dtype, rows, s.in, experts,
                         moe::row_quant_of(wt_config(s), s.out), c.wt.data.as<uint8_t>(),
                         s.in * s.out, s.out, 0, c.wt.scale_inv.as<float>()};
-    quantize_member_columns(a, dev, stream);
+    quantize_member_columns(a, alloc, dev, stream);
     return;
   }
   if (!c.columnwise_is_wt()) {
