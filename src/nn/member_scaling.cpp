@@ -154,24 +154,37 @@ void quantize_role_members(const RoleFormat& format, bool rowwise, bool columnwi
   const bool m_col = columnwise && member_scaled(c, true);
   const Device dev = x.device;
   const int64_t rows = x.shape[0], cols = x.shape[1];
-  if ((rowwise && !m_row) || (columnwise && !m_col)) {  // the standalone usages
+  // The rowwise family's columnwise copy, per (member, column); on CUDA its passes also write
+  // the rowwise copy where the kernels can (lines_fused).
+  const bool lines_family = m_col && is_family(c.mode, ScaleFamily::kRowwise);
+  MemberColumnsArgs lines{x.data, x.dtype, rows, cols, members,
+                          lines_family ? line_rule(c, rows) : moe::RowQuant{},
+                          out.columnwise_data.as<uint8_t>(), 0, rows, 1,
+                          out.columnwise_scale_inv.as<float>()};
+  bool fused_rows = false;
+  if (lines_family && rowwise && dev.is_cuda()) {
+    lines.row_data = out.data.as<uint8_t>();
+    lines.row_scale_inv = out.scale_inv.as<float>();
+    lines.row_quant = line_rule(c, cols);
+    fused_rows = cuda::lines_fused(lines);
+    if (!fused_rows) lines.row_data = nullptr, lines.row_scale_inv = nullptr;
+  }
+  const bool own_rows = rowwise && !m_row && !fused_rows;
+  if (own_rows || (columnwise && !m_col)) {  // the standalone usages
     QuantizedTensorView part = out;
-    if (!rowwise || m_row) part.data = part.scale_inv = part.amax = TensorView{};
+    if (!own_rows) part.data = part.scale_inv = part.amax = TensorView{};
     if (!columnwise || m_col) {
       part.columnwise_data = part.columnwise_scale_inv = part.columnwise_amax = TensorView{};
     }
-    part.config.rowwise = rowwise && !m_row;
+    part.config.rowwise = own_rows;
     part.config.columnwise = columnwise && !m_col;
     Quantizer q = role_quantizer(format, part.config.rowwise, part.config.columnwise, state, dev,
                                  role);
     quantize_role(q, x, part, stream);
   }
   if (!m_row && !m_col) return;
-  if (is_family(c.mode, ScaleFamily::kRowwise)) {  // the columnwise copy, per (member, column)
-    MemberColumnsArgs a{x.data, x.dtype, rows, cols, members, line_rule(c, rows),
-                        out.columnwise_data.as<uint8_t>(), 0, rows, 1,
-                        out.columnwise_scale_inv.as<float>()};
-    quantize_member_columns(a, alloc, dev, stream);
+  if (is_family(c.mode, ScaleFamily::kRowwise)) {
+    quantize_member_columns(lines, alloc, dev, stream);
     return;
   }
   MemberTensorArgs a;  // per-tensor current scaling: both usages share the members' scales

@@ -199,6 +199,135 @@ __global__ void __launch_bounds__(kColThreads) chunk_encode_kernel(MemberColumns
   }
 }
 
+// The wide form of the activation passes (16-bit x, cols % 8 == 0, aligned): lane l takes
+// columns [8l, 8l + 8) of the CTA's 256 with one 16-byte load per row, so a warp reads 512
+// contiguous bytes of a row; the row maxima (for the rowwise copy, when asked for) are warp
+// reductions folded into row_amax[r] by atomicMax (one per row and column tile). Pass 3 writes
+// the row's codes 8 bytes per lane and stages the columns' codes as 4-row words per column.
+constexpr int kWideCols = 256;
+constexpr int kWideWords = kChunkRows / 4 + 1;  // 4-byte words per staged column (+1: banks)
+
+template <class In>
+__device__ __forceinline__ void load8(const In* p, float (&v)[8]) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+  const In* e = reinterpret_cast<const In*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) v[i] = to_float(e[i]);
+}
+
+template <class In>
+__global__ void __launch_bounds__(kColThreads) wide_amax_kernel(MemberColumnsArgs a,
+                                                                uint32_t* slots,
+                                                                uint32_t* row_amax) {
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  const int64_t c0 = int64_t{blockIdx.x} * kWideCols + 8 * lane;
+  const bool ok = c0 < a.cols;  // cols % 8 == 0: the lane's 8 columns are all in or all out
+  const int64_t r_begin = int64_t{blockIdx.y} * kChunkRows + warp * kWarpRows;
+  const int64_t r_end = r_begin + kWarpRows < a.rows ? r_begin + kWarpRows : a.rows;
+  const In* x = static_cast<const In*>(a.x);
+  MemberCursor cur;
+  int64_t g = -1;
+  uint32_t m[8] = {};
+  const auto flush = [&]() {
+    if (g >= 0 && ok) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i)
+        if (m[i] != 0) atomicMax(slots + g * a.cols + c0 + i, m[i]);
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) m[i] = 0;
+  };
+  for (int64_t r = r_begin; r < r_end; ++r) {
+    const int64_t rg = cur.at(a.members, r);
+    if (rg != g) {
+      flush();
+      g = rg;
+    }
+    if (g < 0 && row_amax == nullptr) continue;  // warp-uniform (rows in no member: row only)
+    float v[8] = {};
+    if (ok) load8(x + r * a.cols + c0, v);
+    uint32_t rm = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const uint32_t b = scale_rules::abs_bits(v[i]);
+      m[i] = max(m[i], b);
+      rm = max(rm, b);
+    }
+    if (row_amax != nullptr) {
+#pragma unroll
+      for (int sh = 16; sh > 0; sh /= 2) rm = max(rm, __shfl_xor_sync(0xffffffffu, rm, sh));
+      if (lane == 0 && rm != 0) atomicMax(row_amax + r, rm);
+    }
+  }
+  flush();
+}
+
+template <class In>
+__global__ void __launch_bounds__(kColThreads) wide_encode_kernel(MemberColumnsArgs a,
+                                                                  const uint32_t* mult,
+                                                                  const uint32_t* row_amax) {
+  __shared__ uint32_t tile[kWideCols][kWideWords];
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  const int64_t k0 = int64_t{blockIdx.x} * kWideCols;
+  const int64_t c0 = k0 + 8 * lane;
+  const bool ok = c0 < a.cols;
+  const int64_t chunk0 = int64_t{blockIdx.y} * kChunkRows;
+  const In* x = static_cast<const In*>(a.x);
+  MemberCursor cur;
+  int64_t g = -2;
+  float f[8] = {};
+  for (int w = 0; w < kWarpRows / 4; ++w) {  // 4 rows per staged word
+    uint32_t word[8] = {};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int i = warp * kWarpRows + 4 * w + j;
+      const int64_t r = chunk0 + i;
+      const int64_t rg = r < a.rows ? cur.at(a.members, r) : -1;
+      if (rg != g) {
+        g = rg;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) f[e] = g >= 0 && ok ? __uint_as_float(mult[g * a.cols + c0 + e]) : 0.0f;
+      }
+      if (r >= a.rows) continue;  // warp-uniform
+      float v[8] = {};
+      if (ok) load8(x + r * a.cols + c0, v);
+      if (g >= 0) {  // rows in no member (the layout's tail): column codes 0
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          word[e] |= uint32_t{moe::encode_element(a.quant, __fmul_rn(v[e], f[e]))} << (8 * j);
+      }
+      if (a.row_data != nullptr) {  // every row, as the standalone rowwise quantizer
+        float sink = 0.0f;
+        const bool writer = blockIdx.x == 0 && lane == 0;
+        const float rf = moe::block_multiplier(a.row_quant, row_amax[r],
+                                               writer ? a.row_scale_inv : &sink, writer ? r : 0);
+        if (ok) {
+          alignas(8) uint8_t b[8];
+#pragma unroll
+          for (int e = 0; e < 8; ++e) b[e] = moe::encode_element(a.row_quant, __fmul_rn(v[e], rf));
+          *reinterpret_cast<uint2*>(a.row_data + r * a.cols + c0) = *reinterpret_cast<const uint2*>(b);
+        }
+      }
+    }
+#pragma unroll
+    for (int e = 0; e < 8; ++e) tile[8 * lane + e][warp * (kWarpRows / 4) + w] = word[e];
+  }
+  __syncthreads();
+  // Column c's bytes [16·q, 16·q + 16) of the chunk: 256 columns x 8 pieces over 256 threads.
+  const int64_t live = a.rows - chunk0 < kChunkRows ? a.rows - chunk0 : int64_t{kChunkRows};
+  for (int p = static_cast<int>(threadIdx.x); p < kWideCols * (kChunkRows / 16); p += kColThreads) {
+    const int c = p % kWideCols, q = p / kWideCols;
+    if (k0 + c >= a.cols || 16 * q >= live) continue;
+    uint8_t* dst = a.data + (k0 + c) * a.k_stride + chunk0 + 16 * q;
+    const uint32_t* src = &tile[c][4 * q];
+    if (16 * q + 16 <= live) {
+      *reinterpret_cast<uint4*>(dst) = make_uint4(src[0], src[1], src[2], src[3]);
+    } else {
+      for (int e = 0; 16 * q + e < live; ++e) dst[e] = static_cast<uint8_t>(src[e / 4] >> (8 * (e % 4)));
+    }
+  }
+}
+
 constexpr int kRowWarps = 8;  // per CTA: one row per warp at a time
 constexpr int kVec = 8;       // elements per lane per step when rows allow 16-byte loads
 
@@ -284,15 +413,32 @@ bool vec_rows(const MemberTensorArgs& a, const void* codes) {
          (codes == nullptr || aligned(codes, 8));
 }
 
-}  // namespace
-
 bool chunked_columns(const MemberColumnsArgs& a) {
   return a.g_stride == 0 && a.keep_rows == 1 && a.k_stride % 16 == 0 &&
          reinterpret_cast<uintptr_t>(a.data) % 16 == 0;
 }
 
+bool wide_columns(const MemberColumnsArgs& a) {
+  const auto aligned = [](const void* p, uintptr_t n) {
+    return reinterpret_cast<uintptr_t>(p) % n == 0;
+  };
+  return chunked_columns(a) && dtype_bytes(a.x_dtype, 1) == 2 && a.cols % 8 == 0 &&
+         aligned(a.x, 16) && (a.row_data == nullptr || aligned(a.row_data, 8));
+}
+
+// Scratch: the (member, column) slots, then the rows' amax bits when the row copy is fused.
+int64_t slot_bytes(const MemberColumnsArgs& a) {
+  return (4 * a.members.groups * a.cols + 255) / 256 * 256;
+}
+
+}  // namespace
+
+
+bool lines_fused(const MemberColumnsArgs& a) { return wide_columns(a); }
+
 int64_t member_columns_scratch_bytes(const MemberColumnsArgs& a) {
-  return chunked_columns(a) ? 4 * a.members.groups * a.cols : 0;
+  if (!chunked_columns(a)) return 0;
+  return slot_bytes(a) + (a.row_data != nullptr ? 4 * a.rows : 0);
 }
 
 void quantize_member_columns(const MemberColumnsArgs& a, void* scratch, Stream stream) {
@@ -309,6 +455,24 @@ void quantize_member_columns(const MemberColumnsArgs& a, void* scratch, Stream s
                     static_cast<unsigned>(chunks > 0 ? chunks : 1));
     const int64_t n = a.members.groups * a.cols;
     const unsigned sgrid = static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 4096));
+    if (wide_columns(a)) {
+      uint32_t* row_amax = a.row_data != nullptr
+          ? reinterpret_cast<uint32_t*>(static_cast<char*>(scratch) + slot_bytes(a)) : nullptr;
+      if (row_amax != nullptr) TESSERA_CUDA_CHECK(cudaMemsetAsync(row_amax, 0, 4 * a.rows, s));
+      const dim3 wgrid(static_cast<unsigned>((a.cols + kWideCols - 1) / kWideCols), grid.y);
+      dispatch_float_input(a.x_dtype, "x", [&](auto tag) {
+        using In = typename decltype(tag)::type;
+        if constexpr (sizeof(In) == 2) {  // wide_columns: 16-bit input only
+          if (a.rows > 0) wide_amax_kernel<In><<<wgrid, kColThreads, 0, s>>>(a, slots, row_amax);
+          chunk_scales_kernel<<<sgrid, 256, 0, s>>>(a, slots);
+          if (a.rows > 0) wide_encode_kernel<In><<<wgrid, kColThreads, 0, s>>>(a, slots, row_amax);
+          TESSERA_CUDA_CHECK(cudaGetLastError());
+        }
+      });
+      return;
+    }
+    TESSERA_CHECK(a.row_data == nullptr, "quantize_member_columns: the row copy is fused only "
+                  "in the wide form (lines_fused)");
     dispatch_float_input(a.x_dtype, "x", [&](auto tag) {
       using In = typename decltype(tag)::type;
       if (a.rows > 0) chunk_amax_kernel<In><<<grid, kColThreads, 0, s>>>(a, slots);

@@ -67,6 +67,9 @@ int64_t member_scale_count(const QuantizerConfig& c, int64_t groups, int64_t row
 // * a weight's Wᵀ per member (G·in, out): g_stride = in·out, k_stride = out, keep_rows = 0;
 // * an activation's columnwise copy (cols, rows): g_stride = 0, k_stride = rows, keep_rows = 1.
 // CPU or CUDA (x's device; scratch from `alloc` for the activation form).
+// With `row_data` set (the activation form on CUDA, where lines_fused says so), the same two
+// passes also write x's rowwise copy: row r's codes under one scale over the row (`row_quant`),
+// its scale_inv at row_scale_inv[r] — bit for bit the standalone rowwise quantizer.
 struct MemberColumnsArgs {
   const void* x;
   DType x_dtype;
@@ -76,6 +79,9 @@ struct MemberColumnsArgs {
   uint8_t* data;
   int64_t g_stride, k_stride, keep_rows;
   float* scale_inv;
+  uint8_t* row_data = nullptr;
+  float* row_scale_inv = nullptr;
+  moe::RowQuant row_quant{};
 };
 void quantize_member_columns(const MemberColumnsArgs& a, Allocator& alloc, Device device,
                              Stream stream);
@@ -114,6 +120,7 @@ void quantize_role_members(const RoleFormat& format, bool rowwise, bool columnwi
 
 namespace cuda {
 int64_t member_columns_scratch_bytes(const MemberColumnsArgs& a);
+bool lines_fused(const MemberColumnsArgs& a);  // the CUDA kernels can write row_data too
 void quantize_member_columns(const MemberColumnsArgs& a, void* scratch, Stream stream);
 void member_tensor_amax(const MemberTensorArgs& a, uint32_t* amax_bits, Stream stream);
 void member_tensor_encode(const MemberTensorArgs& a, const uint32_t* amax_bits, uint8_t* codes,

@@ -5,6 +5,7 @@
 namespace tessera::nn::detail::cuda {
 
 int64_t member_columns_scratch_bytes(const MemberColumnsArgs&) { return 0; }
+bool lines_fused(const MemberColumnsArgs&) { return false; }
 void quantize_member_columns(const MemberColumnsArgs&, void*, Stream) {
   TESSERA_FAIL(Status::kNoDevice, "quantize_member_columns: tessera was built without CUDA");
 }
