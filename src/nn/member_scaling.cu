@@ -207,12 +207,11 @@ __global__ void __launch_bounds__(kColThreads) chunk_encode_kernel(MemberColumns
 constexpr int kWideCols = 256;
 constexpr int kWideWords = kChunkRows / 4 + 1;  // 4-byte words per staged column (+1: banks)
 
+constexpr int kBatch = 8;  // rows whose loads a lane issues before it uses the first
+
 template <class In>
-__device__ __forceinline__ void load8(const In* p, float (&v)[8]) {
-  const uint4 raw = *reinterpret_cast<const uint4*>(p);
-  const In* e = reinterpret_cast<const In*>(&raw);
-#pragma unroll
-  for (int i = 0; i < 8; ++i) v[i] = to_float(e[i]);
+__device__ __forceinline__ float elem(const uint4& raw, int i) {
+  return to_float(reinterpret_cast<const In*>(&raw)[i]);
 }
 
 template <class In>
@@ -223,7 +222,6 @@ __global__ void __launch_bounds__(kColThreads) wide_amax_kernel(MemberColumnsArg
   const int64_t c0 = int64_t{blockIdx.x} * kWideCols + 8 * lane;
   const bool ok = c0 < a.cols;  // cols % 8 == 0: the lane's 8 columns are all in or all out
   const int64_t r_begin = int64_t{blockIdx.y} * kChunkRows + warp * kWarpRows;
-  const int64_t r_end = r_begin + kWarpRows < a.rows ? r_begin + kWarpRows : a.rows;
   const In* x = static_cast<const In*>(a.x);
   MemberCursor cur;
   int64_t g = -1;
@@ -237,26 +235,35 @@ __global__ void __launch_bounds__(kColThreads) wide_amax_kernel(MemberColumnsArg
 #pragma unroll
     for (int i = 0; i < 8; ++i) m[i] = 0;
   };
-  for (int64_t r = r_begin; r < r_end; ++r) {
-    const int64_t rg = cur.at(a.members, r);
-    if (rg != g) {
-      flush();
-      g = rg;
-    }
-    if (g < 0 && row_amax == nullptr) continue;  // warp-uniform (rows in no member: row only)
-    float v[8] = {};
-    if (ok) load8(x + r * a.cols + c0, v);
-    uint32_t rm = 0;
+  for (int b = 0; b < kWarpRows; b += kBatch) {
+    uint4 raw[kBatch];
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const uint32_t b = scale_rules::abs_bits(v[i]);
-      m[i] = max(m[i], b);
-      rm = max(rm, b);
+    for (int j = 0; j < kBatch; ++j) {
+      const int64_t r = r_begin + b + j;
+      raw[j] = ok && r < a.rows ? *reinterpret_cast<const uint4*>(x + r * a.cols + c0)
+                                : make_uint4(0, 0, 0, 0);
     }
-    if (row_amax != nullptr) {
 #pragma unroll
-      for (int sh = 16; sh > 0; sh /= 2) rm = max(rm, __shfl_xor_sync(0xffffffffu, rm, sh));
-      if (lane == 0 && rm != 0) atomicMax(row_amax + r, rm);
+    for (int j = 0; j < kBatch; ++j) {
+      const int64_t r = r_begin + b + j;
+      if (r >= a.rows) break;  // warp-uniform
+      const int64_t rg = cur.at(a.members, r);
+      if (rg != g) {
+        flush();
+        g = rg;
+      }
+      uint32_t rm = 0;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const uint32_t v = scale_rules::abs_bits(elem<In>(raw[j], i));
+        m[i] = max(m[i], v);  // discarded by flush for rows in no member
+        rm = max(rm, v);
+      }
+      if (row_amax != nullptr) {
+#pragma unroll
+        for (int sh = 16; sh > 0; sh /= 2) rm = max(rm, __shfl_xor_sync(0xffffffffu, rm, sh));
+        if (lane == 0 && rm != 0) atomicMax(row_amax + r, rm);
+      }
     }
   }
   flush();
@@ -272,45 +279,62 @@ __global__ void __launch_bounds__(kColThreads) wide_encode_kernel(MemberColumnsA
   const int64_t c0 = k0 + 8 * lane;
   const bool ok = c0 < a.cols;
   const int64_t chunk0 = int64_t{blockIdx.y} * kChunkRows;
+  const int64_t r_begin = chunk0 + warp * kWarpRows;
   const In* x = static_cast<const In*>(a.x);
+  const bool rows_out = a.row_data != nullptr;
+  const bool writer = blockIdx.x == 0 && lane == 0;  // of the rows' scale_inv
   MemberCursor cur;
   int64_t g = -2;
   float f[8] = {};
-  for (int w = 0; w < kWarpRows / 4; ++w) {  // 4 rows per staged word
-    uint32_t word[8] = {};
+  for (int b = 0; b < kWarpRows; b += kBatch) {
+    uint4 raw[kBatch];
+    uint32_t ra[kBatch];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int i = warp * kWarpRows + 4 * w + j;
-      const int64_t r = chunk0 + i;
-      const int64_t rg = r < a.rows ? cur.at(a.members, r) : -1;
-      if (rg != g) {
-        g = rg;
-#pragma unroll
-        for (int e = 0; e < 8; ++e) f[e] = g >= 0 && ok ? __uint_as_float(mult[g * a.cols + c0 + e]) : 0.0f;
-      }
-      if (r >= a.rows) continue;  // warp-uniform
-      float v[8] = {};
-      if (ok) load8(x + r * a.cols + c0, v);
-      if (g >= 0) {  // rows in no member (the layout's tail): column codes 0
-#pragma unroll
-        for (int e = 0; e < 8; ++e)
-          word[e] |= uint32_t{moe::encode_element(a.quant, __fmul_rn(v[e], f[e]))} << (8 * j);
-      }
-      if (a.row_data != nullptr) {  // every row, as the standalone rowwise quantizer
-        float sink = 0.0f;
-        const bool writer = blockIdx.x == 0 && lane == 0;
-        const float rf = moe::block_multiplier(a.row_quant, row_amax[r],
-                                               writer ? a.row_scale_inv : &sink, writer ? r : 0);
-        if (ok) {
-          alignas(8) uint8_t b[8];
-#pragma unroll
-          for (int e = 0; e < 8; ++e) b[e] = moe::encode_element(a.row_quant, __fmul_rn(v[e], rf));
-          *reinterpret_cast<uint2*>(a.row_data + r * a.cols + c0) = *reinterpret_cast<const uint2*>(b);
-        }
-      }
+    for (int j = 0; j < kBatch; ++j) {
+      const int64_t r = r_begin + b + j;
+      const bool live = r < a.rows;
+      raw[j] = ok && live ? *reinterpret_cast<const uint4*>(x + r * a.cols + c0)
+                          : make_uint4(0, 0, 0, 0);
+      ra[j] = rows_out && live ? row_amax[r] : 0u;
     }
 #pragma unroll
-    for (int e = 0; e < 8; ++e) tile[8 * lane + e][warp * (kWarpRows / 4) + w] = word[e];
+    for (int w = 0; w < kBatch / 4; ++w) {  // 4 rows per staged word
+      uint32_t word[8] = {};
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int j = 4 * w + q;
+        const int64_t r = r_begin + b + j;
+        if (r >= a.rows) break;  // warp-uniform
+        const int64_t rg = cur.at(a.members, r);
+        if (rg != g) {
+          g = rg;
+#pragma unroll
+          for (int e = 0; e < 8; ++e)
+            f[e] = g >= 0 && ok ? __uint_as_float(mult[g * a.cols + c0 + e]) : 0.0f;
+        }
+        if (g >= 0) {  // rows in no member (the layout's tail): column codes 0
+#pragma unroll
+          for (int e = 0; e < 8; ++e)
+            word[e] |= uint32_t{moe::encode_element(a.quant, __fmul_rn(elem<In>(raw[j], e), f[e]))}
+                       << (8 * q);
+        }
+        if (rows_out) {  // every row, as the standalone rowwise quantizer
+          float sink = 0.0f;
+          const float rf = moe::block_multiplier(a.row_quant, ra[j],
+                                                 writer ? a.row_scale_inv : &sink, writer ? r : 0);
+          if (ok) {
+            uint2 out;
+            auto* bytes = reinterpret_cast<uint8_t*>(&out);
+#pragma unroll
+            for (int e = 0; e < 8; ++e)
+              bytes[e] = moe::encode_element(a.row_quant, __fmul_rn(elem<In>(raw[j], e), rf));
+            *reinterpret_cast<uint2*>(a.row_data + r * a.cols + c0) = out;
+          }
+        }
+      }
+#pragma unroll
+      for (int e = 0; e < 8; ++e) tile[8 * lane + e][(warp * kWarpRows + b) / 4 + w] = word[e];
+    }
   }
   __syncthreads();
   // Column c's bytes [16·q, 16·q + 16) of the chunk: 256 columns x 8 pieces over 256 threads.
