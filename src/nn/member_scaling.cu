@@ -7,12 +7,20 @@
 #include <algorithm>
 
 #include "nn/member_scaling.h"
+#include "quantize/cuda/device_io.cuh"
 #include "tessera/core/cuda_check.h"
 #include "tessera/core/dispatch.h"
 #include "tessera/formats/half.h"
 
 namespace tessera::nn::detail::cuda {
 namespace {
+
+// One FP8 code of a product: the hardware cvt.rn.satfinite, bit for bit
+// scale_rules::fp8_element (= moe::encode_element, the CPU loops' rule; device_io.cuh).
+__device__ __forceinline__ uint8_t code(const moe::RowQuant& q, float y) {
+  return static_cast<uint8_t>(q.e5m2 ? ::tessera::detail::cuda_quant::encode_fp8<DType::kFloat8E5M2>(y)
+                                     : ::tessera::detail::cuda_quant::encode_fp8<DType::kFloat8E4M3>(y));
+}
 
 constexpr int kColThreads = 256;  // 8 warps
 constexpr int kColWarps = kColThreads / 32;
@@ -69,10 +77,10 @@ __global__ void __launch_bounds__(kColThreads) member_columns_kernel(MemberColum
       const int64_t r = r0 + i;
       const bool live = r < n;
       const In* row = x + r * a.cols;
-      tile[2 * lane][i] = ok0 && live ? moe::encode_element(a.quant, __fmul_rn(to_float(row[c0]), f0))
+      tile[2 * lane][i] = ok0 && live ? code(a.quant, __fmul_rn(to_float(row[c0]), f0))
                                       : uint8_t{0};
       tile[2 * lane + 1][i] =
-          ok1 && live ? moe::encode_element(a.quant, __fmul_rn(to_float(row[c1]), f1)) : uint8_t{0};
+          ok1 && live ? code(a.quant, __fmul_rn(to_float(row[c1]), f1)) : uint8_t{0};
     }
     __syncthreads();
     if (k0 + wc < a.cols) {
@@ -178,10 +186,10 @@ __global__ void __launch_bounds__(kColThreads) chunk_encode_kernel(MemberColumns
       f1 = g >= 0 && ok1 ? __uint_as_float(mult[g * a.cols + c1]) : 0.0f;
     }
     const In* row = x + r * a.cols;
-    tile[2 * lane][i] = g >= 0 && ok0 ? moe::encode_element(a.quant, __fmul_rn(to_float(row[c0]), f0))
+    tile[2 * lane][i] = g >= 0 && ok0 ? code(a.quant, __fmul_rn(to_float(row[c0]), f0))
                                       : uint8_t{0};
     tile[2 * lane + 1][i] =
-        g >= 0 && ok1 ? moe::encode_element(a.quant, __fmul_rn(to_float(row[c1]), f1)) : uint8_t{0};
+        g >= 0 && ok1 ? code(a.quant, __fmul_rn(to_float(row[c1]), f1)) : uint8_t{0};
   }
   __syncthreads();
   // Column c's bytes [16·j, 16·j + 16) of the chunk: 64 columns x 8 pieces over 256 threads.
@@ -207,7 +215,7 @@ __global__ void __launch_bounds__(kColThreads) chunk_encode_kernel(MemberColumns
 constexpr int kWideCols = 256;
 constexpr int kWideWords = kChunkRows / 4 + 1;  // 4-byte words per staged column (+1: banks)
 
-constexpr int kBatch = 8;  // rows whose loads a lane issues before it uses the first
+constexpr int kBatch = 8;  // rows whose loads a lane issues before it uses the first (amax)
 
 template <class In>
 __device__ __forceinline__ float elem(const uint4& raw, int i) {
@@ -286,23 +294,24 @@ __global__ void __launch_bounds__(kColThreads) wide_encode_kernel(MemberColumnsA
   MemberCursor cur;
   int64_t g = -2;
   float f[8] = {};
-  for (int b = 0; b < kWarpRows; b += kBatch) {
-    uint4 raw[kBatch];
-    uint32_t ra[kBatch];
+  constexpr int kWordRows = 4;  // rows per staged word, loaded before the first is used
+  for (int b = 0; b < kWarpRows; b += kWordRows) {
+    uint4 raw[kWordRows];
+    uint32_t ra[kWordRows];
 #pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
+    for (int j = 0; j < kWordRows; ++j) {
       const int64_t r = r_begin + b + j;
       const bool live = r < a.rows;
       raw[j] = ok && live ? *reinterpret_cast<const uint4*>(x + r * a.cols + c0)
                           : make_uint4(0, 0, 0, 0);
       ra[j] = rows_out && live ? row_amax[r] : 0u;
     }
-#pragma unroll
-    for (int w = 0; w < kBatch / 4; ++w) {  // 4 rows per staged word
+    {
+      constexpr int w = 0;
       uint32_t word[8] = {};
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
-        const int j = 4 * w + q;
+        const int j = q;
         const int64_t r = r_begin + b + j;
         if (r >= a.rows) break;  // warp-uniform
         const int64_t rg = cur.at(a.members, r);
@@ -315,7 +324,7 @@ __global__ void __launch_bounds__(kColThreads) wide_encode_kernel(MemberColumnsA
         if (g >= 0) {  // rows in no member (the layout's tail): column codes 0
 #pragma unroll
           for (int e = 0; e < 8; ++e)
-            word[e] |= uint32_t{moe::encode_element(a.quant, __fmul_rn(elem<In>(raw[j], e), f[e]))}
+            word[e] |= uint32_t{code(a.quant, __fmul_rn(elem<In>(raw[j], e), f[e]))}
                        << (8 * q);
         }
         if (rows_out) {  // every row, as the standalone rowwise quantizer
@@ -327,7 +336,7 @@ __global__ void __launch_bounds__(kColThreads) wide_encode_kernel(MemberColumnsA
             auto* bytes = reinterpret_cast<uint8_t*>(&out);
 #pragma unroll
             for (int e = 0; e < 8; ++e)
-              bytes[e] = moe::encode_element(a.row_quant, __fmul_rn(elem<In>(raw[j], e), rf));
+              bytes[e] = code(a.row_quant, __fmul_rn(elem<In>(raw[j], e), rf));
             *reinterpret_cast<uint2*>(a.row_data + r * a.cols + c0) = out;
           }
         }
@@ -415,12 +424,12 @@ __global__ void __launch_bounds__(kRowWarps * 32) member_encode_kernel(MemberTen
         alignas(8) uint8_t b[kVec];
 #pragma unroll
         for (int i = 0; i < kVec; ++i)
-          b[i] = g < 0 ? uint8_t{0} : moe::encode_element(a.quant, __fmul_rn(to_float(e[i]), f));
+          b[i] = g < 0 ? uint8_t{0} : code(a.quant, __fmul_rn(to_float(e[i]), f));
         *reinterpret_cast<uint2*>(out + c) = *reinterpret_cast<const uint2*>(b);
       }
     } else {
       for (int64_t c = lane; c < a.cols; c += 32)
-        out[c] = g < 0 ? uint8_t{0} : moe::encode_element(a.quant, __fmul_rn(to_float(row[c]), f));
+        out[c] = g < 0 ? uint8_t{0} : code(a.quant, __fmul_rn(to_float(row[c]), f));
     }
   }
 }
