@@ -1,6 +1,7 @@
 // Spread A-row layouts for the a_row_starts tests (see spread_rows.h).
 #include "gemm/spread_rows.h"
 
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -89,6 +90,77 @@ void poison_gap_rows(const QuantizedTensorView& q, const SpreadLayout& s) {
       }
     }
   }
+}
+
+namespace {
+
+QuantizedTensor quantize_matrix(const Owned& dense, const QuantizerConfig& cfg) {
+  const TensorView& v = dense.view;
+  const int64_t cols = v.shape[v.ndim - 1], rows = v.numel() / cols;
+  QuantizedTensor q(cfg, rows, cols, Device::cpu());
+  Quantizer(cfg).quantize(TensorView::contiguous(v.data, DType::kFloat32, {rows, cols}), q);
+  return q;
+}
+
+void clear_nans(Owned& o) {
+  float* p = o.view.as<float>();
+  for (int64_t i = 0; i < o.view.numel(); ++i) p[i] = std::isnan(p[i]) ? 0.0f : p[i];
+}
+
+}  // namespace
+
+SpreadCase::SpreadCase(const GemmCase& c, int64_t align, int64_t max_gap, bool with_end,
+                       uint32_t seed)
+    : compact(make_fixture(c)), spread(copy_of(compact)) {
+  layout = spread_layout(c.group_rows, align, max_gap, /*tail=*/5, seed);
+  a = spread_dense(compact.a, c.group_rows, layout, std::numeric_limits<float>::quiet_NaN());
+  starts = starts_view(layout, c.group_rows, with_end);
+  spread.problem.a = GemmOperand::from_dense(a.view);
+  spread.problem.a_row_starts = starts.view;
+}
+
+QuantizerConfig both_usages(ScalingMode mode, DType element, ScaleLayout layout) {
+  QuantizerConfig c = make_config(mode, element);
+  c.rowwise = true;
+  c.columnwise = true;
+  c.scale_layout = layout;
+  return c;
+}
+
+std::vector<QuantRecipe> spread_recipes() {
+  using M = ScalingMode;
+  const DType e5 = DType::kFloat8E5M2, f32 = DType::kFloat32;
+  const ScaleLayout sw = ScaleLayout::kSwizzled;
+  return {
+      {"tensor", both_usages(M::kTensor), both_usages(M::kTensor)},
+      {"tensor_e5m2_x_e4m3", both_usages(M::kTensor, e5), both_usages(M::kTensor)},
+      {"rowwise", both_usages(M::kRowwise), both_usages(M::kRowwise)},
+      {"block1x128_x_block128x128", both_usages(M::kBlock1x128), both_usages(M::kBlock128x128)},
+      {"mxfp8", both_usages(M::kMXFP8), both_usages(M::kMXFP8)},
+      {"mxfp8_e5m2_swizzled_x_32x32", both_usages(M::kMXFP8, e5, sw),
+       both_usages(M::kMXFP8_32x32, f32, sw)},
+      {"nvfp4_x_16x16", both_usages(M::kNVFP4), both_usages(M::kNVFP4_16x16)},
+      {"nvfp4_swizzled", both_usages(M::kNVFP4, f32, sw), both_usages(M::kNVFP4, f32, sw)},
+      {"mxfp8_x_nvfp4", both_usages(M::kMXFP8), both_usages(M::kNVFP4)},
+      {"emulated_block1x128_x_rowwise", both_usages(M::kBlock1x128), both_usages(M::kRowwise)},
+  };
+}
+
+QuantizedSpread::QuantizedSpread(const GemmCase& c, const QuantRecipe& r, int64_t align,
+                                 int64_t max_gap)
+    : s(c, align, max_gap, true, 5) {
+  clear_nans(s.compact.a);
+  clear_nans(s.compact.b);
+  s.a = spread_dense(s.compact.a, c.group_rows, s.layout, 0.0f);
+  qa = quantize_matrix(s.compact.a, r.a);
+  qa_spread = quantize_matrix(s.a, r.a);
+  poison_gap_rows(qa_spread.view(), s.layout);
+  qb = quantize_matrix(s.compact.b, r.b);
+  const bool b_columnwise = !c.transpose_b;
+  s.compact.problem.a = GemmOperand::from_quantized(qa.view(), false);
+  s.spread.problem.a = GemmOperand::from_quantized(qa_spread.view(), false);
+  s.compact.problem.b = s.spread.problem.b = GemmOperand::from_quantized(qb.view(), b_columnwise);
+  s.spread.problem.a_row_starts = s.starts.view;
 }
 
 }  // namespace tessera::test

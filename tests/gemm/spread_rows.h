@@ -7,9 +7,11 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "gemm/gemm_case.h"
+#include "tessera/quantize/quantizer.h"
 
 namespace tessera::test {
 
@@ -37,5 +39,37 @@ Owned starts_view(const SpreadLayout& s, const std::vector<int64_t>& group_rows,
 // → 6 (no NaN code), and the scales of those rows where each row has its own (rowwise, 1xN
 // blocks) → NaN (FP32 NaN, E8M0 0xFF, E4M3 0x7F).
 void poison_gap_rows(const QuantizedTensorView& q, const SpreadLayout& s);
+
+// A compact fixture and the same problem on a spread A (gap rows NaN; starts G+1 entries when
+// `with_end`, else G). The spread problem's views point into this object: build it in place,
+// never copy it.
+struct SpreadCase {
+  GemmFixture compact, spread;
+  SpreadLayout layout;
+  Owned a, starts;
+  SpreadCase(const GemmCase& c, int64_t align, int64_t max_gap, bool with_end, uint32_t seed);
+};
+
+// A quantized pair for A and B: both usages, the given mode / element / scale layout.
+struct QuantRecipe {
+  std::string name;
+  QuantizerConfig a, b;
+};
+QuantizerConfig both_usages(ScalingMode mode, DType element = DType::kFloat32,
+                            ScaleLayout layout = ScaleLayout::kCompact);
+// Every family: tensor (E4M3, E5M2 x E4M3), rowwise, block 1x128 x 128x128, MXFP8 (compact;
+// E5M2 swizzled x 32x32), NVFP4 (x 16x16; swizzled), and two pairs only the CPU's emulated path
+// takes (MXFP8 x NVFP4 runs on CUDA expanded).
+std::vector<QuantRecipe> spread_recipes();
+
+// The SpreadCase of FP32 fixture `c` with quantized operands (M-grouped; A read rowwise, B
+// rowwise for TN, columnwise for NN): the compact A, the spread A (gap rows zero when quantized,
+// so that the group rows get the compact copy's codes and scales under every row-local recipe;
+// poisoned after, poison_gap_rows) and B.
+struct QuantizedSpread {
+  SpreadCase s;
+  QuantizedTensor qa, qa_spread, qb;
+  QuantizedSpread(const GemmCase& c, const QuantRecipe& r, int64_t align, int64_t max_gap);
+};
 
 }  // namespace tessera::test

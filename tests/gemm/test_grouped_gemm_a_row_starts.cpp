@@ -15,28 +15,9 @@
 #include "gemm/gemm_backend.h"
 #include "gemm/gemm_case.h"
 #include "gemm/spread_rows.h"
-#include "tessera/quantize/quantizer.h"
 
 namespace tessera::test {
 namespace {
-
-const float kNaN = std::numeric_limits<float>::quiet_NaN();
-
-// A compact fixture and the same problem on a spread A. The spread problem's views point into
-// this object: build it in place, never copy it.
-struct SpreadCase {
-  GemmFixture compact, spread;
-  SpreadLayout layout;
-  Owned a, starts;
-  SpreadCase(const GemmCase& c, int64_t align, int64_t max_gap, bool with_end, uint32_t seed)
-      : compact(make_fixture(c)), spread(copy_of(compact)) {
-    layout = spread_layout(c.group_rows, align, max_gap, /*tail=*/5, seed);
-    a = spread_dense(compact.a, c.group_rows, layout, kNaN);
-    starts = starts_view(layout, c.group_rows, with_end);
-    spread.problem.a = GemmOperand::from_dense(a.view);
-    spread.problem.a_row_starts = starts.view;
-  }
-};
 
 std::vector<int64_t> ragged() { return {0, 45, 17, 0, 130, 1, 0, 64, 33, 0}; }
 
@@ -121,75 +102,6 @@ INSTANTIATE_TEST_SUITE_P(Cases, DenseARowStarts, ::testing::ValuesIn(dense_cases
 
 // ---- quantized A ---------------------------------------------------------------------------
 
-QuantizerConfig config(ScalingMode mode, DType element = DType::kFloat32,
-                       ScaleLayout layout = ScaleLayout::kCompact) {
-  QuantizerConfig c = make_config(mode, element);
-  c.rowwise = true;
-  c.columnwise = true;
-  c.scale_layout = layout;
-  return c;
-}
-
-struct QuantRecipe {
-  std::string name;
-  QuantizerConfig a, b;
-};
-
-std::vector<QuantRecipe> quant_recipes() {
-  using M = ScalingMode;
-  const DType e5 = DType::kFloat8E5M2;
-  return {
-      {"tensor", config(M::kTensor), config(M::kTensor)},
-      {"tensor_e5m2_x_e4m3", config(M::kTensor, e5), config(M::kTensor)},
-      {"rowwise", config(M::kRowwise), config(M::kRowwise)},
-      {"block1x128_x_block128x128", config(M::kBlock1x128), config(M::kBlock128x128)},
-      {"mxfp8", config(M::kMXFP8), config(M::kMXFP8)},
-      {"mxfp8_e5m2_swizzled_x_32x32", config(M::kMXFP8, e5, ScaleLayout::kSwizzled),
-       config(M::kMXFP8_32x32, DType::kFloat32, ScaleLayout::kSwizzled)},
-      {"nvfp4_x_16x16", config(M::kNVFP4), config(M::kNVFP4_16x16)},
-      {"nvfp4_swizzled", config(M::kNVFP4, DType::kFloat32, ScaleLayout::kSwizzled),
-       config(M::kNVFP4, DType::kFloat32, ScaleLayout::kSwizzled)},
-      {"emulated_mxfp8_x_nvfp4", config(M::kMXFP8), config(M::kNVFP4)},
-      {"emulated_block1x128_x_rowwise", config(M::kBlock1x128), config(M::kRowwise)},
-  };
-}
-
-QuantizedTensor quantize_rows(const Owned& dense, const QuantizerConfig& cfg) {
-  const TensorView& v = dense.view;
-  const int64_t cols = v.shape[v.ndim - 1], rows = v.numel() / cols;
-  QuantizedTensor q(cfg, rows, cols, Device::cpu());
-  Quantizer(cfg).quantize(TensorView::contiguous(v.data, DType::kFloat32, {rows, cols}), q);
-  return q;
-}
-
-void clear_nans(Owned& o) {
-  float* p = o.view.as<float>();
-  for (int64_t i = 0; i < o.view.numel(); ++i) p[i] = std::isnan(p[i]) ? 0.0f : p[i];
-}
-
-// Quantized operands of a SpreadCase built from FP32 fixtures: the compact A, the spread A
-// (gap rows zero before quantizing, so the group rows get the compact copy's codes and scales
-// under every row-local recipe; poisoned after), B.
-struct QuantizedSpread {
-  SpreadCase s;
-  QuantizedTensor qa, qa_spread, qb;
-  QuantizedSpread(const GemmCase& c, const QuantRecipe& r, int64_t align, int64_t max_gap)
-      : s(c, align, max_gap, true, 5) {
-    clear_nans(s.compact.a);
-    clear_nans(s.compact.b);
-    s.a = spread_dense(s.compact.a, c.group_rows, s.layout, 0.0f);
-    qa = quantize_rows(s.compact.a, r.a);
-    qa_spread = quantize_rows(s.a, r.a);
-    poison_gap_rows(qa_spread.view(), s.layout);
-    qb = quantize_rows(s.compact.b, r.b);
-    const bool b_cw = !c.transpose_b;
-    s.compact.problem.a = GemmOperand::from_quantized(qa.view(), false);
-    s.spread.problem.a = GemmOperand::from_quantized(qa_spread.view(), false);
-    s.compact.problem.b = s.spread.problem.b = GemmOperand::from_quantized(qb.view(), b_cw);
-    s.spread.problem.a_row_starts = s.starts.view;
-  }
-};
-
 struct QuantCase {
   std::string name;
   GemmCase gemm;
@@ -199,7 +111,7 @@ void PrintTo(const QuantCase& c, std::ostream* os) { *os << c.name; }
 
 std::vector<QuantCase> quant_cases() {
   std::vector<QuantCase> cases;
-  for (const QuantRecipe& r : quant_recipes()) {
+  for (const QuantRecipe& r : spread_recipes()) {
     GemmCase fwd;  // y = x Wᵀ; K = 100 (not a multiple of 32 / 128)
     fwd.group_rows = ragged();
     fwd.extra_rows = 9;
@@ -246,7 +158,7 @@ TEST(QuantizedARowStartsPerGroupScales, GroupScaleFollowsTheGroup) {
   GemmCase c;
   c.group_rows = {13, 0, 30, 8, 21};
   c.n = 24, c.k = 56;
-  const QuantRecipe r{"tensor", config(ScalingMode::kTensor), config(ScalingMode::kTensor)};
+  const QuantRecipe r{"tensor", both_usages(ScalingMode::kTensor), both_usages(ScalingMode::kTensor)};
   QuantizedSpread q(c, r, 16, 5);
   std::vector<float> scales(c.group_rows.size());
   for (size_t g = 0; g < scales.size(); ++g)
