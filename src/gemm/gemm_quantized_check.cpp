@@ -66,6 +66,11 @@ void check_quantized_operand(const GemmOperand& o, const char* name, int64_t num
   const char* scale_field = cw ? "columnwise_scale_inv" : "scale_inv";
   if (info->family == ScaleFamily::kTensor) {
     check_per_group(scale, num_groups, q.device, name, scale_field);
+  } else if (info->family == ScaleFamily::kRowwise && cw && num_groups > 1 &&
+             scale.numel() == num_groups * scale_shape(c, q.rows, q.cols, true).numel()) {
+    // per-group column scales (the training step's member scaling): group g's at g·cols
+    const MatrixShape one = scale_shape(c, q.rows, q.cols, true);
+    check_buffer(scale, {num_groups * one.rows, one.cols, one.dtype}, q.device, name, scale_field);
   } else {
     check_buffer(scale, scale_shape(c, q.rows, q.cols, cw), q.device, name, scale_field);
   }

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "nn/layer_holder.h"
+#include "nn/member_scaling.h"
 #include "nn/row_ops.h"
 #include "tessera/core/checked_math.h"
 #include "tessera/core/status.h"
@@ -138,6 +139,40 @@ std::vector<float> dequantized(const QuantizedTensorView& q, bool columnwise, De
   return host;
 }
 
+// A copy the step scales per member (nn/member_scaling.h), dequantized member by member: the
+// whole copy read under member g's scales, member g's rows kept (`starts`: G+1 row starts).
+std::vector<float> dequantized(const QuantizedTensorView& q, bool columnwise, Device device,
+                               const std::vector<int64_t>& starts) {
+  const int64_t groups = static_cast<int64_t>(starts.size()) - 1;
+  if (groups <= 1 || !detail::member_scaled(q.config, columnwise)) {
+    return dequantized(q, columnwise, device);
+  }
+  std::vector<float> out(static_cast<size_t>(q.rows * q.cols), 0.0f);
+  const TensorView& scales = columnwise ? q.columnwise_scale_inv : q.scale_inv;
+  const TensorView& amax = columnwise ? q.columnwise_amax : q.amax;
+  const int64_t per = scales.numel() / groups;
+  for (int64_t g = 0; g < groups; ++g) {
+    QuantizedTensorView member = q;
+    TensorView& sv = columnwise ? member.columnwise_scale_inv : member.scale_inv;
+    sv = TensorView::contiguous(static_cast<float*>(scales.data) + g * per, DType::kFloat32,
+                                {per, 1}, scales.device);
+    if (amax.data) {
+      (columnwise ? member.columnwise_amax : member.amax) = TensorView::contiguous(
+          static_cast<float*>(amax.data) + g, DType::kFloat32, {1}, amax.device);
+    }
+    const std::vector<float> all = dequantized(member, columnwise, device);
+    std::copy(all.begin() + starts[g] * q.cols, all.begin() + starts[g + 1] * q.cols,
+              out.begin() + starts[g] * q.cols);
+  }
+  return out;
+}
+
+std::vector<int64_t> host_int64(const TensorView& v) {
+  std::vector<int64_t> host(static_cast<size_t>(v.numel()));
+  if (!host.empty()) copy_bytes(host.data(), Device::cpu(), v.data, v.device, v.nbytes());
+  return host;
+}
+
 std::vector<float> to_float(const TensorView& v) {
   std::vector<float> host(static_cast<size_t>(v.numel()));
   if (host.empty()) return host;
@@ -187,13 +222,19 @@ std::vector<float> GroupedLinearContext::operand_value(SavedOperand which, bool 
   const LinearSpec& spec = s.owner->spec;
   switch (which) {
     case SavedOperand::kInput:
-      if (s.saved.has_input) return dequantized(s.saved.input, true, dev);
+      if (s.saved.has_input) {
+        return dequantized(s.saved.input, true, dev, host_int64(s.saved.padded_starts));
+      }
       TESSERA_CHECK(s.x.data != nullptr, "operand_value: the forward kept no copy of x");
       return to_float(s.x);
     case SavedOperand::kWeight: {
       const WeightCopies& w = *s.weight;
       if (!w.quantized()) return to_float(w.dense);
-      if (!(columnwise && w.columnwise_is_wt())) return dequantized(w.q, columnwise, dev);
+      if (!(columnwise && w.columnwise_is_wt())) {
+        std::vector<int64_t> experts(static_cast<size_t>(spec.groups + 1));
+        for (int64_t g = 0; g <= spec.groups; ++g) experts[g] = g * spec.out;
+        return dequantized(w.q, columnwise, dev, experts);
+      }
       // Wᵀ per group (G·in, out) → W (G·out, in).
       const std::vector<float> t = dequantized(w.wt, false, dev);
       std::vector<float> out(t.size());
@@ -212,7 +253,7 @@ std::vector<float> GroupedLinearContext::operand_value(SavedOperand which, bool 
       TESSERA_CHECK(s.grad_output.storage.owner != nullptr || s.saved.rows == 0,
                     "operand_value: grad_output exists after a backward");
       return dequantized(columnwise ? s.grad_output.columnwise : s.grad_output.rowwise,
-                         columnwise, dev);
+                         columnwise, dev, host_int64(s.saved.padded_starts));
   }
   TESSERA_FAIL(Status::kInvalidArgument, "operand_value: unknown operand ",
                static_cast<int>(which));

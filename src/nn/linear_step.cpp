@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "nn/member_scaling.h"
 #include "nn/row_ops.h"
 #include "nn/step_layout.h"
 #include "nn/step_memory.h"
@@ -95,21 +96,24 @@ int64_t dense_cast_bytes(const TensorView& x, DType dtype) {
 
 // Bytes of the (rows, cols) quantized usages asked for, as carve_quantized places them.
 int64_t quantized_bytes(const QuantizerConfig& c, int64_t rows, int64_t cols, bool rowwise,
-                        bool columnwise) {
+                        bool columnwise, int64_t groups) {
   Carver measure;
-  detail::carve_quantized(c, rows, cols, rowwise, columnwise, measure, Device::cpu());
+  detail::carve_quantized(c, rows, cols, rowwise, columnwise, measure, Device::cpu(), groups);
   return measure.used();
 }
 
-// An affine bound of the bytes of x's columnwise copy at T rows as carve_quantized places it.
+// An affine bound of the bytes of x's columnwise copy at T rows as carve_quantized places it
+// (scales per member over `groups` members where the step scales so).
 // The exact size g(T) (pieces without alignment) grows by blocks and paddings whose periods all
 // divide 512 rows, so g(T + 512) = g(T) + (g(512) − g(0)): the slope is the mean over a period
 // and the intercept the largest excess within one; each carved piece adds at most 256 bytes.
-SavedSize columnwise_copy_size(const QuantizerConfig& c, int64_t cols) {
+SavedSize columnwise_copy_size(const QuantizerConfig& c, int64_t cols, int64_t groups) {
   constexpr int64_t kPeriod = 512;
+  const int64_t members = detail::member_scaled(c, true) ? groups : 1;
   const auto exact = [&](int64_t rows) {
-    int64_t bytes = data_shape(c, rows, cols, true).bytes() + scale_shape(c, rows, cols, true).bytes();
-    return bytes + (has_amax(c.mode) ? 4 : 0);
+    int64_t bytes = data_shape(c, rows, cols, true).bytes() +
+                    members * scale_shape(c, rows, cols, true).bytes();
+    return bytes + (has_amax(c.mode) ? 4 * members : 0);
   };
   SavedSize z;
   const int64_t g0 = exact(0);
@@ -130,7 +134,7 @@ int64_t token_block(ScalingMode m) {
 // The saved context of a quantized step: starts and padded starts (G+1 int64 each), then x's
 // columnwise copy at padded_rows_for(T) <= T + G·(align − 1) + align rows.
 SavedSize saved_context_size(const LinearSpec& s) {
-  const SavedSize copy = columnwise_copy_size(s.input.config, s.in);
+  const SavedSize copy = columnwise_copy_size(s.input.config, s.in, s.groups);
   SavedSize z;
   z.per_row = copy.per_row;
   z.fixed = copy.fixed + copy.per_row * (s.groups * (s.wgrad_align - 1) + s.wgrad_align) +
@@ -146,7 +150,7 @@ void carve_saved(const LinearSpec& s, int64_t rows, Carver& carver, Device devic
   saved.starts = TensorView::contiguous(carver.take(n1 * 8), DType::kInt64, {n1}, device);
   saved.padded_starts = TensorView::contiguous(carver.take(n1 * 8), DType::kInt64, {n1}, device);
   saved.input = detail::carve_quantized(s.input.config, saved.padded_rows, s.in, false, true,
-                                        carver, device);
+                                        carver, device, s.groups);
   saved.has_input = true;
 }
 
@@ -171,6 +175,11 @@ TensorView padded_copy(const TensorView& x, const LinearSaved& saved, Carver& tm
                          saved.padded_rows, cols, x.device);
   pad_tokens(x, saved.starts, saved.padded_starts, xp, stream, /*zero_tail=*/true);
   return xp;
+}
+
+// The groups of the padded layout as the members the step scales on their own.
+detail::Members members(const LinearSpec& s, const LinearSaved& layout) {
+  return {layout.padded_starts.as<const int64_t>(), s.groups, 0};
 }
 
 GroupedGemmProblem m_grouped(const LinearSpec& s, const TensorView& offsets,
@@ -340,21 +349,22 @@ LinearSaved linear_forward(const LinearSpec& s, const WeightCopies& weight,
   if (!save_q) layout_memory = place_layout(s, t, alloc, dev, stream, layout);
   const int64_t tp = layout.padded_rows;
   detail::Scratch tmp = detail::scratch(
-      alloc, quantized_bytes(s.input.config, tp, s.in, true, false) +
+      alloc, quantized_bytes(s.input.config, tp, s.in, true, false, s.groups) +
                  dtype_bytes(a.x.dtype, tp * s.in) + 1024,
       dev, stream);
   detail::group_starts(groups, s.wgrad_align, layout.starts.as<int64_t>(),
                        layout.padded_starts.as<int64_t>(), dev, stream);
   QuantizedTensorView xq =
-      detail::carve_quantized(s.input.config, tp, s.in, true, false, tmp.carver, dev);
+      detail::carve_quantized(s.input.config, tp, s.in, true, false, tmp.carver, dev, s.groups);
   if (save_q) {
     xq.columnwise_data = saved.input.columnwise_data;
     xq.columnwise_scale_inv = saved.input.columnwise_scale_inv;
     xq.columnwise_amax = saved.input.columnwise_amax;
     xq.config.columnwise = true;
   }
-  Quantizer q = detail::role_quantizer(s.input, true, save_q, state.input, dev, "input");
-  detail::quantize_role(q, padded_copy(a.x, layout, tmp.carver, stream), xq, stream);
+  detail::quantize_role_members(s.input, true, save_q, state.input,
+                                padded_copy(a.x, layout, tmp.carver, stream), members(s, layout),
+                                xq, alloc, stream, "input");
   g.a_row_starts = layout.padded_starts;  // g: y at the caller's offsets, bias, zeroed tail
   g.a = GemmOperand::from_quantized(xq, false);
   g.b = GemmOperand::from_quantized(weight.q, false);
@@ -440,10 +450,11 @@ void linear_backward(const LinearSpec& s, const WeightCopies& weight, const Line
   const bool made_layout = !saved.has_input;
   if (made_layout) layout_memory = place_layout(s, t, alloc, dev, stream, layout);
   const int64_t tp = layout.padded_rows;
-  const int64_t dy_bytes = quantized_bytes(s.grad_output.config, tp, s.out, need_dx, need_x);
+  const int64_t dy_bytes =
+      quantized_bytes(s.grad_output.config, tp, s.out, need_dx, need_x, s.groups);
   const int64_t pad_bytes = dtype_bytes(a.dy.dtype, tp * s.out) +
                             (made_layout && need_x ? dtype_bytes(a.x.dtype, tp * s.in) +
-                                 quantized_bytes(s.input.config, tp, s.in, false, true) : 0);
+                                 quantized_bytes(s.input.config, tp, s.in, false, true, s.groups) : 0);
   detail::Scratch tmp = detail::scratch(alloc, dy_bytes + pad_bytes + 1024, dev, stream);
   if (made_layout) {
     detail::group_starts(groups, s.wgrad_align, layout.starts.as<int64_t>(),
@@ -457,11 +468,11 @@ void linear_backward(const LinearSpec& s, const WeightCopies& weight, const Line
     dy_carver = &keep;
   }
   QuantizedTensorView dyq = detail::carve_quantized(s.grad_output.config, tp, s.out, need_dx,
-                                                    need_x, *dy_carver, dev);
+                                                    need_x, *dy_carver, dev, s.groups);
   if (a.keep_grad_output) a.keep_grad_output->rowwise = a.keep_grad_output->columnwise = dyq;
-  Quantizer q = detail::role_quantizer(s.grad_output, need_dx, need_x, state.grad_output, dev,
-                                       "grad_output");
-  detail::quantize_role(q, padded_copy(a.dy, layout, tmp.carver, stream), dyq, stream);
+  detail::quantize_role_members(s.grad_output, need_dx, need_x, state.grad_output,
+                                padded_copy(a.dy, layout, tmp.carver, stream), members(s, layout),
+                                dyq, alloc, stream, "grad_output");
   if (need_dx) {
     GroupedGemmProblem dg = m_grouped(s, a.offsets, a.offsets_format, a.dx);
     dg.a_row_starts = layout.padded_starts;  // dy's rows in the padded layout
@@ -478,9 +489,11 @@ void linear_backward(const LinearSpec& s, const WeightCopies& weight, const Line
   if (need_x) {
     QuantizedTensorView xq = layout.input;
     if (made_layout) {  // save_original_input: x's copy in the wgrad layout, made now
-      xq = detail::carve_quantized(s.input.config, tp, s.in, false, true, tmp.carver, dev);
-      Quantizer qx = detail::role_quantizer(s.input, false, true, state.input, dev, "input");
-      detail::quantize_role(qx, padded_copy(a.x, layout, tmp.carver, stream), xq, stream);
+      xq = detail::carve_quantized(s.input.config, tp, s.in, false, true, tmp.carver, dev,
+                                   s.groups);
+      detail::quantize_role_members(s.input, false, true, state.input,
+                                    padded_copy(a.x, layout, tmp.carver, stream),
+                                    members(s, layout), xq, alloc, stream, "input");
     }
     wg.a = GemmOperand::from_quantized(dyq, true);
     wg.b = GemmOperand::from_quantized(xq, true);

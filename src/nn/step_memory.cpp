@@ -5,6 +5,7 @@
 #include <atomic>
 #include <utility>
 
+#include "nn/member_scaling.h"
 #include "tessera/core/checked_math.h"
 #include "tessera/core/status.h"
 
@@ -36,7 +37,7 @@ TensorView matrix(void* data, DType dtype, int64_t rows, int64_t cols, Device de
 
 QuantizedTensorView carve_quantized(const QuantizerConfig& config, int64_t rows, int64_t cols,
                                     bool rowwise, bool columnwise, Carver& carver,
-                                    Device device) {
+                                    Device device, int64_t groups) {
   QuantizedTensorView q;
   q.config = config;
   q.config.rowwise = rowwise;
@@ -49,12 +50,17 @@ QuantizedTensorView carve_quantized(const QuantizerConfig& config, int64_t rows,
     if (!(cw ? columnwise : rowwise)) continue;
     const MatrixShape ds = data_shape(config, rows, cols, cw);
     const MatrixShape ss = scale_shape(config, rows, cols, cw);
+    const int64_t members = member_scaled(config, cw) ? groups : 1;
     // An E2M1 view is (rows, roundup(cols, 2)) codes over ceil(cols/2) bytes per row.
     const int64_t view_cols = ds.dtype == DType::kFloat4E2M1 ? (ds.cols + 1) / 2 * 2 : ds.cols;
     TensorView data = matrix(carver.take(ds.bytes()), ds.dtype, ds.rows, view_cols, device);
-    TensorView scale = matrix(carver.take(ss.bytes()), ss.dtype, ss.rows, ss.cols, device);
+    TensorView scale = matrix(carver.take(members * ss.bytes()), ss.dtype, members * ss.rows,
+                              ss.cols, device);
     TensorView amax_view;
-    if (amax) amax_view = TensorView::contiguous(carver.take(4), DType::kFloat32, {1}, device);
+    if (amax) {
+      amax_view = TensorView::contiguous(carver.take(4 * members), DType::kFloat32, {members},
+                                         device);
+    }
     (cw ? q.columnwise_data : q.data) = data;
     (cw ? q.columnwise_scale_inv : q.scale_inv) = scale;
     (cw ? q.columnwise_amax : q.amax) = amax_view;

@@ -30,9 +30,12 @@ class Carver {
 };
 
 // Views of the usages asked for of a (rows, cols) tensor quantized with `config`, carved from
-// `carver` (data, scales, amax per usage, in that order).
+// `carver` (data, scales, amax per usage, in that order). A usage the step scales per member
+// (member_scaling.h: member_scaled) over `groups` members holds G times the scales (and G amax
+// values).
 QuantizedTensorView carve_quantized(const QuantizerConfig& config, int64_t rows, int64_t cols,
-                                    bool rowwise, bool columnwise, Carver& carver, Device device);
+                                    bool rowwise, bool columnwise, Carver& carver, Device device,
+                                    int64_t groups = 1);
 
 // An Allocation of `bytes` with a Carver over it.
 struct Scratch {

@@ -2,6 +2,7 @@
 // usages in one pass, the MXFP8 Wᵀ form.
 #include "nn/weight_layout.h"
 
+#include "nn/member_scaling.h"
 #include "nn/step_memory.h"
 #include "tessera/core/dispatch.h"
 #include "tessera/core/status.h"
@@ -27,10 +28,10 @@ QuantizerConfig wt_config(const LinearSpec& s) {
 void carve(const LinearSpec& s, Carver& carver, Device device, WeightCopies& c) {
   const int64_t rows = s.groups * s.out;
   if (weight_columnwise_is_wt(s)) {
-    c.q = carve_quantized(s.weight.config, rows, s.in, true, false, carver, device);
+    c.q = carve_quantized(s.weight.config, rows, s.in, true, false, carver, device, s.groups);
     c.wt = carve_quantized(wt_config(s), s.groups * s.in, s.out, true, false, carver, device);
   } else {
-    c.q = carve_quantized(s.weight.config, rows, s.in, true, true, carver, device);
+    c.q = carve_quantized(s.weight.config, rows, s.in, true, true, carver, device, s.groups);
   }
 }
 
@@ -63,20 +64,22 @@ void quantize_weight_layout(const LinearSpec& s, const TensorView& w, const Line
   const Device dev = w.device;
   const int64_t rows = s.groups * s.out;
   const TensorView w2 = TensorView::contiguous(w.data, w.dtype, {rows, s.in}, dev);
+  const Members experts{nullptr, s.groups, s.out};  // W_g = rows [g·out, (g+1)·out)
   if (rowwise_family(s)) {  // the rowwise copy, then Wᵀ per group with per-expert scales
     Quantizer q = role_quantizer(s.weight, true, false, state.weight, dev, "weight");
     quantize_role(q, w2, c.q, stream);
-    MemberColumnsArgs a{w.data, w.dtype, s.groups, s.out, s.in,
+    MemberColumnsArgs a{w.data, w.dtype, rows, s.in, experts,
                         moe::row_quant_of(wt_config(s), s.out), c.wt.data.as<uint8_t>(),
-                        c.wt.scale_inv.as<float>()};
-    quantize_member_columns(a, dev, stream);
+                        s.in * s.out, s.out, 0, c.wt.scale_inv.as<float>()};
+    quantize_member_columns(a, alloc, dev, stream);
+    return;
+  }
+  if (!c.columnwise_is_wt()) {
+    quantize_role_members(s.weight, true, true, state.weight, w2, experts, c.q, alloc, stream,
+                          "weight");
     return;
   }
   Quantizer q = role_quantizer(s.weight, true, true, state.weight, dev, "weight");
-  if (!c.columnwise_is_wt()) {
-    quantize_role(q, w2, c.q, stream);
-    return;
-  }
   // Both usages in one pass, the columnwise copy into scratch, then moved per group into Wᵀ.
   Carver measure;
   carve_quantized(s.weight.config, rows, s.in, false, true, measure, dev);
@@ -93,29 +96,6 @@ void quantize_weight_layout(const LinearSpec& s, const TensorView& w, const Line
                   stream);
   transpose_bytes(cw.columnwise_scale_inv.data, c.wt.scale_inv.data, s.groups,
                   s.out / 32, s.in, dev, stream);
-}
-
-void quantize_member_columns(const MemberColumnsArgs& a, Device device, Stream stream) {
-  if (a.groups * a.in == 0) return;
-  if (device.is_cuda()) return cuda::quantize_member_columns(a, stream);
-  dispatch_float_input(a.w_dtype, "weight", [&](auto tag) {
-    using In = typename decltype(tag)::type;
-    const auto* w = static_cast<const In*>(a.w);
-#pragma omp parallel for schedule(static)
-    for (int64_t gk = 0; gk < a.groups * a.in; ++gk) {
-      const int64_t g = gk / a.in, k = gk % a.in;
-      const In* col = w + g * a.out * a.in + k;
-      uint32_t m = 0;  // abs bits: NaN wins
-      for (int64_t r = 0; r < a.out; ++r) {
-        const uint32_t v = scale_rules::abs_bits(to_float(col[r * a.in]));
-        m = v > m ? v : m;
-      }
-      const float mult = moe::block_multiplier(a.quant, m, a.scale_inv, gk);
-      uint8_t* row = a.data + gk * a.out;
-      for (int64_t r = 0; r < a.out; ++r)
-        row[r] = moe::encode_element(a.quant, to_float(col[r * a.in]) * mult);
-    }
-  });
 }
 
 void transpose_bytes(const void* in, void* out, int64_t batch, int64_t rows, int64_t cols,

@@ -5,18 +5,16 @@
 // * MXFP8 with out % 32 == 0: the columnwise copy's bytes moved there, (G·in, out) codes and
 //   (G·in, out/32) E8M0 scales;
 // * the rowwise family (fp8_rowwise): row (g, k) of Wᵀ is column k of expert g's W_g, quantized
-//   with one FP32 scale of its own (G·in scales) — every expert's columns are scaled on their
-//   own, so one expert's weights never change another's dgrad (a whole-matrix columnwise copy
-//   would share one scale per column across all experts).
-// Other modes keep the columnwise copy of the (G·out, in) matrix.
+//   with one FP32 scale of its own (G·in scales; member_scaling.h) — every expert's columns are
+//   scaled on their own, so one expert's weights never change another's dgrad (a whole-matrix
+//   columnwise copy would share one scale per column across all experts).
+// Other modes keep the columnwise copy of the (G·out, in) matrix; per-tensor current scaling
+// scales each expert's W_g on its own (G scales, both copies; member_scaling.h).
 #pragma once
 
-#include "nn/moe_kernels.h"
 #include "tessera/nn/linear_step.h"
 
 namespace tessera::nn::detail {
-
-namespace moe = ::tessera::detail::moe;  // the per-row quantization rules (nn/moe_kernels.h)
 
 // Whether the columnwise copy is kept as Wᵀ per group.
 bool weight_columnwise_is_wt(const LinearSpec& s);
@@ -29,25 +27,10 @@ void place_weight_layout(const LinearSpec& s, const Allocation& storage, Device 
 void quantize_weight_layout(const LinearSpec& s, const TensorView& w, const LinearState& state,
                             Allocator& alloc, WeightCopies& c, Stream stream);
 
-// Wᵀ per group of a rowwise-family weight: w (G·out, in) float, row (g, k) of `data` (G·in, out)
-// FP8 codes = column k of W_g quantized as one row under q (mode rowwise, block = out), its
-// scale_inv at scale_inv[g·in + k]. Bit for bit the standalone rowwise quantizer applied to each
-// W_gᵀ. CPU or CUDA (w's device).
-struct MemberColumnsArgs {
-  const void* w;
-  DType w_dtype;
-  int64_t groups, out, in;
-  moe::RowQuant quant;
-  uint8_t* data;
-  float* scale_inv;
-};
-void quantize_member_columns(const MemberColumnsArgs& a, Device device, Stream stream);
-
 // out[b] (cols, rows) = in[b] (rows, cols)ᵀ for b < batch, bytes, any sizes (CPU or CUDA).
 void transpose_bytes(const void* in, void* out, int64_t batch, int64_t rows, int64_t cols,
                      Device device, Stream stream);
 namespace cuda {
-void quantize_member_columns(const MemberColumnsArgs& a, Stream stream);
 void transpose_bytes(const void* in, void* out, int64_t batch, int64_t rows, int64_t cols,
                      Stream stream);
 }  // namespace cuda

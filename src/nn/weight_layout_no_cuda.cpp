@@ -4,10 +4,6 @@
 
 namespace tessera::nn::detail::cuda {
 
-void quantize_member_columns(const MemberColumnsArgs&, Stream) {
-  TESSERA_FAIL(Status::kNoDevice, "quantize_member_columns: tessera was built without CUDA");
-}
-
 void transpose_bytes(const void*, void*, int64_t, int64_t, int64_t, Stream) {
   TESSERA_FAIL(Status::kNoDevice, "transpose_bytes: tessera was built without CUDA");
 }

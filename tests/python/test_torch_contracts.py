@@ -17,10 +17,11 @@ from torch_oracles import ends, sqnr  # noqa: E402
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() and tessera.cuda_compiled() else [])
 SIZES = [24, 0, 40, 8, 0, 56]          # not multiples of 16, empty experts
 RECIPES = ["bf16", "fp8_rowwise", "fp8_current", "fp8_delayed", "fp8_block", "mxfp8", "nvfp4"]
-# Recipes whose every scaling unit stays inside one expert (the padded wgrad layout keeps block
-# scales apart): one expert's NaN stays in that expert. The others share a per-tensor amax or
-# per-column scales across experts (docs/nn.md, Limits).
-ISOLATED = {"bf16", "fp8_block", "mxfp8"}
+# Recipes whose every scaling unit stays inside one expert (docs/numerics.md, "Scaling units per
+# group member": per-expert amax and column scales, block scales kept apart by the padded
+# layout): one expert's NaN stays in that expert. fp8_delayed shares its history's scale and
+# NVFP4 its global amax across experts (docs/nn.md, Limits).
+ISOLATED = {"bf16", "fp8_rowwise", "fp8_current", "fp8_block", "mxfp8"}
 K, N = 128, 128  # fp8_block's dgrad on CUDA needs out_features % 128 == 0
 
 
@@ -145,7 +146,7 @@ def test_one_experts_nan_stays_in_that_expert(device, recipe):
 # Recipes whose weight scaling units stay inside one expert in every GEMM of the step (fp8_rowwise
 # keeps Wᵀ per expert with its own column scales for the dgrad): an expert's rows do not depend
 # on the other experts' weights.
-WEIGHT_ISOLATED = ["bf16", "fp8_rowwise", "fp8_block", "mxfp8"]
+WEIGHT_ISOLATED = ["bf16", "fp8_rowwise", "fp8_current", "fp8_block", "mxfp8"]
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -173,6 +174,33 @@ def test_an_experts_rows_do_not_depend_on_other_experts_weights(device, recipe):
         y1, dx1, _, _ = step(one, x[rows], ends([SIZES[g]], device), dy[rows])
         assert torch.equal(y[rows], y1), (recipe, g, "y")
         assert torch.equal(dx[rows], dx1), (recipe, g, "dx")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("recipe", WEIGHT_ISOLATED)
+def test_an_experts_weight_gradient_depends_on_its_tokens_only(device, recipe):
+    """dW of expert g, bit for bit, equals that of a layer holding expert g alone stepped on
+    expert g's rows, though the other experts' x and dy are 1000x larger: the columnwise copies
+    of the wgrad scale each expert's tokens on their own (per-member amax of fp8_current,
+    per-(expert, column) scales of fp8_rowwise, blocks that never straddle two experts)."""
+    m = layer(recipe, device)
+    offs = ends(SIZES, device)
+    bounds = torch.tensor([0] + SIZES).cumsum(0).tolist()
+    t = sum(SIZES)
+    x = torch.randn(t, K, device=device, dtype=torch.bfloat16)
+    dy = torch.randn(t, N, device=device, dtype=torch.bfloat16)
+    big_x, big_dy = x.clone(), dy.clone()
+    for g in range(len(SIZES)):
+        if g != 2:
+            big_x[bounds[g]:bounds[g + 1]] *= 1000
+            big_dy[bounds[g]:bounds[g + 1]] *= 1000
+    _, _, dw, _ = step(m, big_x, offs, big_dy)
+    rows = slice(bounds[2], bounds[3])
+    one = tt.GroupedLinear(1, K, N, recipe=recipe, bias=False, device=device)
+    with torch.no_grad():
+        one.weight.copy_(m.weight[2:3])
+    _, _, dw1, _ = step(one, x[rows], ends([SIZES[2]], device), dy[rows])
+    assert torch.equal(dw[2], dw1[0]), recipe
 
 
 # ---- serialization, double backward, autocast ---------------------------------------------------

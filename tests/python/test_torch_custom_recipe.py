@@ -69,18 +69,44 @@ def oracle_dequantized(x, mode, element):
     return codes.double() * expand(torch.tensor(1.0) / scale).double()
 
 
+def per_expert(t, sizes, mode, element, transposed):
+    """t's rows quantized expert by expert (each expert's rows alone; transposed: the copy of
+    each expert's transpose), as the step scales the units a whole-matrix copy would share
+    across experts (docs/numerics.md, scaling units per group member)."""
+    parts, start = [], 0
+    for size in sizes:
+        part = t[start:start + size]
+        start += size
+        if size == 0:
+            parts.append(part.detach().double().cpu())
+        elif transposed:
+            parts.append(oracle_dequantized(part.t(), mode, element).t())
+        else:
+            parts.append(oracle_dequantized(part, mode, element))
+    return torch.cat(parts)
+
+
+def oracle_copies(t, sizes, mode, element):
+    """(rowwise copy, columnwise copy) of t as the step makes them: per-tensor current scaling
+    per expert (both copies), the rowwise mode's columnwise copy per (expert, column), block
+    modes over the whole matrix (the step's aligned layout keeps their blocks inside experts)."""
+    if mode == "tensor":
+        q = per_expert(t, sizes, mode, element, False)
+        return q, q
+    rowwise = oracle_dequantized(t, mode, element)
+    if mode == "rowwise":
+        return rowwise, per_expert(t, sizes, mode, element, True)
+    return rowwise, oracle_dequantized(t.t(), mode, element).t()
+
+
 def oracle_step(x, w, dy, sizes, roles):
     """FP64 y, dx, dW of the step on the emulated operands; roles: (mode, element) of input,
-    weight, grad_output. Columnwise copies are the quantization of the transpose (a rowwise
-    weight's: of each expert's transpose, docs/numerics.md)."""
+    weight, grad_output (oracle_copies; a weight's experts are its (n, k) slices)."""
     g, n, k = w.shape
     (xm, xe), (wm, we), (dm, de) = roles
-    xq, xcq = oracle_dequantized(x, xm, xe), oracle_dequantized(x.t(), xm, xe).t()
-    w2 = w.reshape(g * n, k)
-    wq, wcq = oracle_dequantized(w2, wm, we), oracle_dequantized(w2.t(), wm, we).t()
-    if wm == "rowwise":  # the dgrad's copy is Wᵀ per expert, each with its own column scales
-        wcq = torch.cat([oracle_dequantized(w[e].t(), wm, we).t() for e in range(g)])
-    dyq, dycq = oracle_dequantized(dy, dm, de), oracle_dequantized(dy.t(), dm, de).t()
+    xq, xcq = oracle_copies(x, sizes, xm, xe)
+    wq, wcq = oracle_copies(w.reshape(g * n, k), [n] * g, wm, we)
+    dyq, dycq = oracle_copies(dy, sizes, dm, de)
     y = grouped_products(xq, wq.reshape(g, n, k), dyq, sizes)[0]
     dx = grouped_products(xq, wcq.reshape(g, n, k), dyq, sizes)[1]
     dw = grouped_products(xcq, wq.reshape(g, n, k), dycq, sizes)[2]

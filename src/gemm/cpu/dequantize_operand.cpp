@@ -95,14 +95,19 @@ std::vector<float> per_row_factor(const TensorView& values, bool nvfp4, int64_t 
   return f;
 }
 
-// Stored row `r` of an FP8 copy into out[0, s.sc).
+// Stored row `r` of an FP8 copy into out[0, s.sc). `col_scale` (a rowwise columnwise copy
+// scaled per group): the scale index of stored (r, c) is col_scale[c] + r.
 void fp8_row(bool per_tensor, const StoredCopy& s, const DecodeTable& t, const float* row_factor,
-             int64_t r, float* out) {
+             const int64_t* col_scale, int64_t r, float* out) {
   const uint8_t* codes = s.codes + r * s.sc_full;
   if (per_tensor) {
     for (int64_t c = 0; c < s.sc; ++c) {
       out[c] = t[codes[c]] * row_factor[s.transposed ? c : r];
     }
+    return;
+  }
+  if (col_scale != nullptr) {
+    for (int64_t c = 0; c < s.sc; ++c) out[c] = t[codes[c]] * f32_at(s.scales, col_scale[c] + r);
     return;
   }
   // Scale constant along a run of `step` stored columns (block width; 0: the whole row).
@@ -155,6 +160,22 @@ Fp32Image dequantize_operand(const GemmOperand& o, int64_t rows,
                                 : (cw ? q.columnwise_scale_inv : q.scale_inv);
     factor = per_row_factor(v, nvfp4, rows, group_starts);
   }
+  // A rowwise-family columnwise copy with one scale per (group, stored row): group g's at g·n.
+  std::vector<int64_t> col_scale;
+  const int64_t groups = static_cast<int64_t>(group_starts.size()) - 1;
+  if (info.family == ScaleFamily::kRowwise && s.transposed && groups > 1) {
+    const int64_t n = scale_shape(cfg, q.rows, q.cols, true).numel();
+    if ((cw ? q.columnwise_scale_inv : q.scale_inv).numel() == groups * n) {
+      col_scale.assign(static_cast<size_t>(s.sc), 0);
+      for (int64_t g = 0; g < groups; ++g) {
+        for (int64_t c = std::max<int64_t>(group_starts[g], 0);
+             c < std::min(group_starts[g + 1], s.sc); ++c) {
+          col_scale[c] = g * n;
+        }
+      }
+    }
+  }
+  const int64_t* cs = col_scale.empty() ? nullptr : col_scale.data();
   const DecodeTable table = make_table(cfg.element);
   const float* f = factor.data();
   parallel_ranges(s.sr, std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, s.sc)),
@@ -164,7 +185,7 @@ Fp32Image dequantize_operand(const GemmOperand& o, int64_t rows,
                         nvfp4_row(s, table, f, r, out + r * s.sc);
                         if (rht) inverse_hadamard_row(out + r * s.sc, s.sc);
                       } else {
-                        fp8_row(per_tensor, s, table, f, r, out + r * s.sc);
+                        fp8_row(per_tensor, s, table, f, cs, r, out + r * s.sc);
                       }
                     }
                   });

@@ -195,10 +195,14 @@ Refusal map_operand(const GemmOperand& o, const char* name, bool want_columnwise
   }
   out->scale = static_cast<const float*>(scale.data);
   if (is_family(c.mode, ScaleFamily::kRowwise)) {
-    if (scale.numel() != rows)
+    // One scale per stored row, or per (group, stored row) for a columnwise copy scaled per
+    // group (stored row = x's column; group g's at g·rows).
+    const bool per_group = want_columnwise && groups > 1 && scale.numel() == groups * rows;
+    if (scale.numel() != rows && !per_group)
       return refuse(Status::kShapeMismatch, name, ": rowwise scales: expected ", rows,
-                    " values, got ", scale.numel());
-    out->scale_gs = 0;
+                    want_columnwise ? " values (or one per group and row)" : " values",
+                    ", got ", scale.numel());
+    out->scale_gs = per_group ? rows : 0;
     out->scale_rs = 1;
   } else {
     if (scale.numel() != 1 && scale.numel() != groups)

@@ -46,9 +46,13 @@ double quantized_element(const GemmOperand& o, int64_t r, int64_t c, int64_t g) 
   const uint8_t* codes = data.as<const uint8_t>();
   const uint8_t* s = scale.as<const uint8_t>();
   const DType el = q.config.element;
-  const int64_t pos = info.family == ScaleFamily::kTensor
-                          ? 0
-                          : reference::copy_scale_position(q.config, cw, sr, sc, SR, SC);
+  int64_t pos = info.family == ScaleFamily::kTensor
+                    ? 0
+                    : reference::copy_scale_position(q.config, cw, sr, sc, SR, SC);
+  if (info.family == ScaleFamily::kRowwise && cw) {  // per-group column scales: group g's at g·n
+    const int64_t n = scale_shape(q.config, q.rows, q.cols, true).numel();
+    if (scale.numel() > n) pos += g * n;
+  }
   switch (info.family) {
     case ScaleFamily::kTensor:
       return fp8_decode(codes[sr * SC + sc], el) * fp32_at(scale, scale.numel() == 1 ? 0 : g);

@@ -1,0 +1,211 @@
+// Per-member scaling of the step's quantized copies (member_scaling.h): which usages, their
+// scale counts, the CPU loops, and the step's role quantization that routes each usage.
+#include "nn/member_scaling.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "nn/step_memory.h"
+#include "nn/weight_layout.h"
+#include "tessera/core/dispatch.h"
+#include "tessera/core/status.h"
+#include "tessera/formats/half.h"
+#include "tessera/formats/scaling_modes.h"
+
+namespace tessera::nn::detail {
+
+bool member_scaled(const QuantizerConfig& c, bool columnwise) {
+  if (is_family(c.mode, ScaleFamily::kTensor)) return !c.delayed;
+  return columnwise && is_family(c.mode, ScaleFamily::kRowwise);
+}
+
+int64_t member_scale_count(const QuantizerConfig& c, int64_t groups, int64_t rows, int64_t cols,
+                           bool columnwise) {
+  const int64_t one = scale_shape(c, rows, cols, columnwise).numel();
+  return member_scaled(c, columnwise) ? groups * one : one;
+}
+
+namespace {
+
+// The kRowwise rule of a per-tensor or rowwise config (current_scale with its FP8 maximum,
+// epsilon and power-of-two option), over units of `block` elements.
+moe::RowQuant line_rule(const QuantizerConfig& c, int64_t block) {
+  QuantizerConfig r = c;
+  r.mode = ScalingMode::kRowwise;
+  return moe::row_quant_of(r, block);
+}
+
+// Member rows as host values (CPU: the starts live in host memory).
+void check_members(const Members& m, int64_t rows) {
+  TESSERA_CHECK(m.groups >= 1, "members: ", m.groups, " groups; expected >= 1");
+  TESSERA_CHECK(m.end(m.groups - 1) <= rows, "members: the last member ends at row ",
+                m.end(m.groups - 1), " past the matrix's ", rows, " rows");
+}
+
+void member_columns_cpu(const MemberColumnsArgs& a) {
+  dispatch_float_input(a.x_dtype, "x", [&](auto tag) {
+    using In = typename decltype(tag)::type;
+    const auto* x = static_cast<const In*>(a.x);
+#pragma omp parallel for schedule(static)
+    for (int64_t gk = 0; gk < a.members.groups * a.cols; ++gk) {
+      const int64_t g = gk / a.cols, k = gk % a.cols;
+      const int64_t r0 = a.members.begin(g), r1 = a.members.end(g);
+      uint32_t m = 0;  // abs bits: NaN wins
+      for (int64_t r = r0; r < r1; ++r) {
+        const uint32_t v = scale_rules::abs_bits(to_float(x[r * a.cols + k]));
+        m = v > m ? v : m;
+      }
+      const float mult = moe::block_multiplier(a.quant, m, a.scale_inv, gk);
+      uint8_t* out = a.data + g * a.g_stride + k * a.k_stride + r0 * a.keep_rows;
+      for (int64_t r = r0; r < r1; ++r)
+        out[r - r0] = moe::encode_element(a.quant, to_float(x[r * a.cols + k]) * mult);
+    }
+  });
+}
+
+// Member g's abs-bits maximum over its rows.
+std::vector<uint32_t> member_amax_cpu(const MemberTensorArgs& a) {
+  std::vector<uint32_t> m(static_cast<size_t>(a.members.groups), 0u);
+  dispatch_float_input(a.x_dtype, "x", [&](auto tag) {
+    using In = typename decltype(tag)::type;
+    const auto* x = static_cast<const In*>(a.x);
+#pragma omp parallel for schedule(dynamic)
+    for (int64_t g = 0; g < a.members.groups; ++g) {
+      uint32_t v = 0;
+      for (int64_t i = a.members.begin(g) * a.cols; i < a.members.end(g) * a.cols; ++i) {
+        const uint32_t b = scale_rules::abs_bits(to_float(x[i]));
+        v = b > v ? b : v;
+      }
+      m[static_cast<size_t>(g)] = v;
+    }
+  });
+  return m;
+}
+
+void member_tensor_cpu(const MemberTensorArgs& a) {
+  const std::vector<uint32_t> amax = member_amax_cpu(a);
+  const int64_t groups = a.members.groups;
+  std::vector<float> mult(static_cast<size_t>(groups));
+  for (int64_t g = 0; g < groups; ++g) {
+    mult[g] = moe::block_multiplier(a.quant, amax[g], a.scale_inv, g);
+    if (a.scale_inv2) a.scale_inv2[g] = a.scale_inv[g];
+    const float am = scale_rules::amax_from_abs_bits(amax[g]);
+    if (a.amax) a.amax[g] = am;
+    if (a.amax2) a.amax2[g] = am;
+  }
+  dispatch_float_input(a.x_dtype, "x", [&](auto tag) {
+    using In = typename decltype(tag)::type;
+    const auto* x = static_cast<const In*>(a.x);
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < a.rows; ++r) {
+      const int64_t g = a.members.member_of(r);
+      for (int64_t c = 0; c < a.cols; ++c) {
+        const uint8_t code =
+            g < 0 ? uint8_t{0} : moe::encode_element(a.quant, to_float(x[r * a.cols + c]) * mult[g]);
+        if (a.row_codes) a.row_codes[r * a.cols + c] = code;
+        if (a.col_codes) a.col_codes[c * a.rows + r] = code;
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void quantize_member_columns(const MemberColumnsArgs& a, Allocator& alloc, Device device,
+                             Stream stream) {
+  if (a.members.groups * a.cols == 0) return;
+  if (device.is_cuda()) {
+    const int64_t bytes = cuda::member_columns_scratch_bytes(a);
+    Scratch tmp = scratch(alloc, bytes, device, stream);
+    return cuda::quantize_member_columns(a, tmp.carver.take(bytes), stream);
+  }
+  check_members(a.members, a.rows);
+  member_columns_cpu(a);
+}
+
+int64_t member_tensor_scratch_bytes(const MemberTensorArgs& a) {
+  const int64_t codes = a.row_codes == nullptr ? a.rows * a.cols : 0;
+  return codes + 256 + 4 * a.members.groups;
+}
+
+void quantize_member_tensor(const MemberTensorArgs& a, Device device, Stream stream) {
+  if (a.members.groups == 0) return;
+  if (!device.is_cuda()) {
+    check_members(a.members, a.rows);
+    return member_tensor_cpu(a);
+  }
+  // Scratch: [row codes when not asked for] [amax bits of the members], 256-byte aligned.
+  auto* base = static_cast<uint8_t*>(a.scratch);
+  const int64_t codes_bytes = a.row_codes == nullptr ? (a.rows * a.cols + 255) / 256 * 256 : 0;
+  uint8_t* codes = a.row_codes != nullptr ? a.row_codes : base;
+  auto* amax_bits = reinterpret_cast<uint32_t*>(base + codes_bytes);
+  cuda::member_tensor_amax(a, amax_bits, stream);
+  cuda::member_tensor_encode(a, amax_bits, codes, stream);
+  if (a.col_codes != nullptr && a.rows * a.cols > 0)
+    transpose_bytes(codes, a.col_codes, 1, a.rows, a.cols, device, stream);
+}
+
+void quantize_role_members(const RoleFormat& format, bool rowwise, bool columnwise,
+                           const DelayedScalingState& state, const TensorView& x,
+                           const Members& members, QuantizedTensorView& out, Allocator& alloc,
+                           Stream stream, const char* role) {
+  const QuantizerConfig& c = format.config;
+  const bool m_row = rowwise && member_scaled(c, false);
+  const bool m_col = columnwise && member_scaled(c, true);
+  const Device dev = x.device;
+  const int64_t rows = x.shape[0], cols = x.shape[1];
+  // The rowwise family's columnwise copy, per (member, column); on CUDA its passes also write
+  // the rowwise copy where the kernels can (lines_fused).
+  const bool lines_family = m_col && is_family(c.mode, ScaleFamily::kRowwise);
+  MemberColumnsArgs lines{x.data, x.dtype, rows, cols, members,
+                          lines_family ? line_rule(c, rows) : moe::RowQuant{},
+                          out.columnwise_data.as<uint8_t>(), 0, rows, 1,
+                          out.columnwise_scale_inv.as<float>()};
+  bool fused_rows = false;
+  if (lines_family && rowwise && dev.is_cuda()) {
+    lines.row_data = out.data.as<uint8_t>();
+    lines.row_scale_inv = out.scale_inv.as<float>();
+    lines.row_quant = line_rule(c, cols);
+    fused_rows = cuda::lines_fused(lines);
+    if (!fused_rows) lines.row_data = nullptr, lines.row_scale_inv = nullptr;
+  }
+  const bool own_rows = rowwise && !m_row && !fused_rows;
+  if (own_rows || (columnwise && !m_col)) {  // the standalone usages
+    QuantizedTensorView part = out;
+    if (!own_rows) part.data = part.scale_inv = part.amax = TensorView{};
+    if (!columnwise || m_col) {
+      part.columnwise_data = part.columnwise_scale_inv = part.columnwise_amax = TensorView{};
+    }
+    part.config.rowwise = own_rows;
+    part.config.columnwise = columnwise && !m_col;
+    Quantizer q = role_quantizer(format, part.config.rowwise, part.config.columnwise, state, dev,
+                                 role);
+    quantize_role(q, x, part, stream);
+  }
+  if (!m_row && !m_col) return;
+  if (is_family(c.mode, ScaleFamily::kRowwise)) {
+    quantize_member_columns(lines, alloc, dev, stream);
+    return;
+  }
+  MemberTensorArgs a;  // per-tensor current scaling: both usages share the members' scales
+  a.x = x.data;
+  a.x_dtype = x.dtype;
+  a.rows = rows;
+  a.cols = cols;
+  a.members = members;
+  a.quant = line_rule(c, cols);
+  a.row_codes = m_row ? out.data.as<uint8_t>() : nullptr;
+  a.col_codes = m_col ? out.columnwise_data.as<uint8_t>() : nullptr;
+  a.scale_inv = m_row ? out.scale_inv.as<float>() : out.columnwise_scale_inv.as<float>();
+  a.scale_inv2 = m_row && m_col ? out.columnwise_scale_inv.as<float>() : nullptr;
+  a.amax = m_row ? out.amax.as<float>() : out.columnwise_amax.as<float>();
+  a.amax2 = m_row && m_col ? out.columnwise_amax.as<float>() : nullptr;
+  Scratch tmp;
+  if (dev.is_cuda()) {
+    tmp = scratch(alloc, member_tensor_scratch_bytes(a), dev, stream);
+    a.scratch = tmp.carver.take(member_tensor_scratch_bytes(a));
+  }
+  quantize_member_tensor(a, dev, stream);
+}
+
+}  // namespace tessera::nn::detail

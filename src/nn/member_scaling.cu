@@ -1,0 +1,518 @@
+// CUDA kernels of the per-member scaling (member_scaling.h): the per-(member, column) rowwise
+// quantization (a weight's Wᵀ per expert; an activation's columnwise copy in the step's padded
+// layout) and the per-member amax and encode of per-tensor current scaling. Same rules and bits
+// as the CPU loops (the shared moe:: block_multiplier / encode_element; products by __fmul_rn).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "nn/member_scaling.h"
+#include "tessera/core/cuda_check.h"
+#include "tessera/core/dispatch.h"
+#include "tessera/formats/half.h"
+
+namespace tessera::nn::detail::cuda {
+namespace {
+
+constexpr int kColThreads = 256;  // 8 warps
+constexpr int kColWarps = kColThreads / 32;
+constexpr int kColCols = 64;      // columns of a member per CTA: two per lane
+constexpr int kColRows = 32;      // rows per staging step of pass 2
+constexpr int kTileStride = 36;   // bytes per staged column: 4-byte aligned, few bank conflicts
+
+// One CTA per (64 columns, member g): lane l holds columns 2l and 2l + 1 (a warp reads 64
+// consecutive elements of a row), the 8 warps stride the member's rows. Pass 1: the columns'
+// abs-bits maxima (NaN wins) and their scales; pass 2: the codes, 32 rows at a time through
+// shared memory, then each output row's 32 new bytes written 8 at a time.
+template <class In>
+__global__ void __launch_bounds__(kColThreads) member_columns_kernel(MemberColumnsArgs a) {
+  __shared__ uint32_t part[kColWarps][kColCols];
+  __shared__ float mult[kColCols];
+  __shared__ alignas(16) uint8_t tile[kColCols][kTileStride];
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  const int64_t g = blockIdx.y, k0 = int64_t{blockIdx.x} * kColCols;
+  const int64_t c0 = k0 + 2 * lane, c1 = c0 + 1;
+  const bool ok0 = c0 < a.cols, ok1 = c1 < a.cols;
+  int64_t r_begin = a.members.begin(g), r_end = a.members.end(g);
+  r_end = r_end > a.rows ? a.rows : r_end;  // a corrupt start never leaves the matrix
+  r_begin = r_begin < 0 ? 0 : (r_begin > r_end ? r_end : r_begin);
+  const int64_t n = r_end - r_begin;
+  const In* x = static_cast<const In*>(a.x) + r_begin * a.cols;
+  uint32_t m0 = 0, m1 = 0;
+#pragma unroll 4
+  for (int64_t r = warp; r < n; r += kColWarps) {
+    const In* row = x + r * a.cols;
+    if (ok0) m0 = max(m0, scale_rules::abs_bits(to_float(row[c0])));
+    if (ok1) m1 = max(m1, scale_rules::abs_bits(to_float(row[c1])));
+  }
+  part[warp][2 * lane] = m0;
+  part[warp][2 * lane + 1] = m1;
+  __syncthreads();
+  if (threadIdx.x < kColCols) {
+    const int c = static_cast<int>(threadIdx.x);
+    uint32_t m = part[0][c];
+    for (int i = 1; i < kColWarps; ++i) m = part[i][c] > m ? part[i][c] : m;
+    float sink = 0.0f;
+    mult[c] = k0 + c < a.cols ? moe::block_multiplier(a.quant, m, a.scale_inv, g * a.cols + k0 + c)
+                              : moe::block_multiplier(a.quant, 0, &sink, 0);
+  }
+  __syncthreads();
+  const float f0 = mult[2 * lane], f1 = mult[2 * lane + 1];
+  // Writer of pass 2: column wc of the CTA, bytes [8·wp, 8·wp + 8) of the 32 staged rows.
+  const int wc = static_cast<int>(threadIdx.x) / 4, wp = static_cast<int>(threadIdx.x) % 4;
+  uint8_t* base = a.data + g * a.g_stride + r_begin * a.keep_rows;
+  const bool vec = n % 8 == 0 && a.k_stride % 8 == 0 &&
+                   reinterpret_cast<uintptr_t>(base) % 8 == 0;
+  for (int64_t r0 = 0; r0 < n; r0 += kColRows) {
+#pragma unroll
+    for (int i = warp; i < kColRows; i += kColWarps) {
+      const int64_t r = r0 + i;
+      const bool live = r < n;
+      const In* row = x + r * a.cols;
+      tile[2 * lane][i] = ok0 && live ? moe::encode_element(a.quant, __fmul_rn(to_float(row[c0]), f0))
+                                      : uint8_t{0};
+      tile[2 * lane + 1][i] =
+          ok1 && live ? moe::encode_element(a.quant, __fmul_rn(to_float(row[c1]), f1)) : uint8_t{0};
+    }
+    __syncthreads();
+    if (k0 + wc < a.cols) {
+      uint8_t* dst = base + (k0 + wc) * a.k_stride + r0 + 8 * wp;
+      const uint8_t* src = &tile[wc][8 * wp];
+      if (vec && r0 + 8 * wp + 8 <= n) {
+        const auto* s4 = reinterpret_cast<const uint32_t*>(src);
+        *reinterpret_cast<uint2*>(dst) = make_uint2(s4[0], s4[1]);
+      } else {
+        for (int j = 0; j < 8 && r0 + 8 * wp + j < n; ++j) dst[j] = src[j];
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// Activations (members = the padded layout's groups, the copy (cols, rows) with every member at
+// its own rows): the rows are cut into chunks of kChunkRows that need not respect members, so a
+// large member is spread over many CTAs. Pass 1 (chunk_amax_kernel): each warp takes kWarpRows
+// consecutive rows of the chunk, lane l columns 2l, 2l + 1 of the CTA's 64, and folds its
+// maxima into the (member, column) slots by atomicMax whenever the member changes and at the end.
+// Pass 2 (chunk_scales_kernel): each slot's scale_inv and multiplier (in place of its bits).
+// Pass 3 (chunk_encode_kernel): the codes of a chunk staged in shared memory, then each column's
+// kChunkRows bytes written 16 at a time.
+constexpr int kChunkRows = 128;
+constexpr int kWarpRows = kChunkRows / kColWarps;  // 16
+constexpr int kChunkStride = kChunkRows + 16;      // staged bytes per column (16-byte aligned)
+
+// The member of row r, searched only when r leaves the cached member [g, end).
+struct MemberCursor {
+  int64_t g = -1, begin = 0, end = 0;
+  __device__ int64_t at(const Members& m, int64_t r) {
+    if (r < begin || r >= end) {
+      g = m.member_of(r);
+      begin = g < 0 ? r : m.begin(g);
+      end = g < 0 ? r + 1 : m.end(g);
+    }
+    return g;
+  }
+};
+
+template <class In>
+__global__ void __launch_bounds__(kColThreads) chunk_amax_kernel(MemberColumnsArgs a,
+                                                                 uint32_t* slots) {
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  const int64_t c0 = int64_t{blockIdx.x} * kColCols + 2 * lane, c1 = c0 + 1;
+  const bool ok0 = c0 < a.cols, ok1 = c1 < a.cols;
+  const int64_t r_begin = int64_t{blockIdx.y} * kChunkRows + warp * kWarpRows;
+  const int64_t r_end = r_begin + kWarpRows < a.rows ? r_begin + kWarpRows : a.rows;
+  const In* x = static_cast<const In*>(a.x);
+  MemberCursor cur;
+  int64_t g = -1;
+  uint32_t m0 = 0, m1 = 0;
+  const auto flush = [&]() {
+    if (g >= 0) {
+      if (ok0 && m0 != 0) atomicMax(slots + g * a.cols + c0, m0);
+      if (ok1 && m1 != 0) atomicMax(slots + g * a.cols + c1, m1);
+    }
+    m0 = m1 = 0;
+  };
+  for (int64_t r = r_begin; r < r_end; ++r) {
+    const int64_t rg = cur.at(a.members, r);
+    if (rg != g) {
+      flush();
+      g = rg;
+    }
+    if (g < 0) continue;
+    const In* row = x + r * a.cols;
+    if (ok0) m0 = max(m0, scale_rules::abs_bits(to_float(row[c0])));
+    if (ok1) m1 = max(m1, scale_rules::abs_bits(to_float(row[c1])));
+  }
+  flush();
+}
+
+__global__ void chunk_scales_kernel(MemberColumnsArgs a, uint32_t* slots) {
+  const int64_t n = a.members.groups * a.cols;
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const float mult = moe::block_multiplier(a.quant, slots[i], a.scale_inv, i);
+    slots[i] = __float_as_uint(mult);
+  }
+}
+
+template <class In>
+__global__ void __launch_bounds__(kColThreads) chunk_encode_kernel(MemberColumnsArgs a,
+                                                                   const uint32_t* mult) {
+  __shared__ alignas(16) uint8_t tile[kColCols][kChunkStride];
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  const int64_t k0 = int64_t{blockIdx.x} * kColCols;
+  const int64_t c0 = k0 + 2 * lane, c1 = c0 + 1;
+  const bool ok0 = c0 < a.cols, ok1 = c1 < a.cols;
+  const int64_t chunk0 = int64_t{blockIdx.y} * kChunkRows;
+  const In* x = static_cast<const In*>(a.x);
+  MemberCursor cur;
+  int64_t g = -2;
+  float f0 = 0.0f, f1 = 0.0f;
+  for (int i = warp * kWarpRows; i < (warp + 1) * kWarpRows; ++i) {
+    const int64_t r = chunk0 + i;
+    const int64_t rg = r < a.rows ? cur.at(a.members, r) : -1;
+    if (rg != g) {
+      g = rg;
+      f0 = g >= 0 && ok0 ? __uint_as_float(mult[g * a.cols + c0]) : 0.0f;
+      f1 = g >= 0 && ok1 ? __uint_as_float(mult[g * a.cols + c1]) : 0.0f;
+    }
+    const In* row = x + r * a.cols;
+    tile[2 * lane][i] = g >= 0 && ok0 ? moe::encode_element(a.quant, __fmul_rn(to_float(row[c0]), f0))
+                                      : uint8_t{0};
+    tile[2 * lane + 1][i] =
+        g >= 0 && ok1 ? moe::encode_element(a.quant, __fmul_rn(to_float(row[c1]), f1)) : uint8_t{0};
+  }
+  __syncthreads();
+  // Column c's bytes [16·j, 16·j + 16) of the chunk: 64 columns x 8 pieces over 256 threads.
+  const int64_t live = a.rows - chunk0 < kChunkRows ? a.rows - chunk0 : int64_t{kChunkRows};
+  for (int p = static_cast<int>(threadIdx.x); p < kColCols * (kChunkRows / 16); p += kColThreads) {
+    const int c = p / (kChunkRows / 16), j = p % (kChunkRows / 16);
+    if (k0 + c >= a.cols || 16 * j >= live) continue;
+    uint8_t* dst = a.data + (k0 + c) * a.k_stride + chunk0 + 16 * j;
+    const uint8_t* src = &tile[c][16 * j];
+    if (16 * j + 16 <= live) {
+      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+    } else {
+      for (int e = 0; 16 * j + e < live; ++e) dst[e] = src[e];
+    }
+  }
+}
+
+// The wide form of the activation passes (16-bit x, cols % 8 == 0, aligned): lane l takes
+// columns [8l, 8l + 8) of the CTA's 256 with one 16-byte load per row, so a warp reads 512
+// contiguous bytes of a row; the row maxima (for the rowwise copy, when asked for) are warp
+// reductions folded into row_amax[r] by atomicMax (one per row and column tile). Pass 3 writes
+// the row's codes 8 bytes per lane and stages the columns' codes as 4-row words per column.
+constexpr int kWideCols = 256;
+constexpr int kWideWords = kChunkRows / 4 + 1;  // 4-byte words per staged column (+1: banks)
+
+template <class In>
+__device__ __forceinline__ void load8(const In* p, float (&v)[8]) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+  const In* e = reinterpret_cast<const In*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) v[i] = to_float(e[i]);
+}
+
+template <class In>
+__global__ void __launch_bounds__(kColThreads) wide_amax_kernel(MemberColumnsArgs a,
+                                                                uint32_t* slots,
+                                                                uint32_t* row_amax) {
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  const int64_t c0 = int64_t{blockIdx.x} * kWideCols + 8 * lane;
+  const bool ok = c0 < a.cols;  // cols % 8 == 0: the lane's 8 columns are all in or all out
+  const int64_t r_begin = int64_t{blockIdx.y} * kChunkRows + warp * kWarpRows;
+  const int64_t r_end = r_begin + kWarpRows < a.rows ? r_begin + kWarpRows : a.rows;
+  const In* x = static_cast<const In*>(a.x);
+  MemberCursor cur;
+  int64_t g = -1;
+  uint32_t m[8] = {};
+  const auto flush = [&]() {
+    if (g >= 0 && ok) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i)
+        if (m[i] != 0) atomicMax(slots + g * a.cols + c0 + i, m[i]);
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) m[i] = 0;
+  };
+  for (int64_t r = r_begin; r < r_end; ++r) {
+    const int64_t rg = cur.at(a.members, r);
+    if (rg != g) {
+      flush();
+      g = rg;
+    }
+    if (g < 0 && row_amax == nullptr) continue;  // warp-uniform (rows in no member: row only)
+    float v[8] = {};
+    if (ok) load8(x + r * a.cols + c0, v);
+    uint32_t rm = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const uint32_t b = scale_rules::abs_bits(v[i]);
+      m[i] = max(m[i], b);
+      rm = max(rm, b);
+    }
+    if (row_amax != nullptr) {
+#pragma unroll
+      for (int sh = 16; sh > 0; sh /= 2) rm = max(rm, __shfl_xor_sync(0xffffffffu, rm, sh));
+      if (lane == 0 && rm != 0) atomicMax(row_amax + r, rm);
+    }
+  }
+  flush();
+}
+
+template <class In>
+__global__ void __launch_bounds__(kColThreads) wide_encode_kernel(MemberColumnsArgs a,
+                                                                  const uint32_t* mult,
+                                                                  const uint32_t* row_amax) {
+  __shared__ uint32_t tile[kWideCols][kWideWords];
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  const int64_t k0 = int64_t{blockIdx.x} * kWideCols;
+  const int64_t c0 = k0 + 8 * lane;
+  const bool ok = c0 < a.cols;
+  const int64_t chunk0 = int64_t{blockIdx.y} * kChunkRows;
+  const In* x = static_cast<const In*>(a.x);
+  MemberCursor cur;
+  int64_t g = -2;
+  float f[8] = {};
+  for (int w = 0; w < kWarpRows / 4; ++w) {  // 4 rows per staged word
+    uint32_t word[8] = {};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int i = warp * kWarpRows + 4 * w + j;
+      const int64_t r = chunk0 + i;
+      const int64_t rg = r < a.rows ? cur.at(a.members, r) : -1;
+      if (rg != g) {
+        g = rg;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) f[e] = g >= 0 && ok ? __uint_as_float(mult[g * a.cols + c0 + e]) : 0.0f;
+      }
+      if (r >= a.rows) continue;  // warp-uniform
+      float v[8] = {};
+      if (ok) load8(x + r * a.cols + c0, v);
+      if (g >= 0) {  // rows in no member (the layout's tail): column codes 0
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          word[e] |= uint32_t{moe::encode_element(a.quant, __fmul_rn(v[e], f[e]))} << (8 * j);
+      }
+      if (a.row_data != nullptr) {  // every row, as the standalone rowwise quantizer
+        float sink = 0.0f;
+        const bool writer = blockIdx.x == 0 && lane == 0;
+        const float rf = moe::block_multiplier(a.row_quant, row_amax[r],
+                                               writer ? a.row_scale_inv : &sink, writer ? r : 0);
+        if (ok) {
+          alignas(8) uint8_t b[8];
+#pragma unroll
+          for (int e = 0; e < 8; ++e) b[e] = moe::encode_element(a.row_quant, __fmul_rn(v[e], rf));
+          *reinterpret_cast<uint2*>(a.row_data + r * a.cols + c0) = *reinterpret_cast<const uint2*>(b);
+        }
+      }
+    }
+#pragma unroll
+    for (int e = 0; e < 8; ++e) tile[8 * lane + e][warp * (kWarpRows / 4) + w] = word[e];
+  }
+  __syncthreads();
+  // Column c's bytes [16·q, 16·q + 16) of the chunk: 256 columns x 8 pieces over 256 threads.
+  const int64_t live = a.rows - chunk0 < kChunkRows ? a.rows - chunk0 : int64_t{kChunkRows};
+  for (int p = static_cast<int>(threadIdx.x); p < kWideCols * (kChunkRows / 16); p += kColThreads) {
+    const int c = p % kWideCols, q = p / kWideCols;
+    if (k0 + c >= a.cols || 16 * q >= live) continue;
+    uint8_t* dst = a.data + (k0 + c) * a.k_stride + chunk0 + 16 * q;
+    const uint32_t* src = &tile[c][4 * q];
+    if (16 * q + 16 <= live) {
+      *reinterpret_cast<uint4*>(dst) = make_uint4(src[0], src[1], src[2], src[3]);
+    } else {
+      for (int e = 0; 16 * q + e < live; ++e) dst[e] = static_cast<uint8_t>(src[e / 4] >> (8 * (e % 4)));
+    }
+  }
+}
+
+constexpr int kRowWarps = 8;  // per CTA: one row per warp at a time
+constexpr int kVec = 8;       // elements per lane per step when rows allow 16-byte loads
+
+// The members' abs-bits maxima: each warp reduces a row and folds it into its member's slot
+// (atomicMax of the bits; NaN wins). Rows in no member are skipped.
+template <class In, bool kVecLoads>
+__global__ void __launch_bounds__(kRowWarps * 32) member_amax_kernel(MemberTensorArgs a,
+                                                                      uint32_t* amax_bits) {
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  const auto* x = static_cast<const In*>(a.x);
+  for (int64_t r = int64_t{blockIdx.x} * kRowWarps + warp; r < a.rows;
+       r += int64_t{gridDim.x} * kRowWarps) {
+    const int64_t g = a.members.member_of(r);
+    if (g < 0) continue;  // warp-uniform
+    const In* row = x + r * a.cols;
+    uint32_t m = 0;
+    if constexpr (kVecLoads) {
+      for (int64_t c = int64_t{lane} * kVec; c < a.cols; c += 32 * kVec) {
+        const uint4 v = *reinterpret_cast<const uint4*>(row + c);
+        const In* e = reinterpret_cast<const In*>(&v);
+#pragma unroll
+        for (int i = 0; i < kVec; ++i) m = max(m, scale_rules::abs_bits(to_float(e[i])));
+      }
+    } else {
+      for (int64_t c = lane; c < a.cols; c += 32) m = max(m, scale_rules::abs_bits(to_float(row[c])));
+    }
+#pragma unroll
+    for (int s = 16; s > 0; s /= 2) m = max(m, __shfl_xor_sync(0xffffffffu, m, s));
+    if (lane == 0 && m != 0) atomicMax(amax_bits + g, m);
+  }
+}
+
+// Codes of every row with its member's multiplier (rows in no member: 0); block 0 also writes
+// the members' scale_inv and amax values.
+template <class In, bool kVecLoads>
+__global__ void __launch_bounds__(kRowWarps * 32) member_encode_kernel(MemberTensorArgs a,
+                                                                       const uint32_t* amax_bits,
+                                                                       uint8_t* codes) {
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  if (blockIdx.x == 0) {
+    for (int64_t g = threadIdx.x; g < a.members.groups; g += blockDim.x) {
+      moe::block_multiplier(a.quant, amax_bits[g], a.scale_inv, g);
+      if (a.scale_inv2) a.scale_inv2[g] = a.scale_inv[g];
+      const float am = scale_rules::amax_from_abs_bits(amax_bits[g]);
+      if (a.amax) a.amax[g] = am;
+      if (a.amax2) a.amax2[g] = am;
+    }
+  }
+  const auto* x = static_cast<const In*>(a.x);
+  for (int64_t r = int64_t{blockIdx.x} * kRowWarps + warp; r < a.rows;
+       r += int64_t{gridDim.x} * kRowWarps) {
+    const int64_t g = a.members.member_of(r);
+    float sink = 0.0f;
+    const float f = g < 0 ? 0.0f : moe::block_multiplier(a.quant, amax_bits[g], &sink, 0);
+    const In* row = x + r * a.cols;
+    uint8_t* out = codes + r * a.cols;
+    if constexpr (kVecLoads) {
+      for (int64_t c = int64_t{lane} * kVec; c < a.cols; c += 32 * kVec) {
+        const uint4 v = *reinterpret_cast<const uint4*>(row + c);
+        const In* e = reinterpret_cast<const In*>(&v);
+        alignas(8) uint8_t b[kVec];
+#pragma unroll
+        for (int i = 0; i < kVec; ++i)
+          b[i] = g < 0 ? uint8_t{0} : moe::encode_element(a.quant, __fmul_rn(to_float(e[i]), f));
+        *reinterpret_cast<uint2*>(out + c) = *reinterpret_cast<const uint2*>(b);
+      }
+    } else {
+      for (int64_t c = lane; c < a.cols; c += 32)
+        out[c] = g < 0 ? uint8_t{0} : moe::encode_element(a.quant, __fmul_rn(to_float(row[c]), f));
+    }
+  }
+}
+
+unsigned row_grid(int64_t rows) {
+  const int64_t ctas = (rows + kRowWarps - 1) / kRowWarps;
+  return static_cast<unsigned>(ctas < 65536 ? (ctas > 0 ? ctas : 1) : 65536);
+}
+
+// 16-byte loads and 8-byte stores: every row a whole number of 8-element chunks, bases aligned.
+bool vec_rows(const MemberTensorArgs& a, const void* codes) {
+  const auto aligned = [](const void* p, uintptr_t n) { return reinterpret_cast<uintptr_t>(p) % n == 0; };
+  return a.cols % kVec == 0 && dtype_bytes(a.x_dtype, 1) == 2 && aligned(a.x, 16) &&
+         (codes == nullptr || aligned(codes, 8));
+}
+
+bool chunked_columns(const MemberColumnsArgs& a) {
+  return a.g_stride == 0 && a.keep_rows == 1 && a.k_stride % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(a.data) % 16 == 0;
+}
+
+bool wide_columns(const MemberColumnsArgs& a) {
+  const auto aligned = [](const void* p, uintptr_t n) {
+    return reinterpret_cast<uintptr_t>(p) % n == 0;
+  };
+  return chunked_columns(a) && dtype_bytes(a.x_dtype, 1) == 2 && a.cols % 8 == 0 &&
+         aligned(a.x, 16) && (a.row_data == nullptr || aligned(a.row_data, 8));
+}
+
+// Scratch: the (member, column) slots, then the rows' amax bits when the row copy is fused.
+int64_t slot_bytes(const MemberColumnsArgs& a) {
+  return (4 * a.members.groups * a.cols + 255) / 256 * 256;
+}
+
+}  // namespace
+
+
+bool lines_fused(const MemberColumnsArgs& a) { return wide_columns(a); }
+
+int64_t member_columns_scratch_bytes(const MemberColumnsArgs& a) {
+  if (!chunked_columns(a)) return 0;
+  return slot_bytes(a) + (a.row_data != nullptr ? 4 * a.rows : 0);
+}
+
+void quantize_member_columns(const MemberColumnsArgs& a, void* scratch, Stream stream) {
+  const auto s = stream.as<cudaStream_t>();
+  if (chunked_columns(a)) {
+    TESSERA_CHECK(scratch != nullptr, "quantize_member_columns: the chunked path needs ",
+                  member_columns_scratch_bytes(a), " bytes of scratch");
+    const int64_t chunks = (a.rows + kChunkRows - 1) / kChunkRows;
+    TESSERA_CHECK_STATUS(chunks <= 65535, Status::kOutOfRange, "quantize_member_columns: ",
+                         a.rows, " rows past the grid limit of ", 65535 * kChunkRows);
+    auto* slots = static_cast<uint32_t*>(scratch);
+    TESSERA_CUDA_CHECK(cudaMemsetAsync(slots, 0, 4 * a.members.groups * a.cols, s));
+    const dim3 grid(static_cast<unsigned>((a.cols + kColCols - 1) / kColCols),
+                    static_cast<unsigned>(chunks > 0 ? chunks : 1));
+    const int64_t n = a.members.groups * a.cols;
+    const unsigned sgrid = static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 4096));
+    if (wide_columns(a)) {
+      uint32_t* row_amax = a.row_data != nullptr
+          ? reinterpret_cast<uint32_t*>(static_cast<char*>(scratch) + slot_bytes(a)) : nullptr;
+      if (row_amax != nullptr) TESSERA_CUDA_CHECK(cudaMemsetAsync(row_amax, 0, 4 * a.rows, s));
+      const dim3 wgrid(static_cast<unsigned>((a.cols + kWideCols - 1) / kWideCols), grid.y);
+      dispatch_float_input(a.x_dtype, "x", [&](auto tag) {
+        using In = typename decltype(tag)::type;
+        if constexpr (sizeof(In) == 2) {  // wide_columns: 16-bit input only
+          if (a.rows > 0) wide_amax_kernel<In><<<wgrid, kColThreads, 0, s>>>(a, slots, row_amax);
+          chunk_scales_kernel<<<sgrid, 256, 0, s>>>(a, slots);
+          if (a.rows > 0) wide_encode_kernel<In><<<wgrid, kColThreads, 0, s>>>(a, slots, row_amax);
+          TESSERA_CUDA_CHECK(cudaGetLastError());
+        }
+      });
+      return;
+    }
+    TESSERA_CHECK(a.row_data == nullptr, "quantize_member_columns: the row copy is fused only "
+                  "in the wide form (lines_fused)");
+    dispatch_float_input(a.x_dtype, "x", [&](auto tag) {
+      using In = typename decltype(tag)::type;
+      if (a.rows > 0) chunk_amax_kernel<In><<<grid, kColThreads, 0, s>>>(a, slots);
+      chunk_scales_kernel<<<sgrid, 256, 0, s>>>(a, slots);
+      if (a.rows > 0) chunk_encode_kernel<In><<<grid, kColThreads, 0, s>>>(a, slots);
+      TESSERA_CUDA_CHECK(cudaGetLastError());
+    });
+    return;
+  }
+  TESSERA_CHECK_STATUS(a.members.groups <= 65535, Status::kOutOfRange,
+                       "quantize_member_columns: ", a.members.groups,
+                       " members past the grid limit 65535");
+  const dim3 grid(static_cast<unsigned>((a.cols + kColCols - 1) / kColCols),
+                  static_cast<unsigned>(a.members.groups));
+  dispatch_float_input(a.x_dtype, "x", [&](auto tag) {
+    member_columns_kernel<typename decltype(tag)::type><<<grid, kColThreads, 0, s>>>(a);
+    TESSERA_CUDA_CHECK(cudaGetLastError());
+  });
+}
+
+void member_tensor_amax(const MemberTensorArgs& a, uint32_t* amax_bits, Stream stream) {
+  const auto s = stream.as<cudaStream_t>();
+  TESSERA_CUDA_CHECK(cudaMemsetAsync(amax_bits, 0, 4 * a.members.groups, s));
+  if (a.rows * a.cols == 0) return;
+  dispatch_float_input(a.x_dtype, "x", [&](auto tag) {
+    using In = typename decltype(tag)::type;
+    auto* k = vec_rows(a, nullptr) ? member_amax_kernel<In, true> : member_amax_kernel<In, false>;
+    k<<<row_grid(a.rows), kRowWarps * 32, 0, s>>>(a, amax_bits);
+    TESSERA_CUDA_CHECK(cudaGetLastError());
+  });
+}
+
+void member_tensor_encode(const MemberTensorArgs& a, const uint32_t* amax_bits, uint8_t* codes,
+                          Stream stream) {
+  dispatch_float_input(a.x_dtype, "x", [&](auto tag) {
+    using In = typename decltype(tag)::type;
+    auto* k = vec_rows(a, codes) ? member_encode_kernel<In, true> : member_encode_kernel<In, false>;
+    k<<<row_grid(a.rows), kRowWarps * 32, 0, stream.as<cudaStream_t>()>>>(a, amax_bits, codes);
+    TESSERA_CUDA_CHECK(cudaGetLastError());
+  });
+}
+
+}  // namespace tessera::nn::detail::cuda

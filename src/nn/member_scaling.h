@@ -1,0 +1,130 @@
+// Per-member scaling of a training step's quantized copies (docs/numerics.md, "scaling units per
+// group member"). A whole-tensor quantizer shares two kinds of scaling unit across the experts of
+// a grouped matrix: the one scale of a per-tensor recipe (fp8_current), and the per-column
+// scales of a rowwise-family columnwise copy (fp8_rowwise's x and dy for the wgrad, and its
+// weight's Wᵀ for the dgrad). Here each member (group g's rows) takes its own: one expert's
+// outliers, NaN or Inf never change another expert's codes or scales, and each member's copy is
+// bit for bit the standalone quantizer applied to that member alone.
+//
+// Members of a (rows, cols) matrix: member g = rows [starts[g], starts[g+1]) with `starts` G+1
+// int64 on the matrix's device (the step's padded group layout), or, when null, `uniform` rows
+// each (member g = rows [g·uniform, (g+1)·uniform): a weight (G·out, in)). Rows past the last
+// member are in none.
+//
+// Scale layout (what the grouped GEMM reads as per-group scales): a per-tensor copy's scale_inv
+// and amax hold G values (member g's at g); a rowwise-family columnwise copy's scale_inv holds
+// (G·cols) values, member g's column c at g·cols + c.
+#pragma once
+
+#include <cstdint>
+
+#include "nn/moe_kernels.h"
+#include "tessera/core/dtype.h"
+#include "tessera/core/stream.h"
+#include "tessera/nn/allocator.h"
+#include "tessera/nn/linear_step.h"
+#include "tessera/quantize/types.h"
+
+namespace tessera::nn::detail {
+
+namespace moe = ::tessera::detail::moe;  // the per-row quantization rules (nn/moe_kernels.h)
+
+struct Members {
+  const int64_t* starts = nullptr;  // G+1 row starts (device memory for CUDA), or null
+  int64_t groups = 0;
+  int64_t uniform = 0;  // rows per member when starts is null
+
+  TESSERA_HD int64_t begin(int64_t g) const { return starts ? starts[g] : g * uniform; }
+  TESSERA_HD int64_t end(int64_t g) const { return starts ? starts[g + 1] : (g + 1) * uniform; }
+  // The member owning row r, or -1 (past the last member). Binary search over the starts.
+  TESSERA_HD int64_t member_of(int64_t r) const {
+    if (!starts) return uniform > 0 && r < groups * uniform ? r / uniform : -1;
+    if (r >= starts[groups]) return -1;
+    int64_t lo = 0, hi = groups - 1;  // last g with starts[g] <= r
+    while (lo < hi) {
+      const int64_t mid = (lo + hi + 1) / 2;
+      if (starts[mid] <= r) lo = mid; else hi = mid - 1;
+    }
+    return lo;
+  }
+};
+
+// Whether `columnwise` (else rowwise) copies of config c are scaled per member by the step:
+// per-tensor current scaling (both usages; delayed scaling keeps the shared scale of its
+// history), the columnwise copy of the rowwise family. Other modes' scaling units already lie
+// inside one member of the step's layouts (a row; a block of the aligned token dim).
+bool member_scaled(const QuantizerConfig& c, bool columnwise);
+
+// Scale entries (scale_inv, then amax) of a usage when scaled per member over `groups` members,
+// for (rows, cols) x: G·scale_shape entries / G amax values, or the standalone count when not.
+int64_t member_scale_count(const QuantizerConfig& c, int64_t groups, int64_t rows, int64_t cols,
+                           bool columnwise);
+
+// Column k of member g quantized as one rowwise unit (one FP32 scale over the member's rows of
+// that column, `quant` a kRowwise rule): x (rows, cols) float. Codes of row r of member g go to
+// data + g·g_stride + k·k_stride + (r − begin(g)) + begin(g)·keep_rows, the scale_inv to
+// scale_inv[g·cols + k]:
+// * a weight's Wᵀ per member (G·in, out): g_stride = in·out, k_stride = out, keep_rows = 0;
+// * an activation's columnwise copy (cols, rows): g_stride = 0, k_stride = rows, keep_rows = 1.
+// CPU or CUDA (x's device; scratch from `alloc` for the activation form).
+// With `row_data` set (the activation form on CUDA, where lines_fused says so), the same two
+// passes also write x's rowwise copy: row r's codes under one scale over the row (`row_quant`),
+// its scale_inv at row_scale_inv[r] — bit for bit the standalone rowwise quantizer.
+struct MemberColumnsArgs {
+  const void* x;
+  DType x_dtype;
+  int64_t rows, cols;
+  Members members;
+  moe::RowQuant quant;
+  uint8_t* data;
+  int64_t g_stride, k_stride, keep_rows;
+  float* scale_inv;
+  uint8_t* row_data = nullptr;
+  float* row_scale_inv = nullptr;
+  moe::RowQuant row_quant{};
+};
+void quantize_member_columns(const MemberColumnsArgs& a, Allocator& alloc, Device device,
+                             Stream stream);
+
+// Per-tensor current scaling per member: x (rows, cols) float → member g's amax over its rows,
+// its scale (scale_rules::current_scale under `quant`), codes of its rows in `row_codes`
+// (rows, cols) and/or the transposed `col_codes` (cols, rows) (rows in no member: code 0).
+// scale_inv[g] (and scale_inv2[g], amax[g], amax2[g] where not null) written per member.
+// `scratch`: member_tensor_scratch_bytes(...) bytes on x's device (the row codes when row_codes
+// is null, the members' amax bits).
+struct MemberTensorArgs {
+  const void* x;
+  DType x_dtype;
+  int64_t rows, cols;
+  Members members;
+  moe::RowQuant quant;
+  uint8_t* row_codes = nullptr;
+  uint8_t* col_codes = nullptr;
+  float* scale_inv = nullptr;
+  float* scale_inv2 = nullptr;
+  float* amax = nullptr;
+  float* amax2 = nullptr;
+  void* scratch = nullptr;
+};
+int64_t member_tensor_scratch_bytes(const MemberTensorArgs& a);
+void quantize_member_tensor(const MemberTensorArgs& a, Device device, Stream stream);
+
+// The step's quantization of one role: x (rows, cols) into the usages asked for of `out` (its
+// views carved by carve_quantized with `members.groups`): the member-scaled usages through the
+// kernels above, the others through the role's standalone quantizer (role_quantizer: the next
+// stochastic-rounding offset, the delayed state and its update). `role` names it in errors.
+void quantize_role_members(const RoleFormat& format, bool rowwise, bool columnwise,
+                           const DelayedScalingState& state, const TensorView& x,
+                           const Members& members, QuantizedTensorView& out, Allocator& alloc,
+                           Stream stream, const char* role);
+
+namespace cuda {
+int64_t member_columns_scratch_bytes(const MemberColumnsArgs& a);
+bool lines_fused(const MemberColumnsArgs& a);  // the CUDA kernels can write row_data too
+void quantize_member_columns(const MemberColumnsArgs& a, void* scratch, Stream stream);
+void member_tensor_amax(const MemberTensorArgs& a, uint32_t* amax_bits, Stream stream);
+void member_tensor_encode(const MemberTensorArgs& a, const uint32_t* amax_bits, uint8_t* codes,
+                          Stream stream);
+}  // namespace cuda
+
+}  // namespace tessera::nn::detail
