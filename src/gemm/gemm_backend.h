@@ -15,12 +15,15 @@ namespace tessera::detail {
 //   kMGrouped: m_g = group rows (m = -1 here), k and n fixed;
 //   kKGrouped: k_g = group rows (k = -1 here), m = A cols, n = B cols;
 //   kBatched:  m, n, k fixed.
-// capacity: rows of the token buffer that may hold live rows (max_total_rows resolved); 0 for
-// kBatched. Invariant: groups ≥ 1, n ≥ 0, and m, k ≥ 0 where fixed.
+// capacity: rows of the token buffer that may hold live rows (max_total_rows resolved; with
+// a_row_starts, D's rows); 0 for kBatched. a_rows: rows of A the problem may read — the
+// capacity, or all of A's rows with a_row_starts (≥ capacity); 0 for kBatched.
+// Invariant: groups ≥ 1, n ≥ 0, and m, k ≥ 0 where fixed.
 struct GroupedGemmDims {
   int64_t groups = 0;
   int64_t m = -1, n = 0, k = -1;
   int64_t capacity = 0;
+  int64_t a_rows = 0;
 };
 
 // Logical sizes of an operand: 2-D (rows, cols); a 3-D dense view (G, X, Y) or a quantized
@@ -51,6 +54,12 @@ void check_output_overlap(const GroupedGemmProblem& p, const GroupedGemmDims& di
 // The G+1 start offsets of a problem whose offsets live in host memory (kBatched: g·0).
 // Precondition: check_grouped_gemm(p) passed.
 std::vector<int64_t> host_start_offsets(const GroupedGemmProblem& p);
+
+// The G+1 row starts of A's groups in host memory: a_row_starts with the end of the last group's
+// A rows appended (ascending: checked), or host_start_offsets(p) without a_row_starts. Rows of A
+// in [s[g], s[g+1]) past group g's own are gaps (never used). Precondition: check_grouped_gemm
+// passed.
+std::vector<int64_t> host_a_row_starts(const GroupedGemmProblem& p);
 
 // ---- CPU backend (src/gemm/cpu/) ------------------------------------------------------------
 int64_t grouped_gemm_cpu_workspace_size(const GroupedGemmProblem& p, const GroupedGemmDims& dims);

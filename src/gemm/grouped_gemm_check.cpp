@@ -61,6 +61,7 @@ void check_devices(const GroupedGemmProblem& p) {
                   "; it must be in host memory or on the operands' device ", to_string(dev));
   };
   if (p.group_offsets.data != nullptr) host_or_same(p.group_offsets, "group_offsets");
+  if (p.a_row_starts.data != nullptr) host_or_same(p.a_row_starts, "a_row_starts");
   if (p.group_alpha.data != nullptr) host_or_same(p.group_alpha, "group_alpha");
 }
 
@@ -129,6 +130,38 @@ void check_offsets(const GroupedGemmProblem& p, int64_t capacity) {
   });
 }
 
+// a_row_starts (kMGrouped): int64, G or G+1 entries; where it and the offsets are in host
+// memory, every group's A rows [start, start + size) inside A's a_rows rows, in group order,
+// without overlap. Precondition: check_offsets passed.
+void check_a_row_starts(const GroupedGemmProblem& p, const GroupedGemmDims& dims) {
+  const TensorView& s = p.a_row_starts;
+  if (s.data == nullptr) return;
+  TESSERA_CHECK_STATUS(p.kind == GroupedGemmKind::kMGrouped, Status::kUnsupported,
+                       "a_row_starts: only an M-grouped GEMM reads A by group rows (kind ",
+                       grouped_gemm_kind_name(p.kind), ")");
+  check_view(s, "a_row_starts", {DType::kInt64});
+  const int64_t g = p.num_groups;
+  TESSERA_CHECK_STATUS(s.ndim == 1 && (s.numel() == g || s.numel() == g + 1),
+                       Status::kShapeMismatch, "a_row_starts: expected ", g, " or ", g + 1,
+                       " entries (the row of A where each group starts), got ", s.to_string());
+  if (!s.device.is_cpu() || !p.group_offsets.device.is_cpu()) return;  // no host read, no sync
+  const std::vector<int64_t> start = host_start_offsets(p);
+  const int64_t* a = s.as<int64_t>();
+  int64_t prev_end = 0;
+  for (int64_t i = 0; i < g; ++i) {
+    const int64_t size = start[i + 1] - start[i];
+    TESSERA_CHECK_STATUS(a[i] >= 0, Status::kOutOfRange, "a_row_starts[", i, "] = ", a[i],
+                         " is negative");
+    TESSERA_CHECK(a[i] >= prev_end, "a_row_starts[", i, "] = ", a[i], ": the groups' rows of A "
+                  "must come in group order without overlap, and group ", i - 1, "'s end at row ",
+                  prev_end);
+    TESSERA_CHECK_STATUS(a[i] <= dims.a_rows - size, Status::kOutOfRange, "a_row_starts[", i,
+                         "] = ", a[i], ": group ", i, "'s ", size, " rows end past A's ",
+                         dims.a_rows, " rows");
+    prev_end = a[i] + size;
+  }
+}
+
 // Resolves max_total_rows against the grouped operands' row count.
 int64_t resolve_capacity(const GroupedGemmProblem& p, int64_t rows) {
   TESSERA_CHECK(p.max_total_rows >= -1, "max_total_rows: ", p.max_total_rows,
@@ -154,9 +187,15 @@ GroupedGemmDims check_m_grouped(const GroupedGemmProblem& p, GemmPath path) {
   TESSERA_CHECK_STATUS(b_k == dims.k, Status::kShapeMismatch, "B: contraction dim ", b_k,
                        " differs from A's K = ", dims.k, " (B is ",
                        p.transpose_b ? "(G, N, K)" : "(G, K, N)", ")");
-  dims.capacity = resolve_capacity(p, operand_rows(p.a));
   TESSERA_CHECK_STATUS(p.d.ndim == 2 && p.d.shape[1] == dims.n, Status::kShapeMismatch,
                        "D: expected (rows, ", dims.n, "), got ", p.d.to_string());
+  // With a_row_starts the offsets index D's rows (A has its own layout), else A's and D's.
+  const bool own_a_rows = p.a_row_starts.data != nullptr;
+  dims.capacity = resolve_capacity(p, own_a_rows ? p.d.shape[0] : operand_rows(p.a));
+  dims.a_rows = own_a_rows ? operand_rows(p.a) : dims.capacity;
+  TESSERA_CHECK_STATUS(dims.a_rows >= dims.capacity, Status::kBufferTooSmall, "A: ",
+                       dims.a_rows, " rows; with a_row_starts A must have at least the ",
+                       dims.capacity, " rows of the capacity (max_total_rows, or D's rows)");
   TESSERA_CHECK_STATUS(p.d.shape[0] >= dims.capacity, Status::kBufferTooSmall, "D: ",
                        p.d.shape[0], " rows cannot hold the ", dims.capacity,
                        " rows of the token buffer");
@@ -178,6 +217,7 @@ GroupedGemmDims check_k_grouped(const GroupedGemmProblem& p, GemmPath path) {
                        operand_rows(p.b), " rows differ from A's ", rows,
                        " (both are the grouped token dim)");
   dims.capacity = resolve_capacity(p, rows);
+  dims.a_rows = dims.capacity;
   TESSERA_CHECK_STATUS(p.d.ndim == 3 && p.d.shape[1] == dims.m && p.d.shape[2] == dims.n,
                        Status::kShapeMismatch, "D: expected (", p.num_groups, ", ", dims.m, ", ",
                        dims.n, "), got ", p.d.to_string());
@@ -243,6 +283,7 @@ GroupedGemmDims check_grouped_gemm(const GroupedGemmProblem& p, GemmPath path) {
                 "zero_unused_rows: only an M-grouped D has rows outside the groups (kind ",
                 grouped_gemm_kind_name(p.kind), ")");
   if (p.kind != GroupedGemmKind::kBatched) check_offsets(p, dims.capacity);
+  check_a_row_starts(p, dims);
   check_output_overlap(p, dims);
   return dims;
 }
@@ -260,6 +301,19 @@ std::vector<int64_t> host_start_offsets(const GroupedGemmProblem& p) {
       start[static_cast<size_t>(g) + 1] = static_cast<int64_t>(o[has_leading_zero ? g + 1 : g]);
     }
   });
+  return start;
+}
+
+std::vector<int64_t> host_a_row_starts(const GroupedGemmProblem& p) {
+  std::vector<int64_t> start = host_start_offsets(p);
+  if (p.a_row_starts.data == nullptr) return start;
+  TESSERA_CHECK(p.a_row_starts.device.is_cpu(), "a_row_starts: the host needs them in host "
+                "memory, got ", to_string(p.a_row_starts.device));
+  const int64_t* a = p.a_row_starts.as<int64_t>();
+  const int64_t g = p.num_groups;
+  const int64_t last_end = a[g - 1] + (start[g] - start[g - 1]);
+  for (int64_t i = 0; i < g; ++i) start[i] = a[i];
+  start[g] = last_end;
   return start;
 }
 

@@ -1,9 +1,10 @@
 // An output that overlaps an input is refused: D is written while the GEMM still reads A, B (the
-// quantized copy read: codes, scales, amax), bias, group_offsets and group_alpha, so a shared
-// byte gives wrong values (or, on the device, a race). beta = 1 reads D itself by design; that is
-// the one overlap allowed. Only the bytes the problem touches count (byte_range of each view,
-// cut to the capacity rows for the grouped operands and an M-grouped D), so buffers side by side
-// in one allocation, and rows past the capacity, may be shared.
+// quantized copy read: codes, scales, amax), bias, group_offsets, a_row_starts and group_alpha,
+// so a shared byte gives wrong values (or, on the device, a race). beta = 1 reads D itself by
+// design; that is the one overlap allowed. Only the bytes the problem touches count (byte_range
+// of each view, cut to the capacity rows for the grouped operands — all of A's rows with
+// a_row_starts — and an M-grouped D), so buffers side by side in one allocation, and rows past
+// the capacity, may be shared.
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -57,10 +58,11 @@ void check_output_overlap(const GroupedGemmProblem& p, const GroupedGemmDims& di
   const bool grouped_rows = p.kind != GroupedGemmKind::kBatched;
   const int64_t capacity = grouped_rows ? dims.capacity : -1;
   std::vector<NamedRange> inputs;
-  add_operand(inputs, "A", p.a, capacity);
+  add_operand(inputs, "A", p.a, grouped_rows ? dims.a_rows : -1);  // a_row_starts: all of A
   add_operand(inputs, "B", p.b, p.kind == GroupedGemmKind::kKGrouped ? capacity : -1);
   add(inputs, "bias", p.bias);
   if (grouped_rows) add(inputs, "group_offsets", p.group_offsets);  // kBatched ignores them
+  add(inputs, "a_row_starts", p.a_row_starts);
   add(inputs, "group_alpha", p.group_alpha);
   // D's written rows: an M-grouped D up to the capacity, unless its unused rows are zeroed too.
   const bool d_rows_cut = p.kind == GroupedGemmKind::kMGrouped && !p.zero_unused_rows;

@@ -341,15 +341,16 @@ LinearSaved linear_forward(const LinearSpec& s, const WeightCopies& weight,
   }
   // x in the padded layout (every group on an aligned row start, zeros between groups and past
   // the last), quantized once: the rowwise copy (scratch) feeds this GEMM, the columnwise copy
-  // goes into the saved context. The GEMM writes y in the padded layout; its group rows are
-  // moved into y (rows in no group: zero). Rows outside the groups thus take part in no scale.
+  // goes into the saved context. Rows outside the groups thus take part in no scale. The GEMM
+  // reads A in the padded layout (a_row_starts) and writes y in the caller's (its offsets; rows
+  // in no group: zero), so y needs no padded copy and no move.
   LinearSaved layout = saved;  // the layout (the saved context's, or scratch for an eval step)
   Allocation layout_memory;
   if (!save_q) layout_memory = place_layout(s, t, alloc, dev, stream, layout);
   const int64_t tp = layout.padded_rows;
   detail::Scratch tmp = detail::scratch(
       alloc, quantized_bytes(s.input.config, tp, s.in, true, false, s.groups) +
-                 dtype_bytes(a.x.dtype, tp * s.in) + dtype_bytes(a.y.dtype, tp * s.out) + 1024,
+                 dtype_bytes(a.x.dtype, tp * s.in) + 1024,
       dev, stream);
   detail::group_starts(groups, s.wgrad_align, layout.starts.as<int64_t>(),
                        layout.padded_starts.as<int64_t>(), dev, stream);
@@ -364,17 +365,10 @@ LinearSaved linear_forward(const LinearSpec& s, const WeightCopies& weight,
   detail::quantize_role_members(s.input, true, save_q, state.input,
                                 padded_copy(a.x, layout, tmp.carver, stream), members(s, layout),
                                 xq, alloc, stream, "input");
-  const TensorView yp = matrix(tmp.carver.take(dtype_bytes(a.y.dtype, tp * s.out)), a.y.dtype,
-                               tp, s.out, dev);
-  g = m_grouped(s, layout.padded_starts, GroupOffsetsFormat::kStartOffsets, yp);
-  g.zero_unused_rows = false;  // the move into y writes the rows in no group
-  g.max_total_rows = tp;
-  g.transpose_b = true;
-  g.bias = a.bias;
+  g.a_row_starts = layout.padded_starts;  // g: y at the caller's offsets, bias, zeroed tail
   g.a = GemmOperand::from_quantized(xq, false);
   g.b = GemmOperand::from_quantized(weight.q, false);
   detail::run_gemm(g, alloc, stream);
-  unpad_tokens(yp, layout.starts, layout.padded_starts, a.y, stream, /*zero_tail=*/true);
   return saved;
 }
 
@@ -446,8 +440,9 @@ void linear_backward(const LinearSpec& s, const WeightCopies& weight, const Line
     return;
   }
 
-  // dy in the padded layout, quantized once: the rowwise copy feeds the dgrad (whose padded dx
-  // is moved into dx, rows in no group zero), the columnwise copy the wgrad.
+  // dy in the padded layout, quantized once: the rowwise copy feeds the dgrad (which reads it
+  // through the padded starts and writes dx at the caller's offsets, rows in no group zero),
+  // the columnwise copy the wgrad.
   const bool need_dx = a.dx.data != nullptr;
   if (!need_dx && !need_x) return;
   LinearSaved layout = saved;  // the forward's layout (made here when it saved none)
@@ -458,7 +453,6 @@ void linear_backward(const LinearSpec& s, const WeightCopies& weight, const Line
   const int64_t dy_bytes =
       quantized_bytes(s.grad_output.config, tp, s.out, need_dx, need_x, s.groups);
   const int64_t pad_bytes = dtype_bytes(a.dy.dtype, tp * s.out) +
-                            (need_dx ? dtype_bytes(a.dx.dtype, tp * s.in) : 0) +
                             (made_layout && need_x ? dtype_bytes(a.x.dtype, tp * s.in) +
                                  quantized_bytes(s.input.config, tp, s.in, false, true, s.groups) : 0);
   detail::Scratch tmp = detail::scratch(alloc, dy_bytes + pad_bytes + 1024, dev, stream);
@@ -480,12 +474,8 @@ void linear_backward(const LinearSpec& s, const WeightCopies& weight, const Line
                                 padded_copy(a.dy, layout, tmp.carver, stream), members(s, layout),
                                 dyq, alloc, stream, "grad_output");
   if (need_dx) {
-    const TensorView dxp = matrix(tmp.carver.take(dtype_bytes(a.dx.dtype, tp * s.in)),
-                                  a.dx.dtype, tp, s.in, dev);
-    GroupedGemmProblem dg = m_grouped(s, layout.padded_starts, GroupOffsetsFormat::kStartOffsets,
-                                      dxp);
-    dg.zero_unused_rows = false;  // the move into dx writes the rows in no group
-    dg.max_total_rows = tp;
+    GroupedGemmProblem dg = m_grouped(s, a.offsets, a.offsets_format, a.dx);
+    dg.a_row_starts = layout.padded_starts;  // dy's rows in the padded layout
     dg.a = GemmOperand::from_quantized(dyq, false);
     if (weight.columnwise_is_wt()) {  // Wᵀ per group as a rowwise copy: the forward's TN form
       dg.b = GemmOperand::from_quantized(weight.wt, false);
@@ -495,7 +485,6 @@ void linear_backward(const LinearSpec& s, const WeightCopies& weight, const Line
       dg.transpose_b = false;
     }
     detail::run_gemm(dg, alloc, stream);
-    unpad_tokens(dxp, layout.starts, layout.padded_starts, a.dx, stream, /*zero_tail=*/true);
   }
   if (need_x) {
     QuantizedTensorView xq = layout.input;

@@ -20,7 +20,7 @@ cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITE
   -DBLAS_LIBRARIES="$LIBDIR/openblas-pthread/libopenblas.so" \
   -DTESSERA_CBLAS_INCLUDE_DIR="$P/include/x86_64-linux-gnu" > "$OUT/configure.log" 2>&1 \
   || { tail -30 "$OUT/configure.log"; exit 1; }
-TESTS="test_grouped_gemm_sm90 test_grouped_gemm_sm90_graph test_grouped_gemm_cuda_api test_grouped_gemm_cuda_fp8 test_fp8_operand_map test_grouped_nn_cuda"
+TESTS="test_grouped_gemm_sm90 test_grouped_gemm_sm90_graph test_grouped_gemm_cuda_api test_grouped_gemm_cuda_fp8 test_grouped_gemm_cuda_a_row_starts test_fp8_operand_map test_grouped_nn_cuda"
 # shellcheck disable=SC2086
 cmake --build build-gpu -j "$(nproc)" --target tessera $TESTS > "$OUT/build.log" 2>&1 \
   || { grep -B2 -A12 -m3 -E "error|ptxas_guard" "$OUT/build.log"; exit 1; }

@@ -30,7 +30,7 @@ detail::GroupedGemmDims forward_dims() {
   d.groups = 2;
   d.n = 32;
   d.k = 64;
-  d.capacity = 32;
+  d.capacity = d.a_rows = 32;
   return d;
 }
 
@@ -75,9 +75,14 @@ TEST(CudaFp8OperandMap, Nvfp4PairsExpandToBf16) {
   p.a = GemmOperand::from_quantized(nvfp4_view(40, 100, false), false);
   p.b = GemmOperand::from_quantized(nvfp4_view(2 * 24, 100, false, 2), false);
   detail::GroupedGemmDims d;
-  d.groups = 2, d.n = 24, d.k = 100, d.capacity = 32;
+  d.groups = 2, d.n = 24, d.k = 100, d.capacity = d.a_rows = 32;
   gemm_cuda::Fp8ProblemMap m;
   std::string why;
+  d.a_rows = 40;  // A in its own row layout (a_row_starts): all of its 40 rows are expanded
+  ASSERT_EQ(gemm_cuda::map_fp8_problem(p, d, &m, &why), Status::kOk) << why;
+  EXPECT_EQ(m.a.matrix.rows, 40);
+  EXPECT_EQ(m.a.ex.rows, 40);
+  d.a_rows = 32;
   ASSERT_EQ(gemm_cuda::map_fp8_problem(p, d, &m, &why), Status::kOk) << why;
   EXPECT_TRUE(m.expanded);
   EXPECT_EQ(m.elem, gemm_cuda::ElemKind::kBF16);

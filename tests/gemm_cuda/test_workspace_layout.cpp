@@ -63,6 +63,19 @@ TEST(CudaGemmWorkspace, SmallKGroupedSizeByHand) {
             768 + 256 + 256 + 768 + 512);
 }
 
+// M-grouped FP16 NN, 2 groups, K 16, N 8, host offsets: offsets 3 x 8 → 256, B^T 2 x 8 x 16 x 2
+// = 512; host a_row_starts add their first G entries, 2 x 8 → 256 (device ones nothing).
+TEST(CudaGemmWorkspace, HostARowStartsAreARegion) {
+  static int64_t a_starts[3] = {0, 16, 32};
+  GroupedGemmProblem p = fp16_problem(GroupedGemmKind::kMGrouped);
+  const detail::GroupedGemmDims d = dims(2, -1, 8, 16, 10);
+  EXPECT_EQ(detail::grouped_gemm_cuda_workspace_size(p, d), 256 + 512);
+  p.a_row_starts = TensorView::contiguous(a_starts, DType::kInt64, {3});
+  EXPECT_EQ(detail::grouped_gemm_cuda_workspace_size(p, d), 256 + 256 + 512);
+  p.a_row_starts.device = Device::cuda(0);
+  EXPECT_EQ(detail::grouped_gemm_cuda_workspace_size(p, d), 256 + 512);
+}
+
 TEST(CudaGemmWorkspace, OverflowIsOutOfRangeNamingTheRegion) {
   constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
   struct Case {

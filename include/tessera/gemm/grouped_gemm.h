@@ -14,6 +14,9 @@
 //   kBatched   (3D×3D): A (G, M, K), or (G, K, M) when transpose_a; B (G, N, K) when transpose_b,
 //              else (G, K, N); D (G, M, N). No offsets.
 // Rows of A, B and D past the last offset (up to the capacity) are never read or written.
+// kMGrouped may read A through its own row layout (a_row_starts): group g's A rows then start
+// at a_row_starts[g] while its D rows still follow the offsets (e.g. A a copy of the tokens
+// padded so that every group starts on an aligned row, D the unpadded output).
 //
 // Operands: unquantized FP32/BF16/FP16 TensorViews, or a QuantizedTensorView (any recipe of §4)
 // plus the usage (rowwise/columnwise copy) the GEMM reads. A quantized operand is described by
@@ -104,13 +107,14 @@ struct GroupedGemmConfig {
 
 // The problem descriptor. Plain data: views are non-owning and must outlive the call (for CUDA,
 // until the stream reaches it).
-// Invariants checked by can_implement: every operand on one device (offsets and group_alpha may
-// also be in host memory); shapes as listed in the file header; beta ∈ {0, 1}; beta = 1 needs an
-// FP32 D; max_total_rows -1 or ≤ rows of the grouped operands and of D (kMGrouped); D shares no
-// byte with what the problem reads of A, B (dense, or the codes / scales / amax of the quantized
-// copy read), bias, group_offsets or group_alpha (kInvalidArgument "D overlaps A"; only the bytes
-// touched count: grouped operands and an M-grouped D cut to the capacity rows; beta = 1 reads D
-// itself by design).
+// Invariants checked by can_implement: every operand on one device (offsets, a_row_starts and
+// group_alpha may also be in host memory); shapes as listed in the file header; beta ∈ {0, 1};
+// beta = 1 needs an FP32 D; max_total_rows -1 or ≤ rows of the grouped operands and of D
+// (kMGrouped); D shares no byte with what the problem reads of A, B (dense, or the codes /
+// scales / amax of the quantized copy read), bias, group_offsets, a_row_starts or group_alpha
+// (kInvalidArgument "D overlaps A"; only the bytes touched count: grouped operands and an
+// M-grouped D cut to the capacity rows, all of A with a_row_starts; beta = 1 reads D itself by
+// design).
 struct GroupedGemmProblem {
   GroupedGemmKind kind = GroupedGemmKind::kMGrouped;
   int64_t num_groups = 0;  // G ≥ 1
@@ -130,6 +134,17 @@ struct GroupedGemmProblem {
   // unused rows), the end read where the offsets live — on the device without a host sync.
   // false: those rows are left as they were (torch._grouped_mm's behaviour).
   bool zero_unused_rows = false;
+  // kMGrouped only, optional: the row of A where each group's rows start, when A is laid out
+  // apart from D. int64, G or G+1 entries (only the first G are read, so a G+1 start array may
+  // be passed as is), in host memory or on the operands' device. Group g reads A rows
+  // [a_row_starts[g], a_row_starts[g] + size_g) and, for a rowwise- or block-scaled A, those
+  // rows' scales (a per-group kTensor scale or NVFP4 amax is still group g's); its size, its D
+  // rows, bias and zero_unused_rows follow group_offsets. A's other rows are never used (they may
+  // hold anything, NaN included). With it, max_total_rows = -1 means D's rows, and A must have at
+  // least the capacity rows. The ranges must lie inside A, in group order, without overlap
+  // (checked where the starts and offsets are in host memory; on the device a start is clamped
+  // so that the group's rows stay inside A). Empty (null data): A's rows follow group_offsets.
+  TensorView a_row_starts;
 
   float alpha = 1.0f;
   TensorView group_alpha;  // optional FP32 (G): alpha_g = alpha · group_alpha[g]

@@ -42,14 +42,17 @@ bool bf16_native_applies(const GroupedGemmProblem& p);
 int64_t bf16_native_workspace_size(const GroupedGemmProblem& p, int64_t d_elems);
 
 // Runs `p` (bf16_native_applies(p) holds). start: the G+1 row starts of the groups (kBatched:
-// unused). d_elems: D's live elements (the staging area's size).
+// unused); a_start: those of A's groups (M-grouped: host_a_row_starts; else = start). d_elems:
+// D's live elements (the staging area's size).
 void grouped_gemm_bf16_native(const GroupedGemmProblem& p, const GroupedGemmDims& dims,
-                              const std::vector<int64_t>& start, int64_t d_elems,
+                              const std::vector<int64_t>& start,
+                              const std::vector<int64_t>& a_start, int64_t d_elems,
                               WorkspaceCursor& ws);
 
 // Defined by bf16_gemm_onednn.cpp, or by bf16_gemm_no_onednn.cpp in a build without oneDNN.
 Bf16Support probe_bf16_support();
 void grouped_gemm_bf16_onednn(const GroupedGemmProblem& p, const GroupedGemmDims& dims,
-                              const std::vector<int64_t>& start, float* staging);
+                              const std::vector<int64_t>& start,
+                              const std::vector<int64_t>& a_start, float* staging);
 
 }  // namespace tessera::detail::cpu

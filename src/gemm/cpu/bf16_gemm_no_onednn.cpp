@@ -6,7 +6,8 @@ namespace tessera::detail::cpu {
 Bf16Support probe_bf16_support() { return {false, "built without oneDNN"}; }
 
 void grouped_gemm_bf16_onednn(const GroupedGemmProblem&, const GroupedGemmDims&,
-                              const std::vector<int64_t>&, float*) {
+                              const std::vector<int64_t>&, const std::vector<int64_t>&,
+                              float*) {
   TESSERA_FAIL(Status::kInternal, "the native BF16 path ran in a build without oneDNN");
 }
 

@@ -78,15 +78,17 @@ void set_weight_block(const GroupedGemmProblem& p, int64_t g, int64_t n, int64_t
   blk.b_col = p.transpose_b ? k : 1;
 }
 
+// a_start: the row starts of A's groups (M-grouped; a_row_starts or = start).
 GroupBlock group_block(const GroupedGemmProblem& p, const GroupedGemmDims& dims,
-                       const std::vector<int64_t>& start, int64_t g) {
+                       const std::vector<int64_t>& start, const std::vector<int64_t>& a_start,
+                       int64_t g) {
   const bf16* a = p.a.dense.as<bf16>();
   const int64_t n = dims.n;
   GroupBlock blk;
   switch (p.kind) {
-    case GroupedGemmKind::kMGrouped:  // A (T, K) rows grouped; D (T, N)
+    case GroupedGemmKind::kMGrouped:  // A rows grouped (own layout with a_row_starts); D (T, N)
       blk.m = start[g + 1] - start[g], blk.k = dims.k;
-      blk.a = a + start[g] * dims.k, blk.a_row = dims.k, blk.a_col = 1;
+      blk.a = a + a_start[g] * dims.k, blk.a_row = dims.k, blk.a_col = 1;
       set_weight_block(p, g, n, dims.k, blk);
       blk.d_offset = start[g] * n;
       break;
@@ -303,10 +305,12 @@ Bf16Support probe_bf16_support() {
 }
 
 void grouped_gemm_bf16_onednn(const GroupedGemmProblem& p, const GroupedGemmDims& dims,
-                              const std::vector<int64_t>& start, float* staging) {
+                              const std::vector<int64_t>& start,
+                              const std::vector<int64_t>& a_start, float* staging) {
   RunContext c{p, dims.n, {}, staging};
   c.blocks.reserve(static_cast<size_t>(dims.groups));
-  for (int64_t g = 0; g < dims.groups; ++g) c.blocks.push_back(group_block(p, dims, start, g));
+  for (int64_t g = 0; g < dims.groups; ++g)
+    c.blocks.push_back(group_block(p, dims, start, a_start, g));
   const int64_t threads = std::max(1, omp_get_max_threads());
   run_tasks(c, make_tasks(c.blocks, dims.n, threads), threads);
 }

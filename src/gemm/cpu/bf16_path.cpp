@@ -47,10 +47,11 @@ int64_t bf16_native_workspace_size(const GroupedGemmProblem& p, int64_t d_elems)
 }
 
 void grouped_gemm_bf16_native(const GroupedGemmProblem& p, const GroupedGemmDims& dims,
-                              const std::vector<int64_t>& start, int64_t d_elems,
+                              const std::vector<int64_t>& start,
+                              const std::vector<int64_t>& a_start, int64_t d_elems,
                               WorkspaceCursor& ws) {
   float* staging = staged_epilogue(p) ? ws.take_floats(d_elems) : nullptr;
-  grouped_gemm_bf16_onednn(p, dims, start, staging);
+  grouped_gemm_bf16_onednn(p, dims, start, a_start, staging);
 }
 
 }  // namespace tessera::detail::cpu

@@ -54,9 +54,12 @@ LiveRows live_rows(const GroupedGemmProblem& p, const GroupedGemmDims& dims, int
   return r;
 }
 
-// Upper bound of LiveRows from host-known sizes only (the capacity, not the offsets).
+// Upper bound of LiveRows from host-known sizes only (the capacity, not the offsets; A's rows
+// with a_row_starts).
 LiveRows capacity_rows(const GroupedGemmProblem& p, const GroupedGemmDims& dims) {
-  return live_rows(p, dims, dims.capacity);
+  LiveRows r = live_rows(p, dims, dims.capacity);
+  if (p.kind == GroupedGemmKind::kMGrouped) r.a = dims.a_rows;
+  return r;
 }
 
 blasint to_blas(int64_t v, const char* what) {
@@ -106,15 +109,18 @@ void gemm_group(const GroupedGemmProblem& p, int64_t g, int64_t m, int64_t n, in
               to_blas(a.ld, "lda"), b_sub, to_blas(b.ld, "ldb"), beta, d, to_blas(n, "ldd"));
 }
 
+// start: the G+1 group row starts (D's rows, and A's too unless M-grouped with a_row_starts);
+// a_start: the row starts of A's groups (host_a_row_starts).
 void run_groups(const GroupedGemmProblem& p, const GroupedGemmDims& dims,
-                const std::vector<int64_t>& start, const Fp32Operands& f) {
+                const std::vector<int64_t>& start, const std::vector<int64_t>& a_start,
+                const Fp32Operands& f) {
   const int64_t n = dims.n;
   for (int64_t g = 0; g < dims.groups; ++g) {
     const int64_t r0 = start[g], rows = start[g + 1] - start[g];
     switch (p.kind) {
       case GroupedGemmKind::kMGrouped: {
         const int64_t b_rows = p.transpose_b ? n : dims.k;  // logical rows of B_g
-        gemm_group(p, g, rows, n, dims.k, f.a, f.a.rows_from(r0), false, f.b,
+        gemm_group(p, g, rows, n, dims.k, f.a, f.a.rows_from(a_start[g]), false, f.b,
                    f.b.rows_from(g * b_rows), p.transpose_b, f.d + r0 * n);
         break;
       }
@@ -162,15 +168,19 @@ int64_t grouped_gemm_cpu_workspace_size(const GroupedGemmProblem& p, const Group
 void grouped_gemm_cpu(const GroupedGemmProblem& p, const GroupedGemmDims& dims, void* workspace,
                       int64_t workspace_bytes) {
   const std::vector<int64_t> start = host_start_offsets(p);
-  const LiveRows live = live_rows(p, dims, start.back());
+  const bool m_grouped = p.kind == GroupedGemmKind::kMGrouped;
+  const std::vector<int64_t> a_start = m_grouped ? host_a_row_starts(p) : start;
+  LiveRows live = live_rows(p, dims, start.back());
+  if (m_grouped) live.a = a_start.back();  // A's rows up to its last group's end
   WorkspaceCursor ws{static_cast<char*>(workspace), workspace_bytes};
   if (cpu::bf16_native_applies(p)) {
-    cpu::grouped_gemm_bf16_native(p, dims, start, live.d * dims.n, ws);
+    cpu::grouped_gemm_bf16_native(p, dims, start, a_start, live.d * dims.n, ws);
     return;
   }
   const bool batched = p.kind == GroupedGemmKind::kBatched;
+  // A's own group rows: per-group kTensor scales / NVFP4 amax of a quantized A follow them.
   const std::vector<int64_t> a_groups =
-      batched ? uniform_starts(dims.groups, live.a / dims.groups) : start;
+      batched ? uniform_starts(dims.groups, live.a / dims.groups) : a_start;
   const std::vector<int64_t> b_groups = p.kind == GroupedGemmKind::kKGrouped
                                             ? start
                                             : uniform_starts(dims.groups, live.b / dims.groups);
@@ -180,7 +190,7 @@ void grouped_gemm_cpu(const GroupedGemmProblem& p, const GroupedGemmDims& dims, 
   const int64_t d_elems = live.d * dims.n;  // D's live elements
   const bool staged = p.d.dtype != DType::kFloat32;
   f.d = staged ? ws.take_floats(d_elems) : p.d.as<float>();
-  run_groups(p, dims, start, f);
+  run_groups(p, dims, start, a_start, f);
   if (staged) store_fp32(f.d, p.d, d_elems);
 }
 

@@ -14,7 +14,11 @@
 //     on the device, zero gaps), so any group sizes work, host or device offsets.
 //   - batched (3D x 3D, dense): the M-grouped kernel over (G·M, K) with the uniform starts g·M
 //     written into the workspace; A (G, K, M) and B (G, K, N) transposed there when stored so.
-//   - offsets / group_alpha in host memory are copied into the workspace (host→device only).
+//   - offsets / a_row_starts / group_alpha in host memory are copied into the workspace
+//     (host→device only).
+//   - M-grouped A in its own row layout (a_row_starts, read on the device by the tile walker):
+//     A's tensor map (or its expanded / quantized copy) covers all of A's rows, every other
+//     operand and D as without it.
 //   - FP8 quantized operands, E4M3 × E4M3 or E5M2 × E4M3 (per-tensor or rowwise scales) read in
 //     place, no transposes:
 //     the copies and scale indexing of quantized_operands.h (forward, dgrad, wgrad);
@@ -49,9 +53,10 @@ constexpr int64_t kAlign = 256;
 
 // Byte layout of the workspace: every region 256-byte aligned; absent regions have 0 bytes.
 struct WorkspaceLayout {
-  int64_t maps = 0, offsets = 0, alpha = 0, starts = 0, a_t = 0, b_t = 0, factors = 0, total = 0;
-  int64_t maps_bytes = 0, offsets_bytes = 0, alpha_bytes = 0, starts_bytes = 0, a_t_bytes = 0,
-          b_t_bytes = 0, factors_bytes = 0;
+  int64_t maps = 0, offsets = 0, a_starts = 0, alpha = 0, starts = 0, a_t = 0, b_t = 0,
+          factors = 0, total = 0;
+  int64_t maps_bytes = 0, offsets_bytes = 0, a_starts_bytes = 0, alpha_bytes = 0,
+          starts_bytes = 0, a_t_bytes = 0, b_t_bytes = 0, factors_bytes = 0;
   // NVFP4 operands: their 1/S_enc factors (FP32) at factors: A's values, then B's.
   int64_t factors_a = 0;
   // K-grouped dense: row stride of the transposed operands (elements) = the padded token columns
@@ -100,6 +105,8 @@ WorkspaceLayout layout_of(const GroupedGemmProblem& p, const GroupedGemmDims& d)
   if (kg) w.maps_bytes = d.groups * (2 * 128 + 4);
   if (!batched && p.group_offsets.device.is_cpu())
     w.offsets_bytes = p.group_offsets.numel() * (p.group_offsets.dtype == DType::kInt64 ? 8 : 4);
+  if (p.a_row_starts.data != nullptr && p.a_row_starts.device.is_cpu())
+    w.a_starts_bytes = d.groups * 8;  // the first G entries (all the kernel reads)
   if (p.group_alpha.data != nullptr && p.group_alpha.device.is_cpu()) w.alpha_bytes = d.groups * 4;
   const int64_t starts_bytes = (d.groups + 1) * 8;
   if (p.a.is_quantized) {
@@ -141,6 +148,7 @@ WorkspaceLayout layout_of(const GroupedGemmProblem& p, const GroupedGemmDims& d)
   };
   w.maps = place(w.maps_bytes);
   w.offsets = place(w.offsets_bytes);
+  w.a_starts = place(w.a_starts_bytes);
   w.alpha = place(w.alpha_bytes);
   w.starts = place(w.starts_bytes);
   w.a_t = place(w.a_t_bytes);
@@ -307,6 +315,11 @@ Sm90GroupedGemm describe(const GroupedGemmProblem& p, const GroupedGemmDims& d,
   k.offsets_int64 = p.group_offsets.dtype == DType::kInt64;
   k.offsets_start = p.offsets_format == GroupOffsetsFormat::kStartOffsets;
   k.capacity = d.capacity;
+  if (p.a_row_starts.data != nullptr) {  // M-grouped only (check_grouped_gemm)
+    k.a_row_starts = static_cast<const int64_t*>(w.a_starts_bytes ? at(w.a_starts)
+                                                                  : p.a_row_starts.data);
+    k.a_rows = d.a_rows;
+  }
   k.m = d.m;
   k.n = d.n;
   k.k = d.k;
@@ -348,7 +361,7 @@ Sm90GroupedGemm describe(const GroupedGemmProblem& p, const GroupedGemmDims& d,
       k.capacity = d.groups * d.m;
     }
     const void* a = batched && p.transpose_a ? at(w.a_t) : p.a.dense.data;
-    g.a = {a, k.capacity, d.k, d.k};
+    g.a = {a, batched ? k.capacity : d.a_rows, d.k, d.k};  // a_rows: capacity or all of A
     if (mn.b) {  // (G, k, n) weights as stored: a 3-D map (n, k, group)
       g.b_mn_major = true;
       g.b = {p.b.dense.data, d.k, d.n, d.n};
@@ -475,6 +488,9 @@ void grouped_gemm_cuda(const GroupedGemmProblem& p, const GroupedGemmDims& dims,
   auto s = stream.as<cudaStream_t>();
   if (w.offsets_bytes)
     TESSERA_CUDA_CHECK(cudaMemcpyAsync(ws + w.offsets, p.group_offsets.data, w.offsets_bytes,
+                                       cudaMemcpyHostToDevice, s));
+  if (w.a_starts_bytes)
+    TESSERA_CUDA_CHECK(cudaMemcpyAsync(ws + w.a_starts, p.a_row_starts.data, w.a_starts_bytes,
                                        cudaMemcpyHostToDevice, s));
   if (w.alpha_bytes)
     TESSERA_CUDA_CHECK(cudaMemcpyAsync(ws + w.alpha, p.group_alpha.data, w.alpha_bytes,

@@ -223,8 +223,9 @@ Refusal map_m_grouped(const GroupedGemmProblem& p, const detail::GroupedGemmDims
                   "(16-byte TMA rows)");
   Refusal r = map(p.a, "A", false, d.groups, &out->a);
   if (r.status != Status::kOk) return r;
-  out->a.matrix.rows = d.capacity;  // A (T, K): rows past the capacity are never read
-  if (out->a.expand) out->a.ex.rows = std::min(out->a.ex.rows, d.capacity);
+  // A (T, K): rows past the capacity are never read (with a_row_starts, a_rows = all of A's)
+  out->a.matrix.rows = d.a_rows;
+  if (out->a.expand) out->a.ex.rows = std::min(out->a.ex.rows, d.a_rows);
   r = map(p.b, "B", !p.transpose_b, d.groups, &out->b);
   if (r.status != Status::kOk) return r;
   if (p.transpose_b) {  // TN: B (G·N, K) rowwise; rowwise scales per weight row g·N + n

@@ -24,6 +24,18 @@ std::vector<int64_t> reference_starts(const GroupedGemmProblem& p) {
   return starts;
 }
 
+// The G+1 row starts of A's groups of an M-grouped problem: a_row_starts (then the end of the
+// last group's A rows), read directly, or the group starts `s` without them.
+std::vector<int64_t> reference_a_starts(const GroupedGemmProblem& p,
+                                        const std::vector<int64_t>& s) {
+  if (p.a_row_starts.data == nullptr) return s;
+  std::vector<int64_t> a(s.size());
+  const int64_t g_count = p.num_groups;
+  for (int64_t g = 0; g < g_count; ++g) a[g] = p.a_row_starts.as<int64_t>()[g];
+  a[g_count] = a[g_count - 1] + (s[g_count] - s[g_count - 1]);
+  return a;
+}
+
 // Row starts g·(rows/G) of an operand holding G equal groups.
 std::vector<int64_t> per_group_rows(int64_t groups, int64_t rows) {
   std::vector<int64_t> starts;
@@ -64,11 +76,13 @@ void finish(const GroupedGemmProblem& p, int64_t g, int64_t index, int64_t j, in
   write_d(p.d, index, v);
 }
 
-// D_g rows [s_g, s_{g+1}) = A rows · op(B_g).
+// D_g rows [s_g, s_{g+1}) = A rows [sa_g, sa_g + s_{g+1} − s_g) · op(B_g) (sa = s without
+// a_row_starts).
 void reference_m_grouped(const GroupedGemmProblem& p, const GroupedGemmDims& dims,
                          const std::vector<int64_t>& s) {
   const int64_t k = dims.k, n = dims.n;
-  const ReferenceMatrix a = reference_read(p.a, s.back(), s);  // (total, K)
+  const std::vector<int64_t> sa = reference_a_starts(p, s);
+  const ReferenceMatrix a = reference_read(p.a, sa.back(), sa);  // (A's rows read, K)
   const ReferenceMatrix b = reference_read(p.b, operand_rows(p.b),
                                            per_group_rows(p.num_groups, operand_rows(p.b)));
   // b: (G·N, K) or (G·K, N)
@@ -78,7 +92,7 @@ void reference_m_grouped(const GroupedGemmProblem& p, const GroupedGemmDims& dim
         double acc = 0.0;
         for (int64_t kk = 0; kk < k; ++kk) {
           const double bv = p.transpose_b ? b.at(g * n + j, kk) : b.at(g * k + kk, j);
-          acc += a.at(i, kk) * bv;
+          acc += a.at(sa[g] + (i - s[g]), kk) * bv;
         }
         finish(p, g, i * n + j, j, n, acc);
       }

@@ -54,6 +54,16 @@ __device__ __forceinline__ int64_t group_rows(const KernelParams& p, const Tile&
   return p.k_grouped ? p.m : t.len;
 }
 
+// M-grouped: A's row of the group's first row — a_row_starts[g] clamped to [0, a_rows − len]
+// when A has its own row layout, else the group start. Read from global memory at each call
+// (L1-cached; once per tile by the producer, the scale loaders and the consumers that need it):
+// no state in Tile or the tile ring, so no thread holds more registers than without it.
+__device__ __forceinline__ int64_t a_group_start(const KernelParams& p, const Tile& t) {
+  if (p.a_row_starts == nullptr) return t.start;
+  const int64_t v = __ldg(p.a_row_starts + t.g), hi = p.a_rows - t.len;
+  return v < 0 ? 0 : (v > hi ? hi : v);
+}
+
 // first_row: the warpgroup's first row inside the group's tile (row block h starts 64·h later).
 template <int kBlockN, int kRowBlocks>
 __device__ __forceinline__ void epilogue_prefetch(const KernelParams& p, const Tile& t,
@@ -64,12 +74,14 @@ __device__ __forceinline__ void epilogue_prefetch(const KernelParams& p, const T
   const int64_t rows = group_rows(p, t);
   float alpha = p.alpha * (p.group_alpha ? p.group_alpha[t.g] : 1.0f);
   if (t.poisoned) alpha = __int_as_float(0x7fc00000);  // NaN: the group could not be computed
+  // A's row of the group's row 0 (rowwise A scales are per A row); K-grouped: output rows.
+  const int64_t a_row0 = p.k_grouped || !p.scale_a ? 0 : a_group_start(p, t);
 #pragma unroll
   for (int h = 0; h < kRowBlocks; ++h) {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int64_t r = first_row + h * 64 + warp * 16 + lane / 4 + 8 * i;
-      const int64_t scale_row = p.k_grouped ? r : t.start + r;
+      const int64_t scale_row = a_row0 + r;
       pre.row_scale[h][i] = alpha;
       if (r < rows && p.scale_a)
         pre.row_scale[h][i] *= p.scale_a[t.g * p.sa_gs + scale_row * p.sa_rs];

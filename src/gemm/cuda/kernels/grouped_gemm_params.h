@@ -4,7 +4,8 @@
 //
 // Conventions (operands K-major, i.e. the contraction dim contiguous, unless the element kind reads
 // one MN-major: sm90_mma_kinds.cuh):
-//   M-grouped: D rows [start_g, end_g) = A rows [start_g, end_g) (capacity, k) · B_gᵀ; B_g is the
+//   M-grouped: D rows [start_g, end_g) = A rows [a_g, a_g + end_g − start_g) (a_rows, k) · B_gᵀ
+//     with a_g = start_g, or a_row_starts[g] when given (A in its own row layout); B_g is the
 //     box of the B tensor map at rows g·b_group_rows + [0, n) and contraction columns
 //     g·b_group_cols + [0, k). D (capacity, n), row stride ldd.
 //   K-grouped: D_g (m, n) at d + g·d_group_stride = A_g (m, len_g) · B_g (n, len_g)ᵀ with
@@ -12,7 +13,7 @@
 //     contraction coordinate starts at k_origin (0 for per-member blocks, start_g for whole
 //     transposed tensors).
 //   Epilogue: D = alpha·group_alpha[g]·sa·sb·acc + bias + beta·D, sa = scale_a[g·sa_gs + row·sa_rs]
-//     (row = global token row for M-grouped, output row for K-grouped), sb = scale_b[g·sb_gs +
+//     (row = A's row for M-grouped, output row for K-grouped), sb = scale_b[g·sb_gs +
 //     col·sb_rs]; a null pointer means 1 (scale) or 0 (bias).
 #pragma once
 
@@ -110,6 +111,11 @@ struct KernelParams {
   int offsets_int64 = 1;
   int offsets_start = 1;   // 1: G+1 start offsets (leading 0); 0: G cumulative end offsets
   int64_t capacity = 0;    // group bounds are clamped to [0, capacity]
+  // M-grouped: the row of A where each group starts (device int64, G entries; null: the group
+  // start), clamped to [0, a_rows − len_g] so a group's rows stay inside A's a_rows rows
+  // (a_group_start).
+  const int64_t* a_row_starts = nullptr;
+  int64_t a_rows = 0;
   int64_t m = 0, n = 0, k = 0;  // M-grouped: n, k; K-grouped: m, n (k unused)
   int64_t b_group_rows = 0, b_group_cols = 0;  // M-grouped B per-group coordinate offsets
   const void* group_maps = nullptr;  // K-grouped: CUtensorMap[2G] (A_g, B_g) in the workspace

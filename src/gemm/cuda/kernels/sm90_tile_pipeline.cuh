@@ -229,7 +229,7 @@ __device__ __forceinline__ TileOrigin tile_origin(const KernelParams& p, const T
       o.b_k = o.b_kabs = p.b_k_origin_start ? t.start : 0;
     }
   } else {  // MN-major B: a 3-D map (n, k, group), the group is its own coordinate
-    o.a_row = t.start + t.m_blk * kBlockM;
+    o.a_row = a_group_start(p, t) + t.m_blk * kBlockM;  // A's own row layout where given
     o.b_row = (Elem::kBMn ? 0 : t.g * p.b_group_rows) + t.n_blk * kBlockN;
     o.a_k = o.a_kabs = 0;
     o.b_k = o.b_kabs = Elem::kBMn ? 0 : t.g * p.b_group_cols;
