@@ -182,6 +182,30 @@ detail::Members members(const LinearSpec& s, const LinearSaved& layout) {
   return {layout.padded_starts.as<const int64_t>(), s.groups, 0};
 }
 
+// Bytes of the padded copy of x (T, cols) a role's quantization needs in the layout: none where
+// the member kernels read x through the layout (detail::reads_through_layout).
+int64_t padded_copy_bytes(const RoleFormat& f, bool rowwise, bool columnwise, const TensorView& x,
+                          int64_t padded_rows) {
+  if (detail::reads_through_layout(f.config, rowwise, columnwise, x, padded_rows)) return 0;
+  return dtype_bytes(x.dtype, padded_rows * x.shape[1]);
+}
+
+// x's usages of a role quantized in the layout: read through it where the member kernels can,
+// else from a padded copy of x in `tmp`.
+void quantize_in_layout(const LinearSpec& s, const RoleFormat& f, bool rowwise, bool columnwise,
+                        const DelayedScalingState& state, const TensorView& x,
+                        const LinearSaved& layout, QuantizedTensorView& out, Carver& tmp,
+                        Allocator& alloc, Stream stream, const char* role) {
+  detail::Members m = members(s, layout);
+  if (detail::reads_through_layout(f.config, rowwise, columnwise, x, layout.padded_rows)) {
+    m.sources = layout.starts.as<const int64_t>();
+    detail::quantize_role_members(f, rowwise, columnwise, state, x, m, out, alloc, stream, role);
+    return;
+  }
+  detail::quantize_role_members(f, rowwise, columnwise, state, padded_copy(x, layout, tmp, stream),
+                                m, out, alloc, stream, role);
+}
+
 GroupedGemmProblem m_grouped(const LinearSpec& s, const TensorView& offsets,
                              GroupOffsetsFormat format, const TensorView& d) {
   GroupedGemmProblem g;
@@ -350,7 +374,7 @@ LinearSaved linear_forward(const LinearSpec& s, const WeightCopies& weight,
   const int64_t tp = layout.padded_rows;
   detail::Scratch tmp = detail::scratch(
       alloc, quantized_bytes(s.input.config, tp, s.in, true, false, s.groups) +
-                 dtype_bytes(a.x.dtype, tp * s.in) + 1024,
+                 padded_copy_bytes(s.input, true, save_q, a.x, tp) + 1024,
       dev, stream);
   detail::group_starts(groups, s.wgrad_align, layout.starts.as<int64_t>(),
                        layout.padded_starts.as<int64_t>(), dev, stream);
@@ -362,9 +386,8 @@ LinearSaved linear_forward(const LinearSpec& s, const WeightCopies& weight,
     xq.columnwise_amax = saved.input.columnwise_amax;
     xq.config.columnwise = true;
   }
-  detail::quantize_role_members(s.input, true, save_q, state.input,
-                                padded_copy(a.x, layout, tmp.carver, stream), members(s, layout),
-                                xq, alloc, stream, "input");
+  quantize_in_layout(s, s.input, true, save_q, state.input, a.x, layout, xq, tmp.carver, alloc,
+                     stream, "input");
   g.a_row_starts = layout.padded_starts;  // g: y at the caller's offsets, bias, zeroed tail
   g.a = GemmOperand::from_quantized(xq, false);
   g.b = GemmOperand::from_quantized(weight.q, false);
@@ -452,9 +475,11 @@ void linear_backward(const LinearSpec& s, const WeightCopies& weight, const Line
   const int64_t tp = layout.padded_rows;
   const int64_t dy_bytes =
       quantized_bytes(s.grad_output.config, tp, s.out, need_dx, need_x, s.groups);
-  const int64_t pad_bytes = dtype_bytes(a.dy.dtype, tp * s.out) +
-                            (made_layout && need_x ? dtype_bytes(a.x.dtype, tp * s.in) +
-                                 quantized_bytes(s.input.config, tp, s.in, false, true, s.groups) : 0);
+  const int64_t pad_bytes =
+      padded_copy_bytes(s.grad_output, need_dx, need_x, a.dy, tp) +
+      (made_layout && need_x ? padded_copy_bytes(s.input, false, true, a.x, tp) +
+                                   quantized_bytes(s.input.config, tp, s.in, false, true, s.groups)
+                             : 0);
   detail::Scratch tmp = detail::scratch(alloc, dy_bytes + pad_bytes + 1024, dev, stream);
   if (made_layout) {
     detail::group_starts(groups, s.wgrad_align, layout.starts.as<int64_t>(),
@@ -470,9 +495,8 @@ void linear_backward(const LinearSpec& s, const WeightCopies& weight, const Line
   QuantizedTensorView dyq = detail::carve_quantized(s.grad_output.config, tp, s.out, need_dx,
                                                     need_x, *dy_carver, dev, s.groups);
   if (a.keep_grad_output) a.keep_grad_output->rowwise = a.keep_grad_output->columnwise = dyq;
-  detail::quantize_role_members(s.grad_output, need_dx, need_x, state.grad_output,
-                                padded_copy(a.dy, layout, tmp.carver, stream), members(s, layout),
-                                dyq, alloc, stream, "grad_output");
+  quantize_in_layout(s, s.grad_output, need_dx, need_x, state.grad_output, a.dy, layout, dyq,
+                     tmp.carver, alloc, stream, "grad_output");
   if (need_dx) {
     GroupedGemmProblem dg = m_grouped(s, a.offsets, a.offsets_format, a.dx);
     dg.a_row_starts = layout.padded_starts;  // dy's rows in the padded layout
@@ -491,9 +515,8 @@ void linear_backward(const LinearSpec& s, const WeightCopies& weight, const Line
     if (made_layout) {  // save_original_input: x's copy in the wgrad layout, made now
       xq = detail::carve_quantized(s.input.config, tp, s.in, false, true, tmp.carver, dev,
                                    s.groups);
-      detail::quantize_role_members(s.input, false, true, state.input,
-                                    padded_copy(a.x, layout, tmp.carver, stream),
-                                    members(s, layout), xq, alloc, stream, "input");
+      quantize_in_layout(s, s.input, false, true, state.input, a.x, layout, xq, tmp.carver,
+                         alloc, stream, "input");
     }
     wg.a = GemmOperand::from_quantized(dyq, true);
     wg.b = GemmOperand::from_quantized(xq, true);

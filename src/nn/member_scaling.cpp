@@ -145,6 +145,19 @@ void quantize_member_tensor(const MemberTensorArgs& a, Device device, Stream str
     transpose_bytes(codes, a.col_codes, 1, a.rows, a.cols, device, stream);
 }
 
+bool reads_through_layout(const QuantizerConfig& c, bool rowwise, bool columnwise,
+                          const TensorView& x, int64_t rows) {
+  if (!x.device.is_cuda() || x.ndim != 2) return false;
+  if (is_family(c.mode, ScaleFamily::kTensor)) return !c.delayed;
+  if (!is_family(c.mode, ScaleFamily::kRowwise) || !columnwise) return false;
+  // The copies' bases as carve_quantized places them: any 256-byte aligned address.
+  auto* carved = reinterpret_cast<uint8_t*>(uintptr_t{256});
+  MemberColumnsArgs a{x.data, x.dtype, rows, x.shape[1], Members{}, moe::RowQuant{},
+                      carved, 0, rows, 1, nullptr};
+  if (rowwise) a.row_data = carved;
+  return cuda::lines_fused(a);
+}
+
 void quantize_role_members(const RoleFormat& format, bool rowwise, bool columnwise,
                            const DelayedScalingState& state, const TensorView& x,
                            const Members& members, QuantizedTensorView& out, Allocator& alloc,
@@ -153,7 +166,10 @@ void quantize_role_members(const RoleFormat& format, bool rowwise, bool columnwi
   const bool m_row = rowwise && member_scaled(c, false);
   const bool m_col = columnwise && member_scaled(c, true);
   const Device dev = x.device;
-  const int64_t rows = x.shape[0], cols = x.shape[1];
+  const int64_t rows = out.rows, cols = out.cols;  // of the copy (x's own rows unless mapped)
+  TESSERA_CHECK(members.sources == nullptr ||
+                    reads_through_layout(c, rowwise, columnwise, x, out.rows),
+                role, ": reading x through the layout needs the member kernels for every usage");
   // The rowwise family's columnwise copy, per (member, column); on CUDA its passes also write
   // the rowwise copy where the kernels can (lines_fused).
   const bool lines_family = m_col && is_family(c.mode, ScaleFamily::kRowwise);

@@ -248,8 +248,9 @@ __global__ void __launch_bounds__(kColThreads) wide_amax_kernel(MemberColumnsArg
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
       const int64_t r = r_begin + b + j;
-      raw[j] = ok && r < a.rows ? *reinterpret_cast<const uint4*>(x + r * a.cols + c0)
-                                : make_uint4(0, 0, 0, 0);
+      const int64_t src = r < a.rows ? a.members.source_row(cur.at(a.members, r), r) : -1;
+      raw[j] = ok && src >= 0 ? *reinterpret_cast<const uint4*>(x + src * a.cols + c0)
+                              : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
@@ -302,8 +303,9 @@ __global__ void __launch_bounds__(kColThreads) wide_encode_kernel(MemberColumnsA
     for (int j = 0; j < kWordRows; ++j) {
       const int64_t r = r_begin + b + j;
       const bool live = r < a.rows;
-      raw[j] = ok && live ? *reinterpret_cast<const uint4*>(x + r * a.cols + c0)
-                          : make_uint4(0, 0, 0, 0);
+      const int64_t src = live ? a.members.source_row(cur.at(a.members, r), r) : -1;
+      raw[j] = ok && src >= 0 ? *reinterpret_cast<const uint4*>(x + src * a.cols + c0)
+                              : make_uint4(0, 0, 0, 0);
       ra[j] = rows_out && live ? row_amax[r] : 0u;
     }
     {
@@ -374,8 +376,9 @@ __global__ void __launch_bounds__(kRowWarps * 32) member_amax_kernel(MemberTenso
   for (int64_t r = int64_t{blockIdx.x} * kRowWarps + warp; r < a.rows;
        r += int64_t{gridDim.x} * kRowWarps) {
     const int64_t g = a.members.member_of(r);
-    if (g < 0) continue;  // warp-uniform
-    const In* row = x + r * a.cols;
+    const int64_t src = a.members.source_row(g, r);
+    if (g < 0 || src < 0) continue;  // warp-uniform (a padding row adds nothing)
+    const In* row = x + src * a.cols;
     uint32_t m = 0;
     if constexpr (kVecLoads) {
       for (int64_t c = int64_t{lane} * kVec; c < a.cols; c += 32 * kVec) {
@@ -414,22 +417,24 @@ __global__ void __launch_bounds__(kRowWarps * 32) member_encode_kernel(MemberTen
        r += int64_t{gridDim.x} * kRowWarps) {
     const int64_t g = a.members.member_of(r);
     float sink = 0.0f;
-    const float f = g < 0 ? 0.0f : moe::block_multiplier(a.quant, amax_bits[g], &sink, 0);
-    const In* row = x + r * a.cols;
+    const int64_t src = a.members.source_row(g, r);
+    const bool zero = g < 0 || src < 0;  // a row in no member, or padding: codes 0, not read
+    const float f = zero ? 0.0f : moe::block_multiplier(a.quant, amax_bits[g], &sink, 0);
+    const In* row = x + (zero ? 0 : src) * a.cols;
     uint8_t* out = codes + r * a.cols;
     if constexpr (kVecLoads) {
       for (int64_t c = int64_t{lane} * kVec; c < a.cols; c += 32 * kVec) {
-        const uint4 v = *reinterpret_cast<const uint4*>(row + c);
+        const uint4 v = zero ? make_uint4(0, 0, 0, 0) : *reinterpret_cast<const uint4*>(row + c);
         const In* e = reinterpret_cast<const In*>(&v);
         alignas(8) uint8_t b[kVec];
 #pragma unroll
         for (int i = 0; i < kVec; ++i)
-          b[i] = g < 0 ? uint8_t{0} : code(a.quant, __fmul_rn(to_float(e[i]), f));
+          b[i] = zero ? uint8_t{0} : code(a.quant, __fmul_rn(to_float(e[i]), f));
         *reinterpret_cast<uint2*>(out + c) = *reinterpret_cast<const uint2*>(b);
       }
     } else {
       for (int64_t c = lane; c < a.cols; c += 32)
-        out[c] = g < 0 ? uint8_t{0} : code(a.quant, __fmul_rn(to_float(row[c]), f));
+        out[c] = zero ? uint8_t{0} : code(a.quant, __fmul_rn(to_float(row[c]), f));
     }
   }
 }

@@ -33,6 +33,18 @@ struct Members {
   const int64_t* starts = nullptr;  // G+1 row starts (device memory for CUDA), or null
   int64_t groups = 0;
   int64_t uniform = 0;  // rows per member when starts is null
+  // Reading through the layout (CUDA activation kernels, where reads_through_layout says so):
+  // the matrix is not materialized; row i of member g is row sources[g] + i of the caller's x
+  // while i < sources[g+1] - sources[g], and a zero row after that (padding) or past the last
+  // member. Null: the matrix itself is read.
+  const int64_t* sources = nullptr;
+
+  TESSERA_HD int64_t source_row(int64_t g, int64_t r) const {
+    if (!sources) return r;
+    if (g < 0) return -1;
+    const int64_t i = r - begin(g);
+    return i < sources[g + 1] - sources[g] ? sources[g] + i : -1;
+  }
 
   TESSERA_HD int64_t begin(int64_t g) const { return starts ? starts[g] : g * uniform; }
   TESSERA_HD int64_t end(int64_t g) const { return starts ? starts[g + 1] : (g + 1) * uniform; }
@@ -109,7 +121,16 @@ struct MemberTensorArgs {
 int64_t member_tensor_scratch_bytes(const MemberTensorArgs& a);
 void quantize_member_tensor(const MemberTensorArgs& a, Device device, Stream stream);
 
-// The step's quantization of one role: x (rows, cols) into the usages asked for of `out` (its
+// Whether quantize_role_members can read x (T rows) through the layout (`members.sources` = the
+// caller's group starts) instead of a padded copy: every usage asked for comes from the member
+// kernels that take the map (CUDA: per-tensor current scaling; the rowwise family's wide
+// passes, 16-bit x with cols % 8 == 0 and aligned data).
+// `rows`: the copy's rows; the copies are carve_quantized's (256-byte aligned).
+bool reads_through_layout(const QuantizerConfig& c, bool rowwise, bool columnwise,
+                          const TensorView& x, int64_t rows);
+
+// The step's quantization of one role: x (rows, cols; or the caller's T rows read through the
+// layout when members.sources is set) into the usages asked for of `out` (its
 // views carved by carve_quantized with `members.groups`): the member-scaled usages through the
 // kernels above, the others through the role's standalone quantizer (role_quantizer: the next
 // stochastic-rounding offset, the delayed state and its update). `role` names it in errors.
