@@ -177,9 +177,12 @@ TensorView padded_copy(const TensorView& x, const LinearSaved& saved, Carver& tm
   return xp;
 }
 
-// The groups of the padded layout as the members the step scales on their own.
+// The groups of the padded layout as the members the step scales on their own (their starts
+// are multiples of wgrad_align >= 16 rows).
 detail::Members members(const LinearSpec& s, const LinearSaved& layout) {
-  return {layout.padded_starts.as<const int64_t>(), s.groups, 0};
+  detail::Members m{layout.padded_starts.as<const int64_t>(), s.groups, 0};
+  m.aligned16 = s.wgrad_align % 16 == 0;
+  return m;
 }
 
 // Bytes of the padded copy of x (T, cols) a role's quantization needs in the layout: none where

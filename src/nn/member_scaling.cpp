@@ -152,7 +152,9 @@ bool reads_through_layout(const QuantizerConfig& c, bool rowwise, bool columnwis
   if (!is_family(c.mode, ScaleFamily::kRowwise) || !columnwise) return false;
   // The copies' bases as carve_quantized places them: any 256-byte aligned address.
   auto* carved = reinterpret_cast<uint8_t*>(uintptr_t{256});
-  MemberColumnsArgs a{x.data, x.dtype, rows, x.shape[1], Members{}, moe::RowQuant{},
+  Members layout;  // the step's padded layout: starts on multiples of 16 rows
+  layout.aligned16 = true;
+  MemberColumnsArgs a{x.data, x.dtype, rows, x.shape[1], layout, moe::RowQuant{},
                       carved, 0, rows, 1, nullptr};
   if (rowwise) a.row_data = carved;
   return cuda::lines_fused(a);

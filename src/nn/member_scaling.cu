@@ -122,6 +122,27 @@ struct MemberCursor {
   }
 };
 
+// The 16 rows [r0, r0 + 16) of a warp in a layout whose members start on multiples of 16 rows
+// (Members::aligned16): one member (or none: past the last), looked up once. source(i): the row
+// of x holding row r0 + i, or -1 (padding, or no member).
+struct WarpRows {
+  int64_t g = -1, first = -1, live = 0;  // rows r0 + i, i < live, read x row first + i
+  __device__ WarpRows(const Members& m, int64_t r0, int64_t rows) {
+    if (r0 >= rows) return;
+    g = m.member_of(r0);
+    if (g < 0) {
+      if (m.sources == nullptr) first = r0, live = rows - r0;  // the matrix's own tail rows
+      return;
+    }
+    const int64_t off = r0 - m.begin(g);
+    const int64_t n = m.sources ? m.sources[g + 1] - m.sources[g] : m.end(g) - m.begin(g);
+    first = (m.sources ? m.sources[g] : m.begin(g)) + off;
+    live = n - off;
+    if (r0 + live > rows) live = rows - r0;
+  }
+  __device__ int64_t source(int i) const { return i < live ? first + i : -1; }
+};
+
 template <class In>
 __global__ void __launch_bounds__(kColThreads) chunk_amax_kernel(MemberColumnsArgs a,
                                                                  uint32_t* slots) {
@@ -231,24 +252,13 @@ __global__ void __launch_bounds__(kColThreads) wide_amax_kernel(MemberColumnsArg
   const bool ok = c0 < a.cols;  // cols % 8 == 0: the lane's 8 columns are all in or all out
   const int64_t r_begin = int64_t{blockIdx.y} * kChunkRows + warp * kWarpRows;
   const In* x = static_cast<const In*>(a.x);
-  MemberCursor cur;
-  int64_t g = -1;
+  const WarpRows span(a.members, r_begin, a.rows);  // kWarpRows == 16 rows of one member
   uint32_t m[8] = {};
-  const auto flush = [&]() {
-    if (g >= 0 && ok) {
-#pragma unroll
-      for (int i = 0; i < 8; ++i)
-        if (m[i] != 0) atomicMax(slots + g * a.cols + c0 + i, m[i]);
-    }
-#pragma unroll
-    for (int i = 0; i < 8; ++i) m[i] = 0;
-  };
   for (int b = 0; b < kWarpRows; b += kBatch) {
     uint4 raw[kBatch];
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
-      const int64_t r = r_begin + b + j;
-      const int64_t src = r < a.rows ? a.members.source_row(cur.at(a.members, r), r) : -1;
+      const int64_t src = span.source(b + j);
       raw[j] = ok && src >= 0 ? *reinterpret_cast<const uint4*>(x + src * a.cols + c0)
                               : make_uint4(0, 0, 0, 0);
     }
@@ -256,16 +266,11 @@ __global__ void __launch_bounds__(kColThreads) wide_amax_kernel(MemberColumnsArg
     for (int j = 0; j < kBatch; ++j) {
       const int64_t r = r_begin + b + j;
       if (r >= a.rows) break;  // warp-uniform
-      const int64_t rg = cur.at(a.members, r);
-      if (rg != g) {
-        flush();
-        g = rg;
-      }
       uint32_t rm = 0;
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
         const uint32_t v = scale_rules::abs_bits(elem<In>(raw[j], i));
-        m[i] = max(m[i], v);  // discarded by flush for rows in no member
+        m[i] = max(m[i], v);
         rm = max(rm, v);
       }
       if (row_amax != nullptr) {
@@ -275,7 +280,11 @@ __global__ void __launch_bounds__(kColThreads) wide_amax_kernel(MemberColumnsArg
       }
     }
   }
-  flush();
+  if (span.g >= 0 && ok) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+      if (m[i] != 0) atomicMax(slots + span.g * a.cols + c0 + i, m[i]);
+  }
 }
 
 template <class In>
@@ -292,9 +301,11 @@ __global__ void __launch_bounds__(kColThreads) wide_encode_kernel(MemberColumnsA
   const In* x = static_cast<const In*>(a.x);
   const bool rows_out = a.row_data != nullptr;
   const bool writer = blockIdx.x == 0 && lane == 0;  // of the rows' scale_inv
-  MemberCursor cur;
-  int64_t g = -2;
+  const WarpRows span(a.members, r_begin, a.rows);  // kWarpRows == 16 rows of one member
+  const int64_t g = span.g;
   float f[8] = {};
+#pragma unroll
+  for (int e = 0; e < 8; ++e) f[e] = g >= 0 && ok ? __uint_as_float(mult[g * a.cols + c0 + e]) : 0.0f;
   constexpr int kWordRows = 4;  // rows per staged word, loaded before the first is used
   for (int b = 0; b < kWarpRows; b += kWordRows) {
     uint4 raw[kWordRows];
@@ -303,7 +314,7 @@ __global__ void __launch_bounds__(kColThreads) wide_encode_kernel(MemberColumnsA
     for (int j = 0; j < kWordRows; ++j) {
       const int64_t r = r_begin + b + j;
       const bool live = r < a.rows;
-      const int64_t src = live ? a.members.source_row(cur.at(a.members, r), r) : -1;
+      const int64_t src = span.source(b + j);
       raw[j] = ok && src >= 0 ? *reinterpret_cast<const uint4*>(x + src * a.cols + c0)
                               : make_uint4(0, 0, 0, 0);
       ra[j] = rows_out && live ? row_amax[r] : 0u;
@@ -316,13 +327,6 @@ __global__ void __launch_bounds__(kColThreads) wide_encode_kernel(MemberColumnsA
         const int j = q;
         const int64_t r = r_begin + b + j;
         if (r >= a.rows) break;  // warp-uniform
-        const int64_t rg = cur.at(a.members, r);
-        if (rg != g) {
-          g = rg;
-#pragma unroll
-          for (int e = 0; e < 8; ++e)
-            f[e] = g >= 0 && ok ? __uint_as_float(mult[g * a.cols + c0 + e]) : 0.0f;
-        }
         if (g >= 0) {  // rows in no member (the layout's tail): column codes 0
 #pragma unroll
           for (int e = 0; e < 8; ++e)
@@ -460,7 +464,8 @@ bool wide_columns(const MemberColumnsArgs& a) {
   const auto aligned = [](const void* p, uintptr_t n) {
     return reinterpret_cast<uintptr_t>(p) % n == 0;
   };
-  return chunked_columns(a) && dtype_bytes(a.x_dtype, 1) == 2 && a.cols % 8 == 0 &&
+  static_assert(kWarpRows == 16, "a warp's rows lie in one member of a 16-row aligned layout");
+  return chunked_columns(a) && a.members.aligned16 && dtype_bytes(a.x_dtype, 1) == 2 && a.cols % 8 == 0 &&
          aligned(a.x, 16) && (a.row_data == nullptr || aligned(a.row_data, 8));
 }
 

@@ -38,6 +38,9 @@ struct Members {
   // while i < sources[g+1] - sources[g], and a zero row after that (padding) or past the last
   // member. Null: the matrix itself is read.
   const int64_t* sources = nullptr;
+  // Every member starts on a multiple of 16 rows (the step's padded layouts, align >= 16): the
+  // wide activation kernels then find the member once per 16 rows.
+  bool aligned16 = false;
 
   TESSERA_HD int64_t source_row(int64_t g, int64_t r) const {
     if (!sources) return r;
