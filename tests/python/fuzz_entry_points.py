@@ -24,7 +24,8 @@ A finding is any of:
     GroupedLinear's y differs from a float64 NumPy loop by more than 2^-16 of sum |x||w|; a row
     past the groups gets a non-zero y or dx (whatever it holds: NaN, inf, huge); with per-row
     activation scales (ROW_SCALED) a moderate x row gets a non-finite y row; with every scaling
-    unit inside one group (GROUP_SCALED) a group of moderate x and dy rows gets a non-finite dW;
+    unit inside one group (GROUP_SCALED) a group of moderate x rows gets a non-finite y row, or a
+    group of moderate x and dy rows a non-finite dW;
   - the argument contracts of fuzz_contract_steps.py (its docstring lists them).
 A crash or hang ends the process with no summary line (the caller sees it).
 
@@ -58,7 +59,10 @@ MAX_ELEMS = 4096      # arrays with elements stay this small
 # Recipes whose activations are scaled per row or finer (a row's scales see only that row) and
 # whose every scaling unit stays in one group (the wgrad's padded layout): docs/torch_training.md.
 ROW_SCALED = {"fp32", "bf16", "fp8_rowwise", "fp8_block", "mxfp8"}
-GROUP_SCALED = {"fp32", "bf16", "fp8_block", "mxfp8"}
+# Recipes whose every scaling unit of the step stays inside one group member (docs/numerics.md,
+# "Scaling units per group member"): per-expert amax of fp8_current, per-(expert, column) scales
+# of fp8_rowwise, blocks the padded layout keeps apart.
+GROUP_SCALED = {"fp32", "bf16", "fp8_rowwise", "fp8_current", "fp8_block", "mxfp8"}
 
 
 def NN_FACTORY(module_type, tensor_type, name):
@@ -87,7 +91,7 @@ class Fuzzer(ContractSteps):
                                      "read-only==writable", "decode dtype rule",
                                      "nn rows past the groups", "nn finite groups, non-finite tail",
                                      "nn row isolation", "nn dx rows past the groups",
-                                     "nn group isolation"), 0)
+                                     "nn group isolation", "nn group y isolation"), 0)
 
     # ---- draws ------------------------------------------------------------------------------
     def chance(self, p):
@@ -536,6 +540,16 @@ class Fuzzer(ContractSteps):
             if not np.isfinite(y).all():
                 raise Finding(f"{what}: non-finite y though every group row is finite "
                               f"(sizes {sizes}; the tail must take part in no scale)")
+        if isinstance(recipe, str) and recipe.split(":")[0] in GROUP_SCALED:
+            s = 0
+            for m in sizes:  # a group of moderate rows gets finite y rows, whatever others hold
+                rows = slice(s, s + m)
+                s += m
+                if m and self.moderate_rows(x[rows]).all():
+                    self.checks["nn group y isolation"] += 1
+                    if not np.isfinite(y[rows]).all():
+                        raise Finding(f"{what}: a group of moderate x rows gave non-finite y "
+                                      f"rows (sizes {sizes})")
         if isinstance(recipe, str) and recipe.split(":")[0] in ROW_SCALED:
             ok = self.moderate_rows(x[:live])
             self.checks["nn row isolation"] += 1
@@ -552,7 +566,7 @@ class Fuzzer(ContractSteps):
             self.checks["nn dx rows past the groups"] += 1
             if np.any(np.asarray(dx)[live:] != 0):
                 raise Finding(f"{what}: dx rows past the groups are not zero (sizes {sizes})")
-        if not (isinstance(recipe, str) and recipe in GROUP_SCALED) or dw is None:
+        if not (isinstance(recipe, str) and recipe.split(":")[0] in GROUP_SCALED) or dw is None:
             return
         s = 0
         for e, m in enumerate(sizes):
