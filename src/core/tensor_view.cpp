@@ -1,6 +1,7 @@
 // TensorView construction, queries and argument checks.
 #include "tessera/core/tensor_view.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "tessera/core/checked_math.h"
@@ -93,15 +94,13 @@ std::string TensorView::to_string() const {
 }
 
 void check_view(const TensorView& v, const char* arg, std::initializer_list<DType> allowed) {
-  if (allowed.size() != 0) {
-    bool ok = false;
+  const bool ok =
+      allowed.size() == 0 || std::find(allowed.begin(), allowed.end(), v.dtype) != allowed.end();
+  if (!ok) {  // the list of names is built only for the message (this runs many times a step)
     std::ostringstream names;
-    for (DType d : allowed) {
-      ok = ok || d == v.dtype;
-      names << (names.tellp() > 0 ? ", " : "") << dtype_name(d);
-    }
-    TESSERA_CHECK_STATUS(ok, Status::kDTypeMismatch, arg, ": dtype ", dtype_name(v.dtype),
-                         " is not accepted; expected ", names.str());
+    for (DType d : allowed) names << (names.tellp() > 0 ? ", " : "") << dtype_name(d);
+    TESSERA_FAIL(Status::kDTypeMismatch, arg, ": dtype ", dtype_name(v.dtype),
+                 " is not accepted; expected ", names.str());
   }
   TESSERA_CHECK(v.data != nullptr || v.numel() == 0, arg, ": null data pointer for ",
                 v.to_string());

@@ -3,6 +3,7 @@ the same fwd+bwd timed through each layer of the path, and torch.profiler's CPU 
 module step.
 
     python tools/gpu/profile_host.py [--shape 8,16,256,256] [--recipes bf16,fp8_rowwise]
+                                     [--device cuda|cpu] [--steps 300]
 
 Rows per recipe: the module (GroupedLinear, cached copies), linear_step (no module code),
 _LinearFn.apply (no checks), the two compiled ops without autograd, the forward op alone;
@@ -12,23 +13,16 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import torch
 
+from tessera.bench.host import per_step_us
 
-def per_call_us(fn, steps=300, rounds=5) -> float:
+
+def per_call_us(fn, device, steps=300, rounds=5) -> float:
     for _ in range(20):
         fn()
-    out = []
-    for _ in range(rounds):
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        for _ in range(steps):
-            fn()
-        torch.cuda.synchronize()
-        out.append((time.perf_counter() - t) / steps * 1e6)
-    return statistics.median(out)
+    return statistics.median(per_step_us(fn, steps, device) for _ in range(rounds))
 
 
 def main() -> None:
@@ -36,12 +30,15 @@ def main() -> None:
     ap.add_argument("--shape", default="8,16,256,256")
     ap.add_argument("--recipes", default="bf16,fp8_rowwise")
     ap.add_argument("--profile", action="store_true", help="print torch.profiler CPU tables")
+    ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    ap.add_argument("--steps", type=int, default=300)
     a = ap.parse_args()
     import tessera.torch as tt
     from tessera.torch import _ext
     from tessera.torch.linear import _LinearFn, linear_step
     g, per, k, n = (int(v) for v in a.shape.split(","))
-    dev = "cuda"
+    dev = a.device
+    time_us = lambda fn: per_call_us(fn, dev, a.steps)  # noqa: E731
     offs = torch.full((g,), per, device=dev).cumsum(0).to(torch.int32)
     x = torch.randn(g * per, k, device=dev, dtype=torch.bfloat16, requires_grad=True)
     w = torch.randn(g, n, k, device=dev, dtype=torch.bfloat16, requires_grad=True)
@@ -52,11 +49,11 @@ def main() -> None:
         x.grad = w.grad = None
         torch._grouped_mm(x, w.transpose(-2, -1), offs=offs).backward(dy)
 
-    rows["torch bf16 autograd step"] = per_call_us(torch_step)
+    rows["torch bf16 autograd step"] = time_us(torch_step)
     xd, wd = x.detach(), w.detach()
-    rows["torch _grouped_mm fwd op"] = per_call_us(
+    rows["torch _grouped_mm fwd op"] = time_us(
         lambda: torch._grouped_mm(xd, wd.transpose(-2, -1), offs=offs))
-    rows["torch.empty"] = per_call_us(lambda: torch.empty(256, device=dev))
+    rows["torch.empty"] = time_us(lambda: torch.empty(256, device=dev))
     for r in a.recipes.split(","):
         m = tt.GroupedLinear(g, k, n, recipe=r, device=dev)
         m(x, offs)  # fills the cache
@@ -88,23 +85,26 @@ def main() -> None:
                                 None, None, True, True, False, torch.bfloat16, torch.bfloat16,
                                 torch.bfloat16)
 
-        rows[f"{r}: module step (cached W)"] = per_call_us(module_step)
-        rows[f"{r}: linear_step"] = per_call_us(step_fn)
-        rows[f"{r}: _LinearFn.apply"] = per_call_us(apply_fn)
-        rows[f"{r}: linear_fwd + linear_bwd ops"] = per_call_us(ops_only)
-        rows[f"{r}: linear_fwd op"] = per_call_us(
+        rows[f"{r}: module step (cached W)"] = time_us(module_step)
+        rows[f"{r}: linear_step"] = time_us(step_fn)
+        rows[f"{r}: _LinearFn.apply"] = time_us(apply_fn)
+        rows[f"{r}: linear_fwd + linear_bwd ops"] = time_us(ops_only)
+        rows[f"{r}: linear_fwd op"] = time_us(
             lambda: _ext.ops.linear_fwd(xd, wdet, offs, None, wc, False, m.spec, m.name, None,
                                         None, True))
         if a.profile:
             from torch.profiler import ProfilerActivity, profile
-            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as p:
+            acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev == "cuda" else [])
+            with profile(activities=acts) as p:
                 for _ in range(50):
                     module_step()
-                torch.cuda.synchronize()
+                if dev == "cuda":
+                    torch.cuda.synchronize()
             print(f"\n== {r}: module step x50 ==")
             print(p.key_averages().table(sort_by="self_cpu_time_total", row_limit=25))
-    rows["torch bf16 autograd step (again)"] = per_call_us(torch_step)
-    print(torch.__version__, torch.cuda.get_device_name(), "shape", a.shape)
+    rows["torch bf16 autograd step (again)"] = time_us(torch_step)
+    print(torch.__version__, torch.cuda.get_device_name() if dev == "cuda" else "CPU tensors",
+          "shape", a.shape)
     print("| path | us / call (median) |\n|---|---:|")
     for label, us in rows.items():
         print(f"| {label} | {us:.1f} |")

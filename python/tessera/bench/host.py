@@ -2,7 +2,12 @@
 microseconds, so the wall time of a step is what the host spends issuing it. torch's BF16
 autograd step (torch._grouped_mm) next to tessera.torch.GroupedLinear's steps, same run:
 
-    python -m tessera.bench host [--steps 200] [--rounds 5]
+    python -m tessera.bench host [--steps 200] [--rounds 5] [--device cuda|cpu]
+                                 [--shape G,rows,K,N]
+
+--device cpu times the same steps on CPU tensors (no GPU needed): there the GEMMs are computed
+on the host, so pick a --shape small enough that they cost little (e.g. 8,2,16,16) to see the
+issuing cost; torch's CPU _grouped_mm is a plain loop, a reference rather than a peer.
 
 Each contender runs `steps` fwd+bwd steps between two synchronizations (after warm-up); the
 table gives the median over `rounds` of the per-step wall time and its ratio to torch's. The
@@ -21,21 +26,28 @@ import torch
 from .shapes import HOST_SHAPES as SHAPES
 
 
-def per_step_us(step, steps: int) -> float:
-    torch.cuda.synchronize()
+def synchronize(device: str) -> None:
+    """Waits for the device's queued work (nothing to wait for on the CPU)."""
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def per_step_us(step, steps: int, device: str = "cuda") -> float:
+    """Wall time per call of step() over `steps` calls between two synchronizations."""
+    synchronize(device)
     t = time.perf_counter()
     for _ in range(steps):
         step()
-    torch.cuda.synchronize()
+    synchronize(device)
     return (time.perf_counter() - t) / steps * 1e6
 
 
-def contenders(tt, g, per, k, n):
-    offs = torch.full((g,), per, device="cuda").cumsum(0).to(torch.int32)
-    x = torch.randn(g * per, k, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    w = torch.randn(g, n, k, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    dy = torch.randn(g * per, n, device="cuda", dtype=torch.bfloat16)
-    layers = {r: tt.GroupedLinear(g, k, n, recipe=r, device="cuda")
+def contenders(tt, g, per, k, n, device="cuda"):
+    offs = torch.full((g,), per, device=device).cumsum(0).to(torch.int32)
+    x = torch.randn(g * per, k, device=device, dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(g, n, k, device=device, dtype=torch.bfloat16, requires_grad=True)
+    dy = torch.randn(g * per, n, device=device, dtype=torch.bfloat16)
+    layers = {r: tt.GroupedLinear(g, k, n, recipe=r, device=device)
               for r in ("bf16", "fp8_rowwise", "fp8_current")}
 
     def step(fn, params):
@@ -59,23 +71,30 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tessera.bench host")
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    ap.add_argument("--shape", help="G,rows,K,N instead of the HOST_SHAPES table")
     a = ap.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("tessera.bench host: needs a CUDA device", file=sys.stderr)
+    if a.device == "cuda" and not torch.cuda.is_available():
+        print("tessera.bench host: needs a CUDA device (or --device cpu)", file=sys.stderr)
         return 2
     import tessera.torch as tt
-    print(torch.__version__, torch.cuda.get_device_name(), flush=True)
+    shapes = SHAPES
+    if a.shape:
+        g, per, k, n = (int(v) for v in a.shape.split(","))
+        shapes = {f"{g}x{per}x{k}x{n}": (g, per, k, n)}
+    where = torch.cuda.get_device_name() if a.device == "cuda" else "CPU tensors"
+    print(torch.__version__, where, flush=True)
     print("\n| shape (G x rows x K x N) | contender | us / step (median) | x torch BF16 |")
     print("|---|---|---:|---:|")
-    for name, (g, per, k, n) in SHAPES.items():
-        rows = contenders(tt, g, per, k, n)
+    for name, (g, per, k, n) in shapes.items():
+        rows = contenders(tt, g, per, k, n, a.device)
         for fn in rows.values():  # warm-up: caches filled, kernels loaded
             for _ in range(20):
                 fn()
         times = {label: [] for label in rows}
         for _ in range(a.rounds):  # interleaved rounds: drift falls on every contender alike
             for label, fn in rows.items():
-                times[label].append(per_step_us(fn, a.steps))
+                times[label].append(per_step_us(fn, a.steps, a.device))
         med = {label: statistics.median(t) for label, t in times.items()}
         for label, us in med.items():
             print(f"| {name} | {label} | {us:.1f} | {us / med['torch bf16']:.2f} |", flush=True)

@@ -93,16 +93,17 @@ class WeightCache:
     def key_of(weight: Tensor, spec: str):
         """What the copies were made from: the weight's storage, shape, dtype and version
         counter, and the step's spec."""
-        return (weight.data_ptr(), tuple(weight.shape), weight.dtype, weight._version, spec)
+        return (weight.data_ptr(), weight.shape, weight.dtype, weight._version, spec)
 
-    def usable(self, weight: Tensor, spec: str) -> bool:
-        """Whether the copies may be read instead of re-made (module doc)."""
+    def usable(self, weight: Tensor, spec: str, promised: bool = False) -> bool:
+        """Whether the copies may be read instead of re-made (module doc); `promised`: the
+        caller's promise (is_first_microbatch=False), as the weights_unchanged() context."""
         if self.key is None or torch.compiler.is_compiling():
             return False
         if self.key != self.key_of(weight, spec):
             self.fresh = False
             return False
-        return self.fresh or _promised()
+        return self.fresh or promised or _promised()
 
     def store(self, weight: Tensor, spec: str, copies: Tensor, fresh: bool = False) -> None:
         """Keeps `copies` as made from `weight` under `spec` (fresh: made by
@@ -153,9 +154,9 @@ def _delayed_tensors(spec: str, state, device):
     return scale, history
 
 
-def _no_double_backward(name: str) -> None:
-    if torch.is_grad_enabled():
-        raise _C.UnsupportedError(
+def _double_backward_error(name: str) -> BaseException:
+    """The error of a backward run with create_graph=True (grad mode on inside backward)."""
+    return _C.UnsupportedError(
             f"tessera unsupported: {name}: a backward with create_graph=True would need the "
             f"gradient of tessera's backward, which it does not have (a gradient penalty "
             f"through this layer would silently lose its second-order term); differentiate "
@@ -185,7 +186,8 @@ class _LinearFn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy, _):
-        _no_double_backward("grouped_linear")
+        if torch.is_grad_enabled():
+            raise _double_backward_error("grouped_linear")
         if dy is None:  # y took no part in the loss
             return (None,) * 10
         offs, x, weight, copies, saved, scale, history, main_grad = ctx.saved_tensors
@@ -228,6 +230,8 @@ def _check(x: Tensor, weight: Tensor, offs: Tensor, bias: Optional[Tensor],
 def autocast_input(x: Tensor) -> Tensor:
     """x in torch.autocast's dtype when autocast is on for its device (the layer then computes
     and returns in that dtype, as torch's own layers do under autocast)."""
+    if not torch._C._is_any_autocast_enabled():  # the common case, one cheap call
+        return x
     dev = x.device.type
     if torch.is_autocast_enabled(dev) and x.is_floating_point():
         dt = torch.get_autocast_dtype(dev)
@@ -238,12 +242,17 @@ def autocast_input(x: Tensor) -> Tensor:
 
 def linear_step(x: Tensor, weight: Tensor, offs: Tensor, spec: str, name: str,
                 cache: Optional[WeightCache], *, bias: Optional[Tensor] = None,
-                delayed_state=None, main_grad: Optional[Tensor] = None) -> Tensor:
-    """The step of a recipe text (spec_of) (GroupedLinear's forward and grouped_linear)."""
+                delayed_state=None, main_grad: Optional[Tensor] = None,
+                promised: bool = False) -> Tensor:
+    """The step of a recipe text (spec_of) (GroupedLinear's forward and grouped_linear).
+    promised: the caller promises unchanged weights (is_first_microbatch=False)."""
     x = autocast_input(x)
     _check(x, weight, offs, bias, main_grad)
-    scale, history = _delayed_tensors(spec, delayed_state, x.device)
-    w_in = cache.copies if cache is not None and cache.usable(weight, spec) else None
+    scale = history = None
+    if is_delayed(spec):
+        scale, history = _delayed_tensors(spec, delayed_state, x.device)
+    w_in = (cache.copies if cache is not None and cache.usable(weight, spec, promised)
+            else None)
     xc = x if x.is_contiguous() else x.contiguous()
     w = weight if weight.is_contiguous() else weight.contiguous()
     y, made = _LinearFn.apply(xc, w, offs, bias, spec, name, w_in, scale, history, main_grad)

@@ -18,7 +18,7 @@ from torch import Tensor
 
 from .. import _tessera as _C
 from . import _ext
-from .linear import WeightCache, _delayed_tensors, _no_double_backward, autocast_input
+from .linear import WeightCache, _delayed_tensors, _double_backward_error, autocast_input
 
 
 class _MlpFn(torch.autograd.Function):
@@ -46,7 +46,8 @@ class _MlpFn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy, _1, _2):
-        _no_double_backward("GroupedMLP")
+        if torch.is_grad_enabled():
+            raise _double_backward_error("GroupedMLP")
         if dy is None:  # y took no part in the loss
             return (None,) * 18
         (offs, x, probs, w1, w2, c1, c2, s1, h, s2, a, ds1, ah1, ds2, ah2, mg1,
@@ -71,10 +72,11 @@ class _MlpFn(torch.autograd.Function):
 def mlp_step(x: Tensor, w1: Tensor, w2: Tensor, offs: Tensor, probs: Optional[Tensor],
              specs, prefix: str, caches, *, b1: Optional[Tensor] = None,
              b2: Optional[Tensor] = None, states=(None, None),
-             main_grads=(None, None)) -> Tensor:
+             main_grads=(None, None), promised: bool = False) -> Tensor:
     """The step (GroupedMLP's forward). specs: the recipe texts of fc1 and fc2 (spec_of);
     caches: (WeightCache, WeightCache) of fc1 and fc2; states: fc1's and fc2's delayed state
-    ((scale, history) or None); main_grads: FP32 main grads of fc1 and fc2 (both or neither)."""
+    ((scale, history) or None); main_grads: FP32 main grads of fc1 and fc2 (both or neither);
+    promised: the caller promises unchanged weights (is_first_microbatch=False)."""
     spec1, spec2 = specs
     x = autocast_input(x)
     if x.dim() != 2 or x.shape[1] != w1.shape[2]:
@@ -85,8 +87,9 @@ def mlp_step(x: Tensor, w1: Tensor, w2: Tensor, offs: Tensor, probs: Optional[Te
                             f"{tuple(probs.shape)}")
     (ds1, ah1), (ds2, ah2) = (_delayed_tensors(sp, st, x.device)
                               for sp, st in zip(specs, states))
-    usable = all(c is not None for c in caches) and all(
-        c.usable(w, sp) for c, w, sp in zip(caches, (w1, w2), (spec1, spec2)))
+    c1, c2 = caches
+    usable = (c1 is not None and c2 is not None and c1.usable(w1, spec1, promised)
+              and c2.usable(w2, spec2, promised))
     wc1, wc2 = (caches[0].copies, caches[1].copies) if usable else (None, None)
     xc = x if x.is_contiguous() else x.contiguous()
     y, made1, made2 = _MlpFn.apply(xc, w1, w2, offs, probs, b1, b2, spec1, spec2, prefix, wc1,

@@ -18,7 +18,6 @@ promises (`is_first_microbatch=False`, `weights_unchanged()`, or `quantize_weigh
 """
 from __future__ import annotations
 
-import contextlib
 import math
 from typing import Optional
 
@@ -26,7 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from .. import _tessera as _C
-from .linear import WeightCache, linear_step, spec_of, weights_unchanged
+from .linear import WeightCache, linear_step, spec_of
 from .mlp import mlp_step
 from .recipe import RECIPES, resolve
 
@@ -57,11 +56,6 @@ def _params_dtype(params_dtype, dtype) -> torch.dtype:
                                       f"dtype {dtype}: give one (they name the same thing)")
     chosen = params_dtype if params_dtype is not None else dtype
     return chosen if chosen is not None else torch.bfloat16
-
-
-def _promise(is_first_microbatch: Optional[bool]):
-    """TransformerEngine's is_first_microbatch: False promises unchanged weights."""
-    return weights_unchanged() if is_first_microbatch is False else contextlib.nullcontext()
 
 
 def quantize_weights_(module: nn.Module) -> None:
@@ -159,13 +153,15 @@ class GroupedLinear(nn.Module):
         if x.dim() != 2 or x.shape[1] != self.in_features:
             raise _C.ShapeError(f"tessera shape mismatch: x: expected (T, {self.in_features}), "
                                 f"got {tuple(x.shape)}")
-        offs = offsets_from(offs, splits if m_splits is None else m_splits, self.num_groups,
-                            x.device)
+        if splits is not None or m_splits is not None or not isinstance(offs, Tensor):
+            offs = offsets_from(offs, splits if m_splits is None else m_splits, self.num_groups,
+                                x.device)
         main_grad = self._main_grad() if self.accumulate_main_grad else None
-        with _promise(is_first_microbatch):
-            return linear_step(x, self.weight, offs, self.spec, self.name, self.weight_cache,
-                               bias=self.bias,
-                               delayed_state=self._delayed_state(), main_grad=main_grad)
+        # TransformerEngine's is_first_microbatch: False promises unchanged weights.
+        return linear_step(x, self.weight, offs, self.spec, self.name, self.weight_cache,
+                           bias=self.bias, main_grad=main_grad,
+                           delayed_state=self._delayed_state(),
+                           promised=is_first_microbatch is False)
 
     def extra_repr(self) -> str:
         recipe = self.delayed_scaling if self.delayed_scaling is not None else self.recipe
@@ -208,14 +204,15 @@ class GroupedMLP(nn.Module):
         self.fc1.invalidate_weight_cache()
         self.fc2.invalidate_weight_cache()
 
-    def _run(self, x: Tensor, offs: Tensor, probs: Optional[Tensor]) -> Tensor:
+    def _run(self, x: Tensor, offs: Tensor, probs: Optional[Tensor],
+             promised: bool = False) -> Tensor:
         l1, l2 = self.fc1, self.fc2
         main_grads = ((l1._main_grad(), l2._main_grad()) if l1.accumulate_main_grad
                       else (None, None))
         return mlp_step(x, l1.weight, l2.weight, offs, probs, (l1.spec, l2.spec), self.prefix,
                         (l1.weight_cache, l2.weight_cache), b1=l1.bias, b2=l2.bias,
                         states=(l1._delayed_state(), l2._delayed_state()),
-                        main_grads=main_grads)
+                        main_grads=main_grads, promised=promised)
 
     def _quantize_weights(self) -> None:
         x = self.fc1.weight.new_empty((0, self.hidden))
@@ -234,8 +231,7 @@ class GroupedMLP(nn.Module):
         """
         offs = offsets_from(offs, splits if m_splits is None else m_splits, self.num_groups,
                             x.device)
-        with _promise(is_first_microbatch):
-            return self._run(x, offs, probs)
+        return self._run(x, offs, probs, promised=is_first_microbatch is False)
 
     def extra_repr(self) -> str:
         recipe = self.delayed_scaling if self.delayed_scaling is not None else self.recipe
