@@ -18,7 +18,8 @@ namespace tessera::detail::cpu {
 // `body` must not throw.
 template <class Body>
 void parallel_ranges(int64_t n, int64_t min_per_range, const Body& body) {
-  const int64_t hw = std::max<int64_t>(1, std::thread::hardware_concurrency());
+  // Read once: glibc's hardware_concurrency() reads /sys on every call.
+  static const int64_t hw = std::max<int64_t>(1, std::thread::hardware_concurrency());
   const int64_t parts = std::clamp<int64_t>(n / std::max<int64_t>(1, min_per_range), 1, hw);
   if (parts <= 1) {
     if (n > 0) body(int64_t{0}, n);
