@@ -270,4 +270,31 @@ std::string check_untouched(const GemmFixture& f, const Expected& e) {
   return "";
 }
 
+QuantizerConfig both_usages(ScalingMode mode, DType element, ScaleLayout layout) {
+  QuantizerConfig c = make_config(mode, element);
+  c.rowwise = true;
+  c.columnwise = true;
+  c.scale_layout = layout;
+  return c;
+}
+
+std::vector<QuantRecipe> quantized_pairs() {
+  using M = ScalingMode;
+  const DType e5 = DType::kFloat8E5M2, f32 = DType::kFloat32;
+  const ScaleLayout sw = ScaleLayout::kSwizzled;
+  return {
+      {"tensor", both_usages(M::kTensor), both_usages(M::kTensor)},
+      {"tensor_e5m2_x_e4m3", both_usages(M::kTensor, e5), both_usages(M::kTensor)},
+      {"rowwise", both_usages(M::kRowwise), both_usages(M::kRowwise)},
+      {"block1x128_x_block128x128", both_usages(M::kBlock1x128), both_usages(M::kBlock128x128)},
+      {"mxfp8", both_usages(M::kMXFP8), both_usages(M::kMXFP8)},
+      {"mxfp8_e5m2_swizzled_x_32x32", both_usages(M::kMXFP8, e5, sw),
+       both_usages(M::kMXFP8_32x32, f32, sw)},
+      {"nvfp4_x_16x16", both_usages(M::kNVFP4), both_usages(M::kNVFP4_16x16)},
+      {"nvfp4_swizzled", both_usages(M::kNVFP4, f32, sw), both_usages(M::kNVFP4, f32, sw)},
+      {"mxfp8_x_nvfp4", both_usages(M::kMXFP8), both_usages(M::kNVFP4)},
+      {"emulated_block1x128_x_rowwise", both_usages(M::kBlock1x128), both_usages(M::kRowwise)},
+  };
+}
+
 }  // namespace tessera::test

@@ -13,6 +13,7 @@
 #include "tessera/formats/format_table.h"
 #include "tessera/formats/half.h"
 #include "tessera/gemm/grouped_gemm.h"
+#include "tessera/quantize/types.h"
 
 namespace tessera::test {
 
@@ -85,5 +86,17 @@ GemmTolerance gemm_tolerance(DType out_dtype, int64_t k);
 std::string compare(const GemmFixture& f, const Expected& e, const GemmTolerance& tol);
 // The bytes of D outside `written` are unchanged from d_initial.
 std::string check_untouched(const GemmFixture& f, const Expected& e);
+
+// A quantized pair for A and B: both usages, the given mode / element / scale layout.
+struct QuantRecipe {
+  std::string name;
+  QuantizerConfig a, b;
+};
+QuantizerConfig both_usages(ScalingMode mode, DType element = DType::kFloat32,
+                            ScaleLayout layout = ScaleLayout::kCompact);
+// Every family: tensor (E4M3, E5M2 x E4M3), rowwise, block 1x128 x 128x128, MXFP8 (compact;
+// E5M2 swizzled x 32x32), NVFP4 (x 16x16; swizzled), and two pairs of two families: MXFP8 x
+// NVFP4 (CUDA expands both) and, named "emulated_…", one only the CPU's emulated path takes.
+std::vector<QuantRecipe> quantized_pairs();
 
 }  // namespace tessera::test

@@ -50,17 +50,6 @@ struct SpreadCase {
   SpreadCase(const GemmCase& c, int64_t align, int64_t max_gap, bool with_end, uint32_t seed);
 };
 
-// A quantized pair for A and B: both usages, the given mode / element / scale layout.
-struct QuantRecipe {
-  std::string name;
-  QuantizerConfig a, b;
-};
-QuantizerConfig both_usages(ScalingMode mode, DType element = DType::kFloat32,
-                            ScaleLayout layout = ScaleLayout::kCompact);
-// Every family: tensor (E4M3, E5M2 x E4M3), rowwise, block 1x128 x 128x128, MXFP8 (compact;
-// E5M2 swizzled x 32x32), NVFP4 (x 16x16; swizzled), and two pairs only the CPU's emulated path
-// takes (MXFP8 x NVFP4 runs on CUDA expanded).
-std::vector<QuantRecipe> spread_recipes();
 
 // The SpreadCase of FP32 fixture `c` with quantized operands (M-grouped; A read rowwise, B
 // rowwise for TN, columnwise for NN): the compact A, the spread A (gap rows zero when quantized,

@@ -111,7 +111,7 @@ void PrintTo(const QuantCase& c, std::ostream* os) { *os << c.name; }
 
 std::vector<QuantCase> quant_cases() {
   std::vector<QuantCase> cases;
-  for (const QuantRecipe& r : spread_recipes()) {
+  for (const QuantRecipe& r : quantized_pairs()) {
     GemmCase fwd;  // y = x Wᵀ; K = 100 (not a multiple of 32 / 128)
     fwd.group_rows = ragged();
     fwd.extra_rows = 9;

@@ -15,41 +15,6 @@
 namespace tessera::test {
 namespace {
 
-struct Recipe {
-  std::string name;
-  QuantizerConfig a, b;
-};
-
-QuantizerConfig config(ScalingMode mode, DType element = DType::kFloat32,
-                       ScaleLayout layout = ScaleLayout::kCompact) {
-  QuantizerConfig c = make_config(mode, element);
-  c.rowwise = true;
-  c.columnwise = true;
-  c.scale_layout = layout;
-  return c;
-}
-
-std::vector<Recipe> recipes() {
-  using M = ScalingMode;
-  const DType e5 = DType::kFloat8E5M2;
-  return {
-      {"tensor_e4m3", config(M::kTensor), config(M::kTensor)},
-      {"tensor_e5m2_x_e4m3", config(M::kTensor, e5), config(M::kTensor)},
-      {"rowwise", config(M::kRowwise), config(M::kRowwise)},
-      {"block1x128_x_block128x128", config(M::kBlock1x128), config(M::kBlock128x128)},
-      {"mxfp8", config(M::kMXFP8), config(M::kMXFP8)},
-      {"mxfp8_e5m2_swizzled",
-       config(M::kMXFP8, e5, ScaleLayout::kSwizzled), config(M::kMXFP8_32x32, DType::kFloat32,
-                                                            ScaleLayout::kSwizzled)},
-      {"nvfp4", config(M::kNVFP4), config(M::kNVFP4_16x16)},
-      {"nvfp4_swizzled", config(M::kNVFP4, DType::kFloat32, ScaleLayout::kSwizzled),
-       config(M::kNVFP4, DType::kFloat32, ScaleLayout::kSwizzled)},
-      // Two families: no fast kernel; the CPU runs the emulated path (each operand dequantized).
-      {"emulated_mxfp8_x_nvfp4", config(M::kMXFP8), config(M::kNVFP4)},
-      {"emulated_block1x128_x_rowwise", config(M::kBlock1x128), config(M::kRowwise)},
-  };
-}
-
 // A quantized copy of a dense FP32 fixture operand, as a logical (rows, cols) matrix.
 QuantizedTensor quantize_operand(const Owned& dense, const QuantizerConfig& cfg) {
   const TensorView& v = dense.view;
@@ -70,14 +35,14 @@ void dequantize_into(const QuantizedTensor& q, bool columnwise, Owned& dense) {
 struct QuantCase {
   std::string name;
   GemmCase gemm;
-  Recipe recipe;
+  QuantRecipe recipe;
   bool a_columnwise = false, b_columnwise = false;
 };
 
 std::vector<QuantCase> quantized_cases() {
   std::vector<QuantCase> cases;
   const std::vector<int64_t> rows = {0, 45, 0, 64, 7, 0};  // empty first, middle and last
-  for (const Recipe& r : recipes()) {
+  for (const QuantRecipe& r : quantized_pairs()) {
     GemmCase fwd;  // forward y = x Wᵀ: x rowwise, W rowwise; K = 100 (not a multiple of 32/128)
     fwd.kind = GroupedGemmKind::kMGrouped;
     fwd.group_rows = rows;
@@ -163,7 +128,7 @@ TEST(QuantizedGemmPerGroupScales, ForwardWithOneTensorScalePerExpert) {
   GemmFixture f = make_fixture(c);
   clear_nans(f.a);
   const int64_t g_count = 4, n = c.n, k = c.k;
-  QuantizerConfig cfg = config(ScalingMode::kTensor);
+  QuantizerConfig cfg = both_usages(ScalingMode::kTensor);
   cfg.columnwise = false;
   QuantizedTensor qb(cfg, g_count * n, k, Device::cpu());
   std::vector<float> scales(g_count);
@@ -208,7 +173,7 @@ TEST(QuantizedGemmEmulated, HadamardTransformedWgradOperands) {
   GemmFixture f = make_fixture(c);
   clear_nans(f.a);
   clear_nans(f.b);
-  QuantizerConfig cfg = config(ScalingMode::kNVFP4);
+  QuantizerConfig cfg = both_usages(ScalingMode::kNVFP4);
   cfg.random_hadamard = true;
   const QuantizedTensor qa = quantize_operand(f.a, cfg);
   const QuantizedTensor qb = quantize_operand(f.b, cfg);
@@ -232,7 +197,7 @@ TEST(QuantizedGemmEmulated, QuantizedTimesDense) {
   c.n = 16, c.k = 64;
   GemmFixture f = make_fixture(c);
   clear_nans(f.a);
-  const QuantizedTensor qa = quantize_operand(f.a, config(ScalingMode::kMXFP8));
+  const QuantizedTensor qa = quantize_operand(f.a, both_usages(ScalingMode::kMXFP8));
   f.problem.a = GemmOperand::from_quantized(qa.view(), false);
   std::string reason;
   ASSERT_EQ(can_implement(f.problem, &reason), Status::kOk) << reason;
@@ -249,9 +214,9 @@ TEST(QuantizedGemmErrors, RecipeMismatchMissingUsageBadScales) {
   c.n = 16, c.k = 64;
   GemmFixture f = make_fixture(c);
   clear_nans(f.a);
-  const QuantizedTensor mx = quantize_operand(f.a, config(ScalingMode::kMXFP8));
-  const QuantizedTensor nv = quantize_operand(f.b, config(ScalingMode::kNVFP4));
-  QuantizerConfig row_only = config(ScalingMode::kMXFP8);
+  const QuantizedTensor mx = quantize_operand(f.a, both_usages(ScalingMode::kMXFP8));
+  const QuantizedTensor nv = quantize_operand(f.b, both_usages(ScalingMode::kNVFP4));
+  QuantizerConfig row_only = both_usages(ScalingMode::kMXFP8);
   row_only.columnwise = false;
   const QuantizedTensor mx_b = quantize_operand(f.b, row_only);
   std::string reason;

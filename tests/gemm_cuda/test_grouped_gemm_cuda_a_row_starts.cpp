@@ -144,7 +144,7 @@ void PrintTo(const QuantCase& c, std::ostream* os) { *os << c.name; }
 
 std::vector<QuantCase> quant_cases() {
   std::vector<QuantCase> cases;
-  for (const QuantRecipe& r : spread_recipes()) {
+  for (const QuantRecipe& r : quantized_pairs()) {
     if (r.name.rfind("emulated", 0) == 0) continue;  // CPU only
     GemmCase fwd;
     fwd.group_rows = ragged();
