@@ -19,12 +19,6 @@ bool member_scaled(const QuantizerConfig& c, bool columnwise) {
   return columnwise && is_family(c.mode, ScaleFamily::kRowwise);
 }
 
-int64_t member_scale_count(const QuantizerConfig& c, int64_t groups, int64_t rows, int64_t cols,
-                           bool columnwise) {
-  const int64_t one = scale_shape(c, rows, cols, columnwise).numel();
-  return member_scaled(c, columnwise) ? groups * one : one;
-}
-
 namespace {
 
 // The kRowwise rule of a per-tensor or rowwise config (current_scale with its FP8 maximum,

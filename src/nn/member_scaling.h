@@ -70,11 +70,6 @@ struct Members {
 // inside one member of the step's layouts (a row; a block of the aligned token dim).
 bool member_scaled(const QuantizerConfig& c, bool columnwise);
 
-// Scale entries (scale_inv, then amax) of a usage when scaled per member over `groups` members,
-// for (rows, cols) x: G·scale_shape entries / G amax values, or the standalone count when not.
-int64_t member_scale_count(const QuantizerConfig& c, int64_t groups, int64_t rows, int64_t cols,
-                           bool columnwise);
-
 // Column k of member g quantized as one rowwise unit (one FP32 scale over the member's rows of
 // that column, `quant` a kRowwise rule): x (rows, cols) float. Codes of row r of member g go to
 // data + g·g_stride + k·k_stride + (r − begin(g)) + begin(g)·keep_rows, the scale_inv to

@@ -51,6 +51,14 @@ struct SpreadCase {
 };
 
 
+// A quantized a_row_starts case: the GEMM shape and the operand pair.
+struct QuantCase {
+  std::string name;
+  GemmCase gemm;
+  QuantRecipe recipe;
+};
+inline void PrintTo(const QuantCase& c, std::ostream* os) { *os << c.name; }
+
 // The SpreadCase of FP32 fixture `c` with quantized operands (M-grouped; A read rowwise, B
 // rowwise for TN, columnwise for NN): the compact A, the spread A (gap rows zero when quantized,
 // so that the group rows get the compact copy's codes and scales under every row-local recipe;

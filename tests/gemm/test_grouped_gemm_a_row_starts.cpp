@@ -102,12 +102,6 @@ INSTANTIATE_TEST_SUITE_P(Cases, DenseARowStarts, ::testing::ValuesIn(dense_cases
 
 // ---- quantized A ---------------------------------------------------------------------------
 
-struct QuantCase {
-  std::string name;
-  GemmCase gemm;
-  QuantRecipe recipe;
-};
-void PrintTo(const QuantCase& c, std::ostream* os) { *os << c.name; }
 
 std::vector<QuantCase> quant_cases() {
   std::vector<QuantCase> cases;

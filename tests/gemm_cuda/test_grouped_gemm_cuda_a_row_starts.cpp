@@ -135,12 +135,6 @@ TEST_F(CudaARowStarts, DenseEqualsCompactUnderEveryConfig) {
   }
 }
 
-struct QuantCase {
-  std::string name;
-  GemmCase gemm;
-  QuantRecipe recipe;
-};
-void PrintTo(const QuantCase& c, std::ostream* os) { *os << c.name; }
 
 std::vector<QuantCase> quant_cases() {
   std::vector<QuantCase> cases;
