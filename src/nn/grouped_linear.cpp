@@ -144,18 +144,21 @@ std::vector<float> dequantized(const QuantizedTensorView& q, bool columnwise, De
 std::vector<float> dequantized(const QuantizedTensorView& q, bool columnwise, Device device,
                                const std::vector<int64_t>& starts) {
   const int64_t groups = static_cast<int64_t>(starts.size()) - 1;
-  if (groups <= 1 || !detail::member_scaled(q.config, columnwise)) {
-    return dequantized(q, columnwise, device);
-  }
-  std::vector<float> out(static_cast<size_t>(q.rows * q.cols), 0.0f);
   const TensorView& scales = columnwise ? q.columnwise_scale_inv : q.scale_inv;
   const TensorView& amax = columnwise ? q.columnwise_amax : q.amax;
+  const bool member_scales = detail::member_scaled(q.config, columnwise);
+  // NVFP4 keeps its block scales whole and one global amax per member.
+  const bool member_amax = amax.data != nullptr && amax.numel() == groups;
+  if (groups <= 1 || !(member_scales || member_amax)) return dequantized(q, columnwise, device);
+  std::vector<float> out(static_cast<size_t>(q.rows * q.cols), 0.0f);
   const int64_t per = scales.numel() / groups;
   for (int64_t g = 0; g < groups; ++g) {
     QuantizedTensorView member = q;
-    TensorView& sv = columnwise ? member.columnwise_scale_inv : member.scale_inv;
-    sv = TensorView::contiguous(static_cast<float*>(scales.data) + g * per, DType::kFloat32,
-                                {per, 1}, scales.device);
+    if (member_scales) {
+      TensorView& sv = columnwise ? member.columnwise_scale_inv : member.scale_inv;
+      sv = TensorView::contiguous(static_cast<float*>(scales.data) + g * per, DType::kFloat32,
+                                  {per, 1}, scales.device);
+    }
     if (amax.data) {
       (columnwise ? member.columnwise_amax : member.amax) = TensorView::contiguous(
           static_cast<float*>(amax.data) + g, DType::kFloat32, {1}, amax.device);

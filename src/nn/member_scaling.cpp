@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "nn/step_memory.h"
+#include "quantize/quantize_backend.h"
 #include "nn/weight_layout.h"
 #include "tessera/core/dispatch.h"
 #include "tessera/core/status.h"
@@ -18,6 +19,8 @@ bool member_scaled(const QuantizerConfig& c, bool columnwise) {
   if (is_family(c.mode, ScaleFamily::kTensor)) return !c.delayed;
   return columnwise && is_family(c.mode, ScaleFamily::kRowwise);
 }
+
+bool member_global_amax(const QuantizerConfig& c) { return is_family(c.mode, ScaleFamily::kNVFP4); }
 
 namespace {
 
@@ -154,11 +157,60 @@ bool reads_through_layout(const QuantizerConfig& c, bool rowwise, bool columnwis
   return cuda::lines_fused(a);
 }
 
+namespace {
+
+// NVFP4 with one global amax per member (member_global_amax; the copies carved with G amaxes):
+// both usages in place through quantize_nvfp4_members; with stochastic rounding, member g draws
+// the role's g-th of G fresh offsets (as G quantizers, one per expert, would).
+void quantize_nvfp4_role_members(const RoleFormat& format, bool rowwise, bool columnwise,
+                                 const TensorView& x, const Members& members,
+                                 QuantizedTensorView& out, Allocator& alloc, Stream stream) {
+  const Device dev = x.device;
+  const int64_t n = members.groups + 1, cols = x.shape[1];
+  QuantizedTensorView part = out;
+  if (!rowwise) part.data = part.scale_inv = part.amax = TensorView{};
+  if (!columnwise) {
+    part.columnwise_data = part.columnwise_scale_inv = part.columnwise_amax = TensorView{};
+  }
+  part.config = format.config;
+  part.config.rowwise = rowwise;
+  part.config.columnwise = columnwise;
+  if (part.config.stochastic_rounding) {
+    part.config.rng_offset = take_rng_offsets(static_cast<uint64_t>(members.groups));
+  }
+  Scratch tmp;
+  std::vector<int64_t> host;
+  TensorView offsets;
+  if (dev.is_cuda()) {
+    tmp = scratch(alloc, 8 * n, dev, stream);
+    offsets = TensorView::contiguous(tmp.carver.take(8 * n), DType::kInt64, {n}, dev);
+    cuda::member_element_offsets(members, cols, offsets.as<int64_t>(), stream);
+  } else {
+    check_members(members, x.shape[0]);
+    host.resize(static_cast<size_t>(n));
+    for (int64_t g = 0; g < members.groups; ++g) host[g] = members.begin(g) * cols;
+    host[members.groups] = members.end(members.groups - 1) * cols;
+    offsets = TensorView::contiguous(host.data(), DType::kInt64, {n}, dev);
+  }
+  ::tessera::detail::quantize_nvfp4_members(part.config, x, offsets, part, stream);
+}
+
+}  // namespace
+
 void quantize_role_members(const RoleFormat& format, bool rowwise, bool columnwise,
                            const DelayedScalingState& state, const TensorView& x,
                            const Members& members, QuantizedTensorView& out, Allocator& alloc,
                            Stream stream, const char* role) {
   const QuantizerConfig& c = format.config;
+  // NVFP4 per member wherever the copies were carved with one amax per member and the members
+  // lie on the 16-row grid (the activation layouts always; W_g when out % 16 == 0) — one expert
+  // too, so that a layer's copies never depend on its expert count.
+  const TensorView& amax = rowwise ? out.amax : out.columnwise_amax;
+  if (member_global_amax(c) && amax.numel() == members.groups && members.sources == nullptr &&
+      (members.starts != nullptr || members.uniform % 16 == 0)) {
+    return quantize_nvfp4_role_members(format, rowwise, columnwise, x, members, out, alloc,
+                                       stream);
+  }
   const bool m_row = rowwise && member_scaled(c, false);
   const bool m_col = columnwise && member_scaled(c, true);
   const Device dev = x.device;

@@ -536,6 +536,22 @@ void quantize_member_columns(const MemberColumnsArgs& a, void* scratch, Stream s
   });
 }
 
+namespace {
+__global__ void member_offsets_kernel(Members m, int64_t cols, int64_t* offsets) {
+  const int64_t g = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (g < m.groups) offsets[g] = m.begin(g) * cols;
+  if (g == m.groups - 1) offsets[m.groups] = m.end(g) * cols;
+}
+}  // namespace
+
+void member_element_offsets(const Members& members, int64_t cols, int64_t* offsets,
+                            Stream stream) {
+  if (members.groups == 0) return;
+  const unsigned grid = static_cast<unsigned>((members.groups + 255) / 256);
+  member_offsets_kernel<<<grid, 256, 0, stream.as<cudaStream_t>()>>>(members, cols, offsets);
+  TESSERA_CUDA_CHECK(cudaGetLastError());
+}
+
 void member_tensor_amax(const MemberTensorArgs& a, uint32_t* amax_bits, Stream stream) {
   const auto s = stream.as<cudaStream_t>();
   TESSERA_CUDA_CHECK(cudaMemsetAsync(amax_bits, 0, 4 * a.members.groups, s));

@@ -70,6 +70,12 @@ struct Members {
 // inside one member of the step's layouts (a row; a block of the aligned token dim).
 bool member_scaled(const QuantizerConfig& c, bool columnwise);
 
+// Whether the step keeps one global amax per member for config c (NVFP4: both copies; its block
+// scales already lie inside one member of the step's 16-row aligned layouts). The copies then
+// come from quantize_role_members through quantize_nvfp4_members: member g's rows (rowwise) and
+// its columns of xᵀ (columnwise) under its own amax, in place in the whole copies.
+bool member_global_amax(const QuantizerConfig& c);
+
 // Column k of member g quantized as one rowwise unit (one FP32 scale over the member's rows of
 // that column, `quant` a kRowwise rule): x (rows, cols) float. Codes of row r of member g go to
 // data + g·g_stride + k·k_stride + (r − begin(g)) + begin(g)·keep_rows, the scale_inv to
@@ -138,6 +144,9 @@ void quantize_role_members(const RoleFormat& format, bool rowwise, bool columnwi
                            Stream stream, const char* role);
 
 namespace cuda {
+// offsets[g] = members.begin(g)·cols (g < G), offsets[G] = members.end(G − 1)·cols: the element
+// offsets of the members of a (rows, cols) matrix (device; quantize_nvfp4_members' table).
+void member_element_offsets(const Members& members, int64_t cols, int64_t* offsets, Stream stream);
 int64_t member_columns_scratch_bytes(const MemberColumnsArgs& a);
 bool lines_fused(const MemberColumnsArgs& a);  // the CUDA kernels can write row_data too
 void quantize_member_columns(const MemberColumnsArgs& a, void* scratch, Stream stream);

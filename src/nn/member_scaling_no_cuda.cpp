@@ -4,6 +4,9 @@
 
 namespace tessera::nn::detail::cuda {
 
+void member_element_offsets(const Members&, int64_t, int64_t*, Stream) {
+  TESSERA_FAIL(Status::kNoDevice, "member_element_offsets: tessera was built without CUDA");
+}
 int64_t member_columns_scratch_bytes(const MemberColumnsArgs&) { return 0; }
 bool lines_fused(const MemberColumnsArgs&) { return false; }
 void quantize_member_columns(const MemberColumnsArgs&, void*, Stream) {

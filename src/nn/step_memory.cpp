@@ -21,6 +21,8 @@ void reset_rng_offset(uint64_t value) { g_rng_offset.store(value, std::memory_or
 
 namespace detail {
 
+uint64_t take_rng_offsets(uint64_t n) { return g_rng_offset.fetch_add(n, std::memory_order_relaxed); }
+
 void* Carver::take(int64_t bytes) {
   TESSERA_CHECK(bytes >= 0, "Carver: bytes ", bytes, " must be >= 0");
   const int64_t at = checked_round_up(used_, 256, "step memory offset");
@@ -51,6 +53,7 @@ QuantizedTensorView carve_quantized(const QuantizerConfig& config, int64_t rows,
     const MatrixShape ds = data_shape(config, rows, cols, cw);
     const MatrixShape ss = scale_shape(config, rows, cols, cw);
     const int64_t members = member_scaled(config, cw) ? groups : 1;
+    const int64_t amaxes = member_scaled(config, cw) || member_global_amax(config) ? groups : 1;
     // An E2M1 view is (rows, roundup(cols, 2)) codes over ceil(cols/2) bytes per row.
     const int64_t view_cols = ds.dtype == DType::kFloat4E2M1 ? (ds.cols + 1) / 2 * 2 : ds.cols;
     TensorView data = matrix(carver.take(ds.bytes()), ds.dtype, ds.rows, view_cols, device);
@@ -58,7 +61,7 @@ QuantizedTensorView carve_quantized(const QuantizerConfig& config, int64_t rows,
                               ss.cols, device);
     TensorView amax_view;
     if (amax) {
-      amax_view = TensorView::contiguous(carver.take(4 * members), DType::kFloat32, {members},
+      amax_view = TensorView::contiguous(carver.take(4 * amaxes), DType::kFloat32, {amaxes},
                                          device);
     }
     (cw ? q.columnwise_data : q.data) = data;

@@ -44,6 +44,10 @@ struct Scratch {
 };
 Scratch scratch(Allocator& alloc, int64_t bytes, Device device, Stream stream);
 
+// The first of n consecutive stochastic-rounding offsets of the process-wide counter
+// (next_rng_offset n times): a quantization whose members each draw their own (NVFP4 members).
+uint64_t take_rng_offsets(uint64_t n);
+
 // The role's quantizer for one call, producing the usages asked for: its config with those
 // usages, the next stochastic-rounding offset when the config rounds stochastically, and the
 // caller's delayed-scaling state when the config is delayed (throws naming `role` when the state

@@ -31,7 +31,11 @@ void carve(const LinearSpec& s, Carver& carver, Device device, WeightCopies& c) 
     c.q = carve_quantized(s.weight.config, rows, s.in, true, false, carver, device, s.groups);
     c.wt = carve_quantized(wt_config(s), s.groups * s.in, s.out, true, false, carver, device);
   } else {
-    c.q = carve_quantized(s.weight.config, rows, s.in, true, true, carver, device, s.groups);
+    // NVFP4's per-expert global amax needs W_g on whole 16-row blocks (out % 16 == 0): a block of
+    // the dgrad copy spanning two experts has one scale (docs/numerics.md); else one amax.
+    const bool shared = member_global_amax(s.weight.config) && s.out % 16 != 0;
+    c.q = carve_quantized(s.weight.config, rows, s.in, true, true, carver, device,
+                          shared ? 1 : s.groups);
   }
 }
 

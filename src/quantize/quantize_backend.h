@@ -100,4 +100,23 @@ void grouped_quantize_contiguous_cuda(const QuantizerConfig& config, const Tenso
                                       const GroupedTensorView& out, const TensorView& noop,
                                       Stream stream, const GroupedDelayedState& delayed = {});
 
+// NVFP4 per member, in place (the training step's per-expert global amax, nn/member_scaling.h):
+// x (rows, K) contiguous; member g = x rows [offsets[g], offsets[g+1]) / K (`offsets`: groups + 1
+// ascending int64 element offsets on x's device; each member's rows a multiple of 16 and its
+// first row too — a member breaking that gets NaN scales and no codes in its columnwise copy).
+// Member g's rows of the rowwise copy and its columns of the columnwise copy (xᵀ, after the
+// Hadamard transform when configured) are bit for bit the standalone quantizer applied to member
+// g alone with rng_offset + g (its own global amax in amax[g] / columnwise_amax[g]: `groups` FP32
+// each; stochastic rounding on its own elements with its own offset, so the caller reserves
+// `groups` offsets). Codes and scales in no member: 0. out: the whole copies of x (rows, K). CUDA: no host sync
+// (quantize_nvfp4_members_cuda); CPU: cpu::quantize_nvfp4_members (host offsets).
+void quantize_nvfp4_members_cuda(const QuantizerConfig& config, const TensorView& x,
+                                 const int64_t* offsets, int64_t groups,
+                                 const QuantizedTensorView& out, Stream stream);
+// Either backend, x's device: `offsets` int64 (groups + 1) on x's device; out's amax and
+// columnwise_amax hold `groups` values each.
+void quantize_nvfp4_members(const QuantizerConfig& config, const TensorView& x,
+                            const TensorView& offsets, const QuantizedTensorView& out,
+                            Stream stream);
+
 }  // namespace tessera::detail

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "quantize/cpu/cpu_kernels.h"
 #include "quantize/quantize_backend.h"
 #include "tessera/core/status.h"
 #include "tessera/formats/codecs.h"
@@ -239,4 +240,27 @@ void dequantize(const QuantizedTensorView& q, const TensorView& out, bool column
   }
 }
 
+namespace detail {
+
+void quantize_nvfp4_members(const QuantizerConfig& config, const TensorView& x,
+                            const TensorView& offsets, const QuantizedTensorView& out,
+                            Stream stream) {
+  const int64_t groups = offsets.numel() - 1;
+  TESSERA_CHECK(offsets.dtype == DType::kInt64 && groups >= 1 && offsets.device == x.device &&
+                    offsets.is_contiguous(),
+                "quantize_nvfp4_members: offsets must be >= 2 contiguous int64 on x's device, got ",
+                offsets.to_string());
+  for (const TensorView* a : {&out.amax, &out.columnwise_amax}) {
+    const bool wanted = a == &out.amax ? config.rowwise : config.columnwise;
+    TESSERA_CHECK(!wanted || (a->dtype == DType::kFloat32 && a->numel() == groups),
+                  "quantize_nvfp4_members: the global amax of each copy asked for holds one "
+                  "float32 per member (", groups, "), got ", a->to_string());
+  }
+  if (x.device.is_cuda()) {
+    return quantize_nvfp4_members_cuda(config, x, offsets.as<const int64_t>(), groups, out, stream);
+  }
+  cpu::quantize_nvfp4_members(config, x, offsets.as<const int64_t>(), groups, out);
+}
+
+}  // namespace detail
 }  // namespace tessera

@@ -95,10 +95,13 @@ int run_sequence(const std::string& name, const std::vector<Step>& stages) {
           Quantizer& q = fresh_state.quantizer({"grouped_linear", TensorType::kWeight, "fc1"});
           q.set_usage(true, true);
           // The rowwise family scales each expert's columns on their own (its dgrad copy is
-          // Wᵀ per expert), per-tensor current scaling each expert on its own
-          // (nn/member_scaling.h): the oracle quantizes each W_g alone.
+          // Wᵀ per expert), per-tensor current scaling each expert on its own, NVFP4 with
+          // one global amax per expert (out % 16 == 0; nn/member_scaling.h): the oracle
+          // quantizes each W_g alone.
           const bool per_expert = is_family(q.config().mode, ScaleFamily::kRowwise) ||
-                                  is_family(q.config().mode, ScaleFamily::kTensor);
+                                  is_family(q.config().mode, ScaleFamily::kTensor) ||
+                                  (is_family(q.config().mode, ScaleFamily::kNVFP4) &&
+                                   kOut % 16 == 0);
           const int64_t parts = per_expert ? kG : 1, rows = kG * kOut / parts;
           for (int64_t g = 0; g < parts; ++g) {
             const TensorView wg = TensorView::contiguous(

@@ -18,11 +18,10 @@ DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() and tessera.cuda_comp
 SIZES = [24, 0, 40, 8, 0, 56]          # not multiples of 16, empty experts
 RECIPES = ["bf16", "fp8_rowwise", "fp8_current", "fp8_delayed", "fp8_block", "mxfp8", "nvfp4"]
 # Recipes whose every scaling unit stays inside one expert (docs/numerics.md, "Scaling units per
-# group member": per-expert amax and column scales, block scales kept apart by the padded
-# layout): one expert's NaN stays in that expert. fp8_delayed shares its history's scale and
-# NVFP4 its global amax across experts (docs/nn.md, Limits; fp8_delayed keeps NaN in place:
-# NAN_ISOLATED).
-ISOLATED = {"bf16", "fp8_rowwise", "fp8_current", "fp8_block", "mxfp8"}
+# group member": per-expert amax and column scales, NVFP4's per-expert global amax, block scales
+# kept apart by the padded layout): one expert's NaN stays in that expert. fp8_delayed shares its
+# history's scale across experts (docs/nn.md, Limits; it keeps NaN in place: NAN_ISOLATED).
+ISOLATED = {"bf16", "fp8_rowwise", "fp8_current", "fp8_block", "mxfp8", "nvfp4"}
 K, N = 128, 128  # fp8_block's dgrad on CUDA needs out_features % 128 == 0
 
 
@@ -211,6 +210,36 @@ def test_an_experts_weight_gradient_depends_on_its_tokens_only(device, recipe):
         one.weight.copy_(m.weight[2:3])
     _, _, dw1, _ = step(one, x[rows], ends([SIZES[2]], device), dy[rows])
     assert torch.equal(dw[2], dw1[0]), recipe
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_nvfp4_an_expert_depends_on_its_own_tokens_and_weights_only(device):
+    """NVFP4 keeps one global amax per expert for x, dy and W (both copies): expert 2's y, dx
+    and dW are bit-equal between two steps of one layer — the stochastic-rounding counter reset
+    before each, so dy draws the same bits — where the other experts' x, dy and weights are
+    1000x larger in the second step (a global amax shared across experts would change them)."""
+    m = layer("nvfp4", device)
+    offs = ends(SIZES, device)
+    bounds = torch.tensor([0] + SIZES).cumsum(0).tolist()
+    t = sum(SIZES)
+    x = torch.randn(t, K, device=device, dtype=torch.bfloat16)
+    dy = torch.randn(t, N, device=device, dtype=torch.bfloat16)
+    tt.set_rng_offset(1234)
+    y0, dx0, dw0, _ = step(m, x, offs, dy)
+    big_x, big_dy = x.clone(), dy.clone()
+    with torch.no_grad():
+        for g in range(len(SIZES)):
+            if g != 2:
+                big_x[bounds[g]:bounds[g + 1]] *= 1000
+                big_dy[bounds[g]:bounds[g + 1]] *= 1000
+                m.weight[g] *= 1000
+    tt.set_rng_offset(1234)
+    y1, dx1, dw1, _ = step(m, big_x, offs, big_dy)
+    rows = slice(bounds[2], bounds[3])
+    assert torch.equal(y0[rows], y1[rows])
+    assert torch.equal(dx0[rows], dx1[rows])
+    assert torch.equal(dw0[2], dw1[2])
+    assert not torch.equal(dw0[0], dw1[0])  # the other experts did change
 
 
 # ---- serialization, double backward, autocast ---------------------------------------------------

@@ -52,19 +52,32 @@ def ref_values(q, columnwise):
     return torch.from_numpy(q.dequantize(columnwise, "reference")).double()
 
 
+def member_values(t, rows, mode, rht=False, sr=False, offset=0):
+    """FP64 rowwise and columnwise values of t (R, C) quantized member by member (member g: the
+    next rows[g] rows, quantized alone with offset + g — the step's per-expert global amax and
+    stochastic-rounding offsets, docs/numerics.md)."""
+    parts, s = [], 0
+    for g, m in enumerate(rows):
+        if m:
+            q = ref_copies(t[s:s + m], mode, rht=rht, sr=sr, offset=offset + g)
+            parts.append((ref_values(q, False), ref_values(q, True)))
+        s += m
+    return tuple(torch.cat([p[c] for p in parts]) for c in (0, 1))
+
+
 def oracle_step(x, w, dy, sizes, dy_offset):
     """FP64 y, dx, dW on the reference's operands, in the step's padded layout: x and dy padded,
-    each quantized once (both copies; dy stochastically rounded with `dy_offset`); y = x rowwise ·
-    W rowwise, dx = dy rowwise · W columnwise (their group rows moved back), dW = dy columnwise ·
+    each expert quantized alone (both copies; expert g's dy stochastically rounded with
+    `dy_offset` + g), W per expert when N % 16 == 0 (else whole); y = x rowwise · W rowwise,
+    dx = dy rowwise · W columnwise (their group rows moved back), dW = dy columnwise ·
     x columnwise (the Hadamard-transformed copies, undone)."""
     g, n, k = w.shape
     ps = padded_sizes(sizes, ALIGN)
-    qx = ref_copies(pad_groups(x, sizes, ALIGN), "nvfp4", rht=True)
-    qw = ref_copies(w.reshape(g * n, k), "nvfp4_16x16")
-    qdy = ref_copies(pad_groups(dy, sizes, ALIGN), "nvfp4", rht=True, sr=True, offset=dy_offset)
-    xq, xcq = ref_values(qx, False), ref_values(qx, True)
-    wq, wcq = (ref_values(qw, c).reshape(g, n, k) for c in (False, True))
-    dyq, dycq = ref_values(qdy, False), ref_values(qdy, True)
+    xq, xcq = member_values(pad_groups(x, sizes, ALIGN), ps, "nvfp4", rht=True)
+    wq, wcq = (v.reshape(g, n, k) for v in member_values(
+        w.reshape(g * n, k), [n] * g if n % 16 == 0 else [g * n], "nvfp4_16x16"))
+    dyq, dycq = member_values(pad_groups(dy, sizes, ALIGN), ps, "nvfp4", rht=True, sr=True,
+                              offset=dy_offset)
     y, _, _ = grouped_products(xq, wq, dyq, ps)
     _, dx, _ = grouped_products(xq, wcq, dyq, ps)
     _, _, dw = grouped_products(xcq, wq, dycq, ps)
@@ -180,7 +193,7 @@ def test_grouped_linear_step_matches_oracle_and_fp64(device, sizes, k, n):
     offs = ends(sizes, device)
     tt.set_rng_offset(100)  # dy is the step's one stochastically rounded quantization
     got = run_step(lambda a, b: tt.grouped_linear(a, b, offs, "nvfp4"), x, w, dy)
-    assert tt.rng_offset() == 101
+    assert tt.rng_offset() == 100 + len(sizes)  # one offset per expert
     assert all(t.dtype == torch.bfloat16 for t in got)
     check_step(got, oracle_step(x, w, dy, sizes, 100), grouped_products(x, w, dy, sizes),
                f"nvfp4 {device} sizes={sizes} K={k} N={n}")

@@ -173,5 +173,9 @@ void quantize_mxfp8(const QuantizerConfig& c, const TensorView& x, const Quantiz
                     const QuantizeRequest& req);
 void quantize_nvfp4(const QuantizerConfig& c, const TensorView& x, const QuantizedTensorView& out,
                     const QuantizeRequest& req);
+// NVFP4 per member in place (quantize_backend.h, quantize_nvfp4_members_cuda's contract), with
+// the members' element offsets in host memory; the usages config.rowwise / config.columnwise.
+void quantize_nvfp4_members(const QuantizerConfig& c, const TensorView& x, const int64_t* offsets,
+                            int64_t groups, const QuantizedTensorView& out);
 
 }  // namespace tessera::detail::cpu

@@ -7,6 +7,7 @@
 
 #include "quantize/cpu/cpu_kernels.h"
 #include "tessera/core/dispatch.h"
+#include "tessera/core/status.h"
 #include "tessera/formats/codecs.h"
 #include "tessera/quantize/philox.h"
 #include "tessera/quantize/scale_rules.h"
@@ -44,28 +45,36 @@ struct Nvfp4Target {
   uint8_t* data;   // (rows, ceil(cols/2)) bytes
   uint8_t* scale;  // E4M3 bytes, compact (rows, nb) or swizzled
   int64_t padded_cols;  // 0 = compact
+  // Where the copy's codes and scales land: element (r, c) at row row_at + r, column col_at + c
+  // of a matrix `ld` codes wide (0: the copy's own width): a member written in place (the CUDA
+  // kernels' Nvfp4Args::row_at / col_at / ld). Stochastic rounding keeps the copy's own elements.
+  int64_t row_at = 0, col_at = 0, ld = 0;
 };
 
-// a: the copy (rows, cols). Stripes of bh rows (1 or 16); each block of 16 columns of a stripe
-// shares one scale byte.
+// a: the copy (rows, cols), rows lda elements apart (0: cols). Stripes of bh rows (1 or 16);
+// each block of 16 columns of a stripe shares one scale byte.
 template <class In>
 TESSERA_CPU_KERNEL void quantize_copy(const QuantizerConfig& c, const In* a, int64_t rows, int64_t cols, float s_enc,
-                   int64_t bh, const Nvfp4Target& t, uint64_t stream_base) {
-  const int64_t nb = ceil_div(cols, kBlock), row_bytes = ceil_div(cols, 2);
-  const int64_t ns = ceil_div(rows, bh);
+                   int64_t bh, const Nvfp4Target& t, uint64_t stream_base, int64_t lda = 0) {
+  if (lda == 0) lda = cols;
+  const int64_t nb = ceil_div(cols, kBlock), ns = ceil_div(rows, bh);
+  const int64_t width = t.ld != 0 ? t.ld : cols;
+  const int64_t row_bytes = ceil_div(width, 2), gnb = ceil_div(width, kBlock);
 #pragma omp parallel for schedule(static) if (rows * cols >= kParallelWork)
   for (int64_t s = 0; s < ns; ++s) {
     const int64_t r0 = s * bh, r1 = std::min(rows, r0 + bh);
     for (int64_t b = 0; b < nb; ++b) {
       const int64_t k0 = b * kBlock, n = std::min(kBlock, cols - k0);
       uint32_t m = 0;
-      for (int64_t r = r0; r < r1; ++r) m = std::max(m, amax_bits(a + r * cols + k0, n));
+      for (int64_t r = r0; r < r1; ++r) m = std::max(m, amax_bits(a + r * lda + k0, n));
       const uint8_t s_b = scale_rules::nvfp4_block_scale(scale_rules::amax_from_abs_bits(m), s_enc);
       const float enc = scale_rules::nvfp4_encode_scale(s_b, s_enc);
+      const int64_t gk = t.col_at + k0;
       for (int64_t r = r0; r < r1; ++r) {
+        const int64_t gr = t.row_at + r;
         uint8_t codes[kBlock + 1] = {};
         for (int64_t j = 0; j < n; ++j) {
-          const float v = scale_rules::nvfp4_clamp(load_float(a[r * cols + k0 + j]) * enc);
+          const float v = scale_rules::nvfp4_clamp(load_float(a[r * lda + k0 + j]) * enc);
           if (c.stochastic_rounding) {
             const uint64_t e = stream_base + static_cast<uint64_t>(r * cols + k0 + j);
             codes[j] = scale_rules::e2m1_stochastic(v, philox::random_bits(c.rng_seed, c.rng_offset, e));
@@ -73,9 +82,10 @@ TESSERA_CPU_KERNEL void quantize_copy(const QuantizerConfig& c, const In* a, int
             codes[j] = e2m1_element(v);
           }
         }
-        uint8_t* d = t.data + r * row_bytes + k0 / 2;
+        uint8_t* d = t.data + gr * row_bytes + gk / 2;
         for (int64_t j = 0; j < n; j += 2) d[j / 2] = static_cast<uint8_t>(codes[j] | (codes[j + 1] << 4));
-        t.scale[t.padded_cols != 0 ? swizzled_scale_offset(r, b, t.padded_cols) : r * nb + b] = s_b;
+        const int64_t gb = gk / kBlock;
+        t.scale[t.padded_cols != 0 ? swizzled_scale_offset(gr, gb, t.padded_cols) : gr * gnb + gb] = s_b;
       }
     }
   }
@@ -203,6 +213,67 @@ void quantize_nvfp4(const QuantizerConfig& c, const TensorView& x, const Quantiz
     *out.columnwise_amax.as<float>() = col_amax;
     quantize_copy(c, xt.as<const float>(), k, m, scale_rules::nvfp4_global_encode_scale(col_amax),
                   bh, t, static_cast<uint64_t>(m * k));
+  }
+}
+
+void quantize_nvfp4_members(const QuantizerConfig& c, const TensorView& x, const int64_t* offsets,
+                            int64_t groups, const QuantizedTensorView& out) {
+  const int64_t m = x.shape[0], k = x.shape[1];
+  const int64_t bh = scaling_mode_info(c.mode).block_rows;
+  Nvfp4Target row{}, col{};
+  if (c.rowwise) {
+    zero_view(out.data);
+    row = target_of(c, out.data, out.scale_inv, k);
+  }
+  if (c.columnwise) {
+    zero_view(out.columnwise_data);
+    col = target_of(c, out.columnwise_data, out.columnwise_scale_inv, m);
+    col.ld = m;
+  }
+  // xᵀ of the whole x once (the standalone quantizer's one float buffer), after the transform
+  // when configured: its 16-element blocks never span two members (both start on multiples of
+  // 16), so this is each member's transformed xᵀ in its own columns.
+  Buffer xt;
+  if (c.columnwise) {
+    xt = transpose_to_float(x);  // (k, m)
+    if (c.random_hadamard) hadamard_rows(xt.as<float>(), k, m);
+  }
+  const auto* base = static_cast<const uint8_t*>(x.data);
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t r0 = offsets[g] / k, n = (offsets[g + 1] - offsets[g]) / k;
+    TESSERA_CHECK(offsets[g] % k == 0 && offsets[g + 1] >= offsets[g] && r0 % kBlock == 0 &&
+                      n % kBlock == 0 && r0 + n <= m,
+                  "quantize_nvfp4_members: member ", g, " (element offsets ", offsets[g], ", ",
+                  offsets[g + 1], ") must be whole rows of x, start on a multiple of 16 rows, "
+                  "hold a multiple of 16 rows and end inside x's ", m, " rows");
+    const TensorView xg = TensorView::contiguous(const_cast<uint8_t*>(base) +
+                                                     dtype_bytes(x.dtype, r0 * k),
+                                                 x.dtype, {n, k}, x.device);
+    const float amax = scale_rules::amax_from_abs_bits(n == 0 ? 0u : tensor_amax_bits(xg));
+    QuantizerConfig own = c;  // member g's stochastic-rounding offset
+    own.rng_offset = c.rng_offset + static_cast<uint64_t>(g);
+    if (c.rowwise) {
+      out.amax.as<float>()[g] = amax;
+      row.row_at = r0;
+      dispatch_float_input(x.dtype, "x", [&](auto tag) {
+        using In = typename decltype(tag)::type;
+        quantize_copy(own, xg.as<const In>(), n, k, scale_rules::nvfp4_global_encode_scale(amax),
+                      bh, row, 0);
+      });
+    }
+    if (c.columnwise) {
+      const float* xtg = xt.as<const float>() + r0;  // (k, n), rows m apart
+      float col_amax = amax;
+      if (c.random_hadamard) {
+        uint32_t bits = 0;
+        for (int64_t kk = 0; kk < k && n > 0; ++kk) bits = std::max(bits, amax_bits(xtg + kk * m, n));
+        col_amax = scale_rules::amax_from_abs_bits(bits);
+      }
+      out.columnwise_amax.as<float>()[g] = col_amax;
+      col.col_at = r0;
+      quantize_copy(own, xtg, k, n, scale_rules::nvfp4_global_encode_scale(col_amax), bh, col,
+                    static_cast<uint64_t>(n * k), m);
+    }
   }
 }
 

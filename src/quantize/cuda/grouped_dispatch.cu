@@ -170,8 +170,10 @@ void grouped_fp8_block(const QuantizerConfig& c, const TensorView& x,
 // NVFP4: zero the amax targets (and swizzled scale matrices), per-member amax passes (of x; of
 // the transformed transpose with RHT), then one launch for both copies (tiled kernels) or one
 // per copy.
+// in_place (quantize_nvfp4_members_cuda): members write their rows / columns of the whole
+// copies in `out` (zeroed by the caller, swizzle padding included).
 void grouped_nvfp4(const QuantizerConfig& c, const TensorView& x, const GroupedTensorView& out,
-                   const GroupedMeta& g, cudaStream_t s) {
+                   const GroupedMeta& g, cudaStream_t s, bool in_place = false) {
   TESSERA_CHECK_STATUS(!c.rowwise || g.cols % 2 == 0, Status::kShapeMismatch,
                        "grouped quantize: NVFP4 rowwise members need an even K (each member "
                        "row starts on a byte), got K = ", g.cols);
@@ -182,8 +184,10 @@ void grouped_nvfp4(const QuantizerConfig& c, const TensorView& x, const GroupedT
   cuda_quant::GroupedPrepare p;
   p.zero_amax[0] = amax_row;
   p.zero_amax[1] = amax_col;
-  if (sw && c.rowwise) zero_scales(p, 0, c, g.cols, false, out.scale_inv, g.scale_offsets);
-  if (sw && c.columnwise) {
+  if (sw && c.rowwise && !in_place) {
+    zero_scales(p, 0, c, g.cols, false, out.scale_inv, g.scale_offsets);
+  }
+  if (sw && c.columnwise && !in_place) {
     zero_scales(p, 1, c, g.cols, true, out.columnwise_scale_inv, g.col_scale_offsets);
   }
   cuda_quant::launch_grouped_prepare(p, g, s);
@@ -193,6 +197,7 @@ void grouped_nvfp4(const QuantizerConfig& c, const TensorView& x, const GroupedT
   if (t1 != nullptr) cuda_quant::launch_tensor_amax_grouped(x.data, x.dtype, g, t1, t2, s);
   cuda_quant::Nvfp4Args a = cuda_quant::nvfp4_args_of(c, x.data, x.dtype);
   a.padded_cols = sw ? 1 : 0;  // nonzero: swizzled (width per member on the device)
+  a.in_place = in_place;
   cuda_quant::Nvfp4Args row = a, col = a;
   row.amax = amax_row;
   row.data = c.rowwise ? out.data.as<uint8_t>() : nullptr;
@@ -302,6 +307,46 @@ void grouped_quantize_contiguous_cuda(const QuantizerConfig& config, const Tenso
       grouped_nvfp4(config, x, out, g, s);
     }
   });
+}
+
+void quantize_nvfp4_members_cuda(const QuantizerConfig& config, const TensorView& x,
+                                 const int64_t* offsets, int64_t groups,
+                                 const QuantizedTensorView& out, Stream stream) {
+  TESSERA_CHECK(is_family(config.mode, ScaleFamily::kNVFP4), "quantize_nvfp4_members: mode ",
+                scaling_mode_name(config.mode), " is not NVFP4");
+  TESSERA_CHECK(x.device.is_cuda() && x.is_contiguous() && x.ndim == 2,
+                "quantize_nvfp4_members: x must be a contiguous 2-D CUDA tensor, got ",
+                x.to_string());
+  TESSERA_CHECK(groups >= 1 && offsets != nullptr, "quantize_nvfp4_members: ", groups,
+                " members; expected >= 1 with their offsets");
+  TESSERA_CHECK(config.rowwise || config.columnwise, "quantize_nvfp4_members: no usage requested");
+  const int64_t K = x.shape[1];
+  TESSERA_CHECK_STATUS(K > 0 && K % 2 == 0, Status::kShapeMismatch, "quantize_nvfp4_members: K = ",
+                       K, "; expected even and > 0");
+  TESSERA_CUDA_CHECK(cudaSetDevice(x.device.index));
+  auto s = stream.as<cudaStream_t>();
+  GroupedTensorView gv;  // the whole copies; member i's amax at amax[i]
+  gv.data = out.data;
+  gv.scale_inv = out.scale_inv;
+  gv.columnwise_data = out.columnwise_data;
+  gv.columnwise_scale_inv = out.columnwise_scale_inv;
+  gv.amax = out.amax;
+  gv.columnwise_amax = out.columnwise_amax;
+  // Rows and columns in no member (and swizzle padding) read 0, as the CPU writes them.
+  for (const TensorView* v : {&out.data, &out.scale_inv, &out.columnwise_data,
+                              &out.columnwise_scale_inv}) {
+    const bool wanted = (v == &out.data || v == &out.scale_inv) ? config.rowwise : config.columnwise;
+    if (!wanted) continue;
+    TESSERA_CHECK(v->data != nullptr && v->device.is_cuda(), "quantize_nvfp4_members: a usage "
+                  "asked for has no CUDA buffer");
+    TESSERA_CUDA_CHECK(cudaMemsetAsync(v->data, 0, static_cast<size_t>(v->nbytes()), s));
+  }
+  GroupedMeta g;
+  g.n = groups;
+  g.cols = K;
+  g.rows_bound = x.shape[0];
+  g.tensor_offsets = offsets;
+  grouped_nvfp4(config, x, gv, g, s, /*in_place=*/true);
 }
 
 }  // namespace tessera::detail

@@ -147,6 +147,14 @@ struct Nvfp4Args {
   uint8_t* data = nullptr;         // (copy rows, ceil(copy cols / 2))
   uint8_t* scale = nullptr;        // E4M3 (copy rows, ceil(copy cols / 16)) or swizzled
   int64_t padded_cols = 0;         // swizzled: padded scale width; 0 = compact
+  // Where the copy's codes and scales land: element (r, c) at row row_at + r, column
+  // col_at + c of a matrix `ld` codes wide (0: the copy's own width). The grouped launchers set
+  // it per member when `in_place` (quantize_nvfp4_members_cuda): member i's copy is then its rows
+  // (rowwise) / its columns (xᵀ) of the one copy of the whole x (rows_bound rows) instead of a
+  // copy of its own; its stochastic rounding stays a member alone's (its own elements) with
+  // offset + i.
+  int64_t row_at = 0, col_at = 0, ld = 0;
+  bool in_place = false;
 };
 void launch_nvfp4(const Nvfp4Args& args, cudaStream_t stream);
 // 16x16 tiles without stochastic rounding or the Hadamard transform: both copies (row and col

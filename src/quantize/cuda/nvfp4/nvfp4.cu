@@ -63,9 +63,12 @@ __device__ __forceinline__ void nvfp4_item(const Nvfp4Args& a, int64_t w, float 
   const int64_t rows = a.columnwise ? a.cols : a.rows;  // of the copy
   const int64_t cols = a.columnwise ? a.rows : a.cols;
   const int64_t nb = ceil_div_device(cols, kBlock), bh = a.tile16 ? kBlock : 1;
-  const int64_t ns = ceil_div_device(rows, bh), row_bytes = ceil_div_device(cols, 2);
+  const int64_t ns = ceil_div_device(rows, bh);
   const int64_t s = a.columnwise ? w % ns : w / nb, b = a.columnwise ? w / ns : w % nb;
   const int64_t r0 = s * bh, r1 = min(rows, r0 + bh), c0 = b * kBlock;
+  // The copy's place (Nvfp4Args::row_at / col_at / ld): its own matrix unless in place.
+  const int64_t width = a.ld != 0 ? a.ld : cols, gc = a.col_at + c0;
+  const int64_t row_bytes = ceil_div_device(width, 2), gnb = ceil_div_device(width, kBlock);
   float v[kBlock];
   uint32_t m = 0;
   for (int64_t r = r0; r < r1; ++r) {
@@ -91,15 +94,17 @@ __device__ __forceinline__ void nvfp4_item(const Nvfp4Args& a, int64_t w, float 
       }
       packed[j / 8] |= code << (4 * (j % 8));
     }
-    uint8_t* d = a.data + r * row_bytes + c0 / 2;
+    const int64_t gr = a.row_at + r;
+    uint8_t* d = a.data + gr * row_bytes + gc / 2;
     if (c0 + kBlock <= cols && (reinterpret_cast<uintptr_t>(d) & 7u) == 0) {
       *reinterpret_cast<uint2*>(d) = make_uint2(packed[0], packed[1]);
     } else {
-      for (int64_t j = 0; j < kBlock / 2 && c0 / 2 + j < row_bytes; ++j) {
+      for (int64_t j = 0; j < kBlock / 2 && c0 / 2 + j < ceil_div_device(cols, 2); ++j) {
         d[j] = static_cast<uint8_t>(packed[j / 4] >> (8 * (j % 4)));
       }
     }
-    a.scale[a.padded_cols != 0 ? swizzled_offset(r, b, a.padded_cols) : r * nb + b] = s_b;
+    a.scale[a.padded_cols != 0 ? swizzled_offset(gr, gc / kBlock, a.padded_cols)
+                               : gr * gnb + gc / kBlock] = s_b;
   }
 }
 
@@ -258,9 +263,13 @@ __device__ __forceinline__ Nvfp4Args member_nvfp4_args(const Nvfp4Args& a, const
   m.x = static_cast<const In*>(a.x) + off;
   m.rows = rows;
   m.cols = g.cols;
+  m.amax = a.amax + i;
+  if (a.in_place) {
+    nvfp4_place_member(m, g, i, off, rows);
+    return m;
+  }
   m.data = a.data + off / 2;
   m.scale = a.scale + (a.columnwise ? g.col_scale_offsets[i] : g.scale_offsets[i]);
-  m.amax = a.amax + i;
   m.stream_base = a.columnwise ? static_cast<uint64_t>(rows * g.cols) : 0;
   if (a.padded_cols != 0) {
     m.padded_cols = (ceil_div_device(a.columnwise ? rows : g.cols, kBlock) + 3) / 4 * 4;
@@ -285,8 +294,9 @@ __device__ __forceinline__ void nvfp4_poison_item(const Nvfp4Args& a, int64_t w)
   const int64_t ns = ceil_div_device(rows, bh);
   const int64_t s = a.columnwise ? w % ns : w / nb, b = a.columnwise ? w / ns : w % nb;
   const int64_t r0 = s * bh, r1 = min(rows, r0 + bh);
-  for (int64_t r = r0; r < r1; ++r) {
-    a.scale[a.padded_cols != 0 ? swizzled_offset(r, b, a.padded_cols) : r * nb + b] =
+  const int64_t gnb = ceil_div_device(a.ld != 0 ? a.ld : cols, kBlock), gb = a.col_at / kBlock + b;
+  for (int64_t r = a.row_at + r0; r < a.row_at + r1; ++r) {
+    a.scale[a.padded_cols != 0 ? swizzled_offset(r, gb, a.padded_cols) : r * gnb + gb] =
         kE4M3NanCode;
   }
 }

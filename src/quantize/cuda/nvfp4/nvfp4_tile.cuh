@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "quantize/cuda/device_io.cuh"
+#include "quantize/cuda/launchers.h"
 #include "tessera/quantize/philox.h"
 #include "tessera/quantize/scale_rules.h"
 
@@ -145,8 +146,27 @@ struct Nvfp4TileCopy {
   Nvfp4Enc enc;              // global encode scale of the copy and its derived operands
   uint64_t stream_base = 0;  // first element of the copy's stochastic-rounding stream
   bool poison = false;       // columnwise member outside the storage contract: NaN scales only
+  // Where the copy's codes and scales land (Nvfp4Args::row_at / col_at / ld).
+  int64_t row_at = 0, col_at = 0, ld = 0;
   __device__ bool active() const { return data != nullptr || poison; }
 };
+
+// Member i of a grouped launch written in place (Nvfp4Args::in_place): x row at = off / cols of
+// the whole x (g.rows_bound rows); its rowwise copy is rows [at, at + rows) of the whole rowwise
+// copy, its columnwise copy columns [at, at + rows) of the whole xᵀ copy (codes and scales,
+// compact or swizzled at the whole copy's width). m.data / m.scale stay the whole copies'. Its
+// stochastic rounding is a member alone's: its own elements (stream_base, as a grouped member),
+// its own offset (the launch's + i).
+__device__ __forceinline__ void nvfp4_place_member(Nvfp4Args& m, const GroupedMeta& g,
+                                                   int64_t i, int64_t off, int64_t rows) {
+  const int64_t at = off / g.cols;
+  m.row_at = m.columnwise ? 0 : at;
+  m.col_at = m.columnwise ? at : 0;
+  m.ld = m.columnwise ? g.rows_bound : g.cols;
+  m.stream_base = m.columnwise ? static_cast<uint64_t>(rows * g.cols) : 0;
+  m.offset += static_cast<uint64_t>(i);
+  if (m.padded_cols != 0) m.padded_cols = (ceil_div_device(m.ld, kNvBlock) + 3) / 4 * 4;
+}
 
 // Raw chunk of 8 inputs (16 or 32 bytes) and its float values.
 template <class In>
@@ -234,13 +254,15 @@ __device__ __forceinline__ void nvfp4_tile_rows(const Nvfp4Chunk<In> (&ch)[2], i
     const int64_t r = tr * kNvTile + rr, k0 = tc * kNvTile + cc * 8;
     if (r >= rows || k0 >= cols) continue;
     const float enc = (i == odd) ? enc_mine : enc_other;
+    const int64_t width = row.ld != 0 ? row.ld : cols;  // cols % 16 == 0 (tile contract)
+    const int64_t gr = row.row_at + r, gk = row.col_at + k0;
     const uint32_t w =
         nvfp4_encode8(f[i], enc, rng, row.stream_base + static_cast<uint64_t>(r * cols + k0));
-    *reinterpret_cast<uint32_t*>(row.data + r * (cols / 2) + k0 / 2) = w;
+    *reinterpret_cast<uint32_t*>(row.data + gr * (width / 2) + gk / 2) = w;
     if (i == odd) {  // the block's scale, by the lane that computed it
-      const int64_t b = k0 / kNvBlock;
-      row.scale[row.padded_cols != 0 ? swizzled_offset(r, b, row.padded_cols)
-                                     : r * (cols / kNvBlock) + b] = static_cast<uint8_t>(sb_mine);
+      const int64_t b = gk / kNvBlock;
+      row.scale[row.padded_cols != 0 ? swizzled_offset(gr, b, row.padded_cols)
+                                     : gr * (width / kNvBlock) + b] = static_cast<uint8_t>(sb_mine);
     }
   }
 }
@@ -255,9 +277,10 @@ __device__ __forceinline__ void nvfp4_tile_column(const In* tile, int64_t rows, 
   const int64_t k = tc * kNvTile + c, m0 = tr * kNvTile + q * kNvBlock;
   if (k >= cols || m0 >= rows) return;
   const int nv = rows - m0 < kNvBlock ? static_cast<int>(rows - m0) : kNvBlock;
-  const int64_t b = m0 / kNvBlock;
-  uint8_t* sdst = col.scale + (col.padded_cols != 0 ? swizzled_offset(k, b, col.padded_cols)
-                                                    : k * ceil_div_device(rows, kNvBlock) + b);
+  const int64_t width = col.ld != 0 ? col.ld : rows;  // of the copy (x rows)
+  const int64_t gk = col.row_at + k, gm = col.col_at + m0, b = gm / kNvBlock;
+  uint8_t* sdst = col.scale + (col.padded_cols != 0 ? swizzled_offset(gk, b, col.padded_cols)
+                                                    : gk * ceil_div_device(width, kNvBlock) + b);
   if (col.poison) {
     *sdst = kNvNanScale;
     return;
@@ -270,7 +293,7 @@ __device__ __forceinline__ void nvfp4_tile_column(const In* tile, int64_t rows, 
   const uint64_t e0 = col.stream_base + static_cast<uint64_t>(k * rows + m0);
   uint32_t w0 = nvfp4_encode8(f, enc, rng, e0);
   uint32_t w1 = nvfp4_encode8(f + 8, enc, rng, e0 + 8);
-  uint8_t* d = col.data + k * ((rows + 1) / 2) + m0 / 2;
+  uint8_t* d = col.data + gk * ((width + 1) / 2) + gm / 2;
   if (nv == kNvBlock && (reinterpret_cast<uintptr_t>(d) & 7u) == 0) {
     *reinterpret_cast<uint2*>(d) = make_uint2(w0, w1);
   } else {

@@ -89,19 +89,29 @@ struct Nvfp4TileCount {
 };
 
 // Member i's copy (see launch_nvfp4_grouped): data at tensor_offsets[i] / 2, its scales, its
-// own amax, its own stream, its own swizzled width; poisoned when it breaks the contract.
+// own amax, its own stream, its own swizzled width — or, in place, its rows / columns of the whole
+// copy (nvfp4_place_member); poisoned when it breaks the contract.
 __device__ __forceinline__ Nvfp4TileCopy member_tile_copy(const Nvfp4Args& a, const GroupedMeta& g,
                                                           int64_t i, int64_t rows) {
   if (a.data == nullptr) return Nvfp4TileCopy{};  // copy not produced
   const int64_t off = g.tensor_offsets[i];
-  const int64_t padded =
-      a.padded_cols != 0
-          ? (ceil_div_device(a.columnwise ? rows : g.cols, kNvBlock) + 3) / 4 * 4
-          : 0;
-  Nvfp4TileCopy c = tile_copy(a.data + off / 2,
-                              a.scale + (a.columnwise ? g.col_scale_offsets[i] : g.scale_offsets[i]),
-                              padded, a.amax + i,
-                              a.columnwise ? static_cast<uint64_t>(rows * g.cols) : 0);
+  Nvfp4TileCopy c;
+  if (a.in_place) {
+    Nvfp4Args m = a;
+    nvfp4_place_member(m, g, i, off, rows);
+    c = tile_copy(a.data, a.scale, m.padded_cols, a.amax + i, m.stream_base);
+    c.row_at = m.row_at;
+    c.col_at = m.col_at;
+    c.ld = m.ld;
+  } else {
+    const int64_t padded =
+        a.padded_cols != 0
+            ? (ceil_div_device(a.columnwise ? rows : g.cols, kNvBlock) + 3) / 4 * 4
+            : 0;
+    c = tile_copy(a.data + off / 2,
+                  a.scale + (a.columnwise ? g.col_scale_offsets[i] : g.scale_offsets[i]), padded,
+                  a.amax + i, a.columnwise ? static_cast<uint64_t>(rows * g.cols) : 0);
+  }
   if (a.columnwise && (rows % 2 != 0 || (a.rht && rows % kNvBlock != 0))) {
     c.data = nullptr;  // nvfp4_member_breaks_contract (nvfp4.cu): NaN scales, no data
     c.poison = true;
@@ -126,7 +136,9 @@ __global__ __launch_bounds__(kNvTileThreads) void nvfp4_tiles_grouped_kernel(Nvf
     const Nvfp4TileCopy c = member_tile_copy(col, g, i, rows);
     const In* x = static_cast<const In*>(row.x) + g.tensor_offsets[i];
     const int64_t tr = local / count.tiles_c, tc = local % count.tiles_c;
-    nvfp4_tile<In>(x, rows, g.cols, tr, tc, r, c, rht, rng, tile.v);
+    Nvfp4Rng own = rng;  // in place: member i's own offset (nvfp4_place_member)
+    if (row.in_place) own.offset += static_cast<uint64_t>(i);
+    nvfp4_tile<In>(x, rows, g.cols, tr, tc, r, c, rht, own, tile.v);
   });
 }
 
