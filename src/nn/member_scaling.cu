@@ -247,6 +247,8 @@ template <class In>
 __global__ void __launch_bounds__(kColThreads) wide_amax_kernel(MemberColumnsArgs a,
                                                                 uint32_t* slots,
                                                                 uint32_t* row_amax) {
+  __shared__ uint32_t part[kColWarps][kWideCols];  // each warp's column maxima
+  __shared__ int64_t part_g[kColWarps];            // and its member
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   const int64_t c0 = int64_t{blockIdx.x} * kWideCols + 8 * lane;
   const bool ok = c0 < a.cols;  // cols % 8 == 0: the lane's 8 columns are all in or all out
@@ -280,12 +282,27 @@ __global__ void __launch_bounds__(kColThreads) wide_amax_kernel(MemberColumnsArg
       }
     }
   }
-  if (span.g >= 0 && ok) {
+  // One atomic per (member, column) run of warps: the CTA's 8 warps hold 16 rows each, mostly
+  // of one member, so this folds 8 warps' maxima before they reach global memory.
 #pragma unroll
-    for (int i = 0; i < 8; ++i)
-      if (m[i] != 0) atomicMax(slots + span.g * a.cols + c0 + i, m[i]);
+  for (int i = 0; i < 8; ++i) part[warp][8 * lane + i] = m[i];
+  if (lane == 0) part_g[warp] = span.g;
+  __syncthreads();
+  const int c = static_cast<int>(threadIdx.x);  // kColThreads == kWideCols: one column each
+  if (int64_t{blockIdx.x} * kWideCols + c >= a.cols) return;
+  uint32_t run = 0;
+  int64_t g = -1;
+  for (int w = 0; w < kColWarps; ++w) {
+    if (part_g[w] != g) {
+      if (g >= 0 && run != 0) atomicMax(slots + g * a.cols + int64_t{blockIdx.x} * kWideCols + c, run);
+      g = part_g[w];
+      run = 0;
+    }
+    run = max(run, part[w][c]);
   }
+  if (g >= 0 && run != 0) atomicMax(slots + g * a.cols + int64_t{blockIdx.x} * kWideCols + c, run);
 }
+static_assert(kColThreads == kWideCols, "wide_amax_kernel folds one column per thread");
 
 template <class In>
 __global__ void __launch_bounds__(kColThreads) wide_encode_kernel(MemberColumnsArgs a,
@@ -347,18 +364,21 @@ __global__ void __launch_bounds__(kColThreads) wide_encode_kernel(MemberColumnsA
           }
         }
       }
+      // Column 8·lane + e staged at tile row 32·e + lane: a warp's stores hit 32 banks.
 #pragma unroll
-      for (int e = 0; e < 8; ++e) tile[8 * lane + e][(warp * kWarpRows + b) / 4 + w] = word[e];
+      for (int e = 0; e < 8; ++e) tile[32 * e + lane][(warp * kWarpRows + b) / 4 + w] = word[e];
     }
   }
   __syncthreads();
-  // Column c's bytes [16·q, 16·q + 16) of the chunk: 256 columns x 8 pieces over 256 threads.
+  // Column c's bytes [16·q, 16·q + 16) of the chunk: 256 columns x 8 pieces over 256 threads;
+  // thread t reads tile row t (column 8·(t % 32) + t / 32), so consecutive threads read
+  // consecutive rows (33 words apart: distinct banks).
   const int64_t live = a.rows - chunk0 < kChunkRows ? a.rows - chunk0 : int64_t{kChunkRows};
   for (int p = static_cast<int>(threadIdx.x); p < kWideCols * (kChunkRows / 16); p += kColThreads) {
-    const int c = p % kWideCols, q = p / kWideCols;
+    const int t = p % kWideCols, q = p / kWideCols, c = 8 * (t % 32) + t / 32;
     if (k0 + c >= a.cols || 16 * q >= live) continue;
     uint8_t* dst = a.data + (k0 + c) * a.k_stride + chunk0 + 16 * q;
-    const uint32_t* src = &tile[c][4 * q];
+    const uint32_t* src = &tile[t][4 * q];
     if (16 * q + 16 <= live) {
       *reinterpret_cast<uint4*>(dst) = make_uint4(src[0], src[1], src[2], src[3]);
     } else {
