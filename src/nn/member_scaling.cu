@@ -446,14 +446,53 @@ __global__ void __launch_bounds__(kRowWarps * 32) member_encode_kernel(MemberTen
   }
 }
 
-// The delayed-scaling update of every member: thread g runs member g's (its history column
-// read and rolled in place: a warp's loads of one slot are contiguous in the (H, G) layout).
-__global__ void member_state_update_kernel(float* scale, float* history, int64_t groups, int len,
-                                           bool most_recent, float fp8_max, int margin) {
-  for (int64_t g = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; g < groups;
-       g += int64_t{gridDim.x} * blockDim.x) {
-    scale_rules::delayed_update(scale + g, history + g, len, groups, most_recent, fp8_max,
-                                margin);
+// The delayed-scaling update of every member (scale_rules::delayed_update per member, in
+// parallel): a CTA takes 32 members (lane x: member, contiguous in the (H, G) layout) and 32 slot
+// lanes (y). Pass 1: each member's abs-bits maximum over its slots (or slot 0) and its next scale.
+// Pass 2: the roll, h'[i] = h[i + 1] for i < H - 1, in tiles of kRollSlots slots in increasing
+// order (a tile reads its slots' successors before the CTA writes them: syncthreads between),
+// then h'[H - 1] = the old h[0] and slot 0 cleared.
+constexpr int kStateMembers = 32, kStateSlotLanes = 32, kRollPer = 4;
+constexpr int kRollSlots = kStateSlotLanes * kRollPer;
+
+__global__ void __launch_bounds__(kStateMembers * kStateSlotLanes)
+    member_state_update_kernel(float* scale, float* history, int64_t groups, int len,
+                               bool most_recent, float fp8_max, int margin) {
+  __shared__ uint32_t part[kStateSlotLanes][kStateMembers + 1];
+  const int tx = static_cast<int>(threadIdx.x), ty = static_cast<int>(threadIdx.y);
+  const int64_t g = int64_t{blockIdx.x} * kStateMembers + tx;
+  const bool live = g < groups;
+  float* h = history + (live ? g : 0);
+  const float h0 = live ? h[0] : 0.0f;
+  uint32_t m = 0;
+  for (int i = ty; live && i < (most_recent ? 1 : len); i += kStateSlotLanes) {
+    m = max(m, scale_rules::abs_bits(h[i * groups]));
+  }
+  part[ty][tx] = m;
+  __syncthreads();
+  if (ty == 0 && live) {
+    for (int i = 1; i < kStateSlotLanes; ++i) m = max(m, part[i][tx]);
+    scale[g] = scale_rules::delayed_scale(scale_rules::amax_from_abs_bits(m), scale[g], fp8_max,
+                                          margin);
+  }
+  for (int s0 = 0; s0 < len - 1; s0 += kRollSlots) {
+    float v[kRollPer];
+#pragma unroll
+    for (int j = 0; j < kRollPer; ++j) {
+      const int i = s0 + ty + kStateSlotLanes * j;
+      v[j] = live && i < len - 1 ? h[(i + 1) * groups] : 0.0f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < kRollPer; ++j) {
+      const int i = s0 + ty + kStateSlotLanes * j;
+      if (live && i < len - 1) h[i * groups] = v[j];
+    }
+    __syncthreads();
+  }
+  if (ty == 0 && live) {
+    h[(len - 1) * groups] = h0;
+    h[0] = 0.0f;
   }
 }
 
@@ -575,8 +614,9 @@ void member_tensor_encode(const MemberTensorArgs& a, const uint32_t* amax_bits, 
 void update_member_state(float* scale, float* history, int64_t groups, int len, bool most_recent,
                          float fp8_max, int margin, Stream stream) {
   if (groups == 0) return;
-  const unsigned grid = static_cast<unsigned>(std::min<int64_t>((groups + 127) / 128, 4096));
-  member_state_update_kernel<<<grid, 128, 0, stream.as<cudaStream_t>()>>>(
+  const dim3 block(kStateMembers, kStateSlotLanes);
+  const auto grid = static_cast<unsigned>((groups + kStateMembers - 1) / kStateMembers);
+  member_state_update_kernel<<<grid, block, 0, stream.as<cudaStream_t>()>>>(
       scale, history, groups, len, most_recent, fp8_max, margin);
   TESSERA_CUDA_CHECK(cudaGetLastError());
 }
