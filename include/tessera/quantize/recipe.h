@@ -152,8 +152,8 @@ class RecipeState {
   // The delayed-scaling state of a role scaled per group member (a grouped layer's experts:
   // nn/linear_step.h LinearState): scale (members) ones and amax_history (amax_history_len,
   // members) zeros, FP32 on the device, made on first request (the role's quantizer gives the
-  // config) and kept like the quantizers. Throws unless the role is delayed, or when asked again
-  // with another member count.
+  // config) and kept like the quantizers; the training step updates it (update() below does
+  // not). Throws unless the role is delayed, or when asked again with another member count.
   DelayedScalingState member_state(const QuantizerRole& role, int64_t members);
   std::size_t size() const { return quantizers_.size(); }
   // update() of every delayed-scaling quantizer (after a training step).
