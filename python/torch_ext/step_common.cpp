@@ -55,17 +55,19 @@ nn::LinearState linear_state(const OptTensor& scale, const OptTensor& history) {
   const TensorView sv = view_of(*scale, "delayed_scale");
   const TensorView hv = view_of(*history, "amax_history");
   TESSERA_CHECK_STATUS(sv.dtype == DType::kFloat32 && hv.dtype == DType::kFloat32 &&
-                           sv.is_contiguous() && hv.is_contiguous() && sv.numel() == 3 &&
-                           hv.ndim == 2 && hv.shape[0] == 3,
+                           sv.is_contiguous() && hv.is_contiguous() && sv.ndim == 2 &&
+                           sv.shape[0] == 3 && hv.ndim == 3 && hv.shape[0] == 3 &&
+                           hv.shape[2] == sv.shape[1],
                        Status::kShapeMismatch,
-                       "delayed state: expected contiguous float32 delayed_scale (3,) and "
-                       "amax_history (3, L), got ", sv.to_string(), " and ", hv.to_string());
-  const int64_t len = hv.shape[1];
+                       "delayed state: expected contiguous float32 delayed_scale (3, G) and "
+                       "amax_history (3, L, G), got ", sv.to_string(), " and ", hv.to_string());
+  const int64_t groups = sv.shape[1], len = hv.shape[1];
   DelayedScalingState* rows[3] = {&s.input, &s.weight, &s.grad_output};
   for (int64_t r = 0; r < 3; ++r) {
-    rows[r]->scale = TensorView::contiguous(sv.as<float>() + r, DType::kFloat32, {1}, sv.device);
-    rows[r]->amax_history =
-        TensorView::contiguous(hv.as<float>() + r * len, DType::kFloat32, {len}, hv.device);
+    rows[r]->scale = TensorView::contiguous(sv.as<float>() + r * groups, DType::kFloat32,
+                                            {groups}, sv.device);
+    rows[r]->amax_history = TensorView::contiguous(hv.as<float>() + r * len * groups,
+                                                   DType::kFloat32, {len, groups}, hv.device);
   }
   return s;
 }

@@ -25,8 +25,9 @@ const nn::MlpSpec& mlp_spec(const std::string& recipe1, const std::string& recip
                             const std::string& prefix, int64_t groups, int64_t hidden,
                             int64_t ffn, bool bias, DType weight_dtype);
 
-// Row `role` (0 input, 1 weight, 2 grad_output) of a layer's delayed state buffers: scale (3,)
-// and amax_history (3, L), each a view the quantizer updates in place. Empty without state.
+// The rows (0 input, 1 weight, 2 grad_output) of a layer's delayed state buffers, scale (3, G)
+// and amax_history (3, L, G): per role scale (G) and amax_history (L, G) (nn::LinearState), each
+// a view the step updates in place. Empty without state.
 nn::LinearState linear_state(const OptTensor& scale, const OptTensor& history);
 
 // The weight copies the step reads: made now (requantize; `made` receives the tensor to return)

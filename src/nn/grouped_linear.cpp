@@ -80,12 +80,11 @@ GroupLayout layout_from_splits(const TensorView& splits, int64_t groups, int64_t
 LinearState linear_state(RecipeState& state, const LinearSpec& spec, const std::string& name) {
   LinearState s;
   if (!spec.quantized()) return s;
-  // Only delayed roles have state (asking the recipe state for a role makes its quantizer, which
-  // would call a custom factory again).
+  // Only delayed roles have state, one per expert (asking the recipe state for a role makes its
+  // quantizer, which would call a custom factory again).
   const auto of = [&](TensorType t, const RoleFormat& f) {
     if (!f.config.delayed) return DelayedScalingState{};
-    Quantizer& q = state.quantizer({"grouped_linear", t, name});
-    return DelayedScalingState{q.scale(), q.amax_history()};
+    return state.member_state({"grouped_linear", t, name}, spec.groups);
   };
   s.input = of(TensorType::kInput, spec.input);
   s.weight = of(TensorType::kWeight, spec.weight);

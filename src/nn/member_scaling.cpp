@@ -16,7 +16,7 @@
 namespace tessera::nn::detail {
 
 bool member_scaled(const QuantizerConfig& c, bool columnwise) {
-  if (is_family(c.mode, ScaleFamily::kTensor)) return !c.delayed;
+  if (is_family(c.mode, ScaleFamily::kTensor)) return true;
   return columnwise && is_family(c.mode, ScaleFamily::kRowwise);
 }
 
@@ -84,11 +84,12 @@ void member_tensor_cpu(const MemberTensorArgs& a) {
   const int64_t groups = a.members.groups;
   std::vector<float> mult(static_cast<size_t>(groups));
   for (int64_t g = 0; g < groups; ++g) {
-    mult[g] = moe::block_multiplier(a.quant, amax[g], a.scale_inv, g);
+    mult[g] = member_multiplier(a, amax[g], g, a.scale_inv + g);
     if (a.scale_inv2) a.scale_inv2[g] = a.scale_inv[g];
     const float am = scale_rules::amax_from_abs_bits(amax[g]);
     if (a.amax) a.amax[g] = am;
     if (a.amax2) a.amax2[g] = am;
+    if (a.history) a.history[g] = am;
   }
   dispatch_float_input(a.x_dtype, "x", [&](auto tag) {
     using In = typename decltype(tag)::type;
@@ -145,7 +146,7 @@ void quantize_member_tensor(const MemberTensorArgs& a, Device device, Stream str
 bool reads_through_layout(const QuantizerConfig& c, bool rowwise, bool columnwise,
                           const TensorView& x, int64_t rows) {
   if (!x.device.is_cuda() || x.ndim != 2) return false;
-  if (is_family(c.mode, ScaleFamily::kTensor)) return !c.delayed;
+  if (is_family(c.mode, ScaleFamily::kTensor)) return true;
   if (!is_family(c.mode, ScaleFamily::kRowwise) || !columnwise) return false;
   // The copies' bases as carve_quantized places them: any 256-byte aligned address.
   auto* carved = reinterpret_cast<uint8_t*>(uintptr_t{256});
@@ -242,16 +243,15 @@ void quantize_role_members(const RoleFormat& format, bool rowwise, bool columnwi
     }
     part.config.rowwise = own_rows;
     part.config.columnwise = columnwise && !m_col;
-    Quantizer q = role_quantizer(format, part.config.rowwise, part.config.columnwise, state, dev,
-                                 role);
-    quantize_role(q, x, part, stream);
+    Quantizer q = role_quantizer(format, part.config.rowwise, part.config.columnwise, dev);
+    q.quantize(x, part, stream);
   }
   if (!m_row && !m_col) return;
   if (is_family(c.mode, ScaleFamily::kRowwise)) {
     quantize_member_columns(lines, alloc, dev, stream);
     return;
   }
-  MemberTensorArgs a;  // per-tensor current scaling: both usages share the members' scales
+  MemberTensorArgs a;  // per-tensor scaling: both usages share the members' scales
   a.x = x.data;
   a.x_dtype = x.dtype;
   a.rows = rows;
@@ -264,12 +264,49 @@ void quantize_role_members(const RoleFormat& format, bool rowwise, bool columnwi
   a.scale_inv2 = m_row && m_col ? out.columnwise_scale_inv.as<float>() : nullptr;
   a.amax = m_row ? out.amax.as<float>() : out.columnwise_amax.as<float>();
   a.amax2 = m_row && m_col ? out.columnwise_amax.as<float>() : nullptr;
+  if (c.delayed) {
+    check_member_state(c, state, members.groups, dev, role);
+    a.scale = state.scale.as<const float>();
+    a.history = state.amax_history.as<float>();
+  }
   Scratch tmp;
   if (dev.is_cuda()) {
     tmp = scratch(alloc, member_tensor_scratch_bytes(a), dev, stream);
     a.scratch = tmp.carver.take(member_tensor_scratch_bytes(a));
   }
   quantize_member_tensor(a, dev, stream);
+  if (c.delayed) update_member_state(c, state, members.groups, dev, stream);
+}
+
+void check_member_state(const QuantizerConfig& c, const DelayedScalingState& state,
+                        int64_t groups, Device device, const char* role) {
+  const int64_t len = c.amax_history_len;
+  const auto fits = [&](const TensorView& v, int64_t n) {
+    return v.data != nullptr && v.dtype == DType::kFloat32 && v.numel() == n &&
+           v.is_contiguous() && v.device == device;
+  };
+  TESSERA_CHECK_STATUS(fits(state.scale, groups) && fits(state.amax_history, len * groups),
+                       Status::kShapeMismatch, role,
+                       ": the recipe scales this role with an amax history per expert (delayed "
+                       "scaling); its state must be float32 scale (", groups, ") and amax_history (",
+                       len, ", ", groups, ") on ", to_string(device), ", got ",
+                       state.scale.to_string(), " and ", state.amax_history.to_string());
+}
+
+void update_member_state(const QuantizerConfig& c, const DelayedScalingState& state,
+                         int64_t groups, Device device, Stream stream) {
+  const bool most_recent = c.amax_algo == AmaxHistoryAlgo::kMostRecent;
+  const float fp8_max = fp8_max_finite(c.element);
+  auto* scale = state.scale.as<float>();
+  auto* history = state.amax_history.as<float>();
+  if (device.is_cuda()) {
+    return cuda::update_member_state(scale, history, groups, c.amax_history_len, most_recent,
+                                     fp8_max, c.margin, stream);
+  }
+  for (int64_t g = 0; g < groups; ++g) {
+    scale_rules::delayed_update(scale + g, history + g, c.amax_history_len, groups, most_recent,
+                                fp8_max, c.margin);
+  }
 }
 
 }  // namespace tessera::nn::detail

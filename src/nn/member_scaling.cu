@@ -1,7 +1,9 @@
 // CUDA kernels of the per-member scaling (member_scaling.h): the per-(member, column) rowwise
 // quantization (a weight's Wᵀ per expert; an activation's columnwise copy in the step's padded
-// layout) and the per-member amax and encode of per-tensor current scaling. Same rules and bits
-// as the CPU loops (the shared moe:: block_multiplier / encode_element; products by __fmul_rn).
+// layout), the per-member amax and encode of per-tensor scaling (current, or delayed with each
+// member's scale) and the update of every member's delayed state. Same rules and bits as the
+// CPU loops (the shared moe:: block_multiplier / encode_element, scale_rules::delayed_update;
+// products by __fmul_rn).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -421,7 +423,7 @@ __global__ void __launch_bounds__(kRowWarps * 32) member_amax_kernel(MemberTenso
 }
 
 // Codes of every row with its member's multiplier (rows in no member: 0); block 0 also writes
-// the members' scale_inv and amax values.
+// the members' scale_inv and amax values (and, delayed, their history slot 0).
 template <class In, bool kVecLoads>
 __global__ void __launch_bounds__(kRowWarps * 32) member_encode_kernel(MemberTensorArgs a,
                                                                        const uint32_t* amax_bits,
@@ -429,11 +431,12 @@ __global__ void __launch_bounds__(kRowWarps * 32) member_encode_kernel(MemberTen
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   if (blockIdx.x == 0) {
     for (int64_t g = threadIdx.x; g < a.members.groups; g += blockDim.x) {
-      moe::block_multiplier(a.quant, amax_bits[g], a.scale_inv, g);
+      member_multiplier(a, amax_bits[g], g, a.scale_inv + g);
       if (a.scale_inv2) a.scale_inv2[g] = a.scale_inv[g];
       const float am = scale_rules::amax_from_abs_bits(amax_bits[g]);
       if (a.amax) a.amax[g] = am;
       if (a.amax2) a.amax2[g] = am;
+      if (a.history) a.history[g] = am;
     }
   }
   const auto* x = static_cast<const In*>(a.x);
@@ -443,7 +446,7 @@ __global__ void __launch_bounds__(kRowWarps * 32) member_encode_kernel(MemberTen
     float sink = 0.0f;
     const int64_t src = a.members.source_row(g, r);
     const bool zero = g < 0 || src < 0;  // a row in no member, or padding: codes 0, not read
-    const float f = zero ? 0.0f : moe::block_multiplier(a.quant, amax_bits[g], &sink, 0);
+    const float f = zero ? 0.0f : member_multiplier(a, amax_bits[g], g, &sink);
     const In* row = x + (zero ? 0 : src) * a.cols;
     uint8_t* out = codes + r * a.cols;
     if constexpr (kVecLoads) {
@@ -460,6 +463,56 @@ __global__ void __launch_bounds__(kRowWarps * 32) member_encode_kernel(MemberTen
       for (int64_t c = lane; c < a.cols; c += 32)
         out[c] = zero ? uint8_t{0} : code(a.quant, __fmul_rn(to_float(row[c]), f));
     }
+  }
+}
+
+// The delayed-scaling update of every member (scale_rules::delayed_update per member, in
+// parallel): a CTA takes 32 members (lane x: member, contiguous in the (H, G) layout) and 32 slot
+// lanes (y). Pass 1: each member's abs-bits maximum over its slots (or slot 0) and its next scale.
+// Pass 2: the roll, h'[i] = h[i + 1] for i < H - 1, in tiles of kRollSlots slots in increasing
+// order (a tile reads its slots' successors before the CTA writes them: syncthreads between),
+// then h'[H - 1] = the old h[0] and slot 0 cleared.
+constexpr int kStateMembers = 32, kStateSlotLanes = 32, kRollPer = 4;
+constexpr int kRollSlots = kStateSlotLanes * kRollPer;
+
+__global__ void __launch_bounds__(kStateMembers * kStateSlotLanes)
+    member_state_update_kernel(float* scale, float* history, int64_t groups, int len,
+                               bool most_recent, float fp8_max, int margin) {
+  __shared__ uint32_t part[kStateSlotLanes][kStateMembers + 1];
+  const int tx = static_cast<int>(threadIdx.x), ty = static_cast<int>(threadIdx.y);
+  const int64_t g = int64_t{blockIdx.x} * kStateMembers + tx;
+  const bool live = g < groups;
+  float* h = history + (live ? g : 0);
+  const float h0 = live ? h[0] : 0.0f;
+  uint32_t m = 0;
+  for (int i = ty; live && i < (most_recent ? 1 : len); i += kStateSlotLanes) {
+    m = max(m, scale_rules::abs_bits(h[i * groups]));
+  }
+  part[ty][tx] = m;
+  __syncthreads();
+  if (ty == 0 && live) {
+    for (int i = 1; i < kStateSlotLanes; ++i) m = max(m, part[i][tx]);
+    scale[g] = scale_rules::delayed_scale(scale_rules::amax_from_abs_bits(m), scale[g], fp8_max,
+                                          margin);
+  }
+  for (int s0 = 0; s0 < len - 1; s0 += kRollSlots) {
+    float v[kRollPer];
+#pragma unroll
+    for (int j = 0; j < kRollPer; ++j) {
+      const int i = s0 + ty + kStateSlotLanes * j;
+      v[j] = live && i < len - 1 ? h[(i + 1) * groups] : 0.0f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < kRollPer; ++j) {
+      const int i = s0 + ty + kStateSlotLanes * j;
+      if (live && i < len - 1) h[i * groups] = v[j];
+    }
+    __syncthreads();
+  }
+  if (ty == 0 && live) {
+    h[(len - 1) * groups] = h0;
+    h[0] = 0.0f;
   }
 }
 
@@ -592,6 +645,16 @@ void member_tensor_encode(const MemberTensorArgs& a, const uint32_t* amax_bits, 
     k<<<row_grid(a.rows), kRowWarps * 32, 0, stream.as<cudaStream_t>()>>>(a, amax_bits, codes);
     TESSERA_CUDA_CHECK(cudaGetLastError());
   });
+}
+
+void update_member_state(float* scale, float* history, int64_t groups, int len, bool most_recent,
+                         float fp8_max, int margin, Stream stream) {
+  if (groups == 0) return;
+  const dim3 block(kStateMembers, kStateSlotLanes);
+  const auto grid = static_cast<unsigned>((groups + kStateMembers - 1) / kStateMembers);
+  member_state_update_kernel<<<grid, block, 0, stream.as<cudaStream_t>()>>>(
+      scale, history, groups, len, most_recent, fp8_max, margin);
+  TESSERA_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace tessera::nn::detail::cuda

@@ -14,6 +14,12 @@
 // Scale layout (what the grouped GEMM reads as per-group scales): a per-tensor copy's scale_inv
 // and amax hold G values (member g's at g); a rowwise-family columnwise copy's scale_inv holds
 // (G·cols) values, member g's column c at g·cols + c.
+//
+// Delayed scaling per member (the step's state of a delayed role, LinearState): scale (G) and
+// amax_history (H, G) FP32, member g's scale at g and its history slot i at i·G + g (slot 0 of
+// every member contiguous, as TransformerEngine lays out its amax histories): member g is
+// quantized with scale[g], writes its amax into slot 0, and its update reads and rolls its own
+// column — bit for bit a standalone delayed Quantizer of member g alone on member g's state.
 #pragma once
 
 #include <cstdint>
@@ -65,8 +71,8 @@ struct Members {
 };
 
 // Whether `columnwise` (else rowwise) copies of config c are scaled per member by the step:
-// per-tensor current scaling (both usages; delayed scaling keeps the shared scale of its
-// history), the columnwise copy of the rowwise family. Other modes' scaling units already lie
+// per-tensor scaling (both usages; current, or delayed with a state per member), the columnwise
+// copy of the rowwise family. Other modes' scaling units already lie
 // inside one member of the step's layouts (a row; a block of the aligned token dim).
 bool member_scaled(const QuantizerConfig& c, bool columnwise);
 
@@ -102,10 +108,11 @@ struct MemberColumnsArgs {
 void quantize_member_columns(const MemberColumnsArgs& a, Allocator& alloc, Device device,
                              Stream stream);
 
-// Per-tensor current scaling per member: x (rows, cols) float → member g's amax over its rows,
-// its scale (scale_rules::current_scale under `quant`), codes of its rows in `row_codes`
-// (rows, cols) and/or the transposed `col_codes` (cols, rows) (rows in no member: code 0).
-// scale_inv[g] (and scale_inv2[g], amax[g], amax2[g] where not null) written per member.
+// Per-tensor scaling per member: x (rows, cols) float → member g's amax over its rows, its scale
+// (scale_rules::current_scale under `quant`, or the given delayed scale[g]), codes of its rows
+// in `row_codes` (rows, cols) and/or the transposed `col_codes` (cols, rows) (rows in no
+// member: code 0). scale_inv[g] (and scale_inv2[g], amax[g], amax2[g], history[g] where not
+// null) written per member.
 // `scratch`: member_tensor_scratch_bytes(...) bytes on x's device (the row codes when row_codes
 // is null, the members' amax bits).
 struct MemberTensorArgs {
@@ -121,9 +128,33 @@ struct MemberTensorArgs {
   float* amax = nullptr;
   float* amax2 = nullptr;
   void* scratch = nullptr;
+  // Delayed scaling: member g multiplies by scale[g] (G values; scale_inv[g] = its reciprocal)
+  // and writes its amax to history[g] (slot 0 of an (H, G) history). Null: current scaling.
+  const float* scale = nullptr;
+  float* history = nullptr;
 };
+
+// Member g's element multiplier: its given scale, or the current scale of its amax bits; the
+// scale_inv it stores goes to *scale_inv.
+TESSERA_HD float member_multiplier(const MemberTensorArgs& a, uint32_t amax_bits, int64_t g,
+                                   float* scale_inv) {
+  if (a.scale == nullptr) return moe::block_multiplier(a.quant, amax_bits, scale_inv, 0);
+  *scale_inv = scale_rules::reciprocal(a.scale[g]);
+  return a.scale[g];
+}
+
 int64_t member_tensor_scratch_bytes(const MemberTensorArgs& a);
 void quantize_member_tensor(const MemberTensorArgs& a, Device device, Stream stream);
+
+// The delayed-scaling state of `groups` members (the layout above) for config c on `device`:
+// throws naming `role` and the expected shapes unless scale holds G and amax_history H·G
+// contiguous FP32 values there.
+void check_member_state(const QuantizerConfig& c, const DelayedScalingState& state,
+                        int64_t groups, Device device, const char* role);
+// The update of every member's state (scale_rules::delayed_update on member g's column), in one
+// pass (CUDA: one launch, no host sync).
+void update_member_state(const QuantizerConfig& c, const DelayedScalingState& state,
+                         int64_t groups, Device device, Stream stream);
 
 // Whether quantize_role_members can read x (T rows) through the layout (`members.sources` = the
 // caller's group starts) instead of a padded copy: every usage asked for comes from the member
@@ -136,8 +167,9 @@ bool reads_through_layout(const QuantizerConfig& c, bool rowwise, bool columnwis
 // The step's quantization of one role: x (rows, cols; or the caller's T rows read through the
 // layout when members.sources is set) into the usages asked for of `out` (its
 // views carved by carve_quantized with `members.groups`): the member-scaled usages through the
-// kernels above, the others through the role's standalone quantizer (role_quantizer: the next
-// stochastic-rounding offset, the delayed state and its update). `role` names it in errors.
+// kernels above (a delayed role: with `state`, per member, then its update), the others through
+// the role's standalone quantizer (role_quantizer: the next stochastic-rounding offset). `role`
+// names it in errors.
 void quantize_role_members(const RoleFormat& format, bool rowwise, bool columnwise,
                            const DelayedScalingState& state, const TensorView& x,
                            const Members& members, QuantizedTensorView& out, Allocator& alloc,
@@ -153,6 +185,8 @@ void quantize_member_columns(const MemberColumnsArgs& a, void* scratch, Stream s
 void member_tensor_amax(const MemberTensorArgs& a, uint32_t* amax_bits, Stream stream);
 void member_tensor_encode(const MemberTensorArgs& a, const uint32_t* amax_bits, uint8_t* codes,
                           Stream stream);
+void update_member_state(float* scale, float* history, int64_t groups, int len, bool most_recent,
+                         float fp8_max, int margin, Stream stream);
 }  // namespace cuda
 
 }  // namespace tessera::nn::detail

@@ -91,22 +91,12 @@ Scratch scratch(Allocator& alloc, int64_t bytes, Device device, Stream stream) {
   return s;
 }
 
-Quantizer role_quantizer(const RoleFormat& format, bool rowwise, bool columnwise,
-                         const DelayedScalingState& state, Device device, const char* role) {
+Quantizer role_quantizer(const RoleFormat& format, bool rowwise, bool columnwise, Device device) {
   QuantizerConfig c = format.config;
   c.rowwise = rowwise;
   c.columnwise = columnwise;
   if (c.stochastic_rounding) c.rng_offset = next_rng_offset();
-  if (!c.delayed) return Quantizer(c, device);
-  TESSERA_CHECK(state.scale.data != nullptr && state.amax_history.data != nullptr, role,
-                ": the recipe scales this role with an amax history (delayed scaling); pass its "
-                "state (scale (1) and amax_history (", c.amax_history_len, ") float32)");
-  return Quantizer(c, device, state);
-}
-
-void quantize_role(Quantizer& q, const TensorView& x, QuantizedTensorView& out, Stream stream) {
-  q.quantize(x, out, stream);
-  if (q.config().delayed) q.update(stream);
+  return Quantizer(c, device);
 }
 
 void run_gemm(const GroupedGemmProblem& problem, Allocator& alloc, Stream stream) {

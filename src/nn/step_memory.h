@@ -49,13 +49,10 @@ Scratch scratch(Allocator& alloc, int64_t bytes, Device device, Stream stream);
 uint64_t take_rng_offsets(uint64_t n);
 
 // The role's quantizer for one call, producing the usages asked for: its config with those
-// usages, the next stochastic-rounding offset when the config rounds stochastically, and the
-// caller's delayed-scaling state when the config is delayed (throws naming `role` when the state
-// is missing).
-Quantizer role_quantizer(const RoleFormat& format, bool rowwise, bool columnwise,
-                         const DelayedScalingState& state, Device device, const char* role);
-// x → the usages of `out` through `q`, then the delayed update when q is delayed.
-void quantize_role(Quantizer& q, const TensorView& x, QuantizedTensorView& out, Stream stream);
+// usages and the next stochastic-rounding offset when the config rounds stochastically. (Delayed
+// scaling is not made here: the step scales it per member with the caller's state,
+// member_scaling.h.)
+Quantizer role_quantizer(const RoleFormat& format, bool rowwise, bool columnwise, Device device);
 
 // Runs `problem` with a workspace from `alloc` (none when it needs no bytes).
 void run_gemm(const GroupedGemmProblem& problem, Allocator& alloc, Stream stream);

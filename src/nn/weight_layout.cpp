@@ -70,8 +70,8 @@ void quantize_weight_layout(const LinearSpec& s, const TensorView& w, const Line
   const TensorView w2 = TensorView::contiguous(w.data, w.dtype, {rows, s.in}, dev);
   const Members experts{nullptr, s.groups, s.out};  // W_g = rows [g·out, (g+1)·out)
   if (rowwise_family(s)) {  // the rowwise copy, then Wᵀ per group with per-expert scales
-    Quantizer q = role_quantizer(s.weight, true, false, state.weight, dev, "weight");
-    quantize_role(q, w2, c.q, stream);
+    Quantizer q = role_quantizer(s.weight, true, false, dev);
+    q.quantize(w2, c.q, stream);
     MemberColumnsArgs a{w.data, w.dtype, rows, s.in, experts,
                         moe::row_quant_of(wt_config(s), s.out), c.wt.data.as<uint8_t>(),
                         s.in * s.out, s.out, 0, c.wt.scale_inv.as<float>()};
@@ -83,7 +83,7 @@ void quantize_weight_layout(const LinearSpec& s, const TensorView& w, const Line
                           "weight");
     return;
   }
-  Quantizer q = role_quantizer(s.weight, true, true, state.weight, dev, "weight");
+  Quantizer q = role_quantizer(s.weight, true, true, dev);
   // Both usages in one pass, the columnwise copy into scratch, then moved per group into Wᵀ.
   Carver measure;
   carve_quantized(s.weight.config, rows, s.in, false, true, measure, dev);
@@ -94,7 +94,7 @@ void quantize_weight_layout(const LinearSpec& s, const TensorView& w, const Line
   both.columnwise_data = cw.columnwise_data;
   both.columnwise_scale_inv = cw.columnwise_scale_inv;
   both.config.columnwise = true;
-  quantize_role(q, w2, both, stream);
+  q.quantize(w2, both, stream);
   // codes (G·out, in) → per group (in, out); E8M0 scales (G·out/32, in) → per group (in, out/32)
   transpose_bytes(cw.columnwise_data.data, c.wt.data.data, s.groups, s.out, s.in, dev,
                   stream);

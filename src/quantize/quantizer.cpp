@@ -188,19 +188,9 @@ void Quantizer::update(Stream stream) {
     detail::delayed_update_cuda(config_, scale_ptr_, amax_history_ptr_, stream);
     return;
   }
-  float* h = amax_history_ptr_;
-  const int len = config_.amax_history_len;
-  uint32_t m = scale_rules::abs_bits(h[0]);
-  if (config_.amax_algo == AmaxHistoryAlgo::kMax) {
-    for (int i = 1; i < len; ++i) m = std::max(m, scale_rules::abs_bits(h[i]));
-  }
-  float* s = scale_ptr_;
-  *s = scale_rules::delayed_scale(scale_rules::amax_from_abs_bits(m), *s, fp8_max(config_.element),
-                                  config_.margin);
-  std::vector<float> rolled(static_cast<size_t>(len));
-  for (int i = 0; i < len; ++i) rolled[static_cast<size_t>(i)] = h[(i + 1) % len];
-  rolled[0] = 0.0f;
-  std::memcpy(h, rolled.data(), rolled.size() * sizeof(float));
+  scale_rules::delayed_update(scale_ptr_, amax_history_ptr_, config_.amax_history_len, 1,
+                              config_.amax_algo == AmaxHistoryAlgo::kMostRecent,
+                              fp8_max(config_.element), config_.margin);
 }
 
 void dequantize(const QuantizedTensorView& q, const TensorView& out, bool columnwise,

@@ -161,6 +161,32 @@ std::vector<Quantizer*> RecipeState::set_roles(const std::vector<QuantizerRole>&
   return out;
 }
 
+DelayedScalingState RecipeState::member_state(const QuantizerRole& role, int64_t members) {
+  const QuantizerConfig& c = quantizer(role).config();
+  TESSERA_CHECK(c.delayed, "member_state: role ", role.to_string(),
+                " is not scaled with an amax history (delayed scaling)");
+  TESSERA_CHECK(members >= 1, "member_state: ", members, " members; expected >= 1");
+  auto it = member_states_.find(role);
+  if (it == member_states_.end()) {
+    MemberState st;
+    st.members = members;
+    const std::vector<float> ones(static_cast<size_t>(members), 1.0f);
+    const std::vector<float> zeros(static_cast<size_t>(members * c.amax_history_len), 0.0f);
+    st.scale = Buffer(ones.size() * sizeof(float), device_);
+    st.amax_history = Buffer(zeros.size() * sizeof(float), device_);
+    copy_bytes(st.scale.data(), device_, ones.data(), Device::cpu(), st.scale.bytes());
+    copy_bytes(st.amax_history.data(), device_, zeros.data(), Device::cpu(),
+               st.amax_history.bytes());
+    it = member_states_.emplace(role, std::move(st)).first;
+  }
+  MemberState& st = it->second;
+  TESSERA_CHECK(st.members == members, "member_state: role ", role.to_string(), " has state for ",
+                st.members, " members, asked for ", members);
+  return {TensorView::contiguous(st.scale.data(), DType::kFloat32, {members}, device_),
+          TensorView::contiguous(st.amax_history.data(), DType::kFloat32,
+                                 {int64_t{c.amax_history_len}, members}, device_)};
+}
+
 void RecipeState::update(Stream stream) {
   for (auto& [role, q] : quantizers_) {
     if (q->config().delayed) q->update(stream);

@@ -1,10 +1,10 @@
 // Train / eval alternation (the stale-columnwise bug of TransformerEngine #2929 must be
 // impossible): stage sequences [train, eval]x2 and [eval, train]x2, 3 steps per stage, fresh
 // weights before every train step, every recipe. After every backward:
-//   * the weight copy dgrad read is the CURRENT weights' quantization (bit-equal to a fresh
-//     quantization where the recipe has no state; for delayed scaling equal to the rowwise copy
-//     the same step's forward used and close to the current master weights, where a stale copy
-//     would sit at about -3 dB);
+//   * the weight copy dgrad read is the CURRENT weights' quantization, bit-equal to a fresh
+//     quantization of each W_g alone where the recipe has no state, and for delayed scaling to
+//     a standalone delayed Quantizer per expert that quantized (and updated) W_g alone at every
+//     forward of the sequence (one scale and amax history per expert: nn/member_scaling.h);
 //   * dX and dW equal an FP64 recompute from the dequantized operands the GEMMs read.
 #include <gtest/gtest.h>
 
@@ -59,6 +59,15 @@ int run_sequence(const std::string& name, const std::vector<Step>& stages) {
   GroupedLinear layer(kG, kIn, kOut, *recipe, false, named("fc1"));
   const bool stateful = name == "fp8_delayed";
   RecipeState fresh_state(*recipe);
+  // Delayed scaling: expert g's own quantizer (its own scale and history), fed W_g at every
+  // forward as the layer re-quantizes its weights at every forward.
+  std::vector<Quantizer> experts;
+  if (stateful) {
+    QuantizerConfig c = fresh_state.quantizer({"grouped_linear", TensorType::kWeight, "fc1"}).config();
+    c.rowwise = c.columnwise = true;
+    for (int64_t g = 0; g < kG; ++g) experts.emplace_back(c);
+  }
+  std::vector<float> expert_copies(kG * kOut * kIn);  // the experts' last columnwise copies
   std::vector<int64_t> splits = {70, 0, 130};
   std::vector<float> y(kT * kOut), dx(kT * kIn), dw(kG * kOut * kIn);
   uint64_t seed = 100;
@@ -70,6 +79,17 @@ int run_sequence(const std::string& name, const std::vector<Step>& stages) {
         const std::vector<float> w = random_normal(kG * kOut * kIn, seed + 1000, 0.1f);
         std::copy(w.begin(), w.end(), layer.weight().as<float>());
       }
+      for (int64_t g = 0; g < static_cast<int64_t>(experts.size()); ++g) {
+        const TensorView wg = TensorView::contiguous(layer.weight().as<float>() + g * kOut * kIn,
+                                                     DType::kFloat32, {kOut, kIn});
+        QuantizedTensor out = experts[g].allocate(kOut, kIn);
+        experts[g].quantize(wg, out);
+        experts[g].update();
+        dequantize(out.view(),
+                   TensorView::contiguous(expert_copies.data() + g * kOut * kIn,
+                                          DType::kFloat32, {kOut, kIn}),
+                   true);
+      }
       GroupedLinearContext ctx = layer.forward(view_of(x, {kT, kIn}), view_of(splits),
                                                view_of(y, {kT, kOut}), {stage.train, true});
       if (!stage.train) continue;
@@ -80,11 +100,10 @@ int run_sequence(const std::string& name, const std::vector<Step>& stages) {
       const std::vector<float> master(layer.weight().as<float>(),
                                       layer.weight().as<float>() + kG * kOut * kIn);
       if (stateful) {
-        // Per-tensor delayed scaling: both copies come from one quantization with one scale,
-        // so they hold the same values; a stale copy of the previous weights would sit at
-        // about -3 dB from the current ones (the first step's scale of 1 gives ~10 dB).
+        // Per-tensor delayed scaling: both copies come from one quantization with one scale
+        // per expert, so they hold the same values, those of the experts' own quantizers.
         EXPECT_EQ(ctx.operand_value(SavedOperand::kWeight, false), w_used) << name;
-        EXPECT_GT(sqnr_db(master, w_used), 5.0) << name << ": dgrad read a stale weight copy";
+        EXPECT_EQ(expert_copies, w_used) << name << ": not each expert's own delayed quantizer";
       } else {
         // The current weights' copy, made afresh: quantized (both usages in one pass) or cast
         // to the dense compute dtype.

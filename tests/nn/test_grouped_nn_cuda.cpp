@@ -14,6 +14,8 @@
 // - GroupedMLP adds SwiGLU (expf on the device vs std::exp on the host: ulp differences) whose
 //   output is quantized again, so a code may move by one step: compared by SQNR (CUDA vs CPU)
 //   >= 40 dB (BF16) / 30 dB (FP8); a wrong group or scale shows as ~0 dB.
+// - fp8_delayed's state per expert (a scale and amax history per role and expert) must be
+//   IDENTICAL after steps whose experts differ in magnitude (40 experts, history length 300).
 // Recipes: every one the CUDA GEMM takes (bf16, fp8_current and fp8_delayed = HYBRID with E5M2
 // gradients, their :e4m3 forms, fp8_rowwise, fp8_block, mxfp8, nvfp4); others must refuse with
 // a clear error.
@@ -281,6 +283,73 @@ TEST(GroupedLinearCuda, RecipesWithoutACudaGemmRefuseClearly) {
     } catch (const Error& e) {
       EXPECT_EQ(e.status(), Status::kUnsupported) << name << ": " << e.what();
       EXPECT_NE(std::string(e.what()).find("CUDA"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// fp8_delayed's state per expert (RecipeState::member_state: scale (G), amax_history (H, G) per
+// role) after three training steps whose experts differ in magnitude by up to 2^6: the CUDA
+// layer's equals the CPU layer's bit for bit (the per-member amax, history slot 0 and update
+// kernels), with more experts than one CTA of the update takes (32) and a history longer than
+// one roll tile (128 slots), neither a multiple of its tile, some experts empty.
+std::string compare_delayed_state(const std::string& spec) {
+  constexpr int64_t kExperts = 40, kK = 64, kN = 128;
+  std::vector<int64_t> splits(kExperts);
+  int64_t t = 0;
+  for (int64_t g = 0; g < kExperts; ++g) t += splits[g] = g % 9 == 4 ? 0 : 16 + g % 3;
+  const Recipe recipe = parse_recipe_spec(spec);
+  const auto magnitude = [](int64_t g) { return std::ldexp(1.0f, static_cast<int>(g % 7) - 3); };
+  const auto run = [&](Device dev) {
+    auto state = std::make_shared<RecipeState>(recipe, dev);
+    GroupedLinearOptions o = named("fc1");
+    o.device = dev;
+    o.recipe_state = state;
+    GroupedLinear layer(kExperts, kK, kN, recipe, false, o);
+    std::vector<float> w = random_normal(kExperts * kN * kK, 51, 0.1f);
+    for (int64_t i = 0; i < kExperts * kN * kK; ++i) w[i] *= magnitude(i / (kN * kK));
+    copy_bytes(layer.weight().data, dev, w.data(), Device::cpu(), w.size() * sizeof(float));
+    Tensor splits_t(splits, {kExperts}, Device::cpu());
+    for (int step = 0; step < 3; ++step) {
+      std::vector<float> x = random_normal(t * kK, 52 + step), dy = random_normal(t * kN, 60);
+      for (int64_t g = 0, r0 = 0; g < kExperts; r0 += splits[g++]) {
+        const float f = magnitude(g + step) * (1.0f + static_cast<float>(step));
+        for (int64_t i = r0 * kK; i < (r0 + splits[g]) * kK; ++i) x[i] *= f;
+        for (int64_t i = r0 * kN; i < (r0 + splits[g]) * kN; ++i) dy[i] /= f;
+      }
+      Tensor xt(x, {t, kK}, dev), dyt(dy, {t, kN}, dev), y(zeros(t * kN), {t, kN}, dev);
+      Tensor dx(zeros(t * kK), {t, kK}, dev), dw(zeros(kExperts * kN * kK), {kExperts, kN, kK}, dev);
+      GroupedLinearContext ctx = layer.forward(xt.view, splits_t.view, y.view);
+      layer.backward(ctx, dyt.view, {dx.view, dw.view, {}, false});
+    }
+    std::vector<float> all;  // per role: scale (G), then amax_history (H, G)
+    for (TensorType r : {TensorType::kInput, TensorType::kWeight, TensorType::kGradOutput}) {
+      const DelayedScalingState st = state->member_state({"grouped_linear", r, "fc1"}, kExperts);
+      for (const TensorView& v : {st.scale, st.amax_history}) {
+        std::vector<float> h(static_cast<size_t>(v.numel()));
+        copy_bytes(h.data(), Device::cpu(), v.data, dev, h.size() * sizeof(float));
+        all.insert(all.end(), h.begin(), h.end());
+      }
+    }
+    return all;
+  };
+  const std::vector<float> cpu = run(Device::cpu()), gpu = run(Device::cuda(0));
+  const int64_t n = differing(gpu, cpu);
+  const auto moved = std::count_if(cpu.begin(), cpu.end(), [](float v) { return v != 0 && v != 1; });
+  std::printf("  %-60s state values differing CUDA vs CPU: %lld of %zu (%lld set)\n",
+              spec.c_str(), (long long)n, cpu.size(), (long long)moved);
+  if (moved < 3 * 2 * kExperts) return "the state hardly moved: the test checks nothing";
+  return n == 0 ? "" : std::to_string(n) + " state values differ";
+}
+
+TEST(GroupedLinearCuda, DelayedStatePerExpertMatchesCpu) {
+  if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  for (const std::string spec : {"fp8_delayed;amax_history_len=300",
+                                 "fp8_delayed;amax_history_len=300;amax_compute_algo=most_recent;"
+                                 "margin=1"}) {
+    try {
+      EXPECT_EQ(compare_delayed_state(spec), "") << spec;
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << spec << " threw: " << e.what();
     }
   }
 }

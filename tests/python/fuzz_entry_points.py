@@ -60,9 +60,11 @@ MAX_ELEMS = 4096      # arrays with elements stay this small
 # whose every scaling unit stays in one group (the wgrad's padded layout): docs/torch_training.md.
 ROW_SCALED = {"fp32", "bf16", "fp8_rowwise", "fp8_block", "mxfp8"}
 # Recipes whose every scaling unit of the step stays inside one group member (docs/numerics.md,
-# "Scaling units per group member"): per-expert amax of fp8_current, per-(expert, column) scales
-# of fp8_rowwise, NVFP4's per-expert global amax, blocks the padded layout keeps apart.
-GROUP_SCALED = {"fp32", "bf16", "fp8_rowwise", "fp8_current", "fp8_block", "mxfp8", "nvfp4"}
+# "Scaling units per group member"): per-expert amax of fp8_current, per-expert scale and amax
+# history of fp8_delayed, per-(expert, column) scales of fp8_rowwise, NVFP4's per-expert global
+# amax, blocks the padded layout keeps apart.
+GROUP_SCALED = {"fp32", "bf16", "fp8_rowwise", "fp8_current", "fp8_delayed", "fp8_block",
+                "mxfp8", "nvfp4"}
 
 
 def NN_FACTORY(module_type, tensor_type, name):

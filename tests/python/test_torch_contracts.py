@@ -18,10 +18,10 @@ DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() and tessera.cuda_comp
 SIZES = [24, 0, 40, 8, 0, 56]          # not multiples of 16, empty experts
 RECIPES = ["bf16", "fp8_rowwise", "fp8_current", "fp8_delayed", "fp8_block", "mxfp8", "nvfp4"]
 # Recipes whose every scaling unit stays inside one expert (docs/numerics.md, "Scaling units per
-# group member": per-expert amax and column scales, NVFP4's per-expert global amax, block scales
-# kept apart by the padded layout): one expert's NaN stays in that expert. fp8_delayed shares its
-# history's scale across experts (docs/nn.md, Limits; it keeps NaN in place: NAN_ISOLATED).
-ISOLATED = {"bf16", "fp8_rowwise", "fp8_current", "fp8_block", "mxfp8", "nvfp4"}
+# group member": per-expert amax, scales and delayed-scaling state, column scales, NVFP4's
+# per-expert global amax, block scales kept apart by the padded layout): one expert's NaN stays
+# in that expert.
+ISOLATED = {"bf16", "fp8_rowwise", "fp8_current", "fp8_delayed", "fp8_block", "mxfp8", "nvfp4"}
 K, N = 128, 128  # fp8_block's dgrad on CUDA needs out_features % 128 == 0
 
 
@@ -123,13 +123,8 @@ def test_rows_past_the_last_group_get_zeros_and_add_to_no_gradient(device, recip
 
 # ---- one expert's NaN --------------------------------------------------------------------------
 
-# fp8_delayed scales every expert with one scale from its history, but a non-finite amax keeps
-# the scale (docs/numerics.md): a NaN stays in its element, in this step and the next.
-NAN_ISOLATED = ISOLATED | {"fp8_delayed"}
-
-
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("recipe", sorted(NAN_ISOLATED))
+@pytest.mark.parametrize("recipe", sorted(ISOLATED))
 def test_one_experts_nan_stays_in_that_expert(device, recipe):
     m = layer(recipe, device)
     offs = ends(SIZES, device)
@@ -153,9 +148,11 @@ def test_one_experts_nan_stays_in_that_expert(device, recipe):
 
 
 # Recipes whose weight scaling units stay inside one expert in every GEMM of the step (fp8_rowwise
-# keeps Wᵀ per expert with its own column scales for the dgrad): an expert's rows do not depend
-# on the other experts' weights.
-WEIGHT_ISOLATED = ["bf16", "fp8_rowwise", "fp8_current", "fp8_block", "mxfp8"]
+# keeps Wᵀ per expert with its own column scales for the dgrad; fp8_delayed a scale and amax
+# history per expert): an expert's rows do not depend on the other experts' weights. The tests
+# take two steps: the second's delayed scales come from the first's amaxes.
+WEIGHT_ISOLATED = ["bf16", "fp8_rowwise", "fp8_current", "fp8_delayed", "fp8_block", "mxfp8"]
+STEPS = 2
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -171,7 +168,7 @@ def test_an_experts_rows_do_not_depend_on_other_experts_weights(device, recipe):
     t = sum(SIZES)
     x = torch.randn(t, K, device=device, dtype=torch.bfloat16)
     dy = torch.randn(t, N, device=device, dtype=torch.bfloat16)
-    y, dx, _, _ = step(m, x, offs, dy)
+    got = [step(m, x, offs, dy) for _ in range(STEPS)]
     bounds = torch.tensor([0] + SIZES).cumsum(0).tolist()
     for g in range(len(SIZES)):
         rows = slice(bounds[g], bounds[g + 1])
@@ -180,9 +177,10 @@ def test_an_experts_rows_do_not_depend_on_other_experts_weights(device, recipe):
         one = tt.GroupedLinear(1, K, N, recipe=recipe, bias=False, device=device)
         with torch.no_grad():
             one.weight.copy_(m.weight[g:g + 1])
-        y1, dx1, _, _ = step(one, x[rows], ends([SIZES[g]], device), dy[rows])
-        assert torch.equal(y[rows], y1), (recipe, g, "y")
-        assert torch.equal(dx[rows], dx1), (recipe, g, "dx")
+        for i, (y, dx, _, _) in enumerate(got):
+            y1, dx1, _, _ = step(one, x[rows], ends([SIZES[g]], device), dy[rows])
+            assert torch.equal(y[rows], y1), (recipe, g, i, "y")
+            assert torch.equal(dx[rows], dx1), (recipe, g, i, "dx")
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -190,8 +188,9 @@ def test_an_experts_rows_do_not_depend_on_other_experts_weights(device, recipe):
 def test_an_experts_weight_gradient_depends_on_its_tokens_only(device, recipe):
     """dW of expert g, bit for bit, equals that of a layer holding expert g alone stepped on
     expert g's rows, though the other experts' x and dy are 1000x larger: the columnwise copies
-    of the wgrad scale each expert's tokens on their own (per-member amax of fp8_current,
-    per-(expert, column) scales of fp8_rowwise, blocks that never straddle two experts)."""
+    of the wgrad scale each expert's tokens on their own (per-member amax of fp8_current, the
+    per-expert scale and amax history of fp8_delayed, per-(expert, column) scales of
+    fp8_rowwise, blocks that never straddle two experts), in every step."""
     m = layer(recipe, device)
     offs = ends(SIZES, device)
     bounds = torch.tensor([0] + SIZES).cumsum(0).tolist()
@@ -203,13 +202,14 @@ def test_an_experts_weight_gradient_depends_on_its_tokens_only(device, recipe):
         if g != 2:
             big_x[bounds[g]:bounds[g + 1]] *= 1000
             big_dy[bounds[g]:bounds[g + 1]] *= 1000
-    _, _, dw, _ = step(m, big_x, offs, big_dy)
     rows = slice(bounds[2], bounds[3])
     one = tt.GroupedLinear(1, K, N, recipe=recipe, bias=False, device=device)
     with torch.no_grad():
         one.weight.copy_(m.weight[2:3])
-    _, _, dw1, _ = step(one, x[rows], ends([SIZES[2]], device), dy[rows])
-    assert torch.equal(dw[2], dw1[0]), recipe
+    for i in range(STEPS):
+        _, _, dw, _ = step(m, big_x, offs, big_dy)
+        _, _, dw1, _ = step(one, x[rows], ends([SIZES[2]], device), dy[rows])
+        assert torch.equal(dw[2], dw1[0]), (recipe, i)
 
 
 @pytest.mark.parametrize("device", DEVICES)

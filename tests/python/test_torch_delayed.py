@@ -1,8 +1,10 @@
 """tessera.torch fp8_delayed (TE's DelayedScaling) against an independent pure-PyTorch emulation:
 the quantizer's codes, scale_inv and state bit for bit over steps that roll the amax history;
 GroupedLinear's y, dx, dW by SQNR against FP64 products of the emulated quantized operands, and
-its buffers bit for bit, over a schedule of train and eval steps with weight updates; roles and
-formats from the C++ recipe; state_dict; torch.compile; CUDA-graph replay."""
+its buffers (a scale and an amax history per role and expert, each expert's its own emulated
+quantizer's) bit for bit, over a schedule of train and eval steps with weight updates; roles and
+formats from the C++ recipe; state_dict (and the earlier per-role shapes); torch.compile;
+CUDA-graph replay."""
 import io
 
 import pytest
@@ -126,24 +128,30 @@ def test_recipe_roles_and_formats_come_from_the_cpp_recipe():
 # ---- the layer over a schedule of steps --------------------------------------------------------
 
 class OracleLayer:
-    """The layer's delayed-scaling step in plain torch: roles input, weight, grad_output; the
-    weight is re-quantized in every forward (no promise of unchanged weights was made, so the
-    layer's weight cache is not reused: tessera.torch.linear's contract)."""
+    """The layer's delayed-scaling step in plain torch: roles input, weight, grad_output, each
+    with one OracleRole per expert (TE's grouped linear: a quantizer per expert) that sees that
+    expert's rows (W_g) alone; the weight is re-quantized in every forward (no promise of
+    unchanged weights was made, so the layer's weight cache is not reused: tessera.torch.linear's
+    contract)."""
 
-    def __init__(self, recipe):
-        elements = recipe.elements()
-        self.roles = [OracleRole(recipe.amax_history_len, e, recipe.amax_compute_algo,
-                                 recipe.margin) for e in elements]
+    def __init__(self, recipe, groups):
+        self.roles = [[OracleRole(recipe.amax_history_len, e, recipe.amax_compute_algo,
+                                  recipe.margin) for _ in range(groups)]
+                      for e in recipe.elements()]
+
+    def _quantize(self, role, parts):
+        return torch.cat([q.quantize(p)[2] for q, p in zip(self.roles[role], parts)])
 
     def step(self, x, w, dy, sizes):
-        self.wq = self.roles[1].quantize(w.reshape(-1, w.shape[2]))[2]
-        xq = self.roles[0].quantize(x)[2]
-        dyq = self.roles[2].quantize(dy)[2] if dy is not None else None
+        self.wq = self._quantize(1, list(w))
+        xq = self._quantize(0, x.split(sizes))
+        dyq = self._quantize(2, dy.split(sizes)) if dy is not None else None
         return grouped_products(xq, self.wq, dyq, sizes)
 
     def state(self):
-        return (torch.stack([r.scale for r in self.roles]),
-                torch.stack([r.history for r in self.roles]))
+        """(scale (3, G), amax_history (3, L, G)), the layer's buffer layout."""
+        return (torch.stack([torch.stack([q.scale for q in r]) for r in self.roles]),
+                torch.stack([torch.stack([q.history for q in r], dim=-1) for r in self.roles]))
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -156,7 +164,10 @@ def test_grouped_linear_delayed_matches_oracle_over_train_and_eval_steps(device,
     torch.manual_seed(8)
     g, k, n = len(SIZES), 64, 32
     layer = tt.GroupedLinear(g, k, n, recipe=recipe, device=device)
-    oracle = OracleLayer(recipe)
+    oracle = OracleLayer(recipe, g)
+    with torch.no_grad():  # experts of unlike magnitudes: a shared scale would fit none of them
+        layer.weight.mul_(torch.tensor([1.0, 3.0, 0.1, 30.0, 1.0, 0.3],
+                                       device=device).view(-1, 1, 1))
     offs = ends(SIZES, device)
     t = sum(SIZES)
     opt = torch.optim.SGD(layer.parameters(), lr=0.5)
@@ -165,8 +176,11 @@ def test_grouped_linear_delayed_matches_oracle_over_train_and_eval_steps(device,
     schedule = [("train", 1.0), ("eval", 1.0), ("train", 4.0), ("train", 4.0), ("eval", 0.5),
                 ("eval", 0.5), ("train", 0.5), ("train", 2.0)]
     for step, (phase, mag) in enumerate(schedule):
-        x0 = (torch.randn(t, k) * mag).to(torch.bfloat16).to(device)
-        dy = (torch.randn(t, n) * mag).to(torch.bfloat16).to(device) if phase == "train" else None
+        rows = torch.repeat_interleave(torch.tensor([1.0, 4.0, 0.25, 16.0, 1.0, 2.0]),
+                                       torch.tensor(SIZES)).view(-1, 1)  # per expert
+        x0 = (torch.randn(t, k) * mag * rows).to(torch.bfloat16).to(device)
+        dy = ((torch.randn(t, n) * mag / rows).to(torch.bfloat16).to(device)
+              if phase == "train" else None)
         want = oracle.step(x0, layer.weight.detach().cpu(), None if dy is None else dy.cpu(),
                            SIZES)
         x = x0.detach().requires_grad_()
@@ -184,6 +198,8 @@ def test_grouped_linear_delayed_matches_oracle_over_train_and_eval_steps(device,
                 db = sqnr(a, b)
                 assert db >= 45.0, f"{where}: {name} SQNR {db:.1f} dB against the oracle"
         scale, history = oracle.state()
+        assert layer.delayed_scale.shape == (3, g)
+        assert layer.amax_history.shape == (3, recipe.amax_history_len, g)
         assert torch.equal(layer.delayed_scale.cpu(), scale), where
         assert torch.equal(layer.amax_history.cpu(), history), where
         if phase == "train":
@@ -227,7 +243,8 @@ def test_delayed_state_dict_round_trip_continues_bit_for_bit():
     sd = a.state_dict()
     assert {"fc1.delayed_scale", "fc1.amax_history", "fc2.delayed_scale",
             "fc2.amax_history"} <= set(sd)
-    assert sd["fc1.amax_history"].shape == (3, 5) and sd["fc1.delayed_scale"].shape == (3,)
+    g = len(SIZES)
+    assert sd["fc1.amax_history"].shape == (3, 5, g) and sd["fc1.delayed_scale"].shape == (3, g)
     buf = io.BytesIO()
     torch.save(sd, buf)
     buf.seek(0)
@@ -246,6 +263,46 @@ def test_delayed_state_dict_round_trip_continues_bit_for_bit():
     short = tt.GroupedMLP(len(SIZES), 32, 16, recipe=tt.DelayedScaling(amax_history_len=4))
     with pytest.raises(RuntimeError, match="amax_history"):
         short.load_state_dict(a.state_dict())
+
+
+def test_a_state_dict_of_one_state_per_role_loads_into_every_expert():
+    """A state_dict saved when the layer kept one delayed state per role ((3,) and (3, L)):
+    every expert starts from that state, and the next step is that of a layer whose experts'
+    states were set to it."""
+    torch.manual_seed(13)
+    recipe = tt.DelayedScaling(amax_history_len=4)
+    g = len(SIZES)
+    a = tt.GroupedLinear(g, 32, 16, recipe=recipe)
+    old = dict(a.state_dict())
+    old["delayed_scale"] = torch.tensor([0.5, 2.0, 8.0])
+    old["amax_history"] = torch.arange(12, dtype=torch.float32).view(3, 4)
+    a.load_state_dict(old)
+    assert torch.equal(a.delayed_scale, old["delayed_scale"].view(3, 1).expand(3, g))
+    assert torch.equal(a.amax_history, old["amax_history"].view(3, 4, 1).expand(3, 4, g))
+    b = tt.GroupedLinear(g, 32, 16, recipe=recipe)
+    b.load_state_dict(a.state_dict())
+    x = torch.randn(sum(SIZES), 32, dtype=torch.bfloat16)
+    with torch.no_grad():
+        assert torch.equal(a(x, ends(SIZES, "cpu")), b(x, ends(SIZES, "cpu")))
+    with pytest.raises(RuntimeError, match="amax_history"):  # another length: refused
+        old["amax_history"] = torch.zeros(3, 5)
+        tt.GroupedLinear(g, 32, 16, recipe=recipe).load_state_dict(old)
+
+
+def test_the_functional_step_refuses_a_state_of_another_shape():
+    x = torch.randn(16, 16, dtype=torch.bfloat16)
+    w = torch.randn(2, 16, 16, dtype=torch.bfloat16)
+    offs = torch.tensor([8, 16], dtype=torch.int32)
+    recipe = tt.DelayedScaling(amax_history_len=4)
+    scale, history = recipe.initial_state(2)
+    assert scale.shape == (3, 2) and history.shape == (3, 4, 2)
+    assert torch.equal(scale, torch.ones(3, 2)) and torch.equal(history, torch.zeros(3, 4, 2))
+    tt.grouped_linear(x, w, offs, recipe, delayed_state=(scale, history))
+    for bad in ((torch.ones(3), torch.zeros(3, 4)), recipe.initial_state(3)):
+        with pytest.raises(tessera.ShapeError, match=r"\(3, G\).*G = 2"):
+            tt.grouped_linear(x, w, offs, recipe, delayed_state=bad)
+    with pytest.raises(tessera.InvalidArgumentError, match="num_groups"):
+        recipe.initial_state("cpu")
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -11,7 +11,7 @@
 //
 // Quantizers come from the recipe through roles {grouped_linear, kInput|kWeight|kGradOutput,
 // name}; delayed-scaling state lives in a RecipeState (one per layer, or shared through the
-// options).
+// options): a scale and amax history per role and expert (RecipeState::member_state).
 //
 // Activations: x, y, dy, dx float32, bfloat16 or float16 (y and dx take the caller's dtype).
 // Rows in no group (a capacity tail past the last split) get y = 0, dx = 0 and add to no

@@ -88,9 +88,14 @@ inline std::optional<DType> dense_dtype_of_weight(DType weight) {
   return std::nullopt;
 }
 
-// Per-role delayed-scaling state (caller memory; empty views for a role without one). A step
-// quantizes a delayed role with its state's scale and then updates the state (amax history
-// rolled), on the stream.
+// Per-role delayed-scaling state (caller memory; empty views for a role without one), one per
+// group member (expert) as TransformerEngine's grouped linear keeps a quantizer per expert:
+// scale (G) and amax_history (amax_history_len, G), contiguous FP32 on the step's device,
+// expert g's scale at g and its history slot i at i·G + g (initially scale 1, history 0). A
+// step quantizes expert g's rows (W_g) of a delayed role with scale[g], writes their amax into
+// its slot 0 and then updates every expert's state (its history's max or slot 0 → its next
+// scale; history rolled), on the stream: bit for bit a standalone delayed Quantizer per expert
+// on that expert's state (docs/numerics.md, "Scaling units per group member").
 struct LinearState {
   DelayedScalingState input, weight, grad_output;
 };

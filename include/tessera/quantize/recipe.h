@@ -149,6 +149,12 @@ class RecipeState {
   std::vector<Quantizer*> set_roles(const std::vector<QuantizerRole>& roles);
   Quantizer& quantizer(const QuantizerRole& role);
   bool has(const QuantizerRole& role) const { return quantizers_.count(role) != 0; }
+  // The delayed-scaling state of a role scaled per group member (a grouped layer's experts:
+  // nn/linear_step.h LinearState): scale (members) ones and amax_history (amax_history_len,
+  // members) zeros, FP32 on the device, made on first request (the role's quantizer gives the
+  // config) and kept like the quantizers; the training step updates it (update() below does
+  // not). Throws unless the role is delayed, or when asked again with another member count.
+  DelayedScalingState member_state(const QuantizerRole& role, int64_t members);
   std::size_t size() const { return quantizers_.size(); }
   // update() of every delayed-scaling quantizer (after a training step).
   void update(Stream stream = {});
@@ -157,6 +163,11 @@ class RecipeState {
   Recipe recipe_;
   Device device_;
   std::map<QuantizerRole, std::unique_ptr<Quantizer>> quantizers_;
+  struct MemberState {
+    int64_t members = 0;
+    Buffer scale, amax_history;
+  };
+  std::map<QuantizerRole, MemberState> member_states_;
 };
 
 }  // namespace tessera

@@ -53,6 +53,24 @@ TESSERA_HD float delayed_scale(float amax, float old_scale, float fp8_max, int m
   return scale;
 }
 
+// The update of one delayed-scaling state: amax = the history's abs-bits maximum (NaN wins) or
+// its slot 0 (most_recent); *scale = delayed_scale(amax, *scale, ...); then the history rolls
+// by one toward slot 0 (h'[i] = h[(i + 1) % len]) and slot 0 is cleared. Slot i of the history
+// is history[i * stride] (stride 1: a contiguous history; G: member g's of an (len, G) one).
+TESSERA_HD void delayed_update(float* scale, float* history, int len, int64_t stride,
+                               bool most_recent, float fp8_max, int margin) {
+  const float h0 = history[0];
+  uint32_t m = abs_bits(h0);
+  for (int i = 1; i < len && !most_recent; ++i) {
+    const uint32_t v = abs_bits(history[i * stride]);
+    m = v > m ? v : m;
+  }
+  *scale = delayed_scale(amax_from_abs_bits(m), *scale, fp8_max, margin);
+  for (int i = 0; i + 1 < len; ++i) history[i * stride] = history[(i + 1) * stride];
+  history[(len - 1) * stride] = h0;
+  history[0] = 0.0f;
+}
+
 // scale_inv stored for every FP32-scaled mode: 1.0f / scale (IEEE division). A NaN scale gives
 // the canonical NaN 0x7fc00000: the division alone would not give the same bits everywhere (x86
 // returns the operand's NaN, GPU arithmetic its own canonical NaN 0x7fffffff).

@@ -14,8 +14,14 @@ stream: no host sync, CUDA-graph capturable.
 
 Roles and formats come from the C++ recipe (`Recipe::config_for`, through `config_for` below):
 "hybrid" (TE's default) quantizes input and weight to E4M3 and grad_output to E5M2; "e4m3" uses
-E4M3 everywhere. A layer keeps, per role (ROLES order), one FP32 scale and one FP32 amax history:
-`initial_state` makes them (scale 1, history 0) for module buffers.
+E4M3 everywhere.
+
+A grouped layer keeps, per role (ROLES order) and per expert, one FP32 scale and one FP32 amax
+history (TransformerEngine's grouped linear keeps a quantizer per expert): scale (3, G) and
+amax_history (3, L, G), expert g's history slot i at [role, i, g]. The C++ step quantizes expert
+g's rows (W_g) with scale[role, g], writes their amax into its slot 0 and updates each expert's
+state alone, so one expert's outliers never change another expert's scale. `initial_state(G)`
+makes them (scale 1, history 0) for module buffers.
 """
 from __future__ import annotations
 
@@ -85,19 +91,17 @@ class DelayedScaling:
         """The FP8 element of each role of ROLES ("e4m3" / "e5m2"), as the C++ recipe says."""
         return self._elements
 
-    def role_state(self, state: Tuple[Tensor, Tensor], role: int) -> tuple:
-        """(scale (1,), amax_history (L,), element, amax_compute_algo, margin) of row `role`
-        of a layer's state (views: the quantize updates the layer's buffers in place)."""
-        scale, history = state
-        return (scale[role:role + 1], history[role], self._elements[role],
-                self.amax_compute_algo, self.margin)
-
-    def initial_state(self, device=None) -> Tuple[Tensor, Tensor]:
-        """(scale (3,) ones, amax_history (3, amax_history_len) zeros), FP32, rows in ROLES
-        order: the state of one layer, as the C++ Quantizer starts its own."""
-        return (torch.ones(len(ROLES), dtype=torch.float32, device=device),
-                torch.zeros(len(ROLES), self.amax_history_len, dtype=torch.float32,
-                            device=device))
+    def initial_state(self, num_groups: int, device=None) -> Tuple[Tensor, Tensor]:
+        """(scale (3, G) ones, amax_history (3, amax_history_len, G) zeros), FP32, rows in
+        ROLES order: the state of one layer of G = num_groups experts, as the C++ Quantizer
+        starts its own for each."""
+        if isinstance(num_groups, bool) or not isinstance(num_groups, int) or num_groups < 1:
+            raise _C.InvalidArgumentError(
+                f"tessera invalid argument: initial_state: num_groups must be an int >= 1 (the "
+                f"layer's experts), got {num_groups!r}")
+        return (torch.ones(len(ROLES), num_groups, dtype=torch.float32, device=device),
+                torch.zeros(len(ROLES), self.amax_history_len, num_groups,
+                            dtype=torch.float32, device=device))
 
 
 def quantize_fp8_delayed_impl(x: Tensor, scale: Tensor, amax_history: Tensor, rowwise: bool,

@@ -134,23 +134,24 @@ def is_delayed(spec: str) -> bool:
     return spec.startswith("fp8_delayed")
 
 
-def _delayed_tensors(spec: str, state, device):
-    """(delayed_scale (3,), amax_history (3, L)) of a delayed-scaling step, checked; (None, None)
-    otherwise."""
+def _delayed_tensors(spec: str, state, device, groups: int):
+    """(delayed_scale (3, G), amax_history (3, L, G)) of a delayed-scaling step over `groups`
+    experts, checked; (None, None) otherwise."""
     if not is_delayed(spec):
         return None, None
     if state is None:
         raise _C.InvalidArgumentError(
             "tessera invalid argument: delayed_state: fp8_delayed keeps a scale and an amax "
-            "history per role across steps; pass delayed_state=(scale (3,), amax_history "
-            "(3, L)) (DelayedScaling.initial_state) or use GroupedLinear, which keeps them")
+            "history per role and expert across steps; pass delayed_state=(scale (3, G), "
+            "amax_history (3, L, G)) (DelayedScaling.initial_state(G)) or use GroupedLinear, "
+            "which keeps them")
     scale, history = state
-    for t, rows, name in ((scale, 1, "scale"), (history, 2, "amax_history")):
-        if (t.dim() != rows or t.shape[0] != 3 or t.dtype != torch.float32
-                or t.device != device or not t.is_contiguous()):
+    for t, dims, name in ((scale, "(3, G)", "scale"), (history, "(3, L, G)", "amax_history")):
+        if (t.dim() != len(dims.split(",")) or t.shape[0] != 3 or t.shape[-1] != groups
+                or t.dtype != torch.float32 or t.device != device or not t.is_contiguous()):
             raise _C.ShapeError(f"tessera shape mismatch: delayed_state: {name} must be a "
-                                f"contiguous float32 {'(3,)' if rows == 1 else '(3, L)'} tensor "
-                                f"on {device}, got {tuple(t.shape)} {t.dtype} on {t.device}")
+                                f"contiguous float32 {dims} tensor with G = {groups} on {device}, "
+                                f"got {tuple(t.shape)} {t.dtype} on {t.device}")
     return scale, history
 
 
@@ -250,7 +251,7 @@ def linear_step(x: Tensor, weight: Tensor, offs: Tensor, spec: str, name: str,
     _check(x, weight, offs, bias, main_grad)
     scale = history = None
     if is_delayed(spec):
-        scale, history = _delayed_tensors(spec, delayed_state, x.device)
+        scale, history = _delayed_tensors(spec, delayed_state, x.device, weight.shape[0])
     w_in = (cache.copies if cache is not None and cache.usable(weight, spec, promised)
             else None)
     xc = x if x.is_contiguous() else x.contiguous()
@@ -268,9 +269,11 @@ def grouped_linear(x: Tensor, weight: Tensor, offs: Tensor, recipe="bf16",
     """y (T, N) = x (T, K) · W_gᵀ (+ bias_g) for the rows of each group (offs: int32 cumulative
     ends), weight (G, N, K) as torch.nn.Linear stores it per group. Differentiable in x, weight
     and bias. recipe: a name of RECIPES, a DelayedScaling or a CustomRecipe; fp8_delayed needs
-    `delayed_state`. weight_cache: a WeightCache whose copies may be reused (module doc: only
-    under a promise). main_grad: FP32 (G, N, K) that the weight gradient is added to instead of
-    being returned. name: the layer's name in the roles a CustomRecipe's factory sees."""
+    `delayed_state` = (scale (3, G), amax_history (3, L, G)), one per role and expert
+    (DelayedScaling.initial_state(G)), updated in place. weight_cache: a WeightCache whose
+    copies may be reused (module doc: only under a promise). main_grad: FP32 (G, N, K) that the
+    weight gradient is added to instead of being returned. name: the layer's name in the roles a
+    CustomRecipe's factory sees."""
     return linear_step(x, weight, offs, spec_of(recipe, name), name, weight_cache, bias=bias,
                        delayed_state=delayed_state, main_grad=main_grad)
 

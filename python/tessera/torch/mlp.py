@@ -85,7 +85,7 @@ def mlp_step(x: Tensor, w1: Tensor, w2: Tensor, offs: Tensor, probs: Optional[Te
     if probs is not None and tuple(probs.shape) != (x.shape[0],):
         raise _C.ShapeError(f"tessera shape mismatch: probs: expected ({x.shape[0]},), got "
                             f"{tuple(probs.shape)}")
-    (ds1, ah1), (ds2, ah2) = (_delayed_tensors(sp, st, x.device)
+    (ds1, ah1), (ds2, ah2) = (_delayed_tensors(sp, st, x.device, w1.shape[0])
                               for sp, st in zip(specs, states))
     c1, c2 = caches
     usable = (c1 is not None and c2 is not None and c1.usable(w1, spec1, promised)

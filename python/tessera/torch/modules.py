@@ -10,7 +10,9 @@ layer's `name`: GroupedMLP names its layers "fc1" and "fc2", or "<name>.fc1" / "
 Weights are single contiguous (G, out, in) parameters (torch.nn.Linear's layout per group) in
 `params_dtype` (bf16 by default; FP32 master weights are cast or quantized for compute), so
 state_dict round-trips with plain tensors; fp8_delayed adds two buffers per layer,
-`delayed_scale` (3,) and `amax_history` (3, L) (rows: input, weight, grad_output).
+`delayed_scale` (3, G) and `amax_history` (3, L, G) (rows: input, weight, grad_output; one
+scale and history per expert). A state_dict saved with one state per role ((3,) and (3, L))
+loads with that state given to every expert.
 accumulate_main_grad=True: the weight gradient is added to the FP32 `weight.main_grad`
 (Megatron's convention) and weight.grad is left alone; the bias gets a plain .grad.
 Weight copies follow tessera.torch.linear's contract: re-made every forward unless the caller
@@ -98,9 +100,9 @@ class GroupedLinear(nn.Module):
         self.bias = (nn.Parameter(torch.empty(num_groups, out_features, **factory)) if bias
                      else None)
         if delayed is not None:
-            scale, history = delayed.initial_state(device)
-            self.register_buffer("delayed_scale", scale)      # (3,) input, weight, grad_output
-            self.register_buffer("amax_history", history)     # (3, amax_history_len)
+            scale, history = delayed.initial_state(num_groups, device)
+            self.register_buffer("delayed_scale", scale)  # (3, G) input, weight, grad_output
+            self.register_buffer("amax_history", history)  # (3, amax_history_len, G)
         self.weight_cache = WeightCache()
         self._inside_mlp = False
         self.reset_parameters()
@@ -121,6 +123,16 @@ class GroupedLinear(nn.Module):
 
     def _delayed_state(self):
         return (self.delayed_scale, self.amax_history) if self.delayed_scaling else None
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # A state_dict of one delayed state per role (before the state was kept per expert):
+        # (3,) and (3, L) load as that state given to every expert.
+        for key, dims in (("delayed_scale", 1), ("amax_history", 2)):
+            t = state_dict.get(prefix + key)
+            if self.delayed_scaling is not None and isinstance(t, Tensor) and t.dim() == dims:
+                state_dict[prefix + key] = t.unsqueeze(-1).expand(
+                    *t.shape, self.num_groups).contiguous()
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def _main_grad(self) -> Tensor:
         """weight.main_grad, FP32 zeros made on first use and again when the weight moved
