@@ -486,9 +486,12 @@ void linear_backward(const LinearSpec& s, const WeightCopies& weight, const Line
                              : 0);
   // One scratch block: the layout (when the forward saved none), dy's copies (unless kept), the
   // padded copies, x's copy (save_original_input), callees'.
+  // (x quantized here too: its member kernels' scratch beside dy's.)
+  const int64_t quantizations = made_layout && need_x ? 2 : 1;
   StepArena tmp(alloc, (made_layout ? layout_bytes(s) : 0) +
                            (a.keep_grad_output ? 0 : dy_bytes) + pad_bytes + 1024 +
-                           detail::call_allowance(s.groups, tp, std::max(s.in, s.out)),
+                           quantizations *
+                               detail::call_allowance(s.groups, tp, std::max(s.in, s.out)),
                 dev, stream);
   if (made_layout) {
     place_layout(s, t, tmp.carver(), dev, layout);
