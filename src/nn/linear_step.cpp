@@ -19,6 +19,7 @@ namespace tessera::nn {
 
 using detail::Carver;
 using detail::matrix;
+using detail::StepArena;
 
 namespace {
 
@@ -82,7 +83,7 @@ void check_weight_like(const TensorView& v, const char* arg, const LinearSpec& s
 DType dense_dtype(const LinearSpec& s) { return s.input.dense_dtype; }
 
 // x in the dense compute dtype: x itself, or a cast into scratch.
-TensorView dense_operand(const TensorView& x, DType dtype, Carver& scratch, Stream stream) {
+TensorView dense_operand(const TensorView& x, DType dtype, StepArena& scratch, Stream stream) {
   if (x.dtype == dtype) return x;
   TensorView c = matrix(scratch.take(dtype_bytes(dtype, x.numel())), dtype, x.shape[0],
                         x.shape[1], x.device);
@@ -154,17 +155,17 @@ void carve_saved(const LinearSpec& s, int64_t rows, Carver& carver, Device devic
   saved.has_input = true;
 }
 
+// Bytes of the starts and padded starts that place_layout carves.
+int64_t layout_bytes(const LinearSpec& s) { return 2 * (s.groups + 1) * 8 + 256; }
+
 // The starts and padded starts of a step without a saved context (an eval forward, or a
-// backward whose forward saved none), in their own Allocation (returned; `layout` points into it).
-Allocation place_layout(const LinearSpec& s, int64_t rows, Allocator& alloc, Device device,
-                        Stream stream, LinearSaved& layout) {
+// backward whose forward saved none), carved from the step's scratch.
+void place_layout(const LinearSpec& s, int64_t rows, Carver& carver, Device device,
+                  LinearSaved& layout) {
   const int64_t n1 = s.groups + 1;
-  Allocation memory = alloc.allocate(2 * n1 * 8 + 256, device, stream);
-  Carver carver(memory.data, memory.bytes);
   layout.padded_rows = detail::padded_rows_for(rows, s.groups, s.wgrad_align);
   layout.starts = TensorView::contiguous(carver.take(n1 * 8), DType::kInt64, {n1}, device);
   layout.padded_starts = TensorView::contiguous(carver.take(n1 * 8), DType::kInt64, {n1}, device);
-  return memory;
 }
 
 // x (T, cols) padded into `tmp` as the wgrad layout of `saved` (zero rows between groups and
@@ -360,10 +361,11 @@ LinearSaved linear_forward(const LinearSpec& s, const WeightCopies& weight,
   g.transpose_b = true;
   g.bias = a.bias;
   if (!s.quantized()) {
-    detail::Scratch tmp = detail::scratch(alloc, dense_cast_bytes(a.x, dense_dtype(s)), dev, stream);
-    g.a = GemmOperand::from_dense(dense_operand(a.x, dense_dtype(s), tmp.carver, stream));
+    StepArena tmp(alloc, dense_cast_bytes(a.x, dense_dtype(s)) + 256 +
+                             detail::call_allowance(s.groups, t, s.in), dev, stream);
+    g.a = GemmOperand::from_dense(dense_operand(a.x, dense_dtype(s), tmp, stream));
     g.b = GemmOperand::from_dense(weight.dense);
-    detail::run_gemm(g, alloc, stream);
+    detail::run_gemm(g, tmp, stream);
     return saved;
   }
   // x in the padded layout (every group on an aligned row start, zeros between groups and past
@@ -371,30 +373,31 @@ LinearSaved linear_forward(const LinearSpec& s, const WeightCopies& weight,
   // goes into the saved context. Rows outside the groups thus take part in no scale. The GEMM
   // reads A in the padded layout (a_row_starts) and writes y in the caller's (its offsets; rows
   // in no group: zero), so y needs no padded copy and no move.
+  // One scratch block: the layout (eval step), x's rowwise copy, a padded copy of x, callees'.
+  const int64_t tp = detail::padded_rows_for(t, s.groups, s.wgrad_align);
+  StepArena tmp(alloc, (save_q ? 0 : layout_bytes(s)) +
+                           quantized_bytes(s.input.config, tp, s.in, true, false, s.groups) +
+                           padded_copy_bytes(s.input, true, save_q, a.x, tp) + 1024 +
+                           detail::call_allowance(s.groups, tp, s.in),
+                dev, stream);
   LinearSaved layout = saved;  // the layout (the saved context's, or scratch for an eval step)
-  Allocation layout_memory;
-  if (!save_q) layout_memory = place_layout(s, t, alloc, dev, stream, layout);
-  const int64_t tp = layout.padded_rows;
-  detail::Scratch tmp = detail::scratch(
-      alloc, quantized_bytes(s.input.config, tp, s.in, true, false, s.groups) +
-                 padded_copy_bytes(s.input, true, save_q, a.x, tp) + 1024,
-      dev, stream);
+  if (!save_q) place_layout(s, t, tmp.carver(), dev, layout);
   detail::group_starts(groups, s.wgrad_align, layout.starts.as<int64_t>(),
                        layout.padded_starts.as<int64_t>(), dev, stream);
   QuantizedTensorView xq =
-      detail::carve_quantized(s.input.config, tp, s.in, true, false, tmp.carver, dev, s.groups);
+      detail::carve_quantized(s.input.config, tp, s.in, true, false, tmp.carver(), dev, s.groups);
   if (save_q) {
     xq.columnwise_data = saved.input.columnwise_data;
     xq.columnwise_scale_inv = saved.input.columnwise_scale_inv;
     xq.columnwise_amax = saved.input.columnwise_amax;
     xq.config.columnwise = true;
   }
-  quantize_in_layout(s, s.input, true, save_q, state.input, a.x, layout, xq, tmp.carver, alloc,
+  quantize_in_layout(s, s.input, true, save_q, state.input, a.x, layout, xq, tmp.carver(), tmp,
                      stream, "input");
   g.a_row_starts = layout.padded_starts;  // g: y at the caller's offsets, bias, zeroed tail
   g.a = GemmOperand::from_quantized(xq, false);
   g.b = GemmOperand::from_quantized(weight.q, false);
-  detail::run_gemm(g, alloc, stream);
+  detail::run_gemm(g, tmp, stream);
   return saved;
 }
 
@@ -447,21 +450,21 @@ void linear_backward(const LinearSpec& s, const WeightCopies& weight, const Line
 
   if (!s.quantized()) {
     const DType dt = dense_dtype(s);
-    detail::Scratch tmp = detail::scratch(
-        alloc, dense_cast_bytes(a.dy, dt) + (need_x ? dense_cast_bytes(a.x, dt) : 0) + 512, dev,
-        stream);
-    const TensorView dy = dense_operand(a.dy, dt, tmp.carver, stream);
+    StepArena tmp(alloc, dense_cast_bytes(a.dy, dt) + (need_x ? dense_cast_bytes(a.x, dt) : 0) +
+                             512 + detail::call_allowance(s.groups, t, std::max(s.in, s.out)),
+                  dev, stream);
+    const TensorView dy = dense_operand(a.dy, dt, tmp, stream);
     if (a.dx.data) {
       GroupedGemmProblem dg = m_grouped(s, a.offsets, a.offsets_format, a.dx);
       dg.a = GemmOperand::from_dense(dy);
       dg.b = GemmOperand::from_dense(weight.dense);  // (G, out, in) read MN-major: NN
       dg.transpose_b = false;
-      detail::run_gemm(dg, alloc, stream);
+      detail::run_gemm(dg, tmp, stream);
     }
     if (need_x) {
       wg.a = GemmOperand::from_dense(dy);
-      wg.b = GemmOperand::from_dense(dense_operand(a.x, dt, tmp.carver, stream));
-      detail::run_gemm(wg, alloc, stream);
+      wg.b = GemmOperand::from_dense(dense_operand(a.x, dt, tmp, stream));
+      detail::run_gemm(wg, tmp, stream);
     }
     return;
   }
@@ -472,10 +475,8 @@ void linear_backward(const LinearSpec& s, const WeightCopies& weight, const Line
   const bool need_dx = a.dx.data != nullptr;
   if (!need_dx && !need_x) return;
   LinearSaved layout = saved;  // the forward's layout (made here when it saved none)
-  Allocation layout_memory;
   const bool made_layout = !saved.has_input;
-  if (made_layout) layout_memory = place_layout(s, t, alloc, dev, stream, layout);
-  const int64_t tp = layout.padded_rows;
+  const int64_t tp = detail::padded_rows_for(t, s.groups, s.wgrad_align);
   const int64_t dy_bytes =
       quantized_bytes(s.grad_output.config, tp, s.out, need_dx, need_x, s.groups);
   const int64_t pad_bytes =
@@ -483,23 +484,34 @@ void linear_backward(const LinearSpec& s, const WeightCopies& weight, const Line
       (made_layout && need_x ? padded_copy_bytes(s.input, false, true, a.x, tp) +
                                    quantized_bytes(s.input.config, tp, s.in, false, true, s.groups)
                              : 0);
-  detail::Scratch tmp = detail::scratch(alloc, dy_bytes + pad_bytes + 1024, dev, stream);
+  // One scratch block: the layout (when the forward saved none), dy's copies (unless kept), the
+  // padded copies, x's copy (save_original_input), callees'.
+  // (x quantized here too: its member kernels' scratch beside dy's.)
+  const int64_t quantizations = made_layout && need_x ? 2 : 1;
+  StepArena tmp(alloc, (made_layout ? layout_bytes(s) : 0) +
+                           (a.keep_grad_output ? 0 : dy_bytes) + pad_bytes + 1024 +
+                           quantizations *
+                               detail::call_allowance(s.groups, tp, std::max(s.in, s.out)),
+                dev, stream);
   if (made_layout) {
+    place_layout(s, t, tmp.carver(), dev, layout);
     detail::group_starts(groups, s.wgrad_align, layout.starts.as<int64_t>(),
                          layout.padded_starts.as<int64_t>(), dev, stream);
   }
-  Carver* dy_carver = &tmp.carver;
+  Carver* dy_carver = nullptr;
   Carver keep;
   if (a.keep_grad_output) {
     a.keep_grad_output->storage = alloc.allocate(dy_bytes + 256, dev, stream);
     keep = Carver(a.keep_grad_output->storage.data, a.keep_grad_output->storage.bytes);
     dy_carver = &keep;
+  } else {
+    dy_carver = &tmp.carver();
   }
   QuantizedTensorView dyq = detail::carve_quantized(s.grad_output.config, tp, s.out, need_dx,
                                                     need_x, *dy_carver, dev, s.groups);
   if (a.keep_grad_output) a.keep_grad_output->rowwise = a.keep_grad_output->columnwise = dyq;
   quantize_in_layout(s, s.grad_output, need_dx, need_x, state.grad_output, a.dy, layout, dyq,
-                     tmp.carver, alloc, stream, "grad_output");
+                     tmp.carver(), tmp, stream, "grad_output");
   if (need_dx) {
     GroupedGemmProblem dg = m_grouped(s, a.offsets, a.offsets_format, a.dx);
     dg.a_row_starts = layout.padded_starts;  // dy's rows in the padded layout
@@ -511,22 +523,22 @@ void linear_backward(const LinearSpec& s, const WeightCopies& weight, const Line
       dg.b = GemmOperand::from_quantized(weight.q, true);
       dg.transpose_b = false;
     }
-    detail::run_gemm(dg, alloc, stream);
+    detail::run_gemm(dg, tmp, stream);
   }
   if (need_x) {
     QuantizedTensorView xq = layout.input;
     if (made_layout) {  // save_original_input: x's copy in the wgrad layout, made now
-      xq = detail::carve_quantized(s.input.config, tp, s.in, false, true, tmp.carver, dev,
+      xq = detail::carve_quantized(s.input.config, tp, s.in, false, true, tmp.carver(), dev,
                                    s.groups);
-      quantize_in_layout(s, s.input, false, true, state.input, a.x, layout, xq, tmp.carver,
-                         alloc, stream, "input");
+      quantize_in_layout(s, s.input, false, true, state.input, a.x, layout, xq, tmp.carver(),
+                         tmp, stream, "input");
     }
     wg.a = GemmOperand::from_quantized(dyq, true);
     wg.b = GemmOperand::from_quantized(xq, true);
     wg.group_offsets = layout.padded_starts;
     wg.offsets_format = GroupOffsetsFormat::kStartOffsets;
     wg.max_total_rows = tp;
-    detail::run_gemm(wg, alloc, stream);
+    detail::run_gemm(wg, tmp, stream);
   }
 }
 

@@ -17,7 +17,7 @@ SavedSize dense_rows(int64_t cols, DType dtype) {
 }
 
 // probs (T) as float32: the caller's view, or a cast into `tmp`.
-TensorView float_probs(const TensorView& probs, detail::Carver& tmp, Stream stream) {
+TensorView float_probs(const TensorView& probs, detail::StepArena& tmp, Stream stream) {
   if (probs.data == nullptr || probs.dtype == DType::kFloat32) return probs;
   TensorView f = TensorView::contiguous(tmp.take(probs.numel() * 4), DType::kFloat32,
                                         {probs.numel()}, probs.device);
@@ -101,17 +101,19 @@ MlpSaved mlp_forward(const MlpSpec& s, const MlpWeights& w, const MlpForwardArgs
   saved.h = h;
   saved.a = a;
   saved.h_view = matrix(h.data, act, t, 2 * s.ffn(), dev);
-  detail::Scratch tmp = detail::scratch(
+  // Scratch (taken only when something is carved from it): fc2's input when it is not kept, a
+  // float32 copy of probs.
+  detail::StepArena tmp(
       alloc, (z.a.per_row > 0 ? 0 : dtype_bytes(act, t * s.ffn())) + t * 4 + 512, dev, stream);
-  saved.a_view = matrix(z.a.per_row > 0 ? a.data : tmp.carver.take(dtype_bytes(act, t * s.ffn())),
-                        act, t, s.ffn(), dev);
+  saved.a_view = matrix(z.a.per_row > 0 ? a.data : tmp.take(dtype_bytes(act, t * s.ffn())), act,
+                        t, s.ffn(), dev);
 
   LinearForwardArgs f1{args.x, args.offsets, args.offsets_format, args.fc1_bias, saved.h_view,
                        args.need_wgrad};
   saved.fc1 = linear_forward(s.fc1, w.fc1, f1, state.fc1, alloc, stream);
   const detail::GroupOffsets groups =
       detail::group_offsets_of(args.offsets, args.offsets_format, s.groups(), t);
-  detail::swiglu_forward(saved.h_view, float_probs(args.probs, tmp.carver, stream), groups,
+  detail::swiglu_forward(saved.h_view, float_probs(args.probs, tmp, stream), groups,
                          saved.a_view, stream);
   LinearForwardArgs f2{saved.a_view, args.offsets, args.offsets_format, args.fc2_bias, args.y,
                        args.need_wgrad};
@@ -133,25 +135,24 @@ void mlp_backward(const MlpSpec& s, const MlpWeights& w, const MlpSaved& saved,
   const bool need_w = args.fc1_dw.data || args.fc2_dw.data;
   TESSERA_CHECK(!need_w || s.fc2.quantized() || saved.a_view.data || t == 0,
                 "fc2 weight gradient: the forward did not save fc2's input (need_wgrad)");
-  detail::Scratch tmp = detail::scratch(
+  detail::StepArena tmp(
       alloc, dtype_bytes(act, t * s.ffn()) + dtype_bytes(act, t * 2 * s.ffn()) + 3 * t * 4 + 1024,
       dev, stream);
-  const TensorView da = matrix(tmp.carver.take(dtype_bytes(act, t * s.ffn())), act, t, s.ffn(),
-                               dev);
+  const TensorView da = matrix(tmp.take(dtype_bytes(act, t * s.ffn())), act, t, s.ffn(), dev);
   LinearBackwardArgs b2{args.dy,     args.offsets, args.offsets_format, saved.a_view, da,
                         args.fc2_dw, args.fc2_db,  args.accumulate,      args.accumulate_bias};
   linear_backward(s.fc2, w.fc2, saved.fc2, b2, state.fc2, alloc, stream);
 
-  const TensorView dh = matrix(tmp.carver.take(dtype_bytes(act, t * 2 * s.ffn())), act, t,
-                               2 * s.ffn(), dev);
+  const TensorView dh = matrix(tmp.take(dtype_bytes(act, t * 2 * s.ffn())), act, t, 2 * s.ffn(),
+                               dev);
   TensorView dprobs = args.dprobs;
   if (dprobs.data && dprobs.dtype != DType::kFloat32) {
-    dprobs = TensorView::contiguous(tmp.carver.take(t * 4), DType::kFloat32, {t}, dev);
+    dprobs = TensorView::contiguous(tmp.take(t * 4), DType::kFloat32, {t}, dev);
   }
   if (t > 0) {
     const detail::GroupOffsets groups =
         detail::group_offsets_of(args.offsets, args.offsets_format, s.groups(), t);
-    detail::swiglu_backward(saved.h_view, float_probs(args.probs, tmp.carver, stream), da, groups,
+    detail::swiglu_backward(saved.h_view, float_probs(args.probs, tmp, stream), da, groups,
                             dh, dprobs, stream);
     if (dprobs.data != args.dprobs.data) detail::cast(dprobs, args.dprobs, stream);
   }

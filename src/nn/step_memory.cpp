@@ -33,6 +33,11 @@ void* Carver::take(int64_t bytes) {
   return bytes == 0 ? nullptr : static_cast<char*>(base_) + at;
 }
 
+bool Carver::fits(int64_t bytes) const {
+  if (base_ == nullptr || capacity_ < 0) return true;
+  return (used_ + 255) / 256 * 256 + bytes <= capacity_;
+}
+
 TensorView matrix(void* data, DType dtype, int64_t rows, int64_t cols, Device device) {
   return TensorView::contiguous(data, dtype, {rows, cols}, device);
 }
@@ -89,6 +94,46 @@ Scratch scratch(Allocator& alloc, int64_t bytes, Device device, Stream stream) {
   s.memory = std::move(memory);
   s.carver = Carver(base, bytes);
   return s;
+}
+
+void StepArena::materialize() {
+  if (made_) return;
+  made_ = true;
+  Scratch s = scratch(parent_, reserve_, device_, stream_);
+  block_ = std::move(s.memory);
+  carver_ = s.carver;
+}
+
+void* StepArena::take(int64_t bytes) {
+  if (bytes == 0) return nullptr;
+  return carver().take(bytes);
+}
+
+Carver& StepArena::carver() {
+  materialize();
+  return carver_;
+}
+
+Allocation StepArena::allocate(int64_t bytes, Device device, Stream stream) {
+  TESSERA_CHECK(bytes >= 0, "allocate: bytes ", bytes, " must be >= 0");
+  Allocation a;
+  a.device = device;
+  if (bytes == 0) return a;
+  if (device != device_ || stream.handle != stream_.handle)
+    return parent_.allocate(bytes, device, stream);
+  materialize();
+  if (block_.data == nullptr || !carver_.fits(bytes))
+    return parent_.allocate(bytes, device, stream);
+  a.data = carver_.take(bytes);
+  a.bytes = bytes;
+  a.owner = block_.owner;  // the piece keeps the block alive
+  return a;
+}
+
+int64_t call_allowance(int64_t groups, int64_t rows, int64_t cols) {
+  const int64_t gemms = 3 * (groups * (2 * 128 + 4) + (groups + 1) * 8 + 8 * 256);
+  const int64_t members = 4 * groups * cols + 4 * rows + 2 * 256;
+  return checked_add(gemms, members, "step scratch bytes");
 }
 
 Quantizer role_quantizer(const RoleFormat& format, bool rowwise, bool columnwise, Device device) {

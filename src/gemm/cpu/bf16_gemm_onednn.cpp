@@ -1,7 +1,8 @@
 // The native BF16 path on oneDNN's matmul (see bf16_gemm.h for the contract and the work split).
-// Every task is one matmul primitive over a strided view of the operands (no copies): oneDNN's
-// primitive cache keeps the compiled kernels of the shapes seen, so a repeated step recompiles
-// nothing. Only the sum post-op is used (the same call in oneDNN 2.x and 3.x; the 3.x branch of
+// Every task is one matmul primitive over a strided view of the operands (no copies). The
+// primitives are kept by their descriptor (shape, strides, output type, sum post-op), so a
+// repeated step neither re-describes nor recompiles anything: a primitive descriptor costs tens
+// of microseconds of host time even when oneDNN's own primitive cache then finds its kernel. Only the sum post-op is used (the same call in oneDNN 2.x and 3.x; the 3.x branch of
 // matmul_desc is written to 3.x's API but only 2.6 has been compiled here).
 #include <cpuid.h>
 #include <omp.h>
@@ -10,7 +11,9 @@
 #include <atomic>
 #include <cstring>
 #include <exception>
+#include <map>
 #include <mutex>
+#include <tuple>
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "core/host_bytes.h"
@@ -58,6 +61,37 @@ dnnl::matmul::primitive_desc matmul_desc(const memory::desc& a, const memory::de
 #else
   return dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, d), attr, cpu_engine());
 #endif
+}
+
+// What a matmul primitive of a task is made from: op(A) (rows, k) and op(B) (k, n) BF16 with
+// their strides, D (rows, n) row-major, FP32 or BF16, with or without the sum post-op.
+using MatmulKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool,
+                             bool>;
+
+// The matmul primitive of `key`, made once per thread: a primitive runs any data pointers, but
+// one primitive object must not run on two threads at once (oneDNN 2.6's matmul shares its
+// scratchpad between the runs of one object: concurrent tasks of one shape gave wrong sums), so
+// every thread of the team keeps its own. At most kMaxMatmuls are kept per thread: past that the
+// table starts over (a workload of ever-new shapes re-makes primitives as before, no worse).
+constexpr size_t kMaxMatmuls = 1024;
+const dnnl::matmul& cached_matmul(const MatmulKey& key) {
+  thread_local std::map<MatmulKey, dnnl::matmul> table;
+  const auto it = table.find(key);
+  if (it != table.end()) return it->second;
+  const auto [rows, k, n, a_row, a_col, b_row, b_col, f32_out, sum] = key;
+  const auto bf16_t = memory::data_type::bf16;
+  const memory::desc a_md({rows, k}, bf16_t, {a_row, a_col});
+  const memory::desc b_md({k, n}, bf16_t, {b_row, b_col});
+  const memory::desc d_md({rows, n}, f32_out ? memory::data_type::f32 : bf16_t, {n, 1});
+  dnnl::primitive_attr attr;
+  if (sum) {  // D += A·B (beta = 1 needs an FP32 D)
+    dnnl::post_ops ops;
+    ops.append_sum(1.0f);
+    attr.set_post_ops(ops);
+  }
+  const dnnl::matmul made(matmul_desc(a_md, b_md, d_md, attr));
+  if (table.size() >= kMaxMatmuls) table.clear();
+  return table.emplace(key, made).first->second;
 }
 
 // op(A_g) (m, k) and op(B_g) (k, n) of one group as strided BF16 matrices, and where D_g starts.
@@ -188,18 +222,13 @@ void run_task(const RunContext& c, const Task& t, dnnl::stream& stream) {
   const int64_t n = c.n, d0 = blk.d_offset + t.row0 * n;
   const bool staged = c.staging != nullptr;
   if (blk.k > 0) {
+    const bool f32_out = staged || p.d.dtype == DType::kFloat32;
+    const dnnl::matmul& matmul = cached_matmul({t.rows, blk.k, n, blk.a_row, blk.a_col, blk.b_row,
+                                               blk.b_col, f32_out, !staged && p.beta != 0.0f});
     const auto bf16_t = memory::data_type::bf16;
     const memory::desc a_md({t.rows, blk.k}, bf16_t, {blk.a_row, blk.a_col});
     const memory::desc b_md({blk.k, n}, bf16_t, {blk.b_row, blk.b_col});
-    const bool f32_out = staged || p.d.dtype == DType::kFloat32;
     const memory::desc d_md({t.rows, n}, f32_out ? memory::data_type::f32 : bf16_t, {n, 1});
-    dnnl::primitive_attr attr;
-    if (!staged && p.beta != 0.0f) {  // D += A·B (beta = 1 needs an FP32 D)
-      dnnl::post_ops ops;
-      ops.append_sum(1.0f);
-      attr.set_post_ops(ops);
-    }
-    const dnnl::matmul matmul(matmul_desc(a_md, b_md, d_md, attr));
     void* d_ptr = staged ? static_cast<void*>(c.staging + d0)
                          : static_cast<void*>(static_cast<char*>(p.d.data) +
                                               d0 * (f32_out ? 4 : 2));
