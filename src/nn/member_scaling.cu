@@ -307,10 +307,11 @@ __global__ void __launch_bounds__(kColThreads) wide_amax_kernel(MemberColumnsArg
 static_assert(kColThreads == kWideCols, "wide_amax_kernel folds one column per thread");
 
 template <class In>
-__global__ void __launch_bounds__(kColThreads) wide_encode_kernel(MemberColumnsArgs a,
+__global__ void __launch_bounds__(kColThreads, 4) wide_encode_kernel(MemberColumnsArgs a,
                                                                   const uint32_t* mult,
                                                                   const uint32_t* row_amax) {
   __shared__ uint32_t tile[kWideCols][kWideWords];
+  __shared__ int64_t piece_g[kColWarps];  // the member of each warp's 16 rows
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   const int64_t k0 = int64_t{blockIdx.x} * kWideCols;
   const int64_t c0 = k0 + 8 * lane;
@@ -322,6 +323,7 @@ __global__ void __launch_bounds__(kColThreads) wide_encode_kernel(MemberColumnsA
   const bool writer = blockIdx.x == 0 && lane == 0;  // of the rows' scale_inv
   const WarpRows span(a.members, r_begin, a.rows);  // kWarpRows == 16 rows of one member
   const int64_t g = span.g;
+  if (lane == 0) piece_g[warp] = g;
   float f[8] = {};
 #pragma unroll
   for (int e = 0; e < 8; ++e) f[e] = g >= 0 && ok ? __uint_as_float(mult[g * a.cols + c0 + e]) : 0.0f;
@@ -375,11 +377,16 @@ __global__ void __launch_bounds__(kColThreads) wide_encode_kernel(MemberColumnsA
   // Column c's bytes [16·q, 16·q + 16) of the chunk: 256 columns x 8 pieces over 256 threads;
   // thread t reads tile row t (column 8·(t % 32) + t / 32), so consecutive threads read
   // consecutive rows (33 words apart: distinct banks).
+  // Piece q (16 rows, warp q's) of an activation copy sits at its own rows; of a weight's Wᵀ
+  // per member (keep_rows == 0), at member g's block, rows counted from the member's first.
   const int64_t live = a.rows - chunk0 < kChunkRows ? a.rows - chunk0 : int64_t{kChunkRows};
   for (int p = static_cast<int>(threadIdx.x); p < kWideCols * (kChunkRows / 16); p += kColThreads) {
     const int t = p % kWideCols, q = p / kWideCols, c = 8 * (t % 32) + t / 32;
     if (k0 + c >= a.cols || 16 * q >= live) continue;
-    uint8_t* dst = a.data + (k0 + c) * a.k_stride + chunk0 + 16 * q;
+    const int64_t gq = piece_g[q];
+    if (gq < 0 && a.keep_rows == 0) continue;  // a weight has no rows outside its members
+    const int64_t at = chunk0 + 16 * q - (a.keep_rows == 0 ? a.members.begin(gq) : 0);
+    uint8_t* dst = a.data + (gq >= 0 ? gq * a.g_stride : 0) + (k0 + c) * a.k_stride + at;
     const uint32_t* src = &tile[t][4 * q];
     if (16 * q + 16 <= live) {
       *reinterpret_cast<uint4*>(dst) = make_uint4(src[0], src[1], src[2], src[3]);
@@ -533,13 +540,22 @@ bool chunked_columns(const MemberColumnsArgs& a) {
          reinterpret_cast<uintptr_t>(a.data) % 16 == 0;
 }
 
+// A weight's Wᵀ per member (member_columns_kernel's layout) whose members are whole 16-row
+// pieces and whose member blocks and columns start on 16 bytes.
+bool weight_columns(const MemberColumnsArgs& a) {
+  return a.keep_rows == 0 && a.members.starts == nullptr && a.members.aligned16 &&
+         a.k_stride % 16 == 0 && a.g_stride % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(a.data) % 16 == 0;
+}
+
 bool wide_columns(const MemberColumnsArgs& a) {
   const auto aligned = [](const void* p, uintptr_t n) {
     return reinterpret_cast<uintptr_t>(p) % n == 0;
   };
   static_assert(kWarpRows == 16, "a warp's rows lie in one member of a 16-row aligned layout");
-  return chunked_columns(a) && a.members.aligned16 && dtype_bytes(a.x_dtype, 1) == 2 && a.cols % 8 == 0 &&
-         aligned(a.x, 16) && (a.row_data == nullptr || aligned(a.row_data, 8));
+  return (chunked_columns(a) || weight_columns(a)) && a.members.aligned16 &&
+         dtype_bytes(a.x_dtype, 1) == 2 && a.cols % 8 == 0 && aligned(a.x, 16) &&
+         (a.row_data == nullptr || aligned(a.row_data, 8));
 }
 
 // Scratch: the (member, column) slots, then the rows' amax bits when the row copy is fused.
@@ -553,13 +569,13 @@ int64_t slot_bytes(const MemberColumnsArgs& a) {
 bool lines_fused(const MemberColumnsArgs& a) { return wide_columns(a); }
 
 int64_t member_columns_scratch_bytes(const MemberColumnsArgs& a) {
-  if (!chunked_columns(a)) return 0;
+  if (!chunked_columns(a) && !wide_columns(a)) return 0;
   return slot_bytes(a) + (a.row_data != nullptr ? 4 * a.rows : 0);
 }
 
 void quantize_member_columns(const MemberColumnsArgs& a, void* scratch, Stream stream) {
   const auto s = stream.as<cudaStream_t>();
-  if (chunked_columns(a)) {
+  if (chunked_columns(a) || wide_columns(a)) {
     TESSERA_CHECK(scratch != nullptr, "quantize_member_columns: the chunked path needs ",
                   member_columns_scratch_bytes(a), " bytes of scratch");
     const int64_t chunks = (a.rows + kChunkRows - 1) / kChunkRows;

@@ -68,13 +68,22 @@ void quantize_weight_layout(const LinearSpec& s, const TensorView& w, const Line
   const Device dev = w.device;
   const int64_t rows = s.groups * s.out;
   const TensorView w2 = TensorView::contiguous(w.data, w.dtype, {rows, s.in}, dev);
-  const Members experts{nullptr, s.groups, s.out};  // W_g = rows [g·out, (g+1)·out)
-  if (rowwise_family(s)) {  // the rowwise copy, then Wᵀ per group with per-expert scales
-    Quantizer q = role_quantizer(s.weight, true, false, dev);
-    q.quantize(w2, c.q, stream);
+  Members experts{nullptr, s.groups, s.out};  // W_g = rows [g·out, (g+1)·out)
+  experts.aligned16 = s.out % 16 == 0;
+  if (rowwise_family(s)) {  // the rowwise copy and Wᵀ per group with per-expert scales
     MemberColumnsArgs a{w.data, w.dtype, rows, s.in, experts,
                         moe::row_quant_of(wt_config(s), s.out), c.wt.data.as<uint8_t>(),
                         s.in * s.out, s.out, 0, c.wt.scale_inv.as<float>()};
+    if (dev.is_cuda()) {  // both copies from two reads of W where the wide kernels take it
+      a.row_data = c.q.data.as<uint8_t>();
+      a.row_scale_inv = c.q.scale_inv.as<float>();
+      a.row_quant = moe::row_quant_of(s.weight.config, s.in);
+      if (!cuda::lines_fused(a)) a.row_data = nullptr, a.row_scale_inv = nullptr;
+    }
+    if (a.row_data == nullptr) {
+      Quantizer q = role_quantizer(s.weight, true, false, dev);
+      q.quantize(w2, c.q, stream);
+    }
     quantize_member_columns(a, alloc, dev, stream);
     return;
   }
