@@ -307,7 +307,7 @@ __global__ void __launch_bounds__(kColThreads) wide_amax_kernel(MemberColumnsArg
 static_assert(kColThreads == kWideCols, "wide_amax_kernel folds one column per thread");
 
 template <class In>
-__global__ void __launch_bounds__(kColThreads) wide_encode_kernel(MemberColumnsArgs a,
+__global__ void __launch_bounds__(kColThreads, 4) wide_encode_kernel(MemberColumnsArgs a,
                                                                   const uint32_t* mult,
                                                                   const uint32_t* row_amax) {
   __shared__ uint32_t tile[kWideCols][kWideWords];
