@@ -19,4 +19,8 @@ void member_tensor_encode(const MemberTensorArgs&, const uint32_t*, uint8_t*, St
   TESSERA_FAIL(Status::kNoDevice, "member_tensor_encode: tessera was built without CUDA");
 }
 
+void update_member_state(float*, float*, int64_t, int, bool, float, int, Stream) {
+  TESSERA_FAIL(Status::kNoDevice, "update_member_state: tessera was built without CUDA");
+}
+
 }  // namespace tessera::nn::detail::cuda
