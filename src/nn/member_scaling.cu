@@ -374,24 +374,34 @@ __global__ void __launch_bounds__(kColThreads, 4) wide_encode_kernel(MemberColum
     }
   }
   __syncthreads();
-  // Column c's bytes [16·q, 16·q + 16) of the chunk: 256 columns x 8 pieces over 256 threads;
-  // thread t reads tile row t (column 8·(t % 32) + t / 32), so consecutive threads read
-  // consecutive rows (33 words apart: distinct banks).
-  // Piece q (16 rows, warp q's) of an activation copy sits at its own rows; of a weight's Wᵀ
-  // per member (keep_rows == 0), at member g's block, rows counted from the member's first.
+  // Column c's bytes [16·q, 16·q + 16) of the chunk (piece q: warp q's 16 rows): thread t
+  // (kColThreads == kWideCols) writes column 8·(t % 32) + t / 32, reading tile row t, so
+  // consecutive threads read consecutive rows (33 words apart: distinct banks). All 8 pieces'
+  // shared-memory loads are issued first (the profile's largest stall was waiting on them one at
+  // a time). Piece q of an activation copy sits at its own rows; of a weight's Wᵀ per member
+  // (keep_rows == 0), at member g's block, rows counted from the member's first.
   const int64_t live = a.rows - chunk0 < kChunkRows ? a.rows - chunk0 : int64_t{kChunkRows};
-  for (int p = static_cast<int>(threadIdx.x); p < kWideCols * (kChunkRows / 16); p += kColThreads) {
-    const int t = p % kWideCols, q = p / kWideCols, c = 8 * (t % 32) + t / 32;
-    if (k0 + c >= a.cols || 16 * q >= live) continue;
+  const int t = static_cast<int>(threadIdx.x), c = 8 * (t % 32) + t / 32;
+  if (k0 + c >= a.cols) return;
+  constexpr int kPieces = kChunkRows / 16;
+  uint4 words[kPieces];
+#pragma unroll
+  for (int q = 0; q < kPieces; ++q) {
+    const uint32_t* src = &tile[t][4 * q];
+    words[q] = make_uint4(src[0], src[1], src[2], src[3]);
+  }
+#pragma unroll
+  for (int q = 0; q < kPieces; ++q) {
+    if (16 * q >= live) break;
     const int64_t gq = piece_g[q];
     if (gq < 0 && a.keep_rows == 0) continue;  // a weight has no rows outside its members
     const int64_t at = chunk0 + 16 * q - (a.keep_rows == 0 ? a.members.begin(gq) : 0);
     uint8_t* dst = a.data + (gq >= 0 ? gq * a.g_stride : 0) + (k0 + c) * a.k_stride + at;
-    const uint32_t* src = &tile[t][4 * q];
     if (16 * q + 16 <= live) {
-      *reinterpret_cast<uint4*>(dst) = make_uint4(src[0], src[1], src[2], src[3]);
+      *reinterpret_cast<uint4*>(dst) = words[q];
     } else {
-      for (int e = 0; 16 * q + e < live; ++e) dst[e] = static_cast<uint8_t>(src[e / 4] >> (8 * (e % 4)));
+      const uint32_t w4[4] = {words[q].x, words[q].y, words[q].z, words[q].w};
+      for (int e = 0; 16 * q + e < live; ++e) dst[e] = static_cast<uint8_t>(w4[e / 4] >> (8 * (e % 4)));
     }
   }
 }
