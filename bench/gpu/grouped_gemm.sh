@@ -11,13 +11,16 @@ BUILD_DIR="${BUILD_DIR:-$ROOT/build-gpu}"
 LIB="$BUILD_DIR/libtessera_bench_gemm.so"
 API_LIB="$BUILD_DIR/libtessera_bench_gemm_api.so"
 export PATH="/usr/local/cuda/bin:$PATH"
-g++ -std=c++20 -O2 -fPIC -shared -o "$LIB" "$ROOT/bench/gpu/grouped_gemm_entry.cpp" \
-  -I"$ROOT/src" -I"$ROOT/include" -I"$BUILD_DIR/include" -I/usr/local/cuda/include \
-  "$BUILD_DIR/libtessera.a" \
-  -L/usr/local/cuda/lib64 -lcudart -Wl,--no-undefined
 BLAS=$(grep -E '^BLAS_(LIBRARIES|openblas_LIBRARY)[:=]' "$BUILD_DIR/CMakeCache.txt" | head -1 | cut -d= -f2- || true)
+# libtessera.a's CPU GEMMs (pulled in through the shared dispatch) need the build's BLAS and oneDNN.
+DNNL=$(grep -E '^TESSERA_DNNL_LIBRARY:' "$BUILD_DIR/CMakeCache.txt" | cut -d= -f2- || true)
+[ -f "$DNNL" ] || DNNL=""
+g++ -std=c++20 -O2 -fPIC -shared -fopenmp -o "$LIB" "$ROOT/bench/gpu/grouped_gemm_entry.cpp" \
+  -I"$ROOT/src" -I"$ROOT/include" -I"$BUILD_DIR/include" -I/usr/local/cuda/include \
+  "$BUILD_DIR/libtessera.a" ${BLAS:+"$BLAS"} ${DNNL:+"$DNNL"} \
+  -L/usr/local/cuda/lib64 -lcudart -Wl,--no-undefined
 if g++ -std=c++20 -O2 -fPIC -shared -fopenmp -o "$API_LIB" "$ROOT/bench/gpu/grouped_gemm_api_entry.cpp" \
-  -I"$ROOT/include" -I"$BUILD_DIR/include" "$BUILD_DIR/libtessera.a" ${BLAS:+"$BLAS"} \
+  -I"$ROOT/include" -I"$BUILD_DIR/include" "$BUILD_DIR/libtessera.a" ${BLAS:+"$BLAS"} ${DNNL:+"$DNNL"} \
   -L/usr/local/cuda/lib64 -lcudart -Wl,--no-undefined; then
   export TESSERA_BENCH_API_LIB="$API_LIB"
 else

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "nn/member_scaling.h"
 #include "quantize/cuda/device_io.cuh"
@@ -124,14 +125,34 @@ struct MemberCursor {
   }
 };
 
+// The member owning row r (the same r in every lane), found by the whole warp: a 32-way search
+// over the starts, each round one load per lane (two rounds up to 1024 members), instead of
+// log2(G) dependent loads in every lane; the same answer as Members::member_of.
+__device__ __forceinline__ int64_t warp_member_of(const Members& m, int64_t r, int lane) {
+  if (m.starts == nullptr) return m.member_of(r);
+  const int64_t last_end = m.starts[m.groups];  // issued with the first round's loads
+  int64_t lo = 0, n = m.groups;  // the answer: the last g in [lo, lo + n) with starts[g] <= r
+  while (n > 1) {
+    const int64_t step = (n + 31) / 32;
+    const int64_t g = lo + lane * step;
+    const bool le = lane * step < n && m.starts[g] <= r;
+    const unsigned b = __ballot_sync(0xffffffffu, le);
+    const int last = b == 0 ? 0 : 31 - __clz(static_cast<int>(b));
+    const int64_t next = lo + last * step;
+    n = (lo + n - next) < step ? (lo + n - next) : step;
+    lo = next;
+  }
+  return r >= last_end ? -1 : lo;
+}
+
 // The 16 rows [r0, r0 + 16) of a warp in a layout whose members start on multiples of 16 rows
-// (Members::aligned16): one member (or none: past the last), looked up once. source(i): the row
-// of x holding row r0 + i, or -1 (padding, or no member).
+// (Members::aligned16): one member (or none: past the last), looked up once by the warp.
+// source(i): the row of x holding row r0 + i, or -1 (padding, or no member).
 struct WarpRows {
   int64_t g = -1, first = -1, live = 0;  // rows r0 + i, i < live, read x row first + i
-  __device__ WarpRows(const Members& m, int64_t r0, int64_t rows) {
+  __device__ WarpRows(const Members& m, int64_t r0, int64_t rows, int lane) {
     if (r0 >= rows) return;
-    g = m.member_of(r0);
+    g = warp_member_of(m, r0, lane);
     if (g < 0) {
       if (m.sources == nullptr) first = r0, live = rows - r0;  // the matrix's own tail rows
       return;
@@ -178,12 +199,21 @@ __global__ void __launch_bounds__(kColThreads) chunk_amax_kernel(MemberColumnsAr
   flush();
 }
 
-__global__ void chunk_scales_kernel(MemberColumnsArgs a, uint32_t* slots) {
+// Pass 2: each (member, column) slot's multiplier in place of its abs-bits maximum (its
+// scale_inv to a.scale_inv); with the fused row copy (row_amax not null), each row's as well
+// (scale_inv to a.row_scale_inv).
+__global__ void chunk_scales_kernel(MemberColumnsArgs a, uint32_t* slots, uint32_t* row_amax) {
   const int64_t n = a.members.groups * a.cols;
-  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n;
+  const int64_t all = n + (row_amax != nullptr ? a.rows : 0);
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < all;
        i += int64_t{gridDim.x} * blockDim.x) {
-    const float mult = moe::block_multiplier(a.quant, slots[i], a.scale_inv, i);
-    slots[i] = __float_as_uint(mult);
+    if (i < n) {
+      slots[i] = __float_as_uint(moe::block_multiplier(a.quant, slots[i], a.scale_inv, i));
+    } else {
+      const int64_t r = i - n;
+      row_amax[r] = __float_as_uint(
+          moe::block_multiplier(a.row_quant, row_amax[r], a.row_scale_inv, r));
+    }
   }
 }
 
@@ -233,7 +263,8 @@ __global__ void __launch_bounds__(kColThreads) chunk_encode_kernel(MemberColumns
 // The wide form of the activation passes (16-bit x, cols % 8 == 0, aligned): lane l takes
 // columns [8l, 8l + 8) of the CTA's 256 with one 16-byte load per row, so a warp reads 512
 // contiguous bytes of a row; the row maxima (for the rowwise copy, when asked for) are warp
-// reductions folded into row_amax[r] by atomicMax (one per row and column tile). Pass 3 writes
+// reductions folded into row_amax[r] by atomicMax (one per row and column tile). Pass 2
+// (chunk_scales_kernel) turns the slots' and the rows' maxima into multipliers. Pass 3 writes
 // the row's codes 8 bytes per lane and stages the columns' codes as 4-row words per column.
 constexpr int kWideCols = 256;
 constexpr int kWideWords = kChunkRows / 4 + 1;  // 4-byte words per staged column (+1: banks)
@@ -256,7 +287,7 @@ __global__ void __launch_bounds__(kColThreads) wide_amax_kernel(MemberColumnsArg
   const bool ok = c0 < a.cols;  // cols % 8 == 0: the lane's 8 columns are all in or all out
   const int64_t r_begin = int64_t{blockIdx.y} * kChunkRows + warp * kWarpRows;
   const In* x = static_cast<const In*>(a.x);
-  const WarpRows span(a.members, r_begin, a.rows);  // kWarpRows == 16 rows of one member
+  const WarpRows span(a.members, r_begin, a.rows, lane);  // kWarpRows == 16 rows, one member
   uint32_t m[8] = {};
   for (int b = 0; b < kWarpRows; b += kBatch) {
     uint4 raw[kBatch];
@@ -306,10 +337,34 @@ __global__ void __launch_bounds__(kColThreads) wide_amax_kernel(MemberColumnsArg
 }
 static_assert(kColThreads == kWideCols, "wide_amax_kernel folds one column per thread");
 
+// Element e (a compile-time index once unrolled) of 8 bf16/fp16 values in a 16-byte word, as a
+// float, from registers (no address taken: the word stays out of local memory).
 template <class In>
-__global__ void __launch_bounds__(kColThreads, 4) wide_encode_kernel(MemberColumnsArgs a,
+__device__ __forceinline__ float elem_of(const uint4& v, int e) {
+  const uint32_t w = e < 2 ? v.x : (e < 4 ? v.y : (e < 6 ? v.z : v.w));
+  const uint32_t h = e % 2 ? w >> 16 : w & 0xffffu;
+  if constexpr (std::is_same_v<In, bf16>) return __uint_as_float(h << 16);
+  else return formats::decode_fp16(static_cast<uint16_t>(h));
+}
+
+// The FP8 codes of four products, byte i: y_i (the hardware cvt.rn.satfinite in pairs; the
+// same bits as code()).
+template <bool kE5M2>
+__device__ __forceinline__ uint32_t codes4(float y0, float y1, float y2, float y3) {
+  using namespace ::tessera::detail::cuda_quant;
+  return kE5M2 ? encode_fp8x4<DType::kFloat8E5M2>(y0, y1, y2, y3)
+               : encode_fp8x4<DType::kFloat8E4M3>(y0, y1, y2, y3);
+}
+
+// Pass 3 of the wide form. Each warp loads its 16 rows (one member) in two batches of 8 (one
+// 16-byte load per lane and row, all 8 issued before the first is used), writes each row's
+// codes (row_mult: the rows' multipliers from the scales pass) and stages its columns' codes as
+// 4-row words. The CTA then writes its columns: per store, 8 lanes write one column's 128
+// bytes (a whole line) and a warp four columns.
+template <class In, bool kE5M2>
+__global__ void __launch_bounds__(kColThreads, 3) wide_encode_kernel(MemberColumnsArgs a,
                                                                   const uint32_t* mult,
-                                                                  const uint32_t* row_amax) {
+                                                                  const uint32_t* row_mult) {
   __shared__ uint32_t tile[kWideCols][kWideWords];
   __shared__ int64_t piece_g[kColWarps];  // the member of each warp's 16 rows
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
@@ -318,90 +373,89 @@ __global__ void __launch_bounds__(kColThreads, 4) wide_encode_kernel(MemberColum
   const bool ok = c0 < a.cols;
   const int64_t chunk0 = int64_t{blockIdx.y} * kChunkRows;
   const int64_t r_begin = chunk0 + warp * kWarpRows;
-  const In* x = static_cast<const In*>(a.x);
   const bool rows_out = a.row_data != nullptr;
-  const bool writer = blockIdx.x == 0 && lane == 0;  // of the rows' scale_inv
-  const WarpRows span(a.members, r_begin, a.rows);  // kWarpRows == 16 rows of one member
+  const WarpRows span(a.members, r_begin, a.rows, lane);  // kWarpRows == 16 rows, one member
   const int64_t g = span.g;
   if (lane == 0) piece_g[warp] = g;
-  float f[8] = {};
+  float f[8] = {};  // the lane's column multipliers (16-byte aligned: cols % 8 == 0)
+  if (g >= 0 && ok) {
+    const float4 lo = *reinterpret_cast<const float4*>(mult + g * a.cols + c0);
+    const float4 hi = *reinterpret_cast<const float4*>(mult + g * a.cols + c0 + 4);
+    f[0] = lo.x, f[1] = lo.y, f[2] = lo.z, f[3] = lo.w, f[4] = hi.x, f[5] = hi.y, f[6] = hi.z,
+    f[7] = hi.w;
+  }
+  const In* src = static_cast<const In*>(a.x) + (span.first >= 0 ? span.first : 0) * a.cols + c0;
+  const int64_t rows_here = a.rows - r_begin;  // rows of the matrix among the warp's 16
+  constexpr int kBatchRows = 8;
 #pragma unroll
-  for (int e = 0; e < 8; ++e) f[e] = g >= 0 && ok ? __uint_as_float(mult[g * a.cols + c0 + e]) : 0.0f;
-  constexpr int kWordRows = 4;  // rows per staged word, loaded before the first is used
-  for (int b = 0; b < kWarpRows; b += kWordRows) {
-    uint4 raw[kWordRows];
-    uint32_t ra[kWordRows];
+  for (int b = 0; b < kWarpRows; b += kBatchRows) {
+    uint4 raw[kBatchRows];
 #pragma unroll
-    for (int j = 0; j < kWordRows; ++j) {
-      const int64_t r = r_begin + b + j;
-      const bool live = r < a.rows;
-      const int64_t src = span.source(b + j);
-      raw[j] = ok && src >= 0 ? *reinterpret_cast<const uint4*>(x + src * a.cols + c0)
-                              : make_uint4(0, 0, 0, 0);
-      ra[j] = rows_out && live ? row_amax[r] : 0u;
+    for (int j = 0; j < kBatchRows; ++j) {
+      const bool in = ok && b + j < span.live;
+      raw[j] = in ? *reinterpret_cast<const uint4*>(src + (b + j) * a.cols) : make_uint4(0, 0, 0, 0);
     }
-    {
-      constexpr int w = 0;
-      uint32_t word[8] = {};
+    // The batch's 8 row multipliers (32-byte aligned; the scratch holds whole 8-row runs).
+    uint4 rm[2] = {};
+    if (rows_out && b < rows_here) {
+      rm[0] = *reinterpret_cast<const uint4*>(row_mult + r_begin + b);
+      rm[1] = *reinterpret_cast<const uint4*>(row_mult + r_begin + b + 4);
+    }
+    const float rf[kBatchRows] = {__uint_as_float(rm[0].x), __uint_as_float(rm[0].y),
+                                  __uint_as_float(rm[0].z), __uint_as_float(rm[0].w),
+                                  __uint_as_float(rm[1].x), __uint_as_float(rm[1].y),
+                                  __uint_as_float(rm[1].z), __uint_as_float(rm[1].w)};
+    if (rows_out && ok) {  // every row of the matrix, as the standalone rowwise quantizer
 #pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const int j = q;
-        const int64_t r = r_begin + b + j;
-        if (r >= a.rows) break;  // warp-uniform
-        if (g >= 0) {  // rows in no member (the layout's tail): column codes 0
+      for (int j = 0; j < kBatchRows; ++j) {
+        if (b + j >= rows_here) break;  // warp-uniform
+        float y[8];
 #pragma unroll
-          for (int e = 0; e < 8; ++e)
-            word[e] |= uint32_t{code(a.quant, __fmul_rn(elem<In>(raw[j], e), f[e]))}
-                       << (8 * q);
-        }
-        if (rows_out) {  // every row, as the standalone rowwise quantizer
-          float sink = 0.0f;
-          const float rf = moe::block_multiplier(a.row_quant, ra[j],
-                                                 writer ? a.row_scale_inv : &sink, writer ? r : 0);
-          if (ok) {
-            uint2 out;
-            auto* bytes = reinterpret_cast<uint8_t*>(&out);
-#pragma unroll
-            for (int e = 0; e < 8; ++e)
-              bytes[e] = code(a.row_quant, __fmul_rn(elem<In>(raw[j], e), rf));
-            *reinterpret_cast<uint2*>(a.row_data + r * a.cols + c0) = out;
-          }
-        }
+        for (int e = 0; e < 8; ++e) y[e] = __fmul_rn(elem_of<In>(raw[j], e), rf[j]);
+        const uint2 out = make_uint2(codes4<kE5M2>(y[0], y[1], y[2], y[3]),
+                                     codes4<kE5M2>(y[4], y[5], y[6], y[7]));
+        *reinterpret_cast<uint2*>(a.row_data + (r_begin + b + j) * a.cols + c0) = out;
       }
-      // Column 8·lane + e staged at tile row 32·e + lane: a warp's stores hit 32 banks.
+    }
+    // Column 8·lane + e, rows [4q, 4q + 4) of the batch: one word, staged at tile row
+    // 32·e + lane (a warp's stores hit 32 banks); rows in no member (the layout's tail): 0.
 #pragma unroll
-      for (int e = 0; e < 8; ++e) tile[32 * e + lane][(warp * kWarpRows + b) / 4 + w] = word[e];
+    for (int q = 0; q < kBatchRows / 4; ++q) {
+      const int word = (warp * kWarpRows + b) / 4 + q;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        float y[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) y[j] = __fmul_rn(elem_of<In>(raw[4 * q + j], e), f[e]);
+        tile[32 * e + lane][word] = g >= 0 ? codes4<kE5M2>(y[0], y[1], y[2], y[3]) : 0u;
+      }
     }
   }
   __syncthreads();
-  // Column c's bytes [16·q, 16·q + 16) of the chunk (piece q: warp q's 16 rows): thread t
-  // (kColThreads == kWideCols) writes column 8·(t % 32) + t / 32, reading tile row t, so
-  // consecutive threads read consecutive rows (33 words apart: distinct banks). All 8 pieces'
-  // shared-memory loads are issued first (the profile's largest stall was waiting on them one at
-  // a time). Piece q of an activation copy sits at its own rows; of a weight's Wᵀ per member
-  // (keep_rows == 0), at member g's block, rows counted from the member's first.
+  // Store i of warp w: lane l writes bytes [16·p, 16·p + 16) (piece p = l % 8: rows 16p..16p+15
+  // of the chunk) of column 8·(4w + l / 8) + i, staged at tile row 32·i + 4w + l / 8: 8 lanes
+  // one column's 128 bytes, the warp's 32 reads on 32 banks. Piece p of an activation copy sits
+  // at its own rows; of a weight's Wᵀ per member (keep_rows == 0), at member g's block, rows
+  // counted from the member's first.
   const int64_t live = a.rows - chunk0 < kChunkRows ? a.rows - chunk0 : int64_t{kChunkRows};
-  const int t = static_cast<int>(threadIdx.x), c = 8 * (t % 32) + t / 32;
-  if (k0 + c >= a.cols) return;
-  constexpr int kPieces = kChunkRows / 16;
-  uint4 words[kPieces];
+  const int p = lane % 8, l = 4 * warp + lane / 8;
+  if (16 * p >= live) return;
+  const int64_t gp = piece_g[p];
+  if (gp < 0 && a.keep_rows == 0) return;  // a weight has no rows outside its members
+  const int64_t at = chunk0 + 16 * p - (a.keep_rows == 0 ? a.members.begin(gp) : 0);
+  uint8_t* base = a.data + (gp >= 0 ? gp * a.g_stride : 0) + at;
 #pragma unroll
-  for (int q = 0; q < kPieces; ++q) {
-    const uint32_t* src = &tile[t][4 * q];
-    words[q] = make_uint4(src[0], src[1], src[2], src[3]);
-  }
-#pragma unroll
-  for (int q = 0; q < kPieces; ++q) {
-    if (16 * q >= live) break;
-    const int64_t gq = piece_g[q];
-    if (gq < 0 && a.keep_rows == 0) continue;  // a weight has no rows outside its members
-    const int64_t at = chunk0 + 16 * q - (a.keep_rows == 0 ? a.members.begin(gq) : 0);
-    uint8_t* dst = a.data + (gq >= 0 ? gq * a.g_stride : 0) + (k0 + c) * a.k_stride + at;
-    if (16 * q + 16 <= live) {
-      *reinterpret_cast<uint4*>(dst) = words[q];
+  for (int i = 0; i < 8; ++i) {
+    const int c = 8 * l + i;
+    if (k0 + c >= a.cols) break;  // columns in order: the rest are out too
+    const uint32_t* t4 = &tile[32 * i + l][4 * p];
+    const uint4 v = make_uint4(t4[0], t4[1], t4[2], t4[3]);
+    uint8_t* dst = base + (k0 + c) * a.k_stride;
+    if (16 * p + 16 <= live) {
+      *reinterpret_cast<uint4*>(dst) = v;
     } else {
-      const uint32_t w4[4] = {words[q].x, words[q].y, words[q].z, words[q].w};
-      for (int e = 0; 16 * q + e < live; ++e) dst[e] = static_cast<uint8_t>(w4[e / 4] >> (8 * (e % 4)));
+      const uint32_t w4[4] = {v.x, v.y, v.z, v.w};
+      for (int e = 0; 16 * p + e < live; ++e) dst[e] = static_cast<uint8_t>(w4[e / 4] >> (8 * (e % 4)));
     }
   }
 }
@@ -565,7 +619,7 @@ bool wide_columns(const MemberColumnsArgs& a) {
   static_assert(kWarpRows == 16, "a warp's rows lie in one member of a 16-row aligned layout");
   return (chunked_columns(a) || weight_columns(a)) && a.members.aligned16 &&
          dtype_bytes(a.x_dtype, 1) == 2 && a.cols % 8 == 0 && aligned(a.x, 16) &&
-         (a.row_data == nullptr || aligned(a.row_data, 8));
+         (a.row_data == nullptr || (aligned(a.row_data, 8) && a.row_quant.e5m2 == a.quant.e5m2));
 }
 
 // Scratch: the (member, column) slots, then the rows' amax bits when the row copy is fused.
@@ -580,7 +634,8 @@ bool lines_fused(const MemberColumnsArgs& a) { return wide_columns(a); }
 
 int64_t member_columns_scratch_bytes(const MemberColumnsArgs& a) {
   if (!chunked_columns(a) && !wide_columns(a)) return 0;
-  return slot_bytes(a) + (a.row_data != nullptr ? 4 * a.rows : 0);
+  // the rows' amax bits, rounded up to whole 8-row runs (wide_encode_kernel loads 8 at a time)
+  return slot_bytes(a) + (a.row_data != nullptr ? 4 * ((a.rows + 7) / 8 * 8) : 0);
 }
 
 void quantize_member_columns(const MemberColumnsArgs& a, void* scratch, Stream stream) {
@@ -595,7 +650,7 @@ void quantize_member_columns(const MemberColumnsArgs& a, void* scratch, Stream s
     TESSERA_CUDA_CHECK(cudaMemsetAsync(slots, 0, 4 * a.members.groups * a.cols, s));
     const dim3 grid(static_cast<unsigned>((a.cols + kColCols - 1) / kColCols),
                     static_cast<unsigned>(chunks > 0 ? chunks : 1));
-    const int64_t n = a.members.groups * a.cols;
+    const int64_t n = a.members.groups * a.cols + (wide_columns(a) && a.row_data ? a.rows : 0);
     const unsigned sgrid = static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 4096));
     if (wide_columns(a)) {
       uint32_t* row_amax = a.row_data != nullptr
@@ -606,8 +661,9 @@ void quantize_member_columns(const MemberColumnsArgs& a, void* scratch, Stream s
         using In = typename decltype(tag)::type;
         if constexpr (sizeof(In) == 2) {  // wide_columns: 16-bit input only
           if (a.rows > 0) wide_amax_kernel<In><<<wgrid, kColThreads, 0, s>>>(a, slots, row_amax);
-          chunk_scales_kernel<<<sgrid, 256, 0, s>>>(a, slots);
-          if (a.rows > 0) wide_encode_kernel<In><<<wgrid, kColThreads, 0, s>>>(a, slots, row_amax);
+          chunk_scales_kernel<<<sgrid, 256, 0, s>>>(a, slots, row_amax);
+          auto* encode = a.quant.e5m2 ? wide_encode_kernel<In, true> : wide_encode_kernel<In, false>;
+          if (a.rows > 0) encode<<<wgrid, kColThreads, 0, s>>>(a, slots, row_amax);
           TESSERA_CUDA_CHECK(cudaGetLastError());
         }
       });
@@ -618,7 +674,7 @@ void quantize_member_columns(const MemberColumnsArgs& a, void* scratch, Stream s
     dispatch_float_input(a.x_dtype, "x", [&](auto tag) {
       using In = typename decltype(tag)::type;
       if (a.rows > 0) chunk_amax_kernel<In><<<grid, kColThreads, 0, s>>>(a, slots);
-      chunk_scales_kernel<<<sgrid, 256, 0, s>>>(a, slots);
+      chunk_scales_kernel<<<sgrid, 256, 0, s>>>(a, slots, nullptr);
       if (a.rows > 0) chunk_encode_kernel<In><<<grid, kColThreads, 0, s>>>(a, slots);
       TESSERA_CUDA_CHECK(cudaGetLastError());
     });
