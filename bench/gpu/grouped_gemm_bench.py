@@ -49,6 +49,9 @@ SWEEP_CONFIGS = {
     "c256x3t_c2": (256, 3, 2, 1, 0, 2), "c256x3t_b8_c2": (256, 3, 2, 1, 8, 2),
     "c256x3t_b16_c2": (256, 3, 2, 1, 16, 2), "p128x6t_c2": (128, 6, 2, 2, 0, 2),
     "p128x5t_c2": (128, 5, 2, 2, 0, 2),
+    # n blocks fastest (bands of one m block) and narrow bands: the order the dW stores go out in
+    "p128x5t_b1": (128, 5, 2, 2, 1, 1), "p128x5t_b2": (128, 5, 2, 2, 2, 1),
+    "p128x5t_b4": (128, 5, 2, 2, 4, 1), "c256x3t_b1": (256, 3, 2, 1, 1, 1),
     # the same configs again under other names: the run's own noise
     "c256x3t_b8_again": (256, 3, 2, 1, 8, 1), "c256x3t_b16_again": (256, 3, 2, 1, 16, 1),
 }

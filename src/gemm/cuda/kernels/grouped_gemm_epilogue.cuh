@@ -3,8 +3,9 @@
 //
 // Two phases so that no global-load latency sits between the last MMA and the stores:
 // - epilogue_prefetch() runs BEFORE the tile's main loop: each thread loads its two row scales per
-//   row block (with alpha, group_alpha, poison folded in) and the B scale / bias of columns
-//   tid + 128·i into registers; the loads complete under the main loop.
+//   row block, group_alpha and the B scale / bias of columns tid + 128·i into registers, and
+//   uses none of them there, so the loads complete under the main loop (alpha, group_alpha and
+//   the poison are folded into the row scales after it: row_factors()).
 // - tile_epilogue() runs after it: the column values go to the warpgroup's shared-memory column
 //   vectors (one named barrier), then each thread reads 8 column pairs at a time from there,
 //   scales its fragment and writes either the 128-byte swizzled TMA-store staging buffer (tiles
@@ -34,12 +35,18 @@ struct Tile {
   bool poisoned = false;       // K-grouped group the setup kernel found misaligned: NaN output
 };
 
-// Registers loaded before the main loop. row_scale[h][i]: alpha·group_alpha·sa of the thread's
-// row i (0: l/4, 1: l/4 + 8) in row block h (rows past the group end: unused). col[v][i]: column
-// vector v (0: scale_b, 1: bias) at column n_blk·kBlockN + tid + 128·i.
-template <int kBlockN, int kRowBlocks>
+// Registers loaded before the main loop. kDefer (the plain kinds): the loads are used only after
+// the main loop, so that they complete under the MMAs (a product taken at once stalls the
+// warpgroup on them before its main loop; ncu sampled it on the short K-grouped loops). The
+// block-scaled kinds fold at once (kDefer false): their consumers have no register to spare.
+// sa[h][i]: the A scale of the thread's row i (0: l/4, 1: l/4 + 8) in row block h, 1 where there
+// is none (rows past the group end: unused) — without kDefer already times alpha·group_alpha;
+// group_alpha: group_alpha[g] or 1 (kDefer only). col[v][i]: column vector v (0: scale_b,
+// 1: bias) at column n_blk·kBlockN + tid + 128·i.
+template <int kBlockN, int kRowBlocks, bool kDefer>
 struct EpiloguePrefetch {
-  float row_scale[kRowBlocks][2];
+  float sa[kRowBlocks][2];
+  float group_alpha;
   float col[2][kBlockN / 128];
 };
 
@@ -65,15 +72,20 @@ __device__ __forceinline__ int64_t a_group_start(const KernelParams& p, const Ti
 }
 
 // first_row: the warpgroup's first row inside the group's tile (row block h starts 64·h later).
-template <int kBlockN, int kRowBlocks>
+template <int kBlockN, int kRowBlocks, bool kDefer>
 __device__ __forceinline__ void epilogue_prefetch(const KernelParams& p, const Tile& t,
                                                   int64_t first_row,
-                                                  EpiloguePrefetch<kBlockN, kRowBlocks>& pre) {
+                                                  EpiloguePrefetch<kBlockN, kRowBlocks, kDefer>& pre) {
   const int tid = threadIdx.x % 128;
   const int warp = tid / 32, lane = tid % 32;
   const int64_t rows = group_rows(p, t);
-  float alpha = p.alpha * (p.group_alpha ? p.group_alpha[t.g] : 1.0f);
-  if (t.poisoned) alpha = __int_as_float(0x7fc00000);  // NaN: the group could not be computed
+  float alpha = 1.0f;
+  if constexpr (kDefer) {
+    pre.group_alpha = p.group_alpha ? p.group_alpha[t.g] : 1.0f;
+  } else {
+    alpha = p.alpha * (p.group_alpha ? p.group_alpha[t.g] : 1.0f);
+    if (t.poisoned) alpha = __int_as_float(0x7fc00000);  // NaN: the group could not be computed
+  }
   // A's row of the group's row 0 (rowwise A scales are per A row); K-grouped: output rows.
   const int64_t a_row0 = p.k_grouped || !p.scale_a ? 0 : a_group_start(p, t);
 #pragma unroll
@@ -81,10 +93,11 @@ __device__ __forceinline__ void epilogue_prefetch(const KernelParams& p, const T
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int64_t r = first_row + h * 64 + warp * 16 + lane / 4 + 8 * i;
-      const int64_t scale_row = a_row0 + r;
-      pre.row_scale[h][i] = alpha;
-      if (r < rows && p.scale_a)
-        pre.row_scale[h][i] *= p.scale_a[t.g * p.sa_gs + scale_row * p.sa_rs];
+      pre.sa[h][i] = alpha;
+      if (r < rows && p.scale_a) {
+        const float sa = p.scale_a[t.g * p.sa_gs + (a_row0 + r) * p.sa_rs];
+        pre.sa[h][i] = kDefer ? sa : alpha * sa;
+      }
     }
   }
 #pragma unroll
@@ -94,6 +107,23 @@ __device__ __forceinline__ void epilogue_prefetch(const KernelParams& p, const T
     pre.col[0][i] = p.scale_b && in ? p.scale_b[t.g * p.sb_gs + c * p.sb_rs] : 1.0f;
     pre.col[1][i] = p.bias && in ? load_bias(p, t.g * p.bias_gs + c) : 0.0f;
   }
+}
+
+// The row factors of the epilogue, alpha·group_alpha·sa (NaN for a group the setup kernel found
+// misaligned), from the prefetched loads: the same products as one multiply each would give.
+template <int kBlockN, int kRowBlocks, bool kDefer>
+__device__ __forceinline__ void row_factors(const KernelParams& p, const Tile& t,
+                                            const EpiloguePrefetch<kBlockN, kRowBlocks, kDefer>& pre,
+                                            float (&row_scale)[kRowBlocks][2]) {
+  float alpha = 1.0f;
+  if constexpr (kDefer) {
+    alpha = p.alpha * pre.group_alpha;
+    if (t.poisoned) alpha = __int_as_float(0x7fc00000);  // NaN: the group could not be computed
+  }
+#pragma unroll
+  for (int h = 0; h < kRowBlocks; ++h)
+#pragma unroll
+    for (int i = 0; i < 2; ++i) row_scale[h][i] = kDefer ? alpha * pre.sa[h][i] : pre.sa[h][i];
 }
 
 __device__ __forceinline__ void store_pair(const KernelParams& p, void* base, int64_t off, float v0,
@@ -369,10 +399,10 @@ __device__ __forceinline__ void store_tile_blocks(const KernelParams& p, const C
 // kRowBlocks, or one reused block by block); cols = its column vectors; bar = its named barrier
 // id (128 threads); map_d / map_d8: D with 64-row / 8-row boxes. The wait for the previous tile's stores to finish READING the staging buffer
 // is here, so those stores overlapped this tile's main loop.
-template <int kBlockN, int kRowBlocks>
+template <int kBlockN, int kRowBlocks, bool kDefer>
 __device__ __forceinline__ void tile_epilogue(const KernelParams& p, const CUtensorMap* map_d,
                                               const CUtensorMap* map_d8, const Tile& t, float (&acc)[kRowBlocks][kBlockN / 2],
-                                              const EpiloguePrefetch<kBlockN, kRowBlocks>& pre,
+                                              const EpiloguePrefetch<kBlockN, kRowBlocks, kDefer>& pre,
                                               int64_t first_row, uint8_t* staging, float* cols,
                                               int bar) {
   const int tid = threadIdx.x % 128;
@@ -384,15 +414,17 @@ __device__ __forceinline__ void tile_epilogue(const KernelParams& p, const CUten
     if (p.scale_b) cols[(v++) * kBlockN + tid + 128 * i] = pre.col[0][i];
     if (p.bias) cols[v * kBlockN + tid + 128 * i] = pre.col[1][i];
   }
+  float row_scale[kRowBlocks][2];
+  row_factors(p, t, pre, row_scale);
   named_barrier(bar, 128);
   if (kRowBlocks == 1 || p.staging_blocks == kRowBlocks) {
-    epilogue_rows<kBlockN, kRowBlocks, 0, kRowBlocks>(p, t, acc, pre.row_scale, first_row, cols,
+    epilogue_rows<kBlockN, kRowBlocks, 0, kRowBlocks>(p, t, acc, row_scale, first_row, cols,
                                                       staging);
     if (p.tma_store) fence_async_shared();
     named_barrier(bar, 128);  // staging complete; column vectors free for the next tile
     if (staged) store_tile_blocks<kBlockN>(p, map_d, map_d8, t, first_row, 0, kRowBlocks, staging);
   } else {  // one staging block: block 0, its stores, wait until they have read it, block 1
-    epilogue_rows<kBlockN, kRowBlocks, 0, 1>(p, t, acc, pre.row_scale, first_row, cols, staging);
+    epilogue_rows<kBlockN, kRowBlocks, 0, 1>(p, t, acc, row_scale, first_row, cols, staging);
     if (p.tma_store) fence_async_shared();
     named_barrier(bar, 128);
     if (staged) {
@@ -400,7 +432,7 @@ __device__ __forceinline__ void tile_epilogue(const KernelParams& p, const CUten
       if (tid == 0) bulk_wait_read<0>();
     }
     named_barrier(bar, 128);
-    epilogue_rows<kBlockN, kRowBlocks, 1, 2>(p, t, acc, pre.row_scale, first_row, cols, staging);
+    epilogue_rows<kBlockN, kRowBlocks, 1, 2>(p, t, acc, row_scale, first_row, cols, staging);
     if (p.tma_store) fence_async_shared();
     named_barrier(bar, 128);  // staging complete; column vectors free for the next tile
     if (staged) store_tile_blocks<kBlockN>(p, map_d, map_d8, t, first_row, 1, 2, staging);

@@ -332,8 +332,9 @@ __device__ __forceinline__ void consumer_loop(const KernelParams& p, const CUten
       break;
     }
     const int64_t first_row = t.m_blk * kBlockM + (kPingpong ? 0 : cw * 64);
-    EpiloguePrefetch<kBlockN, kRowBlocks> pre;
-    epilogue_prefetch<kBlockN, kRowBlocks>(p, t, first_row, pre);
+    // The plain kinds keep the epilogue's loads unused until after the main loop (kDefer).
+    EpiloguePrefetch<kBlockN, kRowBlocks, !Elem::kPromote && Elem::kPromoteK != 32> pre;
+    epilogue_prefetch(p, t, first_row, pre);
     if (kPingpong && i > 0) wait_turn(cw);
     // Row blocks entirely past the group end (partial tiles of ragged groups) skip their MMAs.
     const int64_t left = group_rows(p, t) - first_row;
@@ -369,7 +370,7 @@ __device__ __forceinline__ void consumer_loop(const KernelParams& p, const CUten
     else
       main_loop<Elem, kBlockN, kRowBlocks, 0, kPingpong>(p, t, acc, smem_a, smem_b, full, empty,
                                                          ring, a_block, cw);
-    tile_epilogue<kBlockN, kRowBlocks>(p, map_d, map_d8, t, acc, pre, first_row, staging, cols, 1 + cw);
+    tile_epilogue(p, map_d, map_d8, t, acc, pre, first_row, staging, cols, 1 + cw);
   }
   if (p.tma_store && threadIdx.x % 128 == 0) bulk_wait<0>();  // stores done before exit
 }
