@@ -122,6 +122,7 @@ void quantize_member_columns(const MemberColumnsArgs& a, Allocator& alloc, Devic
 }
 
 int64_t member_tensor_scratch_bytes(const MemberTensorArgs& a) {
+  if (cuda::member_tensor_wide(a)) return cuda::member_tensor_wide_scratch_bytes(a);
   const int64_t codes = a.row_codes == nullptr ? a.rows * a.cols : 0;
   return codes + 256 + 4 * a.members.groups;
 }
@@ -132,6 +133,7 @@ void quantize_member_tensor(const MemberTensorArgs& a, Device device, Stream str
     check_members(a.members, a.rows);
     return member_tensor_cpu(a);
   }
+  if (cuda::member_tensor_wide(a)) return cuda::quantize_member_tensor_wide(a, a.scratch, stream);
   // Scratch: [row codes when not asked for] [amax bits of the members], 256-byte aligned.
   auto* base = static_cast<uint8_t*>(a.scratch);
   const int64_t codes_bytes = a.row_codes == nullptr ? (a.rows * a.cols + 255) / 256 * 256 : 0;

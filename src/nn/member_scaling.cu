@@ -361,7 +361,9 @@ __device__ __forceinline__ uint32_t codes4(float y0, float y1, float y2, float y
 // codes (row_mult: the rows' multipliers from the scales pass) and stages its columns' codes as
 // 4-row words. The CTA then writes its columns: per store, 8 lanes write one column's 128
 // bytes (a whole line) and a warp four columns.
-template <class In, bool kE5M2>
+// kPerMember (per-tensor scaling, MemberTensorArgs): mult holds one multiplier per member for
+// both copies, and rows in no member or past a member's source rows (padding) get code 0 in both.
+template <class In, bool kE5M2, bool kPerMember>
 __global__ void __launch_bounds__(kColThreads, 3) wide_encode_kernel(MemberColumnsArgs a,
                                                                   const uint32_t* mult,
                                                                   const uint32_t* row_mult) {
@@ -378,7 +380,10 @@ __global__ void __launch_bounds__(kColThreads, 3) wide_encode_kernel(MemberColum
   const int64_t g = span.g;
   if (lane == 0) piece_g[warp] = g;
   float f[8] = {};  // the lane's column multipliers (16-byte aligned: cols % 8 == 0)
-  if (g >= 0 && ok) {
+  if (kPerMember && g >= 0) {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) f[e] = __uint_as_float(mult[g]);
+  } else if (!kPerMember && g >= 0 && ok) {
     const float4 lo = *reinterpret_cast<const float4*>(mult + g * a.cols + c0);
     const float4 hi = *reinterpret_cast<const float4*>(mult + g * a.cols + c0 + 4);
     f[0] = lo.x, f[1] = lo.y, f[2] = lo.z, f[3] = lo.w, f[4] = hi.x, f[5] = hi.y, f[6] = hi.z,
@@ -395,9 +400,13 @@ __global__ void __launch_bounds__(kColThreads, 3) wide_encode_kernel(MemberColum
       const bool in = ok && b + j < span.live;
       raw[j] = in ? *reinterpret_cast<const uint4*>(src + (b + j) * a.cols) : make_uint4(0, 0, 0, 0);
     }
-    // The batch's 8 row multipliers (32-byte aligned; the scratch holds whole 8-row runs).
+    // The batch's 8 row multipliers (32-byte aligned; the scratch holds whole 8-row runs), or
+    // the member's (kPerMember).
     uint4 rm[2] = {};
-    if (rows_out && b < rows_here) {
+    if (kPerMember) {
+      rm[0].x = rm[0].y = rm[0].z = rm[0].w = rm[1].x = rm[1].y = rm[1].z = rm[1].w =
+          __float_as_uint(f[0]);
+    } else if (rows_out && b < rows_here) {
       rm[0] = *reinterpret_cast<const uint4*>(row_mult + r_begin + b);
       rm[1] = *reinterpret_cast<const uint4*>(row_mult + r_begin + b + 4);
     }
@@ -412,8 +421,9 @@ __global__ void __launch_bounds__(kColThreads, 3) wide_encode_kernel(MemberColum
         float y[8];
 #pragma unroll
         for (int e = 0; e < 8; ++e) y[e] = __fmul_rn(elem_of<In>(raw[j], e), rf[j]);
-        const uint2 out = make_uint2(codes4<kE5M2>(y[0], y[1], y[2], y[3]),
-                                     codes4<kE5M2>(y[4], y[5], y[6], y[7]));
+        uint2 out = make_uint2(codes4<kE5M2>(y[0], y[1], y[2], y[3]),
+                               codes4<kE5M2>(y[4], y[5], y[6], y[7]));
+        if (kPerMember && (g < 0 || b + j >= span.live)) out = make_uint2(0, 0);
         *reinterpret_cast<uint2*>(a.row_data + (r_begin + b + j) * a.cols + c0) = out;
       }
     }
@@ -426,7 +436,10 @@ __global__ void __launch_bounds__(kColThreads, 3) wide_encode_kernel(MemberColum
       for (int e = 0; e < 8; ++e) {
         float y[4];
 #pragma unroll
-        for (int j = 0; j < 4; ++j) y[j] = __fmul_rn(elem_of<In>(raw[4 * q + j], e), f[e]);
+        for (int j = 0; j < 4; ++j) {
+          y[j] = __fmul_rn(elem_of<In>(raw[4 * q + j], e), f[e]);
+          if (kPerMember && b + 4 * q + j >= span.live) y[j] = 0.0f;  // padding: code 0
+        }
         tile[32 * e + lane][word] = g >= 0 ? codes4<kE5M2>(y[0], y[1], y[2], y[3]) : 0u;
       }
     }
@@ -535,6 +548,30 @@ __global__ void __launch_bounds__(kRowWarps * 32) member_encode_kernel(MemberTen
         out[c] = zero ? uint8_t{0} : code(a.quant, __fmul_rn(to_float(row[c]), f));
     }
   }
+}
+
+// Per-tensor scaling through the wide kernels: member g's amax is the maximum of its (member,
+// column) slots (wide_amax_kernel's abs bits; NaN wins, as member_amax_kernel's rows), then its
+// multiplier and the values member_encode_kernel's block 0 writes. One CTA per member.
+__global__ void __launch_bounds__(256) member_slot_scales_kernel(MemberTensorArgs a,
+                                                                  const uint32_t* slots,
+                                                                  uint32_t* mult) {
+  __shared__ uint32_t part[8];
+  const int64_t g = blockIdx.x;
+  uint32_t m = 0;
+  for (int64_t c = threadIdx.x; c < a.cols; c += blockDim.x) m = max(m, slots[g * a.cols + c]);
+#pragma unroll
+  for (int sh = 16; sh > 0; sh /= 2) m = max(m, __shfl_xor_sync(0xffffffffu, m, sh));
+  if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = m;
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  for (int w = 1; w < 8; ++w) m = max(m, part[w]);
+  mult[g] = __float_as_uint(member_multiplier(a, m, g, a.scale_inv + g));
+  if (a.scale_inv2) a.scale_inv2[g] = a.scale_inv[g];
+  const float am = scale_rules::amax_from_abs_bits(m);
+  if (a.amax) a.amax[g] = am;
+  if (a.amax2) a.amax2[g] = am;
+  if (a.history) a.history[g] = am;
 }
 
 // The delayed-scaling update of every member (scale_rules::delayed_update per member, in
@@ -662,7 +699,8 @@ void quantize_member_columns(const MemberColumnsArgs& a, void* scratch, Stream s
         if constexpr (sizeof(In) == 2) {  // wide_columns: 16-bit input only
           if (a.rows > 0) wide_amax_kernel<In><<<wgrid, kColThreads, 0, s>>>(a, slots, row_amax);
           chunk_scales_kernel<<<sgrid, 256, 0, s>>>(a, slots, row_amax);
-          auto* encode = a.quant.e5m2 ? wide_encode_kernel<In, true> : wide_encode_kernel<In, false>;
+          auto* encode = a.quant.e5m2 ? wide_encode_kernel<In, true, false>
+                                      : wide_encode_kernel<In, false, false>;
           if (a.rows > 0) encode<<<wgrid, kColThreads, 0, s>>>(a, slots, row_amax);
           TESSERA_CUDA_CHECK(cudaGetLastError());
         }
@@ -688,6 +726,57 @@ void quantize_member_columns(const MemberColumnsArgs& a, void* scratch, Stream s
   dispatch_float_input(a.x_dtype, "x", [&](auto tag) {
     member_columns_kernel<typename decltype(tag)::type><<<grid, kColThreads, 0, s>>>(a);
     TESSERA_CUDA_CHECK(cudaGetLastError());
+  });
+}
+
+namespace {
+// The wide kernels' view of a per-tensor quantization: the columnwise copy (cols, rows) as an
+// activation's, the rowwise copy as the fused row codes; uniform members of a multiple of 16
+// rows (a weight's experts) lie on the 16-row grid as the step's padded layouts do.
+MemberColumnsArgs wide_tensor_args(const MemberTensorArgs& t) {
+  MemberColumnsArgs a{t.x, t.x_dtype, t.rows, t.cols, t.members, t.quant, t.col_codes,
+                      0, t.rows, 1, nullptr};
+  if (a.members.starts == nullptr && a.members.uniform % 16 == 0) a.members.aligned16 = true;
+  a.row_data = t.row_codes;
+  a.row_quant = t.quant;
+  return a;
+}
+}  // namespace
+
+bool member_tensor_wide(const MemberTensorArgs& t) {
+  return t.col_codes != nullptr && wide_columns(wide_tensor_args(t));
+}
+
+int64_t member_tensor_wide_scratch_bytes(const MemberTensorArgs& t) {
+  return slot_bytes(wide_tensor_args(t)) + 4 * t.members.groups;
+}
+
+void quantize_member_tensor_wide(const MemberTensorArgs& t, void* scratch, Stream stream) {
+  const auto s = stream.as<cudaStream_t>();
+  const MemberColumnsArgs a = wide_tensor_args(t);
+  TESSERA_CHECK(member_tensor_wide(t) && scratch != nullptr, "quantize_member_tensor_wide: "
+                "the arguments do not qualify, or no scratch");
+  const int64_t chunks = (a.rows + kChunkRows - 1) / kChunkRows;
+  TESSERA_CHECK_STATUS(chunks <= 65535, Status::kOutOfRange, "quantize_member_tensor_wide: ",
+                       a.rows, " rows past the grid limit of ", 65535 * kChunkRows);
+  TESSERA_CHECK_STATUS(t.members.groups <= 2147483647, Status::kOutOfRange,
+                       "quantize_member_tensor_wide: ", t.members.groups, " members");
+  auto* slots = static_cast<uint32_t*>(scratch);
+  auto* mult = reinterpret_cast<uint32_t*>(static_cast<char*>(scratch) + slot_bytes(a));
+  TESSERA_CUDA_CHECK(cudaMemsetAsync(slots, 0, 4 * a.members.groups * a.cols, s));
+  const dim3 wgrid(static_cast<unsigned>((a.cols + kWideCols - 1) / kWideCols),
+                   static_cast<unsigned>(chunks > 0 ? chunks : 1));
+  dispatch_float_input(a.x_dtype, "x", [&](auto tag) {
+    using In = typename decltype(tag)::type;
+    if constexpr (sizeof(In) == 2) {  // wide_columns: 16-bit input only
+      if (a.rows > 0) wide_amax_kernel<In><<<wgrid, kColThreads, 0, s>>>(a, slots, nullptr);
+      member_slot_scales_kernel<<<static_cast<unsigned>(t.members.groups), 256, 0, s>>>(t, slots,
+                                                                                        mult);
+      auto* encode = a.quant.e5m2 ? wide_encode_kernel<In, true, true>
+                                  : wide_encode_kernel<In, false, true>;
+      if (a.rows > 0) encode<<<wgrid, kColThreads, 0, s>>>(a, mult, nullptr);
+      TESSERA_CUDA_CHECK(cudaGetLastError());
+    }
   });
 }
 

@@ -185,6 +185,12 @@ void quantize_member_columns(const MemberColumnsArgs& a, void* scratch, Stream s
 void member_tensor_amax(const MemberTensorArgs& a, uint32_t* amax_bits, Stream stream);
 void member_tensor_encode(const MemberTensorArgs& a, const uint32_t* amax_bits, uint8_t* codes,
                           Stream stream);
+// Per-tensor scaling with the columnwise copy through the wide kernels (16-bit x on the 16-row
+// grid): both copies from one read of x, no transpose of the row codes. member_tensor_wide: the
+// args qualify; the scratch then holds member_tensor_wide_scratch_bytes.
+bool member_tensor_wide(const MemberTensorArgs& a);
+int64_t member_tensor_wide_scratch_bytes(const MemberTensorArgs& a);
+void quantize_member_tensor_wide(const MemberTensorArgs& a, void* scratch, Stream stream);
 void update_member_state(float* scale, float* history, int64_t groups, int len, bool most_recent,
                          float fp8_max, int margin, Stream stream);
 }  // namespace cuda

@@ -19,6 +19,12 @@ void member_tensor_encode(const MemberTensorArgs&, const uint32_t*, uint8_t*, St
   TESSERA_FAIL(Status::kNoDevice, "member_tensor_encode: tessera was built without CUDA");
 }
 
+bool member_tensor_wide(const MemberTensorArgs&) { return false; }
+int64_t member_tensor_wide_scratch_bytes(const MemberTensorArgs&) { return 0; }
+void quantize_member_tensor_wide(const MemberTensorArgs&, void*, Stream) {
+  TESSERA_FAIL(Status::kNoDevice, "quantize_member_tensor_wide: tessera was built without CUDA");
+}
+
 void update_member_state(float*, float*, int64_t, int, bool, float, int, Stream) {
   TESSERA_FAIL(Status::kNoDevice, "update_member_state: tessera was built without CUDA");
 }
