@@ -29,6 +29,10 @@ if not os.path.exists(_LIB):
         "build found no PyTorch >= 2.10. Install torch, then rebuild / reinstall tessera.")
 torch.ops.load_library(_LIB)
 ops = torch.ops.tessera
+# The steps' ops by their one overload: calling an overload skips the packet's per-call search
+# for the overload that matches the arguments.
+linear_fwd, linear_bwd = ops.linear_fwd.default, ops.linear_bwd.default
+mlp_fwd, mlp_bwd = ops.mlp_fwd.default, ops.mlp_bwd.default
 
 _ERROR = re.compile(r"\[tessera:(\d+)\] (.*)", re.S)
 

@@ -31,7 +31,7 @@ class _MlpFn(torch.autograd.Function):
         requantize = wc1 is None
         need_wgrad = ctx.needs_input_grad[1] or ctx.needs_input_grad[2]
         y, s1, h, s2, a, made1, made2 = _ext.call(
-            _ext.ops.mlp_fwd, x, w1, w2, offs, probs, b1, b2, wc1, wc2, requantize, spec1, spec2,
+            _ext.mlp_fwd, x, w1, w2, offs, probs, b1, b2, wc1, wc2, requantize, spec1, spec2,
             prefix, ds1, ah1, ds2, ah2, need_wgrad)
         c1, c2 = (made1, made2) if requantize else (wc1, wc2)
         dense_x = s1.numel() == 0 and need_wgrad  # fc1's weight gradient reads x itself
@@ -59,7 +59,7 @@ class _MlpFn(torch.autograd.Function):
         need_db = has_bias and (need[5] or need[6])
         dy = dy if dy.is_contiguous() else dy.contiguous()
         dx, dprobs, dw1, db1, dw2, db2 = _ext.call(
-            _ext.ops.mlp_bwd, dy, offs, x, probs, w1, w2, c1 if c1.numel() else None,
+            _ext.mlp_bwd, dy, offs, x, probs, w1, w2, c1 if c1.numel() else None,
             c2 if c2.numel() else None, s1, h, s2, a, spec1, spec2, prefix, has_bias, ds1, ah1, ds2,
             ah2, mg1, mg2, need_dx, need_dprobs, need_dw, need_db, w_dtype, b_dtype, p_dtype)
         accumulate = mg1 is not None
