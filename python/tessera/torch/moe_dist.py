@@ -294,12 +294,14 @@ class _DispatchFn(torch.autograd.Function):
     def forward(ctx, x: Tensor, state: DispatchState, mode: str, e8m0_floor: bool) -> Tensor:
         k = state.slot_map.shape[1]
         data, sinv = ops.moe_permute(x, state.row_pair, k, mode, "e4m3", e8m0_floor)
-        recv = _send_forward(data, state)
+        recv = _to_expert_major(_send_forward(data, state), state)
         if mode != "none":
+            # Codes and scales are regrouped before the dequantize (each row keeps its scale
+            # row): the regrouping copy moves the 1-byte codes, not the wider dequantized rows.
             recv_scale = _send_forward(_scale_rows(sinv, mode, state.rows), state)
-            recv = ops.dequantize_rows(recv, recv_scale, mode, x.dtype)
+            recv = ops.dequantize_rows(recv, _to_expert_major(recv_scale, state), mode, x.dtype)
         ctx.state = state
-        return _to_expert_major(recv, state)
+        return recv
 
     @staticmethod
     def backward(ctx, grad: Tensor):

@@ -1,0 +1,68 @@
+"""Where one expert-parallel dispatch spends its GPU time, per recipe (torch.profiler, CUDA
+activity): the kernels and collectives of one dispatch, summed by name, at the DSv3-like sizes of
+ep_dist_bench.py. Run under torchrun (any world size, 1 included):
+
+    torchrun --nproc-per-node N tools/gpu/ep_dispatch_profile.py [--tokens 4096 ...]
+
+Rank 0 prints, per recipe: the wall time of one dispatch (median of 10 after warm-up, the same
+timer as ep_dist_bench.py) and the GPU time by kernel. Not a benchmark of record."""
+import argparse
+import os
+import time
+from collections import defaultdict
+
+import torch
+import torch.distributed as dist
+from torch.profiler import ProfilerActivity, profile
+
+from tessera.torch import moe
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--tokens", type=int, default=4096)
+    p.add_argument("--hidden", type=int, default=7168)
+    p.add_argument("--experts", type=int, default=256)
+    p.add_argument("--top-k", type=int, default=8)
+    p.add_argument("--recipes", default="bf16,fp8_rowwise,mxfp8,bf16")
+    a = p.parse_args()
+    local = int(os.environ.get("LOCAL_RANK", 0))
+    torch.cuda.set_device(local)
+    dist.init_process_group("nccl")
+    dev = torch.device("cuda", local)
+    torch.manual_seed(dist.get_rank())
+    x = torch.randn(a.tokens, a.hidden, device=dev).bfloat16()
+    idx = torch.stack([torch.randperm(a.experts, device=dev)[:a.top_k] for _ in range(a.tokens)])
+    for recipe in a.recipes.split(","):
+        def disp():
+            return moe.dispatch(x, idx, a.experts, dist.group.WORLD, recipe=recipe,
+                                sync_checks=False, verify_config=False)
+        for _ in range(3):
+            disp()
+        torch.cuda.synchronize()
+        walls = []
+        for _ in range(10):
+            dist.barrier()
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            disp()
+            torch.cuda.synchronize()
+            walls.append(time.perf_counter() - t0)
+        dist.barrier()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            disp()
+            torch.cuda.synchronize()
+        by = defaultdict(float)
+        for e in prof.events():
+            if e.device_type == torch.autograd.DeviceType.CUDA:
+                by[e.name[:70]] += e.time_range.end - e.time_range.start
+        if dist.get_rank() == 0:
+            print(f"== {recipe}: dispatch wall {sorted(walls)[5] * 1e6:.1f} us (median of 10); "
+                  f"GPU {sum(by.values()):.1f} us", flush=True)
+            for name, us in sorted(by.items(), key=lambda kv: -kv[1])[:8]:
+                print(f"   {us:9.1f} us  {name}", flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
