@@ -164,24 +164,66 @@ __device__ __forceinline__ void copy_row(const In* src, In* dst, int64_t h, bool
   for (int64_t i = threadIdx.x; i < h; i += kRowThreads) dst[i] = src != nullptr ? src[i] : In{};
 }
 
+// A chunk of a row kept in registers between two uses: a 16-bit row's 8 elements as their bits
+// (one 16-byte word: half the registers of 8 floats, so more rows are in flight per SM), an
+// FP32 row's as floats.
+template <class In>
+struct RawChunk {
+  uint4 bits;
+  __device__ __forceinline__ void load(const In* row, int64_t c0, int64_t n, bool vec) {
+    if (vec) {
+      bits = *reinterpret_cast<const uint4*>(row + c0);
+      return;
+    }
+    uint32_t w[4] = {};
+#pragma unroll
+    for (int i = 0; i < kVec; ++i)
+      if (c0 + i < n) w[i / 2] |= static_cast<uint32_t>(row[c0 + i].bits) << (16 * (i % 2));
+    bits = make_uint4(w[0], w[1], w[2], w[3]);
+  }
+  __device__ __forceinline__ void zero() { bits = make_uint4(0, 0, 0, 0); }
+  __device__ __forceinline__ void floats(float (&v)[kVec]) const {
+    unpack16(bits.x, In{}, v[0], v[1]);
+    unpack16(bits.y, In{}, v[2], v[3]);
+    unpack16(bits.z, In{}, v[4], v[5]);
+    unpack16(bits.w, In{}, v[6], v[7]);
+  }
+};
+template <>
+struct RawChunk<float> {
+  float f[kVec];
+  __device__ __forceinline__ void load(const float* row, int64_t c0, int64_t n, bool vec) {
+    load_chunk(row, c0, n, vec, f);
+  }
+  __device__ __forceinline__ void zero() {
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) f[e] = 0.0f;
+  }
+  __device__ __forceinline__ void floats(float (&v)[kVec]) const {
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) v[e] = f[e];
+  }
+};
+
 // Rowwise: the row's amax over the CTA, then the encode from the chunks kept in registers.
 template <class In>
 __device__ void quantize_row_rowwise(const RowQuant& q, const In* src, int64_t h, bool vec,
                                      uint8_t* out, void* scale_inv, int64_t r,
                                      uint32_t* scratch) {
   const int64_t chunks = (h + kVec - 1) / kVec;
-  float cache[kCachedChunks][kVec];
+  RawChunk<In> cache[kCachedChunks];
+#pragma unroll
+  for (int i = 0; i < kCachedChunks; ++i) {  // every load issued before the first is used
+    const int64_t c = threadIdx.x + int64_t{i} * kRowThreads;
+    if (src != nullptr && c < chunks) cache[i].load(src, c * kVec, h, vec);
+    else cache[i].zero();
+  }
   uint32_t m = 0;
 #pragma unroll
   for (int i = 0; i < kCachedChunks; ++i) {
-    const int64_t c = threadIdx.x + int64_t{i} * kRowThreads;
-    if (src != nullptr && c < chunks) {
-      load_chunk(src, c * kVec, h, vec, cache[i]);
-    } else {
-#pragma unroll
-      for (int e = 0; e < kVec; ++e) cache[i][e] = 0.0f;
-    }
-    m = max(m, chunk_amax(cache[i]));
+    float v[kVec];
+    cache[i].floats(v);
+    m = max(m, chunk_amax(v));
   }
   for (int64_t c = threadIdx.x + int64_t{kCachedChunks} * kRowThreads; src != nullptr && c < chunks;
        c += kRowThreads) {
@@ -196,7 +238,9 @@ __device__ void quantize_row_rowwise(const RowQuant& q, const In* src, int64_t h
 #pragma unroll
   for (int i = 0; i < kCachedChunks; ++i) {
     const int64_t c = threadIdx.x + int64_t{i} * kRowThreads;
-    if (c < chunks) store_codes(out, c * kVec, h, vec, encode_chunk(q, cache[i], mult));
+    float v[kVec];
+    cache[i].floats(v);
+    if (c < chunks) store_codes(out, c * kVec, h, vec, encode_chunk(q, v, mult));
   }
   for (int64_t c = threadIdx.x + int64_t{kCachedChunks} * kRowThreads; c < chunks;
        c += kRowThreads) {
@@ -208,23 +252,45 @@ __device__ void quantize_row_rowwise(const RowQuant& q, const In* src, int64_t h
 
 // Block1x128 / MXFP8: a block's g = block / kVec chunks sit on g neighbouring lanes (g divides 32
 // and kRowThreads), whose shuffles give the block amax; the lane holding the first chunk stores
-// the scale.
+// the scale. The first kCachedChunks rounds' loads are all issued before the first round.
+template <class In>
+__device__ __forceinline__ void quantize_block_round(const RowQuant& q, int64_t c, int64_t chunks,
+                                                     int64_t h, bool vec, const float (&v)[kVec],
+                                                     uint8_t* out, void* scale_inv, int64_t r) {
+  const int g = static_cast<int>(q.block / kVec);  // 16 or 4
+  uint32_t m = chunk_amax(v);
+  for (int o = g / 2; o >= 1; o /= 2) m = max(m, __shfl_xor_sync(0xffffffffu, m, o));
+  float sink = 0.0f;
+  const bool first = c < chunks && c % g == 0;
+  const float mult = first ? block_multiplier(q, m, scale_inv, r * q.scale_cols + c / g)
+                           : block_multiplier(q, m, &sink, 0);
+  if (c < chunks) store_codes(out, c * kVec, h, vec, encode_chunk(q, v, mult));
+}
+
 template <class In>
 __device__ void quantize_row_blocks(const RowQuant& q, const In* src, int64_t h, bool vec,
                                     uint8_t* out, void* scale_inv, int64_t r) {
   const int64_t chunks = (h + kVec - 1) / kVec;
-  const int g = static_cast<int>(q.block / kVec);  // 16 or 4
-  for (int64_t base = 0; base < chunks; base += kRowThreads) {  // uniform trip count (shuffles)
+  RawChunk<In> cache[kCachedChunks];
+#pragma unroll
+  for (int i = 0; i < kCachedChunks; ++i) {
+    const int64_t c = threadIdx.x + int64_t{i} * kRowThreads;
+    if (src != nullptr && c < chunks) cache[i].load(src, c * kVec, h, vec);
+    else cache[i].zero();
+  }
+#pragma unroll
+  for (int i = 0; i < kCachedChunks; ++i) {  // uniform trip count (shuffles)
+    if (int64_t{i} * kRowThreads >= chunks) break;
+    float v[kVec];
+    cache[i].floats(v);
+    quantize_block_round<In>(q, threadIdx.x + int64_t{i} * kRowThreads, chunks, h, vec, v, out,
+                             scale_inv, r);
+  }
+  for (int64_t base = int64_t{kCachedChunks} * kRowThreads; base < chunks; base += kRowThreads) {
     const int64_t c = base + threadIdx.x;
     float v[kVec] = {};
     if (src != nullptr && c < chunks) load_chunk(src, c * kVec, h, vec, v);
-    uint32_t m = chunk_amax(v);
-    for (int o = g / 2; o >= 1; o /= 2) m = max(m, __shfl_xor_sync(0xffffffffu, m, o));
-    float sink = 0.0f;
-    const bool first = c < chunks && c % g == 0;
-    const float mult = first ? block_multiplier(q, m, scale_inv, r * q.scale_cols + c / g)
-                             : block_multiplier(q, m, &sink, 0);
-    if (c < chunks) store_codes(out, c * kVec, h, vec, encode_chunk(q, v, mult));
+    quantize_block_round<In>(q, c, chunks, h, vec, v, out, scale_inv, r);
   }
 }
 
