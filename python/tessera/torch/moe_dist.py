@@ -179,13 +179,37 @@ def _header(send_wl: Tensor, error_bits: Tensor, dropped: Tensor, group) -> Tens
 
 
 # ---- regrouping between source-major (as received) and expert-major (what experts read) -------
+def _regroup_index(state: DispatchState) -> Tuple[Tensor, Tensor]:
+    """Dropless: (idx, inv) with expert-major row r = source-major row idx[r] and source-major row
+    q = expert-major row inv[q]. Source-major is what all_to_all_single received: source s's
+    chunks in local-expert order. Built once per dispatch with a few device ops (no Python loop
+    over the world x local chunks) and kept in state.extra; each regrouping is then one gather."""
+    cached = state.extra.get("regroup_index")
+    if cached is not None:
+        return cached
+    w, l = state.world, state.local_experts
+    dev = state.offs.device
+    n = torch.tensor(state.recv_chunks, dtype=torch.int64, device=dev).reshape(w, l)
+    total = sum(sum(row) for row in state.recv_chunks)
+    flat = n.reshape(-1)
+    src_start = (flat.cumsum(0) - flat).reshape(w, l)  # chunk (s, e) in source-major order
+    dst_sizes = n.t().reshape(-1)                       # chunk (e, s) in expert-major order
+    dst_start = dst_sizes.cumsum(0) - dst_sizes
+    chunk = torch.repeat_interleave(torch.arange(w * l, device=dev), dst_sizes,
+                                    output_size=total)
+    idx = src_start.t().reshape(-1)[chunk] + torch.arange(total, device=dev) - dst_start[chunk]
+    inv = torch.empty_like(idx)
+    inv[idx] = torch.arange(total, device=dev)
+    state.extra["regroup_index"] = (idx, inv)
+    return idx, inv
+
+
 def _to_expert_major(x: Tensor, state: DispatchState) -> Tensor:
     w, l = state.world, state.local_experts
     if state.capacity >= 0:
         c = state.capacity
         return x.reshape(w, l, c, -1).transpose(0, 1).reshape(w * l * c, -1)
-    chunks = torch.split(x, [n for row in state.recv_chunks for n in row])
-    return torch.cat([chunks[s * l + e] for e in range(l) for s in range(w)]) if chunks else x
+    return x.index_select(0, _regroup_index(state)[0])
 
 
 def _to_source_major(x: Tensor, state: DispatchState) -> Tensor:
@@ -193,9 +217,7 @@ def _to_source_major(x: Tensor, state: DispatchState) -> Tensor:
     if state.capacity >= 0:
         c = state.capacity
         return x.reshape(l, w, c, -1).transpose(0, 1).reshape(w * l * c, -1)
-    sizes = [state.recv_chunks[s][e] for e in range(l) for s in range(w)]
-    chunks = torch.split(x, sizes)
-    return torch.cat([chunks[e * w + s] for s in range(w) for e in range(l)]) if chunks else x
+    return x.index_select(0, _regroup_index(state)[1])
 
 
 def _recv_splits(state: DispatchState) -> Optional[List[int]]:
