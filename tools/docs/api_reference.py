@@ -54,6 +54,10 @@ def _function(name: str, fn):
     init_fn = getattr(fn, "_init_fn", None)  # torch.library.custom_op's CustomOpDef
     if init_fn is not None and callable(init_fn):
         fn = init_fn
+    if type(fn).__name__ in ("nb_func", "nb_method", "nb_bound_method"):
+        # nanobind's signature lines (inspect.signature gives "(*args, **kwargs)" for them on
+        # some Python versions, so the page would depend on the interpreter)
+        return _nb_split(_doc(fn), name)
     try:
         return [name + _clean(str(inspect.signature(fn)))], _doc(fn)
     except (TypeError, ValueError):
