@@ -16,7 +16,6 @@ PYTHONPATH must reach the built package (<build>/python). Nothing here was run o
 author; the integrator's run is the first.
 """
 import argparse
-import os
 import time
 
 import torch
@@ -25,6 +24,8 @@ import torch.distributed as dist
 import tessera.torch as tt
 from tessera.torch import moe
 from tessera.torch.moe_reference import ReferenceGroupedMLP, ReferenceRouter, reference_moe
+
+from ep_common import init_nccl, size_args
 
 
 def timed(fn, iters=20, warmup=3):
@@ -192,20 +193,8 @@ def bench_layer(device, args):
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--tokens", type=int, default=4096)
-    p.add_argument("--hidden", type=int, default=7168)
-    p.add_argument("--experts", type=int, default=256)
-    p.add_argument("--top-k", type=int, default=8)
-    p.add_argument("--ffn", type=int, default=2048)
-    args = p.parse_args()
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", "29511")
-    os.environ.setdefault("RANK", "0")
-    os.environ.setdefault("WORLD_SIZE", "1")
-    torch.cuda.set_device(0)
-    dist.init_process_group("nccl")
-    device = torch.device("cuda", 0)
+    args = size_args(argparse.ArgumentParser()).parse_args()
+    device = init_nccl()
     print(f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}, world size "
           f"{dist.get_world_size()} over NCCL")
     check_layer(device, args)

@@ -7,7 +7,6 @@ ep_dist_bench.py. Run under torchrun (any world size, 1 included):
 Rank 0 prints, per recipe: the wall time of one dispatch (median of 10 after warm-up, the same
 timer as ep_dist_bench.py) and the GPU time by kernel. Not a benchmark of record."""
 import argparse
-import os
 import time
 from collections import defaultdict
 
@@ -17,19 +16,14 @@ from torch.profiler import ProfilerActivity, profile
 
 from tessera.torch import moe
 
+from ep_common import init_nccl, size_args
+
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--tokens", type=int, default=4096)
-    p.add_argument("--hidden", type=int, default=7168)
-    p.add_argument("--experts", type=int, default=256)
-    p.add_argument("--top-k", type=int, default=8)
+    p = size_args(argparse.ArgumentParser())
     p.add_argument("--recipes", default="bf16,fp8_rowwise,mxfp8,bf16")
     a = p.parse_args()
-    local = int(os.environ.get("LOCAL_RANK", 0))
-    torch.cuda.set_device(local)
-    dist.init_process_group("nccl")
-    dev = torch.device("cuda", local)
+    dev = init_nccl()
     torch.manual_seed(dist.get_rank())
     x = torch.randn(a.tokens, a.hidden, device=dev).bfloat16()
     idx = torch.stack([torch.randperm(a.experts, device=dev)[:a.top_k] for _ in range(a.tokens)])

@@ -11,7 +11,6 @@ tests/python/test_moe_ep_gpu.py, which tools/gpu/ep_run.sh runs under torchrun f
    (sort, index_select, all_to_all_single, torch._grouped_mm experts, index_add combine).
 """
 import argparse
-import os
 import time
 
 import torch
@@ -20,6 +19,8 @@ import torch.nn.functional as F
 
 import tessera.torch as tt
 from tessera.torch import moe
+
+from ep_common import init_nccl, size_args
 
 
 def timed(fn, iters=10, warmup=3):
@@ -171,19 +172,11 @@ def training_step(device, world, args):
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--tokens", type=int, default=4096)
-    p.add_argument("--hidden", type=int, default=7168)
-    p.add_argument("--ffn", type=int, default=2048)
-    p.add_argument("--experts", type=int, default=256)
-    p.add_argument("--top-k", type=int, default=8)
+    p = size_args(argparse.ArgumentParser())
     p.add_argument("--skip-step", action="store_true")
     args = p.parse_args()
-    local_rank = int(os.environ.get("LOCAL_RANK", 0))
-    torch.cuda.set_device(local_rank)
-    dist.init_process_group("nccl")
-    device = torch.device("cuda", local_rank)
-    world, rank = dist.get_world_size(), dist.get_rank()
+    device = init_nccl()
+    world = dist.get_world_size()
     say(f"{world} x {torch.cuda.get_device_name(device)}, torch {torch.__version__}")
     bandwidth(device, world, args)
     if not args.skip_step:
