@@ -194,3 +194,33 @@ def test_bad_input_raises_on_every_rank_and_empty_ranks_work():
     assert len(msgs[0]) == len(msgs[1]) == 7
     assert msgs[0][:3] == msgs[1][:3]  # the same message on every rank
     assert msgs[0][6] is True and msgs[1][6] is True, "a rank without tokens"
+
+
+@pytest.mark.parametrize("world,local", [(1, 1), (2, 3), (4, 2), (3, 5)])
+def test_regroup_index_matches_the_chunk_by_chunk_regroup(world, local):
+    """The dropless regrouping (one gather each way, its index built on the device) against the
+    chunk-by-chunk oracle: source-major chunks (s, e) of random sizes, empty ones included,
+    become expert-major chunks (e, s) and back, every row exactly once."""
+    from tessera.torch import moe_dist as md
+    g = torch.Generator().manual_seed(world * 10 + local)
+    sizes = torch.randint(0, 4, (world, local), generator=g)
+    sizes[0, 0] = 0  # an empty chunk first
+    chunks = sizes.tolist()
+    total = int(sizes.sum())
+    rows = torch.arange(total * 3, dtype=torch.float32).reshape(total, 3)
+    state = md.DispatchState(group=None, world=world, num_experts=world * local,
+                             local_experts=local, num_tokens=0, hidden=3, capacity=-1,
+                             slot_map=torch.zeros(0), row_pair=torch.zeros(0), rows=0,
+                             send_rows=None, recv_chunks=chunks,
+                             offs=torch.zeros(local, dtype=torch.int32),
+                             dropped=torch.zeros(1), dropped_total=torch.zeros(1),
+                             error=torch.zeros(1))
+    pieces, at = {}, 0
+    for s in range(world):
+        for e in range(local):
+            pieces[s, e] = rows[at:at + chunks[s][e]]
+            at += chunks[s][e]
+    expert_major = torch.cat([pieces[s, e] for e in range(local) for s in range(world)])
+    got = md._to_expert_major(rows, state)
+    assert torch.equal(got, expert_major)
+    assert torch.equal(md._to_source_major(got, state), rows)
