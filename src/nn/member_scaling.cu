@@ -1,15 +1,16 @@
 // CUDA kernels of the per-member scaling (member_scaling.h): the per-(member, column) rowwise
 // quantization (a weight's Wᵀ per expert; an activation's columnwise copy in the step's padded
-// layout), the per-member amax and encode of per-tensor scaling (current, or delayed with each
-// member's scale) and the update of every member's delayed state. Same rules and bits as the
-// CPU loops (the shared moe:: block_multiplier / encode_element, scale_rules::delayed_update;
-// products by __fmul_rn).
+// layout) and its wide form, which per-tensor scaling (current or delayed) also takes where the
+// input allows (member_tensor_wide); the per-tensor row kernels and the delayed-state update are
+// in member_tensor.cu. Same rules and bits as the CPU loops (the shared moe:: block_multiplier /
+// encode_element; products by __fmul_rn).
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <type_traits>
 
 #include "nn/member_scaling.h"
+#include "nn/member_scaling_device.cuh"
 #include "quantize/cuda/device_io.cuh"
 #include "tessera/core/cuda_check.h"
 #include "tessera/core/dispatch.h"
@@ -17,13 +18,6 @@
 
 namespace tessera::nn::detail::cuda {
 namespace {
-
-// One FP8 code of a product: the hardware cvt.rn.satfinite, bit for bit
-// scale_rules::fp8_element (= moe::encode_element, the CPU loops' rule; device_io.cuh).
-__device__ __forceinline__ uint8_t code(const moe::RowQuant& q, float y) {
-  return static_cast<uint8_t>(q.e5m2 ? ::tessera::detail::cuda_quant::encode_fp8<DType::kFloat8E5M2>(y)
-                                     : ::tessera::detail::cuda_quant::encode_fp8<DType::kFloat8E4M3>(y));
-}
 
 constexpr int kColThreads = 256;  // 8 warps
 constexpr int kColWarps = kColThreads / 32;
@@ -271,10 +265,16 @@ constexpr int kWideWords = kChunkRows / 4 + 1;  // 4-byte words per staged colum
 
 constexpr int kBatch = 8;  // rows whose loads a lane issues before it uses the first (amax)
 
+// Element e (a compile-time index once unrolled) of 8 bf16/fp16 values in a 16-byte word, as a
+// float, from registers (no address taken: the word stays out of local memory).
 template <class In>
-__device__ __forceinline__ float elem(const uint4& raw, int i) {
-  return to_float(reinterpret_cast<const In*>(&raw)[i]);
+__device__ __forceinline__ float elem_of(const uint4& v, int e) {
+  const uint32_t w = e < 2 ? v.x : (e < 4 ? v.y : (e < 6 ? v.z : v.w));
+  const uint32_t h = e % 2 ? w >> 16 : w & 0xffffu;
+  if constexpr (std::is_same_v<In, bf16>) return __uint_as_float(h << 16);
+  else return formats::decode_fp16(static_cast<uint16_t>(h));
 }
+
 
 template <class In>
 __global__ void __launch_bounds__(kColThreads) wide_amax_kernel(MemberColumnsArgs a,
@@ -304,7 +304,7 @@ __global__ void __launch_bounds__(kColThreads) wide_amax_kernel(MemberColumnsArg
       uint32_t rm = 0;
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
-        const uint32_t v = scale_rules::abs_bits(elem<In>(raw[j], i));
+        const uint32_t v = scale_rules::abs_bits(elem_of<In>(raw[j], i));
         m[i] = max(m[i], v);
         rm = max(rm, v);
       }
@@ -336,16 +336,6 @@ __global__ void __launch_bounds__(kColThreads) wide_amax_kernel(MemberColumnsArg
   if (g >= 0 && run != 0) atomicMax(slots + g * a.cols + int64_t{blockIdx.x} * kWideCols + c, run);
 }
 static_assert(kColThreads == kWideCols, "wide_amax_kernel folds one column per thread");
-
-// Element e (a compile-time index once unrolled) of 8 bf16/fp16 values in a 16-byte word, as a
-// float, from registers (no address taken: the word stays out of local memory).
-template <class In>
-__device__ __forceinline__ float elem_of(const uint4& v, int e) {
-  const uint32_t w = e < 2 ? v.x : (e < 4 ? v.y : (e < 6 ? v.z : v.w));
-  const uint32_t h = e % 2 ? w >> 16 : w & 0xffffu;
-  if constexpr (std::is_same_v<In, bf16>) return __uint_as_float(h << 16);
-  else return formats::decode_fp16(static_cast<uint16_t>(h));
-}
 
 // The FP8 codes of four products, byte i: y_i (the hardware cvt.rn.satfinite in pairs; the
 // same bits as code()).
@@ -473,86 +463,10 @@ __global__ void __launch_bounds__(kColThreads, 3) wide_encode_kernel(MemberColum
   }
 }
 
-constexpr int kRowWarps = 8;  // per CTA: one row per warp at a time
-constexpr int kVec = 8;       // elements per lane per step when rows allow 16-byte loads
-
-// The members' abs-bits maxima: each warp reduces a row and folds it into its member's slot
-// (atomicMax of the bits; NaN wins). Rows in no member are skipped.
-template <class In, bool kVecLoads>
-__global__ void __launch_bounds__(kRowWarps * 32) member_amax_kernel(MemberTensorArgs a,
-                                                                      uint32_t* amax_bits) {
-  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
-  const auto* x = static_cast<const In*>(a.x);
-  for (int64_t r = int64_t{blockIdx.x} * kRowWarps + warp; r < a.rows;
-       r += int64_t{gridDim.x} * kRowWarps) {
-    const int64_t g = a.members.member_of(r);
-    const int64_t src = a.members.source_row(g, r);
-    if (g < 0 || src < 0) continue;  // warp-uniform (a padding row adds nothing)
-    const In* row = x + src * a.cols;
-    uint32_t m = 0;
-    if constexpr (kVecLoads) {
-      for (int64_t c = int64_t{lane} * kVec; c < a.cols; c += 32 * kVec) {
-        const uint4 v = *reinterpret_cast<const uint4*>(row + c);
-        const In* e = reinterpret_cast<const In*>(&v);
-#pragma unroll
-        for (int i = 0; i < kVec; ++i) m = max(m, scale_rules::abs_bits(to_float(e[i])));
-      }
-    } else {
-      for (int64_t c = lane; c < a.cols; c += 32) m = max(m, scale_rules::abs_bits(to_float(row[c])));
-    }
-#pragma unroll
-    for (int s = 16; s > 0; s /= 2) m = max(m, __shfl_xor_sync(0xffffffffu, m, s));
-    if (lane == 0 && m != 0) atomicMax(amax_bits + g, m);
-  }
-}
-
-// Codes of every row with its member's multiplier (rows in no member: 0); block 0 also writes
-// the members' scale_inv and amax values (and, delayed, their history slot 0).
-template <class In, bool kVecLoads>
-__global__ void __launch_bounds__(kRowWarps * 32) member_encode_kernel(MemberTensorArgs a,
-                                                                       const uint32_t* amax_bits,
-                                                                       uint8_t* codes) {
-  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
-  if (blockIdx.x == 0) {
-    for (int64_t g = threadIdx.x; g < a.members.groups; g += blockDim.x) {
-      member_multiplier(a, amax_bits[g], g, a.scale_inv + g);
-      if (a.scale_inv2) a.scale_inv2[g] = a.scale_inv[g];
-      const float am = scale_rules::amax_from_abs_bits(amax_bits[g]);
-      if (a.amax) a.amax[g] = am;
-      if (a.amax2) a.amax2[g] = am;
-      if (a.history) a.history[g] = am;
-    }
-  }
-  const auto* x = static_cast<const In*>(a.x);
-  for (int64_t r = int64_t{blockIdx.x} * kRowWarps + warp; r < a.rows;
-       r += int64_t{gridDim.x} * kRowWarps) {
-    const int64_t g = a.members.member_of(r);
-    float sink = 0.0f;
-    const int64_t src = a.members.source_row(g, r);
-    const bool zero = g < 0 || src < 0;  // a row in no member, or padding: codes 0, not read
-    const float f = zero ? 0.0f : member_multiplier(a, amax_bits[g], g, &sink);
-    const In* row = x + (zero ? 0 : src) * a.cols;
-    uint8_t* out = codes + r * a.cols;
-    if constexpr (kVecLoads) {
-      for (int64_t c = int64_t{lane} * kVec; c < a.cols; c += 32 * kVec) {
-        const uint4 v = zero ? make_uint4(0, 0, 0, 0) : *reinterpret_cast<const uint4*>(row + c);
-        const In* e = reinterpret_cast<const In*>(&v);
-        alignas(8) uint8_t b[kVec];
-#pragma unroll
-        for (int i = 0; i < kVec; ++i)
-          b[i] = zero ? uint8_t{0} : code(a.quant, __fmul_rn(to_float(e[i]), f));
-        *reinterpret_cast<uint2*>(out + c) = *reinterpret_cast<const uint2*>(b);
-      }
-    } else {
-      for (int64_t c = lane; c < a.cols; c += 32)
-        out[c] = zero ? uint8_t{0} : code(a.quant, __fmul_rn(to_float(row[c]), f));
-    }
-  }
-}
-
 // Per-tensor scaling through the wide kernels: member g's amax is the maximum of its (member,
 // column) slots (wide_amax_kernel's abs bits; NaN wins, as member_amax_kernel's rows), then its
-// multiplier and the values member_encode_kernel's block 0 writes. One CTA per member.
+// multiplier and the values member_encode_kernel's block 0 writes (write_member_scales). One CTA
+// per member.
 __global__ void __launch_bounds__(256) member_slot_scales_kernel(MemberTensorArgs a,
                                                                   const uint32_t* slots,
                                                                   uint32_t* mult) {
@@ -566,74 +480,7 @@ __global__ void __launch_bounds__(256) member_slot_scales_kernel(MemberTensorArg
   __syncthreads();
   if (threadIdx.x != 0) return;
   for (int w = 1; w < 8; ++w) m = max(m, part[w]);
-  mult[g] = __float_as_uint(member_multiplier(a, m, g, a.scale_inv + g));
-  if (a.scale_inv2) a.scale_inv2[g] = a.scale_inv[g];
-  const float am = scale_rules::amax_from_abs_bits(m);
-  if (a.amax) a.amax[g] = am;
-  if (a.amax2) a.amax2[g] = am;
-  if (a.history) a.history[g] = am;
-}
-
-// The delayed-scaling update of every member (scale_rules::delayed_update per member, in
-// parallel): a CTA takes 32 members (lane x: member, contiguous in the (H, G) layout) and 32 slot
-// lanes (y). Pass 1: each member's abs-bits maximum over its slots (or slot 0) and its next scale.
-// Pass 2: the roll, h'[i] = h[i + 1] for i < H - 1, in tiles of kRollSlots slots in increasing
-// order (a tile reads its slots' successors before the CTA writes them: syncthreads between),
-// then h'[H - 1] = the old h[0] and slot 0 cleared.
-constexpr int kStateMembers = 32, kStateSlotLanes = 32, kRollPer = 4;
-constexpr int kRollSlots = kStateSlotLanes * kRollPer;
-
-__global__ void __launch_bounds__(kStateMembers * kStateSlotLanes)
-    member_state_update_kernel(float* scale, float* history, int64_t groups, int len,
-                               bool most_recent, float fp8_max, int margin) {
-  __shared__ uint32_t part[kStateSlotLanes][kStateMembers + 1];
-  const int tx = static_cast<int>(threadIdx.x), ty = static_cast<int>(threadIdx.y);
-  const int64_t g = int64_t{blockIdx.x} * kStateMembers + tx;
-  const bool live = g < groups;
-  float* h = history + (live ? g : 0);
-  const float h0 = live ? h[0] : 0.0f;
-  uint32_t m = 0;
-  for (int i = ty; live && i < (most_recent ? 1 : len); i += kStateSlotLanes) {
-    m = max(m, scale_rules::abs_bits(h[i * groups]));
-  }
-  part[ty][tx] = m;
-  __syncthreads();
-  if (ty == 0 && live) {
-    for (int i = 1; i < kStateSlotLanes; ++i) m = max(m, part[i][tx]);
-    scale[g] = scale_rules::delayed_scale(scale_rules::amax_from_abs_bits(m), scale[g], fp8_max,
-                                          margin);
-  }
-  for (int s0 = 0; s0 < len - 1; s0 += kRollSlots) {
-    float v[kRollPer];
-#pragma unroll
-    for (int j = 0; j < kRollPer; ++j) {
-      const int i = s0 + ty + kStateSlotLanes * j;
-      v[j] = live && i < len - 1 ? h[(i + 1) * groups] : 0.0f;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int j = 0; j < kRollPer; ++j) {
-      const int i = s0 + ty + kStateSlotLanes * j;
-      if (live && i < len - 1) h[i * groups] = v[j];
-    }
-    __syncthreads();
-  }
-  if (ty == 0 && live) {
-    h[(len - 1) * groups] = h0;
-    h[0] = 0.0f;
-  }
-}
-
-unsigned row_grid(int64_t rows) {
-  const int64_t ctas = (rows + kRowWarps - 1) / kRowWarps;
-  return static_cast<unsigned>(ctas < 65536 ? (ctas > 0 ? ctas : 1) : 65536);
-}
-
-// 16-byte loads and 8-byte stores: every row a whole number of 8-element chunks, bases aligned.
-bool vec_rows(const MemberTensorArgs& a, const void* codes) {
-  const auto aligned = [](const void* p, uintptr_t n) { return reinterpret_cast<uintptr_t>(p) % n == 0; };
-  return a.cols % kVec == 0 && dtype_bytes(a.x_dtype, 1) == 2 && aligned(a.x, 16) &&
-         (codes == nullptr || aligned(codes, 8));
+  mult[g] = __float_as_uint(write_member_scales(a, m, g));
 }
 
 bool chunked_columns(const MemberColumnsArgs& a) {
@@ -675,36 +522,56 @@ int64_t member_columns_scratch_bytes(const MemberColumnsArgs& a) {
   return slot_bytes(a) + (a.row_data != nullptr ? 4 * ((a.rows + 7) / 8 * 8) : 0);
 }
 
+namespace {
+// The rows of CTAs of the chunked and wide passes (kChunkRows rows each); refuses a matrix past
+// the grid limit, naming `what`.
+unsigned chunk_grid_rows(const MemberColumnsArgs& a, const char* what) {
+  const int64_t chunks = (a.rows + kChunkRows - 1) / kChunkRows;
+  TESSERA_CHECK_STATUS(chunks <= 65535, Status::kOutOfRange, what, ": ", a.rows,
+                       " rows past the grid limit of ", 65535 * kChunkRows);
+  return static_cast<unsigned>(chunks > 0 ? chunks : 1);
+}
+
+// The wide form's passes on s: the (member, column) maxima into the zeroed slots (and the rows'
+// into the zeroed row_amax, when not null), `scales()` (the launch that turns them into
+// multipliers), then the codes with `mult` ((member, column) multipliers and the rows' in
+// row_amax; kPerMember: one per member).
+template <bool kPerMember, class Scales>
+void wide_passes(const MemberColumnsArgs& a, uint32_t* slots, uint32_t* row_amax,
+                 const uint32_t* mult, const char* what, Scales scales, cudaStream_t s) {
+  const dim3 wgrid(static_cast<unsigned>((a.cols + kWideCols - 1) / kWideCols),
+                   chunk_grid_rows(a, what));
+  dispatch_float_input(a.x_dtype, "x", [&](auto tag) {
+    using In = typename decltype(tag)::type;
+    if constexpr (sizeof(In) == 2) {  // wide_columns: 16-bit input only
+      if (a.rows > 0) wide_amax_kernel<In><<<wgrid, kColThreads, 0, s>>>(a, slots, row_amax);
+      scales();
+      auto* encode = a.quant.e5m2 ? wide_encode_kernel<In, true, kPerMember>
+                                  : wide_encode_kernel<In, false, kPerMember>;
+      if (a.rows > 0) encode<<<wgrid, kColThreads, 0, s>>>(a, mult, row_amax);
+      TESSERA_CUDA_CHECK(cudaGetLastError());
+    }
+  });
+}
+}  // namespace
+
 void quantize_member_columns(const MemberColumnsArgs& a, void* scratch, Stream stream) {
   const auto s = stream.as<cudaStream_t>();
   if (chunked_columns(a) || wide_columns(a)) {
     TESSERA_CHECK(scratch != nullptr, "quantize_member_columns: the chunked path needs ",
                   member_columns_scratch_bytes(a), " bytes of scratch");
-    const int64_t chunks = (a.rows + kChunkRows - 1) / kChunkRows;
-    TESSERA_CHECK_STATUS(chunks <= 65535, Status::kOutOfRange, "quantize_member_columns: ",
-                         a.rows, " rows past the grid limit of ", 65535 * kChunkRows);
+    const unsigned grid_rows = chunk_grid_rows(a, "quantize_member_columns");
     auto* slots = static_cast<uint32_t*>(scratch);
     TESSERA_CUDA_CHECK(cudaMemsetAsync(slots, 0, 4 * a.members.groups * a.cols, s));
-    const dim3 grid(static_cast<unsigned>((a.cols + kColCols - 1) / kColCols),
-                    static_cast<unsigned>(chunks > 0 ? chunks : 1));
+    const dim3 grid(static_cast<unsigned>((a.cols + kColCols - 1) / kColCols), grid_rows);
     const int64_t n = a.members.groups * a.cols + (wide_columns(a) && a.row_data ? a.rows : 0);
     const unsigned sgrid = static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 4096));
     if (wide_columns(a)) {
       uint32_t* row_amax = a.row_data != nullptr
           ? reinterpret_cast<uint32_t*>(static_cast<char*>(scratch) + slot_bytes(a)) : nullptr;
       if (row_amax != nullptr) TESSERA_CUDA_CHECK(cudaMemsetAsync(row_amax, 0, 4 * a.rows, s));
-      const dim3 wgrid(static_cast<unsigned>((a.cols + kWideCols - 1) / kWideCols), grid.y);
-      dispatch_float_input(a.x_dtype, "x", [&](auto tag) {
-        using In = typename decltype(tag)::type;
-        if constexpr (sizeof(In) == 2) {  // wide_columns: 16-bit input only
-          if (a.rows > 0) wide_amax_kernel<In><<<wgrid, kColThreads, 0, s>>>(a, slots, row_amax);
-          chunk_scales_kernel<<<sgrid, 256, 0, s>>>(a, slots, row_amax);
-          auto* encode = a.quant.e5m2 ? wide_encode_kernel<In, true, false>
-                                      : wide_encode_kernel<In, false, false>;
-          if (a.rows > 0) encode<<<wgrid, kColThreads, 0, s>>>(a, slots, row_amax);
-          TESSERA_CUDA_CHECK(cudaGetLastError());
-        }
-      });
+      wide_passes<false>(a, slots, row_amax, slots, "quantize_member_columns",
+                         [&] { chunk_scales_kernel<<<sgrid, 256, 0, s>>>(a, slots, row_amax); }, s);
       return;
     }
     TESSERA_CHECK(a.row_data == nullptr, "quantize_member_columns: the row copy is fused only "
@@ -756,76 +623,14 @@ void quantize_member_tensor_wide(const MemberTensorArgs& t, void* scratch, Strea
   const MemberColumnsArgs a = wide_tensor_args(t);
   TESSERA_CHECK(member_tensor_wide(t) && scratch != nullptr, "quantize_member_tensor_wide: "
                 "the arguments do not qualify, or no scratch");
-  const int64_t chunks = (a.rows + kChunkRows - 1) / kChunkRows;
-  TESSERA_CHECK_STATUS(chunks <= 65535, Status::kOutOfRange, "quantize_member_tensor_wide: ",
-                       a.rows, " rows past the grid limit of ", 65535 * kChunkRows);
   TESSERA_CHECK_STATUS(t.members.groups <= 2147483647, Status::kOutOfRange,
                        "quantize_member_tensor_wide: ", t.members.groups, " members");
   auto* slots = static_cast<uint32_t*>(scratch);
   auto* mult = reinterpret_cast<uint32_t*>(static_cast<char*>(scratch) + slot_bytes(a));
   TESSERA_CUDA_CHECK(cudaMemsetAsync(slots, 0, 4 * a.members.groups * a.cols, s));
-  const dim3 wgrid(static_cast<unsigned>((a.cols + kWideCols - 1) / kWideCols),
-                   static_cast<unsigned>(chunks > 0 ? chunks : 1));
-  dispatch_float_input(a.x_dtype, "x", [&](auto tag) {
-    using In = typename decltype(tag)::type;
-    if constexpr (sizeof(In) == 2) {  // wide_columns: 16-bit input only
-      if (a.rows > 0) wide_amax_kernel<In><<<wgrid, kColThreads, 0, s>>>(a, slots, nullptr);
-      member_slot_scales_kernel<<<static_cast<unsigned>(t.members.groups), 256, 0, s>>>(t, slots,
-                                                                                        mult);
-      auto* encode = a.quant.e5m2 ? wide_encode_kernel<In, true, true>
-                                  : wide_encode_kernel<In, false, true>;
-      if (a.rows > 0) encode<<<wgrid, kColThreads, 0, s>>>(a, mult, nullptr);
-      TESSERA_CUDA_CHECK(cudaGetLastError());
-    }
-  });
-}
-
-namespace {
-__global__ void member_offsets_kernel(Members m, int64_t cols, int64_t* offsets) {
-  const int64_t g = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (g < m.groups) offsets[g] = m.begin(g) * cols;
-  if (g == m.groups - 1) offsets[m.groups] = m.end(g) * cols;
-}
-}  // namespace
-
-void member_element_offsets(const Members& members, int64_t cols, int64_t* offsets,
-                            Stream stream) {
-  if (members.groups == 0) return;
-  const unsigned grid = static_cast<unsigned>((members.groups + 255) / 256);
-  member_offsets_kernel<<<grid, 256, 0, stream.as<cudaStream_t>()>>>(members, cols, offsets);
-  TESSERA_CUDA_CHECK(cudaGetLastError());
-}
-
-void member_tensor_amax(const MemberTensorArgs& a, uint32_t* amax_bits, Stream stream) {
-  const auto s = stream.as<cudaStream_t>();
-  TESSERA_CUDA_CHECK(cudaMemsetAsync(amax_bits, 0, 4 * a.members.groups, s));
-  if (a.rows * a.cols == 0) return;
-  dispatch_float_input(a.x_dtype, "x", [&](auto tag) {
-    using In = typename decltype(tag)::type;
-    auto* k = vec_rows(a, nullptr) ? member_amax_kernel<In, true> : member_amax_kernel<In, false>;
-    k<<<row_grid(a.rows), kRowWarps * 32, 0, s>>>(a, amax_bits);
-    TESSERA_CUDA_CHECK(cudaGetLastError());
-  });
-}
-
-void member_tensor_encode(const MemberTensorArgs& a, const uint32_t* amax_bits, uint8_t* codes,
-                          Stream stream) {
-  dispatch_float_input(a.x_dtype, "x", [&](auto tag) {
-    using In = typename decltype(tag)::type;
-    auto* k = vec_rows(a, codes) ? member_encode_kernel<In, true> : member_encode_kernel<In, false>;
-    k<<<row_grid(a.rows), kRowWarps * 32, 0, stream.as<cudaStream_t>()>>>(a, amax_bits, codes);
-    TESSERA_CUDA_CHECK(cudaGetLastError());
-  });
-}
-
-void update_member_state(float* scale, float* history, int64_t groups, int len, bool most_recent,
-                         float fp8_max, int margin, Stream stream) {
-  if (groups == 0) return;
-  const dim3 block(kStateMembers, kStateSlotLanes);
-  const auto grid = static_cast<unsigned>((groups + kStateMembers - 1) / kStateMembers);
-  member_state_update_kernel<<<grid, block, 0, stream.as<cudaStream_t>()>>>(
-      scale, history, groups, len, most_recent, fp8_max, margin);
-  TESSERA_CUDA_CHECK(cudaGetLastError());
+  const auto groups = static_cast<unsigned>(t.members.groups);
+  wide_passes<true>(a, slots, nullptr, mult, "quantize_member_tensor_wide",
+                    [&] { member_slot_scales_kernel<<<groups, 256, 0, s>>>(t, slots, mult); }, s);
 }
 
 }  // namespace tessera::nn::detail::cuda
