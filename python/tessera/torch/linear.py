@@ -33,6 +33,7 @@ every call (a cache is Python state the graph cannot see).
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 from typing import Optional, Tuple
 
@@ -125,8 +126,17 @@ class WeightCache:
 @torch.compiler.assume_constant_result
 def spec_of(recipe, name: str = "") -> str:
     """The text form of a recipe argument for layer `name` (tessera.torch.recipe), resolved once
-    (a custom factory runs here); a constant under torch.compile."""
+    (a custom factory runs here); a constant under torch.compile. A recipe name's text is kept
+    (names are immutable): the functional step checks it once, not every call."""
+    if isinstance(recipe, str):
+        return _name_spec(recipe, name)
     resolved, _ = resolve(recipe)
+    return recipe_spec(resolved, name)
+
+
+@functools.lru_cache(maxsize=256)
+def _name_spec(recipe: str, name: str) -> str:
+    resolved, _ = resolve(recipe)  # raises for an unknown name: nothing is kept then
     return recipe_spec(resolved, name)
 
 
