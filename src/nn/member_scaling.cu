@@ -562,14 +562,17 @@ void quantize_member_columns(const MemberColumnsArgs& a, void* scratch, Stream s
                   member_columns_scratch_bytes(a), " bytes of scratch");
     const unsigned grid_rows = chunk_grid_rows(a, "quantize_member_columns");
     auto* slots = static_cast<uint32_t*>(scratch);
-    TESSERA_CUDA_CHECK(cudaMemsetAsync(slots, 0, 4 * a.members.groups * a.cols, s));
+    const bool fused_rows = wide_columns(a) && a.row_data != nullptr;
+    // The slots and, when the row copy is fused, the rows' amax bits right after them: zeroed
+    // by one memset.
+    TESSERA_CUDA_CHECK(cudaMemsetAsync(
+        slots, 0, fused_rows ? slot_bytes(a) + 4 * a.rows : 4 * a.members.groups * a.cols, s));
     const dim3 grid(static_cast<unsigned>((a.cols + kColCols - 1) / kColCols), grid_rows);
-    const int64_t n = a.members.groups * a.cols + (wide_columns(a) && a.row_data ? a.rows : 0);
+    const int64_t n = a.members.groups * a.cols + (fused_rows ? a.rows : 0);
     const unsigned sgrid = static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 4096));
     if (wide_columns(a)) {
-      uint32_t* row_amax = a.row_data != nullptr
+      uint32_t* row_amax = fused_rows
           ? reinterpret_cast<uint32_t*>(static_cast<char*>(scratch) + slot_bytes(a)) : nullptr;
-      if (row_amax != nullptr) TESSERA_CUDA_CHECK(cudaMemsetAsync(row_amax, 0, 4 * a.rows, s));
       wide_passes<false>(a, slots, row_amax, slots, "quantize_member_columns",
                          [&] { chunk_scales_kernel<<<sgrid, 256, 0, s>>>(a, slots, row_amax); }, s);
       return;
