@@ -79,10 +79,9 @@ GroupedGemmConfig grouped_gemm_cuda_select_config(const GroupedGemmProblem& p,
                                                   const GroupedGemmDims& dims);
 // Throws kUnsupported naming a field of an explicit problem.config the sm90 kernel does not take.
 void grouped_gemm_cuda_check_config(const GroupedGemmProblem& p);
-// problem.zero_unused_rows with device offsets: zeroes D's rows [end, D rows) on `stream`, end =
-// the last group's end read on the device (clamped to [0, capacity]).
-void zero_unused_rows_cuda(const GroupedGemmProblem& p, const GroupedGemmDims& dims, Stream stream);
-// Asynchronous on `stream`; workspace already checked for size and alignment.
+// Asynchronous on `stream`; workspace already checked for size and alignment. With
+// p.zero_unused_rows, D's rows past the last group's end (read on the device) become zeros in
+// the same launch.
 void grouped_gemm_cuda(const GroupedGemmProblem& p, const GroupedGemmDims& dims, void* workspace,
                        int64_t workspace_bytes, Stream stream);
 

@@ -78,11 +78,9 @@ int64_t backend_workspace_size(const GroupedGemmProblem& p, const Plan& plan) {
                                 : detail::grouped_gemm_cpu_workspace_size(p, plan.dims);
 }
 
-// problem.zero_unused_rows: D's rows past the last group's end set to zero, after the GEMM on the
-// same stream. Host D: from the host offsets; CUDA D: on the device (no host sync).
-void zero_unused_rows(const GroupedGemmProblem& p, const detail::GroupedGemmDims& dims,
-                      Stream stream) {
-  if (p.d.device.is_cuda()) return detail::zero_unused_rows_cuda(p, dims, stream);
+// problem.zero_unused_rows on the CPU: D's rows past the last group's end set to zero (from the
+// host offsets). CUDA: the GEMM kernel zeroes them (grouped_gemm_cuda).
+void zero_unused_rows_host(const GroupedGemmProblem& p) {
   const int64_t end = detail::host_start_offsets(p).back();  // checked: within the capacity
   const int64_t row_bytes = p.d.nbytes() / p.d.shape[0];
   host_zero_bytes(static_cast<char*>(p.d.data) + end * row_bytes,
@@ -112,8 +110,8 @@ void run_planned(const GroupedGemmProblem& problem, const Plan& plan, int64_t ne
     // The CPU backend dequantizes every quantized operand on its own, so the emulated path is
     // the same code once its format rules have passed.
     detail::grouped_gemm_cpu(problem, plan.dims, workspace.data, have);
+    if (problem.zero_unused_rows) zero_unused_rows_host(problem);
   }
-  if (problem.zero_unused_rows) zero_unused_rows(problem, plan.dims, stream);
 }
 
 }  // namespace

@@ -26,11 +26,6 @@ void grouped_gemm_cuda_check_config(const GroupedGemmProblem&) {
   TESSERA_FAIL(Status::kNoDevice, "grouped GEMM config: tessera was built without CUDA");
 }
 
-void zero_unused_rows_cuda(const GroupedGemmProblem& p, const GroupedGemmDims&, Stream) {
-  TESSERA_FAIL(Status::kNoDevice, "grouped GEMM: D on ", to_string(p.d.device),
-               " but tessera was built without CUDA");
-}
-
 void grouped_gemm_cuda(const GroupedGemmProblem& p, const GroupedGemmDims&, void*, int64_t,
                        Stream) {
   TESSERA_FAIL(Status::kNoDevice, "grouped GEMM: operands on ", to_string(p.a.device()),

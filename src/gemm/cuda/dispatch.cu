@@ -411,61 +411,6 @@ void prepare_dense_operands(const GroupedGemmProblem& p, const GroupedGemmDims& 
 
 }  // namespace
 
-namespace {
-
-// D's bytes [end · row_bytes, total_bytes) set to zero, end = the last group's end read from the
-// device offsets (entry `last`) and clamped to [0, capacity]. 16-byte stores where D's rows
-// allow them (any CUDA D: N % 8 == 0 rows of 16-bit or FP32 elements, aligned base), bytes
-// otherwise; a grid-stride loop, so any tail fits one small launch.
-template <class Word>
-__global__ void zero_unused_rows_kernel(char* d, int64_t row_bytes, int64_t total_bytes,
-                                        const void* offsets, bool int64, int64_t last,
-                                        int64_t capacity) {
-  int64_t end = int64 ? static_cast<const int64_t*>(offsets)[last]
-                      : static_cast<const int32_t*>(offsets)[last];
-  end = end < 0 ? 0 : (end > capacity ? capacity : end);
-  const int64_t first = end * row_bytes / static_cast<int64_t>(sizeof(Word));
-  const int64_t words = total_bytes / static_cast<int64_t>(sizeof(Word));
-  Word* w = reinterpret_cast<Word*>(d);
-  for (int64_t i = first + blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < words;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    w[i] = Word{};
-  }
-}
-
-}  // namespace
-
-void zero_unused_rows_cuda(const GroupedGemmProblem& p, const GroupedGemmDims& dims,
-                           Stream stream) {
-  auto s = stream.as<cudaStream_t>();
-  char* d = static_cast<char*>(p.d.data);
-  const int64_t total = p.d.nbytes(), row_bytes = total / p.d.shape[0];
-  TESSERA_CUDA_CHECK(cudaSetDevice(p.d.device.index));
-  if (p.group_offsets.device.is_cpu()) {  // the end is known here: one memset
-    const int64_t end = host_start_offsets(p).back();
-    if (total > end * row_bytes) {
-      TESSERA_CUDA_CHECK(cudaMemsetAsync(d + end * row_bytes, 0,
-                                         static_cast<size_t>(total - end * row_bytes), s));
-    }
-    return;
-  }
-  const bool int64 = p.group_offsets.dtype == DType::kInt64;
-  const int64_t last = p.group_offsets.numel() - 1;  // the last end (either offsets format)
-  constexpr int kThreads = 256;
-  const bool vec = row_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(d) % 16 == 0;
-  const int64_t words = vec ? total / 16 : total;
-  // Enough blocks to fill the device on a large tail; a tail of few rows ends at once.
-  const int blocks = static_cast<int>(std::min<int64_t>((words + kThreads - 1) / kThreads, 1024));
-  if (vec) {
-    zero_unused_rows_kernel<uint4><<<blocks, kThreads, 0, s>>>(
-        d, row_bytes, total, p.group_offsets.data, int64, last, dims.capacity);
-  } else {
-    zero_unused_rows_kernel<unsigned char><<<blocks, kThreads, 0, s>>>(
-        d, row_bytes, total, p.group_offsets.data, int64, last, dims.capacity);
-  }
-  TESSERA_CUDA_CHECK(cudaGetLastError());
-}
-
 GroupedGemmConfig grouped_gemm_cuda_select_config(const GroupedGemmProblem& p,
                                                   const GroupedGemmDims& dims) {
   const WorkspaceLayout w = layout_of(p, dims);
@@ -510,6 +455,8 @@ void grouped_gemm_cuda(const GroupedGemmProblem& p, const GroupedGemmDims& dims,
     g.config.pingpong = false;
     if (explicit_config && p.config.stages == 0) g.config.stages = 6;
   }
+  // Rows in no group: zeroed by the GEMM kernel itself (no launch of its own).
+  if (p.zero_unused_rows) g.params.zero_rows = p.d.shape[0];
   gemm_cuda::launch_grouped_gemm_sm90(g, ws + w.maps, w.maps_bytes, s);
 }
 

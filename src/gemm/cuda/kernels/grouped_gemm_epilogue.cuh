@@ -23,6 +23,7 @@
 
 #include <cstdint>
 
+#include "gemm/cuda/kernels/group_offsets.cuh"
 #include "gemm/cuda/kernels/grouped_gemm_params.h"
 #include "gemm/cuda/kernels/sm90_primitives.cuh"
 
@@ -392,6 +393,36 @@ __device__ __forceinline__ void store_tile_blocks(const KernelParams& p, const C
   if (threadIdx.x % 128 == 0)
     store_staged<kBlockN>(p, map_d, map_d8, t, first_row, h0, h1, staging);
   copy_tail_rows<kBlockN>(p, t, first_row, h0, h1, staging);
+}
+
+// D's rows [end, p.zero_rows) set to zero (end: the last group's end, clamped to [0, capacity]),
+// columns [0, n) of each, by the consumer warps of every CTA once their tiles are done (cw: the
+// warpgroup): a row per warp at a time, 16-byte words across the lanes (rows of 16-byte
+// multiples at aligned addresses) or elements. Disjoint from every tile's rows, so no ordering
+// with the tiles' stores is needed.
+__device__ __forceinline__ void zero_tail_rows(const KernelParams& p, int cw) {
+  const int64_t end = gemm_cuda::device_group_start(p.offsets, p.offsets_int64 != 0,
+                                                    p.offsets_start != 0, p.capacity,
+                                                    p.num_groups);
+  const int lane = threadIdx.x % 32;
+  const int64_t elem = p.out_type == OutType::kFP32 ? 4 : 2;
+  const int64_t row_bytes = p.n * elem, ld_bytes = p.ldd * elem;
+  char* const d = static_cast<char*>(p.d);
+  const bool vec = row_bytes % 16 == 0 && ld_bytes % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(d) % 16 == 0;
+  const int warps = 8 * static_cast<int>(gridDim.x);
+  for (int64_t r = end + blockIdx.x * 8 + cw * 4 + (threadIdx.x % 128) / 32; r < p.zero_rows;
+       r += warps) {
+    char* row = d + r * ld_bytes;
+    if (vec) {
+      for (int64_t c = lane; c < row_bytes / 16; c += 32)
+        *reinterpret_cast<uint4*>(row + c * 16) = make_uint4(0, 0, 0, 0);
+    } else if (elem == 4) {
+      for (int64_t c = lane; c < p.n; c += 32) reinterpret_cast<float*>(row)[c] = 0.0f;
+    } else {
+      for (int64_t c = lane; c < p.n; c += 32) reinterpret_cast<uint16_t*>(row)[c] = 0;
+    }
+  }
 }
 
 // The warpgroup's epilogue of tile `t`: first_row = its first row inside the group's tile;

@@ -161,6 +161,10 @@ struct KernelParams {
   // shared memory (TMA multicast, map_a_half / map_b_half: 64-row boxes). A ring slot is then
   // released to the producers of both CTAs.
   int cluster = 1;
+  // M-grouped with zero_unused_rows: D's row count; its rows past the last group's end (read on
+  // the device) are set to zero by the consumer warpgroups once their tiles are done
+  // (zero_tail_rows). 0: no such rows are written.
+  int64_t zero_rows = 0;
 };
 
 // Shared-memory column vectors per consumer warpgroup (SmemLayout::cols_per_wg): the tile's B

@@ -9,7 +9,8 @@
 // numbered group by group; CTA b takes tiles b, b + gridDim.x, ... (or, on a 2-CTA cluster launch,
 // the tiles of pairs shared with the other CTA); the producer walks the group offsets ON THE
 // DEVICE (TileWalker) and publishes each tile to the consumers in a shared-memory tile ring, so
-// no host ever sees group sizes. Template
+// no host ever sees group sizes. Once out of tiles, the consumers zero D's rows in no group
+// (zero_unused_rows). Template
 // arguments: the element kind (an (A, B) element pair of sm90_mma_kinds.cuh: BF16, FP16, or FP8;
 // one stage holds 128 bytes of contraction = 64 or 128 elements; 16-bit kinds may read A and/or B
 // MN-major, as stored in the token buffer or the weights, so no operand is transposed first), the
@@ -373,6 +374,7 @@ __device__ __forceinline__ void consumer_loop(const KernelParams& p, const CUten
     tile_epilogue(p, map_d, map_d8, t, acc, pre, first_row, staging, cols, 1 + cw);
   }
   if (p.tma_store && threadIdx.x % 128 == 0) bulk_wait<0>();  // stores done before exit
+  if (p.zero_rows > 0) zero_tail_rows(p, cw);
 }
 
 template <class Elem, int kBlockN, Schedule kSchedule>
@@ -433,7 +435,6 @@ __global__ void __launch_bounds__(kNumThreads, 1)
   // tiles need fewer consumer registers, and their producer build spills at 40.
   // MXFP8: the producer warpgroup also runs the scale loaders (mx_scale_loader_loop), and the
   // consumers' partial sums are two n64 halves (main_loop_mx).
-  // MXFP8: the producer warpgroup also runs the scale loaders (mx_scale_loader_loop).
   constexpr int kProducerRegs = Elem::kPromoteK == 32 ? 64 : (Elem::kPromote ? 56 : 40);
   constexpr int kConsumerRegs = Elem::kPromoteK == 32 ? 216 : (Elem::kPromote ? 224 : 232);
   // The pool is what the launch allocated (168 per thread of 384): a consumer's setmaxnreg.inc
