@@ -314,14 +314,15 @@ TEST(CudaGroupedGemmStatus, RefusesWhatTheSm90PathCannotRun) {
 namespace tessera::test {
 namespace {
 
-// zero_unused_rows: D's rows past the last group's end become zeros (device offsets: read on the
-// device; host offsets: one memset), every other byte equals the run without it, and a D with no
-// unused rows is left as the plain run writes it. BF16 and FP32 D; int32 end and int64 start
-// offsets; empty trailing groups; a K-grouped problem refuses the flag.
+// zero_unused_rows: D's rows past the last group's end become zeros (written by the GEMM kernel
+// from the offsets it reads on the device, host or device offsets alike), every other byte equals
+// the run without it, and a D with no unused rows is left as the plain run writes it. BF16 and
+// FP32 D; int32 end and int64 start offsets; empty trailing groups; a tail of more rows than the
+// kernel has warps (each warp then zeroes several rows); a K-grouped problem refuses the flag.
 TEST(CudaGroupedGemmZeroUnusedRows, TailRowsZeroedRestUnchanged) {
   if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
   for (DType out : {DType::kBFloat16, DType::kFloat32}) {
-    for (int64_t extra : {int64_t{0}, int64_t{1}, int64_t{40}}) {
+    for (int64_t extra : {int64_t{0}, int64_t{1}, int64_t{40}, int64_t{2500}}) {
       GemmCase c = bf16_case("zero_unused", GroupedGemmKind::kMGrouped, {0, 37, 130, 0, 21, 0},
                              0, 264, 200);
       c.out_dtype = out;
