@@ -98,3 +98,47 @@ def test_imbalanced_group_sizes_keep_the_total(name):
     assert sizes[0] == 0 and all(s % 16 == 0 and s >= 0 for s in sizes)
     assert max(sizes) > per  # skewed
     assert shapes.group_sizes(e, per, False) == [per] * e
+
+
+def test_optim_suite_steps_quantize_where_their_labels_say(monkeypatch):
+    """The optimizer suite's contenders (python -m tessera.bench train --optim), run on CPU
+    tensors: every step moves its weight; a "+quantize_weights_" step's forward reads the copies
+    quantize_weights_ made after the previous optimizer step (no re-quantization in the forward),
+    the other FP8 step's forward re-quantizes."""
+    torch = pytest.importorskip("torch")
+    tt = pytest.importorskip("tessera.torch")
+    from tessera.bench import train
+    from tessera.torch import _ext
+
+    class Case:  # the fields optim_contenders reads
+        g = torch.Generator().manual_seed(0)
+        sizes = [5, 0, 11]
+        offs = torch.tensor(sizes).cumsum(0).to(torch.int32)
+        x = torch.randn(16, 32, generator=g).to(torch.bfloat16)
+        w = (torch.randn(3, 16, 32, generator=g) / 8).to(torch.bfloat16)
+        dy = torch.randn(16, 16, generator=g).to(torch.bfloat16)
+
+    calls = []
+    real = _ext.linear_fwd
+
+    def counted(x, weight, offs, bias, wcache, requantize, *rest):
+        calls.append((x.shape[0], requantize))
+        return real(x, weight, offs, bias, wcache, requantize, *rest)
+
+    monkeypatch.setattr(_ext, "linear_fwd", counted)
+    steps = train.optim_contenders(tt, Case, ("bf16", "fp8_rowwise"))
+    labels = [label for label, _ in steps]
+    assert labels == ["torch bf16 +adamw", "tessera bf16 +adamw", "tessera fp8 +adamw",
+                      "tessera fp8 +adamw +quantize_weights_"]
+    for label, step in steps:
+        step()  # the first step (a side step also makes the copies for the second)
+        calls.clear()
+        step()
+        forwards = [requant for rows, requant in calls if rows == 16]
+        side = [requant for rows, requant in calls if rows == 0]
+        if label.startswith("tessera"):
+            assert len(forwards) == 1, (label, calls)
+        if label.endswith("+quantize_weights_"):
+            assert forwards == [False] and side == [True], (label, calls)
+        elif label == "tessera fp8 +adamw":
+            assert forwards == [True] and side == [], (label, calls)

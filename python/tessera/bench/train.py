@@ -19,6 +19,11 @@ tessera.torch, next to the peers a user would pick instead, in the same run on t
     ... [graph]    with --graphs: torch BF16 and the tessera rows again, each step captured in
                    one CUDA graph and replayed (no host work between kernels: what the kernels
                    cost); their ratio is to "torch bf16 [graph]"
+With --optim, a third suite times one training step plus the optimizer step: torch's BF16 step
+then torch.optim.AdamW(fused=True) on its weight, next to each tessera recipe's GroupedLinear with
+the same optimizer, its weight copies made either by the next forward (re-quantized in the step)
+or right after the optimizer step by tessera.torch.quantize_weights_ (the forward then reads
+them: the optimizer-side quantization).
 The tessera rows are those of --recipes (default bf16,fp8_rowwise,fp8_current; accepted:
 RECIPES below); the MLP suite runs the same recipes as GroupedMLP.
 
@@ -28,7 +33,7 @@ per expert, K, N): DeepSeek-V3, Qwen3-30B-A3B and Mixtral fc1/fc2, balanced and 
 (skewed counts, one empty expert, sizes multiples of 16).
 
     python -m tessera.bench train [--shapes dsv3-fc1,...] [--recipes bf16,fp8_block] [--reps 30]
-                                  [--graphs] [--no-mlp] [--json FILE]
+                                  [--graphs] [--no-mlp] [--optim] [--json FILE]
 """
 from __future__ import annotations
 
@@ -278,6 +283,69 @@ def bench_mlp(names, reps, out_rows, recipes=DEFAULT_RECIPES):
             torch.cuda.empty_cache()
 
 
+OPTIM = " +adamw"
+
+
+def optim_contenders(tt, case: Case, recipes=DEFAULT_RECIPES):
+    """(label, step) of the optimizer suite on `case`: each step is forward, backward, then
+    AdamW(fused=True) on the weight (tessera: then quantize_weights_ where the label says so).
+    torch's weight and every tessera layer's start from case.w (on its device)."""
+    x = case.x.detach().requires_grad_()
+    device = case.w.device
+
+    def adamw(params):
+        return torch.optim.AdamW(params, lr=1e-6, fused=True)
+
+    w = case.w.detach().clone().requires_grad_()
+    opt_t = adamw([w])
+
+    def torch_step():
+        x.grad = None
+        w.grad = None
+        torch._grouped_mm(x, w.transpose(-2, -1), offs=case.offs).backward(case.dy)
+        opt_t.step()
+
+    rows = [("torch bf16" + OPTIM, torch_step)]
+    e, k, n = case.w.shape[0], case.w.shape[2], case.w.shape[1]
+    for r in recipes:
+        for side in ((False, True) if r != "bf16" else (False,)):
+            m = tt.GroupedLinear(e, k, n, recipe=r, device=device, params_dtype=case.w.dtype)
+            with torch.no_grad():
+                m.weight.copy_(case.w)
+            opt = adamw(list(m.parameters()))
+
+            def step(m=m, opt=opt, side=side):
+                x.grad = None
+                m.zero_grad(set_to_none=True)
+                m(x, case.offs).backward(case.dy)
+                opt.step()
+                if side:  # the copies for the next forward, made here
+                    tt.quantize_weights_(m)
+
+            label = tessera_label(r, suffix=OPTIM + (" +quantize_weights_" if side else ""))
+            rows.append((label, step))
+    return rows
+
+
+def bench_optim(names, reps, out_rows, recipes=DEFAULT_RECIPES):
+    """The optimizer suite (--optim) on the linear shapes `names`, balanced and skewed."""
+    import tessera.torch as tt
+    for name in names:
+        e, per, k, n = SHAPES[name]
+        for imb in (False, True):
+            case = Case(e, per, k, n, imb)
+            steps = dict(optim_contenders(tt, case, recipes))
+            ms = timed_interleaved(steps, reps)
+            for label in steps:
+                row = {"suite": "optim", "shape": name, "imbalanced": imb, "impl": label,
+                       "ms": ms[label], "tflops": case.flops / ms[label] / 1e9,
+                       "x_torch_bf16": ms["torch bf16" + OPTIM] / ms[label]}
+                out_rows.append(row)
+                print(json.dumps(row), flush=True)
+            del case, steps
+            torch.cuda.empty_cache()
+
+
 def format_table(rows) -> str:
     """The run's markdown table (printed, and written into the results page by
     `python -m tessera.bench results`)."""
@@ -308,6 +376,9 @@ def main(argv=None) -> int:
     ap.add_argument("--recipes", default=",".join(DEFAULT_RECIPES),
                     help=f"comma-separated tessera recipes, of {','.join(RECIPES)}")
     ap.add_argument("--no-mlp", action="store_true")
+    ap.add_argument("--optim", action="store_true",
+                    help="also time each linear step plus torch.optim.AdamW(fused=True) (with "
+                         "tessera's weight copies made by quantize_weights_ or by the forward)")
     ap.add_argument("--graphs", action="store_true",
                     help="also time torch BF16 and the tessera linear steps as CUDA graph replays")
     ap.add_argument("--reps", type=int, default=30)
@@ -325,6 +396,8 @@ def main(argv=None) -> int:
     bench_linear([s for s in a.shapes.split(",") if s], a.reps, rows, recipes, a.graphs)
     if not a.no_mlp:
         bench_mlp([s for s in a.mlp_shapes.split(",") if s], a.reps, rows, recipes)
+    if a.optim:
+        bench_optim([s for s in a.shapes.split(",") if s], a.reps, rows, recipes)
     print_table(rows)
     if a.json:
         with open(a.json, "w") as f:
