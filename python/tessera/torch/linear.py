@@ -128,16 +128,16 @@ def spec_of(recipe, name: str = "") -> str:
     """The text form of a recipe argument for layer `name` (tessera.torch.recipe), resolved once
     (a custom factory runs here); a constant under torch.compile. A recipe name's text is kept
     (names are immutable): the functional step checks it once, not every call."""
-    if isinstance(recipe, str):
-        return _name_spec(recipe, name)
+    return (_name_spec if isinstance(recipe, str) else _resolved_spec)(recipe, name)
+
+
+def _resolved_spec(recipe, name: str) -> str:
     resolved, _ = resolve(recipe)
     return recipe_spec(resolved, name)
 
 
-@functools.lru_cache(maxsize=256)
-def _name_spec(recipe: str, name: str) -> str:
-    resolved, _ = resolve(recipe)  # raises for an unknown name: nothing is kept then
-    return recipe_spec(resolved, name)
+# A name's text, kept (an unknown name raises: nothing is kept then).
+_name_spec = functools.lru_cache(maxsize=256)(_resolved_spec)
 
 
 def is_delayed(spec: str) -> bool:
