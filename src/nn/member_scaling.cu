@@ -337,6 +337,20 @@ __global__ void __launch_bounds__(kColThreads) wide_amax_kernel(MemberColumnsArg
 }
 static_assert(kColThreads == kWideCols, "wide_amax_kernel folds one column per thread");
 
+// The stored scales of the (member, column) slots no warp owns in the folded wide encode: a
+// member with no rows, or whose first row lies past the matrix (wide_encode_kernel's owner is
+// the warp whose first row is the member's first). Written by the CTAs of chunk 0, one thread
+// per such member, for the CTA's columns [k0, k0 + kWideCols).
+__device__ __forceinline__ void fold_empty_member_scales(const MemberColumnsArgs& a,
+                                                         const uint32_t* bits, int64_t k0) {
+  for (int64_t g = threadIdx.x; g < a.members.groups; g += kColThreads) {
+    const int64_t begin = a.members.begin(g);
+    if (begin < a.members.end(g) && begin < a.rows) continue;
+    for (int64_t c = k0; c < k0 + kWideCols && c < a.cols; ++c)
+      moe::block_multiplier(a.quant, bits[g * a.cols + c], a.scale_inv, g * a.cols + c);
+  }
+}
+
 // The FP8 codes of four products, byte i: y_i (the hardware cvt.rn.satfinite in pairs; the
 // same bits as code()).
 template <bool kE5M2>
@@ -348,11 +362,13 @@ __device__ __forceinline__ uint32_t codes4(float y0, float y1, float y2, float y
 
 // Pass 3 of the wide form. Each warp loads its 16 rows (one member) in two batches of 8 (one
 // 16-byte load per lane and row, all 8 issued before the first is used), writes each row's
-// codes (row_mult: the rows' multipliers from the scales pass) and stages its columns' codes as
-// 4-row words. The CTA then writes its columns: per store, 8 lanes write one column's 128
-// bytes (a whole line) and a warp four columns.
-// kPerMember (per-tensor scaling, MemberTensorArgs): mult holds one multiplier per member for
-// both copies, and rows in no member or past a member's source rows (padding) get code 0 in both.
+// codes and stages its columns' codes as 4-row words. The CTA then writes its columns: per
+// store, 8 lanes write one column's 128 bytes (a whole line) and a warp four columns.
+// Per (member, column) scaling (!kPerMember): `mult` holds the slots' abs-bits maxima and
+// `row_mult` the rows', and the multipliers are taken from them here (the scales pass folded
+// in; fold_scale_owner says which CTA writes each stored scale). kPerMember (per-tensor
+// scaling, MemberTensorArgs): mult holds one multiplier per member for both copies, and rows in
+// no member or past a member's source rows (padding) get code 0 in both.
 template <class In, bool kE5M2, bool kPerMember>
 __global__ void __launch_bounds__(kColThreads, 3) wide_encode_kernel(MemberColumnsArgs a,
                                                                   const uint32_t* mult,
@@ -374,11 +390,18 @@ __global__ void __launch_bounds__(kColThreads, 3) wide_encode_kernel(MemberColum
 #pragma unroll
     for (int e = 0; e < 8; ++e) f[e] = __uint_as_float(mult[g]);
   } else if (!kPerMember && g >= 0 && ok) {
-    const float4 lo = *reinterpret_cast<const float4*>(mult + g * a.cols + c0);
-    const float4 hi = *reinterpret_cast<const float4*>(mult + g * a.cols + c0 + 4);
-    f[0] = lo.x, f[1] = lo.y, f[2] = lo.z, f[3] = lo.w, f[4] = hi.x, f[5] = hi.y, f[6] = hi.z,
-    f[7] = hi.w;
+    const uint4 lo = *reinterpret_cast<const uint4*>(mult + g * a.cols + c0);
+    const uint4 hi = *reinterpret_cast<const uint4*>(mult + g * a.cols + c0 + 4);
+    const uint32_t bits[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+    // The warp holding the member's first row stores its scales (one per slot).
+    const bool owner = a.members.begin(g) == r_begin;
+    float sink = 0.0f;
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      f[e] = owner ? moe::block_multiplier(a.quant, bits[e], a.scale_inv, g * a.cols + c0 + e)
+                   : moe::block_multiplier(a.quant, bits[e], &sink, 0);
   }
+  if (!kPerMember && blockIdx.y == 0) fold_empty_member_scales(a, mult, k0);
   const In* src = static_cast<const In*>(a.x) + (span.first >= 0 ? span.first : 0) * a.cols + c0;
   const int64_t rows_here = a.rows - r_begin;  // rows of the matrix among the warp's 16
   constexpr int kBatchRows = 8;
@@ -400,10 +423,21 @@ __global__ void __launch_bounds__(kColThreads, 3) wide_encode_kernel(MemberColum
       rm[0] = *reinterpret_cast<const uint4*>(row_mult + r_begin + b);
       rm[1] = *reinterpret_cast<const uint4*>(row_mult + r_begin + b + 4);
     }
-    const float rf[kBatchRows] = {__uint_as_float(rm[0].x), __uint_as_float(rm[0].y),
-                                  __uint_as_float(rm[0].z), __uint_as_float(rm[0].w),
-                                  __uint_as_float(rm[1].x), __uint_as_float(rm[1].y),
-                                  __uint_as_float(rm[1].z), __uint_as_float(rm[1].w)};
+    const uint32_t rbits[kBatchRows] = {rm[0].x, rm[0].y, rm[0].z, rm[0].w,
+                                        rm[1].x, rm[1].y, rm[1].z, rm[1].w};
+    float rf[kBatchRows];
+#pragma unroll
+    for (int j = 0; j < kBatchRows; ++j) {
+      if (kPerMember) {
+        rf[j] = __uint_as_float(rbits[j]);
+      } else {  // row r's multiplier from its amax bits; lane j of slab 0 stores its scale
+        const int64_t r = r_begin + b + j;
+        float sink = 0.0f;
+        rf[j] = rows_out && blockIdx.x == 0 && lane == j && r < a.rows
+                    ? moe::block_multiplier(a.row_quant, rbits[j], a.row_scale_inv, r)
+                    : moe::block_multiplier(a.row_quant, rbits[j], &sink, 0);
+      }
+    }
     if (rows_out && ok) {  // every row of the matrix, as the standalone rowwise quantizer
 #pragma unroll
       for (int j = 0; j < kBatchRows; ++j) {
@@ -533,9 +567,11 @@ unsigned chunk_grid_rows(const MemberColumnsArgs& a, const char* what) {
 }
 
 // The wide form's passes on s: the (member, column) maxima into the zeroed slots (and the rows'
-// into the zeroed row_amax, when not null), `scales()` (the launch that turns them into
-// multipliers), then the codes with `mult` ((member, column) multipliers and the rows' in
-// row_amax; kPerMember: one per member).
+// into the zeroed row_amax, when not null), then the codes. kPerMember: `scales()` (the launch
+// that turns the slots into one multiplier per member, in `mult`) runs between them. Per
+// (member, column): the encode takes the multipliers from the maxima itself (mult = slots), and
+// `scales()` (writing every stored scale) runs only for a matrix of no rows, where no encode
+// CTA does.
 template <bool kPerMember, class Scales>
 void wide_passes(const MemberColumnsArgs& a, uint32_t* slots, uint32_t* row_amax,
                  const uint32_t* mult, const char* what, Scales scales, cudaStream_t s) {
@@ -545,7 +581,7 @@ void wide_passes(const MemberColumnsArgs& a, uint32_t* slots, uint32_t* row_amax
     using In = typename decltype(tag)::type;
     if constexpr (sizeof(In) == 2) {  // wide_columns: 16-bit input only
       if (a.rows > 0) wide_amax_kernel<In><<<wgrid, kColThreads, 0, s>>>(a, slots, row_amax);
-      scales();
+      if (kPerMember || a.rows == 0) scales();
       auto* encode = a.quant.e5m2 ? wide_encode_kernel<In, true, kPerMember>
                                   : wide_encode_kernel<In, false, kPerMember>;
       if (a.rows > 0) encode<<<wgrid, kColThreads, 0, s>>>(a, mult, row_amax);
