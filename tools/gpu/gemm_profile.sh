@@ -18,7 +18,7 @@ REP="$OUT/grouped_gemm_profile"
 cd "$ROOT/bench/gpu"
 TESSERA_BENCH_LIB="$LIB" "$NCU" --profile-from-start off --clock-control none \
   --section SpeedOfLight --section LaunchStats --section WarpStateStats \
-  --metrics sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed \
+  --metrics sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,dram__bytes_write.sum,sm__cycles_elapsed.avg.per_second \
   -f -o "$REP" python3 grouped_gemm_profile.py
 "$NCU" -i "$REP.ncu-rep" --csv --page details > "$REP.csv"
 # PROFILE_SOURCE=1: also where the warps of our first kernel of the list stalled (warp-state
@@ -38,6 +38,8 @@ rows = list(csv.DictReader(open(sys.argv[1])))
 want = OrderedDict([("Duration", "us"), ("Compute (SM) Throughput", "SM%"),
                     ("DRAM Throughput", "DRAM%"), ("L2 Cache Throughput", "L2%"),
                     ("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed", "TC%"),
+                    ("dram__bytes_read.sum", "DRAM-rd"), ("dram__bytes_write.sum", "DRAM-wr"),
+                    ("sm__cycles_elapsed.avg.per_second", "SM-MHz"),
                     ("Grid Size", "grid"), ("Cluster Size", "clus"),
                     ("Registers Per Thread", "regs"), ("Dynamic Shared Memory Per Block", "dsmem"),
                     ("Warp Cycles Per Issued Instruction", "cyc/ins")])
@@ -53,6 +55,13 @@ for r in rows:
             v = f"{float(v.replace(',', '')) / 1e3:.1f}"
         elif name == "Duration" and unit.startswith("m"):
             v = f"{float(v.replace(',', '')) * 1e3:.1f}"
+        elif name == "sm__cycles_elapsed.avg.per_second":  # as MHz
+            scale = {"cycle/second": 1e-6, "cycle/usecond": 1.0, "cycle/nsecond": 1e3,
+                     "hz": 1e-6, "khz": 1e-3, "mhz": 1.0, "ghz": 1e3}.get(unit.lower())
+            v = f"{float(v.replace(',', '')) * scale:.0f}" if scale else v + unit
+        elif name.startswith("dram__bytes"):  # as MB
+            scale = {"byte": 1e-6, "kbyte": 1e-3, "mbyte": 1.0, "gbyte": 1e3}.get(unit.lower())
+            v = f"{float(v.replace(',', '')) * scale:.1f}" if scale else v + unit
         kern[key][want[name]] = v
 print("PROFILE (ncu, one launch each; order of grouped_gemm_profile.py: ours then torch per case)")
 print(f"{'id':>3s} {'kernel':60s} " + " ".join(f"{h:>8s}" for h in want.values()))
