@@ -267,6 +267,52 @@ TEST(GroupedLinearCuda, MatchesCpuWithDeviceSplits) {
   for (const std::string& r : cuda_recipes(true)) EXPECT_EQ(compare_linear(r, true), "") << r;
 }
 
+// Activation copies on members that span many of the wide kernels' 128-row chunks and 256-column
+// slabs (each chunk's encode takes the multipliers from the members' maxima; the warp holding a
+// member's first row stores its scales): x's and dy's row and column copies on CUDA equal the
+// CPU's bit for bit, with a member larger than the others by 100x, an empty one, a 3-row one
+// and a partial slab (1040 = 4·256 + 16 columns).
+std::string compare_large_member_operands(const std::string& recipe_name) {
+  constexpr int64_t kExperts = 5, kK = 1040, kN = 528;
+  const std::vector<int64_t> splits = {16, 2900, 0, 700, 3};
+  int64_t t = 0;
+  for (int64_t s : splits) t += s;
+  std::vector<std::vector<float>> ops[2];
+  for (int d = 0; d < 2; ++d) {
+    const Device dev = d == 0 ? Device::cpu() : Device::cuda(0);
+    const auto recipe = make_recipe(recipe_name);
+    GroupedLinearOptions o = named("fc1");
+    o.device = dev;
+    GroupedLinear layer(kExperts, kK, kN, *recipe, false, o);
+    layer.reset_parameters(3);
+    std::vector<int64_t> sp = splits;
+    Tensor splits_t(sp, {kExperts}, Device::cpu());  // host splits: one padded layout on both
+    Tensor x(random_normal(t * kK, 51), {t, kK}, dev), dy(random_normal(t * kN, 52), {t, kN}, dev);
+    Tensor y(zeros(t * kN), {t, kN}, dev), dx(zeros(t * kK), {t, kK}, dev);
+    Tensor dw(zeros(kExperts * kN * kK), {kExperts, kN, kK}, dev);
+    GroupedLinearContext ctx = layer.forward(x.view, splits_t.view, y.view);
+    layer.backward(ctx, dy.view, {dx.view, dw.view, {}, false});
+    for (SavedOperand op : {SavedOperand::kInput, SavedOperand::kGradOutput})
+      for (bool col : {false, true}) ops[d].push_back(ctx.operand_value(op, col));
+  }
+  std::string err;
+  const char* names[4] = {"x row", "x col", "dy row", "dy col"};
+  for (int i = 0; i < 4; ++i) {
+    // The CUDA copies may hold more padding rows than the CPU's (device splits): the CPU's
+    // leading elements are the layout both share.
+    const std::vector<float>& cpu = ops[0][i];
+    const int64_t n = differing(head(ops[1][i], static_cast<int64_t>(cpu.size())), cpu);
+    if (n != 0) err += std::string(names[i]) + ": " + std::to_string(n) + " elements differ; ";
+  }
+  return err;
+}
+
+TEST(GroupedLinearCuda, RowwiseCopiesOfLargeMembersMatchCpu) {
+  if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  for (const std::string r : {"fp8_rowwise", "fp8_current"})
+    EXPECT_EQ(compare_large_member_operands(r), "") << r;
+}
+
 // Recipes without a CUDA GEMM path stop with an error naming the refusal, never garbage.
 TEST(GroupedLinearCuda, RecipesWithoutACudaGemmRefuseClearly) {
   if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
