@@ -8,8 +8,9 @@
 //   _moe_routing_into(indices, num_experts, align, capacity, counts, padded_offsets, slot_map,
 //                     row_pair, dropped, workspace=None, error_flag=None, stream=0)
 //   _moe_permute_into(x, row_pair, top_k, out, stream=0)
+//   moe_permute_modes: tuple of the scaling-mode names permute fuses (moe_permute_modes())
 //   _moe_permute_quantize_into(x, row_pair, top_k, mode, element, e8m0_floor, data, scale_inv,
-//                              stream=0)          mode: rowwise | block1x128 | mxfp8
+//                              stream=0)          mode: one of moe_permute_modes
 //   _moe_permute_backward_into(d_permuted, slot_map, dx, stream=0)
 //   _moe_unpermute_into(y, slot_map, probs, out, stream=0)                  probs may be None
 //   _moe_unpermute_backward_into(dout, y, slot_map, row_pair, probs, dy, dprobs, stream=0)
@@ -165,6 +166,11 @@ void register_moe(nb::module_& m) {
         nb::arg("dropped").noconvert(), nb::arg("workspace").noconvert() = nb::none(),
         nb::arg("error_flag").noconvert() = nb::none(), nb::arg("stream") = 0,
         "Routing metadata from top-k expert indices (moe_routing.h), into caller arrays.");
+  {
+    nb::list modes;  // moe_permute_modes: the payload modes permute fuses, as scaling-mode names
+    for (ScalingMode mode : moe_permute_modes()) modes.append(scaling_mode_name(mode));
+    m.attr("moe_permute_modes") = nb::tuple(modes);
+  }
   m.def("_moe_permute_into", &permute_into, nb::arg("x").noconvert(),
         nb::arg("row_pair").noconvert(), nb::arg("top_k"), nb::arg("out").noconvert(),
         nb::arg("stream") = 0);

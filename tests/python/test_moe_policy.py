@@ -52,7 +52,8 @@ def test_recipe_texts_name_a_table_recipe():
 
 @pytest.mark.parametrize("row", C.scaling_mode_table, ids=lambda r: r["name"])
 def test_quant_modes_are_the_modes_the_cpp_permute_fuses(row):
-    """QUANT_MODES mirrors the C++ switch: every mode of it runs, every other mode is refused."""
+    """QUANT_MODES is the C++ list (moe_permute_modes): every mode of it runs, every other mode is
+    refused."""
     mode, rows, hidden = row["name"], 8, 256
     x = torch.randn(4, hidden).bfloat16()
     row_pair = torch.arange(rows, dtype=torch.int64)

@@ -47,6 +47,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "tessera/core/stream.h"
 #include "tessera/core/tensor_view.h"
@@ -93,6 +94,11 @@ void moe_routing(const TensorView& indices, const MoeRoutingOptions& options,
 // zeros where row_pair[r] = -1.
 void moe_permute(const TensorView& x, const TensorView& row_pair, int64_t top_k,
                  const TensorView& out, Stream stream = {});
+
+// The scaling modes moe_permute_quantize fuses (and moe_dequantize_rows reads): kRowwise,
+// kBlock1x128, kMXFP8 — scales per row or per 1xN block of a row, so a row's payload travels
+// with its own scales.
+std::span<const ScalingMode> moe_permute_modes();
 
 // The same fused with quantization: `out` (rows, H) has the rowwise usage of config mode
 // kRowwise, kBlock1x128 or kMXFP8 (compact scales) with the shapes of quantize/types.h; its

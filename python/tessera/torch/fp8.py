@@ -29,11 +29,18 @@ _FP8_MAX = {"e4m3": _E4M3_MAX, "e5m2": 57344.0}
 _FLT_MAX = torch.finfo(torch.float32).max
 _HAS_TESSERA_QUANTIZE = hasattr(_C, "_quantize_into")
 FP8_DTYPES = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
-BLOCK_MODES = ("block1x128", "block128x128")
-MX_MODES = ("mxfp8", "mxfp8_32x32")
 # The torch dtype of E8M0 scales (quantize_mxfp8_impl says why); uint8 before torch 2.7.
 E8M0_DTYPE = getattr(torch, "float8_e8m0fnu", torch.uint8)
 _MODE_TABLE = {row["name"]: row for row in _C.scaling_mode_table}  # formats/scaling_modes.h
+
+
+def _modes_of_family(family: str) -> tuple:
+    """The scaling modes of one family of the C++ table ("block", "mxfp8", "nvfp4", ...), in its order."""
+    return tuple(name for name, row in _MODE_TABLE.items() if row["family"] == family)
+
+
+BLOCK_MODES = _modes_of_family("block")
+MX_MODES = _modes_of_family("mxfp8")
 
 
 def _blocks(n, block: int):

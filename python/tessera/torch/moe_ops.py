@@ -44,11 +44,10 @@ from ._errors import check
 from .fp8 import FP8_DTYPES, _mode_row, scale_shape
 
 # The payload modes of moe_permute: "none" (_moe_permute_into, no quantization) and the scaling
-# modes (names of tessera.scaling_mode_table) that the C++ permute fuses (moe_routing.cpp,
-# row_quant_of; _moe_permute_quantize_into refuses every other mode). The nanobind module does
-# not export this list, so it mirrors that C++ switch (test_moe_policy checks both ways). A
-# mode's index here is its value in moe_dist.check_config's configuration row.
-QUANT_MODES = ("none", "rowwise", "block1x128", "mxfp8")
+# modes the C++ permute fuses (_tessera.moe_permute_modes, from moe_permute_modes() in
+# tessera/nn/moe_routing.h). A mode's index here is its value in moe_dist.check_config's
+# configuration row.
+QUANT_MODES = ("none",) + tuple(_C.moe_permute_modes)
 
 
 def permuted_rows(num_tokens, top_k: int, num_experts: int, align: int = 1,

@@ -17,9 +17,9 @@ from torch import Tensor
 from .. import _tessera as _C
 from . import _bridge as br
 from ._errors import check
-from .fp8 import scale_shape
+from .fp8 import _modes_of_family, scale_shape
 
-NVFP4_MODES = ("nvfp4", "nvfp4_16x16")
+NVFP4_MODES = _modes_of_family("nvfp4")
 SCALE_DTYPE = torch.float8_e4m3fn  # the E4M3 block scales: exactly the stored byte
 
 
