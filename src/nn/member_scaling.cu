@@ -366,9 +366,10 @@ __device__ __forceinline__ uint32_t codes4(float y0, float y1, float y2, float y
 // store, 8 lanes write one column's 128 bytes (a whole line) and a warp four columns.
 // Per (member, column) scaling (!kPerMember): `mult` holds the slots' abs-bits maxima and
 // `row_mult` the rows', and the multipliers are taken from them here (the scales pass folded
-// in; fold_scale_owner says which CTA writes each stored scale). kPerMember (per-tensor
-// scaling, MemberTensorArgs): mult holds one multiplier per member for both copies, and rows in
-// no member or past a member's source rows (padding) get code 0 in both.
+// in): the warp holding a member's first row stores the member's column scales, lane j of
+// column tile 0 row j's, fold_empty_member_scales those of members with no rows. kPerMember
+// (per-tensor scaling, MemberTensorArgs): mult holds one multiplier per member for both copies,
+// and rows in no member or past a member's source rows (padding) get code 0 in both.
 template <class In, bool kE5M2, bool kPerMember>
 __global__ void __launch_bounds__(kColThreads, 3) wide_encode_kernel(MemberColumnsArgs a,
                                                                   const uint32_t* mult,
