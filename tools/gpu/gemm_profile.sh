@@ -43,6 +43,14 @@ want = OrderedDict([("Duration", "us"), ("Compute (SM) Throughput", "SM%"),
                     ("Grid Size", "grid"), ("Cluster Size", "clus"),
                     ("Registers Per Thread", "regs"), ("Dynamic Shared Memory Per Block", "dsmem"),
                     ("Warp Cycles Per Issued Instruction", "cyc/ins")])
+# The columns given in one unit: the factor from each ncu unit (lower case) to it.
+BYTES_TO_MB = {"byte": 1e-6, "kbyte": 1e-3, "mbyte": 1.0, "gbyte": 1e3}
+TO_UNIT = {"Duration": {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3,
+                        "msecond": 1e3},
+           "sm__cycles_elapsed.avg.per_second": {"hz": 1e-6, "khz": 1e-3, "mhz": 1.0, "ghz": 1e3,
+                                                 "cycle/second": 1e-6, "cycle/usecond": 1.0,
+                                                 "cycle/nsecond": 1e3},
+           "dram__bytes_read.sum": BYTES_TO_MB, "dram__bytes_write.sum": BYTES_TO_MB}
 kern = OrderedDict()
 for r in rows:
     key = (r["ID"], r["Kernel Name"][:60])
@@ -51,16 +59,8 @@ for r in rows:
     if name in want:
         v = r["Metric Value"]
         unit = r.get("Metric Unit", "")
-        if name == "Duration" and unit.startswith("n"):
-            v = f"{float(v.replace(',', '')) / 1e3:.1f}"
-        elif name == "Duration" and unit.startswith("m"):
-            v = f"{float(v.replace(',', '')) * 1e3:.1f}"
-        elif name == "sm__cycles_elapsed.avg.per_second":  # as MHz
-            scale = {"cycle/second": 1e-6, "cycle/usecond": 1.0, "cycle/nsecond": 1e3,
-                     "hz": 1e-6, "khz": 1e-3, "mhz": 1.0, "ghz": 1e3}.get(unit.lower())
-            v = f"{float(v.replace(',', '')) * scale:.0f}" if scale else v + unit
-        elif name.startswith("dram__bytes"):  # as MB
-            scale = {"byte": 1e-6, "kbyte": 1e-3, "mbyte": 1.0, "gbyte": 1e3}.get(unit.lower())
+        if name in TO_UNIT:  # us, MHz, MB; an unknown unit is shown as given
+            scale = TO_UNIT[name].get(unit.lower())
             v = f"{float(v.replace(',', '')) * scale:.1f}" if scale else v + unit
         kern[key][want[name]] = v
 print("PROFILE (ncu, one launch each; order of grouped_gemm_profile.py: ours then torch per case)")
