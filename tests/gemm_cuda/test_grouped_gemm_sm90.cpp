@@ -239,7 +239,8 @@ double budget(const Case& c) {
 // cooperative with bands of 2 m blocks and ping-pong (4 stages) with bands of 1 (tile orders);
 // M-grouped cases also with clusters of 2 CTAs (tile pairs sharing A or B, phantom partners,
 // pairs across groups): both schedules on all SMs, and on 4 CTAs (2 clusters), so that each
-// cluster walks many pairs and its ring slots wrap many times.
+// cluster walks many pairs and its ring slots wrap many times. Every case also on 4 and 2 CTAs
+// without clusters (K-grouped included): each CTA walks many tiles across the groups.
 void expect_case(const Case& c, const char* name) {
   static const char* const kTags[] = {"",
                                       " (ping-pong, 4 stages)",
@@ -249,16 +250,19 @@ void expect_case(const Case& c, const char* name) {
                                       " (cluster 2)",
                                       " (ping-pong, 6 stages, cluster 2)",
                                       " (cluster 2, 4 CTAs, raster band 2)",
-                                      " (ping-pong, 5 stages, cluster 2, 4 CTAs)"};
-  const int variants = c.k_grouped ? 5 : 9;
-  for (int variant = 0; variant < variants; ++variant) {
+                                      " (ping-pong, 5 stages, cluster 2, 4 CTAs)",
+                                      " (4 CTAs)",
+                                      " (ping-pong, 2 CTAs)"};
+  for (int variant = 0; variant < 11; ++variant) {
+    if (c.k_grouped && variant >= 5 && variant <= 8) continue;  // clusters: M-grouped only
     Case v = c;
-    v.pingpong = variant == 1 || variant == 2 || variant == 4 || variant == 6 || variant == 8;
+    v.pingpong = variant == 1 || variant == 2 || variant == 4 || variant == 6 || variant == 8 ||
+                 variant == 10;
     if (v.pingpong) v.stages = variant == 2 || variant == 6 ? 6 : (variant == 8 ? 5 : 4);
     if (variant == 3 || variant == 7) v.raster_band = 2;
     if (variant == 4) v.raster_band = 1;
-    if (variant >= 5) v.cluster = 2;
-    if (variant >= 7) v.num_sms = 4;
+    if (variant >= 5 && variant <= 8) v.cluster = 2;
+    if (variant >= 7) v.num_sms = variant == 10 ? 2 : 4;
     const char* tag = kTags[variant];
     const Result r = run_case(v, 1234);
     EXPECT_LT(r.rel_err, budget(v)) << name << tag;
