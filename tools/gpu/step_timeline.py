@@ -35,14 +35,17 @@ def main(argv):
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(2):
             torch.cuda.synchronize()
+            torch.cuda._sleep(1)  # a marker kernel: the step's kernels are the ones after it
             step(requant)
         torch.cuda.synchronize()
     events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     events.sort(key=lambda e: e.time_range.start)
-    # the last step: the events after the largest gap (the synchronize between the two steps)
-    gaps = [events[i].time_range.start - events[i - 1].time_range.end for i in range(1, len(events))]
-    cut = max(range(len(gaps)), key=lambda i: gaps[i]) + 1 if gaps else 0
-    last = events[cut:]
+    # the last step: the events after the last marker (the largest gap between the two steps
+    # is not reliable: a step's own gap between forward and backward can be larger)
+    marks = [i for i, e in enumerate(events) if "spin" in e.name.lower()]
+    last = events[marks[-1] + 1:] if marks else events
+    if not marks:
+        print("(no marker kernel found: both profiled steps are shown)")
     busy, prev_end = 0.0, None
     print(f"{recipe} G={g} T={t} K={k} N={n} {'re-quantized' if requant else 'cached'} weights")
     print(f"{'gap us':>8s} {'dur us':>8s}  kernel")
