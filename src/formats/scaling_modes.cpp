@@ -2,6 +2,7 @@
 #include "tessera/formats/scaling_modes.h"
 
 #include <string>
+#include <vector>
 
 #include "tessera/core/status.h"
 
@@ -9,12 +10,10 @@ namespace tessera {
 namespace {
 
 std::string join_names(bool with_none) {
-  std::string s;
-  for (const ScalingModeInfo& r : kScalingModeTable) {
-    if (r.family == ScaleFamily::kNone && !with_none) continue;
-    s += (s.empty() ? "" : ", ") + std::string(r.name);
-  }
-  return s;
+  std::vector<ScalingMode> modes;
+  for (const ScalingModeInfo& r : kScalingModeTable)
+    if (r.family != ScaleFamily::kNone || with_none) modes.push_back(r.mode);
+  return scaling_mode_names(modes);
 }
 
 }  // namespace
@@ -27,6 +26,15 @@ const ScalingModeInfo& scaling_mode_info(ScalingMode m) {
 }
 
 std::span<const ScalingModeInfo> scaling_mode_table() { return kScalingModeTable; }
+
+std::string scaling_mode_names(std::span<const ScalingMode> modes) {
+  std::string s;
+  for (ScalingMode m : modes) {
+    if (!s.empty()) s += ", ";
+    s += scaling_mode_info(m).name;
+  }
+  return s;
+}
 
 const char* scaling_mode_names(bool with_none) {
   static const std::string kWith = join_names(true), kWithout = join_names(false);

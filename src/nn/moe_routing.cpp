@@ -4,7 +4,6 @@
 #include "tessera/nn/moe_routing.h"
 
 #include <algorithm>
-#include <string>
 
 #include "nn/moe_kernels.h"
 #include "tessera/core/checked_math.h"
@@ -17,16 +16,6 @@ namespace tessera {
 namespace {
 constexpr ScalingMode kPermuteModes[] = {ScalingMode::kRowwise, ScalingMode::kBlock1x128,
                                          ScalingMode::kMXFP8};
-
-// "rowwise, block1x128, mxfp8": the modes of moe_permute_modes, for the refusals below.
-std::string permute_mode_names() {
-  std::string out;
-  for (ScalingMode m : kPermuteModes) {
-    if (!out.empty()) out += ", ";
-    out += scaling_mode_name(m);
-  }
-  return out;
-}
 }  // namespace
 
 std::span<const ScalingMode> moe_permute_modes() { return kPermuteModes; }
@@ -40,7 +29,8 @@ RowQuant row_quant_of(const QuantizerConfig& c, int64_t hidden) {
     case ScalingMode::kMXFP8: q.mode = RowQuantMode::kMXFP8; q.block = 32; break;
     default:
       TESSERA_FAIL(Status::kUnsupported, "moe_permute_quantize: mode ", scaling_mode_name(c.mode),
-                   " is not fused into permute; expected one of ", permute_mode_names());
+                   " is not fused into permute; expected one of ",
+                   scaling_mode_names(kPermuteModes));
   }
   q.e5m2 = c.element == DType::kFloat8E5M2;
   q.fp8_max = fp8_max_finite(c.element);
@@ -375,7 +365,7 @@ void moe_dequantize_rows(const TensorView& data, const TensorView& scale_inv, Sc
     case ScalingMode::kMXFP8: a.block = 32; a.e8m0 = true; break;
     default:
       TESSERA_FAIL(Status::kUnsupported, op, ": mode ", scaling_mode_name(mode),
-                   " is not a payload mode; expected one of ", permute_mode_names());
+                   " is not a payload mode; expected one of ", scaling_mode_names(kPermuteModes));
   }
   if (mode != ScalingMode::kRowwise) a.scale_cols = (hidden + a.block - 1) / a.block;
   if (a.block < 1) a.block = 1;  // rowwise with H = 0: no element reads a scale

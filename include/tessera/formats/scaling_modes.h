@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 
 #include "tessera/core/dtype.h"
 
@@ -97,6 +98,8 @@ const ScalingModeInfo& scaling_mode_info(ScalingMode m);
 std::span<const ScalingModeInfo> scaling_mode_table();
 // "tensor, rowwise, ..., nvfp4_16x16" (every quantizing mode; with_none: "none, " first).
 const char* scaling_mode_names(bool with_none = false);
+// The names of `modes`, comma-separated, in their order ("rowwise, block1x128, mxfp8").
+std::string scaling_mode_names(std::span<const ScalingMode> modes);
 
 // Shorthands read from the table (false for a value not in it).
 constexpr ScaleFamily scale_family(ScalingMode m) {
