@@ -375,6 +375,28 @@ TEST_F(GroupedGemmSm90, KGroupedFP8PerMemberRowwise) {
   expect_case(c, "kgrouped fp8 whole ragged");
 }
 
+// K-grouped groups whose lengths are whole contraction windows (128 FP8, 64 BF16 elements) read
+// the whole operands' maps at absolute coordinates, the others their group's maps (zero fill at
+// the group end): both kinds of group side by side, mid-tensor starts, and random token columns
+// past the last group that no window may read.
+TEST_F(GroupedGemmSm90, KGroupedWholeWindowGroupsBesideRaggedOnes) {
+  Case c;
+  c.k_grouped = true;
+  c.elem = ElemKind::kE4M3;
+  c.scales = 1;
+  c.sizes = {128, 0, 256, 48, 384, 16, 128};
+  c.capacity_pad = 200;
+  c.m = 256;
+  c.n = 384;
+  c.out = gemm_sm90::OutType::kFP32;
+  expect_case(c, "kgrouped fp8 whole windows");
+  c.elem = ElemKind::kBF16;
+  c.scales = 0;
+  c.sizes = {64, 192, 0, 40, 128, 64};
+  c.out = gemm_sm90::OutType::kBF16;
+  expect_case(c, "kgrouped bf16 whole windows");
+}
+
 // A K-grouped group whose contraction start is not 16-byte aligned cannot be loaded by TMA: the
 // setup kernel flags it and the GEMM writes NaN for that group (never a fault), while the other
 // groups stay exact.

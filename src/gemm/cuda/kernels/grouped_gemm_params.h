@@ -120,6 +120,10 @@ struct KernelParams {
   int64_t b_group_rows = 0, b_group_cols = 0;  // M-grouped B per-group coordinate offsets
   const void* group_maps = nullptr;  // K-grouped: CUtensorMap[2G] (A_g, B_g) in the workspace
   int a_k_origin_start = 0, b_k_origin_start = 0;  // K-grouped: contraction starts at start_g
+  // K-grouped, both operands stored whole (not per member): a contraction window wholly inside
+  // its group is read through the launch's own maps at its absolute coordinate; only a window
+  // that crosses a group bound (zero fill) goes through the group's maps (sm90 producer_loop).
+  int k_interior_global = 0;
   const int32_t* group_ok = nullptr;  // K-grouped: per-group flag from the setup kernel
 
   void* d = nullptr;

@@ -52,20 +52,32 @@ __device__ __forceinline__ void producer_loop(const KernelParams& p, const CUten
   int acquired = -1;
   while (tiles.next(p, t, share)) {
     publish_tile(tile_ring, &t);
+    const TileOrigin o = tile_origin<Elem, kBlockN>(p, t);
+    const int64_t a_row = o.a_row, b_row = o.b_row;
+    int64_t a_k = o.a_k, b_k = o.b_k;
+    // K-grouped: a tile whose contraction windows all lie inside its group reads the launch's
+    // maps at their absolute coordinates (nothing to fetch or acquire); one with a window that
+    // crosses a group bound reads the group's maps, whose extent ends at the group (zero fill),
+    // acquired once per group change. The plain kinds' windows start at `start`; the
+    // block-scaled kinds' at multiples of kBlockK (tile_origin).
     const void* ma = map_a;
     const void* mb = map_b;
     if (p.k_grouped) {
-      const auto* maps = static_cast<const CUtensorMap*>(p.group_maps);
-      ma = maps + 2 * t.g;
-      mb = maps + 2 * t.g + 1;
-      if (acquired != t.g) {
-        tmap_acquire(ma);
-        tmap_acquire(mb);
-        acquired = t.g;
+      const int64_t bounds = Elem::kPromote ? (t.start | t.len) : t.len;
+      if (p.k_interior_global && (bounds & (kBlockK - 1)) == 0) {
+        a_k = o.a_kabs;
+        b_k = o.b_kabs;
+      } else {
+        const auto* maps = static_cast<const CUtensorMap*>(p.group_maps);
+        ma = maps + 2 * t.g;
+        mb = maps + 2 * t.g + 1;
+        if (acquired != t.g) {
+          tmap_acquire(ma);
+          tmap_acquire(mb);
+          acquired = t.g;
+        }
       }
     }
-    const TileOrigin o = tile_origin<Elem, kBlockN>(p, t);
-    const int64_t a_row = o.a_row, b_row = o.b_row, a_k = o.a_k, b_k = o.b_k;
     const int64_t nk = num_k_blocks<Elem>(p, t);
     for (int64_t kb = 0; kb < nk; ++kb) {
       const int stage = ring.stage;
