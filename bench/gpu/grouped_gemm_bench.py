@@ -103,9 +103,6 @@ def sweep(kind, tag, flops, make_run, d, want, budget):
         return
     line = {"kind": kind, "shape": tag}
     for name, (bn, st, ep, sc, band, cl) in SWEEP_CONFIGS.items():
-        if cl > 1 and kind.endswith("wgrad"):  # clusters: M-grouped only
-            line[name] = 0.0
-            continue
         fn = make_run(bn, st, ep, sc, band, cl)
         d.fill_(float("nan"))
         try:

@@ -89,7 +89,8 @@ struct GemmOperand {
 //   tile_m: 128 (the kernel's tile rows). tile_n: 256 (cooperative schedule) or 128 (ping-pong).
 //   tile_k: the contraction elements per stage, 128 bytes: 128 (FP8) or 64 (BF16/FP16).
 //   stages: pipeline depth (>= 1; the launcher caps it to what fits in shared memory).
-//   cluster_m x cluster_n: 1 x 1, or 2 x 1 (M-grouped and batched). num_sms: persistent CTAs.
+//   cluster_m x cluster_n: 1 x 1, or 2 x 1 (M-grouped and batched; K-grouped with an even
+//   number of 128-row m blocks and K-major operands). num_sms: persistent CTAs.
 //   variant: bit 0 set = register-store epilogue (else TMA stores where they apply).
 //   raster_band: tile order inside a group, bands of this many m blocks (0: m blocks fastest).
 struct GroupedGemmConfig {

@@ -424,7 +424,7 @@ void grouped_gemm_cuda(const GroupedGemmProblem& p, const GroupedGemmDims& dims,
   // An explicit config is checked before anything is written.
   const bool explicit_config = !p.config.is_default();
   const gemm_cuda::Sm90Config requested =
-      explicit_config ? gemm_cuda::sm90_config_of(p.config, p.kind, gemm_cuda::one_byte_operands(p))
+      explicit_config ? gemm_cuda::sm90_config_of(p.config, gemm_cuda::one_byte_operands(p))
                       : gemm_cuda::Sm90Config{};
   TESSERA_CHECK_STATUS(workspace_bytes >= w.total, Status::kBufferTooSmall, "workspace: ",
                        workspace_bytes, " bytes, ", w.total, " needed");

@@ -349,8 +349,16 @@ void launch_grouped_gemm_sm90(const Sm90GroupedGemm& g, void* workspace, int64_t
   p.raster_band = cfg.raster_band;
   TESSERA_CHECK_STATUS(cfg.cluster == 1 || cfg.cluster == 2, Status::kInvalidArgument,
                        "cluster must be 1 or 2, got ", cfg.cluster);
-  TESSERA_CHECK_STATUS(cfg.cluster == 1 || !p.k_grouped, Status::kInvalidArgument,
-                       "clusters of 2 CTAs pair tiles with equal k blocks: M-grouped only");
+  // K-grouped clusters: every group has the same tile count, and with an even number of m
+  // blocks (m fastest, no odd bands) the two tiles of every pair are one group's, one n block:
+  // equal k blocks in both CTAs, B (the pair's shared rows) multicast through the per-group maps.
+  TESSERA_CHECK_STATUS(cfg.cluster == 1 || !p.k_grouped ||
+                           (((p.m + gemm_sm90::kBlockM - 1) / gemm_sm90::kBlockM) % 2 == 0 &&
+                            cfg.raster_band % 2 == 0 && !is_mx_scaled(g.elem)),
+                       Status::kInvalidArgument,
+                       "K-grouped clusters of 2 CTAs need an even number of 128-row m blocks (m = ",
+                       p.m, "), an even raster band (", cfg.raster_band,
+                       ") and no MXFP8 scales: the two tiles of a pair must share their B rows");
   TESSERA_CHECK_STATUS(cfg.cluster == 1 || (!g.a_mn_major && !g.b_mn_major),
                        Status::kInvalidArgument,
                        "clusters of 2 CTAs multicast K-major operands only (this launch reads an "
@@ -424,8 +432,9 @@ void launch_grouped_gemm_sm90(const Sm90GroupedGemm& g, void* workspace, int64_t
     q.bound_exempt = g.k_bound_exempt;
     q.group_ok = reinterpret_cast<int32_t*>(static_cast<CUtensorMap*>(workspace) + 2 * p.num_groups);
     const int blocks = (2 * p.num_groups + kSetupWarps - 1) / kSetupWarps;
+    // Clusters: B's per-group maps with 64-row boxes (each CTA multicasts half of the B rows).
     build_group_maps_kernel<<<blocks, 32 * kSetupWarps, 0, stream>>>(
-        ma, mb, q, static_cast<CUtensorMap*>(workspace));
+        ma, p.cluster > 1 ? mbh : mb, q, static_cast<CUtensorMap*>(workspace));
     TESSERA_CUDA_CHECK_LAUNCH();
     p.group_maps = workspace;
     p.group_ok = q.group_ok;

@@ -59,8 +59,9 @@ struct Sm90Config {
   // Tile order inside a group (KernelParams::raster_band): 0 = m blocks fastest, b > 0 = bands
   // of b m blocks.
   int raster_band = 0;
-  // CTAs per cluster (KernelParams::cluster): 1, or 2 (M-grouped only: the two CTAs take tile
-  // pairs and multicast the operand the pair shares).
+  // CTAs per cluster (KernelParams::cluster): 1, or 2 (the two CTAs take tile pairs and
+  // multicast the operand the pair shares; K-grouped: an even number of m blocks, K-major
+  // operands, no MXFP8 scales).
   int cluster = 1;
 };
 

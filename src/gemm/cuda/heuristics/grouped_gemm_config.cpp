@@ -83,7 +83,7 @@ GroupedGemmConfig public_config(const Sm90Config& c, bool fp8) {
   return out;
 }
 
-Sm90Config sm90_config_of(const GroupedGemmConfig& c, GroupedGemmKind kind, bool fp8) {
+Sm90Config sm90_config_of(const GroupedGemmConfig& c, bool fp8) {
   const int tile_k = gemm_sm90::kTileKBytes / (fp8 ? 1 : 2);
   TESSERA_CHECK_STATUS(c.tile_m == 0 || c.tile_m == gemm_sm90::kBlockM, Status::kUnsupported,
                        "config.tile_m: ", c.tile_m, "; the sm90 kernel's tiles have ",
@@ -99,11 +99,9 @@ Sm90Config sm90_config_of(const GroupedGemmConfig& c, GroupedGemmKind kind, bool
                        " / ", c.num_sms, " / ", c.raster_band, " must not be negative");
   const int cm = c.cluster_m ? c.cluster_m : 1;
   const int cn = c.cluster_n ? c.cluster_n : 1;
-  TESSERA_CHECK_STATUS(cn == 1 && (cm == 1 || (cm == 2 && kind != GroupedGemmKind::kKGrouped)),
-                       Status::kUnsupported,
+  TESSERA_CHECK_STATUS(cn == 1 && (cm == 1 || cm == 2), Status::kUnsupported,
                        "config.cluster_m x cluster_n: the sm90 kernel runs 1 CTA, or clusters of "
-                       "2 (cluster_m 2, cluster_n 1) for M-grouped and batched problems; got ", cm,
-                       " x ", cn);
+                       "2 (cluster_m 2, cluster_n 1); got ", cm, " x ", cn);
   TESSERA_CHECK_STATUS((c.variant & ~1) == 0, Status::kUnsupported, "config.variant: ",
                        c.variant, "; only bit 0 (register-store epilogue) exists");
   Sm90Config k;
@@ -123,7 +121,7 @@ namespace tessera::detail {
 
 void grouped_gemm_cuda_check_config(const GroupedGemmProblem& p) {
   if (!p.config.is_default())
-    gemm_cuda::sm90_config_of(p.config, p.kind, gemm_cuda::one_byte_operands(p));
+    gemm_cuda::sm90_config_of(p.config, gemm_cuda::one_byte_operands(p));
 }
 
 }  // namespace tessera::detail

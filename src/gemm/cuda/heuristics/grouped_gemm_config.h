@@ -17,6 +17,6 @@ GroupedGemmConfig public_config(const Sm90Config& c, bool fp8);
 // An explicit (non-default) public config as the kernel's: fields left 0 take the kernel's
 // defaults (tile_n 256, stages 4 for 256 / 6 for 128, 1 CTA, TMA-store epilogue, m blocks
 // fastest). Throws kUnsupported naming a field whose value the sm90 kernel does not take.
-Sm90Config sm90_config_of(const GroupedGemmConfig& c, GroupedGemmKind kind, bool fp8);
+Sm90Config sm90_config_of(const GroupedGemmConfig& c, bool fp8);
 
 }  // namespace tessera::gemm_cuda

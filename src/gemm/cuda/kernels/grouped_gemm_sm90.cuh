@@ -106,10 +106,16 @@ __device__ __forceinline__ void producer_loop(const KernelParams& p, const CUten
           else tma_load_3d(sb + j * kMnChunkBytes, mb, &full[stage], n0, bk, t.g);
         }
       } else if (share == kShareB) {  // rows [kBlockN/2 · rank, +kBlockN/2) of B, 64 at a time
+        // (K-grouped: the group's own B map, built with 64-row boxes for clustered launches;
+        // MXFP8 kinds take no K-grouped clusters)
+        const void* mbh = map_b_half;
+        if constexpr (Elem::kPromoteK != 32) {
+          if (p.k_grouped) mbh = mb;
+        }
 #pragma unroll
         for (int j = 0; j < kBlockN / 128; ++j) {
           const int32_t r = rank * (kBlockN / 2) + 64 * j;
-          tma_load_2d_multicast(sb + r * kTileKBytes, map_b_half, &full[stage], bk,
+          tma_load_2d_multicast(sb + r * kTileKBytes, mbh, &full[stage], bk,
                                 static_cast<int32_t>(b_row) + r, kBothCtas);
         }
       } else {
