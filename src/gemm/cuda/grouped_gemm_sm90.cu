@@ -440,7 +440,8 @@ void launch_grouped_gemm_sm90(const Sm90GroupedGemm& g, void* workspace, int64_t
     p.group_ok = q.group_ok;
     p.a_k_origin_start = g.a_per_member ? 0 : 1;
     p.b_k_origin_start = g.b_per_member ? 0 : 1;
-    p.k_interior_global = g.a_per_member || g.b_per_member ? 0 : 1;
+    // Clustered launches multicast B through the group's 64-row-box map: group maps only.
+    p.k_interior_global = g.a_per_member || g.b_per_member || p.cluster > 1 ? 0 : 1;
   }
   int grid = cfg.num_sms;
   if (grid <= 0)
