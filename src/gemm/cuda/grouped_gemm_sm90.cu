@@ -440,13 +440,14 @@ void launch_grouped_gemm_sm90(const Sm90GroupedGemm& g, void* workspace, int64_t
     p.group_ok = q.group_ok;
     p.a_k_origin_start = g.a_per_member ? 0 : 1;
     p.b_k_origin_start = g.b_per_member ? 0 : 1;
-    // Clustered launches multicast B through the group's 64-row-box map: group maps only.
-    p.k_interior_global = g.a_per_member || g.b_per_member || p.cluster > 1 ? 0 : 1;
+    p.k_interior_global = g.a_per_member || g.b_per_member ? 0 : 1;
   }
   int grid = cfg.num_sms;
   if (grid <= 0)
     TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&grid, cudaDevAttrMultiProcessorCount, dev));
-  launch_kind(g, ma, mb, mah, mbh, md, md8, p, grid, stream);
+  // K-grouped clusters always multicast B (both tiles of a pair are one group's, one n block):
+  // its whole-operand map is the 64-row-box one, as its group maps are.
+  launch_kind(g, ma, p.k_grouped && p.cluster > 1 ? mbh : mb, mah, mbh, md, md8, p, grid, stream);
 }
 
 }  // namespace tessera::gemm_cuda

@@ -106,8 +106,8 @@ __device__ __forceinline__ void producer_loop(const KernelParams& p, const CUten
           else tma_load_3d(sb + j * kMnChunkBytes, mb, &full[stage], n0, bk, t.g);
         }
       } else if (share == kShareB) {  // rows [kBlockN/2 · rank, +kBlockN/2) of B, 64 at a time
-        // (K-grouped: the group's own B map, built with 64-row boxes for clustered launches;
-        // MXFP8 kinds take no K-grouped clusters)
+        // (K-grouped: the tile's B map, its group's or the whole operand's, both with 64-row
+        // boxes on clustered launches; MXFP8 kinds take no K-grouped clusters)
         const void* mbh = map_b_half;
         if constexpr (Elem::kPromoteK != 32) {
           if (p.k_grouped) mbh = mb;
