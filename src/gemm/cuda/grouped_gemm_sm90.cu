@@ -354,11 +354,11 @@ void launch_grouped_gemm_sm90(const Sm90GroupedGemm& g, void* workspace, int64_t
   // equal k blocks in both CTAs, B (the pair's shared rows) multicast through the per-group maps.
   TESSERA_CHECK_STATUS(cfg.cluster == 1 || !p.k_grouped ||
                            (((p.m + gemm_sm90::kBlockM - 1) / gemm_sm90::kBlockM) % 2 == 0 &&
-                            cfg.raster_band % 2 == 0 && !is_mx_scaled(g.elem)),
+                            cfg.raster_band % 2 == 0 && !is_block_scaled(g.elem)),
                        Status::kInvalidArgument,
                        "K-grouped clusters of 2 CTAs need an even number of 128-row m blocks (m = ",
                        p.m, "), an even raster band (", cfg.raster_band,
-                       ") and no MXFP8 scales: the two tiles of a pair must share their B rows");
+                       ") and no block scales: the two tiles of a pair must share their B rows");
   TESSERA_CHECK_STATUS(cfg.cluster == 1 || (!g.a_mn_major && !g.b_mn_major),
                        Status::kInvalidArgument,
                        "clusters of 2 CTAs multicast K-major operands only (this launch reads an "
