@@ -37,6 +37,7 @@ struct Case {
   bool pingpong = false;     // ping-pong schedule (block_n 128) instead of cooperative
   int stages = 0;            // 0: 4 (block_n 256) or 6 (128); the launcher caps it to what fits
   int64_t capacity_pad = 0;  // extra token rows past the last offset
+  bool nan_pad = false;      // K-grouped whole: NaN in every token column past the last offset
   int raster_band = 0;       // Sm90Config::raster_band (tile order inside a group)
   int cluster = 1;           // Sm90Config::cluster (2: tile pairs, multicast shared operands)
   int num_sms = 0;           // persistent CTAs (0: all SMs)
@@ -117,6 +118,16 @@ Result run_case(const Case& c, uint32_t seed) {
     for (int64_t r = total; r < cap; ++r)
       for (int64_t j = 0; j < d_cols; ++j) d0[r * d_cols + j] = kSentinel;
 
+  if (c.nan_pad && c.k_grouped && !c.per_member) {  // NaN codes: E4M3 0x7F, BF16 0x7FC0
+    const int64_t eb = c.elem == ElemKind::kBF16 ? 2 : 1;
+    for (auto* bytes : {&a_bytes, &b_bytes})
+      for (int64_t r = 0; r < static_cast<int64_t>(bytes->size()) / (ld * eb); ++r)
+        for (int64_t kk = total; kk < ld; ++kk) {
+          uint8_t* e = bytes->data() + (r * ld + kk) * eb;
+          if (eb == 1) e[0] = 0x7F;
+          else e[0] = 0xC0, e[1] = 0x7F;
+        }
+  }
   DeviceArray da(a_bytes), db(b_bytes), dsa(sa), dsb(sb), dal(galpha);
   const bool out_fp16 = c.out == gemm_sm90::OutType::kFP16;
   auto to_float16 = [&](float v) {
@@ -379,22 +390,23 @@ TEST_F(GroupedGemmSm90, KGroupedFP8PerMemberRowwise) {
 
 // K-grouped groups whose lengths are whole contraction windows (128 FP8, 64 BF16 elements) read
 // the whole operands' maps at absolute coordinates, the others their group's maps (zero fill at
-// the group end): both kinds of group side by side, mid-tensor starts, and random token columns
-// past the last group that no window may read.
+// the group end): both kinds of group side by side, mid-tensor starts, ragged last groups, and
+// NaN in every token column past the last group (no NaN may reach a sum).
 TEST_F(GroupedGemmSm90, KGroupedWholeWindowGroupsBesideRaggedOnes) {
   Case c;
   c.k_grouped = true;
   c.elem = ElemKind::kE4M3;
   c.scales = 1;
-  c.sizes = {128, 0, 256, 48, 384, 16, 128};
+  c.sizes = {128, 0, 256, 48, 384, 128, 16};
   c.capacity_pad = 200;
+  c.nan_pad = true;  // the last group's tail window reaches into NaN columns
   c.m = 256;
   c.n = 384;
   c.out = gemm_sm90::OutType::kFP32;
   expect_case(c, "kgrouped fp8 whole windows");
   c.elem = ElemKind::kBF16;
   c.scales = 0;
-  c.sizes = {64, 192, 0, 40, 128, 64};
+  c.sizes = {64, 192, 0, 40, 128, 24};
   c.out = gemm_sm90::OutType::kBF16;
   expect_case(c, "kgrouped bf16 whole windows");
 }

@@ -351,7 +351,8 @@ void launch_grouped_gemm_sm90(const Sm90GroupedGemm& g, void* workspace, int64_t
                        "cluster must be 1 or 2, got ", cfg.cluster);
   // K-grouped clusters: every group has the same tile count, and with an even number of m
   // blocks (m fastest, no odd bands) the two tiles of every pair are one group's, one n block:
-  // equal k blocks in both CTAs, B (the pair's shared rows) multicast through the per-group maps.
+  // equal k blocks in both CTAs, B (the pair's shared rows) multicast through the tile's B map
+  // (the whole operand's or the group's, both with 64-row boxes).
   TESSERA_CHECK_STATUS(cfg.cluster == 1 || !p.k_grouped ||
                            (((p.m + gemm_sm90::kBlockM - 1) / gemm_sm90::kBlockM) % 2 == 0 &&
                             cfg.raster_band % 2 == 0 && !is_block_scaled(g.elem)),

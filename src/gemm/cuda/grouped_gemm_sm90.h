@@ -61,7 +61,7 @@ struct Sm90Config {
   int raster_band = 0;
   // CTAs per cluster (KernelParams::cluster): 1, or 2 (the two CTAs take tile pairs and
   // multicast the operand the pair shares; K-grouped: an even number of m blocks, K-major
-  // operands, no MXFP8 scales).
+  // operands, no block scales).
   int cluster = 1;
 };
 

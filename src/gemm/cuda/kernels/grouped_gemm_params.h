@@ -162,8 +162,9 @@ struct KernelParams {
   // CTAs per thread-block cluster (set by the launcher): 1, or 2 = the CTAs of a cluster take the
   // two tiles of a tile pair (TileWalker::find_pair) and, where the two tiles read the same A rows
   // or the same B rows, each loads half of that operand into both CTAs' shared memory (TMA
-  // multicast, map_a_half / map_b_half: 64-row boxes; K-grouped: B through the group's map, built
-  // with 64-row boxes). A ring slot is then released to the producers of both CTAs.
+  // multicast, map_a_half / map_b_half: 64-row boxes; K-grouped: B through the tile's B map, the
+  // whole operand's or the group's, both built with 64-row boxes). A ring slot is then released
+  // to the producers of both CTAs.
   int cluster = 1;
   // M-grouped with zero_unused_rows: D's row count; its rows past the last group's end (read on
   // the device) are set to zero by the consumer warpgroups once their tiles are done

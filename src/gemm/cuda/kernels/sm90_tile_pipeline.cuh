@@ -64,10 +64,11 @@ class TileWalker {
 
   // Cluster of two CTAs (p.cluster == 2; M-grouped, so every tile has the same k blocks, or
   // K-grouped with an even number of m blocks and no odd bands, so both tiles of a pair are one
-  // group's: either way the two CTAs walk their shared ring slots in step): pair q is tiles 2q and 2q + 1 of the
-  // numbering above and CTA `rank` takes tile 2q + rank. A missing partner (odd tile count) is a
-  // phantom: the same group and n block, one m block past the group's last (its rows are past
-  // the group end: no MMAs, no stores), so that both CTAs still fill and release every slot.
+  // group's: either way the two CTAs walk their shared ring slots in step): pair q is tiles 2q
+  // and 2q + 1 of the numbering above and CTA `rank` takes tile 2q + rank. A missing partner
+  // (odd tile count) is a phantom: the same group and n block, one m block past the group's last
+  // (its rows are past the group end: no MMAs, no stores), so that both CTAs still fill and
+  // release every slot.
   // share: kShareB when the two tiles read the same B rows (same group and n block), kShareA the
   // same A rows (same group and m block), else kShareNone.
   __device__ bool find_pair(const KernelParams& p, int64_t q, uint32_t rank, Tile& own,
