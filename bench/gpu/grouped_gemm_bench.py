@@ -52,11 +52,24 @@ SWEEP_CONFIGS = {
     # n blocks fastest (bands of one m block) and narrow bands: the order the dW stores go out in
     "p128x5t_b1": (128, 5, 2, 2, 1, 1), "p128x5t_b2": (128, 5, 2, 2, 2, 1),
     "p128x5t_b4": (128, 5, 2, 2, 4, 1), "c256x3t_b1": (256, 3, 2, 1, 1, 1),
-    # the same configs again under other names: the run's own noise
-    "c256x3t_b8_again": (256, 3, 2, 1, 8, 1), "c256x3t_b16_again": (256, 3, 2, 1, 16, 1),
 }
-if os.environ.get("GEMM_BENCH_CONFIGS"):  # e.g. "c256x3t,p128x5t"
-    SWEEP_CONFIGS = {k: SWEEP_CONFIGS[k] for k in os.environ["GEMM_BENCH_CONFIGS"].split(",")}
+
+
+def _sweep_config(name):
+    """A config by name; NAME_again is NAME timed again (later in the same sweep line: the
+    run's own drift)."""
+    base = name[:-len("_again")] if name.endswith("_again") else name
+    if base not in SWEEP_CONFIGS:
+        sys.exit(f"GEMM_BENCH_CONFIGS: unknown config {name!r}; known: {', '.join(SWEEP_CONFIGS)} "
+                 "(any of them + '_again')")
+    return SWEEP_CONFIGS[base]
+
+
+# GEMM_BENCH_CONFIGS picks configs, e.g. "c256x3t,p128x5t,c256x3t_again"; by default all of them,
+# then two again (the run's own noise).
+_names = (os.environ["GEMM_BENCH_CONFIGS"].split(",") if os.environ.get("GEMM_BENCH_CONFIGS")
+          else list(SWEEP_CONFIGS) + ["c256x3t_b8_again", "c256x3t_b16_again"])
+SWEEP_CONFIGS = {k: _sweep_config(k) for k in _names}
 sweep_rows = []
 
 SHAPES = bench_common.SHAPES  # name: (groups, tokens per group, K, N): tessera.bench's table
