@@ -322,6 +322,12 @@ int64_t sm90_workspace_bytes(const Sm90GroupedGemm& g) {
              : 0;
 }
 
+bool k_grouped_pairs_share_b(const Sm90GroupedGemm& g, int raster_band) {
+  const int64_t m_blocks = (g.params.m + gemm_sm90::kBlockM - 1) / gemm_sm90::kBlockM;
+  return m_blocks % 2 == 0 && raster_band % 2 == 0 && !is_block_scaled(g.elem) &&
+         !g.a_mn_major && !g.b_mn_major;
+}
+
 void launch_grouped_gemm_sm90(const Sm90GroupedGemm& g, void* workspace, int64_t workspace_bytes,
                               void* stream_handle) {
   auto stream = static_cast<cudaStream_t>(stream_handle);
@@ -349,21 +355,19 @@ void launch_grouped_gemm_sm90(const Sm90GroupedGemm& g, void* workspace, int64_t
   p.raster_band = cfg.raster_band;
   TESSERA_CHECK_STATUS(cfg.cluster == 1 || cfg.cluster == 2, Status::kInvalidArgument,
                        "cluster must be 1 or 2, got ", cfg.cluster);
-  // K-grouped clusters: every group has the same tile count, and with an even number of m
-  // blocks (m fastest, no odd bands) the two tiles of every pair are one group's, one n block:
-  // equal k blocks in both CTAs, B (the pair's shared rows) multicast through the tile's B map
-  // (the whole operand's or the group's, both with 64-row boxes).
-  TESSERA_CHECK_STATUS(cfg.cluster == 1 || !p.k_grouped ||
-                           (((p.m + gemm_sm90::kBlockM - 1) / gemm_sm90::kBlockM) % 2 == 0 &&
-                            cfg.raster_band % 2 == 0 && !is_block_scaled(g.elem)),
-                       Status::kInvalidArgument,
-                       "K-grouped clusters of 2 CTAs need an even number of 128-row m blocks (m = ",
-                       p.m, "), an even raster band (", cfg.raster_band,
-                       ") and no block scales: the two tiles of a pair must share their B rows");
   TESSERA_CHECK_STATUS(cfg.cluster == 1 || (!g.a_mn_major && !g.b_mn_major),
                        Status::kInvalidArgument,
                        "clusters of 2 CTAs multicast K-major operands only (this launch reads an "
                        "MN-major operand)");
+  // K-grouped clusters: equal k blocks in both CTAs of a pair, B (the pair's shared rows)
+  // multicast through the tile's B map (the whole operand's or the group's, both with 64-row
+  // boxes).
+  TESSERA_CHECK_STATUS(cfg.cluster == 1 || !p.k_grouped ||
+                           k_grouped_pairs_share_b(g, cfg.raster_band),
+                       Status::kInvalidArgument,
+                       "K-grouped clusters of 2 CTAs need an even number of 128-row m blocks (m = ",
+                       p.m, "), an even raster band (", cfg.raster_band,
+                       ") and no block scales: the two tiles of a pair must share their B rows");
   TESSERA_CHECK_STATUS((!g.a_mn_major && !g.b_mn_major) || g.elem == ElemKind::kBF16,
                        Status::kInvalidArgument, "MN-major operands are BF16 only");
   TESSERA_CHECK_STATUS(!g.a_mn_major || (p.k_grouped && g.b_mn_major), Status::kInvalidArgument,

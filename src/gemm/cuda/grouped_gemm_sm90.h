@@ -60,8 +60,7 @@ struct Sm90Config {
   // of b m blocks.
   int raster_band = 0;
   // CTAs per cluster (KernelParams::cluster): 1, or 2 (the two CTAs take tile pairs and
-  // multicast the operand the pair shares; K-grouped: an even number of m blocks, K-major
-  // operands, no block scales).
+  // multicast the operand the pair shares; K-grouped: where k_grouped_pairs_share_b).
   int cluster = 1;
 };
 
@@ -89,6 +88,12 @@ struct Sm90GroupedGemm {
 
 // Workspace bytes the launch needs (K-grouped: two 128-byte tensor maps per group).
 int64_t sm90_workspace_bytes(const Sm90GroupedGemm& g);
+
+// Whether a K-grouped launch of `g` can run on 2-CTA clusters with tiles in bands of
+// `raster_band`: every group has the same tile count, and with an even number of 128-row m
+// blocks (m fastest, no odd bands) the two tiles of every pair are one group's, one n block,
+// sharing their B rows; both operands K-major (multicast) and no block scales.
+bool k_grouped_pairs_share_b(const Sm90GroupedGemm& g, int raster_band);
 
 // Enqueues the setup kernel (K-grouped) and the GEMM on `stream` (a cudaStream_t). Never syncs.
 // Throws Error(kDeviceError) on a CUDA or tensor-map encoding failure.

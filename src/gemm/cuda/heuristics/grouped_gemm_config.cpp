@@ -17,8 +17,8 @@
 //   group's A is not streamed from DRAM once per n-block column (register epilogue: plain order);
 // - one persistent CTA per SM; 2-CTA clusters only for the plain FP8 wgrad (K-grouped, an even
 //   number of m blocks: each pair is one group's two m blocks of one n block, B multicast), which
-//   they win on that harmonic mean (skewed groups 1.07-1.10x, balanced 0.94-0.98x; H200,
-//   bench/results/2026-11-28-wgrad-clusters-maps.md); elsewhere they measured no gain.
+//   they win on that harmonic mean (bench/results/2026-11-28-wgrad-clusters-maps.md); elsewhere
+//   they measured no gain.
 #include "gemm/cuda/heuristics/grouped_gemm_config.h"
 #include "gemm/cuda/quantized_operands.h"
 
@@ -69,11 +69,7 @@ Sm90Config select_sm90_config(const Sm90GroupedGemm& g, int num_sms) {
   // Clusters of 2 CTAs (Sm90Config::cluster, TMA multicast of a tile pair's shared operand):
   // the plain FP8 wgrad where its m blocks pair up (the launcher's rule); elsewhere off, no gain
   // measured (bench/results/2026-11-21-gemm-cuda.md, round 3).
-  const bool even_m_blocks = (p.m + gemm_sm90::kBlockM - 1) / gemm_sm90::kBlockM % 2 == 0;
-  c.cluster = p.k_grouped && elem_bytes == 1 && !is_block_scaled(g.elem) && even_m_blocks &&
-                      c.raster_band % 2 == 0 && !g.a_mn_major && !g.b_mn_major
-                  ? 2
-                  : 1;
+  c.cluster = p.k_grouped && elem_bytes == 1 && k_grouped_pairs_share_b(g, c.raster_band) ? 2 : 1;
   return c;
 }
 
