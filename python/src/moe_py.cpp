@@ -14,8 +14,9 @@
 //   _moe_permute_backward_into(d_permuted, slot_map, dx, stream=0)
 //   _moe_unpermute_into(y, slot_map, probs, out, stream=0)                  probs may be None
 //   _moe_unpermute_backward_into(dout, y, slot_map, row_pair, probs, dy, dprobs, stream=0)
-//   _moe_dequantize_rows_into(data, scale_inv, mode, out, stream=0)
-//                                     data: E4M3 codes (any 8-bit array); mode as permute's
+//   _moe_dequantize_rows_into(data, scale_inv, mode, out, stream=0, source_rows=None)
+//                                     data: E4M3 codes (any 8-bit array); mode as permute's;
+//                                     source_rows: int64 (m), out row r = data row source_rows[r]
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 
@@ -132,13 +133,15 @@ void unpermute_backward_into(const DeviceArray& dout, const DeviceArray& y,
 }
 
 void dequantize_rows_into(const DeviceArray& data, const DeviceArray& scale_inv,
-                          const std::string& mode, const DeviceArray& out, uintptr_t stream) {
+                          const std::string& mode, const DeviceArray& out, uintptr_t stream,
+                          const std::optional<DeviceArray>& source_rows) {
   const ScalingMode m = scaling_mode_from_name(mode.c_str());
   const TensorView dv = device_view(data, DType::kFloat8E4M3, "data");
   const TensorView sv = device_view(scale_inv, "scale_inv");
   const TensorView ov = device_view(out, "out");
+  const TensorView rv = optional_view(source_rows, "source_rows");
   nb::gil_scoped_release release;
-  moe_dequantize_rows(dv, sv, m, ov, stream_of(stream));
+  moe_dequantize_rows(dv, sv, m, rv, ov, stream_of(stream));
 }
 
 }  // namespace
@@ -189,9 +192,9 @@ void register_moe(nb::module_& m) {
         nb::arg("dy").noconvert(), nb::arg("dprobs").noconvert().none(), nb::arg("stream") = 0);
   m.def("_moe_dequantize_rows_into", &dequantize_rows_into, nb::arg("data").noconvert(),
         nb::arg("scale_inv").noconvert(), nb::arg("mode"), nb::arg("out").noconvert(),
-        nb::arg("stream") = 0,
+        nb::arg("stream") = 0, nb::arg("source_rows").noconvert() = nb::none(),
         "E4M3 payload rows (uint8 codes) and their scales -> out, decode(q) * scale_inv in FP32 "
-        "(moe_routing.h).");
+        "(moe_routing.h); out row r = data row source_rows[r] when given (outside: zeros).");
 }
 
 }  // namespace tessera::python

@@ -116,10 +116,14 @@ inline constexpr int kDotChunk = 8;
 inline constexpr int kDotPartials = 256;
 
 struct DequantizeArgs {  // received payload -> high precision
-  const uint8_t* data;   // (rows, H) FP8 codes
+  const uint8_t* data;   // (data_rows, H) FP8 codes
   bool e5m2;             // element: E5M2, else E4M3
-  int64_t rows, hidden;
-  const void* scale_inv;  // (>= rows, scale_cols): FP32, or E8M0 bytes when e8m0
+  int64_t rows, hidden;  // rows: of out
+  int64_t data_rows;
+  // out row r reads data row source_rows[r] (a zero row when outside [0, data_rows)); nullptr:
+  // row r (rows == data_rows).
+  const int64_t* source_rows;
+  const void* scale_inv;  // (>= data_rows, scale_cols): FP32, or E8M0 bytes when e8m0
   bool e8m0;
   int64_t block;       // elements per scale (H for rowwise; at least 1)
   int64_t scale_cols;  // scale entries per row (the row stride of scale_inv)
@@ -142,6 +146,13 @@ void permute_cpu(const PermuteArgs& a);
 void gather_add_cpu(const GatherAddArgs& a);
 void scatter_cpu(const ScatterArgs& a);
 void dequantize_cpu(const DequantizeArgs& a);
+
+// The data row out row r reads, or -1 for a zero row (DequantizeArgs::source_rows).
+TESSERA_HD int64_t dequantize_source(const DequantizeArgs& a, int64_t r) {
+  if (a.source_rows == nullptr) return r;
+  const int64_t s = a.source_rows[r];
+  return s >= 0 && s < a.data_rows ? s : -1;
+}
 
 // CUDA: workspace bytes and the kernels (moe_routing.cu, moe_row_kernels.cu;
 // moe_routing_no_cuda.cpp without nvcc).

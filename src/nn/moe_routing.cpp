@@ -349,6 +349,11 @@ void moe_unpermute_backward(const TensorView& dout, const TensorView& y,
 
 void moe_dequantize_rows(const TensorView& data, const TensorView& scale_inv, ScalingMode mode,
                          const TensorView& out, Stream stream) {
+  moe_dequantize_rows(data, scale_inv, mode, TensorView{}, out, stream);
+}
+
+void moe_dequantize_rows(const TensorView& data, const TensorView& scale_inv, ScalingMode mode,
+                         const TensorView& source_rows, const TensorView& out, Stream stream) {
   const char* op = "moe_dequantize_rows";
   check_view(data, "moe_dequantize_rows: data", {DType::kFloat8E4M3, DType::kFloat8E5M2});
   check_view(out, "moe_dequantize_rows: out");
@@ -357,7 +362,17 @@ void moe_dequantize_rows(const TensorView& data, const TensorView& scale_inv, Sc
   const int64_t rows = data.shape[0], hidden = data.shape[1];
   TESSERA_CHECK_STATUS(is_floating_input(out.dtype), Status::kDTypeMismatch, op,
                        ": out must be float32/bfloat16/float16, got ", out.to_string());
-  check_matrix(out, "moe_dequantize_rows: out", rows, hidden);
+  int64_t out_rows = rows;
+  const bool gather = source_rows.ndim != 0 || source_rows.data != nullptr;  // given
+  if (gather) {
+    check_view(source_rows, "moe_dequantize_rows: source_rows", {DType::kInt64});
+    TESSERA_CHECK_STATUS(source_rows.ndim == 1, Status::kShapeMismatch, op,
+                         ": source_rows must be (m) int64 row indices of data, got ",
+                         source_rows.to_string());
+    check_same_device(source_rows, data.device, "moe_dequantize_rows: source_rows");
+    out_rows = source_rows.shape[0];
+  }
+  check_matrix(out, "moe_dequantize_rows: out", out_rows, hidden);
   detail::moe::DequantizeArgs a{};
   switch (mode) {
     case ScalingMode::kRowwise: a.block = hidden; a.scale_cols = 1; break;
@@ -389,7 +404,9 @@ void moe_dequantize_rows(const TensorView& data, const TensorView& scale_inv, Sc
   check_same_device(out, data.device, "moe_dequantize_rows: out");
   a.data = data.as<const uint8_t>();
   a.e5m2 = data.dtype == DType::kFloat8E5M2;
-  a.rows = rows;
+  a.rows = out_rows;
+  a.data_rows = rows;
+  a.source_rows = gather ? source_rows.as<const int64_t>() : nullptr;
   a.hidden = hidden;
   a.scale_inv = scale_inv.data;
   a.out = out.data;

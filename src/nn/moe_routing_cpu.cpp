@@ -183,9 +183,14 @@ void dequantize_typed(const DequantizeArgs& a) {
   const int64_t h = a.hidden;
 #pragma omp parallel for schedule(static) if (a.rows * h >= kParallelWork)
   for (int64_t r = 0; r < a.rows; ++r) {
-    const uint8_t* q = a.data + r * h;
+    const int64_t src = dequantize_source(a, r);
+    if (src < 0) {
+      for (int64_t c = 0; c < h; ++c) out[r * h + c] = from_float<Out>(0.0f);
+      continue;
+    }
+    const uint8_t* q = a.data + src * h;
     for (int64_t c = 0; c < h; ++c) {
-      const int64_t at = r * a.scale_cols + c / a.block;
+      const int64_t at = src * a.scale_cols + c / a.block;
       const float s = a.e8m0 ? formats::decode_e8m0(static_cast<const uint8_t*>(a.scale_inv)[at])
                              : static_cast<const float*>(a.scale_inv)[at];
       const float v = a.e5m2 ? formats::decode_e5m2(q[c]) : formats::decode_e4m3(q[c]);

@@ -493,17 +493,24 @@ __global__ void __launch_bounds__(kRowThreads) dequantize_kernel(DequantizeArgs 
   for (int64_t i = blockIdx.x * int64_t{kRowThreads} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * kRowThreads) {
     const int64_t r = i / per_row, c0 = (i % per_row) * kCodes;
-    const uint8_t* q = a.data + r * h;
+    const int64_t src = dequantize_source(a, r);
     Out* o = out + r * h;
+    if (src < 0) {  // an index outside the payload: a zero row
+      float zero[kVec] = {};
+      for (int e = 0; e < kCodes && c0 + e < h; e += kVec)
+        store_chunk(o, c0 + e, h, vec, zero);
+      continue;
+    }
+    const uint8_t* q = a.data + src * h;
     if (!vec) {
       for (int e = 0; e < kCodes && c0 + e < h; ++e)
         o[c0 + e] = from_float<Out>(
-            dequantize_product(decode_code(q[c0 + e], a.e5m2), scale_at(a, r, c0 + e)));
+            dequantize_product(decode_code(q[c0 + e], a.e5m2), scale_at(a, src, c0 + e)));
       continue;
     }
     const uint4 codes = __ldcs(reinterpret_cast<const uint4*>(q + c0));
     const uint32_t w[4] = {codes.x, codes.y, codes.z, codes.w};
-    const float s = scale_at(a, r, c0);
+    const float s = scale_at(a, src, c0);
     float v[kCodes];
 #pragma unroll
     for (int e = 0; e < kCodes; ++e)

@@ -301,6 +301,40 @@ def test_dequantize_rows_equals_torch_passes(device, mode):
             _same_bits_nan_as_nan(got.cpu(), want)
 
 
+@pytest.mark.parametrize("device", ["cpu"] + (["cuda"] if torch.cuda.is_available() and
+                                              C.cuda_compiled() else []))
+@pytest.mark.parametrize("mode", ["rowwise", "block1x128", "mxfp8"])
+def test_dequantize_rows_gathers_source_rows(device, mode):
+    """source_rows: out row r is data row source_rows[r] dequantized (the torch passes on the
+    gathered rows), an index outside [0, R) a zero row; repeated and skipped rows allowed."""
+    g = torch.Generator().manual_seed(29)
+    for rows, h in [(6, 130), (37, 256), (9, 7168), (1, 33)]:
+        data, sinv = _payload(mode, rows, h, g)
+        src = torch.cat([torch.randperm(rows, generator=g), torch.randint(0, rows, (3,), generator=g),
+                         torch.tensor([-1, rows, rows + 7])])
+        src = src[torch.randperm(src.numel(), generator=g)]
+        inside = (src >= 0) & (src < rows)
+        for out_dtype in (torch.float32, torch.bfloat16):
+            full = _torch_dequantize_rows(data, sinv, mode, out_dtype)
+            want = torch.where(inside.unsqueeze(1), full[torch.where(inside, src, 0)],
+                               torch.zeros((), dtype=out_dtype))
+            got = moe.dequantize_rows(data.to(device).view(torch.float8_e4m3fn), sinv.to(device),
+                                      mode, out_dtype, src.to(device))
+            assert got.shape == (src.numel(), h) and got.device.type == device
+            _same_bits_nan_as_nan(got.cpu(), want)
+    empty = moe.dequantize_rows(data.view(torch.float8_e4m3fn), sinv, mode, torch.bfloat16,
+                                torch.empty(0, dtype=torch.int64))
+    assert empty.shape == (0, data.shape[1])
+    with pytest.raises(Exception, match="source_rows"):
+        moe.dequantize_rows(data.view(torch.float8_e4m3fn), sinv, mode, torch.bfloat16,
+                            torch.zeros(2, dtype=torch.int32))
+    # opcheck compares values (a NaN there differs from itself): no NaN codes, unit scales.
+    finite = torch.where((data & 0x7F) == 0x7F, 0, data)
+    unit = torch.full_like(sinv, 127) if mode == "mxfp8" else torch.ones_like(sinv)
+    torch.library.opcheck(torch.ops.tessera.moe_dequantize_rows.default,
+                          (finite, unit, mode, torch.bfloat16, src))
+
+
 def test_dequantize_rows_of_a_permuted_payload_and_errors():
     g = torch.Generator().manual_seed(3)
     idx = torch.randint(0, 8, (40, 2), generator=g)
@@ -311,6 +345,9 @@ def test_dequantize_rows_of_a_permuted_payload_and_errors():
         _same_bits_nan_as_nan(moe.dequantize_rows(data, sinv, mode, torch.bfloat16),
                               _torch_dequantize_rows(data, sinv, mode, torch.bfloat16))
     assert torch.equal(moe.dequantize_rows(x, torch.empty(0), "none", torch.float32), x.float())
+    assert torch.equal(moe.dequantize_rows(x, torch.empty(0), "none", torch.float32,
+                                           torch.tensor([2, -1, 0, 40])),
+                       torch.stack([x[2].float(), torch.zeros(96), x[0].float(), torch.zeros(96)]))
     data, sinv = moe.moe_permute(x, r[3], 2, "block1x128")
     with pytest.raises(ValueError, match="mode 'tensor'"):
         moe.dequantize_rows(data, sinv, "tensor", torch.bfloat16)

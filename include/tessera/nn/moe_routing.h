@@ -131,5 +131,10 @@ void moe_unpermute_backward(const TensorView& dout, const TensorView& y,
 // read of the payload.
 void moe_dequantize_rows(const TensorView& data, const TensorView& scale_inv, ScalingMode mode,
                          const TensorView& out, Stream stream = {});
+// The same with a row gather (a dispatch's regrouping to expert-major order and the dequantize
+// in one pass): out (m, H) row r is data's row source_rows[r] dequantized with that row's scales;
+// source_rows int64 (m) on data's device; an index outside [0, rows) gives a zero row.
+void moe_dequantize_rows(const TensorView& data, const TensorView& scale_inv, ScalingMode mode,
+                         const TensorView& source_rows, const TensorView& out, Stream stream = {});
 
 }  // namespace tessera

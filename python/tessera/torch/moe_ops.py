@@ -267,30 +267,43 @@ def unpermute(y: Tensor, slot_map: Tensor, row_pair: Tensor,
 
 
 # ---- dequantize of a permuted payload (the receiver side of a quantized dispatch) ------------
-@torch.library.custom_op("tessera::moe_dequantize_rows", mutates_args=())
-def moe_dequantize_rows(data: Tensor, scale_inv: Tensor, mode: str,
-                        out_dtype: torch.dtype) -> Tensor:
-    """E4M3 codes (R, H) (any 8-bit dtype) and their `mode` scales -> (R, H) out_dtype, in one
-    pass of the C++ op (moe_routing.h, moe_dequantize_rows); see dequantize_rows."""
+def _dequantized_shape(data: Tensor, source_rows: Optional[Tensor]):
     torch._check(data.dim() == 2, lambda: f"dequantize_rows: data must be (R, H), got "
                  f"{tuple(data.shape)}")
-    out = data.new_empty(data.shape, dtype=out_dtype)
+    if source_rows is None:
+        return data.shape
+    torch._check(source_rows.dim() == 1, lambda: f"dequantize_rows: source_rows must be (M,) "
+                 f"int64 row indices, got {tuple(source_rows.shape)}")
+    return (source_rows.shape[0], data.shape[1])
+
+
+@torch.library.custom_op("tessera::moe_dequantize_rows", mutates_args=())
+def moe_dequantize_rows(data: Tensor, scale_inv: Tensor, mode: str, out_dtype: torch.dtype,
+                        source_rows: Optional[Tensor] = None) -> Tensor:
+    """E4M3 codes (R, H) (any 8-bit dtype) and their `mode` scales -> (R, H) out_dtype (or
+    (M, H): rows source_rows (M,) of data), in one pass of the C++ op (moe_routing.h,
+    moe_dequantize_rows); see dequantize_rows."""
+    out = data.new_empty(_dequantized_shape(data, source_rows), dtype=out_dtype)
+    if out.numel() == 0:
+        return out
     sinv = scale_inv.detach().contiguous()
     if sinv.element_size() == 1:  # E8M0 bytes, whatever 8-bit dtype carries them
         sinv = sinv.view(torch.uint8)
     dev = data.device
+    rows = None if source_rows is None else source_rows.detach().contiguous()
     with _ctx(dev):
         _C._moe_dequantize_rows_into(data.detach().contiguous().view(torch.uint8), sinv, mode,
-                                     out, br.stream_handle(dev))
+                                     out, br.stream_handle(dev), rows)
     return out
 
 
 @moe_dequantize_rows.register_fake
-def _dequantize_rows_fake(data, scale_inv, mode, out_dtype):
-    return data.new_empty(data.shape, dtype=out_dtype)
+def _dequantize_rows_fake(data, scale_inv, mode, out_dtype, source_rows=None):
+    return data.new_empty(_dequantized_shape(data, source_rows), dtype=out_dtype)
 
 
-def dequantize_rows(data: Tensor, scale_inv: Tensor, mode: str, out_dtype: torch.dtype) -> Tensor:
+def dequantize_rows(data: Tensor, scale_inv: Tensor, mode: str, out_dtype: torch.dtype,
+                    source_rows: Optional[Tensor] = None) -> Tensor:
     """data (R, H) FP8 codes (any 8-bit dtype) and their scales -> (R, H) out_dtype.
 
     x = decode(q) * scale_inv in FP32 (tessera's dequantize rule), rounded once to out_dtype;
@@ -299,12 +312,19 @@ def dequantize_rows(data: Tensor, scale_inv: Tensor, mode: str, out_dtype: torch
     (R, ceil(H/32)) E8M0 bytes (2^(e-127); 0 -> 2^-127, 255 -> NaN); block widths from the C++
     scaling-mode table. One pass of the C++ op moe_dequantize_rows (a NaN result is the positive
     quiet NaN). Mode "none": data.to(out_dtype).
+    source_rows (M,) int64 on data's device: gather as well, out (M, H) row r = row
+    source_rows[r] of data (a zero row where the index is outside [0, R)).
     """
     if mode not in QUANT_MODES:
         raise _C.InvalidArgumentError(f"dequantize_rows: mode {mode!r} is not one of {QUANT_MODES}")
     if mode == "none":
-        return data.to(out_dtype)
-    return moe_dequantize_rows(data, scale_inv, mode, out_dtype)
+        out = data.to(out_dtype)
+        if source_rows is None:
+            return out
+        inside = (source_rows >= 0) & (source_rows < data.shape[0])
+        picked = out.index_select(0, torch.where(inside, source_rows, 0))
+        return torch.where(inside.unsqueeze(1), picked, picked.new_zeros(()))
+    return moe_dequantize_rows(data, scale_inv, mode, out_dtype, source_rows)
 
 
 __all__ = ["QUANT_MODES", "dequantize_rows", "moe_dequantize_rows", "moe_permute",
