@@ -1,4 +1,4 @@
-"""Expert parallelism over torch.distributed on the CPU (Gloo): 2 and 4 processes, launched here
+"""Expert parallelism over torch.distributed on the CPU (Gloo): 1, 2 and 4 processes, launched here
 (torch.multiprocessing spawn, a free port on 127.0.0.1, timeouts so nothing hangs), each holding
 num_experts / world experts, give the same outputs, input gradients and expert weight gradients
 as one process holding every expert (tessera.torch.moe_reference.reference_moe over the
@@ -159,7 +159,7 @@ def _spawn(fn, world, outdir):
     raise AssertionError("the distributed workers did not finish in time (a hang)")
 
 
-@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("world", [1, 2, 4])
 def test_expert_parallel_equals_one_process(world):
     from tessera.torch.moe_reference import reference_moe
     with tempfile.TemporaryDirectory() as outdir:
@@ -214,7 +214,7 @@ def test_regroup_index_matches_the_chunk_by_chunk_regroup(world, local):
                              send_rows=None, recv_chunks=chunks,
                              offs=torch.zeros(local, dtype=torch.int32),
                              dropped=torch.zeros(1), dropped_total=torch.zeros(1),
-                             error=torch.zeros(1))
+                             error=torch.zeros(1), extra=dict(recv_counts=sizes))
     pieces, at = {}, 0
     for s in range(world):
         for e in range(local):
@@ -224,3 +224,26 @@ def test_regroup_index_matches_the_chunk_by_chunk_regroup(world, local):
     got = md._to_expert_major(rows, state)
     assert torch.equal(got, expert_major)
     assert torch.equal(md._to_source_major(got, state), rows)
+    # The row index the quantized dispatch's dequantize gathers with: the same order.
+    assert torch.equal(rows[md._expert_major_rows(state)], expert_major)
+
+
+@pytest.mark.parametrize("world,local,cap", [(2, 3, 2), (4, 2, 1), (3, 1, 4)])
+def test_capacity_regroup_index_matches_the_chunk_by_chunk_regroup(world, local, cap):
+    """Capacity mode: every (source, expert) chunk holds `cap` rows; the row index of the
+    dequantize's gather orders them as the view-based regrouping does."""
+    from tessera.torch import moe_dist as md
+    total = world * local * cap
+    rows = torch.arange(total * 2, dtype=torch.float32).reshape(total, 2)
+    state = md.DispatchState(group=None, world=world, num_experts=world * local,
+                             local_experts=local, num_tokens=0, hidden=2, capacity=cap,
+                             slot_map=torch.zeros(0), row_pair=torch.zeros(0), rows=total,
+                             send_rows=None, recv_chunks=None,
+                             offs=torch.zeros(local, dtype=torch.int32),
+                             dropped=torch.zeros(1), dropped_total=torch.zeros(1),
+                             error=torch.zeros(1))
+    expert_major = torch.cat([rows[(s * local + e) * cap:(s * local + e + 1) * cap]
+                              for e in range(local) for s in range(world)])
+    assert torch.equal(md._to_expert_major(rows, state), expert_major)
+    assert torch.equal(rows[md._expert_major_rows(state)], expert_major)
+    assert torch.equal(md._to_source_major(expert_major, state), rows)

@@ -6,7 +6,8 @@ Experts are sharded over the ranks of a ProcessGroup: rank d owns global experts
     routing (tessera.torch.moe.moe_routing) -> permute + quantize in one pass (moe_permute)
     -> header all-to-all: per (rank, local expert) row counts, error bits, dropped counts
     -> all_to_all_single of the payload (FP8 codes as uint8) and of its scales (FP32 as bytes,
-       E8M0 as uint8), or of the BF16 rows -> dequantize -> regroup expert-major
+       E8M0 as uint8), or of the BF16 rows -> regroup expert-major (in the dequantize's reads
+       for a quantized payload)
     -> local experts (x (R, H), offs (L,) int32 cumulative end offsets)
     -> combine: regroup source-major -> all_to_all_single back -> unpermute weighted by probs.
 
@@ -28,7 +29,8 @@ Modes.
   recorded in DispatchState.error (device); with sync_checks (default: on for CPU tensors) they
   are checked at once, on every rank alike.
 
-World size 1 without a group (group=None) runs the same code without communication.
+A group of one rank (or group=None) runs the same code without communication or regrouping:
+the received rows are the permuted rows themselves.
 """
 from __future__ import annotations
 
@@ -116,8 +118,9 @@ def _byte_rows(t: Tensor) -> Tensor:
 
 
 def _a2a(out: Tensor, inp: Tensor, out_splits, in_splits, group) -> None:
-    """all_to_all_single on raw bytes (every dtype travels as uint8 rows)."""
-    if group is None:
+    """all_to_all_single on raw bytes (every dtype travels as uint8 rows); a copy when the group
+    has one rank (or there is none)."""
+    if _world(group) == 1:
         out.copy_(inp)
         return
     dist.all_to_all_single(_byte_rows(out), _byte_rows(inp), out_splits, in_splits, group=group)
@@ -189,7 +192,9 @@ def _regroup_index(state: DispatchState) -> Tuple[Tensor, Tensor]:
         return cached
     w, l = state.world, state.local_experts
     dev = state.offs.device
-    n = torch.tensor(state.recv_chunks, dtype=torch.int64, device=dev).reshape(w, l)
+    # The header's (W, L) counts, already on the device: a copy of recv_chunks to the device
+    # would wait for the stream (the all-to-all just enqueued) before returning.
+    n = state.extra["recv_counts"].reshape(w, l)
     total = sum(sum(row) for row in state.recv_chunks)
     flat = n.reshape(-1)
     src_start = (flat.cumsum(0) - flat).reshape(w, l)  # chunk (s, e) in source-major order
@@ -204,8 +209,23 @@ def _regroup_index(state: DispatchState) -> Tuple[Tensor, Tensor]:
     return idx, inv
 
 
+def _expert_major_rows(state: DispatchState) -> Tensor:
+    """(R,) int64: expert-major row r is source-major row [r] (both modes; kept in state.extra)."""
+    if state.capacity < 0:
+        return _regroup_index(state)[0]
+    cached = state.extra.get("expert_major_rows")
+    if cached is None:
+        w, l, c = state.world, state.local_experts, state.capacity
+        cached = torch.arange(w * l * c, device=state.offs.device).reshape(w, l, c).transpose(
+            0, 1).reshape(-1)
+        state.extra["expert_major_rows"] = cached
+    return cached
+
+
 def _to_expert_major(x: Tensor, state: DispatchState) -> Tensor:
     w, l = state.world, state.local_experts
+    if w == 1:  # one source: its order is the experts' order
+        return x
     if state.capacity >= 0:
         c = state.capacity
         return x.reshape(w, l, c, -1).transpose(0, 1).reshape(w * l * c, -1)
@@ -214,6 +234,8 @@ def _to_expert_major(x: Tensor, state: DispatchState) -> Tensor:
 
 def _to_source_major(x: Tensor, state: DispatchState) -> Tensor:
     w, l = state.world, state.local_experts
+    if w == 1:
+        return x
     if state.capacity >= 0:
         c = state.capacity
         return x.reshape(l, w, c, -1).transpose(0, 1).reshape(w * l * c, -1)
@@ -226,16 +248,23 @@ def _recv_splits(state: DispatchState) -> Optional[List[int]]:
 
 def _send_back(x_source_major: Tensor, state: DispatchState) -> Tensor:
     """Rows received by dispatch -> their senders: (live_rows, H) in this rank's permuted order,
-    returned inside a (rows, H) buffer (rows past the live end zero)."""
-    out = x_source_major.new_zeros((state.rows, x_source_major.shape[1]))
-    live = out[:state.live_rows]
-    _a2a(live, x_source_major.contiguous(), state.send_rows, _recv_splits(state), state.group)
+    returned inside a (rows, H) buffer (rows past the live end zero). One rank: the rows are
+    already this rank's (no copy when nothing follows the live end)."""
+    live_rows = state.live_rows
+    if state.world == 1 and live_rows == state.rows and x_source_major.is_contiguous():
+        return x_source_major
+    out = x_source_major.new_empty((state.rows, x_source_major.shape[1]))
+    out[live_rows:].zero_()
+    _a2a(out[:live_rows], x_source_major.contiguous(), state.send_rows, _recv_splits(state),
+         state.group)
     return out
 
 
 def _send_forward(x_perm: Tensor, state: DispatchState) -> Tensor:
     """Rows of this rank's permuted buffer -> the owners of their experts (source-major)."""
     recv_rows = sum(_recv_splits(state)) if state.recv_chunks is not None else state.rows
+    if state.world == 1:  # this rank's own live rows (a prefix: no copy)
+        return x_perm[:recv_rows]
     out = x_perm.new_empty((recv_rows, x_perm.shape[1]))
     _a2a(out, x_perm[:state.live_rows].contiguous(), _recv_splits(state), state.send_rows,
          state.group)
@@ -251,7 +280,7 @@ def _exchange_layout(group, num_experts: int, group_rows: Tensor, error_bits: Te
     hdr = _header(send_wl, error_bits.reshape(()).to(torch.int64), dropped.reshape(()), group)
     out = dict(offs=hdr[:, :local].sum(0).cumsum(0).to(torch.int32), send_rows=None,
                recv_chunks=None, error=hdr[:, local].clone(),
-               dropped_total=hdr[:, local + 1].sum().reshape(1))
+               dropped_total=hdr[:, local + 1].sum().reshape(1), recv_counts=hdr[:, :local])
     if capacity < 0:
         # The one device -> host copy of dropless mode: split sizes for all_to_all_single, and
         # every rank's error bits (so that all ranks raise together).
@@ -301,7 +330,8 @@ def _prepare(x: Tensor, indices: Tensor, num_experts: int, group, mode: str, ali
                          rows=row_pair.shape[0], send_rows=lay["send_rows"],
                          recv_chunks=lay["recv_chunks"], offs=lay["offs"], dropped=dropped,
                          dropped_total=lay["dropped_total"], error=lay["error"],
-                         extra=dict(counts=counts, padded_offsets=offsets))
+                         extra=dict(counts=counts, padded_offsets=offsets,
+                                    recv_counts=lay["recv_counts"]))
 
 
 def _scale_rows(sinv: Tensor, mode: str, rows: int) -> Tensor:
@@ -316,12 +346,15 @@ class _DispatchFn(torch.autograd.Function):
     def forward(ctx, x: Tensor, state: DispatchState, mode: str, e8m0_floor: bool) -> Tensor:
         k = state.slot_map.shape[1]
         data, sinv = ops.moe_permute(x, state.row_pair, k, mode, "e4m3", e8m0_floor)
-        recv = _to_expert_major(_send_forward(data, state), state)
-        if mode != "none":
-            # Codes and scales are regrouped before the dequantize (each row keeps its scale
-            # row): the regrouping copy moves the 1-byte codes, not the wider dequantized rows.
+        recv = _send_forward(data, state)
+        if mode == "none":
+            recv = _to_expert_major(recv, state)
+        else:
+            # The dequantize reads the received rows in expert-major order (the regrouping and
+            # the dequantize in one pass).
             recv_scale = _send_forward(_scale_rows(sinv, mode, state.rows), state)
-            recv = ops.dequantize_rows(recv, _to_expert_major(recv_scale, state), mode, x.dtype)
+            rows = None if state.world == 1 else _expert_major_rows(state)
+            recv = ops.dequantize_rows(recv, recv_scale, mode, x.dtype, rows)
         ctx.state = state
         return recv
 
@@ -401,7 +434,7 @@ def all_to_all_expert_rows(rows: Tensor, counts: Tensor, num_experts: int, group
                           capacity=-1, slot_map=counts, row_pair=counts, rows=rows.shape[0],
                           send_rows=lay["send_rows"], recv_chunks=lay["recv_chunks"],
                           offs=lay["offs"], dropped=counts[:1], dropped_total=counts[:1],
-                          error=lay["error"])
+                          error=lay["error"], extra=dict(recv_counts=lay["recv_counts"]))
     return _to_expert_major(_send_forward(rows, state), state), lay["offs"]
 
 
