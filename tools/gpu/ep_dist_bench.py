@@ -8,10 +8,18 @@ tests/python/test_moe_ep_gpu.py, which tools/gpu/ep_run.sh runs under torchrun f
    GB/s = bytes this rank sends / time;
 2. a MoE training step (forward + backward) in tokens/s: MoELayer (bf16 and fp8 recipes, the
    experts tessera.torch.GroupedMLP when the build has it) next to a PyTorch-only BF16 MoE
-   (sort, index_select, all_to_all_single, torch._grouped_mm experts, index_add combine).
+   (sort, index_select, all_to_all_single, torch._grouped_mm experts, index_add combine). Every
+   step starts with the parameters' .grad set to None (one micro-batch per optimizer step: no
+   accumulation into .grad). FP8 recipes run twice: weights re-quantized by every forward, and
+   "cached" (tessera.torch.quantize_weights_ once, as after an optimizer step: the forwards of
+   that step's micro-batches reuse the copies). Capacity-mode rows (capacity factor 1.0: pairs
+   past it dropped, no host sync) also run captured in one CUDA graph; the baseline stays
+   dropless (its all-to-all needs host split sizes).
+--profile: rank 0 also prints each step's GPU time by kernel (torch.profiler, one step).
 """
 import argparse
 import time
+from collections import defaultdict
 
 import torch
 import torch.distributed as dist
@@ -142,31 +150,101 @@ class _A2A(torch.autograd.Function):
         return _A2A.apply(g.contiguous(), in_splits, out_splits), None, None
 
 
+def kernel_profile(label, fn, top=14):
+    """Rank 0 prints one call of fn's GPU time by kernel name (summed), the largest first, and
+    the host's waits on the device (CUDA runtime calls that synchronize or copy)."""
+    torch.cuda.synchronize()
+    dist.barrier()
+    acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=acts) as prof:
+        fn()
+        torch.cuda.synchronize()
+    by = defaultdict(lambda: [0.0, 0])
+    waits = defaultdict(lambda: [0.0, 0])
+    for ev in prof.events():
+        us = ev.time_range.end - ev.time_range.start
+        if ev.device_type == torch.autograd.DeviceType.CUDA:
+            if not ev.name.startswith("nccl:"):  # the collective's record beside its kernel
+                by[ev.name[:90]][0] += us
+                by[ev.name[:90]][1] += 1
+        elif "Synchronize" in ev.name or "Memcpy" in ev.name:
+            waits[ev.name][0] += us
+            waits[ev.name][1] += 1
+    say(f"  profile {label}: GPU {sum(v[0] for v in by.values()) / 1e3:8.2f} ms in "
+        f"{sum(v[1] for v in by.values())} kernels; host waits: " +
+        ", ".join(f"{n} {c}x {t:.0f} us" for n, (t, c) in sorted(waits.items())))
+    for name, (us, n) in sorted(by.items(), key=lambda kv: -kv[1][0])[:top]:
+        say(f"    {us:9.1f} us {n:4d}x  {name}")
+
+
+def step_of(module, x):
+    """One training step of `module` on a fresh leaf copy of x, its parameters' .grad reset."""
+    def step():
+        for p in module.parameters():
+            p.grad = None
+        xi = x.clone().requires_grad_()
+        module(xi).float().square().mean().backward()
+    return step
+
+
+def graphed_step_of(module, x):
+    """step_of(module, x) captured in one CUDA graph (capacity mode syncs nothing); returns the
+    replay. The captured backward assigns fresh .grad tensors, as step_of's does."""
+    xi = x.clone().requires_grad_()
+
+    def step():
+        for p in module.parameters():
+            p.grad = None
+        xi.grad = None
+        module(xi).float().square().mean().backward()
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up off the capture (the first forward checks the group)
+        for _ in range(2):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    for p in module.parameters():
+        p.grad = None
+    xi.grad = None
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        module(xi).float().square().mean().backward()
+    return graph.replay
+
+
 def training_step(device, world, args):
     t, h, e, k, f = args.tokens, args.hidden, args.experts, args.top_k, args.ffn
     x = torch.randn(t, h, device=device).bfloat16()
     base = TorchMoE(h, f, e, k, world, device)
-
-    def step_torch():
-        xi = x.clone().requires_grad_()
-        base(xi).float().square().mean().backward()
-
+    step_torch = step_of(base, x)
     t_base = timed(step_torch, iters=5)
     say(f"PyTorch-only BF16 MoE step: {t / t_base:10.0f} tokens/s per rank")
-    for recipe in ("bf16", "fp8_rowwise", "fp8_block", "mxfp8"):
+    if args.profile:
+        kernel_profile("PyTorch-only BF16", step_torch)
+    # (recipe, weights cached, capacity factor (None: dropless, as the baseline), CUDA graph)
+    runs = [("bf16", False, None, False), ("fp8_rowwise", False, None, False),
+            ("fp8_rowwise", True, None, False), ("fp8_block", False, None, False),
+            ("fp8_block", True, None, False), ("mxfp8", False, None, False),
+            ("mxfp8", True, None, False), ("bf16", False, 1.0, False), ("bf16", False, 1.0, True),
+            ("fp8_rowwise", True, 1.0, False), ("fp8_rowwise", True, 1.0, True)]
+    for recipe, cached, cf, graph in runs:
+        label = (f"{recipe}{' cached W' if cached else ''}"
+                 f"{f' capacity {cf}' if cf is not None else ''}{' graph' if graph else ''}")
         try:
             layer = tt.MoELayer(h, f, e, k, recipe=recipe, ep_group=dist.group.WORLD,
-                                device=device)
-
-            def step():
-                xi = x.clone().requires_grad_()
-                layer(xi).float().square().mean().backward()
-
+                                capacity_factor=cf, device=device)
+            if cached:
+                tt.quantize_weights_(layer)
+            step = graphed_step_of(layer, x) if graph else step_of(layer, x)
             t_ours = timed(step, iters=5)
-            say(f"tessera MoELayer {recipe:12s} step ({type(layer.experts).__name__}): "
+            say(f"tessera MoELayer {label:37s} step ({type(layer.experts).__name__}): "
                 f"{t / t_ours:10.0f} tokens/s per rank, x{t_base / t_ours:5.2f} vs PyTorch")
+            if args.profile:
+                kernel_profile(label, step)
+            del layer, step
         except Exception as exc:  # a recipe the experts cannot run on this device
-            say(f"tessera MoELayer {recipe}: skipped ({exc})")
+            say(f"tessera MoELayer {label}: skipped ({exc})")
     t_again = timed(step_torch, iters=5)
     say(f"PyTorch-only BF16 MoE step (again, drift): {t / t_again:10.0f} tokens/s per rank")
 
@@ -174,11 +252,14 @@ def training_step(device, world, args):
 def main():
     p = size_args(argparse.ArgumentParser())
     p.add_argument("--skip-step", action="store_true")
+    p.add_argument("--skip-bandwidth", action="store_true")
+    p.add_argument("--profile", action="store_true", help="each step's GPU time by kernel")
     args = p.parse_args()
     device = init_nccl()
     world = dist.get_world_size()
     say(f"{world} x {torch.cuda.get_device_name(device)}, torch {torch.__version__}")
-    bandwidth(device, world, args)
+    if not args.skip_bandwidth:
+        bandwidth(device, world, args)
     if not args.skip_step:
         training_step(device, world, args)
     dist.destroy_process_group()
