@@ -225,13 +225,13 @@ def test_regroup_index_matches_the_chunk_by_chunk_regroup(world, local):
     assert torch.equal(got, expert_major)
     assert torch.equal(md._to_source_major(got, state), rows)
     # The row index the quantized dispatch's dequantize gathers with: the same order.
-    assert torch.equal(rows[md._expert_major_rows(state)], expert_major)
+    assert torch.equal(rows[md._regroup_index(state)[0]], expert_major)
 
 
 @pytest.mark.parametrize("world,local,cap", [(2, 3, 2), (4, 2, 1), (3, 1, 4)])
 def test_capacity_regroup_index_matches_the_chunk_by_chunk_regroup(world, local, cap):
-    """Capacity mode: every (source, expert) chunk holds `cap` rows; the row index of the
-    dequantize's gather orders them as the view-based regrouping does."""
+    """Capacity mode: every (source, expert) chunk holds `cap` rows; the regrouping (and the row
+    index the dequantize gathers with) against the chunk-by-chunk oracle, and back."""
     from tessera.torch import moe_dist as md
     total = world * local * cap
     rows = torch.arange(total * 2, dtype=torch.float32).reshape(total, 2)
@@ -245,5 +245,5 @@ def test_capacity_regroup_index_matches_the_chunk_by_chunk_regroup(world, local,
     expert_major = torch.cat([rows[(s * local + e) * cap:(s * local + e + 1) * cap]
                               for e in range(local) for s in range(world)])
     assert torch.equal(md._to_expert_major(rows, state), expert_major)
-    assert torch.equal(rows[md._expert_major_rows(state)], expert_major)
+    assert torch.equal(rows[md._regroup_index(state)[0]], expert_major)
     assert torch.equal(md._to_source_major(expert_major, state), rows)
