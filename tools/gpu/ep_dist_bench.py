@@ -15,7 +15,8 @@ tests/python/test_moe_ep_gpu.py, which tools/gpu/ep_run.sh runs under torchrun f
    that step's micro-batches reuse the copies). Capacity-mode rows (capacity factor 1.0: pairs
    past it dropped, no host sync) also run captured in one CUDA graph; the baseline stays
    dropless (its all-to-all needs host split sizes).
---profile: rank 0 also prints each step's GPU time by kernel (torch.profiler, one step).
+--profile: rank 0 also prints each step's GPU time by kernel (torch.profiler, one step);
+--trace DIR writes rank 0's Chrome trace of that step; --only LABEL,... runs those steps.
 """
 import argparse
 import time
@@ -150,15 +151,19 @@ class _A2A(torch.autograd.Function):
         return _A2A.apply(g.contiguous(), in_splits, out_splits), None, None
 
 
-def kernel_profile(label, fn, top=14):
+def kernel_profile(label, fn, top=14, trace_dir=None):
     """Rank 0 prints one call of fn's GPU time by kernel name (summed), the largest first, and
-    the host's waits on the device (CUDA runtime calls that synchronize or copy)."""
+    the host's waits on the device (CUDA runtime calls that synchronize or copy); trace_dir: also
+    writes rank 0's Chrome trace of that call there."""
     torch.cuda.synchronize()
     dist.barrier()
     acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
     with torch.profiler.profile(activities=acts) as prof:
         fn()
         torch.cuda.synchronize()
+    if trace_dir and dist.get_rank() == 0:
+        name = "".join(c if c.isalnum() else "_" for c in label)
+        prof.export_chrome_trace(f"{trace_dir}/{name}.rank{dist.get_rank()}.json")
     by = defaultdict(lambda: [0.0, 0])
     waits = defaultdict(lambda: [0.0, 0])
     for ev in prof.events():
@@ -221,7 +226,7 @@ def training_step(device, world, args):
     t_base = timed(step_torch, iters=5)
     say(f"PyTorch-only BF16 MoE step: {t / t_base:10.0f} tokens/s per rank")
     if args.profile:
-        kernel_profile("PyTorch-only BF16", step_torch)
+        kernel_profile("PyTorch-only BF16", step_torch, trace_dir=args.trace)
     # (recipe, weights cached, capacity factor (None: dropless, as the baseline), CUDA graph)
     runs = [("bf16", False, None, False), ("fp8_rowwise", False, None, False),
             ("fp8_rowwise", True, None, False), ("fp8_block", False, None, False),
@@ -231,6 +236,8 @@ def training_step(device, world, args):
     for recipe, cached, cf, graph in runs:
         label = (f"{recipe}{' cached W' if cached else ''}"
                  f"{f' capacity {cf}' if cf is not None else ''}{' graph' if graph else ''}")
+        if args.only and label not in args.only.split(","):
+            continue
         try:
             layer = tt.MoELayer(h, f, e, k, recipe=recipe, ep_group=dist.group.WORLD,
                                 capacity_factor=cf, device=device)
@@ -241,7 +248,7 @@ def training_step(device, world, args):
             say(f"tessera MoELayer {label:37s} step ({type(layer.experts).__name__}): "
                 f"{t / t_ours:10.0f} tokens/s per rank, x{t_base / t_ours:5.2f} vs PyTorch")
             if args.profile:
-                kernel_profile(label, step)
+                kernel_profile(label, step, trace_dir=args.trace)
             del layer, step
         except Exception as exc:  # a recipe the experts cannot run on this device
             say(f"tessera MoELayer {label}: skipped ({exc})")
@@ -254,6 +261,8 @@ def main():
     p.add_argument("--skip-step", action="store_true")
     p.add_argument("--skip-bandwidth", action="store_true")
     p.add_argument("--profile", action="store_true", help="each step's GPU time by kernel")
+    p.add_argument("--trace", default=None, help="with --profile: a folder for Chrome traces")
+    p.add_argument("--only", default="", help="comma-separated step labels to run (default all)")
     args = p.parse_args()
     device = init_nccl()
     world = dist.get_world_size()
