@@ -1,14 +1,16 @@
 // How often one direction of the linear step asks the caller's Allocator (linear_step.h,
 // "Memory"): its scratch is one carved block per direction (step_memory.h StepArena), so a
 // forward asks for the saved context and one block, a backward for one block; a GEMM workspace
-// past the block's allowance (the CPU backend's FP32 copies of quantized operands) adds one ask
-// per GEMM. Every recipe on the CPU, training and eval forwards, x's copy saved or not.
+// past the block's allowance (the CPU backend's FP32 copies of quantized operands, and of BF16
+// operands where the CPU has no native BF16 GEMM) adds one ask per GEMM. Every recipe on the
+// CPU, training and eval forwards, x's copy saved or not.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdio>
 
 #include "nn_test_util.h"
+#include "tessera/gemm/grouped_gemm.h"
 #include "tessera/nn/allocator.h"
 #include "tessera/nn/linear_step.h"
 #include "tessera/quantize/recipe.h"
@@ -53,8 +55,12 @@ TEST(GroupedNNStepScratch, OneScratchBlockPerDirection) {
     }
     CountingAllocator alloc;
     const WeightCopies wc = quantize_weight(spec, view_of(w, {g, out, in}), state, alloc);
-    // GEMMs whose operands the CPU backend dequantizes into its workspace (past the allowance).
-    const int gemm_copies = spec.quantized() ? 1 : 0;
+    // GEMMs whose operands the CPU backend copies to FP32 in its workspace (past the
+    // allowance): quantized ones, and BF16 ones on the FP32 path (no AVX512-BF16 / AMX here, a
+    // build without oneDNN, or TESSERA_CPU_BF16_GEMM=fp32).
+    const bool bf16_via_fp32 = cpu_bf16_gemm_path().rfind("fp32 sgemm", 0) == 0;
+    const bool dense_bf16 = !spec.quantized() && spec.input.dense_dtype == DType::kBFloat16;
+    const int gemm_copies = spec.quantized() || (dense_bf16 && bf16_via_fp32) ? 1 : 0;
     for (const bool save : {true, false}) {
       LinearForwardArgs f{view_of(x, {t, in}), view_of(ends), GroupOffsetsFormat::kEndOffsets,
                           TensorView{}, view_of(y, {t, out}), save};
