@@ -51,6 +51,13 @@ TensorView view_of(const Tensor& t, const char* arg) {
     v.shape[i] = t.size(i);
     v.strides[i] = t.stride(i);
   }
+  if (t.numel() == 0) {  // no element is addressed: row-major strides (torch may hand any)
+    int64_t stride = 1;
+    for (int i = v.ndim - 1; i >= 0; --i) {
+      v.strides[i] = stride;
+      stride *= std::max<int64_t>(v.shape[i], 1);
+    }
+  }
   return v;
 }
 

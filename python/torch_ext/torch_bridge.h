@@ -25,7 +25,8 @@ using OptTensor = std::optional<Tensor>;
 
 Device device_of(const Tensor& t);
 DType dtype_of(const Tensor& t, const char* arg);
-// A view of `t` (any strides kept as given; checks that the dtype is one tessera reads).
+// A view of `t` (strides kept as given, row-major for an empty tensor; checks that the dtype is
+// one tessera reads).
 TensorView view_of(const Tensor& t, const char* arg);
 TensorView view_of(const OptTensor& t, const char* arg);  // empty view for None
 // torch's current stream on the tensor's device (the legacy stream on the CPU).

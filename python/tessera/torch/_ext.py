@@ -5,6 +5,7 @@ tessera.Error subclasses.
     torch.ops.tessera.linear_fwd / linear_bwd   the grouped linear training step
     torch.ops.tessera.mlp_fwd / mlp_bwd         the grouped MLP training step
     torch.ops.tessera.get_rng_offset / set_rng_offset   the step's stochastic-rounding counter
+    torch.ops.tessera.moe_*                     the MoE routing ops (fakes and autograd in moe_ops.py)
 
 Each is one call into compiled code: tensors are converted once in C++, the step runs on torch's
 current stream with torch's allocator. The uint8 tensors they return (saved contexts, weight
@@ -33,6 +34,10 @@ ops = torch.ops.tessera
 # for the overload that matches the arguments.
 linear_fwd, linear_bwd = ops.linear_fwd.default, ops.linear_bwd.default
 mlp_fwd, mlp_bwd = ops.mlp_fwd.default, ops.mlp_bwd.default
+moe_routing, moe_permute = ops.moe_routing.default, ops.moe_permute.default
+moe_permute_backward = ops.moe_permute_backward.default
+moe_unpermute, moe_unpermute_backward = ops.moe_unpermute.default, ops.moe_unpermute_backward.default
+moe_dequantize_rows = ops.moe_dequantize_rows.default
 
 _ERROR = re.compile(r"\[tessera:(\d+)\] (.*)", re.S)
 

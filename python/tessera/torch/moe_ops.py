@@ -6,7 +6,9 @@ surface of both.
     route(logits (T, E), top_k, normalize=True) -> (probs (T, k) float32, indices (T, k) int64)
                                    top-k routing of the router's logits (plain torch)
 
-Ops (torch.library custom ops in the "tessera" namespace, fake impls for torch.compile):
+Ops: compiled torch ops torch.ops.tessera.moe_* (python/torch_ext/moe_ops.cpp: one call into
+compiled code each, tensors converted once in C++, on torch's current stream); here their fake
+impls for torch.compile, the autograd of moe_unpermute, and wrappers that raise tessera's errors:
 
     moe_routing(indices (T, k), num_experts, align=1, capacity=-1)
         -> (counts (E,), padded_offsets (E+1,), slot_map (T, k), row_pair (rows,), dropped (1,),
@@ -39,8 +41,7 @@ import torch
 from torch import Tensor
 
 from .. import _tessera as _C
-from . import _bridge as br
-from ._errors import check
+from . import _ext
 from .fp8 import FP8_DTYPES, _mode_row, scale_shape
 
 # The payload modes of moe_permute: "none" (_moe_permute_into, no quantization) and the scaling
@@ -58,10 +59,6 @@ def permuted_rows(num_tokens, top_k: int, num_experts: int, align: int = 1,
     return num_tokens * top_k + num_experts * (align - 1)
 
 
-def _ctx(device: torch.device):
-    return torch.cuda.device(device) if device.type == "cuda" else br._nullcontext()
-
-
 # ---- routing -----------------------------------------------------------------------------------
 def route(logits: Tensor, top_k: int, normalize: bool = True) -> Tuple[Tensor, Tensor]:
     """Top-k routing of router logits (T, E): softmax in FP32, then the k largest probabilities,
@@ -74,34 +71,13 @@ def route(logits: Tensor, top_k: int, normalize: bool = True) -> Tuple[Tensor, T
     return top_p, top_i
 
 
-@torch.library.custom_op("tessera::moe_routing", mutates_args=())
 def moe_routing(indices: Tensor, num_experts: int, align: int = 1,
                 capacity: int = -1) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """Routing metadata of top-k expert indices (T, k) int32/int64; see the module docstring."""
-    check(indices.dim() == 2, _C.ShapeError,
-          lambda: f"moe_routing: indices must be (T, k), got {tuple(indices.shape)}")
-    t, k = indices.shape
-    dev = indices.device
-    rows = _C._moe_permuted_rows(t, k, num_experts, align, capacity)
-    i64 = dict(dtype=torch.int64, device=dev)
-    counts = torch.empty(num_experts, **i64)
-    offsets = torch.empty(num_experts + 1, **i64)
-    slot_map = torch.empty((t, k), **i64)
-    row_pair = torch.empty(rows, **i64)
-    dropped = torch.empty(1, **i64)
-    flag = torch.zeros(1, dtype=torch.int32, device=dev)
-    ws = None
-    if dev.type == "cuda":
-        nbytes = _C._moe_routing_workspace_bytes(t, k, num_experts, align, capacity, True)
-        ws = br.workspace(nbytes, dev)
-    with _ctx(dev):
-        _C._moe_routing_into(indices.detach().contiguous(), num_experts, align, capacity, counts,
-                             offsets, slot_map, row_pair, dropped, ws,
-                             flag if dev.type == "cuda" else None, br.stream_handle(dev))
-    return counts, offsets, slot_map, row_pair, dropped, flag
+    return _ext.call(_ext.moe_routing, indices, num_experts, align, capacity)
 
 
-@moe_routing.register_fake
+@torch.library.register_fake("tessera::moe_routing")
 def _routing_fake(indices, num_experts, align=1, capacity=-1):
     t, k = indices.shape
     rows = permuted_rows(t, k, num_experts, align, capacity)
@@ -138,7 +114,6 @@ def _permute_outputs(x: Tensor, rows, mode: str, element: str):
     return x.new_empty((rows, h), dtype=data_dtype), x.new_empty(shape, dtype=sdtype)
 
 
-@torch.library.custom_op("tessera::moe_permute", mutates_args=())
 def moe_permute(x: Tensor, row_pair: Tensor, top_k: int, mode: str = "none",
                 element: str = "e4m3", e8m0_floor: bool = False) -> Tuple[Tensor, Tensor]:
     """Tokens (T, H) into the permuted buffer (rows, H), quantized per `mode` in the same pass.
@@ -147,37 +122,22 @@ def moe_permute(x: Tensor, row_pair: Tensor, top_k: int, mode: str = "none",
     FP32); "block1x128" -> (FP8, (roundup(rows, 4), ceil(H/128)) FP32); "mxfp8" -> (FP8,
     (rows, ceil(H/32)) E8M0 bytes as uint8).
     """
-    check(x.dim() == 2, _C.ShapeError, lambda: f"moe_permute: x must be (T, H), got {tuple(x.shape)}")
-    data, sinv = _permute_outputs(x, row_pair.shape[0], mode, element)
-    dev = x.device
-    with _ctx(dev):
-        if mode == "none":
-            _C._moe_permute_into(x.detach().contiguous(), row_pair, top_k, data,
-                                 br.stream_handle(dev))
-        else:
-            _C._moe_permute_quantize_into(x.detach().contiguous(), row_pair, top_k, mode, element,
-                                          e8m0_floor, data.view(torch.uint8), sinv,
-                                          br.stream_handle(dev))
-    return data, sinv
+    if mode not in QUANT_MODES:
+        raise _C.InvalidArgumentError(f"moe_permute: mode {mode!r} is not one of {QUANT_MODES}")
+    return _ext.call(_ext.moe_permute, x, row_pair, top_k, mode, element, e8m0_floor)
 
 
-@moe_permute.register_fake
+@torch.library.register_fake("tessera::moe_permute")
 def _permute_fake(x, row_pair, top_k, mode="none", element="e4m3", e8m0_floor=False):
     return _permute_outputs(x, row_pair.shape[0], mode, element)
 
 
-@torch.library.custom_op("tessera::moe_permute_backward", mutates_args=())
 def moe_permute_backward(d_permuted: Tensor, slot_map: Tensor, num_tokens: int) -> Tensor:
     """dx (T, H) = sum over j of d_permuted[slot_map[t, j]] (FP32, j ascending), in its dtype."""
-    dx = d_permuted.new_empty((num_tokens, d_permuted.shape[1]))
-    dev = dx.device
-    with _ctx(dev):
-        _C._moe_permute_backward_into(d_permuted.detach().contiguous(), slot_map, dx,
-                                      br.stream_handle(dev))
-    return dx
+    return _ext.call(_ext.moe_permute_backward, d_permuted, slot_map, num_tokens)
 
 
-@moe_permute_backward.register_fake
+@torch.library.register_fake("tessera::moe_permute_backward")
 def _permute_backward_fake(d_permuted, slot_map, num_tokens):
     return d_permuted.new_empty((num_tokens, d_permuted.shape[1]))
 
@@ -204,42 +164,25 @@ def permute(x: Tensor, row_pair: Tensor, slot_map: Tensor, top_k: int) -> Tensor
 
 
 # ---- unpermute ---------------------------------------------------------------------------------
-@torch.library.custom_op("tessera::moe_unpermute", mutates_args=())
 def moe_unpermute(y: Tensor, slot_map: Tensor, row_pair: Tensor,
                   probs: Optional[Tensor] = None) -> Tensor:
-    """out (T, H) = sum over j of probs[t, j] * y[slot_map[t, j]] (FP32, j ascending)."""
-    out = y.new_empty((slot_map.shape[0], y.shape[1]))
-    dev = y.device
-    with _ctx(dev):
-        _C._moe_unpermute_into(y.detach().contiguous(), slot_map,
-                               None if probs is None else probs.detach().contiguous(), out,
-                               br.stream_handle(dev))
-    return out
+    """out (T, H) = sum over j of probs[t, j] * y[slot_map[t, j]] (FP32, j ascending);
+    differentiable in y and probs."""
+    return _ext.call(_ext.moe_unpermute, y, slot_map, row_pair, probs)
 
 
-@moe_unpermute.register_fake
+@torch.library.register_fake("tessera::moe_unpermute")
 def _unpermute_fake(y, slot_map, row_pair, probs=None):
     return y.new_empty((slot_map.shape[0], y.shape[1]))
 
 
-@torch.library.custom_op("tessera::moe_unpermute_backward", mutates_args=())
 def moe_unpermute_backward(dout: Tensor, y: Tensor, slot_map: Tensor, row_pair: Tensor,
                            probs: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
     """(dy (rows, H) in y's dtype, dprobs (T, k) FP32; empty (0,) without probs)."""
-    dy = y.new_empty(y.shape)
-    dprobs = (dout.new_empty(slot_map.shape, dtype=torch.float32) if probs is not None
-              else dout.new_empty((0,), dtype=torch.float32))
-    dev = y.device
-    with _ctx(dev):
-        _C._moe_unpermute_backward_into(dout.detach().contiguous(), y.detach().contiguous(),
-                                        slot_map, row_pair,
-                                        None if probs is None else probs.detach().contiguous(),
-                                        dy, None if probs is None else dprobs,
-                                        br.stream_handle(dev))
-    return dy, dprobs
+    return _ext.call(_ext.moe_unpermute_backward, dout, y, slot_map, row_pair, probs)
 
 
-@moe_unpermute_backward.register_fake
+@torch.library.register_fake("tessera::moe_unpermute_backward")
 def _unpermute_backward_fake(dout, y, slot_map, row_pair, probs=None):
     shape = slot_map.shape if probs is not None else (0,)
     return y.new_empty(y.shape), dout.new_empty(shape, dtype=torch.float32)
@@ -257,7 +200,8 @@ def _unpermute_backward(ctx, dout):
     return dy, None, None, (dprobs.to(probs.dtype) if need_p else None)
 
 
-moe_unpermute.register_autograd(_unpermute_backward, setup_context=_unpermute_setup)
+torch.library.register_autograd("tessera::moe_unpermute", _unpermute_backward,
+                                setup_context=_unpermute_setup)
 
 
 def unpermute(y: Tensor, slot_map: Tensor, row_pair: Tensor,
@@ -277,27 +221,15 @@ def _dequantized_shape(data: Tensor, source_rows: Optional[Tensor]):
     return (source_rows.shape[0], data.shape[1])
 
 
-@torch.library.custom_op("tessera::moe_dequantize_rows", mutates_args=())
 def moe_dequantize_rows(data: Tensor, scale_inv: Tensor, mode: str, out_dtype: torch.dtype,
                         source_rows: Optional[Tensor] = None) -> Tensor:
     """E4M3 codes (R, H) (any 8-bit dtype) and their `mode` scales -> (R, H) out_dtype (or
     (M, H): rows source_rows (M,) of data), in one pass of the C++ op (moe_routing.h,
     moe_dequantize_rows); see dequantize_rows."""
-    out = data.new_empty(_dequantized_shape(data, source_rows), dtype=out_dtype)
-    if out.numel() == 0:
-        return out
-    sinv = scale_inv.detach().contiguous()
-    if sinv.element_size() == 1:  # E8M0 bytes, whatever 8-bit dtype carries them
-        sinv = sinv.view(torch.uint8)
-    dev = data.device
-    rows = None if source_rows is None else source_rows.detach().contiguous()
-    with _ctx(dev):
-        _C._moe_dequantize_rows_into(data.detach().contiguous().view(torch.uint8), sinv, mode,
-                                     out, br.stream_handle(dev), rows)
-    return out
+    return _ext.call(_ext.moe_dequantize_rows, data, scale_inv, mode, out_dtype, source_rows)
 
 
-@moe_dequantize_rows.register_fake
+@torch.library.register_fake("tessera::moe_dequantize_rows")
 def _dequantize_rows_fake(data, scale_inv, mode, out_dtype, source_rows=None):
     return data.new_empty(_dequantized_shape(data, source_rows), dtype=out_dtype)
 
