@@ -15,7 +15,7 @@ if not hasattr(C, "_moe_routing_into"):
 
 import tessera.torch as tt  # noqa: E402
 from tessera.torch import moe, moe_ops  # noqa: E402
-from tessera.torch.moe_reference import (ReferenceGroupedMLP, ReferenceRouter,  # noqa: E402
+from tessera.torch.moe_reference import (ReferenceGroupedMLP, ReferenceRouter, _qdq_rows,  # noqa: E402
                                          reference_moe)
 
 RECIPES = ["bf16", "fp8_rowwise", "fp8_block", "mxfp8"]
@@ -104,13 +104,18 @@ def test_unpermute_and_permute_gradients_match_torch():
 
 @pytest.mark.parametrize("recipe", RECIPES)
 @pytest.mark.parametrize("capacity_factor", [None, 0.5])
-def test_layer_equals_reference_bitwise(recipe, capacity_factor):
+@pytest.mark.parametrize("quantize_grads", [None, True, False])
+def test_layer_equals_reference_bitwise(recipe, capacity_factor, quantize_grads):
     torch.manual_seed(11)
     h, f, e, k, t = 64, 32, 8, 2, 96
     experts = ReferenceGroupedMLP(e, h, f)
     router = ReferenceRouter(h, e)
+    if quantize_grads and recipe == "bf16":  # no payload quantization to follow
+        with pytest.raises(ValueError, match="quantize_grads"):
+            tt.MoELayer(h, f, e, k, recipe=recipe, quantize_grads=True)
+        return
     layer = tt.MoELayer(h, f, e, k, recipe=recipe, experts=experts, router=router,
-                        capacity_factor=capacity_factor)
+                        capacity_factor=capacity_factor, quantize_grads=quantize_grads)
     x = torch.randn(t, h).bfloat16().requires_grad_()
     g = torch.randn(t, h).bfloat16()
     y = layer(x)
@@ -120,7 +125,8 @@ def test_layer_equals_reference_bitwise(recipe, capacity_factor):
     experts.zero_grad()
     router.zero_grad()
     x2 = x.detach().clone().requires_grad_()
-    yr, dropped = reference_moe(x2, router, experts, e, k, recipe, layer.capacity(t))
+    yr, dropped = reference_moe(x2, router, experts, e, k, recipe, layer.capacity(t),
+                                quantize_grads=quantize_grads)
     yr.backward(g)
     want = [yr, x2.grad, experts.fc1_weight.grad, experts.fc2_weight.grad, router.weight.grad]
     for name, a, b in zip(["out", "dx", "fc1 dw", "fc2 dw", "router dw"], got, want):
@@ -128,6 +134,60 @@ def test_layer_equals_reference_bitwise(recipe, capacity_factor):
     assert int(layer.last_dropped) == dropped
     if capacity_factor is not None and recipe == "bf16":
         assert dropped > 0, "capacity 0.5 must drop pairs"
+
+
+@pytest.mark.parametrize("recipe", ["fp8_rowwise", "fp8_block", "mxfp8"])
+def test_quantized_gradients_change_only_what_follows_combine(recipe):
+    """quantize_grads on against off, same layer and data: the experts' output
+    gradient is rounded to the payload's FP8 grid, so the expert weight gradients and dx change
+    (they must: else the option does nothing), by FP8 rounding only (SQNR >= 20 dB); the
+    outputs are bit-identical; the gradient rows the experts receive are the standalone
+    quantizer's round trip of the BF16 ones."""
+    torch.manual_seed(5)
+    h, f, e, k, t = 64, 32, 8, 2, 64
+    x = torch.randn(t, h).bfloat16()
+    g = torch.randn(t, h).bfloat16()
+    runs = {}
+    for qg in (True, False):
+        torch.manual_seed(6)
+        experts = ReferenceGroupedMLP(e, h, f)
+        router = ReferenceRouter(h, e)
+        layer = tt.MoELayer(h, f, e, k, recipe=recipe, experts=experts, router=router,
+                            quantize_grads=qg)
+        seen = []
+        experts.register_full_backward_hook(lambda m, gin, gout: seen.append(gout[0].clone()))
+        xi = x.clone().requires_grad_()
+        y = layer(xi)
+        y.backward(g)
+        runs[qg] = (y.detach(), xi.grad, experts.fc2_weight.grad.clone(), seen[0],
+                    layer.mode)
+    (y_q, dx_q, dw_q, dy_q, mode), (y_b, dx_b, dw_b, dy_b, _) = runs[True], runs[False]
+    assert torch.equal(y_q, y_b), "the forward does not depend on quantize_grads"
+    assert not torch.equal(dw_q, dw_b) and not torch.equal(dx_q, dx_b)
+
+    def sqnr(ref, got):
+        ref, got = ref.double(), got.double()
+        return 10 * torch.log10(ref.square().sum() / (ref - got).square().sum()).item()
+
+    assert sqnr(dw_b, dw_q) >= 20 and sqnr(dx_b, dx_q) >= 20
+    # the received gradient rows: exactly the standalone quantizer's round trip of the BF16 ones
+    assert torch.equal(dy_q, _qdq_rows(dy_b, mode))
+    assert not torch.equal(dy_q, dy_b)
+
+
+def test_quantize_grads_needs_a_quantized_payload():
+    with pytest.raises(ValueError, match="quantize_grads: recipe 'bf16' sends its payload"):
+        tt.MoELayer(16, 8, 8, 2, recipe="bf16", quantize_grads=True)
+    with pytest.raises(ValueError, match="quantize_grads"):
+        moe.dispatch(torch.randn(4, 16), torch.zeros(4, 2, dtype=torch.int64), 8,
+                     recipe="fp8_current", quantize_grads=True)
+    def grads(recipe, qg=None):
+        return tt.MoELayer(16, 8, 8, 2, recipe=recipe, experts=ReferenceGroupedMLP(8, 16, 8),
+                           quantize_grads=qg).extra_repr().split("grads=")[1]
+    # the default: quantized where the payload's scales are powers of two
+    assert [grads(r) for r in ("bf16", "fp8_rowwise", "fp8_block", "mxfp8")] == [
+        "'none'", "'none'", "'block1x128'", "'mxfp8'"]
+    assert grads("fp8_rowwise", True) == "'rowwise'" and grads("mxfp8", False) == "'none'"
 
 
 def test_bad_input_is_a_clear_error():
@@ -190,6 +250,30 @@ def test_layer_with_default_router_and_experts_trains():
     assert x.grad is not None and torch.isfinite(x.grad.float()).all()
     assert layer.router.weight.grad is not None and layer.router.weight.grad.abs().sum() > 0
     assert int(layer.last_error.max()) == 0
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or not C.cuda_compiled(),
+                    reason="needs a CUDA device and tessera built with CUDA")
+def test_cuda_dispatch_reports_an_expert_index_out_of_range():
+    """On CUDA the routing kernel flags a bad index (no Python-side check): dropless raises,
+    capacity mode records it in state.error (sync_checks=False) or raises (True); the pair is
+    dropped, the other rows arrive as on good input."""
+    x = torch.randn(6, 16, device="cuda")
+    idx = torch.tensor([[0, 1], [2, 3], [4, 5], [6, 7], [1, 9], [3, 2]], device="cuda")
+    for bad in (9, -1):
+        idx[4, 1] = bad
+        with pytest.raises(ValueError, match="rank 0: an expert index is outside"):
+            moe.dispatch(x, idx, 8)
+        with pytest.raises(ValueError, match="rank 0: an expert index is outside"):
+            moe.dispatch(x, idx, 8, capacity=4, sync_checks=True)
+        recv, state = moe.dispatch(x, idx, 8, capacity=4, sync_checks=False)
+        assert int(state.error.max()) == 1
+        good = idx.clone()
+        good[4, 1] = 0
+        recv_good, _ = moe.dispatch(x, good, 8, capacity=4)
+        # expert 0's rows: token 0 (and token 4's pair in the good run only)
+        assert torch.equal(recv[:1], recv_good[:1]) and torch.equal(recv[4:], recv_good[4:])
+        assert not recv[1:4].any() and torch.equal(recv_good[1], x[4])
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or not C.cuda_compiled(),

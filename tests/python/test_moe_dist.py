@@ -27,7 +27,10 @@ if not hasattr(C, "_moe_routing_into"):
     pytest.skip("expert-parallel routing ops not in this build", allow_module_level=True)
 
 H, F, E, K, T = 64, 32, 8, 2, 48          # T tokens per rank
-CASES = [(r, cf) for r in ("bf16", "fp8_rowwise", "fp8_block", "mxfp8") for cf in (None, 0.5)]
+# (recipe, capacity factor, quantize_grads): the default (the gradients to the experts quantized
+# for fp8_block and mxfp8), and the two cases the default does not take.
+CASES = ([(r, cf, None) for r in ("bf16", "fp8_rowwise", "fp8_block", "mxfp8")
+          for cf in (None, 0.5)] + [("fp8_rowwise", None, True), ("mxfp8", 0.5, False)])
 
 
 def _free_port() -> int:
@@ -69,15 +72,16 @@ def _worker_cases(rank, world, port, outdir):
     _init(rank, world, port)
     try:
         results = {}
-        for recipe, cf in CASES:
+        for recipe, cf, qg in CASES:
             experts, router, x, g = _model(world)
             local = _local_experts(experts, rank, world)
             layer = tt.MoELayer(H, F, E, K, recipe=recipe, ep_group=dist.group.WORLD,
-                                capacity_factor=cf, experts=local, router=router)
+                                capacity_factor=cf, experts=local, router=router,
+                                quantize_grads=qg)
             xl = x[rank * T:(rank + 1) * T].clone().requires_grad_()
             y = layer(xl)
             y.backward(g[rank * T:(rank + 1) * T])
-            results[(recipe, cf)] = dict(
+            results[(recipe, cf, qg)] = dict(
                 y=y.detach(), dx=xl.grad, fc1=local.fc1_weight.grad, fc2=local.fc2_weight.grad,
                 router=router.weight.grad, dropped=int(layer.last_dropped),
                 dropped_total=int(layer.last_dropped_total), capacity=layer.capacity(T))
@@ -166,14 +170,15 @@ def test_expert_parallel_equals_one_process(world):
         _spawn(_worker_cases, world, outdir)
         ranks = [torch.load(os.path.join(outdir, f"rank{r}.pt")) for r in range(world)]
     torch.set_num_threads(1)
-    for recipe, cf in CASES:
+    for recipe, cf, qg in CASES:
         experts, router, x, g = _model(world)
-        cap = ranks[0][(recipe, cf)]["capacity"]
+        cap = ranks[0][(recipe, cf, qg)]["capacity"]
         xr = x.clone().requires_grad_()
-        y, dropped = reference_moe(xr, router, experts, E, K, recipe, cap, [T] * world)
+        y, dropped = reference_moe(xr, router, experts, E, K, recipe, cap, [T] * world,
+                                   quantize_grads=qg)
         y.backward(g)
-        name = f"world {world} {recipe} capacity_factor {cf}"
-        got = [r[(recipe, cf)] for r in ranks]
+        name = f"world {world} {recipe} capacity_factor {cf} quantize_grads {qg}"
+        got = [r[(recipe, cf, qg)] for r in ranks]
         assert torch.equal(torch.cat([r["y"] for r in got]), y.detach()), name + ": outputs"
         assert torch.equal(torch.cat([r["dx"] for r in got]), xr.grad), name + ": dx"
         assert torch.equal(torch.cat([r["fc1"] for r in got]), experts.fc1_weight.grad), name

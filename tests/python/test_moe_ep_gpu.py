@@ -28,6 +28,11 @@ quantized per row), each rank's T tokens of the W·T the one-GPU layer sees:
   rank and expert, the first C pairs in pair order), computed here on the host; every token
   none of whose pairs was dropped has bit-identical outputs and input gradients.
 * capacity mode in one CUDA graph (forward + backward), replayed twice: equal to eager bit for bit.
+* the experts' output gradient sent quantized against in BF16: the SQNR of the input and expert
+  weight gradients between the two (printed; >= GRAD_SQNR_DB; with power-of-two scales the
+  experts' re-quantization is exact but for E4M3 subnormals, so the two may agree bit for bit).
+The equality tests run with the default (gradients quantized for fp8_block and mxfp8) and with
+the two cases it does not take.
 """
 import os
 
@@ -56,6 +61,9 @@ E = 4 * _WORLD                          # 4 experts per rank
 RECIPES = ("bf16", "fp8_rowwise", "fp8_block", "mxfp8")
 # The stated bound of the expert weight gradients (EP vs one GPU), see the module docstring.
 WGRAD_SQNR_DB = {"bf16": 80.0, "fp8_rowwise": 50.0, "fp8_block": 50.0, "mxfp8": 50.0}
+# Quantized against BF16 gradients to the experts: at most one more FP8 rounding of the output
+# gradient (E4M3 keeps 3 mantissa bits: about 30 dB on one rounding), a floor well under that.
+GRAD_SQNR_DB = 20.0
 
 
 @pytest.fixture(scope="module")
@@ -86,16 +94,17 @@ def _sqnr_db(ref: torch.Tensor, got: torch.Tensor) -> float:
     return float("inf") if noise == 0 else 10 * torch.log10(ref.square().sum() / noise).item()
 
 
-def _layers(recipe, cf, group):
+def _layers(recipe, cf, group, quantize_grads=None):
     """(one-GPU layer with every expert, EP layer with this rank's slice), equal parameters,
     drawn on the CPU from one seed (the same on every rank)."""
     dev = torch.device("cuda", torch.cuda.current_device())
     world, rank = dist.get_world_size(group), dist.get_rank(group)
     gen = torch.Generator().manual_seed(1234)
     one = tt.MoELayer(H, F, E, K, recipe=recipe, router=ReferenceRouter(H, E, device=dev),
-                      device=dev)
+                      quantize_grads=quantize_grads, device=dev)
     ep = tt.MoELayer(H, F, E, K, recipe=recipe, ep_group=group, capacity_factor=cf,
-                     router=ReferenceRouter(H, E, device=dev), device=dev)
+                     router=ReferenceRouter(H, E, device=dev), quantize_grads=quantize_grads,
+                     device=dev)
     lo, hi = rank * E // world, (rank + 1) * E // world
     with torch.no_grad():
         for name, p in one.named_parameters():
@@ -139,17 +148,18 @@ def _kept_tokens(router, x_all, world, capacity):
     return kept.reshape(T, K).all(1).cuda(), int((~kept).sum())
 
 
-@pytest.mark.parametrize("recipe", RECIPES)
+@pytest.mark.parametrize("recipe,quantize_grads", [(r, None) for r in RECIPES]
+                         + [("fp8_rowwise", True), ("mxfp8", False)])
 @pytest.mark.parametrize("mode", ["dropless", "capacity"])
-def test_ep_equals_one_gpu(group, recipe, mode):
+def test_ep_equals_one_gpu(group, recipe, quantize_grads, mode):
     world, rank = dist.get_world_size(group), dist.get_rank(group)
     cf = None if mode == "dropless" else float(E)   # capacity >= every pair: nothing drops
-    one, ep = _layers(recipe, cf, group)
+    one, ep = _layers(recipe, cf, group, quantize_grads)
     x, g = _data(world)
     y1, dx1 = _run(one, x, g)
     rows = slice(rank * T, (rank + 1) * T)
     y, dx = _run(ep, x[rows], g[rows])
-    name = f"EP x{world} {recipe} {mode}"
+    name = f"EP x{world} {recipe} {mode} quantize_grads={quantize_grads}"
     if cf is not None:
         _all_ok(int(ep.last_dropped_total.item()) == 0, name + ": no pair may drop")
     _all_ok(torch.equal(y, y1[rows]), name + ": outputs bit-identical to one GPU")
@@ -233,3 +243,24 @@ def test_capacity_step_in_a_cuda_graph(group, recipe):
         _all_ok(torch.equal(got[1], dxe), name + f": replay {it} input gradients")
         _all_ok(all(torch.equal(got[2][n], v) for n, v in _expert_grads(eager).items()),
                 name + f": replay {it} expert weight gradients")
+
+
+@pytest.mark.parametrize("recipe", [r for r in RECIPES if r != "bf16"])
+def test_quantized_gradients_against_bf16_gradients(group, recipe):
+    """EP over every rank, the experts' output gradient quantized (quantize_grads=True) vs in
+    BF16 (False), equal parameters and data: the outputs are equal; the input and expert weight
+    gradients differ by at most one more FP8 rounding of that gradient (SQNR printed)."""
+    world, rank = dist.get_world_size(group), dist.get_rank(group)
+    _, ep_q = _layers(recipe, None, group, quantize_grads=True)
+    _, ep_b = _layers(recipe, None, group, quantize_grads=False)
+    x, g = _data(world)
+    rows = slice(rank * T, (rank + 1) * T)
+    yq, dxq = _run(ep_q, x[rows], g[rows])
+    yb, dxb = _run(ep_b, x[rows], g[rows])
+    name = f"EP x{world} {recipe} quantized vs BF16 gradients"
+    _all_ok(torch.equal(yq, yb), name + ": outputs equal")
+    gq, gb = _expert_grads(ep_q), _expert_grads(ep_b)
+    db = {"dx": _sqnr_db(dxb, dxq)} | {n: _sqnr_db(gb[n], gq[n]) for n in gb}
+    print(f"{name}: SQNR " + ", ".join(f"{n} {v:.1f} dB" for n, v in db.items())
+          + f" (bound {GRAD_SQNR_DB} dB)")
+    _all_ok(min(db.values()) >= GRAD_SQNR_DB, name + f": SQNR {db}")

@@ -12,9 +12,11 @@ tests/python/test_moe_ep_gpu.py, which tools/gpu/ep_run.sh runs under torchrun f
    step starts with the parameters' .grad set to None (one micro-batch per optimizer step: no
    accumulation into .grad). FP8 recipes run twice: weights re-quantized by every forward, and
    "cached" (tessera.torch.quantize_weights_ once, as after an optimizer step: the forwards of
-   that step's micro-batches reuse the copies). Capacity-mode rows (capacity factor 1.0: pairs
-   past it dropped, no host sync) also run captured in one CUDA graph; the baseline stays
-   dropless (its all-to-all needs host split sizes).
+   that step's micro-batches reuse the copies). The experts' output gradient travels as
+   MoELayer's default has it (quantized for fp8_block and mxfp8); one fp8_rowwise row sends it
+   quantized too ("quantized grads"). Capacity-mode rows
+   (capacity factor 1.0: pairs past it dropped, no host sync) also run captured in one CUDA
+   graph; the baseline stays dropless (its all-to-all needs host split sizes).
 --profile: rank 0 also prints each step's GPU time by kernel (torch.profiler, one step);
 --trace DIR writes rank 0's Chrome trace of that step; --only LABEL,... runs those steps.
 """
@@ -227,20 +229,23 @@ def training_step(device, world, args):
     say(f"PyTorch-only BF16 MoE step: {t / t_base:10.0f} tokens/s per rank")
     if args.profile:
         kernel_profile("PyTorch-only BF16", step_torch, trace_dir=args.trace)
-    # (recipe, weights cached, capacity factor (None: dropless, as the baseline), CUDA graph)
-    runs = [("bf16", False, None, False), ("fp8_rowwise", False, None, False),
-            ("fp8_rowwise", True, None, False), ("fp8_block", False, None, False),
-            ("fp8_block", True, None, False), ("mxfp8", False, None, False),
-            ("mxfp8", True, None, False), ("bf16", False, 1.0, False), ("bf16", False, 1.0, True),
-            ("fp8_rowwise", True, 1.0, False), ("fp8_rowwise", True, 1.0, True)]
-    for recipe, cached, cf, graph in runs:
+    # (recipe, weights cached, capacity factor (None: dropless, as the baseline), CUDA graph,
+    #  quantize_grads: None, MoELayer's default; True, the gradients to the experts quantized)
+    runs = [("bf16", False, None, False, None), ("fp8_rowwise", False, None, False, None),
+            ("fp8_rowwise", True, None, False, None), ("fp8_rowwise", True, None, False, True),
+            ("fp8_block", False, None, False, None), ("fp8_block", True, None, False, None),
+            ("mxfp8", False, None, False, None), ("mxfp8", True, None, False, None),
+            ("bf16", False, 1.0, False, None), ("bf16", False, 1.0, True, None),
+            ("fp8_rowwise", True, 1.0, False, None), ("fp8_rowwise", True, 1.0, True, None)]
+    for recipe, cached, cf, graph, qg in runs:
         label = (f"{recipe}{' cached W' if cached else ''}"
-                 f"{f' capacity {cf}' if cf is not None else ''}{' graph' if graph else ''}")
+                 f"{f' capacity {cf}' if cf is not None else ''}{' graph' if graph else ''}"
+                 f"{' quantized grads' if qg else ''}")
         if args.only and label not in args.only.split(","):
             continue
         try:
             layer = tt.MoELayer(h, f, e, k, recipe=recipe, ep_group=dist.group.WORLD,
-                                capacity_factor=cf, device=device)
+                                capacity_factor=cf, quantize_grads=qg, device=device)
             if cached:
                 tt.quantize_weights_(layer)
             step = graphed_step_of(layer, x) if graph else step_of(layer, x)

@@ -14,7 +14,10 @@ Experts are sharded over the ranks of a ProcessGroup: rank d owns global experts
 Backward mirrors it: dispatch's backward sends the gradient rows back (reverse all-to-all, in the
 activation dtype) and gather-adds them to the tokens (the quantization is straight-through);
 combine's backward scatters the output gradient, returns the probabilities' gradient and sends the
-expert outputs' gradient forward.
+expert outputs' gradient forward — in the activation dtype, or quantized in the forward
+payload's mode (dispatch's quantize_grads; by default where that mode's scales are powers of two:
+half the bytes of that all-to-all; the rows are quantized after the probabilities are applied and
+dequantized in the regroup, as the forward's).
 
 Modes.
 * dropless (capacity=None): every pair is kept; each (rank, expert) chunk is padded to `align`
@@ -44,6 +47,7 @@ from torch import Tensor
 
 from .. import _tessera as _C
 from . import moe_ops as ops
+from .fp8 import _mode_row
 
 _ERR_INDEX = 1       # an expert index outside [0, E)
 _ERR_COUNTS = 2      # per-expert counts that do not sum to the rows given
@@ -285,7 +289,7 @@ def _exchange_layout(group, num_experts: int, group_rows: Tensor, error_bits: Te
 
 def _prepare(x: Tensor, indices: Tensor, num_experts: int, group, mode: str, align: int,
              capacity: Optional[int], sync_checks: Optional[bool], verify_config: bool,
-             e8m0_floor: bool = False) -> DispatchState:
+             e8m0_floor: bool = False, grad_mode: str = "none") -> DispatchState:
     if x.dim() != 2 or indices.dim() != 2 or indices.shape[0] != x.shape[0]:
         raise _C.ShapeError(f"dispatch: x must be (T, H) and indices (T, k) with one T, got "
                          f"{tuple(x.shape)} and {tuple(indices.shape)}")
@@ -302,14 +306,22 @@ def _prepare(x: Tensor, indices: Tensor, num_experts: int, group, mode: str, ali
     if verify_config:
         check_config(group, num_experts=num_experts, top_k=k, hidden=x.shape[1], capacity=cap,
                      align=align, mode=ops.QUANT_MODES.index(mode),
+                     grad_mode=ops.QUANT_MODES.index(grad_mode),
                      dtype=_FLOAT_DTYPES.index(x.dtype))
     if sync_checks is None:
         sync_checks = x.device.type == "cpu"
-    bad = (indices < 0) | (indices >= num_experts)
-    error_bits = bad.any().to(torch.int64) * _ERR_INDEX
-    safe = torch.where(bad, torch.zeros_like(indices), indices)
-    counts, offsets, slot_map, row_pair, dropped, _ = ops.moe_routing(safe, num_experts, align,
-                                                                      cap)
+    if indices.device.type == "cuda":
+        # The CUDA routing drops a pair whose expert is out of range and records it in its flag
+        # (bit 1 = _ERR_INDEX), which the header carries to every rank.
+        counts, offsets, slot_map, row_pair, dropped, flag = ops.moe_routing(indices, num_experts,
+                                                                             align, cap)
+        error_bits = flag.to(torch.int64)
+    else:  # the CPU routing raises at once, on this rank only: test here, raise on every rank
+        bad = (indices < 0) | (indices >= num_experts)
+        error_bits = bad.any().to(torch.int64) * _ERR_INDEX
+        safe = torch.where(bad, torch.zeros_like(indices), indices)
+        counts, offsets, slot_map, row_pair, dropped, _ = ops.moe_routing(safe, num_experts,
+                                                                          align, cap)
     # The permute (+ quantize) needs only the routing: enqueued before the header exchange, whose
     # host copy (dropless) then waits for it too, instead of the device idling after that copy
     # while the host enqueues it. Its gradient is _DispatchFn's (x is used detached here).
@@ -323,7 +335,8 @@ def _prepare(x: Tensor, indices: Tensor, num_experts: int, group, mode: str, ali
                          recv_chunks=lay["recv_chunks"], offs=lay["offs"], dropped=dropped,
                          dropped_total=lay["dropped_total"], error=lay["error"],
                          extra=dict(counts=counts, padded_offsets=offsets,
-                                    recv_counts=lay["recv_counts"], payload=payload))
+                                    recv_counts=lay["recv_counts"], payload=payload,
+                                    grad_mode=grad_mode, e8m0_floor=e8m0_floor))
 
 
 def _scale_rows(sinv: Tensor, mode: str, rows: int) -> Tensor:
@@ -333,21 +346,38 @@ def _scale_rows(sinv: Tensor, mode: str, rows: int) -> Tensor:
     return sinv[:rows]
 
 
+def _deliver(data: Tensor, sinv: Tensor, mode: str, dtype: torch.dtype,
+             state: DispatchState) -> Tensor:
+    """Rows of this rank's permuted buffer (mode "none": in `dtype`; else `mode` codes and their
+    scales) -> the owners of their experts, expert-major, in `dtype`. A quantized payload is
+    dequantized reading the received rows in expert-major order (the regrouping and the
+    dequantize in one pass)."""
+    recv = _send_forward(data, state)
+    if mode == "none":
+        return _to_expert_major(recv, state)
+    recv_scale = _send_forward(_scale_rows(sinv, mode, state.rows), state)
+    rows = None if state.world == 1 else _regroup_index(state)[0]
+    return ops.dequantize_rows(recv, recv_scale, mode, dtype, rows)
+
+
+def _identity_row_pair(state: DispatchState) -> Tensor:
+    """row_pair of the identity permute of this rank's permuted buffer (row r <- row r; rows
+    holding no pair -> -1, a zero row), for moe_permute with top_k 1: quantizes the buffer's
+    rows in place order. Built once per dispatch."""
+    cached = state.extra.get("identity_row_pair")
+    if cached is None:
+        rp = state.row_pair
+        cached = torch.where(rp >= 0, torch.arange(rp.shape[0], device=rp.device), rp)
+        state.extra["identity_row_pair"] = cached
+    return cached
+
+
 class _DispatchFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: Tensor, state: DispatchState, mode: str) -> Tensor:
         data, sinv = state.extra.pop("payload")  # permuted (+ quantized) by _prepare
-        recv = _send_forward(data, state)
-        if mode == "none":
-            recv = _to_expert_major(recv, state)
-        else:
-            # The dequantize reads the received rows in expert-major order (the regrouping and
-            # the dequantize in one pass).
-            recv_scale = _send_forward(_scale_rows(sinv, mode, state.rows), state)
-            rows = None if state.world == 1 else _regroup_index(state)[0]
-            recv = ops.dequantize_rows(recv, recv_scale, mode, x.dtype, rows)
         ctx.state = state
-        return recv
+        return _deliver(data, sinv, mode, x.dtype, state)
 
     @staticmethod
     def backward(ctx, grad: Tensor):
@@ -371,14 +401,47 @@ class _CombineFn(torch.autograd.Function):
         y_perm, probs = ctx.saved_tensors
         dy_perm, dprobs = ops.moe_unpermute_backward(dout.contiguous(), y_perm, state.slot_map,
                                                      state.row_pair, probs)
-        dy = _to_expert_major(_send_forward(dy_perm, state), state)
+        mode = state.extra["grad_mode"]
+        if mode == "none":
+            dy = _deliver(dy_perm, dy_perm, mode, dy_perm.dtype, state)
+        else:  # the experts' output gradient travels quantized as the forward payload did
+            codes, sinv = ops.moe_permute(dy_perm, _identity_row_pair(state), 1, mode, "e4m3",
+                                          state.extra["e8m0_floor"])
+            dy = _deliver(codes, sinv, mode, dy_perm.dtype, state)
         need_p = probs is not None and ctx.needs_input_grad[1]
         return dy, (dprobs if need_p else None), None
 
 
+def _power_of_two_scales(mode: str) -> bool:
+    """Whether `mode`'s scales are powers of two by default (E8M0, or the scaling-mode table's
+    power_of_two_default): then re-quantizing its dequantized rows in another scaling unit
+    divides by powers of two only, exact outside E4M3's subnormal range."""
+    row = _mode_row(mode)
+    return row["scale_dtype"] == "e8m0" or row["power_of_two_default"]
+
+
+def grad_payload_mode(recipe: str, quantize_grads: Optional[bool] = None) -> str:
+    """The payload mode of the experts' output gradient in combine's backward: the forward
+    payload's mode (recipe_dispatch_mode), or "none" (the activation dtype).
+    quantize_grads True: the payload's mode (raises for a recipe whose payload is not
+    quantized); False: "none"; None (default): the payload's mode where its scales are powers of
+    two (fp8_block, mxfp8), "none" elsewhere (fp8_rowwise: FP32 scales, so the experts'
+    columnwise copy would round the gradient a second time)."""
+    mode = recipe_dispatch_mode(recipe)[0]
+    if quantize_grads is None:
+        return mode if mode != "none" and _power_of_two_scales(mode) else "none"
+    if quantize_grads and mode == "none":
+        raise _C.InvalidArgumentError(
+            f"tessera invalid argument: quantize_grads: recipe {recipe!r} sends its payload "
+            f"unquantized, so there is no quantization for the gradients to follow (pass None "
+            f"or False, or a recipe from {sorted(r for r, v in _RECIPE_DISPATCH.items() if v[0] != 'none')})")
+    return mode if quantize_grads else "none"
+
+
 def dispatch(x: Tensor, indices: Tensor, num_experts: int, group=None, *, recipe: str = "bf16",
              capacity: Optional[int] = None, sync_checks: Optional[bool] = None,
-             e8m0_floor: bool = False, verify_config: bool = True) -> tuple[Tensor, DispatchState]:
+             e8m0_floor: bool = False, verify_config: bool = True,
+             quantize_grads: Optional[bool] = None) -> tuple[Tensor, DispatchState]:
     """Sends each token x (T, H) to the ranks owning its top-k experts indices (T, k).
 
     Returns (recv (R, H) in x's dtype, expert-major for this rank's L local experts — feed it
@@ -387,10 +450,15 @@ def dispatch(x: Tensor, indices: Tensor, num_experts: int, group=None, *, recipe
     Dropless mode (capacity None) copies the split sizes to the host once (see module doc).
     verify_config: first check that every rank passes the same configuration (one small
     all_gather; MoELayer does it on its first forward only).
+    quantize_grads: how combine's backward sends the experts' output gradient to them: True,
+    quantized as this payload is (straight-through, as the forward's; half the bytes of BF16);
+    False, in the activation dtype; None (default), quantized where the payload's scales are
+    powers of two (fp8_block, mxfp8), else in the activation dtype (grad_payload_mode).
     """
     mode, align = recipe_dispatch_mode(recipe)
+    grad_mode = grad_payload_mode(recipe, quantize_grads)
     state = _prepare(x, indices, num_experts, group, mode, align, capacity, sync_checks,
-                     verify_config, e8m0_floor)
+                     verify_config, e8m0_floor, grad_mode)
     return _DispatchFn.apply(x, state, mode), state
 
 

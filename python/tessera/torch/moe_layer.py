@@ -46,7 +46,7 @@ class MoELayer(nn.Module):
 
     MoELayer(hidden, ffn, num_experts, top_k, recipe="bf16", ep_group=None,
              capacity_factor=None, experts=None, router=None, normalize_probs=True,
-             sync_checks=None, device=None, dtype=torch.bfloat16)
+             sync_checks=None, quantize_grads=None, device=None, dtype=torch.bfloat16)
 
     hidden, ffn: model width and each expert's FFN width (the experts are a GroupedMLP:
       fc1 -> SwiGLU -> fc2). num_experts, top_k: experts in all, experts per token.
@@ -57,6 +57,10 @@ class MoELayer(nn.Module):
     capacity_factor: None for dropless routing; a number caps each expert's rows per rank at
       ceil(factor * T * top_k / num_experts), rounded up to the recipe's alignment.
     experts, router: modules replacing the default GroupedMLP and bias-free FP32 Linear.
+    quantize_grads: True: the backward sends the experts' output gradient quantized like the
+      forward's dispatched rows (recipes whose dispatch is quantized: fp8_rowwise, fp8_block,
+      mxfp8); False: in the activation dtype; None (default): quantized for fp8_block and mxfp8
+      (power-of-two scales), not for fp8_rowwise (moe.grad_payload_mode).
 
     forward(x): x (..., hidden) -> (..., hidden); differentiable. Every rank of ep_group calls
     it with its own tokens. After a forward, last_dropped / last_dropped_total hold the dropped
@@ -68,7 +72,8 @@ class MoELayer(nn.Module):
                  ep_group=None, capacity_factor: Optional[float] = None,
                  experts: Optional[nn.Module] = None, router: Optional[nn.Module] = None,
                  normalize_probs: bool = True, sync_checks: Optional[bool] = None,
-                 device=None, dtype: torch.dtype = torch.bfloat16):
+                 quantize_grads: Optional[bool] = None, device=None,
+                 dtype: torch.dtype = torch.bfloat16):
         super().__init__()
         world = 1 if ep_group is None else torch.distributed.get_world_size(ep_group)
         if num_experts < 1 or num_experts % world != 0:
@@ -79,6 +84,8 @@ class MoELayer(nn.Module):
             raise _C.InvalidArgumentError(f"tessera invalid argument: MoELayer: top_k {top_k} must "
                                           f"be in [1, num_experts {num_experts}]")
         self.mode, self.align = moe_dist.recipe_dispatch_mode(recipe)
+        moe_dist.grad_payload_mode(recipe, quantize_grads)  # a clear error at construction
+        self.quantize_grads = quantize_grads
         self.hidden, self.ffn, self.num_experts, self.top_k = hidden, ffn, num_experts, top_k
         self.recipe, self.ep_group, self.world = recipe, ep_group, world
         self.local_experts = num_experts // world
@@ -120,7 +127,8 @@ class MoELayer(nn.Module):
         recv, state = moe_dist.dispatch(x2, indices, self.num_experts, self.ep_group,
                                         recipe=self.recipe, capacity=self.capacity(x2.shape[0]),
                                         sync_checks=self.sync_checks,
-                                        verify_config=not self._config_verified)
+                                        verify_config=not self._config_verified,
+                                        quantize_grads=self.quantize_grads)
         self._config_verified = True
         y = self.experts(recv, state.offs)
         out = moe_dist.combine(y, probs, state)
@@ -136,7 +144,8 @@ class MoELayer(nn.Module):
     def extra_repr(self) -> str:
         return (f"hidden={self.hidden}, ffn={self.ffn}, num_experts={self.num_experts}, "
                 f"top_k={self.top_k}, recipe={self.recipe!r}, world={self.world}, "
-                f"capacity_factor={self.capacity_factor}")
+                f"capacity_factor={self.capacity_factor}, "
+                f"grads={moe_dist.grad_payload_mode(self.recipe, self.quantize_grads)!r}")
 
 
 __all__ = ["MoELayer"]

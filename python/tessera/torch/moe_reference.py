@@ -22,7 +22,7 @@ from torch import Tensor, nn
 
 from .. import _tessera as _C
 from . import moe_ops as ops
-from .moe_dist import recipe_dispatch_mode
+from .moe_dist import grad_payload_mode, recipe_dispatch_mode
 from .moe_ops import route
 
 
@@ -82,11 +82,9 @@ class ReferenceRouter(nn.Module):
         return _gemm(x, self.weight, torch.float32)
 
 
-def quantize_dequantize_rows(x: Tensor, mode: str) -> Tensor:
-    """Each row of x quantized by tessera's standalone quantizer, then dequantized (x's dtype);
-    straight-through in autograd."""
-    if mode == "none" or x.shape[0] == 0:
-        return x
+def _qdq_rows(x: Tensor, mode: str) -> Tensor:
+    """Each row of x quantized by tessera's standalone quantizer, then dequantized (x's dtype,
+    x's device); no autograd."""
     r, h = x.shape
     data = torch.empty((r, h), dtype=torch.uint8)
     shape, sdtype = ops._scale_shape(mode, r, h)
@@ -95,18 +93,28 @@ def quantize_dequantize_rows(x: Tensor, mode: str) -> Tensor:
     empty = torch.empty(0, dtype=torch.uint8)
     _C._quantize_into(xd, mode, "e4m3", True, False, data, sinv, empty,
                       torch.empty(0, dtype=sdtype), 0)
-    xq = ops.dequantize_rows(data, sinv, mode, x.dtype).to(x.device)
-    return x + (xq - x).detach()
+    return ops.dequantize_rows(data, sinv, mode, x.dtype).to(x.device)
+
+
+def quantize_dequantize_rows(x: Tensor, mode: str) -> Tensor:
+    """Each row of x quantized by tessera's standalone quantizer, then dequantized (x's dtype);
+    straight-through in autograd."""
+    if mode == "none" or x.shape[0] == 0:
+        return x
+    return x + (_qdq_rows(x, mode) - x).detach()
 
 
 def reference_moe(x: Tensor, router: nn.Module, experts: nn.Module, num_experts: int,
                   top_k: int, recipe: str = "bf16", capacity: Optional[int] = None,
-                  token_blocks: Optional[List[int]] = None) -> tuple[Tensor, int]:
+                  token_blocks: Optional[List[int]] = None,
+                  quantize_grads: Optional[bool] = None) -> tuple[Tensor, int]:
     """The MoE layer in one process holding every expert: (out (T, H), pairs dropped).
 
     token_blocks: token counts of the ranks whose tokens x concatenates (capacity applies per
-    (rank, expert), lower token first within a rank); default one block.
+    (rank, expert), lower token first within a rank); default one block. quantize_grads: as
+    MoELayer's (the experts' output gradient rows quantized and dequantized per row).
     """
+    grad_mode = grad_payload_mode(recipe, quantize_grads)
     mode, align = recipe_dispatch_mode(recipe)
     t, h = x.shape
     top_p, top_i = route(router(x), top_k)
@@ -131,7 +139,7 @@ def reference_moe(x: Tensor, router: nn.Module, experts: nn.Module, num_experts:
     y = experts(xq[index // top_k], offs)                           # (pairs kept, H)
     slot = torch.full((t * top_k,), -1, dtype=torch.int64)
     slot[index] = torch.arange(index.numel())
-    return _ReferenceCombine.apply(y, top_p, slot.reshape(t, top_k)), dropped
+    return _ReferenceCombine.apply(y, top_p, slot.reshape(t, top_k), grad_mode), dropped
 
 
 def _chunked_order_dot(a: Tensor, b: Tensor) -> Tensor:
@@ -159,7 +167,7 @@ class _ReferenceCombine(torch.autograd.Function):
     """out[t] = 0 + sum_j p[t, j] * y[slot[t, j]] (FP32, j ascending, dropped pairs skipped)."""
 
     @staticmethod
-    def forward(ctx, y: Tensor, probs: Tensor, slot: Tensor) -> Tensor:
+    def forward(ctx, y: Tensor, probs: Tensor, slot: Tensor, grad_mode: str) -> Tensor:
         t, k = slot.shape
         acc = torch.zeros(t, y.shape[1], dtype=torch.float32)
         y_pad = torch.cat([y.float(), y.new_zeros((1, y.shape[1])).float()])  # row -1 -> zeros
@@ -168,6 +176,7 @@ class _ReferenceCombine(torch.autograd.Function):
             term = probs[:, j:j + 1] * y_pad[s]
             acc = torch.where((s >= 0).reshape(-1, 1), acc + term, acc)
         ctx.save_for_backward(y, probs, slot)
+        ctx.grad_mode = grad_mode
         return acc.to(y.dtype)
 
     @staticmethod
@@ -179,9 +188,11 @@ class _ReferenceCombine(torch.autograd.Function):
         tok = kept // k
         dy = torch.zeros(y.shape, dtype=y.dtype)
         dy[flat[kept]] = (probs.reshape(-1)[kept].reshape(-1, 1) * g[tok].float()).to(y.dtype)
+        if ctx.grad_mode != "none" and dy.shape[0]:
+            dy = _qdq_rows(dy, ctx.grad_mode)  # the gradient's payload quantization, per row
         dprobs = torch.zeros(flat.shape[0], dtype=torch.float32)
         dprobs[kept] = _chunked_order_dot(g[tok], y[flat[kept]])
-        return dy, dprobs.reshape(probs.shape), None
+        return dy, dprobs.reshape(probs.shape), None, None
 
 
 __all__ = ["ReferenceGroupedMLP", "ReferenceRouter", "quantize_dequantize_rows", "reference_moe"]
