@@ -83,18 +83,22 @@ using PairOut = std::tuple<Tensor, Tensor>;
 
 // (data (rows, H), scale_inv): mode "none" -> x's dtype and a (0,) FP32; else FP8 codes and the
 // compact scales of the mode — one per row as (rows,) FP32, or (rows', n) FP32 / E8M0 bytes.
+// weights (T, k) FP32 (quantized modes): rows of weights[p] · x[t] (moe_permute_quantize).
 PairOut moe_permute_op(Tensor x, Tensor row_pair, int64_t top_k, std::string mode,
-                       std::string element, bool e8m0_floor) {
+                       std::string element, bool e8m0_floor, OptTensor weights) {
   return guarded([&]() -> PairOut {
     const CallScope scope(x);
     const Device dev = scope.device();
     const Tensor xc = contiguous_of(x), rp = contiguous_of(row_pair);
+    const OptTensor wc = contiguous_of(weights);
     const TensorView xv = matrix_view(xc, "moe_permute", "x", "(T, H)");
     const TensorView rv = view_of(rp, "row_pair");
     TESSERA_CHECK_STATUS(rv.ndim == 1, Status::kShapeMismatch,
                          "moe_permute: row_pair must be (rows,), got ", rv.to_string());
     const int64_t rows = rv.shape[0], cols = xv.shape[1];
     if (mode == "none") {
+      TESSERA_CHECK_STATUS(!weights.has_value(), Status::kInvalidArgument,
+                           "moe_permute: weights need a quantized mode (got mode \"none\")");
       Tensor data = new_tensor({rows, cols}, xv.dtype, dev);
       moe_permute(xv, rv, top_k, view_of(data, "out"), scope.stream());
       return {data, new_tensor({0}, DType::kFloat32, dev)};
@@ -112,7 +116,7 @@ PairOut moe_permute_op(Tensor x, Tensor row_pair, int64_t top_k, std::string mod
                       : new_tensor({ss.rows, ss.cols}, sdtype, dev);
     q.data = TensorView::contiguous(data.data_ptr(), q.config.element, {rows, cols}, dev);
     q.scale_inv = TensorView::contiguous(sinv.data_ptr(), ss.dtype, {ss.rows, ss.cols}, dev);
-    moe_permute_quantize(xv, rv, top_k, q, scope.stream());
+    moe_permute_quantize(xv, rv, top_k, view_of(wc, "weights"), q, scope.stream());
     return {data, sinv};
   });
 }
@@ -144,9 +148,10 @@ Tensor moe_unpermute_op(Tensor y, Tensor slot_map, Tensor row_pair, OptTensor pr
   });
 }
 
-// (dy (rows, H) in y's dtype, dprobs (T, k) FP32; (0,) without probs).
+// (dy (rows, H) in y's dtype — (0,) when need_dy is false —, dprobs (T, k) FP32; (0,) without
+// probs).
 PairOut moe_unpermute_backward_op(Tensor dout, Tensor y, Tensor slot_map, Tensor row_pair,
-                                  OptTensor probs) {
+                                  OptTensor probs, bool need_dy) {
   return guarded([&]() -> PairOut {
     const CallScope scope(y);
     const Device dev = scope.device();
@@ -155,11 +160,14 @@ PairOut moe_unpermute_backward_op(Tensor dout, Tensor y, Tensor slot_map, Tensor
     const OptTensor p = contiguous_of(probs);
     const TensorView yv = matrix_view(yc, "moe_unpermute_backward", "y", "(rows, H)");
     const TensorView sv = matrix_view(s, "moe_unpermute_backward", "slot_map", "(T, k)");
-    Tensor dy = new_tensor({yv.shape[0], yv.shape[1]}, yv.dtype, dev);
+    TESSERA_CHECK_STATUS(need_dy || p.has_value(), Status::kInvalidArgument,
+                         "moe_unpermute_backward: need_dy=False without probs computes nothing");
+    Tensor dy = need_dy ? new_tensor({yv.shape[0], yv.shape[1]}, yv.dtype, dev)
+                        : new_tensor({0}, yv.dtype, dev);
     Tensor dprobs = p.has_value() ? new_tensor({sv.shape[0], sv.shape[1]}, DType::kFloat32, dev)
                                   : new_tensor({0}, DType::kFloat32, dev);
     moe_unpermute_backward(view_of(g, "dout"), yv, sv, view_of(r, "row_pair"),
-                           view_of(p, "probs"), view_of(dy, "dy"),
+                           view_of(p, "probs"), need_dy ? view_of(dy, "dy") : TensorView{},
                            p.has_value() ? view_of(dprobs, "dprobs") : TensorView{},
                            scope.stream());
     return {dy, dprobs};
@@ -202,12 +210,13 @@ STABLE_TORCH_LIBRARY_FRAGMENT(tessera, m) {
   m.def("moe_routing(Tensor indices, int num_experts, int align=1, int capacity=-1) -> "
         "(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
   m.def("moe_permute(Tensor x, Tensor row_pair, int top_k, str mode=\"none\", "
-        "str element=\"e4m3\", bool e8m0_floor=False) -> (Tensor, Tensor)");
+        "str element=\"e4m3\", bool e8m0_floor=False, Tensor? weights=None) -> "
+        "(Tensor, Tensor)");
   m.def("moe_permute_backward(Tensor d_permuted, Tensor slot_map, int num_tokens) -> Tensor");
   m.def("moe_unpermute(Tensor y, Tensor slot_map, Tensor row_pair, Tensor? probs=None) -> "
         "Tensor");
   m.def("moe_unpermute_backward(Tensor dout, Tensor y, Tensor slot_map, Tensor row_pair, "
-        "Tensor? probs=None) -> (Tensor, Tensor)");
+        "Tensor? probs=None, bool need_dy=True) -> (Tensor, Tensor)");
   m.def("moe_dequantize_rows(Tensor data, Tensor scale_inv, str mode, ScalarType out_dtype, "
         "Tensor? source_rows=None) -> Tensor");
 }

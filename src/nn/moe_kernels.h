@@ -10,6 +10,7 @@
 #include "tessera/core/device.h"
 #include "tessera/core/dtype.h"
 #include "tessera/core/stream.h"
+#include "tessera/formats/half.h"
 #include "tessera/quantize/scale_rules.h"
 #include "tessera/quantize/types.h"
 
@@ -79,7 +80,17 @@ struct PermuteArgs {
   void* scale_inv;  // quantized: (scale_rows, scale_cols) FP32 or E8M0
   int64_t scale_rows;  // >= rows (block1x128 pads to a multiple of 4; padding written as 0)
   RowQuant quant;
+  // Quantized only: (T, k) FP32 or null. Row r (pair p) is then quantized from
+  // weighted_element(weights[p], x[t]) — unpermute backward's dy row, rounded to x's dtype.
+  const float* weights = nullptr;
 };
+
+// An element of a weighted permuted row: w · v in FP32, rounded once to the input's dtype In (the
+// value moe_unpermute_backward writes to dy for a dy of dout's dtype).
+template <class In>
+TESSERA_HD float weighted_element(float w, float v) {
+  return to_float(from_float<In>(w * v));
+}
 
 struct GatherAddArgs {  // permute backward / unpermute
   const void* y;  // (rows, H)

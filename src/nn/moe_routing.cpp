@@ -260,7 +260,22 @@ void moe_permute(const TensorView& x, const TensorView& row_pair, int64_t top_k,
 
 void moe_permute_quantize(const TensorView& x, const TensorView& row_pair, int64_t top_k,
                           const QuantizedTensorView& out, Stream stream) {
+  moe_permute_quantize(x, row_pair, top_k, TensorView{}, out, stream);
+}
+
+void moe_permute_quantize(const TensorView& x, const TensorView& row_pair, int64_t top_k,
+                          const TensorView& weights, const QuantizedTensorView& out,
+                          Stream stream) {
   detail::moe::PermuteArgs a = permute_args(x, row_pair, top_k, "moe_permute_quantize");
+  if (weights.data != nullptr) {
+    check_view(weights, "moe_permute_quantize: weights", {DType::kFloat32});
+    TESSERA_CHECK_STATUS(weights.ndim == 2 && weights.shape[0] == a.tokens &&
+                             weights.shape[1] == top_k,
+                         Status::kShapeMismatch, "moe_permute_quantize: weights must be (T, k) = (",
+                         a.tokens, ", ", top_k, ") float32, got ", weights.to_string());
+    check_same_device(weights, x.device, "moe_permute_quantize: weights");
+    a.weights = weights.as<const float>();
+  }
   const QuantizerConfig& c = out.config;
   validate_config(c);
   a.quant = row_quant_of(c, a.hidden);
@@ -310,11 +325,13 @@ void moe_unpermute_backward(const TensorView& dout, const TensorView& y,
                             const TensorView& dprobs, Stream stream) {
   const char* op = "moe_unpermute_backward";
   const detail::moe::GatherAddArgs g = gather_args(y, slot_map, dout, op);
-  check_view(dy, "moe_unpermute_backward: dy");
-  TESSERA_CHECK_STATUS(is_floating_input(dy.dtype), Status::kDTypeMismatch, op,
-                       ": dy must be float32/bfloat16/float16, got ", dy.to_string());
-  check_matrix(dy, "moe_unpermute_backward: dy", g.rows, g.hidden);
-  check_same_device(dy, dout.device, "moe_unpermute_backward: dy");
+  if (dy.data != nullptr) {  // empty: dprobs only (or, with no rows, nothing)
+    check_view(dy, "moe_unpermute_backward: dy");
+    TESSERA_CHECK_STATUS(is_floating_input(dy.dtype), Status::kDTypeMismatch, op,
+                         ": dy must be float32/bfloat16/float16, got ", dy.to_string());
+    check_matrix(dy, "moe_unpermute_backward: dy", g.rows, g.hidden);
+    check_same_device(dy, dout.device, "moe_unpermute_backward: dy");
+  }
   check_vector(row_pair, "moe_unpermute_backward: row_pair", g.rows);
   check_same_device(row_pair, dout.device, "moe_unpermute_backward: row_pair");
   TESSERA_CHECK_STATUS(row_pair.dtype == slot_map.dtype, Status::kDTypeMismatch, op,
@@ -333,8 +350,8 @@ void moe_unpermute_backward(const TensorView& dout, const TensorView& y,
   a.row_pair = row_pair.data;
   a.map_dtype = slot_map.dtype;
   a.probs = probs_of(probs, slot_map, dout.device, op);
-  a.dy = dy.data;
-  a.dy_dtype = dy.dtype;
+  a.dy = dy.data;  // null: dprobs only
+  a.dy_dtype = dy.data != nullptr ? dy.dtype : y.dtype;
   if (dprobs.data != nullptr) {
     check_view(dprobs, "moe_unpermute_backward: dprobs", {DType::kFloat32});
     TESSERA_CHECK_STATUS(dprobs.ndim == 2 && dprobs.shape == slot_map.shape,

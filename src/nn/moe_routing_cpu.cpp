@@ -58,18 +58,23 @@ void routing_typed(const RoutingArgs& a) {
   }
 }
 
-// One permuted row: copy or zero-fill (unquantized), or quantize per block.
+// One permuted row quantized per block; weight: the row's values are weighted_element(*weight, ·)
+// (null: the values themselves).
 template <class In>
-void quantize_row(const RowQuant& q, const In* src, int64_t h, uint8_t* out, void* scale_base,
-                  int64_t scale_row) {
+void quantize_row(const RowQuant& q, const In* src, const float* weight, int64_t h, uint8_t* out,
+                  void* scale_base, int64_t scale_row) {
+  const auto value = [&](int64_t i) {
+    const float v = to_float(src[i]);
+    return weight != nullptr ? weighted_element<In>(*weight, v) : v;
+  };
   for (int64_t b = 0; b < q.scale_cols; ++b) {  // rowwise: one block, also when h = 0
     const int64_t b0 = b * q.block, n = std::min(q.block, h - b0);
     uint32_t m = 0;
     for (int64_t i = 0; src != nullptr && i < n; ++i)
-      m = std::max(m, scale_rules::abs_bits(to_float(src[b0 + i])));
+      m = std::max(m, scale_rules::abs_bits(value(b0 + i)));
     const float mult = block_multiplier(q, m, scale_base, scale_row * q.scale_cols + b);
     for (int64_t i = 0; i < n; ++i) {
-      const float v = src != nullptr ? to_float(src[b0 + i]) : 0.0f;
+      const float v = src != nullptr ? value(b0 + i) : 0.0f;
       out[b0 + i] = encode_element(q, v * mult);
     }
   }
@@ -86,7 +91,9 @@ void permute_typed(const PermuteArgs& a) {
     const int64_t p = static_cast<int64_t>(row_pair[r]);
     const In* src = p >= 0 ? x + (p / a.top_k) * h : nullptr;
     if (quantized) {
-      quantize_row(a.quant, src, h, static_cast<uint8_t*>(a.out) + r * h, a.scale_inv, r);
+      const float* weight = a.weights != nullptr && p >= 0 ? a.weights + p : nullptr;
+      quantize_row(a.quant, src, weight, h, static_cast<uint8_t*>(a.out) + r * h, a.scale_inv,
+                   r);
     } else if (src != nullptr) {
       host_copy_bytes(static_cast<In*>(a.out) + r * h, src, static_cast<size_t>(h) * sizeof(In));
     } else {
@@ -157,8 +164,9 @@ void scatter_typed(const ScatterArgs& a) {
   const auto* probs = static_cast<const float*>(a.probs);
   auto* dy = static_cast<Dy*>(a.dy);
   const int64_t h = a.hidden, k = a.top_k;
-#pragma omp parallel for schedule(static) if (a.rows * h >= kParallelWork)
-  for (int64_t r = 0; r < a.rows; ++r) {
+  const int64_t dy_rows = dy != nullptr ? a.rows : 0;  // dy null: dprobs only
+#pragma omp parallel for schedule(static) if (dy_rows * h >= kParallelWork)
+  for (int64_t r = 0; r < dy_rows; ++r) {
     const int64_t p = static_cast<int64_t>(row_pair[r]);
     Dy* out = dy + r * h;
     if (p < 0) {

@@ -205,11 +205,19 @@ struct RawChunk<float> {
   }
 };
 
+// A weighted row's chunk (PermuteArgs::weights): each element weighted_element(w, v).
+template <class In>
+__device__ __forceinline__ void weigh(float (&v)[kVec], bool weighted, float w) {
+  if (!weighted) return;
+#pragma unroll
+  for (int e = 0; e < kVec; ++e) v[e] = weighted_element<In>(w, v[e]);
+}
+
 // Rowwise: the row's amax over the CTA, then the encode from the chunks kept in registers.
 template <class In>
 __device__ void quantize_row_rowwise(const RowQuant& q, const In* src, int64_t h, bool vec,
-                                     uint8_t* out, void* scale_inv, int64_t r,
-                                     uint32_t* scratch) {
+                                     bool weighted, float w, uint8_t* out, void* scale_inv,
+                                     int64_t r, uint32_t* scratch) {
   const int64_t chunks = (h + kVec - 1) / kVec;
   RawChunk<In> cache[kCachedChunks];
 #pragma unroll
@@ -223,12 +231,14 @@ __device__ void quantize_row_rowwise(const RowQuant& q, const In* src, int64_t h
   for (int i = 0; i < kCachedChunks; ++i) {
     float v[kVec];
     cache[i].floats(v);
+    weigh<In>(v, weighted, w);
     m = max(m, chunk_amax(v));
   }
   for (int64_t c = threadIdx.x + int64_t{kCachedChunks} * kRowThreads; src != nullptr && c < chunks;
        c += kRowThreads) {
     float v[kVec];
     load_chunk(src, c * kVec, h, vec, v);
+    weigh<In>(v, weighted, w);
     m = max(m, chunk_amax(v));
   }
   m = cuda_quant::block_max<kRowThreads>(m, scratch);
@@ -240,12 +250,14 @@ __device__ void quantize_row_rowwise(const RowQuant& q, const In* src, int64_t h
     const int64_t c = threadIdx.x + int64_t{i} * kRowThreads;
     float v[kVec];
     cache[i].floats(v);
+    weigh<In>(v, weighted, w);
     if (c < chunks) store_codes(out, c * kVec, h, vec, encode_chunk(q, v, mult));
   }
   for (int64_t c = threadIdx.x + int64_t{kCachedChunks} * kRowThreads; c < chunks;
        c += kRowThreads) {
     float v[kVec] = {};
     if (src != nullptr) load_chunk(src, c * kVec, h, vec, v);
+    weigh<In>(v, weighted, w);
     store_codes(out, c * kVec, h, vec, encode_chunk(q, v, mult));
   }
 }
@@ -269,7 +281,8 @@ __device__ __forceinline__ void quantize_block_round(const RowQuant& q, int64_t 
 
 template <class In>
 __device__ void quantize_row_blocks(const RowQuant& q, const In* src, int64_t h, bool vec,
-                                    uint8_t* out, void* scale_inv, int64_t r) {
+                                    bool weighted, float w, uint8_t* out, void* scale_inv,
+                                    int64_t r) {
   const int64_t chunks = (h + kVec - 1) / kVec;
   RawChunk<In> cache[kCachedChunks];
 #pragma unroll
@@ -283,6 +296,7 @@ __device__ void quantize_row_blocks(const RowQuant& q, const In* src, int64_t h,
     if (int64_t{i} * kRowThreads >= chunks) break;
     float v[kVec];
     cache[i].floats(v);
+    weigh<In>(v, weighted, w);
     quantize_block_round<In>(q, threadIdx.x + int64_t{i} * kRowThreads, chunks, h, vec, v, out,
                              scale_inv, r);
   }
@@ -290,6 +304,7 @@ __device__ void quantize_row_blocks(const RowQuant& q, const In* src, int64_t h,
     const int64_t c = base + threadIdx.x;
     float v[kVec] = {};
     if (src != nullptr && c < chunks) load_chunk(src, c * kVec, h, vec, v);
+    weigh<In>(v, weighted, w);
     quantize_block_round<In>(q, c, chunks, h, vec, v, out, scale_inv, r);
   }
 }
@@ -303,13 +318,15 @@ __global__ void __launch_bounds__(kRowThreads) permute_kernel(PermuteArgs a, boo
   for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
     const int64_t p = static_cast<int64_t>(row_pair[r]);
     const In* src = p >= 0 && p < pairs ? x + (p / a.top_k) * h : nullptr;
+    const bool weighted = a.weights != nullptr && src != nullptr;  // uniform over the CTA
+    const float w = weighted ? a.weights[p] : 1.0f;
     if (a.quant.mode == RowQuantMode::kNone) {
       copy_row(src, static_cast<In*>(a.out) + r * h, h, vec);
     } else if (a.quant.mode == RowQuantMode::kRowwise) {
-      quantize_row_rowwise(a.quant, src, h, vec, static_cast<uint8_t*>(a.out) + r * h,
-                           a.scale_inv, r, scratch);
+      quantize_row_rowwise(a.quant, src, h, vec, weighted, w,
+                           static_cast<uint8_t*>(a.out) + r * h, a.scale_inv, r, scratch);
     } else {
-      quantize_row_blocks(a.quant, src, h, vec, static_cast<uint8_t*>(a.out) + r * h,
+      quantize_row_blocks(a.quant, src, h, vec, weighted, w, static_cast<uint8_t*>(a.out) + r * h,
                           a.scale_inv, r);
     }
   }
@@ -579,7 +596,7 @@ void scatter_cuda(const ScatterArgs& a, Device device, Stream stream) {
     dispatch_index_dtype(a.map_dtype, "slot_map", [&](auto mt) {
       using D = typename decltype(dt)::type;
       using Map = typename decltype(mt)::type;
-      if (a.rows * a.hidden > 0) {
+      if (a.dy != nullptr && a.rows * a.hidden > 0) {  // dy null: dprobs only
         dispatch_float_input(a.dy_dtype, "dy", [&](auto gt) {
           using Dy = typename decltype(gt)::type;
           if (a.tokens > 0) {

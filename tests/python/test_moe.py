@@ -83,6 +83,53 @@ def test_permute_quantize_equals_standalone_quantizer(mode):
     assert torch.equal(sinv.view(torch.uint8), want_s.view(torch.uint8))
 
 
+_DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() and C.cuda_compiled() else [])
+
+
+@pytest.mark.parametrize("device", _DEVICES)
+@pytest.mark.parametrize("mode", ["rowwise", "block1x128", "mxfp8"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_weighted_permute_quantizes_the_unpermute_backward_rows(device, mode, dtype):
+    """moe_permute(dout, row_pair, k, mode, weights=probs) == the standalone quantizer applied to
+    the dy that moe_unpermute_backward(dout, ..., probs) writes (bits of codes and scales), with a
+    NaN, an inf, a zero row, a zero weight, and capacity-dropped pairs; and the dprobs-only
+    backward equals the full one's dprobs."""
+    g = torch.Generator().manual_seed(13)
+    t, k, e, h = 40, 3, 5, 264
+    dout = (torch.randn(t, h, generator=g) * 5).to(dtype)
+    dout[3] = 0
+    dout[7, 11] = float("nan")
+    dout[9, 100] = float("inf")
+    probs = torch.rand(t, k, generator=g)
+    probs[4, 1] = 0.0
+    idx = torch.randint(0, e, (t, k), generator=g)
+    y = torch.randn(t * k + e * 31, h, generator=g).to(dtype)
+    for cap in (-1, 32):  # 32 < the pairs of some experts: capacity drops
+        r = moe.moe_routing(idx.to(device), e, 32, cap)
+        slot, row_pair = r[2], r[3]
+        yy = y[:row_pair.shape[0]].to(device)
+        d, p = dout.to(device), probs.to(device)
+        dy, dprobs = moe.moe_unpermute_backward(d, yy, slot, row_pair, p)
+        data, sinv = moe.moe_permute(d, row_pair, k, mode, weights=p)
+        rows = row_pair.shape[0]
+        want_d = torch.empty((rows, h), dtype=torch.uint8)
+        shape, sdtype = moe_ops._scale_shape(mode, rows, h)
+        want_s = torch.empty(shape, dtype=sdtype)
+        C._quantize_into(dy.cpu(), mode, "e4m3", True, False, want_d, want_s,
+                         torch.empty(0, dtype=torch.uint8), torch.empty(0, dtype=sdtype), 0)
+        assert torch.equal(data.view(torch.uint8).cpu(), want_d), (cap, "codes")
+        assert torch.equal(sinv.view(torch.uint8).cpu(), want_s.view(torch.uint8)), (cap, "scales")
+        dy0, dprobs_only = moe.moe_unpermute_backward(d, yy, slot, row_pair, p, need_dy=False)
+        assert dy0.numel() == 0
+        assert torch.equal(dprobs_only.view(torch.int32), dprobs.view(torch.int32))  # NaN bits
+    with pytest.raises(ValueError, match="weights need a quantized mode"):
+        moe.moe_permute(d, row_pair, k, "none", weights=p)
+    with pytest.raises(ValueError, match="weights must be"):
+        moe.moe_permute(d, row_pair, k, mode, weights=p[:, :2].contiguous())
+    with pytest.raises(ValueError, match="need_dy=False without probs"):
+        moe.moe_unpermute_backward(d, yy, slot, row_pair, None, need_dy=False)
+
+
 def test_unpermute_and_permute_gradients_match_torch():
     g = torch.Generator().manual_seed(4)
     idx = torch.randint(0, 4, (30, 2), generator=g)

@@ -14,7 +14,7 @@ tests/python/test_moe_ep_gpu.py, which tools/gpu/ep_run.sh runs under torchrun f
    "cached" (tessera.torch.quantize_weights_ once, as after an optimizer step: the forwards of
    that step's micro-batches reuse the copies). The experts' output gradient travels as
    MoELayer's default has it (quantized for fp8_block and mxfp8); one fp8_rowwise row sends it
-   quantized too ("quantized grads"). Capacity-mode rows
+   quantized too ("quantized grads"), one fp8_block row in BF16 ("bf16 grads"). Capacity-mode rows
    (capacity factor 1.0: pairs past it dropped, no host sync) also run captured in one CUDA
    graph; the baseline stays dropless (its all-to-all needs host split sizes).
 --profile: rank 0 also prints each step's GPU time by kernel (torch.profiler, one step);
@@ -234,13 +234,14 @@ def training_step(device, world, args):
     runs = [("bf16", False, None, False, None), ("fp8_rowwise", False, None, False, None),
             ("fp8_rowwise", True, None, False, None), ("fp8_rowwise", True, None, False, True),
             ("fp8_block", False, None, False, None), ("fp8_block", True, None, False, None),
+            ("fp8_block", True, None, False, False),
             ("mxfp8", False, None, False, None), ("mxfp8", True, None, False, None),
             ("bf16", False, 1.0, False, None), ("bf16", False, 1.0, True, None),
             ("fp8_rowwise", True, 1.0, False, None), ("fp8_rowwise", True, 1.0, True, None)]
     for recipe, cached, cf, graph, qg in runs:
         label = (f"{recipe}{' cached W' if cached else ''}"
                  f"{f' capacity {cf}' if cf is not None else ''}{' graph' if graph else ''}"
-                 f"{' quantized grads' if qg else ''}")
+                 f"{' quantized grads' if qg else ' bf16 grads' if qg is False else ''}")
         if args.only and label not in args.only.split(","):
             continue
         try:

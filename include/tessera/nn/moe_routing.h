@@ -105,6 +105,13 @@ std::span<const ScalingMode> moe_permute_modes();
 // config decides the bits (element, epsilon, power-of-two, E8M0 rule). One read of each token.
 void moe_permute_quantize(const TensorView& x, const TensorView& row_pair, int64_t top_k,
                           const QuantizedTensorView& out, Stream stream = {});
+// The same with per-pair weights (T, k) float32 on x's device (an empty view: weight 1): row r
+// holding pair p = (t, j) is quantized from w · x[t] (FP32 product) rounded once to x's dtype,
+// w = weights[t, j] — the row moe_unpermute_backward writes to dy with dout = x, probs = weights
+// and dy of x's dtype. The combine's backward quantizes its gradient rows in this one pass.
+void moe_permute_quantize(const TensorView& x, const TensorView& row_pair, int64_t top_k,
+                          const TensorView& weights, const QuantizedTensorView& out,
+                          Stream stream = {});
 
 // Backward of moe_permute: d_permuted (rows, H) → dx (T, H) (gather-add, see Numerics). Both
 // float32/bfloat16/float16, independently.
@@ -117,7 +124,7 @@ void moe_unpermute(const TensorView& y, const TensorView& slot_map, const Tensor
                    const TensorView& out, Stream stream = {});
 
 // Backward of moe_unpermute: dout (T, H) → dy (rows, H) (every row written), and dprobs (T, k)
-// float32 when probs is given (dprobs may be empty to skip it).
+// float32 when probs is given. Either output may be an empty view to skip it.
 void moe_unpermute_backward(const TensorView& dout, const TensorView& y,
                             const TensorView& slot_map, const TensorView& row_pair,
                             const TensorView& probs, const TensorView& dy,

@@ -360,18 +360,6 @@ def _deliver(data: Tensor, sinv: Tensor, mode: str, dtype: torch.dtype,
     return ops.dequantize_rows(recv, recv_scale, mode, dtype, rows)
 
 
-def _identity_row_pair(state: DispatchState) -> Tensor:
-    """row_pair of the identity permute of this rank's permuted buffer (row r <- row r; rows
-    holding no pair -> -1, a zero row), for moe_permute with top_k 1: quantizes the buffer's
-    rows in place order. Built once per dispatch."""
-    cached = state.extra.get("identity_row_pair")
-    if cached is None:
-        rp = state.row_pair
-        cached = torch.where(rp >= 0, torch.arange(rp.shape[0], device=rp.device), rp)
-        state.extra["identity_row_pair"] = cached
-    return cached
-
-
 class _DispatchFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: Tensor, state: DispatchState, mode: str) -> Tensor:
@@ -399,16 +387,22 @@ class _CombineFn(torch.autograd.Function):
     def backward(ctx, dout: Tensor):
         state = ctx.state
         y_perm, probs = ctx.saved_tensors
-        dy_perm, dprobs = ops.moe_unpermute_backward(dout.contiguous(), y_perm, state.slot_map,
-                                                     state.row_pair, probs)
+        dout = dout.contiguous()
+        need_p = probs is not None and ctx.needs_input_grad[1]
         mode = state.extra["grad_mode"]
         if mode == "none":
+            dy_perm, dprobs = ops.moe_unpermute_backward(dout, y_perm, state.slot_map,
+                                                         state.row_pair, probs)
             dy = _deliver(dy_perm, dy_perm, mode, dy_perm.dtype, state)
-        else:  # the experts' output gradient travels quantized as the forward payload did
-            codes, sinv = ops.moe_permute(dy_perm, _identity_row_pair(state), 1, mode, "e4m3",
-                                          state.extra["e8m0_floor"])
-            dy = _deliver(codes, sinv, mode, dy_perm.dtype, state)
-        need_p = probs is not None and ctx.needs_input_grad[1]
+        else:
+            # The experts' output gradient travels quantized as the forward payload did: its
+            # rows (probs[p] * dout[t] rounded to dout's dtype — the unpermute backward's dy,
+            # whose dtype is y's, as dout's) quantized in one pass over dout; dprobs on its own.
+            dprobs = (ops.moe_unpermute_backward(dout, y_perm, state.slot_map, state.row_pair,
+                                                 probs, need_dy=False)[1] if need_p else None)
+            codes, sinv = ops.moe_permute(dout, state.row_pair, state.slot_map.shape[1], mode,
+                                          "e4m3", state.extra["e8m0_floor"], weights=probs)
+            dy = _deliver(codes, sinv, mode, dout.dtype, state)
         return dy, (dprobs if need_p else None), None
 
 

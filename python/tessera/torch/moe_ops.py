@@ -13,11 +13,13 @@ impls for torch.compile, the autograd of moe_unpermute, and wrappers that raise 
     moe_routing(indices (T, k), num_experts, align=1, capacity=-1)
         -> (counts (E,), padded_offsets (E+1,), slot_map (T, k), row_pair (rows,), dropped (1,),
             error_flag (1,) int32)
-    moe_permute(x (T, H), row_pair, top_k, mode="none", element="e4m3", e8m0_floor=False)
-        -> (data (rows, H), scale_inv)   mode none | rowwise | block1x128 | mxfp8
+    moe_permute(x (T, H), row_pair, top_k, mode="none", element="e4m3", e8m0_floor=False,
+                weights=None) -> (data (rows, H), scale_inv)
+                                   mode none | rowwise | block1x128 | mxfp8; weights (T, k):
+                                   rows of weights[p] * x[t] (unpermute backward's dy rows)
     moe_permute_backward(d_permuted (rows, H), slot_map, num_tokens) -> dx (T, H)
     moe_unpermute(y (rows, H), slot_map, row_pair, probs (T, k) | None) -> out (T, H)
-    moe_unpermute_backward(dout, y, slot_map, row_pair, probs) -> (dy, dprobs)
+    moe_unpermute_backward(dout, y, slot_map, row_pair, probs, need_dy=True) -> (dy, dprobs)
     moe_dequantize_rows(data (R, H) E4M3 codes, scale_inv, mode, out_dtype) -> (R, H)
                                    the receiver side of a quantized dispatch (dequantize_rows)
 
@@ -115,20 +117,25 @@ def _permute_outputs(x: Tensor, rows, mode: str, element: str):
 
 
 def moe_permute(x: Tensor, row_pair: Tensor, top_k: int, mode: str = "none",
-                element: str = "e4m3", e8m0_floor: bool = False) -> Tuple[Tensor, Tensor]:
+                element: str = "e4m3", e8m0_floor: bool = False,
+                weights: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
     """Tokens (T, H) into the permuted buffer (rows, H), quantized per `mode` in the same pass.
 
     Returns (data, scale_inv): mode "none" -> (x.dtype data, empty); "rowwise" -> (FP8, (rows,)
     FP32); "block1x128" -> (FP8, (roundup(rows, 4), ceil(H/128)) FP32); "mxfp8" -> (FP8,
     (rows, ceil(H/32)) E8M0 bytes as uint8).
+    weights (T, k) float32, quantized modes only: the row of pair p = (t, j) is quantized from
+    weights[t, j] * x[t] rounded to x's dtype — the dy row moe_unpermute_backward(x, ...,
+    probs=weights) writes, so a combine's backward quantizes its gradient in one pass.
     """
     if mode not in QUANT_MODES:
         raise _C.InvalidArgumentError(f"moe_permute: mode {mode!r} is not one of {QUANT_MODES}")
-    return _ext.call(_ext.moe_permute, x, row_pair, top_k, mode, element, e8m0_floor)
+    return _ext.call(_ext.moe_permute, x, row_pair, top_k, mode, element, e8m0_floor, weights)
 
 
 @torch.library.register_fake("tessera::moe_permute")
-def _permute_fake(x, row_pair, top_k, mode="none", element="e4m3", e8m0_floor=False):
+def _permute_fake(x, row_pair, top_k, mode="none", element="e4m3", e8m0_floor=False,
+                  weights=None):
     return _permute_outputs(x, row_pair.shape[0], mode, element)
 
 
@@ -177,15 +184,18 @@ def _unpermute_fake(y, slot_map, row_pair, probs=None):
 
 
 def moe_unpermute_backward(dout: Tensor, y: Tensor, slot_map: Tensor, row_pair: Tensor,
-                           probs: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
-    """(dy (rows, H) in y's dtype, dprobs (T, k) FP32; empty (0,) without probs)."""
-    return _ext.call(_ext.moe_unpermute_backward, dout, y, slot_map, row_pair, probs)
+                           probs: Optional[Tensor] = None,
+                           need_dy: bool = True) -> Tuple[Tensor, Tensor]:
+    """(dy (rows, H) in y's dtype, dprobs (T, k) FP32; empty (0,) without probs).
+    need_dy=False: dprobs only (dy empty (0,)); needs probs."""
+    return _ext.call(_ext.moe_unpermute_backward, dout, y, slot_map, row_pair, probs, need_dy)
 
 
 @torch.library.register_fake("tessera::moe_unpermute_backward")
-def _unpermute_backward_fake(dout, y, slot_map, row_pair, probs=None):
+def _unpermute_backward_fake(dout, y, slot_map, row_pair, probs=None, need_dy=True):
     shape = slot_map.shape if probs is not None else (0,)
-    return y.new_empty(y.shape), dout.new_empty(shape, dtype=torch.float32)
+    return (y.new_empty(y.shape if need_dy else (0,)),
+            dout.new_empty(shape, dtype=torch.float32))
 
 
 def _unpermute_setup(ctx, inputs, output):
