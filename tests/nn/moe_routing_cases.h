@@ -66,6 +66,10 @@ struct MoeOutputs {
   Bytes permuted, scale_inv;  // permute (or permute + quantize)
   Bytes dx, combined, dy;     // permute backward, unpermute, unpermute backward
   std::vector<float> dprobs;
+  // Quantized cases: dout permuted with the probabilities as weights (moe_permute_quantize's
+  // weights), which must equal the quantizer applied to dy; dprobs from the dprobs-only backward.
+  Bytes weighted, weighted_scale_inv;
+  std::vector<float> dprobs_only;
 };
 
 // Inputs of a case, generated once (host).
@@ -223,6 +227,16 @@ inline MoeOutputs oracle(const MoeCase& c, const MoeInputs& in) {
       store(o.dy, c.x_dtype, r * h + i,
             p < 0 ? 0.0f : w * load(in.dout, c.x_dtype, (p / k) * h + i));
   }
+  if (c.quant != ScalingMode::kNone) {  // the weighted permute: the quantizer on dy
+    Quantizer q(c.config());
+    QuantizedTensor qt = q.allocate(rows, h);
+    q.quantize(TensorView::contiguous(o.dy.data(), c.x_dtype, {rows, h}), qt.view(),
+               Backend::kReference);
+    const auto& v = qt.view();
+    o.weighted.assign(v.data.as<uint8_t>(), v.data.as<uint8_t>() + v.data.nbytes());
+    o.weighted_scale_inv.assign(v.scale_inv.as<uint8_t>(),
+                                v.scale_inv.as<uint8_t>() + v.scale_inv.nbytes());
+  }
   for (int64_t p = 0; p < t_n * k && c.with_probs; ++p) {
     const int64_t s = o.slot_map[static_cast<size_t>(p)];
     if (s < 0) continue;
@@ -236,6 +250,7 @@ inline MoeOutputs oracle(const MoeCase& c, const MoeInputs& in) {
       for (int l = 0; l < w; ++l) part[l] += part[l + w];
     o.dprobs[static_cast<size_t>(p)] = part[0];
   }
+  o.dprobs_only = o.dprobs;
   return o;
 }
 
@@ -347,12 +362,29 @@ inline MoeOutputs run_ops(const MoeCase& c, const MoeInputs& in, Device dev,
   moe_unpermute_backward(dout.view, y.view, slot.view, row_pair.view, pv, dy.view,
                          c.with_probs ? dprobs.view : TensorView{});
   o.dy = dy.host(rows * h * xb);
-  if (c.with_probs) {
-    const Bytes b = dprobs.host(t_n * k * 4);
-    o.dprobs.resize(static_cast<size_t>(t_n * k));
-    if (!b.empty()) std::memcpy(o.dprobs.data(), b.data(), b.size());
-  } else {
-    o.dprobs.assign(static_cast<size_t>(t_n * k), 0.0f);
+  const auto host_floats = [&](DeviceArray& a) {
+    std::vector<float> f(static_cast<size_t>(t_n * k), 0.0f);
+    const Bytes b = a.host(t_n * k * 4);
+    if (!b.empty()) std::memcpy(f.data(), b.data(), b.size());
+    return f;
+  };
+  o.dprobs = c.with_probs ? host_floats(dprobs) : std::vector<float>(static_cast<size_t>(t_n * k));
+  o.dprobs_only = o.dprobs;
+  if (c.with_probs) {  // dy left empty: the probabilities' gradient alone
+    DeviceArray only(nullptr, t_n * k * 4, DType::kFloat32, {t_n, k}, dev);
+    moe_unpermute_backward(dout.view, y.view, slot.view, row_pair.view, pv, TensorView{},
+                           only.view);
+    o.dprobs_only = host_floats(only);
+  }
+  if (c.quant != ScalingMode::kNone) {
+    QuantizedTensor qw(c.config(), rows, h, dev);
+    moe_permute_quantize(dout.view, row_pair.view, k, pv, qw.view());
+    const auto& v = qw.view();
+    o.weighted.resize(static_cast<size_t>(v.data.nbytes()));
+    o.weighted_scale_inv.resize(static_cast<size_t>(v.scale_inv.nbytes()));
+    copy_bytes(o.weighted.data(), Device::cpu(), v.data.data, dev, o.weighted.size());
+    copy_bytes(o.weighted_scale_inv.data(), Device::cpu(), v.scale_inv.data, dev,
+               o.weighted_scale_inv.size());
   }
   return o;
 }
@@ -390,6 +422,12 @@ inline void expect_same(const MoeOutputs& got, const MoeOutputs& want, const std
   if (!gp.empty()) std::memcpy(gp.data(), got.dprobs.data(), gp.size());
   if (!wp.empty()) std::memcpy(wp.data(), want.dprobs.data(), wp.size());
   EXPECT_EQ(first_mismatch(gp, wp), -1) << name << ": dprobs";
+  Bytes go(got.dprobs_only.size() * 4);
+  if (!go.empty()) std::memcpy(go.data(), got.dprobs_only.data(), go.size());
+  EXPECT_EQ(first_mismatch(go, wp), -1) << name << ": dprobs without dy";
+  EXPECT_EQ(first_mismatch(got.weighted, want.weighted), -1) << name << ": weighted permute";
+  EXPECT_EQ(first_mismatch(got.weighted_scale_inv, want.weighted_scale_inv), -1)
+      << name << ": weighted permute scale_inv";
 }
 
 }  // namespace tessera::moe_testing
