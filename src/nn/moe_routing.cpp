@@ -165,15 +165,23 @@ void run_gather_add(const detail::moe::GatherAddArgs& a, Device device, Stream s
   detail::moe::gather_add_cpu(a);
 }
 
+// Per-pair weights (T, k) float32 on `device` (unpermute's probs, permute's weights), or null
+// for an empty view. view_arg: the argument as check_view names it; name: in the shape message.
+const float* pair_weights_of(const TensorView& w, int64_t tokens, int64_t top_k, Device device,
+                             const char* op, const char* name, const char* view_arg) {
+  if (w.data == nullptr) return nullptr;
+  check_view(w, view_arg, {DType::kFloat32});
+  TESSERA_CHECK_STATUS(w.ndim == 2 && w.shape[0] == tokens && w.shape[1] == top_k,
+                       Status::kShapeMismatch, op, ": ", name, " must be (T, k) = (", tokens, ", ",
+                       top_k, ") float32, got ", w.to_string());
+  check_same_device(w, device, view_arg);
+  return w.as<const float>();
+}
+
 const float* probs_of(const TensorView& probs, const TensorView& slot_map, Device device,
                       const char* op) {
-  if (probs.data == nullptr) return nullptr;
-  check_view(probs, "moe: probs", {DType::kFloat32});
-  TESSERA_CHECK_STATUS(probs.ndim == 2 && probs.shape == slot_map.shape, Status::kShapeMismatch,
-                       op, ": probs must be (T, k) like slot_map ", slot_map.to_string(),
-                       ", got ", probs.to_string());
-  check_same_device(probs, device, "moe: probs");
-  return probs.as<const float>();
+  return pair_weights_of(probs, slot_map.shape[0], slot_map.shape[1], device, op, "probs",
+                         "moe: probs");
 }
 
 }  // namespace
@@ -267,15 +275,8 @@ void moe_permute_quantize(const TensorView& x, const TensorView& row_pair, int64
                           const TensorView& weights, const QuantizedTensorView& out,
                           Stream stream) {
   detail::moe::PermuteArgs a = permute_args(x, row_pair, top_k, "moe_permute_quantize");
-  if (weights.data != nullptr) {
-    check_view(weights, "moe_permute_quantize: weights", {DType::kFloat32});
-    TESSERA_CHECK_STATUS(weights.ndim == 2 && weights.shape[0] == a.tokens &&
-                             weights.shape[1] == top_k,
-                         Status::kShapeMismatch, "moe_permute_quantize: weights must be (T, k) = (",
-                         a.tokens, ", ", top_k, ") float32, got ", weights.to_string());
-    check_same_device(weights, x.device, "moe_permute_quantize: weights");
-    a.weights = weights.as<const float>();
-  }
+  a.weights = pair_weights_of(weights, a.tokens, top_k, x.device, "moe_permute_quantize",
+                              "weights", "moe_permute_quantize: weights");
   const QuantizerConfig& c = out.config;
   validate_config(c);
   a.quant = row_quant_of(c, a.hidden);

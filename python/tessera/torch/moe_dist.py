@@ -346,7 +346,7 @@ def _scale_rows(sinv: Tensor, mode: str, rows: int) -> Tensor:
     return sinv[:rows]
 
 
-def _deliver(data: Tensor, sinv: Tensor, mode: str, dtype: torch.dtype,
+def _deliver(data: Tensor, sinv: Optional[Tensor], mode: str, dtype: torch.dtype,
              state: DispatchState) -> Tensor:
     """Rows of this rank's permuted buffer (mode "none": in `dtype`; else `mode` codes and their
     scales) -> the owners of their experts, expert-major, in `dtype`. A quantized payload is
@@ -393,7 +393,7 @@ class _CombineFn(torch.autograd.Function):
         if mode == "none":
             dy_perm, dprobs = ops.moe_unpermute_backward(dout, y_perm, state.slot_map,
                                                          state.row_pair, probs)
-            dy = _deliver(dy_perm, dy_perm, mode, dy_perm.dtype, state)
+            dy = _deliver(dy_perm, None, mode, dy_perm.dtype, state)
         else:
             # The experts' output gradient travels quantized as the forward payload did: its
             # rows (probs[p] * dout[t] rounded to dout's dtype — the unpermute backward's dy,
@@ -425,10 +425,11 @@ def grad_payload_mode(recipe: str, quantize_grads: Optional[bool] = None) -> str
     if quantize_grads is None:
         return mode if mode != "none" and _power_of_two_scales(mode) else "none"
     if quantize_grads and mode == "none":
+        quantized = sorted(r for r, (m, _) in _RECIPE_DISPATCH.items() if m != "none")
         raise _C.InvalidArgumentError(
             f"tessera invalid argument: quantize_grads: recipe {recipe!r} sends its payload "
             f"unquantized, so there is no quantization for the gradients to follow (pass None "
-            f"or False, or a recipe from {sorted(r for r, v in _RECIPE_DISPATCH.items() if v[0] != 'none')})")
+            f"or False, or a recipe from {quantized})")
     return mode if quantize_grads else "none"
 
 
