@@ -17,12 +17,17 @@ tests/python/test_moe_ep_gpu.py, which tools/gpu/ep_run.sh runs under torchrun f
    quantized too ("quantized grads"), one fp8_block row in BF16 ("bf16 grads"). Capacity-mode rows
    (capacity factor 1.0: pairs past it dropped, no host sync) also run captured in one CUDA
    graph; the baseline stays dropless (its all-to-all needs host split sizes).
+Timings are rank 0's: the median over 5 rounds of each round's mean (10 dispatches or combines,
+3 steps a round, after warm-up; every round starts on all ranks together), the rounds' range in
+brackets.
 --profile: rank 0 also prints each step's GPU time by kernel (torch.profiler, one step);
 --trace DIR writes rank 0's Chrome trace of that step; --only LABEL,... runs those steps.
 """
 import argparse
+import statistics
 import time
 from collections import defaultdict
+from typing import NamedTuple
 
 import torch
 import torch.distributed as dist
@@ -34,16 +39,31 @@ from tessera.torch import moe
 from ep_common import init_nccl, size_args
 
 
-def timed(fn, iters=10, warmup=3):
+class Timing(NamedTuple):
+    """Seconds per call: the median over rounds of each round's mean, and the rounds' range."""
+    median: float
+    low: float
+    high: float
+
+    def us(self) -> str:
+        return f"{self.median * 1e6:9.1f} us ({self.low * 1e6:.0f}-{self.high * 1e6:.0f})"
+
+
+def timed(fn, iters=10, warmup=3, rounds=5) -> Timing:
+    """`rounds` rounds of `iters` back-to-back calls, each round between a synchronize and a
+    barrier (every rank starts it together); per round the mean time per call."""
     for _ in range(warmup):
         fn()
-    torch.cuda.synchronize()
-    dist.barrier()
-    t0 = time.perf_counter()
-    for _ in range(iters):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t0) / iters
+    per_round = []
+    for _ in range(rounds):
+        torch.cuda.synchronize()
+        dist.barrier()
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        torch.cuda.synchronize()
+        per_round.append((time.perf_counter() - t0) / iters)
+    return Timing(statistics.median(per_round), min(per_round), max(per_round))
 
 
 def say(*a):
@@ -72,8 +92,9 @@ def bandwidth(device, world, args):
     idx = torch.stack([torch.randperm(e, device=device)[:k] for _ in range(t)])
     probs = torch.rand(t, k, device=device)
     _, sent_bf16 = torch_a2a_rows(x, idx, e, world)
-    t_plain = timed(lambda: torch_a2a_rows(x, idx, e, world))
-    say(f"plain all_to_all_single BF16 rows: {t_plain * 1e6:9.1f} us "
+    tp = timed(lambda: torch_a2a_rows(x, idx, e, world))
+    t_plain = tp.median
+    say(f"plain all_to_all_single BF16 rows: {tp.us()} "
         f"{sent_bf16 / t_plain / 1e9:7.1f} GB/s per rank")
     for recipe in ("fp8_rowwise", "mxfp8", "bf16"):
         for cf in (None, 1.0):
@@ -88,12 +109,13 @@ def bandwidth(device, world, args):
 
             moe.check_config(dist.group.WORLD, recipe=len(recipe))
             disp()
-            t_d = timed(disp)
-            t_c = timed(lambda: moe.combine(state_box["r"], probs, state_box["s"]))
+            td = timed(disp)
+            tc = timed(lambda: moe.combine(state_box["r"], probs, state_box["s"]))
+            t_d, t_c = td.median, tc.median
             rows = state_box["s"].live_rows
             payload = rows * h * (2 if recipe == "bf16" else 1)
-            say(f"tessera {recipe:12s} capacity_factor={cf}: dispatch {t_d * 1e6:9.1f} us "
-                f"{payload / t_d / 1e9:7.1f} GB/s | combine (BF16) {t_c * 1e6:9.1f} us "
+            say(f"tessera {recipe:12s} capacity_factor={cf}: dispatch {td.us()} "
+                f"{payload / t_d / 1e9:7.1f} GB/s | combine (BF16) {tc.us()} "
                 f"{rows * h * 2 / t_c / 1e9:7.1f} GB/s per rank")
 
 
@@ -225,8 +247,10 @@ def training_step(device, world, args):
     x = torch.randn(t, h, device=device).bfloat16()
     base = TorchMoE(h, f, e, k, world, device)
     step_torch = step_of(base, x)
-    t_base = timed(step_torch, iters=5)
-    say(f"PyTorch-only BF16 MoE step: {t / t_base:10.0f} tokens/s per rank")
+    tb = timed(step_torch, iters=3)
+    t_base = tb.median
+    say(f"PyTorch-only BF16 MoE step: {t / t_base:10.0f} tokens/s per rank "
+        f"(rounds {t / tb.high:.0f}-{t / tb.low:.0f})")
     if args.profile:
         kernel_profile("PyTorch-only BF16", step_torch, trace_dir=args.trace)
     # (recipe, weights cached, capacity factor (None: dropless, as the baseline), CUDA graph,
@@ -250,16 +274,19 @@ def training_step(device, world, args):
             if cached:
                 tt.quantize_weights_(layer)
             step = graphed_step_of(layer, x) if graph else step_of(layer, x)
-            t_ours = timed(step, iters=5)
+            to = timed(step, iters=3)
+            t_ours = to.median
             say(f"tessera MoELayer {label:37s} step ({type(layer.experts).__name__}): "
-                f"{t / t_ours:10.0f} tokens/s per rank, x{t_base / t_ours:5.2f} vs PyTorch")
+                f"{t / t_ours:10.0f} tokens/s per rank, x{t_base / t_ours:5.2f} vs PyTorch "
+                f"(rounds x{t_base / to.high:.2f}-{t_base / to.low:.2f})")
             if args.profile:
                 kernel_profile(label, step, trace_dir=args.trace)
             del layer, step
         except Exception as exc:  # a recipe the experts cannot run on this device
             say(f"tessera MoELayer {label}: skipped ({exc})")
-    t_again = timed(step_torch, iters=5)
-    say(f"PyTorch-only BF16 MoE step (again, drift): {t / t_again:10.0f} tokens/s per rank")
+    ta = timed(step_torch, iters=3)
+    say(f"PyTorch-only BF16 MoE step (again, drift): {t / ta.median:10.0f} tokens/s per rank "
+        f"(rounds {t / ta.high:.0f}-{t / ta.low:.0f})")
 
 
 def main():
