@@ -1,6 +1,6 @@
 // torch.ops.tessera.moe_*: the single-device MoE ops of tessera.torch (tessera/nn/moe_routing.h)
 // as compiled torch ops — routing metadata, permute (+ fused quantization), unpermute, their
-// backwards and the dequantize of a permuted payload. Each converts its tensors once and runs
+// backwards, the dequantize of a permuted payload and the regrouping index of a dispatch. Each converts its tensors once and runs
 // the C++ op on torch's current stream; outputs come from torch's allocator. Fakes (meta) and
 // autograd live in tessera/torch/moe_ops.py. The nanobind `_moe_*_into` functions stay for
 // array callers without torch.
@@ -204,6 +204,20 @@ Tensor moe_dequantize_rows_op(Tensor data, Tensor scale_inv, std::string mode,
   });
 }
 
+// counts (W, L) int32/int64 (rows of any stride) -> (source_of, expert_of), (rows,) int64 each:
+// the regrouping of a dispatch's received rows between source-major and expert-major order.
+std::tuple<Tensor, Tensor> moe_regroup_index_op(Tensor counts, int64_t rows) {
+  return guarded([&]() -> std::tuple<Tensor, Tensor> {
+    const CallScope scope(counts);
+    TESSERA_CHECK(rows >= 0, "moe_regroup_index: rows ", rows, " must be >= 0");
+    Tensor source_of = new_tensor({rows}, DType::kInt64, scope.device());
+    Tensor expert_of = new_tensor({rows}, DType::kInt64, scope.device());
+    moe_regroup_index(view_of(counts, "counts"), view_of(source_of, "source_of"),
+                      view_of(expert_of, "expert_of"), scope.stream());
+    return {source_of, expert_of};
+  });
+}
+
 }  // namespace
 
 STABLE_TORCH_LIBRARY_FRAGMENT(tessera, m) {
@@ -219,6 +233,7 @@ STABLE_TORCH_LIBRARY_FRAGMENT(tessera, m) {
         "Tensor? probs=None, bool need_dy=True) -> (Tensor, Tensor)");
   m.def("moe_dequantize_rows(Tensor data, Tensor scale_inv, str mode, ScalarType out_dtype, "
         "Tensor? source_rows=None) -> Tensor");
+  m.def("moe_regroup_index(Tensor counts, int rows) -> (Tensor, Tensor)");
 }
 
 STABLE_TORCH_LIBRARY_IMPL(tessera, CompositeExplicitAutograd, m) {
@@ -228,6 +243,7 @@ STABLE_TORCH_LIBRARY_IMPL(tessera, CompositeExplicitAutograd, m) {
   m.impl("moe_unpermute", TORCH_BOX(&moe_unpermute_op));
   m.impl("moe_unpermute_backward", TORCH_BOX(&moe_unpermute_backward_op));
   m.impl("moe_dequantize_rows", TORCH_BOX(&moe_dequantize_rows_op));
+  m.impl("moe_regroup_index", TORCH_BOX(&moe_regroup_index_op));
 }
 
 }  // namespace tessera::torch_ext

@@ -152,11 +152,41 @@ TESSERA_HD float dequantize_product(float decoded, float scale) {
              : v;
 }
 
+// moe_regroup_index: counts (sources, locals) with row stride `stride` (elements), n rows.
+struct RegroupArgs {
+  const void* counts;
+  DType count_dtype;
+  int64_t sources, locals, stride, rows;
+  int64_t* source_of;  // (rows) or nullptr
+  int64_t* expert_of;  // (rows) or nullptr
+};
+
+// One row of moe_regroup_index from the exclusive chunk starts of both orders (C + 1 each, C =
+// sources · locals, entry C the total): `from` holds the starts of the order row i is counted in
+// (expert-major for source_of, source-major for expert_of), `to` those of the other order; the
+// row's chunk is the last whose start is <= i (an empty chunk's start equals the next one's).
+// Rows past the total, or mapped past `rows`, map to themselves (moe_routing.h).
+template <class Start>
+TESSERA_HD int64_t regroup_row(const Start* from, const Start* to, int64_t chunks, int64_t major,
+                               int64_t minor, int64_t i, int64_t rows) {
+  if (i >= static_cast<int64_t>(from[chunks])) return i;
+  int64_t lo = 0, hi = chunks - 1;  // last c with from[c] <= i
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    if (static_cast<int64_t>(from[mid]) <= i) lo = mid; else hi = mid - 1;
+  }
+  // chunk lo = a · minor + b in `from`'s order is chunk b · major + a in `to`'s.
+  const int64_t a = lo / minor, b = lo % minor;
+  const int64_t j = static_cast<int64_t>(to[b * major + a]) + (i - static_cast<int64_t>(from[lo]));
+  return j < rows ? j : i;
+}
+
 void routing_cpu(const RoutingArgs& a);
 void permute_cpu(const PermuteArgs& a);
 void gather_add_cpu(const GatherAddArgs& a);
 void scatter_cpu(const ScatterArgs& a);
 void dequantize_cpu(const DequantizeArgs& a);
+void regroup_cpu(const RegroupArgs& a);
 
 // The data row out row r reads, or -1 for a zero row (DequantizeArgs::source_rows).
 TESSERA_HD int64_t dequantize_source(const DequantizeArgs& a, int64_t r) {
@@ -173,5 +203,6 @@ void permute_cuda(const PermuteArgs& a, Device device, Stream stream);
 void gather_add_cuda(const GatherAddArgs& a, Device device, Stream stream);
 void scatter_cuda(const ScatterArgs& a, Device device, Stream stream);
 void dequantize_cuda(const DequantizeArgs& a, Device device, Stream stream);
+void regroup_cuda(const RegroupArgs& a, Device device, Stream stream);
 
 }  // namespace tessera::detail::moe

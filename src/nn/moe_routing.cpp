@@ -4,6 +4,7 @@
 #include "tessera/nn/moe_routing.h"
 
 #include <algorithm>
+#include <tuple>
 
 #include "nn/moe_kernels.h"
 #include "tessera/core/checked_math.h"
@@ -431,6 +432,50 @@ void moe_dequantize_rows(const TensorView& data, const TensorView& scale_inv, Sc
   a.out_dtype = out.dtype;
   if (data.device.is_cuda()) return detail::moe::dequantize_cuda(a, data.device, stream);
   detail::moe::dequantize_cpu(a);
+}
+
+void moe_regroup_index(const TensorView& counts, const TensorView& source_of,
+                       const TensorView& expert_of, Stream stream) {
+  const char* op = "moe_regroup_index";
+  // Not check_view: counts may be a column slice (rows strided), so only its dtype is checked.
+  TESSERA_CHECK_STATUS(counts.dtype == DType::kInt32 || counts.dtype == DType::kInt64,
+                       Status::kDTypeMismatch, op, ": counts: dtype ", dtype_name(counts.dtype),
+                       " is not accepted; expected int32, int64");
+  TESSERA_CHECK(counts.data != nullptr || counts.numel() == 0, op,
+                ": counts: null data pointer for ", counts.to_string());
+  TESSERA_CHECK_STATUS(counts.ndim == 2 && counts.strides[1] == 1 &&
+                           (counts.shape[0] <= 1 || counts.strides[0] >= counts.shape[1]),
+                       Status::kShapeMismatch, op,
+                       ": counts must be (sources, local experts) with contiguous rows, got ",
+                       counts.to_string());
+  const bool want_src = source_of.data != nullptr || source_of.ndim != 0;
+  const bool want_exp = expert_of.data != nullptr || expert_of.ndim != 0;
+  const TensorView& any = want_src ? source_of : expert_of;
+  if (!want_src && !want_exp) return;
+  check_view(any, want_src ? "moe_regroup_index: source_of" : "moe_regroup_index: expert_of",
+             {DType::kInt64});
+  TESSERA_CHECK_STATUS(any.ndim == 1, Status::kShapeMismatch, op,
+                       ": source_of and expert_of must be (rows) int64, got ", any.to_string());
+  const int64_t rows = any.shape[0];
+  for (const auto& [v, arg, want] :
+       {std::tuple{&source_of, "moe_regroup_index: source_of", want_src},
+        std::tuple{&expert_of, "moe_regroup_index: expert_of", want_exp}}) {
+    if (!want) continue;
+    check_view(*v, arg, {DType::kInt64});
+    check_vector(*v, arg, rows);
+    check_same_device(*v, counts.device, arg);
+  }
+  detail::moe::RegroupArgs a{};
+  a.counts = counts.data;
+  a.count_dtype = counts.dtype;
+  a.sources = counts.shape[0];
+  a.locals = counts.shape[1];
+  a.stride = counts.shape[0] <= 1 ? counts.shape[1] : counts.strides[0];
+  a.rows = rows;
+  a.source_of = want_src ? source_of.as<int64_t>() : nullptr;
+  a.expert_of = want_exp ? expert_of.as<int64_t>() : nullptr;
+  if (counts.device.is_cuda()) return detail::moe::regroup_cuda(a, counts.device, stream);
+  detail::moe::regroup_cpu(a);
 }
 
 }  // namespace tessera

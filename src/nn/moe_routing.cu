@@ -137,6 +137,81 @@ int64_t routing_workspace_bytes_cuda(int64_t pairs, int64_t experts) {
   return chunk_counts_bytes(pairs, experts) + experts * 8;
 }
 
+// ---- regroup index ---------------------------------------------------------------------------
+namespace {
+
+constexpr int64_t kRegroupRowsPerThread = 8;
+
+// Every block scans the counts into both orders' exclusive chunk starts in shared memory (the
+// counts are few: one per (source, local expert)), then maps its rows (regroup_row).
+template <class Cnt>
+__global__ void __launch_bounds__(kThreads) regroup_kernel(RegroupArgs a) {
+  extern __shared__ int64_t starts[];  // src (C + 1), then dst (C + 1)
+  const int64_t w = a.sources, l = a.locals, chunks = w * l;
+  int64_t* src = starts;
+  int64_t* dst = starts + chunks + 1;
+  const auto* c = static_cast<const Cnt*>(a.counts);
+  for (int64_t i = threadIdx.x; i < chunks; i += blockDim.x) {
+    const int64_t s = i / l, e = i % l;
+    const int64_t n = static_cast<int64_t>(c[s * a.stride + e]);
+    src[i + 1] = n > 0 ? n : 0;  // a negative count places nothing
+    dst[e * w + s + 1] = n > 0 ? n : 0;
+  }
+  if (threadIdx.x == 0) src[0] = dst[0] = 0;
+  __syncthreads();
+  // Inclusive scans of both arrays, in place: one warp each, 32 entries at a time.
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  if (warp < 2) {
+    int64_t* v = warp == 0 ? src : dst;
+    int64_t carry = 0;
+    for (int64_t base = 1; base <= chunks; base += 32) {
+      const int64_t i = base + lane;
+      int64_t x = i <= chunks ? v[i] : 0;
+#pragma unroll
+      for (int sh = 1; sh < 32; sh *= 2) {
+        const int64_t y = __shfl_up_sync(0xffffffffu, x, sh);
+        if (lane >= sh) x += y;
+      }
+      if (i <= chunks) v[i] = x + carry;
+      carry += __shfl_sync(0xffffffffu, x, 31);
+    }
+  }
+  __syncthreads();
+  const int64_t first = int64_t{blockIdx.x} * kThreads * kRegroupRowsPerThread + threadIdx.x;
+#pragma unroll
+  for (int64_t j = 0; j < kRegroupRowsPerThread; ++j) {
+    const int64_t i = first + j * kThreads;
+    if (i >= a.rows) break;
+    if (a.source_of) a.source_of[i] = regroup_row(dst, src, chunks, l, w, i, a.rows);
+    if (a.expert_of) a.expert_of[i] = regroup_row(src, dst, chunks, w, l, i, a.rows);
+  }
+}
+
+}  // namespace
+
+void regroup_cuda(const RegroupArgs& a, Device device, Stream stream) {
+  const int64_t chunks = a.sources * a.locals;
+  TESSERA_CHECK_STATUS(chunks <= kMaxExperts, Status::kUnsupported, "moe_regroup_index: ",
+                       chunks, " chunks (sources x local experts); the CUDA kernel takes up to ",
+                       kMaxExperts);
+  if (a.rows == 0) return;
+  set_device(device);
+  const int64_t per_block = kThreads * kRegroupRowsPerThread;
+  const int64_t blocks = (a.rows + per_block - 1) / per_block;
+  TESSERA_CHECK_STATUS(blocks <= int64_t{1} << 30, Status::kUnsupported, "moe_regroup_index: ",
+                       a.rows, " rows are too many for one launch");
+  const size_t smem = static_cast<size_t>(2 * (chunks + 1)) * sizeof(int64_t);
+  dispatch_index_dtype(a.count_dtype, "counts", [&](auto ct) {
+    auto kernel = regroup_kernel<typename decltype(ct)::type>;
+    if (smem > 48 * 1024) {
+      TESSERA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              static_cast<int>(smem)));
+    }
+    kernel<<<static_cast<unsigned>(blocks), kThreads, smem, stream.as<cudaStream_t>()>>>(a);
+    TESSERA_CUDA_CHECK_LAUNCH();
+  });
+}
+
 void routing_cuda(const RoutingArgs& a, Device device, Stream stream) {
   TESSERA_CHECK_STATUS(a.experts <= kMaxExperts, Status::kUnsupported, "moe_routing: ",
                        a.experts, " experts; the CUDA kernels take up to ", kMaxExperts);

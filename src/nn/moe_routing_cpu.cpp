@@ -215,6 +215,39 @@ void dequantize_cpu(const DequantizeArgs& a) {
   });
 }
 
+void regroup_cpu(const RegroupArgs& a) {
+  const int64_t w = a.sources, l = a.locals, chunks = w * l;
+  // Exclusive chunk starts of both orders (entry `chunks`: the total).
+  std::vector<int64_t> src(static_cast<size_t>(chunks) + 1), dst(static_cast<size_t>(chunks) + 1);
+  dispatch_index_dtype(a.count_dtype, "counts", [&](auto ct) {
+    const auto* c = static_cast<const typename decltype(ct)::type*>(a.counts);
+    for (int64_t s = 0; s < w; ++s) {
+      for (int64_t e = 0; e < l; ++e) {
+        const int64_t n = static_cast<int64_t>(c[s * a.stride + e]);
+        TESSERA_CHECK(n >= 0, "moe_regroup_index: counts[", s, ", ", e, "] = ", n,
+                      " is negative");
+        TESSERA_CHECK_STATUS(n <= a.rows, Status::kShapeMismatch, "moe_regroup_index: counts[",
+                             s, ", ", e, "] = ", n, " exceeds the ", a.rows, " rows");
+        src[s * l + e + 1] = n;  // sizes first, scanned below
+        dst[e * w + s + 1] = n;
+      }
+    }
+  });
+  for (int64_t c = 0; c < chunks; ++c) {
+    src[c + 1] += src[c];
+    dst[c + 1] += dst[c];
+    TESSERA_CHECK_STATUS(src[c + 1] <= a.rows, Status::kShapeMismatch,
+                         "moe_regroup_index: counts sum past the ", a.rows, " rows");
+  }
+  TESSERA_CHECK_STATUS(src[chunks] == a.rows, Status::kShapeMismatch,
+                       "moe_regroup_index: counts sum to ", src[chunks], ", not to the ", a.rows,
+                       " rows of source_of / expert_of");
+  for (int64_t i = 0; i < a.rows; ++i) {
+    if (a.source_of) a.source_of[i] = regroup_row(dst.data(), src.data(), chunks, l, w, i, a.rows);
+    if (a.expert_of) a.expert_of[i] = regroup_row(src.data(), dst.data(), chunks, w, l, i, a.rows);
+  }
+}
+
 void routing_cpu(const RoutingArgs& a) {
   dispatch_index_dtype(a.index_dtype, "indices", [&](auto it) {
     dispatch_index_dtype(a.map_dtype, "slot_map", [&](auto mt) {

@@ -25,4 +25,8 @@ void dequantize_cuda(const DequantizeArgs&, Device, Stream) {
   TESSERA_FAIL(Status::kNoDevice, "moe_dequantize_rows: tessera was built without CUDA");
 }
 
+void regroup_cuda(const RegroupArgs&, Device, Stream) {
+  TESSERA_FAIL(Status::kNoDevice, "moe_regroup_index: tessera was built without CUDA");
+}
+
 }  // namespace tessera::detail::moe

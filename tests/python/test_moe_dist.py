@@ -252,3 +252,76 @@ def test_capacity_regroup_index_matches_the_chunk_by_chunk_regroup(world, local,
     assert torch.equal(md._to_expert_major(rows, state), expert_major)
     assert torch.equal(rows[md._regroup_index(state)[0]], expert_major)
     assert torch.equal(md._to_source_major(expert_major, state), rows)
+
+
+def _chunk_oracle(counts):
+    """(source_of, expert_of) of a (W, L) count table, chunk by chunk in Python."""
+    w, l = len(counts), len(counts[0])
+    starts, at = {}, 0
+    for s in range(w):
+        for e in range(l):
+            starts[s, e] = at
+            at += counts[s][e]
+    source_of = [starts[s, e] + i for e in range(l) for s in range(w) for i in range(counts[s][e])]
+    expert_of = [0] * len(source_of)
+    for r, q in enumerate(source_of):
+        expert_of[q] = r
+    return source_of, expert_of
+
+
+_REGROUP_DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() and C.cuda_compiled() else [])
+
+
+@pytest.mark.parametrize("device", _REGROUP_DEVICES)
+@pytest.mark.parametrize("world,local,dtype", [(1, 1, torch.int64), (2, 3, torch.int32),
+                                               (4, 64, torch.int64), (8, 32, torch.int32),
+                                               (3, 700, torch.int64)])
+def test_regroup_index_op_matches_the_chunk_oracle(device, world, local, dtype):
+    """moe_regroup_index against the chunk-by-chunk oracle, counts given as a column slice of a
+    header (rows of stride L + 2, as the dispatch passes them), empty chunks included; the CUDA
+    kernel (shared-memory scans, 8 rows a thread) past one block of rows."""
+    from tessera.torch import moe_ops
+    g = torch.Generator().manual_seed(world * 1000 + local)
+    sizes = torch.randint(0, 40, (world, local), generator=g)
+    sizes[0, 0] = 0
+    sizes[-1, -1] = 0
+    header = torch.cat([sizes, torch.full((world, 2), 7)], dim=1).to(dtype).to(device)
+    counts = header[:, :local]
+    assert not counts.is_contiguous() or world == 1
+    rows = int(sizes.sum())
+    source_of, expert_of = moe_ops.moe_regroup_index(counts, rows)
+    want_src, want_exp = _chunk_oracle(sizes.tolist())
+    assert source_of.dtype == expert_of.dtype == torch.int64 and source_of.device == counts.device
+    assert source_of.cpu().tolist() == want_src and expert_of.cpu().tolist() == want_exp
+
+
+def test_regroup_index_op_errors_and_fake():
+    from tessera.torch import moe_ops
+    counts = torch.tensor([[2, 1], [0, 3]])
+    with pytest.raises(C.ShapeError, match="sum to 6, not to the 8 rows"):
+        moe_ops.moe_regroup_index(counts, 8)
+    with pytest.raises(C.ShapeError, match="sum past the 5 rows"):
+        moe_ops.moe_regroup_index(counts, 5)
+    with pytest.raises(C.InvalidArgumentError, match=r"counts\[1, 0\] = -1 is negative"):
+        moe_ops.moe_regroup_index(torch.tensor([[2, 1], [-1, 4]]), 6)
+    with pytest.raises(C.ShapeError, match="counts must be \\(sources, local experts\\)"):
+        moe_ops.moe_regroup_index(torch.tensor([2, 1, 3]), 6)
+    with pytest.raises(C.DTypeError, match="counts"):
+        moe_ops.moe_regroup_index(counts.float(), 6)
+    src, exp = moe_ops.moe_regroup_index(torch.zeros(2, 3, dtype=torch.int64), 0)
+    assert src.shape == exp.shape == (0,)
+    torch.library.opcheck(torch.ops.tessera.moe_regroup_index.default, (counts, 6))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or not C.cuda_compiled(),
+                    reason="needs a CUDA device and a CUDA build")
+def test_regroup_index_cuda_keeps_every_index_in_range_for_inconsistent_counts():
+    """CUDA cannot check Σ counts = rows without a sync: rows the counts do not place, and
+    mappings past the rows, map to themselves, so a gather through the index stays in range."""
+    from tessera.torch import moe_ops
+    for counts, rows in (([[2, 1], [0, 3]], 9), ([[5, 5], [5, 5]], 7), ([[3, -4], [2, 1]], 6)):
+        src, exp = moe_ops.moe_regroup_index(torch.tensor(counts, device="cuda"), rows)
+        for t in (src, exp):
+            assert int(t.min()) >= 0 and int(t.max()) < rows
+    src, _ = moe_ops.moe_regroup_index(torch.tensor([[2, 1], [0, 3]], device="cuda"), 9)
+    assert src.tolist()[6:] == [6, 7, 8]  # past the placed rows: themselves

@@ -144,4 +144,20 @@ void moe_dequantize_rows(const TensorView& data, const TensorView& scale_inv, Sc
 void moe_dequantize_rows(const TensorView& data, const TensorView& scale_inv, ScalingMode mode,
                          const TensorView& source_rows, const TensorView& out, Stream stream = {});
 
+// The regrouping of an expert-parallel dispatch's received rows. W sources each sent the chunks
+// of their L local experts back to back: the received rows are SOURCE-major (chunk (s, e) holds
+// counts[s, e] rows; chunks in the order s = 0..W-1, e = 0..L-1), the experts read them
+// EXPERT-major (chunks in the order e, then s; each chunk's rows keep their order). With n the
+// rows received (Σ counts):
+//   source_of[r] = the source-major row of expert-major row r   (a row gather to expert-major),
+//   expert_of[q] = the expert-major row of source-major row q   (its inverse, back to sources).
+// counts (W, L) int32/int64 on the outputs' device, rows of any stride (a column slice of a
+// header); source_of and expert_of (n) int64, either may be an empty view to skip it. CPU: Σ
+// counts must be n (kShapeMismatch otherwise; a negative count is kInvalidArgument). CUDA
+// (nothing waits for the device): every index written lies in [0, n) — a row the counts do not
+// place (n > Σ counts, or a mapping past n) maps to itself — so a gather through it never reads
+// outside the rows. CUDA takes up to 12288 chunks (W·L).
+void moe_regroup_index(const TensorView& counts, const TensorView& source_of,
+                       const TensorView& expert_of, Stream stream = {});
+
 }  // namespace tessera

@@ -38,6 +38,7 @@ moe_routing, moe_permute = ops.moe_routing.default, ops.moe_permute.default
 moe_permute_backward = ops.moe_permute_backward.default
 moe_unpermute, moe_unpermute_backward = ops.moe_unpermute.default, ops.moe_unpermute_backward.default
 moe_dequantize_rows = ops.moe_dequantize_rows.default
+moe_regroup_index = ops.moe_regroup_index.default
 
 _ERROR = re.compile(r"\[tessera:(\d+)\] (.*)", re.S)
 

@@ -189,37 +189,23 @@ def _header(send_wl: Tensor, error_bits: Tensor, dropped: Tensor, group) -> Tens
 def _regroup_index(state: DispatchState) -> Tuple[Tensor, Tensor]:
     """(idx, inv) with expert-major row r = source-major row idx[r] and source-major row
     q = expert-major row inv[q]. Source-major is what all_to_all_single received: source s's
-    chunks in local-expert order (capacity mode: every chunk C rows). Built once per dispatch with
-    a few device ops (no Python loop over the world x local chunks) and kept in state.extra; each
-    regrouping is then one gather (a vectorized row gather: twice the speed of copying a
-    transposed view)."""
+    chunks in local-expert order (capacity mode: every chunk C rows). One compiled op per dispatch
+    (moe_regroup_index), from the header's counts already on the device (a copy of recv_chunks
+    to the device would wait for the stream, the all-to-all just enqueued, before returning);
+    kept in state.extra. Each regrouping is then one gather (a vectorized row gather: twice the
+    speed of copying a transposed view)."""
     cached = state.extra.get("regroup_index")
     if cached is not None:
         return cached
     w, l = state.world, state.local_experts
-    dev = state.offs.device
     if state.capacity >= 0:
-        c = state.capacity
-        rows = torch.arange(w * l * c, device=dev)
-        idx = rows.reshape(w, l, c).transpose(0, 1).reshape(-1)
-        inv = rows.reshape(l, w, c).transpose(0, 1).reshape(-1)
-        state.extra["regroup_index"] = (idx, inv)
-        return idx, inv
-    # The header's (W, L) counts, already on the device: a copy of recv_chunks to the device
-    # would wait for the stream (the all-to-all just enqueued) before returning.
-    n = state.extra["recv_counts"].reshape(w, l)
-    total = sum(sum(row) for row in state.recv_chunks)
-    flat = n.reshape(-1)
-    src_start = (flat.cumsum(0) - flat).reshape(w, l)  # chunk (s, e) in source-major order
-    dst_sizes = n.t().reshape(-1)                       # chunk (e, s) in expert-major order
-    dst_start = dst_sizes.cumsum(0) - dst_sizes
-    chunk = torch.repeat_interleave(torch.arange(w * l, device=dev), dst_sizes,
-                                    output_size=total)
-    idx = src_start.t().reshape(-1)[chunk] + torch.arange(total, device=dev) - dst_start[chunk]
-    inv = torch.empty_like(idx)
-    inv[idx] = torch.arange(total, device=dev)
-    state.extra["regroup_index"] = (idx, inv)
-    return idx, inv
+        counts = torch.full((w, l), state.capacity, device=state.offs.device)
+        rows = w * l * state.capacity
+    else:
+        counts = state.extra["recv_counts"]
+        rows = sum(sum(r) for r in state.recv_chunks)
+    state.extra["regroup_index"] = ops.moe_regroup_index(counts, rows)
+    return state.extra["regroup_index"]
 
 
 def _to_expert_major(x: Tensor, state: DispatchState) -> Tensor:

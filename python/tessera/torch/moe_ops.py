@@ -22,6 +22,9 @@ impls for torch.compile, the autograd of moe_unpermute, and wrappers that raise 
     moe_unpermute_backward(dout, y, slot_map, row_pair, probs, need_dy=True) -> (dy, dprobs)
     moe_dequantize_rows(data (R, H) E4M3 codes, scale_inv, mode, out_dtype) -> (R, H)
                                    the receiver side of a quantized dispatch (dequantize_rows)
+    moe_regroup_index(counts (W, L), rows) -> (source_of (rows,), expert_of (rows,)) int64
+                                   a dispatch's received rows between source-major and
+                                   expert-major order
 
 Contract (normative, include/tessera/nn/moe_routing.h): the permuted buffer holds E groups back to
 back, group e starting at padded_offsets[e], its first counts[e] rows the pairs (t, j) routed to e
@@ -269,6 +272,27 @@ def dequantize_rows(data: Tensor, scale_inv: Tensor, mode: str, out_dtype: torch
     return moe_dequantize_rows(data, scale_inv, mode, out_dtype, source_rows)
 
 
+# ---- regrouping of a dispatch's received rows ---------------------------------------------------
+def moe_regroup_index(counts: Tensor, rows: int) -> Tuple[Tensor, Tensor]:
+    """counts (W, L) int32/int64 rows received from source s for local expert e (rows of any
+    stride: e.g. a column slice of a header), rows = their sum (host-known) -> (source_of,
+    expert_of), (rows,) int64 each: expert-major row r is the received (source-major) row
+    source_of[r], and source-major row q is expert-major row expert_of[q]. Source-major: source
+    s's chunks back to back in local-expert order; expert-major: expert e's chunks in source
+    order; each chunk keeps its rows' order. One pass of the C++ op (moe_routing.h,
+    moe_regroup_index): on the CPU counts that do not sum to rows raise; on CUDA (no sync) every
+    index lies in [0, rows), a row the counts do not place mapping to itself."""
+    return _ext.call(_ext.moe_regroup_index, counts, int(rows))
+
+
+@torch.library.register_fake("tessera::moe_regroup_index")
+def _regroup_index_fake(counts, rows):
+    torch._check(counts.dim() == 2, lambda: f"moe_regroup_index: counts must be (W, L), got "
+                 f"{tuple(counts.shape)}")
+    return (counts.new_empty((rows,), dtype=torch.int64),
+            counts.new_empty((rows,), dtype=torch.int64))
+
+
 __all__ = ["QUANT_MODES", "dequantize_rows", "moe_dequantize_rows", "moe_permute",
-           "moe_permute_backward", "moe_routing", "moe_unpermute", "moe_unpermute_backward",
-           "permute", "permuted_rows", "route", "unpermute"]
+           "moe_permute_backward", "moe_regroup_index", "moe_routing", "moe_unpermute",
+           "moe_unpermute_backward", "permute", "permuted_rows", "route", "unpermute"]
