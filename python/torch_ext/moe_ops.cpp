@@ -84,13 +84,16 @@ using PairOut = std::tuple<Tensor, Tensor>;
 // (data (rows, H), scale_inv): mode "none" -> x's dtype and a (0,) FP32; else FP8 codes and the
 // compact scales of the mode — one per row as (rows,) FP32, or (rows', n) FP32 / E8M0 bytes.
 // weights (T, k) FP32 (quantized modes): rows of weights[p] · x[t] (moe_permute_quantize).
+// slot_map (T, k): the routing's, so that CUDA reads each token's row once (the same bits).
 PairOut moe_permute_op(Tensor x, Tensor row_pair, int64_t top_k, std::string mode,
-                       std::string element, bool e8m0_floor, OptTensor weights) {
+                       std::string element, bool e8m0_floor, OptTensor weights,
+                       OptTensor slot_map) {
   return guarded([&]() -> PairOut {
     const CallScope scope(x);
     const Device dev = scope.device();
     const Tensor xc = contiguous_of(x), rp = contiguous_of(row_pair);
-    const OptTensor wc = contiguous_of(weights);
+    const OptTensor wc = contiguous_of(weights), sc = contiguous_of(slot_map);
+    const TensorView sv = view_of(sc, "slot_map");
     const TensorView xv = matrix_view(xc, "moe_permute", "x", "(T, H)");
     const TensorView rv = view_of(rp, "row_pair");
     TESSERA_CHECK_STATUS(rv.ndim == 1, Status::kShapeMismatch,
@@ -100,7 +103,7 @@ PairOut moe_permute_op(Tensor x, Tensor row_pair, int64_t top_k, std::string mod
       TESSERA_CHECK_STATUS(!weights.has_value(), Status::kInvalidArgument,
                            "moe_permute: weights need a quantized mode (got mode \"none\")");
       Tensor data = new_tensor({rows, cols}, xv.dtype, dev);
-      moe_permute(xv, rv, top_k, view_of(data, "out"), scope.stream());
+      moe_permute(xv, rv, sv, top_k, view_of(data, "out"), scope.stream());
       return {data, new_tensor({0}, DType::kFloat32, dev)};
     }
     QuantizedTensorView q;
@@ -116,7 +119,7 @@ PairOut moe_permute_op(Tensor x, Tensor row_pair, int64_t top_k, std::string mod
                       : new_tensor({ss.rows, ss.cols}, sdtype, dev);
     q.data = TensorView::contiguous(data.data_ptr(), q.config.element, {rows, cols}, dev);
     q.scale_inv = TensorView::contiguous(sinv.data_ptr(), ss.dtype, {ss.rows, ss.cols}, dev);
-    moe_permute_quantize(xv, rv, top_k, view_of(wc, "weights"), q, scope.stream());
+    moe_permute_quantize(xv, rv, sv, top_k, view_of(wc, "weights"), q, scope.stream());
     return {data, sinv};
   });
 }
@@ -224,8 +227,8 @@ STABLE_TORCH_LIBRARY_FRAGMENT(tessera, m) {
   m.def("moe_routing(Tensor indices, int num_experts, int align=1, int capacity=-1) -> "
         "(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
   m.def("moe_permute(Tensor x, Tensor row_pair, int top_k, str mode=\"none\", "
-        "str element=\"e4m3\", bool e8m0_floor=False, Tensor? weights=None) -> "
-        "(Tensor, Tensor)");
+        "str element=\"e4m3\", bool e8m0_floor=False, Tensor? weights=None, "
+        "Tensor? slot_map=None) -> (Tensor, Tensor)");
   m.def("moe_permute_backward(Tensor d_permuted, Tensor slot_map, int num_tokens) -> Tensor");
   m.def("moe_unpermute(Tensor y, Tensor slot_map, Tensor row_pair, Tensor? probs=None) -> "
         "Tensor");

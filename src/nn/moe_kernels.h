@@ -83,6 +83,9 @@ struct PermuteArgs {
   // Quantized only: (T, k) FP32 or null. Row r (pair p) is then quantized from
   // weighted_element(weights[p], x[t]) — unpermute backward's dy row, rounded to x's dtype.
   const float* weights = nullptr;
+  // (T, k) of row_pair's dtype or null: the routing's slot map (CUDA: one CTA per token writes the
+  // rows its pairs hold, then one per row the others; the same bits).
+  const void* slot_map = nullptr;
 };
 
 // An element of a weighted permuted row: w · v in FP32, rounded once to the input's dtype In (the

@@ -104,7 +104,7 @@ void check_map(const TensorView& m, const char* arg, int64_t bound) {
 
 
 detail::moe::PermuteArgs permute_args(const TensorView& x, const TensorView& row_pair,
-                                      int64_t top_k, const char* op) {
+                                      const TensorView& slot_map, int64_t top_k, const char* op) {
   check_view(x, "moe permute: x");
   TESSERA_CHECK_STATUS(is_floating_input(x.dtype) && x.ndim == 2, Status::kDTypeMismatch, op,
                        ": x must be a 2-D float32/bfloat16/float16 (T, H), got ", x.to_string());
@@ -122,6 +122,15 @@ detail::moe::PermuteArgs permute_args(const TensorView& x, const TensorView& row
   a.rows = row_pair.shape[0];
   a.row_pair = row_pair.data;
   a.map_dtype = row_pair.dtype;
+  if (slot_map.data != nullptr || slot_map.ndim != 0) {  // given
+    check_matrix(slot_map, "moe permute: slot_map", a.tokens, top_k);
+    TESSERA_CHECK_STATUS(slot_map.dtype == row_pair.dtype, Status::kDTypeMismatch, op,
+                         ": slot_map (", dtype_name(slot_map.dtype),
+                         ") must have row_pair's dtype (", dtype_name(row_pair.dtype), ")");
+    check_same_device(slot_map, x.device, "moe permute: slot_map");
+    check_map(slot_map, "moe permute: slot_map", a.rows);
+    a.slot_map = slot_map.data;
+  }
   return a;
 }
 
@@ -256,7 +265,12 @@ void moe_routing(const TensorView& indices, const MoeRoutingOptions& options,
 
 void moe_permute(const TensorView& x, const TensorView& row_pair, int64_t top_k,
                  const TensorView& out, Stream stream) {
-  detail::moe::PermuteArgs a = permute_args(x, row_pair, top_k, "moe_permute");
+  moe_permute(x, row_pair, TensorView{}, top_k, out, stream);
+}
+
+void moe_permute(const TensorView& x, const TensorView& row_pair, const TensorView& slot_map,
+                 int64_t top_k, const TensorView& out, Stream stream) {
+  detail::moe::PermuteArgs a = permute_args(x, row_pair, slot_map, top_k, "moe_permute");
   check_view(out, "moe_permute: out");
   TESSERA_CHECK_STATUS(out.dtype == x.dtype, Status::kDTypeMismatch, "moe_permute: out (",
                        dtype_name(out.dtype), ") must have the dtype of x (", dtype_name(x.dtype),
@@ -269,13 +283,20 @@ void moe_permute(const TensorView& x, const TensorView& row_pair, int64_t top_k,
 
 void moe_permute_quantize(const TensorView& x, const TensorView& row_pair, int64_t top_k,
                           const QuantizedTensorView& out, Stream stream) {
-  moe_permute_quantize(x, row_pair, top_k, TensorView{}, out, stream);
+  moe_permute_quantize(x, row_pair, TensorView{}, top_k, TensorView{}, out, stream);
 }
 
 void moe_permute_quantize(const TensorView& x, const TensorView& row_pair, int64_t top_k,
                           const TensorView& weights, const QuantizedTensorView& out,
                           Stream stream) {
-  detail::moe::PermuteArgs a = permute_args(x, row_pair, top_k, "moe_permute_quantize");
+  moe_permute_quantize(x, row_pair, TensorView{}, top_k, weights, out, stream);
+}
+
+void moe_permute_quantize(const TensorView& x, const TensorView& row_pair,
+                          const TensorView& slot_map, int64_t top_k, const TensorView& weights,
+                          const QuantizedTensorView& out, Stream stream) {
+  detail::moe::PermuteArgs a =
+      permute_args(x, row_pair, slot_map, top_k, "moe_permute_quantize");
   a.weights = pair_weights_of(weights, a.tokens, top_k, x.device, "moe_permute_quantize",
                               "weights", "moe_permute_quantize: weights");
   const QuantizerConfig& c = out.config;

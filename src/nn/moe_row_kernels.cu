@@ -309,14 +309,25 @@ __device__ void quantize_row_blocks(const RowQuant& q, const In* src, int64_t h,
   }
 }
 
+// Whether permuted row r holds pair p and the slot map points back at it: the rows
+// permute_tokens_kernel writes (every other row is permute_kernel's).
+template <class Map>
+__device__ __forceinline__ bool reached(const PermuteArgs& a, int64_t r, int64_t p) {
+  const auto* slot = static_cast<const Map*>(a.slot_map);
+  return p >= 0 && p < a.tokens * a.top_k && static_cast<int64_t>(slot[p]) == r;
+}
+
+// One CTA per permuted row. skip_reached: the rows permute_tokens_kernel wrote are left alone.
 template <class In, class Map>
-__global__ void __launch_bounds__(kRowThreads) permute_kernel(PermuteArgs a, bool vec) {
+__global__ void __launch_bounds__(kRowThreads) permute_kernel(PermuteArgs a, bool vec,
+                                                              bool skip_reached) {
   __shared__ uint32_t scratch[kRowThreads / 32];
   const auto* x = static_cast<const In*>(a.x);
   const auto* row_pair = static_cast<const Map*>(a.row_pair);
   const int64_t h = a.hidden, pairs = a.tokens * a.top_k;
   for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
     const int64_t p = static_cast<int64_t>(row_pair[r]);
+    if (skip_reached && reached<Map>(a, r, p)) continue;  // uniform over the CTA
     const In* src = p >= 0 && p < pairs ? x + (p / a.top_k) * h : nullptr;
     const bool weighted = a.weights != nullptr && src != nullptr;  // uniform over the CTA
     const float w = weighted ? a.weights[p] : 1.0f;
@@ -328,6 +339,121 @@ __global__ void __launch_bounds__(kRowThreads) permute_kernel(PermuteArgs a, boo
     } else {
       quantize_row_blocks(a.quant, src, h, vec, weighted, w, static_cast<uint8_t*>(a.out) + r * h,
                           a.scale_inv, r);
+    }
+  }
+}
+
+// ---- permute by token (slot_map given, unweighted) -------------------------------------------
+// The stored scale a block_multiplier call wrote into a local `sink` (FP32, or the E8M0 byte in
+// its first byte), stored at scale_inv[index].
+__device__ __forceinline__ void store_scale(const RowQuant& q, void* scale_inv, int64_t index,
+                                            float sink) {
+  if (q.mode == RowQuantMode::kMXFP8) {
+    static_cast<uint8_t*>(scale_inv)[index] = *reinterpret_cast<const uint8_t*>(&sink);
+  } else {
+    static_cast<float*>(scale_inv)[index] = sink;
+  }
+}
+
+// One CTA per token: its row is read once (quantized once: the same codes and scales as
+// permute_kernel gives each of the rows, whose quantization depends on the row alone) and written
+// to every row r = slot_map[p] of its pairs p with row_pair[r] == p. Quantized rows up to
+// kCachedChunks · kRowThreads chunks (all in registers); copies in 16-byte units (vec).
+template <class In, class Map>
+__global__ void __launch_bounds__(kRowThreads) permute_tokens_kernel(PermuteArgs a, bool vec) {
+  __shared__ uint32_t scratch[kRowThreads / 32];
+  const auto* x = static_cast<const In*>(a.x);
+  const auto* slot = static_cast<const Map*>(a.slot_map);
+  const auto* row_pair = static_cast<const Map*>(a.row_pair);
+  const int64_t h = a.hidden, k = a.top_k, chunks = (h + kVec - 1) / kVec;
+  const RowQuant& q = a.quant;
+  for (int64_t t = blockIdx.x; t < a.tokens; t += gridDim.x) {
+    const In* src = x + t * h;
+    // The token's destinations, the same for every thread of the CTA.
+    auto dest = [&](int64_t j) -> int64_t {
+      const int64_t p = t * k + j;
+      const int64_t r = static_cast<int64_t>(slot[p]);
+      return r >= 0 && r < a.rows && static_cast<int64_t>(row_pair[r]) == p ? r : -1;
+    };
+    if (q.mode == RowQuantMode::kNone) {  // vec: whole 16-byte units, kCachedChunks at a time
+      const int64_t n = h * static_cast<int64_t>(sizeof(In)) / 16;
+      const auto* s4 = reinterpret_cast<const uint4*>(src);
+      for (int64_t base = 0; base < n; base += int64_t{kCachedChunks} * kRowThreads) {
+        uint4 v[kCachedChunks];
+#pragma unroll
+        for (int u = 0; u < kCachedChunks; ++u) {
+          const int64_t i = base + threadIdx.x + int64_t{u} * kRowThreads;
+          v[u] = i < n ? s4[i] : make_uint4(0, 0, 0, 0);
+        }
+        for (int64_t j = 0; j < k; ++j) {
+          const int64_t r = dest(j);
+          if (r < 0) continue;
+          auto* d4 = reinterpret_cast<uint4*>(static_cast<In*>(a.out) + r * h);
+#pragma unroll
+          for (int u = 0; u < kCachedChunks; ++u) {
+            const int64_t i = base + threadIdx.x + int64_t{u} * kRowThreads;
+            if (i < n) __stcs(d4 + i, v[u]);
+          }
+        }
+      }
+      continue;
+    }
+    RawChunk<In> cache[kCachedChunks];
+#pragma unroll
+    for (int i = 0; i < kCachedChunks; ++i) {  // every load issued before the first is used
+      const int64_t c = threadIdx.x + int64_t{i} * kRowThreads;
+      if (c < chunks) cache[i].load(src, c * kVec, h, vec);
+      else cache[i].zero();
+    }
+    uint2 codes[kCachedChunks];
+    float sink[kCachedChunks] = {};  // the stored scale of the block whose first chunk is here
+    bool owner[kCachedChunks] = {};
+    if (q.mode == RowQuantMode::kRowwise) {
+      uint32_t m = 0;
+#pragma unroll
+      for (int i = 0; i < kCachedChunks; ++i) {
+        float v[kVec];
+        cache[i].floats(v);
+        m = max(m, chunk_amax(v));
+      }
+      m = cuda_quant::block_max<kRowThreads>(m, scratch);
+      const float mult = block_multiplier(q, m, &sink[0], 0);
+      owner[0] = threadIdx.x == 0;
+#pragma unroll
+      for (int i = 0; i < kCachedChunks; ++i) {
+        float v[kVec];
+        cache[i].floats(v);
+        codes[i] = encode_chunk(q, v, mult);
+      }
+    } else {  // block1x128 / MXFP8: a block's g chunks on g neighbouring lanes
+      const int g = static_cast<int>(q.block / kVec);
+#pragma unroll
+      for (int i = 0; i < kCachedChunks; ++i) {
+        const int64_t c = threadIdx.x + int64_t{i} * kRowThreads;
+        float v[kVec];
+        cache[i].floats(v);
+        uint32_t m = chunk_amax(v);
+        for (int o = g / 2; o >= 1; o /= 2) m = max(m, __shfl_xor_sync(0xffffffffu, m, o));
+        const float mult = block_multiplier(q, m, &sink[i], 0);
+        owner[i] = c < chunks && c % g == 0;
+        codes[i] = encode_chunk(q, v, mult);
+      }
+    }
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t r = dest(j);
+      if (r < 0) continue;
+      uint8_t* out = static_cast<uint8_t*>(a.out) + r * h;
+#pragma unroll
+      for (int i = 0; i < kCachedChunks; ++i) {
+        const int64_t c = threadIdx.x + int64_t{i} * kRowThreads;
+        if (c < chunks) store_codes(out, c * kVec, h, vec, codes[i]);
+        if (owner[i]) {
+          const int64_t at = q.mode == RowQuantMode::kRowwise
+                                 ? r
+                                 : r * q.scale_cols + c / (q.block / kVec);
+          store_scale(q, a.scale_inv, at, sink[i]);
+        }
+      }
     }
   }
 }
@@ -562,9 +688,18 @@ void permute_cuda(const PermuteArgs& a, Device device, Stream stream) {
                                      reinterpret_cast<uintptr_t>(a.out) % 8 == 0
                                : a.hidden * static_cast<int64_t>(sizeof(In)) % 16 == 0 &&
                                      aligned16(a.x) && aligned16(a.out);
+    // With the slot map (and no per-pair weights): a CTA per token writes the rows its pairs
+    // hold, then a CTA per row writes the others (rows slot_map does not reach, zero rows).
+    const int64_t chunks = (a.hidden + kVec - 1) / kVec;
+    const bool by_token = a.slot_map != nullptr && a.weights == nullptr && a.tokens > 0 &&
+                          (quantized ? chunks <= int64_t{kCachedChunks} * kRowThreads : vec);
     dispatch_index_dtype(a.map_dtype, "row_pair", [&](auto mt) {
-      permute_kernel<In, typename decltype(mt)::type>
-          <<<grid_for(a.rows), kRowThreads, 0, s>>>(a, vec);
+      using Map = typename decltype(mt)::type;
+      if (by_token) {
+        permute_tokens_kernel<In, Map><<<grid_for(a.tokens), kRowThreads, 0, s>>>(a, vec);
+        TESSERA_CUDA_CHECK_LAUNCH();
+      }
+      permute_kernel<In, Map><<<grid_for(a.rows), kRowThreads, 0, s>>>(a, vec, by_token);
       TESSERA_CUDA_CHECK_LAUNCH();
     });
   });

@@ -130,6 +130,55 @@ def test_weighted_permute_quantizes_the_unpermute_backward_rows(device, mode, dt
         moe.moe_unpermute_backward(d, yy, slot, row_pair, None, need_dy=False)
 
 
+@pytest.mark.parametrize("device", _DEVICES)
+@pytest.mark.parametrize("mode", ["none", "rowwise", "block1x128", "mxfp8"])
+@pytest.mark.parametrize("h,dtype", [(264, torch.bfloat16), (7168, torch.bfloat16),
+                                     (100, torch.float16), (264, torch.float32),
+                                     (8200, torch.bfloat16)])
+def test_permute_with_slot_map_gives_the_same_bits(device, mode, h, dtype):
+    """moe_permute(..., slot_map=) (on CUDA: a CTA per token writes its pairs' rows, one per row
+    the rest) equals the permute without it, bit for bit: dropless and capacity routing, int32
+    maps, a NaN / inf / zero token, rows of odd length and past the 8192 elements kept in
+    registers (the per-row kernel then), and a slot_map that does not match row_pair (every row
+    is still written from row_pair)."""
+    g = torch.Generator().manual_seed(h)
+    t, k, e = 37, 3, 5
+    x = (torch.randn(t, h, generator=g) * 4).to(dtype)
+    x[2] = 0
+    x[5, 3] = float("nan")
+    x[6, 1] = float("inf")
+    idx = torch.randint(0, e, (t, k), generator=g)
+    xd = x.to(device)
+    for cap, map_dtype in ((-1, torch.int64), (16, torch.int64), (-1, torch.int32)):
+        r = moe.moe_routing(idx.to(device), e, 16, cap)
+        slot, row_pair = r[2].to(map_dtype), r[3].to(map_dtype)
+        want = moe.moe_permute(xd, row_pair, k, mode)
+        got = moe.moe_permute(xd, row_pair, k, mode, slot_map=slot)
+        for a, b in zip(got, want):
+            assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), (cap, map_dtype)
+        # A slot map that points elsewhere (pairs swapped, one pair dropped): same bits.
+        wrong = slot.clone().reshape(-1)
+        wrong[[0, 1]] = wrong[[1, 0]]
+        wrong[4] = -1
+        got = moe.moe_permute(xd, row_pair, k, mode, slot_map=wrong.reshape(t, k))
+        for a, b in zip(got, want):
+            assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), (cap, "wrong map")
+
+
+def test_permute_slot_map_errors():
+    x = torch.randn(6, 16)
+    r = moe.moe_routing(torch.randint(0, 3, (6, 2)), 3, 1, -1)
+    slot, row_pair = r[2], r[3]
+    with pytest.raises(C.ShapeError, match="slot_map"):
+        moe.moe_permute(x, row_pair, 2, slot_map=slot[:5])
+    with pytest.raises(C.DTypeError, match="slot_map .* must have row_pair's dtype"):
+        moe.moe_permute(x, row_pair, 2, "rowwise", slot_map=slot.to(torch.int32))
+    bad = slot.clone()
+    bad[0, 0] = row_pair.shape[0]
+    with pytest.raises(C.OutOfRangeError, match="slot_map"):
+        moe.moe_permute(x, row_pair, 2, slot_map=bad)
+
+
 def test_unpermute_and_permute_gradients_match_torch():
     g = torch.Generator().manual_seed(4)
     idx = torch.randint(0, 4, (30, 2), generator=g)

@@ -311,7 +311,8 @@ def _prepare(x: Tensor, indices: Tensor, num_experts: int, group, mode: str, ali
     # The permute (+ quantize) needs only the routing: enqueued before the header exchange, whose
     # host copy (dropless) then waits for it too, instead of the device idling after that copy
     # while the host enqueues it. Its gradient is _DispatchFn's (x is used detached here).
-    payload = ops.moe_permute(x.detach(), row_pair, k, mode, "e4m3", e8m0_floor)
+    payload = ops.moe_permute(x.detach(), row_pair, k, mode, "e4m3", e8m0_floor,
+                              slot_map=slot_map)
     lay = _exchange_layout(group, num_experts, offsets[1:] - offsets[:-1], error_bits, dropped,
                            cap, sync_checks, "dispatch")
     return DispatchState(group=group, world=world, num_experts=num_experts,

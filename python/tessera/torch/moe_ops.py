@@ -14,7 +14,7 @@ impls for torch.compile, the autograd of moe_unpermute, and wrappers that raise 
         -> (counts (E,), padded_offsets (E+1,), slot_map (T, k), row_pair (rows,), dropped (1,),
             error_flag (1,) int32)
     moe_permute(x (T, H), row_pair, top_k, mode="none", element="e4m3", e8m0_floor=False,
-                weights=None) -> (data (rows, H), scale_inv)
+                weights=None, slot_map=None) -> (data (rows, H), scale_inv)
                                    mode none | rowwise | block1x128 | mxfp8; weights (T, k):
                                    rows of weights[p] * x[t] (unpermute backward's dy rows)
     moe_permute_backward(d_permuted (rows, H), slot_map, num_tokens) -> dx (T, H)
@@ -121,7 +121,8 @@ def _permute_outputs(x: Tensor, rows, mode: str, element: str):
 
 def moe_permute(x: Tensor, row_pair: Tensor, top_k: int, mode: str = "none",
                 element: str = "e4m3", e8m0_floor: bool = False,
-                weights: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+                weights: Optional[Tensor] = None,
+                slot_map: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
     """Tokens (T, H) into the permuted buffer (rows, H), quantized per `mode` in the same pass.
 
     Returns (data, scale_inv): mode "none" -> (x.dtype data, empty); "rowwise" -> (FP8, (rows,)
@@ -130,15 +131,19 @@ def moe_permute(x: Tensor, row_pair: Tensor, top_k: int, mode: str = "none",
     weights (T, k) float32, quantized modes only: the row of pair p = (t, j) is quantized from
     weights[t, j] * x[t] rounded to x's dtype — the dy row moe_unpermute_backward(x, ...,
     probs=weights) writes, so a combine's backward quantizes its gradient in one pass.
+    slot_map (T, k): the routing's (moe_routing), row_pair's dtype. On CUDA each token's row is
+    then read (and quantized) once and written to the rows of its pairs; the same bits as
+    without it, whatever slot_map holds (moe_routing.h).
     """
     if mode not in QUANT_MODES:
         raise _C.InvalidArgumentError(f"moe_permute: mode {mode!r} is not one of {QUANT_MODES}")
-    return _ext.call(_ext.moe_permute, x, row_pair, top_k, mode, element, e8m0_floor, weights)
+    return _ext.call(_ext.moe_permute, x, row_pair, top_k, mode, element, e8m0_floor, weights,
+                     slot_map)
 
 
 @torch.library.register_fake("tessera::moe_permute")
 def _permute_fake(x, row_pair, top_k, mode="none", element="e4m3", e8m0_floor=False,
-                  weights=None):
+                  weights=None, slot_map=None):
     return _permute_outputs(x, row_pair.shape[0], mode, element)
 
 
@@ -157,7 +162,7 @@ class _PermuteFn(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, row_pair, slot_map, top_k):
-        data, _ = moe_permute(x, row_pair, top_k)
+        data, _ = moe_permute(x, row_pair, top_k, slot_map=slot_map)
         ctx.save_for_backward(slot_map)
         ctx.num_tokens = x.shape[0]
         return data
