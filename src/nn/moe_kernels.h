@@ -84,7 +84,7 @@ struct PermuteArgs {
   // weighted_element(weights[p], x[t]) — unpermute backward's dy row, rounded to x's dtype.
   const float* weights = nullptr;
   // (T, k) of row_pair's dtype or null: the routing's slot map (CUDA: one CTA per token writes the
-  // rows its pairs hold, then one per row the others; the same bits).
+  // rows its pairs hold, then one per row the others; the same bits, weighted or not).
   const void* slot_map = nullptr;
 };
 

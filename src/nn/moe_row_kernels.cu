@@ -355,10 +355,11 @@ __device__ __forceinline__ void store_scale(const RowQuant& q, void* scale_inv, 
   }
 }
 
-// One CTA per token: its row is read once (quantized once: the same codes and scales as
-// permute_kernel gives each of the rows, whose quantization depends on the row alone) and written
-// to every row r = slot_map[p] of its pairs p with row_pair[r] == p. Quantized rows up to
-// kCachedChunks · kRowThreads chunks (all in registers); copies in 16-byte units (vec).
+// One CTA per token: its row is read once and written to every row r = slot_map[p] of its pairs
+// p with row_pair[r] == p — quantized once (the same codes and scales as permute_kernel gives
+// each of those rows: a row's quantization depends on the row alone), or once per pair with
+// per-pair weights (each pair's weighted row, from the row kept in registers). Quantized rows up
+// to kCachedChunks · kRowThreads chunks (all in registers); copies in 16-byte units (vec).
 template <class In, class Map>
 __global__ void __launch_bounds__(kRowThreads) permute_tokens_kernel(PermuteArgs a, bool vec) {
   __shared__ uint32_t scratch[kRowThreads / 32];
@@ -408,40 +409,51 @@ __global__ void __launch_bounds__(kRowThreads) permute_tokens_kernel(PermuteArgs
     uint2 codes[kCachedChunks];
     float sink[kCachedChunks] = {};  // the stored scale of the block whose first chunk is here
     bool owner[kCachedChunks] = {};
-    if (q.mode == RowQuantMode::kRowwise) {
-      uint32_t m = 0;
+    // The codes and scales of the row weighted by w (per-row kernel's arithmetic: weigh, amax,
+    // multiplier, encode), from the chunks in registers. Called by the whole CTA.
+    auto encode = [&](bool weighted, float w) {
+      if (q.mode == RowQuantMode::kRowwise) {
+        uint32_t m = 0;
 #pragma unroll
-      for (int i = 0; i < kCachedChunks; ++i) {
-        float v[kVec];
-        cache[i].floats(v);
-        m = max(m, chunk_amax(v));
-      }
-      m = cuda_quant::block_max<kRowThreads>(m, scratch);
-      const float mult = block_multiplier(q, m, &sink[0], 0);
-      owner[0] = threadIdx.x == 0;
+        for (int i = 0; i < kCachedChunks; ++i) {
+          float v[kVec];
+          cache[i].floats(v);
+          weigh<In>(v, weighted, w);
+          m = max(m, chunk_amax(v));
+        }
+        m = cuda_quant::block_max<kRowThreads>(m, scratch);
+        const float mult = block_multiplier(q, m, &sink[0], 0);
+        owner[0] = threadIdx.x == 0;
 #pragma unroll
-      for (int i = 0; i < kCachedChunks; ++i) {
-        float v[kVec];
-        cache[i].floats(v);
-        codes[i] = encode_chunk(q, v, mult);
+        for (int i = 0; i < kCachedChunks; ++i) {
+          float v[kVec];
+          cache[i].floats(v);
+          weigh<In>(v, weighted, w);
+          codes[i] = encode_chunk(q, v, mult);
+        }
+        return;
       }
-    } else {  // block1x128 / MXFP8: a block's g chunks on g neighbouring lanes
-      const int g = static_cast<int>(q.block / kVec);
+      const int g = static_cast<int>(q.block / kVec);  // block1x128 / MXFP8: g lanes a block
 #pragma unroll
       for (int i = 0; i < kCachedChunks; ++i) {
         const int64_t c = threadIdx.x + int64_t{i} * kRowThreads;
         float v[kVec];
         cache[i].floats(v);
+        weigh<In>(v, weighted, w);
         uint32_t m = chunk_amax(v);
         for (int o = g / 2; o >= 1; o /= 2) m = max(m, __shfl_xor_sync(0xffffffffu, m, o));
         const float mult = block_multiplier(q, m, &sink[i], 0);
         owner[i] = c < chunks && c % g == 0;
         codes[i] = encode_chunk(q, v, mult);
       }
-    }
+    };
+    // Unweighted: one quantization for all the token's rows; weighted: one per pair.
+    const bool weighted = a.weights != nullptr;
+    if (!weighted) encode(false, 1.0f);
     for (int64_t j = 0; j < k; ++j) {
       const int64_t r = dest(j);
-      if (r < 0) continue;
+      if (r < 0) continue;  // uniform over the CTA
+      if (weighted) encode(true, a.weights[t * k + j]);
       uint8_t* out = static_cast<uint8_t*>(a.out) + r * h;
 #pragma unroll
       for (int i = 0; i < kCachedChunks; ++i) {
@@ -688,11 +700,16 @@ void permute_cuda(const PermuteArgs& a, Device device, Stream stream) {
                                      reinterpret_cast<uintptr_t>(a.out) % 8 == 0
                                : a.hidden * static_cast<int64_t>(sizeof(In)) % 16 == 0 &&
                                      aligned16(a.x) && aligned16(a.out);
-    // With the slot map (and no per-pair weights): a CTA per token writes the rows its pairs
-    // hold, then a CTA per row writes the others (rows slot_map does not reach, zero rows).
+    // With the slot map: a CTA per token writes the rows its pairs hold, then a CTA per row
+    // writes the others (rows slot_map does not reach, zero rows). Weighted block scaling stays
+    // per row: its k encodes per token measured slower than the per-row kernel
+    // (bench/results/2026-11-28-moe-regroup-medians-h200.md, run 9).
     const int64_t chunks = (a.hidden + kVec - 1) / kVec;
-    const bool by_token = a.slot_map != nullptr && a.weights == nullptr && a.tokens > 0 &&
-                          (quantized ? chunks <= int64_t{kCachedChunks} * kRowThreads : vec);
+    const bool by_token =
+        a.slot_map != nullptr && a.tokens > 0 &&
+        (quantized ? chunks <= int64_t{kCachedChunks} * kRowThreads &&
+                         (a.weights == nullptr || a.quant.mode == RowQuantMode::kRowwise)
+                   : vec);
     dispatch_index_dtype(a.map_dtype, "row_pair", [&](auto mt) {
       using Map = typename decltype(mt)::type;
       if (by_token) {

@@ -140,7 +140,7 @@ def test_permute_with_slot_map_gives_the_same_bits(device, mode, h, dtype):
     the rest) equals the permute without it, bit for bit: dropless and capacity routing, int32
     maps, a NaN / inf / zero token, rows of odd length and past the 8192 elements kept in
     registers (the per-row kernel then), and a slot_map that does not match row_pair (every row
-    is still written from row_pair)."""
+    is still written from row_pair); and the weighted quantize (per-pair weights, a zero one)."""
     g = torch.Generator().manual_seed(h)
     t, k, e = 37, 3, 5
     x = (torch.randn(t, h, generator=g) * 4).to(dtype)
@@ -156,6 +156,13 @@ def test_permute_with_slot_map_gives_the_same_bits(device, mode, h, dtype):
         got = moe.moe_permute(xd, row_pair, k, mode, slot_map=slot)
         for a, b in zip(got, want):
             assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), (cap, map_dtype)
+        if mode != "none":  # per-pair weights (the combine's backward): one quantization a pair
+            w = torch.rand(t, k, generator=g).to(device)
+            w[1, 2] = 0.0
+            want_w = moe.moe_permute(xd, row_pair, k, mode, weights=w)
+            got_w = moe.moe_permute(xd, row_pair, k, mode, weights=w, slot_map=slot)
+            for a, b in zip(got_w, want_w):
+                assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), (cap, "weighted")
         # A slot map that points elsewhere (pairs swapped, one pair dropped): same bits.
         wrong = slot.clone().reshape(-1)
         wrong[[0, 1]] = wrong[[1, 0]]

@@ -115,11 +115,12 @@ void moe_permute_quantize(const TensorView& x, const TensorView& row_pair, int64
 
 // Both permutes with the routing's slot_map (T, k) as well (moe_routing's; row_pair's dtype, on
 // x's device; CPU: entries in [-1, rows)): on CUDA a CTA per token then reads its row once and
-// writes it — quantized once, for the unweighted quantize — to every row its pairs hold, and a
-// CTA per row writes the other rows, instead of a CTA per row reading its token's row once per
-// pair. The output is the same bits as without slot_map, for ANY slot_map: a row r holding pair
-// p is written from x[p / k] whether or not slot_map[p] == r. (The weighted quantize and
-// quantized rows past 8192 elements take the per-row kernel either way.)
+// writes it to every row its pairs hold — quantized once, or once per pair with weights, from
+// the row kept in registers — and a CTA per row writes the other rows, instead of a CTA per row
+// reading its token's row once per pair. The output is the same bits as without slot_map, for
+// ANY slot_map: a row r holding pair p is written from x[p / k] whether or not
+// slot_map[p] == r. (Quantized rows past 8192 elements, and weighted block1x128 / MXFP8 rows,
+// take the per-row kernel either way.)
 void moe_permute(const TensorView& x, const TensorView& row_pair, const TensorView& slot_map,
                  int64_t top_k, const TensorView& out, Stream stream = {});
 void moe_permute_quantize(const TensorView& x, const TensorView& row_pair,

@@ -388,7 +388,8 @@ class _CombineFn(torch.autograd.Function):
             dprobs = (ops.moe_unpermute_backward(dout, y_perm, state.slot_map, state.row_pair,
                                                  probs, need_dy=False)[1] if need_p else None)
             codes, sinv = ops.moe_permute(dout, state.row_pair, state.slot_map.shape[1], mode,
-                                          "e4m3", state.extra["e8m0_floor"], weights=probs)
+                                          "e4m3", state.extra["e8m0_floor"], weights=probs,
+                                          slot_map=state.slot_map)
             dy = _deliver(codes, sinv, mode, dout.dtype, state)
         return dy, (dprobs if need_p else None), None
 
