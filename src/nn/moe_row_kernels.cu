@@ -213,19 +213,23 @@ __device__ __forceinline__ void weigh(float (&v)[kVec], bool weighted, float w) 
   for (int e = 0; e < kVec; ++e) v[e] = weighted_element<In>(w, v[e]);
 }
 
-// Rowwise: the row's amax over the CTA, then the encode from the chunks kept in registers.
+// The first kCachedChunks chunks of a row (src null: a zero row) into registers, every load
+// issued before the first is used.
 template <class In>
-__device__ void quantize_row_rowwise(const RowQuant& q, const In* src, int64_t h, bool vec,
-                                     bool weighted, float w, uint8_t* out, void* scale_inv,
-                                     int64_t r, uint32_t* scratch) {
-  const int64_t chunks = (h + kVec - 1) / kVec;
-  RawChunk<In> cache[kCachedChunks];
+__device__ __forceinline__ void load_cached(RawChunk<In> (&cache)[kCachedChunks], const In* src,
+                                            int64_t h, int64_t chunks, bool vec) {
 #pragma unroll
-  for (int i = 0; i < kCachedChunks; ++i) {  // every load issued before the first is used
+  for (int i = 0; i < kCachedChunks; ++i) {
     const int64_t c = threadIdx.x + int64_t{i} * kRowThreads;
     if (src != nullptr && c < chunks) cache[i].load(src, c * kVec, h, vec);
     else cache[i].zero();
   }
+}
+
+// This thread's abs-bits maximum over its cached chunks (weighted as weigh does).
+template <class In>
+__device__ __forceinline__ uint32_t cached_amax(const RawChunk<In> (&cache)[kCachedChunks],
+                                                bool weighted, float w) {
   uint32_t m = 0;
 #pragma unroll
   for (int i = 0; i < kCachedChunks; ++i) {
@@ -234,6 +238,32 @@ __device__ void quantize_row_rowwise(const RowQuant& q, const In* src, int64_t h
     weigh<In>(v, weighted, w);
     m = max(m, chunk_amax(v));
   }
+  return m;
+}
+
+// The codes of this thread's cached chunks under one multiplier (weighted as weigh does).
+template <class In>
+__device__ __forceinline__ void cached_codes(const RawChunk<In> (&cache)[kCachedChunks],
+                                             bool weighted, float w, const RowQuant& q,
+                                             float mult, uint2 (&codes)[kCachedChunks]) {
+#pragma unroll
+  for (int i = 0; i < kCachedChunks; ++i) {
+    float v[kVec];
+    cache[i].floats(v);
+    weigh<In>(v, weighted, w);
+    codes[i] = encode_chunk(q, v, mult);
+  }
+}
+
+// Rowwise: the row's amax over the CTA, then the encode from the chunks kept in registers.
+template <class In>
+__device__ void quantize_row_rowwise(const RowQuant& q, const In* src, int64_t h, bool vec,
+                                     bool weighted, float w, uint8_t* out, void* scale_inv,
+                                     int64_t r, uint32_t* scratch) {
+  const int64_t chunks = (h + kVec - 1) / kVec;
+  RawChunk<In> cache[kCachedChunks];
+  load_cached(cache, src, h, chunks, vec);
+  uint32_t m = cached_amax(cache, weighted, w);
   for (int64_t c = threadIdx.x + int64_t{kCachedChunks} * kRowThreads; src != nullptr && c < chunks;
        c += kRowThreads) {
     float v[kVec];
@@ -245,13 +275,12 @@ __device__ void quantize_row_rowwise(const RowQuant& q, const In* src, int64_t h
   float sink = 0.0f;  // threads other than 0 compute the multiplier without storing the scale
   const float mult = threadIdx.x == 0 ? block_multiplier(q, m, scale_inv, r)
                                       : block_multiplier(q, m, &sink, 0);
+  uint2 codes[kCachedChunks];
+  cached_codes(cache, weighted, w, q, mult, codes);
 #pragma unroll
   for (int i = 0; i < kCachedChunks; ++i) {
     const int64_t c = threadIdx.x + int64_t{i} * kRowThreads;
-    float v[kVec];
-    cache[i].floats(v);
-    weigh<In>(v, weighted, w);
-    if (c < chunks) store_codes(out, c * kVec, h, vec, encode_chunk(q, v, mult));
+    if (c < chunks) store_codes(out, c * kVec, h, vec, codes[i]);
   }
   for (int64_t c = threadIdx.x + int64_t{kCachedChunks} * kRowThreads; c < chunks;
        c += kRowThreads) {
@@ -285,12 +314,7 @@ __device__ void quantize_row_blocks(const RowQuant& q, const In* src, int64_t h,
                                     int64_t r) {
   const int64_t chunks = (h + kVec - 1) / kVec;
   RawChunk<In> cache[kCachedChunks];
-#pragma unroll
-  for (int i = 0; i < kCachedChunks; ++i) {
-    const int64_t c = threadIdx.x + int64_t{i} * kRowThreads;
-    if (src != nullptr && c < chunks) cache[i].load(src, c * kVec, h, vec);
-    else cache[i].zero();
-  }
+  load_cached(cache, src, h, chunks, vec);
 #pragma unroll
   for (int i = 0; i < kCachedChunks; ++i) {  // uniform trip count (shuffles)
     if (int64_t{i} * kRowThreads >= chunks) break;
@@ -400,12 +424,7 @@ __global__ void __launch_bounds__(kRowThreads) permute_tokens_kernel(PermuteArgs
       continue;
     }
     RawChunk<In> cache[kCachedChunks];
-#pragma unroll
-    for (int i = 0; i < kCachedChunks; ++i) {  // every load issued before the first is used
-      const int64_t c = threadIdx.x + int64_t{i} * kRowThreads;
-      if (c < chunks) cache[i].load(src, c * kVec, h, vec);
-      else cache[i].zero();
-    }
+    load_cached(cache, src, h, chunks, vec);
     uint2 codes[kCachedChunks];
     float sink[kCachedChunks] = {};  // the stored scale of the block whose first chunk is here
     bool owner[kCachedChunks] = {};
@@ -413,24 +432,11 @@ __global__ void __launch_bounds__(kRowThreads) permute_tokens_kernel(PermuteArgs
     // multiplier, encode), from the chunks in registers. Called by the whole CTA.
     auto encode = [&](bool weighted, float w) {
       if (q.mode == RowQuantMode::kRowwise) {
-        uint32_t m = 0;
-#pragma unroll
-        for (int i = 0; i < kCachedChunks; ++i) {
-          float v[kVec];
-          cache[i].floats(v);
-          weigh<In>(v, weighted, w);
-          m = max(m, chunk_amax(v));
-        }
-        m = cuda_quant::block_max<kRowThreads>(m, scratch);
+        const uint32_t m =
+            cuda_quant::block_max<kRowThreads>(cached_amax(cache, weighted, w), scratch);
         const float mult = block_multiplier(q, m, &sink[0], 0);
         owner[0] = threadIdx.x == 0;
-#pragma unroll
-        for (int i = 0; i < kCachedChunks; ++i) {
-          float v[kVec];
-          cache[i].floats(v);
-          weigh<In>(v, weighted, w);
-          codes[i] = encode_chunk(q, v, mult);
-        }
+        cached_codes(cache, weighted, w, q, mult, codes);
         return;
       }
       const int g = static_cast<int>(q.block / kVec);  // block1x128 / MXFP8: g lanes a block
