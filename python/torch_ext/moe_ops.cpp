@@ -1,9 +1,9 @@
 // torch.ops.tessera.moe_*: the single-device MoE ops of tessera.torch (tessera/nn/moe_routing.h)
 // as compiled torch ops — routing metadata, permute (+ fused quantization), unpermute, their
-// backwards, the dequantize of a permuted payload and the regrouping index of a dispatch. Each converts its tensors once and runs
-// the C++ op on torch's current stream; outputs come from torch's allocator. Fakes (meta) and
-// autograd live in tessera/torch/moe_ops.py. The nanobind `_moe_*_into` functions stay for
-// array callers without torch.
+// backwards, the dequantize of a permuted payload and the regrouping index of a dispatch. Each
+// converts its tensors once and runs the C++ op on torch's current stream; outputs come from
+// torch's allocator. Fakes (meta) and autograd live in tessera/torch/moe_ops.py. The nanobind
+// `_moe_*_into` functions stay for array callers without torch.
 #include <cstdint>
 #include <string>
 #include <tuple>

@@ -1,8 +1,8 @@
 // Internals of the expert-parallel routing ops (include/tessera/nn/moe_routing.h): the argument
 // blocks the checked entry points (moe_routing.cpp) hand to the CPU loops (moe_routing_cpu.cpp)
-// and the CUDA kernels (moe_routing.cu: routing; moe_row_kernels.cu: the row ops), and the
-// per-block quantization, dequantization and reduction rules both backends share so that they
-// give the same bits.
+// and the CUDA kernels (moe_routing.cu: routing, regroup; moe_permute_kernels.cu and
+// moe_row_kernels.cu: the row ops), and the per-block quantization, dequantization and reduction
+// rules both backends share so that they give the same bits.
 #pragma once
 
 #include <cstdint>
@@ -198,8 +198,8 @@ TESSERA_HD int64_t dequantize_source(const DequantizeArgs& a, int64_t r) {
   return s >= 0 && s < a.data_rows ? s : -1;
 }
 
-// CUDA: workspace bytes and the kernels (moe_routing.cu, moe_row_kernels.cu;
-// moe_routing_no_cuda.cpp without nvcc).
+// CUDA: workspace bytes and the kernels (moe_routing.cu, moe_permute_kernels.cu,
+// moe_row_kernels.cu; moe_routing_no_cuda.cpp without nvcc).
 int64_t routing_workspace_bytes_cuda(int64_t pairs, int64_t experts);
 void routing_cuda(const RoutingArgs& a, Device device, Stream stream);
 void permute_cuda(const PermuteArgs& a, Device device, Stream stream);

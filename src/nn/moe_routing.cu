@@ -1,5 +1,6 @@
-// CUDA kernels of the routing metadata (the row ops: moe_row_kernels.cu). Same bits as the CPU
-// loop (moe_routing_cpu.cpp) by construction: the kept pairs and their ranks follow pair order.
+// CUDA kernels of the routing metadata and the regroup index (the row ops: moe_permute_kernels.cu,
+// moe_row_kernels.cu). Same bits as the CPU loop (moe_routing_cpu.cpp) by construction: the kept
+// pairs and their ranks follow pair order.
 //
 // Routing, without a host sync (graph-capturable), in four launches:
 //   1. count: one block per chunk of kChunk pairs counts its pairs per expert (shared histogram)
