@@ -57,9 +57,8 @@ __global__ void __launch_bounds__(kColThreads) member_columns_kernel(MemberColum
     const int c = static_cast<int>(threadIdx.x);
     uint32_t m = part[0][c];
     for (int i = 1; i < kColWarps; ++i) m = part[i][c] > m ? part[i][c] : m;
-    float sink = 0.0f;
     mult[c] = k0 + c < a.cols ? moe::block_multiplier(a.quant, m, a.scale_inv, g * a.cols + k0 + c)
-                              : moe::block_multiplier(a.quant, 0, &sink, 0);
+                              : moe::block_scale(a.quant, 0).multiplier;
   }
   __syncthreads();
   const float f0 = mult[2 * lane], f1 = mult[2 * lane + 1];
@@ -396,11 +395,12 @@ __global__ void __launch_bounds__(kColThreads, 3) wide_encode_kernel(MemberColum
     const uint32_t bits[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
     // The warp holding the member's first row stores its scales (one per slot).
     const bool owner = a.members.begin(g) == r_begin;
-    float sink = 0.0f;
 #pragma unroll
-    for (int e = 0; e < 8; ++e)
-      f[e] = owner ? moe::block_multiplier(a.quant, bits[e], a.scale_inv, g * a.cols + c0 + e)
-                   : moe::block_multiplier(a.quant, bits[e], &sink, 0);
+    for (int e = 0; e < 8; ++e) {
+      const moe::BlockScale bs = moe::block_scale(a.quant, bits[e]);
+      if (owner) moe::store_block_scale(a.quant, bs, a.scale_inv, g * a.cols + c0 + e);
+      f[e] = bs.multiplier;
+    }
   }
   if (!kPerMember && blockIdx.y == 0) fold_empty_member_scales(a, mult, k0);
   const In* src = static_cast<const In*>(a.x) + (span.first >= 0 ? span.first : 0) * a.cols + c0;
@@ -414,30 +414,20 @@ __global__ void __launch_bounds__(kColThreads, 3) wide_encode_kernel(MemberColum
       const bool in = ok && b + j < span.live;
       raw[j] = in ? *reinterpret_cast<const uint4*>(src + (b + j) * a.cols) : make_uint4(0, 0, 0, 0);
     }
-    // The batch's 8 row multipliers (32-byte aligned; the scratch holds whole 8-row runs), or
-    // the member's (kPerMember).
-    uint4 rm[2] = {};
-    if (kPerMember) {
-      rm[0].x = rm[0].y = rm[0].z = rm[0].w = rm[1].x = rm[1].y = rm[1].z = rm[1].w =
-          __float_as_uint(f[0]);
-    } else if (rows_out && b < rows_here) {
-      rm[0] = *reinterpret_cast<const uint4*>(row_mult + r_begin + b);
-      rm[1] = *reinterpret_cast<const uint4*>(row_mult + r_begin + b + 4);
-    }
-    const uint32_t rbits[kBatchRows] = {rm[0].x, rm[0].y, rm[0].z, rm[0].w,
-                                        rm[1].x, rm[1].y, rm[1].z, rm[1].w};
+    // The batch's 8 row multipliers, or the member's (kPerMember). Lane j < 8 takes row j's
+    // from its amax bits (and, in column tile 0, stores its scale); the others read it from
+    // that lane.
     float rf[kBatchRows];
+    if (kPerMember) {
 #pragma unroll
-    for (int j = 0; j < kBatchRows; ++j) {
-      if (kPerMember) {
-        rf[j] = __uint_as_float(rbits[j]);
-      } else {  // row r's multiplier from its amax bits; lane j of slab 0 stores its scale
-        const int64_t r = r_begin + b + j;
-        float sink = 0.0f;
-        rf[j] = rows_out && blockIdx.x == 0 && lane == j && r < a.rows
-                    ? moe::block_multiplier(a.row_quant, rbits[j], a.row_scale_inv, r)
-                    : moe::block_multiplier(a.row_quant, rbits[j], &sink, 0);
-      }
+      for (int j = 0; j < kBatchRows; ++j) rf[j] = f[0];
+    } else {
+      const int64_t r = r_begin + b + lane;
+      const bool mine = rows_out && lane < kBatchRows && r < a.rows;
+      const moe::BlockScale bs = moe::block_scale(a.row_quant, mine ? row_mult[r] : 0u);
+      if (mine && blockIdx.x == 0) moe::store_block_scale(a.row_quant, bs, a.row_scale_inv, r);
+#pragma unroll
+      for (int j = 0; j < kBatchRows; ++j) rf[j] = __shfl_sync(0xffffffffu, bs.multiplier, j);
     }
     if (rows_out && ok) {  // every row of the matrix, as the standalone rowwise quantizer
 #pragma unroll
@@ -492,8 +482,10 @@ __global__ void __launch_bounds__(kColThreads, 3) wide_encode_kernel(MemberColum
     if (16 * p + 16 <= live) {
       *reinterpret_cast<uint4*>(dst) = v;
     } else {
-      const uint32_t w4[4] = {v.x, v.y, v.z, v.w};
-      for (int e = 0; 16 * p + e < live; ++e) dst[e] = static_cast<uint8_t>(w4[e / 4] >> (8 * (e % 4)));
+      for (int e = 0; 16 * p + e < live; ++e) {  // word e / 4 picked by value: no local array
+        const uint32_t w = e < 4 ? v.x : (e < 8 ? v.y : (e < 12 ? v.z : v.w));
+        dst[e] = static_cast<uint8_t>(w >> (8 * (e % 4)));
+      }
     }
   }
 }
@@ -553,8 +545,8 @@ bool lines_fused(const MemberColumnsArgs& a) { return wide_columns(a); }
 
 int64_t member_columns_scratch_bytes(const MemberColumnsArgs& a) {
   if (!chunked_columns(a) && !wide_columns(a)) return 0;
-  // the rows' amax bits, rounded up to whole 8-row runs (wide_encode_kernel loads 8 at a time)
-  return slot_bytes(a) + (a.row_data != nullptr ? 4 * ((a.rows + 7) / 8 * 8) : 0);
+  // then the rows' amax bits when the row copy is fused
+  return slot_bytes(a) + (a.row_data != nullptr ? 4 * a.rows : 0);
 }
 
 namespace {

@@ -143,6 +143,11 @@ TESSERA_HD float member_multiplier(const MemberTensorArgs& a, uint32_t amax_bits
   return a.scale[g];
 }
 
+// Member g's element multiplier alone (nothing stored).
+TESSERA_HD float member_multiplier(const MemberTensorArgs& a, uint32_t amax_bits, int64_t g) {
+  return a.scale == nullptr ? moe::block_scale(a.quant, amax_bits).multiplier : a.scale[g];
+}
+
 int64_t member_tensor_scratch_bytes(const MemberTensorArgs& a);
 void quantize_member_tensor(const MemberTensorArgs& a, Device device, Stream stream);
 

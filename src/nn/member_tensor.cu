@@ -62,10 +62,9 @@ __global__ void __launch_bounds__(kRowWarps * 32) member_encode_kernel(MemberTen
   for (int64_t r = int64_t{blockIdx.x} * kRowWarps + warp; r < a.rows;
        r += int64_t{gridDim.x} * kRowWarps) {
     const int64_t g = a.members.member_of(r);
-    float sink = 0.0f;
     const int64_t src = a.members.source_row(g, r);
     const bool zero = g < 0 || src < 0;  // a row in no member, or padding: codes 0, not read
-    const float f = zero ? 0.0f : member_multiplier(a, amax_bits[g], g, &sink);
+    const float f = zero ? 0.0f : member_multiplier(a, amax_bits[g], g);
     const In* row = x + (zero ? 0 : src) * a.cols;
     uint8_t* out = codes + r * a.cols;
     if constexpr (kVecLoads) {

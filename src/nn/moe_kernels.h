@@ -45,21 +45,42 @@ struct RowQuant {
   int64_t scale_cols = 0;   // scale entries per row
 };
 
-// Scale of one block from the abs-bits max of its elements: writes the stored scale (FP32
-// scale_inv, or the E8M0 byte) at scale_base[index] and returns the element multiplier.
-TESSERA_HD float block_multiplier(const RowQuant& q, uint32_t amax_bits, void* scale_base,
-                                  int64_t index) {
+// The scale of one block from the abs-bits max of its elements: the element multiplier (the FP32
+// scale, or 2^(e - 127) of the E8M0 byte for MXFP8) and that byte. store_block_scale writes the
+// stored form (FP32 scale_inv = 1 / scale, or the byte); kept apart so that threads that only
+// need the multiplier neither divide for scale_inv nor hold an address (no local memory).
+struct BlockScale {
+  float multiplier;
+  uint8_t e8m0;  // MXFP8
+};
+
+TESSERA_HD BlockScale block_scale(const RowQuant& q, uint32_t amax_bits) {
   const float amax = scale_rules::amax_from_abs_bits(amax_bits);
   if (q.mode == RowQuantMode::kMXFP8) {
     const uint8_t e = q.floor_rule ? scale_rules::e8m0_floor(amax, q.e5m2 ? 15 : 8)
                                    : scale_rules::e8m0_round_up(
                                          amax, q.e5m2 ? 1.0f / 57344.0f : 1.0f / 448.0f);
-    static_cast<uint8_t*>(scale_base)[index] = e;
-    return scale_rules::e8m0_multiplier(e);
+    return {scale_rules::e8m0_multiplier(e), e};
   }
-  const float scale = scale_rules::current_scale(amax, q.fp8_max, q.epsilon, q.power_of_two);
-  static_cast<float*>(scale_base)[index] = scale_rules::reciprocal(scale);
-  return scale;
+  return {scale_rules::current_scale(amax, q.fp8_max, q.epsilon, q.power_of_two), 0};
+}
+
+// Writes block scale s at scale_base[index] (FP32, or the E8M0 byte).
+TESSERA_HD void store_block_scale(const RowQuant& q, const BlockScale& s, void* scale_base,
+                                  int64_t index) {
+  if (q.mode == RowQuantMode::kMXFP8) {
+    static_cast<uint8_t*>(scale_base)[index] = s.e8m0;
+  } else {
+    static_cast<float*>(scale_base)[index] = scale_rules::reciprocal(s.multiplier);
+  }
+}
+
+// Both: writes the block's stored scale at scale_base[index], returns its element multiplier.
+TESSERA_HD float block_multiplier(const RowQuant& q, uint32_t amax_bits, void* scale_base,
+                                  int64_t index) {
+  const BlockScale s = block_scale(q, amax_bits);
+  store_block_scale(q, s, scale_base, index);
+  return s.multiplier;
 }
 
 TESSERA_HD uint8_t encode_element(const RowQuant& q, float product) {

@@ -182,9 +182,10 @@ __device__ void quantize_row_rowwise(const RowQuant& q, const In* src, int64_t h
     m = max(m, chunk_amax(v));
   }
   m = cuda_quant::block_max<kRowThreads>(m, scratch);
-  float sink = 0.0f;  // threads other than 0 compute the multiplier without storing the scale
-  const float mult = threadIdx.x == 0 ? block_multiplier(q, m, scale_inv, r)
-                                      : block_multiplier(q, m, &sink, 0);
+  // Thread 0 stores the scale; the others only take the multiplier.
+  const BlockScale bs = block_scale(q, m);
+  if (threadIdx.x == 0) store_block_scale(q, bs, scale_inv, r);
+  const float mult = bs.multiplier;
   uint2 codes[kCachedChunks];
   cached_codes(cache, weighted, w, q, mult, codes);
 #pragma unroll
@@ -211,11 +212,9 @@ __device__ __forceinline__ void quantize_block_round(const RowQuant& q, int64_t 
   const int g = static_cast<int>(q.block / kVec);  // 16 or 4
   uint32_t m = chunk_amax(v);
   for (int o = g / 2; o >= 1; o /= 2) m = max(m, __shfl_xor_sync(0xffffffffu, m, o));
-  float sink = 0.0f;
-  const bool first = c < chunks && c % g == 0;
-  const float mult = first ? block_multiplier(q, m, scale_inv, r * q.scale_cols + c / g)
-                           : block_multiplier(q, m, &sink, 0);
-  if (c < chunks) store_codes(out, c * kVec, h, vec, encode_chunk(q, v, mult));
+  const BlockScale bs = block_scale(q, m);
+  if (c < chunks && c % g == 0) store_block_scale(q, bs, scale_inv, r * q.scale_cols + c / g);
+  if (c < chunks) store_codes(out, c * kVec, h, vec, encode_chunk(q, v, bs.multiplier));
 }
 
 template <class In>
@@ -278,16 +277,6 @@ __global__ void __launch_bounds__(kRowThreads) permute_kernel(PermuteArgs a, boo
 }
 
 // ---- permute by token (slot_map given) -------------------------------------------------------
-// The stored scale a block_multiplier call wrote into a local `sink` (FP32, or the E8M0 byte in
-// its first byte), stored at scale_inv[index].
-__device__ __forceinline__ void store_scale(const RowQuant& q, void* scale_inv, int64_t index,
-                                            float sink) {
-  if (q.mode == RowQuantMode::kMXFP8) {
-    static_cast<uint8_t*>(scale_inv)[index] = *reinterpret_cast<const uint8_t*>(&sink);
-  } else {
-    static_cast<float*>(scale_inv)[index] = sink;
-  }
-}
 
 // One CTA per token: its row is read once and written to every row r = slot_map[p] of its pairs
 // p with row_pair[r] == p — quantized once (the same codes and scales as permute_kernel gives
@@ -336,7 +325,7 @@ __global__ void __launch_bounds__(kRowThreads) permute_tokens_kernel(PermuteArgs
     RawChunk<In> cache[kCachedChunks];
     load_cached(cache, src, h, chunks, vec);
     uint2 codes[kCachedChunks];
-    float sink[kCachedChunks] = {};  // the stored scale of the block whose first chunk is here
+    BlockScale scale[kCachedChunks] = {};  // the scale of the block whose first chunk is here
     bool owner[kCachedChunks] = {};
     // The codes and scales of the row weighted by w (per-row kernel's arithmetic: weigh, amax,
     // multiplier, encode), from the chunks in registers. Called by the whole CTA.
@@ -344,9 +333,9 @@ __global__ void __launch_bounds__(kRowThreads) permute_tokens_kernel(PermuteArgs
       if (q.mode == RowQuantMode::kRowwise) {
         const uint32_t m =
             cuda_quant::block_max<kRowThreads>(cached_amax(cache, weighted, w), scratch);
-        const float mult = block_multiplier(q, m, &sink[0], 0);
+        scale[0] = block_scale(q, m);
         owner[0] = threadIdx.x == 0;
-        cached_codes(cache, weighted, w, q, mult, codes);
+        cached_codes(cache, weighted, w, q, scale[0].multiplier, codes);
         return;
       }
       const int g = static_cast<int>(q.block / kVec);  // block1x128 / MXFP8: g lanes a block
@@ -358,9 +347,9 @@ __global__ void __launch_bounds__(kRowThreads) permute_tokens_kernel(PermuteArgs
         weigh<In>(v, weighted, w);
         uint32_t m = chunk_amax(v);
         for (int o = g / 2; o >= 1; o /= 2) m = max(m, __shfl_xor_sync(0xffffffffu, m, o));
-        const float mult = block_multiplier(q, m, &sink[i], 0);
+        scale[i] = block_scale(q, m);
         owner[i] = c < chunks && c % g == 0;
-        codes[i] = encode_chunk(q, v, mult);
+        codes[i] = encode_chunk(q, v, scale[i].multiplier);
       }
     };
     // Unweighted: one quantization for all the token's rows; weighted: one per pair.
@@ -379,7 +368,7 @@ __global__ void __launch_bounds__(kRowThreads) permute_tokens_kernel(PermuteArgs
           const int64_t at = q.mode == RowQuantMode::kRowwise
                                  ? r
                                  : r * q.scale_cols + c / (q.block / kVec);
-          store_scale(q, a.scale_inv, at, sink[i]);
+          store_block_scale(q, scale[i], a.scale_inv, at);
         }
       }
     }
