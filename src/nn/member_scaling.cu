@@ -296,22 +296,35 @@ __global__ void __launch_bounds__(kColThreads) wide_amax_kernel(MemberColumnsArg
       raw[j] = ok && src >= 0 ? *reinterpret_cast<const uint4*>(x + src * a.cols + c0)
                               : make_uint4(0, 0, 0, 0);
     }
+    // Rows past the matrix were loaded as zeros: they change no maximum. The row maxima of
+    // each 4 rows over the warp take 6 shuffles (not 4 x 5): the exchanges over lane bits 16
+    // and 8 halve the rows a lane keeps, bits 4, 2 and 1 finish the one left; lane l then holds
+    // row 2·bit4(l) + bit3(l) of the four.
 #pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
-      const int64_t r = r_begin + b + j;
-      if (r >= a.rows) break;  // warp-uniform
-      uint32_t rm = 0;
+    for (int q = 0; q < kBatch; q += 4) {
+      uint32_t rm[4];
 #pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const uint32_t v = scale_rules::abs_bits(elem_of<In>(raw[j], i));
-        m[i] = max(m[i], v);
-        rm = max(rm, v);
+      for (int j = 0; j < 4; ++j) {
+        rm[j] = 0;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          const uint32_t v = scale_rules::abs_bits(elem_of<In>(raw[q + j], i));
+          m[i] = max(m[i], v);
+          rm[j] = max(rm[j], v);
+        }
       }
-      if (row_amax != nullptr) {
+      if (row_amax == nullptr) continue;
+      const bool hi16 = lane & 16, hi8 = lane & 8;
 #pragma unroll
-        for (int sh = 16; sh > 0; sh /= 2) rm = max(rm, __shfl_xor_sync(0xffffffffu, rm, sh));
-        if (lane == 0 && rm != 0) atomicMax(row_amax + r, rm);
+      for (int i = 0; i < 2; ++i) {
+        const uint32_t keep = hi16 ? rm[i + 2] : rm[i], give = hi16 ? rm[i] : rm[i + 2];
+        rm[i] = max(keep, __shfl_xor_sync(0xffffffffu, give, 16));
       }
+      uint32_t v = max(hi8 ? rm[1] : rm[0], __shfl_xor_sync(0xffffffffu, hi8 ? rm[0] : rm[1], 8));
+#pragma unroll
+      for (int sh = 4; sh > 0; sh /= 2) v = max(v, __shfl_xor_sync(0xffffffffu, v, sh));
+      const int64_t r = r_begin + b + q + (hi16 ? 2 : 0) + (hi8 ? 1 : 0);
+      if (lane % 8 == 0 && v != 0 && r < a.rows) atomicMax(row_amax + r, v);
     }
   }
   // One atomic per (member, column) run of warps: the CTA's 8 warps hold 16 rows each, mostly
