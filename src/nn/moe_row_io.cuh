@@ -1,9 +1,9 @@
 // Shared by the CUDA kernels of the expert-parallel row ops (moe_permute_kernels.cu: permute
 // (+ fused quantization); moe_row_kernels.cu: the gather-add of unpermute and permute backward,
-// unpermute backward (dy and dprobs), the dequantize of a received payload). Same bits as the
-// CPU loops (moe_routing_cpu.cpp): the quantization and dequantization use the shared rules of
-// moe_kernels.h, and every FP32 sum is written with __fadd_rn / __fmul_rn in the order
-// moe_routing.h states (no FMA contraction).
+// unpermute backward (dy and dprobs), the dequantize of a received payload); the chunk I/O also
+// serves the SwiGLU kernels (row_ops.cu). Same bits as the CPU loops (moe_routing_cpu.cpp): the
+// quantization and dequantization use the shared rules of moe_kernels.h, and every FP32 sum is
+// written with __fadd_rn / __fmul_rn in the order moe_routing.h states (no FMA contraction).
 //
 // Layout of the work: one CTA of kRowThreads threads per row (permute: per permuted row, or per
 // token with the slot map; gather-add, dy, dprobs: per token), thread i taking the chunks of kVec

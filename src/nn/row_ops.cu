@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <initializer_list>
 
+#include "nn/moe_row_io.cuh"
 #include "nn/row_ops.h"
 #include "tessera/core/cuda_check.h"
 #include "tessera/core/dispatch.h"
@@ -30,54 +31,23 @@ __global__ void row_sum_kernel(const In* dy, int64_t n, GroupOffsets groups, Out
   db[g * n + c] = from_float<Out>(acc);
 }
 
-// SwiGLU rows: one warp per row (kThreads / 32 rows a CTA). Lane l takes the row's columns in
-// chunks of kN = 16 / sizeof(H) elements, chunk l, l + 32, ... (16-byte loads when `vec`: f a
-// multiple of kN and the buffers 16-byte aligned; element by element otherwise). Every load of a
-// row is issued before its group is looked up, so the lookup's latency hides under them. Each
-// element's arithmetic is the CPU loop's (row_ops.cpp); dprobs sums each lane's products in
-// column order, then the 32 lanes by a butterfly (deterministic; not the CPU's double sum).
+// SwiGLU rows: one warp per row (kThreads / 32 rows a CTA). Lane l takes the row's chunks of
+// kVec elements l, l + 32, ..., read and written by the MoE row kernels' chunk I/O (16-byte
+// accesses when `vec`: f a multiple of kVec and the buffers 16-byte aligned; element by element
+// otherwise). Every load of a row is issued before its group is looked up, so the lookup's
+// latency hides under them. Each element's arithmetic is the CPU loop's (row_ops.cpp); dprobs
+// sums each lane's products in column order, then the 32 lanes by a butterfly (deterministic;
+// not the CPU's double sum).
 constexpr int kRowsPerCta = kThreads / 32;
-
-template <class H>
-struct Chunk {
-  static constexpr int kN = 16 / static_cast<int>(sizeof(H));
-  float v[kN];
-  // Elements [c, c + kN) of row `p` (those below `n`; the rest 0).
-  __device__ __forceinline__ void load(const H* p, int64_t c, int64_t n, bool vec) {
-    if (vec) {
-      const uint4 raw = *reinterpret_cast<const uint4*>(p + c);
-      const H* e = reinterpret_cast<const H*>(&raw);
-#pragma unroll
-      for (int i = 0; i < kN; ++i) v[i] = to_float(e[i]);
-      return;
-    }
-#pragma unroll
-    for (int i = 0; i < kN; ++i) v[i] = c + i < n ? to_float(p[c + i]) : 0.0f;
-  }
-};
-
-template <class H>
-__device__ __forceinline__ void store_chunk(H* p, int64_t c, int64_t n, bool vec,
-                                            const float (&v)[Chunk<H>::kN]) {
-  constexpr int kN = Chunk<H>::kN;
-  if (vec) {
-    uint4 raw;
-    H* e = reinterpret_cast<H*>(&raw);
-#pragma unroll
-    for (int i = 0; i < kN; ++i) e[i] = from_float<H>(v[i]);
-    *reinterpret_cast<uint4*>(p + c) = raw;
-    return;
-  }
-#pragma unroll
-  for (int i = 0; i < kN; ++i)
-    if (c + i < n) p[c + i] = from_float<H>(v[i]);
-}
+namespace rows = ::tessera::detail::moe::rows;
+using rows::kVec;
+using rows::load_chunk;
+using rows::store_chunk;
 
 template <class H>
 __global__ void __launch_bounds__(kThreads) swiglu_forward_kernel(const H* h, const float* probs,
                                                                   GroupOffsets groups, int64_t f,
                                                                   bool vec, H* a) {
-  constexpr int kN = Chunk<H>::kN;
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int64_t r = int64_t{blockIdx.x} * kRowsPerCta + threadIdx.x / 32;
   if (r >= groups.rows) return;
@@ -85,14 +55,12 @@ __global__ void __launch_bounds__(kThreads) swiglu_forward_kernel(const H* h, co
   const float pr = probs ? probs[r] : 1.0f;
   const bool live = groups.group_of(r) >= 0;
   const float p = live ? pr : 0.0f;
-  for (int64_t c = int64_t{lane} * kN; c < f; c += 32 * kN) {
-    Chunk<H> g, u;
-    g.load(gate, c, f, vec);
-    u.load(gate + f, c, f, vec);
-    float out[kN];
+  for (int64_t c = int64_t{lane} * kVec; c < f; c += 32 * kVec) {
+    float g[kVec], u[kVec], out[kVec];
+    load_chunk(gate, c, f, vec, g);
+    load_chunk(gate + f, c, f, vec, u);
 #pragma unroll
-    for (int i = 0; i < kN; ++i)
-      out[i] = live ? g.v[i] / (1.0f + expf(-g.v[i])) * u.v[i] * p : 0.0f;
+    for (int i = 0; i < kVec; ++i) out[i] = live ? g[i] / (1.0f + expf(-g[i])) * u[i] * p : 0.0f;
     store_chunk(a + r * f, c, f, vec, out);
   }
 }
@@ -101,7 +69,6 @@ template <class H>
 __global__ void __launch_bounds__(kThreads) swiglu_backward_kernel(
     const H* h, const float* probs, const H* da, GroupOffsets groups, int64_t f, bool vec, H* dh,
     float* dprobs) {
-  constexpr int kN = Chunk<H>::kN;
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int64_t r = int64_t{blockIdx.x} * kRowsPerCta + threadIdx.x / 32;
   if (r >= groups.rows) return;  // warp-uniform: a whole warp is one row
@@ -110,18 +77,17 @@ __global__ void __launch_bounds__(kThreads) swiglu_backward_kernel(
   const bool live = groups.group_of(r) >= 0;
   const float p = live ? pr : 0.0f;
   float dp = 0.0f;
-  for (int64_t c = int64_t{lane} * kN; c < f; c += 32 * kN) {
-    Chunk<H> g, u, dv;
-    g.load(gate, c, f, vec);
-    u.load(gate + f, c, f, vec);
-    dv.load(da + r * f, c, f, vec);
-    float dg[kN], du[kN];
+  for (int64_t c = int64_t{lane} * kVec; c < f; c += 32 * kVec) {
+    float g[kVec], u[kVec], dv[kVec], dg[kVec], du[kVec];
+    load_chunk(gate, c, f, vec, g);
+    load_chunk(gate + f, c, f, vec, u);
+    load_chunk(da + r * f, c, f, vec, dv);
 #pragma unroll
-    for (int i = 0; i < kN; ++i) {
-      const float sig = 1.0f / (1.0f + expf(-g.v[i]));
-      const float s = g.v[i] * sig, d = live ? dv.v[i] : 0.0f;
-      dp += d * s * u.v[i];
-      dg[i] = d * p * u.v[i] * sig * (1.0f + g.v[i] * (1.0f - sig));
+    for (int i = 0; i < kVec; ++i) {
+      const float sig = 1.0f / (1.0f + expf(-g[i]));
+      const float s = g[i] * sig, d = live ? dv[i] : 0.0f;
+      dp += d * s * u[i];
+      dg[i] = d * p * u[i] * sig * (1.0f + g[i] * (1.0f - sig));
       du[i] = d * p * s;
     }
     store_chunk(dh + r * 2 * f, c, f, vec, dg);
@@ -132,11 +98,11 @@ __global__ void __launch_bounds__(kThreads) swiglu_backward_kernel(
   if (lane == 0 && dprobs) dprobs[r] = live ? dp : 0.0f;
 }
 
-// Whether the SwiGLU kernels may read and write rows of f elements 16 bytes at a time.
-bool swiglu_vec(int64_t f, int64_t elem_bytes, std::initializer_list<const void*> buffers) {
-  if ((f * elem_bytes) % 16 != 0) return false;
+// Whether the SwiGLU kernels may read and write rows of f elements a whole chunk at a time.
+bool swiglu_vec(int64_t f, std::initializer_list<const void*> buffers) {
+  if (f % kVec != 0) return false;
   for (const void* b : buffers)
-    if (b != nullptr && reinterpret_cast<uintptr_t>(b) % 16 != 0) return false;
+    if (!rows::aligned16(b)) return false;
   return true;
 }
 
@@ -194,7 +160,7 @@ void swiglu_forward(const TensorView& h, const TensorView& probs, const GroupOff
     const int64_t f = a.shape[1];
     swiglu_forward_kernel<<<swiglu_grid(groups.rows), kThreads, 0, stream.as<cudaStream_t>()>>>(
         h.as<const H>(), probs.as<const float>(), groups, f,
-        swiglu_vec(f, sizeof(H), {h.data, a.data}), a.as<H>());
+        swiglu_vec(f, {h.data, a.data}), a.as<H>());
   });
   TESSERA_CUDA_CHECK(cudaGetLastError());
 }
@@ -217,7 +183,7 @@ void swiglu_backward(const TensorView& h, const TensorView& probs, const TensorV
     const int64_t f = da.shape[1];
     swiglu_backward_kernel<<<swiglu_grid(groups.rows), kThreads, 0, stream.as<cudaStream_t>()>>>(
         h.as<const H>(), probs.as<const float>(), da.as<const H>(), groups, f,
-        swiglu_vec(f, sizeof(H), {h.data, da.data, dh.data}), dh.as<H>(), dprobs.as<float>());
+        swiglu_vec(f, {h.data, da.data, dh.data}), dh.as<H>(), dprobs.as<float>());
   });
   TESSERA_CUDA_CHECK(cudaGetLastError());
 }
