@@ -142,3 +142,64 @@ def test_optim_suite_steps_quantize_where_their_labels_say(monkeypatch):
             assert forwards == [False] and side == [True], (label, calls)
         elif label == "tessera fp8 +adamw":
             assert forwards == [True] and side == [], (label, calls)
+
+
+def test_marked_step_timer_reports_medians_of_the_timed_steps(monkeypatch):
+    """tessera.bench.timing.marked_step_us (tools/gpu/step_marks.py) on a simulated GPU: one
+    clock (ms) for host and device, a stream that runs each launch's work after the work before
+    it and not before the launch, events that complete when the work queued before them has.
+    Step i's forward costs i ms of host time and 5 ms of device work, its backward 2 ms of host
+    and 10 ms of device. The warm-up steps are dropped; each column is the median of the rest."""
+    torch = pytest.importorskip("torch")
+    import time
+
+    from tessera.bench import timing
+
+    clock = {"now": 0.0, "busy_until": 0.0}  # ms
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            self.t = None
+
+        def record(self):
+            self.t = max(clock["now"], clock["busy_until"])
+
+        def query(self):  # polling: the host spins until the stream is done
+            clock["now"] = max(clock["now"], self.t)
+            return True
+
+        def synchronize(self):
+            clock["now"] = max(clock["now"], self.t)
+
+        def elapsed_time(self, end):
+            return end.t - self.t
+
+    def launch(host_ms, device_ms):
+        clock["now"] += host_ms
+        clock["busy_until"] = max(clock["busy_until"], clock["now"]) + device_ms
+
+    def synchronize():
+        clock["now"] = max(clock["now"], clock["busy_until"])
+
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "synchronize", synchronize)
+    monkeypatch.setattr(time, "perf_counter", lambda: clock["now"] / 1e3)
+    step = {"i": 0}
+
+    def fwd():
+        step["i"] += 1
+        launch(step["i"], 5.0)
+        return "y"
+
+    def bwd(y):
+        assert y == "y"
+        launch(2.0, 10.0)
+
+    for polling in (False, True):
+        step["i"] = 0
+        got = timing.marked_step_us(fwd, bwd, 5, polling, warmup=2)
+        # timed steps i = 3..7: the forward returns after i ms (median 5), the backward 2 ms
+        # later; the device finishes the forward 5 ms after its launch, the backward 10 ms
+        # after the forward (launched before that)
+        assert got == pytest.approx([5e3, 10e3, 7e3, 20e3])
+    del torch

@@ -52,4 +52,44 @@ def cuda_interleaved_ms(fns: Dict[str, Callable[[], object]], reps: int,
     return {name: _median(t) for name, t in times.items()}
 
 
-__all__ = ["cuda_interleaved_ms", "cuda_median_ms"]
+def wait_polling() -> None:
+    """Waits for the current stream by polling an event (the CPU stays busy) instead of
+    blocking in torch.cuda.synchronize()."""
+    import torch
+    done = torch.cuda.Event()
+    done.record()
+    while not done.query():
+        pass
+
+
+def marked_step_us(fwd: Callable[[], object], bwd: Callable[[object], object], steps: int,
+                   polling: bool = False, warmup: int = 3) -> list:
+    """Where a synchronized training step waits (tools/gpu/step_marks.py): medians over `steps`
+    steps, each started after a synchronize as cuda_interleaved_ms starts them, of four µs
+    figures since the step's start: [host when fwd() returned, device when the forward's work
+    was done, host when bwd(y) returned, device when the step's work was done]. The device stamps
+    are CUDA events recorded at those points. polling: wait for the GPU before each step with
+    wait_polling instead of torch.cuda.synchronize()."""
+    import time
+
+    import torch
+    rows = []
+    for i in range(warmup + steps):
+        wait_polling() if polling else torch.cuda.synchronize()
+        ev = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
+        h0 = time.perf_counter()
+        ev[0].record()
+        y = fwd()
+        ev[1].record()
+        h1 = time.perf_counter()
+        bwd(y)
+        ev[2].record()
+        h2 = time.perf_counter()
+        ev[2].synchronize()
+        if i >= warmup:
+            rows.append(((h1 - h0) * 1e6, ev[0].elapsed_time(ev[1]) * 1e3, (h2 - h0) * 1e6,
+                         ev[0].elapsed_time(ev[2]) * 1e3))
+    return [_median([r[j] for r in rows]) for j in range(4)]
+
+
+__all__ = ["cuda_interleaved_ms", "cuda_median_ms", "marked_step_us", "wait_polling"]
