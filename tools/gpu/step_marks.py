@@ -6,7 +6,8 @@ when the GPU had finished everything launched before it, so
 
   * host fwd > device fwd: the GPU finished the forward's kernels and then waited for the host;
   * device end - graph: what the eager step costs over the same kernels replayed from one CUDA
-    graph (launch gaps, the wait before the first kernel and between forward and backward).
+    graph (launch gaps, the wait before the first kernel and between forward and backward); the
+    replay is timed before and after the eager steps, and their mean is subtracted.
 
     python3 tools/gpu/step_marks.py [shape] [--imbalanced] [--recipes fp8_rowwise,fp8_current]
                                     [--polling]
@@ -42,7 +43,7 @@ def main() -> None:
           f"{shapes.describe(a.shape)} {'skewed' if a.imbalanced else 'balanced'}; "
           f"median of {a.steps} synchronized steps, µs since the step's start")
     print("| contender | host fwd | device fwd | host end | device end (step) | graph replay "
-          "| eager - graph |")
+          "before / after | eager - graph |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for label, f in contenders:
         x = case.x.detach().requires_grad_()
@@ -56,12 +57,16 @@ def main() -> None:
             y.backward(case.dy)
 
         step, _, _ = train.linear_step(lambda xx, ww, f=f: f(xx, ww, case.offs), case)
-        graph_us = train.timed_interleaved({"g": train.graphed(step)}, a.steps)["g"] * 1e3
-        for polling in (False, True) if a.polling else (False,):
-            hf, df, he, de = timing.marked_step_us(fwd, bwd, a.steps, polling)
+        replay = train.graphed(step)
+        graph_us = lambda: train.timed_interleaved({"g": replay}, a.steps)["g"] * 1e3  # noqa
+        before = graph_us()
+        marked = [(polling, timing.marked_step_us(fwd, bwd, a.steps, polling))
+                  for polling in ((False, True) if a.polling else (False,))]
+        after = graph_us()  # the replay again: drift between the two shows in the spread
+        for polling, (hf, df, he, de) in marked:
             name = label + (" (polling wait)" if polling else "")
-            print(f"| {name} | {hf:.1f} | {df:.1f} | {he:.1f} | {de:.1f} | {graph_us:.1f} | "
-                  f"{de - graph_us:.1f} |", flush=True)
+            print(f"| {name} | {hf:.1f} | {df:.1f} | {he:.1f} | {de:.1f} | {before:.1f} / "
+                  f"{after:.1f} | {de - (before + after) / 2:.1f} |", flush=True)
 
 
 if __name__ == "__main__":
