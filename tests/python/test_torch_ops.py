@@ -191,6 +191,56 @@ def test_scaled_grouped_mm_2d2d_wgrad_form(device):
         assert rel_err(out, theirs.float()) < 8e-3
 
 
+@needs_quantize
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("form", ["3d3d", "3d2d"])
+def test_scaled_grouped_mm_batched_and_column_grouped_forms(form, device):
+    """The other two forms of torch._scaled_grouped_mm against the float64 product of the
+    dequantized operands: scale_a per row of each A matrix, scale_b per column of B."""
+    torch.manual_seed(3)
+    t, k, n, m, g = sum(SIZES), 64, 48, 32, len(SIZES)
+    fp8 = lambda *s: (torch.randn(*s, device=device) * 4).to(torch.float8_e4m3fn)  # noqa: E731
+    if form == "3d3d":
+        a, b, offs = fp8(g, m, k), fp8(g, n, k).transpose(-2, -1), None  # B (G, K, N) col-major
+        sa, sb = torch.rand(g * m, device=device) + 0.5, torch.rand(g * n, device=device) + 0.5
+        ref = (a.double() * sa.double().reshape(g, m, 1)) @ (
+            b.double() * sb.double().reshape(g, 1, n))
+    else:
+        offs = ends(SIZES, device)
+        a, b = fp8(g, m, k), fp8(t, k).t()                                 # (G, M, K), (K, T)
+        sa, sb = torch.rand(g * m, device=device) + 0.5, torch.rand(t, device=device) + 0.5
+        ref = loop_oracle(a.double() * sa.double().reshape(g, m, 1),
+                          b.double() * sb.double().reshape(1, t), offs)
+    out = guarded(tt.scaled_grouped_mm, a, b, sa, sb, offs=offs, out_dtype=torch.float32)
+    assert out.shape == ref.shape
+    assert rel_err(out, ref) < (1e-5 if device == "cpu" else 5e-4)
+
+
+@needs_quantize
+@pytest.mark.parametrize("device", DEVICES)
+def test_scaled_grouped_mm_reads_strided_scales_as_their_values(device):
+    """Scales given as strided views (copied inside the op) give the same bits as the same
+    values contiguous, in the 2D x 3D and the 2D x 2D forms."""
+    torch.manual_seed(4)
+    t, k, n, g = sum(SIZES), 64, 32, len(SIZES)
+    offs = ends(SIZES, device)
+    a = (torch.randn(t, k, device=device) * 4).to(torch.float8_e4m3fn)
+    b = (torch.randn(g, n, k, device=device) * 4).to(torch.float8_e4m3fn).transpose(-2, -1)
+    sa_wide = torch.rand(t, 2, device=device) + 0.5
+    sb_wide = torch.rand(g * n, 2, device=device) + 0.5
+    strided = guarded(tt.scaled_grouped_mm, a, b, sa_wide[:, 0], sb_wide[:, 0], offs=offs)
+    dense = tt.scaled_grouped_mm(a, b, sa_wide[:, 0].contiguous(), sb_wide[:, 0].contiguous(),
+                                 offs=offs)
+    assert torch.equal(strided, dense)
+    a2 = (torch.randn(k, t, device=device) * 4).to(torch.float8_e4m3fn)    # (M, T)
+    b2 = (torch.randn(t, n, device=device) * 4).to(torch.float8_e4m3fn)    # (T, N)
+    s2a, s2b = torch.rand(g * k, 3, device=device) + 0.5, torch.rand(g * n, 3, device=device) + 0.5
+    strided = tt.scaled_grouped_mm(a2, b2, s2a[:, 1], s2b[:, 2], offs=offs, out_dtype=torch.float32)
+    dense = tt.scaled_grouped_mm(a2, b2, s2a[:, 1].contiguous(), s2b[:, 2].contiguous(), offs=offs,
+                                 out_dtype=torch.float32)
+    assert torch.equal(strided, dense)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_torch_compile_fullgraph_matches_eager(device):
     a0, b0, offs = make_case("2d3d", device, torch.bfloat16)
@@ -319,25 +369,19 @@ def test_cuda_tensors_cross_without_copy():
 
 
 @cuda_only
-def test_cuda_output_written_in_place_on_callers_stream_no_copies():
-    from tessera.torch import _bridge as br
+def test_cuda_op_runs_on_callers_stream_without_copies_or_syncs():
     a, b, offs = make_case("2d3d", "cuda", torch.bfloat16)
-    w = b.transpose(-2, -1)                                      # (G, N, K) contiguous
-    out = torch.empty(a.shape[0], w.shape[1], device="cuda", dtype=torch.bfloat16)
-    ptr = out.data_ptr()
+    w = b.transpose(-2, -1).contiguous()                         # (G, N, K) contiguous
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):                                # warm-up (allocator, kernels)
-        guarded(br.run, br.KIND_M_GROUPED, br.dense(a), br.dense(w), out, offs,
-                transpose_a=False, transpose_b=True)
+        guarded(tt.grouped_mm, a, w.transpose(-2, -1), offs=offs)
     torch.cuda.synchronize()
     activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
     with torch.profiler.profile(activities=activities) as prof:
         with torch.cuda.stream(side):
-            br.run(br.KIND_M_GROUPED, br.dense(a), br.dense(w), out, offs,
-                   transpose_a=False, transpose_b=True)
+            out = tt.grouped_mm(a, w.transpose(-2, -1), offs=offs)
         torch.cuda.synchronize()
-    assert out.data_ptr() == ptr
     assert rel_err(out, loop_oracle(a.double(), b.double(), offs)) < tol(torch.bfloat16)
     names = [e.name for e in prof.events()]
     bad = [n for n in names if any(s in n.lower() for s in

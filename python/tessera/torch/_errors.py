@@ -10,8 +10,9 @@ message names the Python argument and carries no C++ source location.
 
 The C++ errors reach Python two ways, and each way is translated once, where it crosses: the
 nanobind module (python/src/module.cpp: the status picks the class, the " [file:line, check ...]"
-tail is dropped) under tessera.torch._bridge.run and the moe ops; the compiled step ops
-(python/torch_ext/torch_bridge.cpp: "[tessera:<status>] message") under _ext.call.
+tail is dropped) under the quantize ops; the compiled ops — the training step, the MoE ops,
+grouped_mm and scaled_grouped_mm (python/torch_ext/torch_bridge.cpp: "[tessera:<status>]
+message") — under _ext.call.
 """
 from __future__ import annotations
 

@@ -6,6 +6,8 @@ tessera.Error subclasses.
     torch.ops.tessera.mlp_fwd / mlp_bwd         the grouped MLP training step
     torch.ops.tessera.get_rng_offset / set_rng_offset   the step's stochastic-rounding counter
     torch.ops.tessera.moe_*                     the MoE routing ops (fakes and autograd in moe_ops.py)
+    torch.ops.tessera.grouped_mm / scaled_grouped_mm   the functional grouped GEMMs (fakes and
+                                                autograd in ops.py)
 
 Each is one call into compiled code: tensors are converted once in C++, the step runs on torch's
 current stream with torch's allocator. The uint8 tensors they return (saved contexts, weight
@@ -39,6 +41,7 @@ moe_permute_backward = ops.moe_permute_backward.default
 moe_unpermute, moe_unpermute_backward = ops.moe_unpermute.default, ops.moe_unpermute_backward.default
 moe_dequantize_rows = ops.moe_dequantize_rows.default
 moe_regroup_index = ops.moe_regroup_index.default
+grouped_mm, scaled_grouped_mm = ops.grouped_mm.default, ops.scaled_grouped_mm.default
 
 _ERROR = re.compile(r"\[tessera:(\d+)\] (.*)", re.S)
 
