@@ -86,11 +86,11 @@ void check_forms(const Tensor& a, const Tensor& b, const OptTensor& offs, const 
     TESSERA_CHECK_STATUS(offs->scalar_type() == sh::ScalarType::Int, Status::kDTypeMismatch,
                          name, ": offs must be int32 (cumulative end offsets), got ",
                          dtype_text(offs->scalar_type()));
-    const int64_t groups = a.dim() == 2 && b.dim() == 3 ? b.size(0)
-                           : a.dim() == 3               ? a.size(0)
-                                                        : offs->size(0);
-    TESSERA_CHECK_STATUS(offs->size(0) == groups, Status::kShapeMismatch, name, ": offs has ",
-                         offs->size(0), " groups but the 3D operand ", groups);
+    if (three) {  // 2D x 2D: offs sets the group count
+      const int64_t groups = b.dim() == 3 ? b.size(0) : a.size(0);
+      TESSERA_CHECK_STATUS(offs->size(0) == groups, Status::kShapeMismatch, name, ": offs has ",
+                           offs->size(0), " groups but the 3D operand ", groups);
+    }
   }
   TESSERA_CHECK_STATUS(same_device(a, b), Status::kInvalidArgument, name,
                        ": mat_a and mat_b on different devices");
@@ -106,6 +106,12 @@ void check_no_bias(const OptTensor& bias, const char* name) {
 
 Tensor contiguous_or_copy(const Tensor& t) {
   return t.is_contiguous() ? t : torch::stable::contiguous(t);
+}
+
+// t with its last two dims swapped, as contiguous memory (a transposed view of contiguous memory
+// is that memory; any other layout is copied once).
+Tensor transposed_contiguous(const Tensor& t) {
+  return contiguous_or_copy(torch::stable::transpose(t, -2, -1));
 }
 
 // A stack of matrices (G, X, Y) as stored: {t, false} when contiguous, {tᵀ (G, Y, X), true}
@@ -213,7 +219,7 @@ Tensor grouped_mm(Tensor mat_a, Tensor mat_b, OptTensor offs, OptTensor bias,
       run(GroupedGemmKind::kMGrouped, dense(contiguous_or_copy(mat_a)), dense(b), false, b_t,
           stored, offs, scope);
     } else if (mat_a.dim() == 2) {  // (M, T) x (T, N) -> (G, M, N)
-      run(GroupedGemmKind::kKGrouped, dense(contiguous_or_copy(torch::stable::transpose(mat_a, 0, 1))),
+      run(GroupedGemmKind::kKGrouped, dense(transposed_contiguous(mat_a)),
           dense(contiguous_or_copy(mat_b)), true, false, stored, offs, scope);
     } else if (mat_b.dim() == 3) {  // (G, M, K) x (G, K, N) -> (G, M, N)
       const auto [a, a_t] = matrix_stack(mat_a);
@@ -221,7 +227,7 @@ Tensor grouped_mm(Tensor mat_a, Tensor mat_b, OptTensor offs, OptTensor bias,
       run(GroupedGemmKind::kBatched, dense(a), dense(b), a_t, b_t, stored, offs, scope);
     } else {  // (G, M, K) x (K, T) -> (M, T), written as (T, M)
       const auto [a, a_t] = matrix_stack(mat_a);  // (G, M, K): TN; (G, K, M): NN
-      run(GroupedGemmKind::kMGrouped, dense(contiguous_or_copy(torch::stable::transpose(mat_b, 0, 1))),
+      run(GroupedGemmKind::kMGrouped, dense(transposed_contiguous(mat_b)),
           dense(a), false, !a_t, stored, offs, scope);
     }
     return out;
@@ -234,11 +240,6 @@ void check_scale(const Tensor& scale, int64_t numel, const char* arg) {
                        dtype_text(scale.scalar_type()));
   TESSERA_CHECK_STATUS(scale.numel() == numel, Status::kShapeMismatch, "scaled_grouped_mm: ",
                        arg, " has ", scale.numel(), " elements, expected ", numel);
-}
-
-// An FP8 stack (G, X, Y) as contiguous (G, Y, X) memory (torch's column-major B).
-Tensor fp8_stack(const Tensor& t) {
-  return contiguous_or_copy(torch::stable::transpose(t, -2, -1));
 }
 
 Tensor scaled_grouped_mm(Tensor mat_a, Tensor mat_b, Tensor scale_a, Tensor scale_b,
@@ -272,24 +273,24 @@ Tensor scaled_grouped_mm(Tensor mat_a, Tensor mat_b, Tensor scale_a, Tensor scal
     if (mat_a.dim() == 2 && mat_b.dim() == 3) {  // (T, K) x (G, K, N) -> (T, N)
       const int64_t groups = mat_b.size(0), k = mat_b.size(1), n = mat_b.size(2);
       run(GroupedGemmKind::kMGrouped, rowwise_fp8(contiguous_or_copy(mat_a), sa, false),
-          rowwise_fp8(fp8_stack(mat_b), groups * n, k, sb, false), false, true, stored,
+          rowwise_fp8(transposed_contiguous(mat_b), groups * n, k, sb, false), false, true, stored,
           offs, scope);
     } else if (mat_a.dim() == 3 && mat_b.dim() == 3) {  // batched
       const int64_t groups = mat_a.size(0), m = mat_a.size(1), k = mat_a.size(2);
       const int64_t n = mat_b.size(2);
       run(GroupedGemmKind::kBatched,
           rowwise_fp8(contiguous_or_copy(mat_a), groups * m, k, sa, false),
-          rowwise_fp8(fp8_stack(mat_b), groups * n, k, sb, false), false, true, stored,
+          rowwise_fp8(transposed_contiguous(mat_b), groups * n, k, sb, false), false, true, stored,
           offs, scope);
     } else if (mat_a.dim() == 3) {  // (G, M, K) x (K, T) -> (M, T), written as (T, M)
       const int64_t groups = mat_a.size(0), m = mat_a.size(1), k = mat_a.size(2);
       run(GroupedGemmKind::kMGrouped,
-          rowwise_fp8(contiguous_or_copy(torch::stable::transpose(mat_b, 0, 1)), sb, false),
+          rowwise_fp8(transposed_contiguous(mat_b), sb, false),
           rowwise_fp8(contiguous_or_copy(mat_a), groups * m, k, sa, false), false, true,
           stored, offs, scope);
     } else {  // (M, T) x (T, N) -> (G, M, N): columnwise copies with per-(group, row) scales
       run(GroupedGemmKind::kKGrouped, rowwise_fp8(contiguous_or_copy(mat_a), sa, true),
-          rowwise_fp8(contiguous_or_copy(torch::stable::transpose(mat_b, 0, 1)), sb, true),
+          rowwise_fp8(transposed_contiguous(mat_b), sb, true),
           true, false, stored, offs, scope);
     }
     return out;
