@@ -351,15 +351,36 @@ static_assert(kColThreads == kWideCols, "wide_amax_kernel folds one column per t
 
 // The stored scales of the (member, column) slots no warp owns in the folded wide encode: a
 // member with no rows, or whose first row lies past the matrix (wide_encode_kernel's owner is
-// the warp whose first row is the member's first). Written by the CTAs of chunk 0, one thread
-// per such member, for the CTA's columns [k0, k0 + kWideCols).
-__device__ __forceinline__ void fold_empty_member_scales(const MemberColumnsArgs& a,
-                                                         const uint32_t* bits, int64_t k0) {
-  for (int64_t g = threadIdx.x; g < a.members.groups; g += kColThreads) {
-    const int64_t begin = a.members.begin(g);
-    if (begin < a.members.end(g) && begin < a.rows) continue;
-    for (int64_t c = k0; c < k0 + kWideCols && c < a.cols; ++c)
-      moe::block_multiplier(a.quant, bits[g * a.cols + c], a.scale_inv, g * a.cols + c);
+// the warp whose first row is the member's first). No amax pass row reaches such a member, so
+// its slots keep the memset's 0 and each of its scales is amax 0's, computed once. Written by
+// the CTAs of chunk 0 for their columns [k0, k0 + kWideCols), one column per thread, the
+// members found 256 at a time (one check per thread, a ballot): the empty members of a skewed
+// routing (most experts of a small batch) cost each thread one store apiece, not a serial walk
+// of the columns (which kept the chunk-0 CTAs running 3x the rest of the pass). Every thread
+// of the CTA calls it (it synchronizes).
+__device__ __forceinline__ void fold_empty_member_scales(const MemberColumnsArgs& a, int64_t k0) {
+  __shared__ uint32_t empty[kColWarps];
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  const int64_t c = k0 + threadIdx.x;  // kColThreads == kWideCols
+  const moe::BlockScale zero = moe::block_scale(a.quant, 0u);
+  for (int64_t base = 0; base < a.members.groups; base += kColThreads) {
+    const int64_t g = base + threadIdx.x;
+    bool none = false;
+    if (g < a.members.groups) {
+      const int64_t begin = a.members.begin(g);
+      none = !(begin < a.members.end(g) && begin < a.rows);
+    }
+    const uint32_t vote = __ballot_sync(0xffffffffu, none);
+    __syncthreads();  // the previous round's reads of `empty` are done
+    if (lane == 0) empty[warp] = vote;
+    __syncthreads();
+    if (c >= a.cols) continue;
+    for (int w = 0; w < kColWarps; ++w) {
+      for (uint32_t bits = empty[w]; bits != 0; bits &= bits - 1) {
+        const int64_t m = base + 32 * w + (__ffs(static_cast<int>(bits)) - 1);
+        moe::store_block_scale(a.quant, zero, a.scale_inv, m * a.cols + c);
+      }
+    }
   }
 }
 
@@ -415,7 +436,7 @@ __global__ void __launch_bounds__(kColThreads, 3) wide_encode_kernel(MemberColum
       f[e] = bs.multiplier;
     }
   }
-  if (!kPerMember && blockIdx.y == 0) fold_empty_member_scales(a, mult, k0);
+  if (!kPerMember && blockIdx.y == 0) fold_empty_member_scales(a, k0);
   const In* src = static_cast<const In*>(a.x) + (span.first >= 0 ? span.first : 0) * a.cols + c0;
   const int64_t rows_here = a.rows - r_begin;  // rows of the matrix among the warp's 16
   constexpr int kBatchRows = 8;

@@ -269,31 +269,34 @@ TEST(GroupedLinearCuda, MatchesCpuWithDeviceSplits) {
 
 // Activation copies on members that span many of the wide kernels' 128-row chunks and 256-column
 // slabs (each chunk's encode takes the multipliers from the members' maxima; the warp holding a
-// member's first row stores its scales): x's and dy's row and column copies on CUDA equal the
-// CPU's bit for bit, with a member larger than the others by 100x, an empty one, a 3-row one
-// and a partial slab (1040 = 4·256 + 16 columns).
-std::string compare_large_member_operands(const std::string& recipe_name) {
-  constexpr int64_t kExperts = 5, kK = 1040, kN = 528;
-  const std::vector<int64_t> splits = {16, 2900, 0, 700, 3};
+// member's first row stores its scales, the chunk-0 CTAs those of members with no rows): x's and
+// dy's row and column copies on CUDA equal the CPU's bit for bit, and the weight gradient of
+// every member with no rows is exactly zero on both (a scale left unwritten or non-finite would
+// make it NaN or garbage).
+std::string compare_member_operands(const std::string& recipe_name,
+                                    const std::vector<int64_t>& splits, int64_t k, int64_t n) {
+  const int64_t experts = static_cast<int64_t>(splits.size());
   int64_t t = 0;
   for (int64_t s : splits) t += s;
   std::vector<std::vector<float>> ops[2];
+  std::vector<float> dws[2];
   for (int d = 0; d < 2; ++d) {
     const Device dev = d == 0 ? Device::cpu() : Device::cuda(0);
     const auto recipe = make_recipe(recipe_name);
     GroupedLinearOptions o = named("fc1");
     o.device = dev;
-    GroupedLinear layer(kExperts, kK, kN, *recipe, false, o);
+    GroupedLinear layer(experts, k, n, *recipe, false, o);
     layer.reset_parameters(3);
     std::vector<int64_t> sp = splits;
-    Tensor splits_t(sp, {kExperts}, Device::cpu());  // host splits: one padded layout on both
-    Tensor x(random_normal(t * kK, 51), {t, kK}, dev), dy(random_normal(t * kN, 52), {t, kN}, dev);
-    Tensor y(zeros(t * kN), {t, kN}, dev), dx(zeros(t * kK), {t, kK}, dev);
-    Tensor dw(zeros(kExperts * kN * kK), {kExperts, kN, kK}, dev);
+    Tensor splits_t(sp, {experts}, Device::cpu());  // host splits: one padded layout on both
+    Tensor x(random_normal(t * k, 51), {t, k}, dev), dy(random_normal(t * n, 52), {t, n}, dev);
+    Tensor y(zeros(t * n), {t, n}, dev), dx(zeros(t * k), {t, k}, dev);
+    Tensor dw(zeros(experts * n * k), {experts, n, k}, dev);
     GroupedLinearContext ctx = layer.forward(x.view, splits_t.view, y.view);
     layer.backward(ctx, dy.view, {dx.view, dw.view, {}, false});
     for (SavedOperand op : {SavedOperand::kInput, SavedOperand::kGradOutput})
       for (bool col : {false, true}) ops[d].push_back(ctx.operand_value(op, col));
+    dws[d] = dw.to_host();
   }
   std::string err;
   const char* names[4] = {"x row", "x col", "dy row", "dy col"};
@@ -301,16 +304,41 @@ std::string compare_large_member_operands(const std::string& recipe_name) {
     // The CUDA copies may hold more padding rows than the CPU's (device splits): the CPU's
     // leading elements are the layout both share.
     const std::vector<float>& cpu = ops[0][i];
-    const int64_t n = differing(head(ops[1][i], static_cast<int64_t>(cpu.size())), cpu);
-    if (n != 0) err += std::string(names[i]) + ": " + std::to_string(n) + " elements differ; ";
+    const int64_t diff = differing(head(ops[1][i], static_cast<int64_t>(cpu.size())), cpu);
+    if (diff != 0) err += std::string(names[i]) + ": " + std::to_string(diff) + " elements differ; ";
+  }
+  for (int64_t g = 0; g < experts; ++g) {
+    if (splits[g] != 0) continue;
+    for (int d = 0; d < 2; ++d)
+      for (int64_t i = g * n * k; i < (g + 1) * n * k; ++i)
+        if (dws[d][i] != 0.0f) {
+          err += std::string(d ? "cuda" : "cpu") + " dW of empty expert " + std::to_string(g) +
+                 " is " + std::to_string(dws[d][i]) + "; ";
+          i = (g + 1) * n * k;
+          d = 2;
+        }
   }
   return err;
 }
 
 TEST(GroupedLinearCuda, RowwiseCopiesOfLargeMembersMatchCpu) {
   if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  // A member larger than the others by 100x, an empty one, a 3-row one and a partial slab
+  // (1040 = 4·256 + 16 columns).
   for (const std::string r : {"fp8_rowwise", "fp8_current"})
-    EXPECT_EQ(compare_large_member_operands(r), "") << r;
+    EXPECT_EQ(compare_member_operands(r, {16, 2900, 0, 700, 3}, 1040, 528), "") << r;
+}
+
+// Skewed routing over many experts: most have no rows (more than one CTA's 256 members, so the
+// empty members are found in several rounds), some non-empty ones lie past them.
+TEST(GroupedLinearCuda, ManyEmptyMembersMatchCpu) {
+  if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  std::vector<int64_t> splits(300, 0);
+  const int64_t live[][2] = {{1, 700}, {2, 300}, {5, 48}, {40, 16}, {97, 5}, {255, 130},
+                             {256, 64}, {270, 1}};
+  for (const auto& l : live) splits[l[0]] = l[1];
+  for (const std::string r : {"fp8_rowwise", "fp8_current"})
+    EXPECT_EQ(compare_member_operands(r, splits, 272, 48), "") << r;
 }
 
 // Recipes without a CUDA GEMM path stop with an error naming the refusal, never garbage.
