@@ -352,12 +352,10 @@ static_assert(kColThreads == kWideCols, "wide_amax_kernel folds one column per t
 // The stored scales of the (member, column) slots no warp owns in the folded wide encode: a
 // member with no rows, or whose first row lies past the matrix (wide_encode_kernel's owner is
 // the warp whose first row is the member's first). No amax pass row reaches such a member, so
-// its slots keep the memset's 0 and each of its scales is amax 0's, computed once. Written by
-// the CTAs of chunk 0 for their columns [k0, k0 + kWideCols), one column per thread, the
-// members found 256 at a time (one check per thread, a ballot): the empty members of a skewed
-// routing (most experts of a small batch) cost each thread one store apiece, not a serial walk
-// of the columns (which kept the chunk-0 CTAs running 3x the rest of the pass). Every thread
-// of the CTA calls it (it synchronizes).
+// its slots keep the memset's 0: each of its scales is amax 0's, computed once. The CTAs of
+// chunk 0 write them for their columns [k0, k0 + kWideCols), one column per thread, the
+// members found 256 at a time (a check per thread, a ballot). Called by every thread of the
+// CTA (it synchronizes).
 __device__ __forceinline__ void fold_empty_member_scales(const MemberColumnsArgs& a, int64_t k0) {
   __shared__ uint32_t empty[kColWarps];
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;

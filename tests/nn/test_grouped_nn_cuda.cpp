@@ -309,14 +309,15 @@ std::string compare_member_operands(const std::string& recipe_name,
   }
   for (int64_t g = 0; g < experts; ++g) {
     if (splits[g] != 0) continue;
-    for (int d = 0; d < 2; ++d)
-      for (int64_t i = g * n * k; i < (g + 1) * n * k; ++i)
-        if (dws[d][i] != 0.0f) {
-          err += std::string(d ? "cuda" : "cpu") + " dW of empty expert " + std::to_string(g) +
-                 " is " + std::to_string(dws[d][i]) + "; ";
-          i = (g + 1) * n * k;
-          d = 2;
-        }
+    for (int d = 0; d < 2; ++d) {
+      const auto first = dws[d].begin() + g * n * k, last = first + n * k;
+      const auto bad = std::find_if(first, last, [](float v) { return v != 0.0f; });
+      if (bad != last) {
+        err += std::string(d ? "cuda" : "cpu") + " dW of empty expert " + std::to_string(g) +
+               " is " + std::to_string(*bad) + "; ";
+        break;
+      }
+    }
   }
   return err;
 }
