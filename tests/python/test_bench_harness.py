@@ -126,6 +126,14 @@ def test_optim_suite_steps_quantize_where_their_labels_say(monkeypatch):
         return real(x, weight, offs, bias, wcache, requantize, *rest)
 
     monkeypatch.setattr(_ext, "linear_fwd", counted)
+    if _ext.linear is not None:  # the eager C++ node: the copies it is given (None: re-made)
+        node = _ext.linear
+
+        def counted_node(x, weight, offs, bias, wcache, *rest):
+            calls.append((x.shape[0], wcache is None))
+            return node(x, weight, offs, bias, wcache, *rest)
+
+        monkeypatch.setattr(_ext, "linear", counted_node)
     steps = train.optim_contenders(tt, Case, ("bf16", "fp8_rowwise"))
     labels = [label for label, _ in steps]
     assert labels == ["torch bf16 +adamw", "tessera bf16 +adamw", "tessera fp8 +adamw",

@@ -12,6 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 tt = pytest.importorskip("tessera.torch")
 import tessera  # noqa: E402
+from tessera.torch import _ext  # noqa: E402
 from torch_oracles import ends, sqnr  # noqa: E402
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() and tessera.cuda_compiled() else [])
@@ -265,13 +266,17 @@ def test_pickle_deepcopy_and_state_dict_after_a_step(recipe):
         assert not any("cache" in k for k in obj.state_dict()), recipe
 
 
-def test_double_backward_is_refused_at_the_call():
-    m = layer("bf16", "cpu")
+@pytest.mark.parametrize("python_function", [False, True])
+def test_double_backward_is_refused_at_the_call(python_function, monkeypatch):
+    if python_function:  # the Python autograd functions (torch.compile's path), not the C++ nodes
+        monkeypatch.setattr(_ext, "linear", None)
+        monkeypatch.setattr(_ext, "mlp", None)
     offs = ends(SIZES, "cpu")
     x = torch.randn(sum(SIZES), K, dtype=torch.bfloat16, requires_grad=True)
-    y = m(x, offs)
-    with pytest.raises(tessera.UnsupportedError, match="create_graph"):
-        torch.autograd.grad(y.float().square().sum(), x, create_graph=True)
+    for m in (layer("bf16", "cpu"), tt.GroupedMLP(len(SIZES), K, 32)):
+        y = m(x, offs)
+        with pytest.raises(tessera.UnsupportedError, match="create_graph"):
+            torch.autograd.grad(y.float().square().sum(), x, create_graph=True)
 
 
 @pytest.mark.parametrize("recipe", ["bf16", "fp8_rowwise", "mxfp8"])
@@ -299,6 +304,139 @@ def test_transformer_engine_splits_as_a_python_list(device):
         assert torch.equal(m(x, m_splits=list(SIZES)), want)
         assert torch.equal(m(x, list(SIZES)), want)  # TE's positional forward(inp, m_splits)
         assert torch.equal(m(x, splits=torch.tensor(SIZES, device=device)), want)
+
+
+# The eager steps run as C++ autograd nodes (torch.ops.tessera.linear / mlp) where the module was
+# built for this torch; torch.compile traces the Python autograd functions over the same ops.
+needs_nodes = pytest.mark.skipif(_ext.linear is None or _ext.mlp is None,
+                                 reason="tessera's C++ autograd nodes were not built for this torch")
+
+
+def _node_and_function(monkeypatch, run):
+    """run()'s tensors through the C++ nodes, then through the Python autograd functions."""
+    got = run()
+    with monkeypatch.context() as mp:
+        mp.setattr(_ext, "linear", None)
+        mp.setattr(_ext, "mlp", None)
+        want = run()
+    return got, want
+
+
+def _assert_same(got, want, what):
+    assert len(got) == len(want)
+    for i, (a, b) in enumerate(zip(got, want)):
+        assert (a is None) == (b is None), (what, i)
+        if a is not None:
+            assert a.dtype == b.dtype and torch.equal(a, b), (what, i)
+
+
+@needs_nodes
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("recipe", ["bf16", "fp8_rowwise", "fp8_delayed", "fp8_block", "mxfp8",
+                                    "nvfp4"])
+def test_the_cpp_node_computes_what_the_python_function_does(device, recipe, monkeypatch):
+    # y, dx, dW, db of a first step (weights quantized) and of a later micro-batch (cached
+    # copies), the delayed state after both, from the same stochastic-rounding offset
+    offs = ends(SIZES, device)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(sum(SIZES), K, generator=g).to(device, torch.bfloat16)
+    dy = torch.randn(sum(SIZES), N, generator=g).to(device, torch.bfloat16)
+    grad_fns = []
+
+    def run():
+        tt.set_rng_offset(0)
+        m = layer(recipe, device, bias=True)
+        grad_fns.append(type(m(x.requires_grad_(False), offs).grad_fn).__name__)
+        out = [*step(m, x, offs, dy), *step(m, x, offs, dy, is_first_microbatch=False)]
+        if m.delayed_scaling is not None:
+            out += [m.delayed_scale.clone(), m.amax_history.clone()]
+        return out
+
+    got, want = _node_and_function(monkeypatch, run)
+    assert "_LinearFn" not in grad_fns[0] and "_LinearFn" in grad_fns[1], grad_fns
+    _assert_same(got, want, recipe)
+
+
+@needs_nodes
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("recipe", ["bf16", "fp8_rowwise"])
+def test_the_cpp_node_computes_only_the_gradients_asked_for(device, recipe, monkeypatch):
+    # a frozen weight (dx only), a constant x (dW only), torch.autograd.grad of x alone (with and
+    # without a main grad), a main grad added into (weight.grad untouched), inference mode
+    offs = ends(SIZES, device)
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(sum(SIZES), K, generator=g).to(device, torch.bfloat16)
+    w = (torch.randn(len(SIZES), N, K, generator=g) / 8).to(device, torch.bfloat16)
+    dy = torch.randn(sum(SIZES), N, generator=g).to(device, torch.bfloat16)
+
+    def run():
+        out = []
+        xr = x.clone().requires_grad_()
+        y = tt.grouped_linear(xr, w, offs, recipe)
+        y.backward(dy)
+        out += [y.detach(), xr.grad]
+        wr = w.clone().requires_grad_()
+        tt.grouped_linear(x, wr, offs, recipe).backward(dy)
+        out.append(wr.grad)
+        xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
+        out += torch.autograd.grad(tt.grouped_linear(xr, wr, offs, recipe), xr, dy)
+        # asked for dx alone, the step still adds to the main grad of a weight that requires
+        # grad (TransformerEngine's rule: the wgrad follows requires_grad at the forward)
+        mg = torch.zeros(w.shape, dtype=torch.float32, device=device)
+        xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
+        out += torch.autograd.grad(tt.grouped_linear(xr, wr, offs, recipe, main_grad=mg), xr, dy)
+        assert mg.abs().sum() > 0
+        out.append(mg)
+        mg = torch.ones(w.shape, dtype=torch.float32, device=device)
+        wr = w.clone().requires_grad_()
+        tt.grouped_linear(x, wr, offs, recipe, main_grad=mg).backward(dy)
+        assert wr.grad is None
+        out.append(mg)
+        with torch.inference_mode():
+            out.append(tt.grouped_linear(x, w, offs, recipe))
+        return out
+
+    got, want = _node_and_function(monkeypatch, run)
+    _assert_same(got, want, recipe)
+
+
+@needs_nodes
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("recipe", ["bf16", "fp8_rowwise", "mxfp8"])
+def test_the_cpp_mlp_node_computes_what_the_python_function_does(device, recipe, monkeypatch):
+    # y, dx, dprobs and both layers' dW and db, then a later micro-batch on cached copies
+    offs = ends(SIZES, device)
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(sum(SIZES), K, generator=g).to(device, torch.bfloat16)
+    probs = torch.rand(sum(SIZES), generator=g).to(device)
+    dy = torch.randn(sum(SIZES), K, generator=g).to(device, torch.bfloat16)
+
+    def run():
+        torch.manual_seed(0)
+        m = tt.GroupedMLP(len(SIZES), K, 64, recipe=recipe, bias=True, device=device)
+        out = []
+        for promise in (None, False):
+            m.zero_grad(set_to_none=True)
+            xr, pr = x.clone().requires_grad_(), probs.clone().requires_grad_()
+            y = m(xr, offs, pr, is_first_microbatch=promise)
+            y.backward(dy)
+            out += [y.detach(), xr.grad, pr.grad, m.fc1.weight.grad, m.fc2.weight.grad,
+                    m.fc1.bias.grad, m.fc2.bias.grad]
+        return out
+
+    got, want = _node_and_function(monkeypatch, run)
+    _assert_same(got, want, recipe)
+
+
+def test_step_error_raises_the_tessera_error_of_a_step_ops_text():
+    # how the C++ nodes' backward raises a step op's error in the caller of backward()
+    if _ext.linear is None:
+        pytest.skip("tessera's C++ autograd nodes were not built for this torch")
+    with pytest.raises(tessera.ShapeError, match="dy: expected"):
+        torch.ops.tessera.step_error("grouped_linear",
+                                     "[tessera:2] tessera shape mismatch: dy: expected (3, 4)")
+    with pytest.raises(tessera.UnsupportedError, match="GroupedMLP: a backward with create_graph"):
+        torch.ops.tessera.step_error("GroupedMLP", "")
 
 
 def test_a_quantized_step_makes_few_python_and_compiled_calls():

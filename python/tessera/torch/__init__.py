@@ -32,7 +32,7 @@
 The training step runs in tessera's compiled PyTorch ops (torch.ops.tessera.linear_fwd /
 linear_bwd / mlp_fwd / mlp_bwd; PyTorch's stable C++ ABI, fake implementations for
 torch.compile(fullgraph=True)), one call per direction, on torch's current stream with torch's
-allocator; grouped_mm and scaled_grouped_mm are compiled ops of the same binding
+allocator; eager, a C++ autograd node (torch.ops.tessera.linear / mlp) makes those calls; grouped_mm and scaled_grouped_mm are compiled ops of the same binding
 (torch.ops.tessera.grouped_mm / scaled_grouped_mm). The quantize ops are torch.library custom ops
 over the nanobind module (DLPack, no copies).
 """

@@ -48,3 +48,12 @@ def python_names(e: BaseException) -> BaseException:
     text = str(e)
     renamed = _CPP_NAME.sub(lambda m: _CPP_TO_PYTHON[m.group(1)], text)
     return e if renamed == text else type(e)(renamed)
+
+
+def double_backward_error(name: str) -> BaseException:
+    """The error of a backward run with create_graph=True (grad mode on inside backward)."""
+    return _C.UnsupportedError(
+            f"tessera unsupported: {name}: a backward with create_graph=True would need the "
+            f"gradient of tessera's backward, which it does not have (a gradient penalty "
+            f"through this layer would silently lose its second-order term); differentiate "
+            f"without create_graph, or use the bf16 torch._grouped_mm path for that term")

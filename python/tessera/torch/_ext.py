@@ -4,6 +4,9 @@ tessera.Error subclasses.
 
     torch.ops.tessera.linear_fwd / linear_bwd   the grouped linear training step
     torch.ops.tessera.mlp_fwd / mlp_bwd         the grouped MLP training step
+    torch.ops.tessera.linear / mlp              the same steps as C++ autograd nodes (the eager
+                                                path; PyTorch's C++ API, loaded only into the
+                                                torch they were built for)
     torch.ops.tessera.get_rng_offset / set_rng_offset   the step's stochastic-rounding counter
     torch.ops.tessera.moe_*                     the MoE routing ops (fakes and autograd in moe_ops.py)
     torch.ops.tessera.grouped_mm / scaled_grouped_mm   the functional grouped GEMMs (fakes and
@@ -23,7 +26,7 @@ import re
 import torch
 
 from .. import _tessera as _C
-from ._errors import python_names
+from ._errors import double_backward_error, python_names
 
 _LIB = os.path.join(os.path.dirname(os.path.dirname(__file__)), "_torch_ops.so")
 if not os.path.exists(_LIB):
@@ -46,6 +49,34 @@ grouped_mm, scaled_grouped_mm = ops.grouped_mm.default, ops.scaled_grouped_mm.de
 _ERROR = re.compile(r"\[tessera:(\d+)\] (.*)", re.S)
 
 
+def _load_autograd_nodes():
+    """torch.ops.tessera.linear / mlp, the steps as C++ autograd nodes (python/torch_ext/
+    autograd_ops.cpp), when the module was built against this very torch (PyTorch's C++ API has
+    no stable ABI; the version file beside the module names the torch it was built with); else
+    (None, None, None): the Python autograd functions run the same ops."""
+    lib = os.path.join(os.path.dirname(_LIB), "_torch_autograd.so")
+    try:
+        with open(lib[:-3] + ".version") as f:
+            built_for = f.read().strip()
+    except OSError:
+        return None, None, None
+    if built_for != torch.__version__:
+        return None, None, None
+    torch.ops.load_library(lib)
+    impl = torch.library.Library("tessera", "IMPL")
+    impl.impl("step_error", _step_error, "CompositeExplicitAutograd")
+    return ops.linear.default, ops.mlp.default, impl
+
+
+def _step_error(layer: str, message: str) -> None:
+    """torch.ops.tessera.step_error: how the C++ nodes' backward raises (in the caller of
+    backward()) the tessera.Error of a step op's error text, or for an empty text the refusal of
+    create_graph=True — the errors the Python functions raise."""
+    if not message:
+        raise double_backward_error(layer)
+    raise translate(RuntimeError(message))
+
+
 def translate(e: RuntimeError) -> BaseException:
     """The tessera.Error subclass of an op's RuntimeError ("[tessera:<status>] message", the
     message with tessera.torch's argument names), or the error itself when it did not come from
@@ -54,6 +85,11 @@ def translate(e: RuntimeError) -> BaseException:
     if m is None:
         return e
     return python_names(_C._error_class(int(m.group(1)))(m.group(2)))
+
+
+# The steps as C++ autograd nodes (None: not built for this torch); _impl keeps step_error's
+# Python implementation registered.
+linear, mlp, _impl = _load_autograd_nodes()
 
 
 def call(op, *args):

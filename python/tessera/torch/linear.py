@@ -1,6 +1,9 @@
 """The training step of a grouped linear layer on tessera: y = x · W_gᵀ (+ b_g) per group of rows,
-its dgrad, wgrad and bias gradient — one autograd.Function, one call into compiled code per
+its dgrad, wgrad and bias gradient — one autograd node, one call into compiled code per
 direction (torch.ops.tessera.linear_fwd / linear_bwd, the C++ step of tessera/nn/linear_step.h).
+Eager, the node is C++ (torch.ops.tessera.linear: no Python runs in the backward); under
+torch.compile, or where that module was built for another torch, _LinearFn below calls the same
+two ops from Python.
 
     grouped_linear(x (T, K), weight (G, N, K), offs (G,) int32 cumulative end offsets,
                    recipe="bf16" | "fp8_rowwise" | ... | DelayedScaling | CustomRecipe,
@@ -42,6 +45,7 @@ from torch import Tensor
 
 from .. import _tessera as _C
 from . import _ext
+from ._errors import double_backward_error
 from .recipe import recipe_spec, resolve
 
 _local = threading.local()
@@ -165,15 +169,6 @@ def _delayed_tensors(spec: str, state, device, groups: int):
     return scale, history
 
 
-def _double_backward_error(name: str) -> BaseException:
-    """The error of a backward run with create_graph=True (grad mode on inside backward)."""
-    return _C.UnsupportedError(
-            f"tessera unsupported: {name}: a backward with create_graph=True would need the "
-            f"gradient of tessera's backward, which it does not have (a gradient penalty "
-            f"through this layer would silently lose its second-order term); differentiate "
-            f"without create_graph, or use the bf16 torch._grouped_mm path for that term")
-
-
 class _LinearFn(torch.autograd.Function):
     """One grouped linear step: forward and backward each one call of the compiled step.
     `w_in`: the weight copies to read, or None to make them now; the copies made are the second
@@ -198,7 +193,7 @@ class _LinearFn(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy, _):
         if torch.is_grad_enabled():
-            raise _double_backward_error("grouped_linear")
+            raise double_backward_error("grouped_linear")
         if dy is None:  # y took no part in the loss
             return (None,) * 10
         offs, x, weight, copies, saved, scale, history, main_grad = ctx.saved_tensors
@@ -274,7 +269,11 @@ def linear_step(x: Tensor, weight: Tensor, offs: Tensor, spec: str, name: str,
             else None)
     xc = x if x.is_contiguous() else x.contiguous()
     w = weight if weight.is_contiguous() else weight.contiguous()
-    y, made = _LinearFn.apply(xc, w, offs, bias, spec, name, w_in, scale, history, main_grad)
+    if _ext.linear is not None and not torch.compiler.is_compiling():  # the C++ node
+        y, made = _ext.call(_ext.linear, xc, w, offs, bias, w_in, spec, name, scale, history,
+                            main_grad)
+    else:
+        y, made = _LinearFn.apply(xc, w, offs, bias, spec, name, w_in, scale, history, main_grad)
     if w_in is None and cache is not None:
         cache.store(weight, spec, made)
     return y

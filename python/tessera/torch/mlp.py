@@ -1,6 +1,7 @@
 """The training step of the grouped MLP on tessera: fc1 → SwiGLU (× routing probabilities) → fc2
 per group of rows, forward and backward each one call into compiled code
-(torch.ops.tessera.mlp_fwd / mlp_bwd, the C++ step of tessera/nn/mlp_step.h).
+(torch.ops.tessera.mlp_fwd / mlp_bwd, the C++ step of tessera/nn/mlp_step.h). Eager, the autograd
+node is C++ (torch.ops.tessera.mlp); under torch.compile, _MlpFn calls the same ops from Python.
 
     h = x W1_gᵀ (+ b1_g) = [gate | up];  a = silu(gate) ⊙ up (⊙ p);  y = a W2_gᵀ (+ b2_g)
 
@@ -18,7 +19,8 @@ from torch import Tensor
 
 from .. import _tessera as _C
 from . import _ext
-from .linear import WeightCache, _delayed_tensors, _double_backward_error, autocast_input
+from ._errors import double_backward_error
+from .linear import WeightCache, _delayed_tensors, autocast_input
 
 
 class _MlpFn(torch.autograd.Function):
@@ -47,7 +49,7 @@ class _MlpFn(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy, _1, _2):
         if torch.is_grad_enabled():
-            raise _double_backward_error("GroupedMLP")
+            raise double_backward_error("GroupedMLP")
         if dy is None:  # y took no part in the loss
             return (None,) * 18
         (offs, x, probs, w1, w2, c1, c2, s1, h, s2, a, ds1, ah1, ds2, ah2, mg1,
@@ -92,8 +94,12 @@ def mlp_step(x: Tensor, w1: Tensor, w2: Tensor, offs: Tensor, probs: Optional[Te
               and c2.usable(w2, spec2, promised))
     wc1, wc2 = (caches[0].copies, caches[1].copies) if usable else (None, None)
     xc = x if x.is_contiguous() else x.contiguous()
-    y, made1, made2 = _MlpFn.apply(xc, w1, w2, offs, probs, b1, b2, spec1, spec2, prefix, wc1,
-                                   wc2, ds1, ah1, ds2, ah2, *main_grads)
+    if _ext.mlp is not None and not torch.compiler.is_compiling():  # the C++ node
+        y, made1, made2 = _ext.call(_ext.mlp, xc, w1, w2, offs, probs, b1, b2, wc1, wc2, spec1,
+                                    spec2, prefix, ds1, ah1, ds2, ah2, *main_grads)
+    else:
+        y, made1, made2 = _MlpFn.apply(xc, w1, w2, offs, probs, b1, b2, spec1, spec2, prefix,
+                                       wc1, wc2, ds1, ah1, ds2, ah2, *main_grads)
     if not usable and caches[0] is not None:
         caches[0].store(w1, spec1, made1)
         caches[1].store(w2, spec2, made2)
