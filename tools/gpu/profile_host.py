@@ -5,8 +5,9 @@ module step.
     python tools/gpu/profile_host.py [--shape 8,16,256,256] [--recipes bf16,fp8_rowwise]
                                      [--device cuda|cpu] [--steps 300]
 
-Rows per recipe: the module (GroupedLinear, cached copies), linear_step (no module code),
-_LinearFn.apply (no checks), the two compiled ops without autograd, the forward op alone;
+Rows per recipe: the module (GroupedLinear, cached copies), linear_step (no module code), the
+C++ autograd node and the Python autograd function (no checks; the eager path is the node where
+it was built for this torch), the two compiled ops without autograd, the forward op alone;
 torch's BF16 autograd step and bare torch ops (empty, _grouped_mm) for scale.
 """
 from __future__ import annotations
@@ -75,6 +76,11 @@ def main() -> None:
             y, _ = _LinearFn.apply(x, wgt, offs, None, m.spec, m.name, copies, None, None, None)
             y.backward(dy)
 
+        def node_fn():  # the eager path's C++ autograd node, without the module's checks
+            x.grad = wgt.grad = None
+            y, _ = _ext.linear(x, wgt, offs, None, copies, m.spec, m.name, None, None, None)
+            y.backward(dy)
+
         wdet = wgt.detach()
         wc = copies if copies is not None and copies.numel() else None
 
@@ -87,7 +93,9 @@ def main() -> None:
 
         rows[f"{r}: module step (cached W)"] = time_us(module_step)
         rows[f"{r}: linear_step"] = time_us(step_fn)
-        rows[f"{r}: _LinearFn.apply"] = time_us(apply_fn)
+        if _ext.linear is not None:
+            rows[f"{r}: C++ node (torch.ops.tessera.linear)"] = time_us(node_fn)
+        rows[f"{r}: Python function (_LinearFn.apply)"] = time_us(apply_fn)
         rows[f"{r}: linear_fwd + linear_bwd ops"] = time_us(ops_only)
         rows[f"{r}: linear_fwd op"] = time_us(
             lambda: _ext.ops.linear_fwd(xd, wdet, offs, None, wc, False, m.spec, m.name, None,
