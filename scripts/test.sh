@@ -77,13 +77,17 @@ done
 build/pip-venv/bin/python -I -c "import tessera, sys; sys.exit(tessera.__version__ != '$version')" ||
   { echo "the installed tessera.__version__ is not $version"; exit 1; }
 # The installed tessera.torch loads its compiled ops into the venv's torch (no ABI mismatch) and
-# runs one training step.
+# runs one training step through the C++ autograd node built for that torch.
 build/pip-venv/bin/python -I -c "
 import torch, tessera.torch as tt
+from tessera.torch import _ext
+assert _ext.linear is not None, 'the C++ autograd nodes were not built for this torch'
 x = torch.randn(32, 64, dtype=torch.bfloat16, requires_grad=True)
 m = tt.GroupedLinear(2, 64, 32, recipe='fp8_rowwise')
-m(x, torch.tensor([16, 32], dtype=torch.int32)).float().sum().backward()
+y = m(x, torch.tensor([16, 32], dtype=torch.int32))
+assert '_LinearFn' not in type(y.grad_fn).__name__, type(y.grad_fn)
+y.float().sum().backward()
 assert x.grad is not None and m.weight.grad is not None
-print('installed tessera.torch: one fp8_rowwise step on torch', torch.__version__)" ||
+print('installed tessera.torch: one fp8_rowwise step (C++ node) on torch', torch.__version__)" ||
   { echo "the installed tessera.torch does not run a step"; exit 1; }
 echo "test.sh: all tests passed"
