@@ -246,31 +246,6 @@ std::tuple<Tensor, Tensor, Tensor> mlp(const Tensor& x, const Tensor& w1, const 
   return {out[0], out[1], out[2]};
 }
 
-// Without autograd (inference tensors): the forward op alone, nothing saved.
-std::tuple<Tensor, Tensor> linear_no_grad(const Tensor& x, const Tensor& weight,
-                                          const Tensor& offs, const OptTensor& bias,
-                                          const OptTensor& wcache, c10::string_view recipe,
-                                          c10::string_view name, const OptTensor& scale,
-                                          const OptTensor& history, const OptTensor&) {
-  static const c10::OperatorHandle fwd = tessera_op("tessera::linear_fwd");
-  Stack out = call(fwd, {x, weight, offs, opt(bias), opt(wcache), !wcache.has_value(),
-                         std::string(recipe), std::string(name), opt(scale), opt(history), false});
-  return {out[0].toTensor(), out[2].toTensor()};
-}
-
-std::tuple<Tensor, Tensor, Tensor> mlp_no_grad(
-    const Tensor& x, const Tensor& w1, const Tensor& w2, const Tensor& offs,
-    const OptTensor& probs, const OptTensor& b1, const OptTensor& b2, const OptTensor& wc1,
-    const OptTensor& wc2, c10::string_view spec1, c10::string_view spec2,
-    c10::string_view prefix, const OptTensor& ds1, const OptTensor& ah1, const OptTensor& ds2,
-    const OptTensor& ah2, const OptTensor&, const OptTensor&) {
-  static const c10::OperatorHandle fwd = tessera_op("tessera::mlp_fwd");
-  Stack out = call(fwd, {x, w1, w2, offs, opt(probs), opt(b1), opt(b2), opt(wc1), opt(wc2),
-                         !wc1.has_value(), std::string(spec1), std::string(spec2),
-                         std::string(prefix), opt(ds1), opt(ah1), opt(ds2), opt(ah2), false});
-  return {out[0].toTensor(), out[5].toTensor(), out[6].toTensor()};
-}
-
 }  // namespace
 
 // wcache / wc1 / wc2: the weight copies to read, or None to make them now (then the second
@@ -294,9 +269,11 @@ TORCH_LIBRARY_IMPL(tessera, Autograd, m) {
   m.impl("mlp", &mlp);
 }
 
+// Tensors without autograd keys (inference mode) reach the same kernels here: with grad mode
+// off, Function::apply records no node and the forward saves nothing.
 TORCH_LIBRARY_IMPL(tessera, CompositeExplicitAutograd, m) {
-  m.impl("linear", &linear_no_grad);
-  m.impl("mlp", &mlp_no_grad);
+  m.impl("linear", &linear);
+  m.impl("mlp", &mlp);
 }
 
 }  // namespace tessera::torch_ext
