@@ -221,40 +221,51 @@ __device__ __forceinline__ uint32_t pack2(float v0, float v1) {
   }
 }
 
+// Which column vectors a staged epilogue applies (compile time, so that no load or multiply is
+// predicated on a run-time pointer): B scales, bias, both, neither; kAny: whichever the launch
+// has (checked at run time: the FP16 variant).
+enum class Cols { kNone, kScale, kBias, kBoth, kAny };
+
 // The common case, straight-line: every row block goes to the staging buffer (16-bit D, all rows
 // inside the group) and all kBlockN columns are inside n. Per column pair: two FMUL, two FFMA
-// (kCols: B scales and/or bias, read 8 pairs at a time from the column vectors; without them one
-// FMUL per value), one pack, one STS at a precomputed swizzled address (16-byte chunk j of row r
-// at j ^ (r % 8); r % 8 = lane / 4 for both rows of a thread).
-template <int kBlockN, int kRowBlocks, int kH0, int kH1, OutType kOut, bool kCols>
+// (B scales and/or bias, read 8 pairs at a time from the column vectors; v·s + 0 without bias,
+// v·1 + b without B scales: the same bits as the general path; without either one FMUL per
+// value), one pack, one STS. The swizzled staging address of 16-byte chunk j of row r is
+// chunk j ^ (r % 8); r % 8 = lane / 4 for both rows of a thread, and the row start (128 B per
+// row of a 128-byte aligned buffer) and the lane's 4 bytes leave bits 4..6 of the address free,
+// so chunk j's address is one base XOR (j % 8)·16 (one LOP3; not kept in 8 registers, which
+// spilled the MX-scaled kernels); row block, 64-column box and the thread's second row (8 rows
+// later) are immediate offsets.
+template <int kBlockN, int kRowBlocks, int kH0, int kH1, OutType kOut, Cols kCols>
 __device__ __forceinline__ void epilogue_rows_staged(const KernelParams& p,
                                                      const float (&acc)[kRowBlocks][kBlockN / 2],
                                                      const float (&row_scale)[kRowBlocks][2],
                                                      const float* cols, uint8_t* staging) {
   const int tid = threadIdx.x % 128;
   const int warp = tid / 32, lane = tid % 32;
-  const uint32_t sb_addr = smem_addr(cols);
-  const uint32_t bias_addr = sb_addr + (p.scale_b ? kBlockN * 4 : 0);
-  const uint32_t key = static_cast<uint32_t>(lane / 4) << 4;  // (r % 8) · 16
-  uint32_t row_addr[2];                                        // row r_i, this lane's 4 bytes
-#pragma unroll
-  for (int i = 0; i < 2; ++i)
-    row_addr[i] = smem_addr(staging) + (warp * 16 + lane / 4 + 8 * i) * 128 + (lane % 4) * 4;
+  constexpr bool kScale = kCols == Cols::kScale || kCols == Cols::kBoth || kCols == Cols::kAny;
+  constexpr bool kBias = kCols == Cols::kBias || kCols == Cols::kBoth || kCols == Cols::kAny;
+  const bool has_scale = kCols == Cols::kAny ? p.scale_b != nullptr : kScale;
+  const bool has_bias = kCols == Cols::kAny ? p.bias != nullptr : kBias;
+  // This lane's column pairs 2·(lane % 4) (+8j) in the column vectors (B scales first).
+  const uint32_t sb_addr = smem_addr(cols) + (lane % 4) * 8;
+  const uint32_t bias_addr = sb_addr + (has_scale ? kBlockN * 4 : 0);
+  const uint32_t base = smem_addr(staging) + (warp * 16 + lane / 4) * 128 + (lane % 4) * 4 +
+                        ((lane / 4) << 4);
 #pragma unroll
   for (int q = 0; q < kBlockN / 32; ++q) {  // 32 columns at a time
     float2 s[4], bb[4];
-    if constexpr (kCols) {
 #pragma unroll
-      for (int jq = 0; jq < 4; ++jq) {
-        const uint32_t cl = (q * 32 + jq * 8 + (lane % 4) * 2) * 4;
-        s[jq] = p.scale_b ? ld_shared_f2(sb_addr + cl) : make_float2(1.0f, 1.0f);
-        bb[jq] = p.bias ? ld_shared_f2(bias_addr + cl) : make_float2(0.0f, 0.0f);
-      }
+    for (int jq = 0; jq < 4; ++jq) {
+      const uint32_t cl = (q * 32 + jq * 8) * 4;
+      if constexpr (kScale)
+        s[jq] = has_scale ? ld_shared_f2(sb_addr + cl) : make_float2(1.0f, 1.0f);
+      if constexpr (kBias)
+        bb[jq] = has_bias ? ld_shared_f2(bias_addr + cl) : make_float2(0.0f, 0.0f);
     }
 #pragma unroll
     for (int jq = 0; jq < 4; ++jq) {
       const int j = q * 4 + jq;
-      const uint32_t chunk = key ^ static_cast<uint32_t>((j % 8) << 4);
 #pragma unroll
       for (int h = kH0; h < kH1; ++h) {
         const uint32_t box = (h - kH0) * (64 * kBlockN * 2) + (j / 8) * (64 * 128);
@@ -262,11 +273,14 @@ __device__ __forceinline__ void epilogue_rows_staged(const KernelParams& p,
         for (int i = 0; i < 2; ++i) {
           float v0 = acc[h][j * 4 + 2 * i] * row_scale[h][i];
           float v1 = acc[h][j * 4 + 2 * i + 1] * row_scale[h][i];
-          if constexpr (kCols) {
-            v0 = v0 * s[jq].x + bb[jq].x;
-            v1 = v1 * s[jq].y + bb[jq].y;
+          if constexpr (kScale || kBias) {
+            const float2 sj = kScale ? s[jq] : make_float2(1.0f, 1.0f);
+            const float2 bj = kBias ? bb[jq] : make_float2(0.0f, 0.0f);
+            v0 = fmaf(v0, sj.x, bj.x);
+            v1 = fmaf(v1, sj.y, bj.y);
           }
-          st_shared_u32(row_addr[i] + box + chunk, pack2<kOut>(v0, v1));
+          st_shared_u32((base ^ static_cast<uint32_t>((j % 8) << 4)) + box + i * 8 * 128,
+                        pack2<kOut>(v0, v1));
         }
       }
     }
@@ -286,8 +300,11 @@ __device__ __forceinline__ void epilogue_one_block(const KernelParams& p, const 
 
 // Scales and writes the warpgroup's row blocks [kH0, kH1) (block h staged at staging + (h - kH0)
 // · 64 · kBlockN · 2): the straight-line staged path when the tile is staged (ragged row blocks
-// included), otherwise the general path block by block.
-template <int kBlockN, int kRowBlocks, int kH0, int kH1>
+// included), otherwise the general path block by block. kColVariants: one staged copy per set of
+// column vectors (B scales, bias, both, neither); without it, one for none and one that checks at
+// run time (the MX-scaled kernels: their register pools are at the edge, and the extra copies
+// made ptxas spill 24 bytes instead of 8 in the producer's tile walk).
+template <bool kColVariants, int kBlockN, int kRowBlocks, int kH0, int kH1>
 __device__ __forceinline__ void epilogue_rows(const KernelParams& p, const Tile& t,
                                               const float (&acc)[kRowBlocks][kBlockN / 2],
                                               const float (&row_scale)[kRowBlocks][2],
@@ -295,21 +312,34 @@ __device__ __forceinline__ void epilogue_rows(const KernelParams& p, const Tile&
                                               uint8_t* staging) {
   static_assert(kH1 - kH0 == 1 || kH1 - kH0 == 2, "one or two row blocks");
   const bool staged = tile_staged<kBlockN>(p, t);
-  const bool with_cols = p.scale_b != nullptr || p.bias != nullptr;
-  if (staged && p.out_type == OutType::kBF16 && with_cols) {
-    epilogue_rows_staged<kBlockN, kRowBlocks, kH0, kH1, OutType::kBF16, true>(p, acc, row_scale,
-                                                                             cols, staging);
-  } else if (staged && p.out_type == OutType::kBF16) {
-    epilogue_rows_staged<kBlockN, kRowBlocks, kH0, kH1, OutType::kBF16, false>(p, acc, row_scale,
-                                                                              cols, staging);
-  } else if (staged) {  // FP16 D: one variant (the column math either way)
-    epilogue_rows_staged<kBlockN, kRowBlocks, kH0, kH1, OutType::kFP16, true>(p, acc, row_scale,
-                                                                             cols, staging);
-  } else {
+  constexpr OutType kBF16 = OutType::kBF16;
+  if (!staged) {
     epilogue_one_block<kBlockN, kRowBlocks, kH0>(p, t, acc, row_scale, first_row, cols);
     if constexpr (kH1 - kH0 == 2)
       epilogue_one_block<kBlockN, kRowBlocks, kH0 + 1>(p, t, acc, row_scale, first_row, cols);
+    return;
   }
+  if (p.out_type != kBF16) {  // FP16 D: one variant (the column vectors checked at run time)
+    epilogue_rows_staged<kBlockN, kRowBlocks, kH0, kH1, OutType::kFP16, Cols::kAny>(
+        p, acc, row_scale, cols, staging);
+    return;
+  }
+  const bool scale = p.scale_b != nullptr, bias = p.bias != nullptr;
+  if (!scale && !bias)
+    epilogue_rows_staged<kBlockN, kRowBlocks, kH0, kH1, kBF16, Cols::kNone>(p, acc, row_scale,
+                                                                           cols, staging);
+  else if constexpr (!kColVariants)
+    epilogue_rows_staged<kBlockN, kRowBlocks, kH0, kH1, kBF16, Cols::kAny>(p, acc, row_scale,
+                                                                          cols, staging);
+  else if (scale && bias)
+    epilogue_rows_staged<kBlockN, kRowBlocks, kH0, kH1, kBF16, Cols::kBoth>(p, acc, row_scale,
+                                                                           cols, staging);
+  else if (scale)
+    epilogue_rows_staged<kBlockN, kRowBlocks, kH0, kH1, kBF16, Cols::kScale>(p, acc, row_scale,
+                                                                            cols, staging);
+  else
+    epilogue_rows_staged<kBlockN, kRowBlocks, kH0, kH1, kBF16, Cols::kBias>(p, acc, row_scale,
+                                                                           cols, staging);
 }
 
 // D row (of map_d) of row `row0` inside tile t's group.
@@ -430,7 +460,7 @@ __device__ __forceinline__ void zero_tail_rows(const KernelParams& p, int cw) {
 // kRowBlocks, or one reused block by block); cols = its column vectors; bar = its named barrier
 // id (128 threads); map_d / map_d8: D with 64-row / 8-row boxes. The wait for the previous tile's stores to finish READING the staging buffer
 // is here, so those stores overlapped this tile's main loop.
-template <int kBlockN, int kRowBlocks, bool kDefer>
+template <bool kColVariants, int kBlockN, int kRowBlocks, bool kDefer>
 __device__ __forceinline__ void tile_epilogue(const KernelParams& p, const CUtensorMap* map_d,
                                               const CUtensorMap* map_d8, const Tile& t, float (&acc)[kRowBlocks][kBlockN / 2],
                                               const EpiloguePrefetch<kBlockN, kRowBlocks, kDefer>& pre,
@@ -449,13 +479,13 @@ __device__ __forceinline__ void tile_epilogue(const KernelParams& p, const CUten
   row_factors(p, t, pre, row_scale);
   named_barrier(bar, 128);
   if (kRowBlocks == 1 || p.staging_blocks == kRowBlocks) {
-    epilogue_rows<kBlockN, kRowBlocks, 0, kRowBlocks>(p, t, acc, row_scale, first_row, cols,
+    epilogue_rows<kColVariants, kBlockN, kRowBlocks, 0, kRowBlocks>(p, t, acc, row_scale, first_row, cols,
                                                       staging);
     if (p.tma_store) fence_async_shared();
     named_barrier(bar, 128);  // staging complete; column vectors free for the next tile
     if (staged) store_tile_blocks<kBlockN>(p, map_d, map_d8, t, first_row, 0, kRowBlocks, staging);
   } else {  // one staging block: block 0, its stores, wait until they have read it, block 1
-    epilogue_rows<kBlockN, kRowBlocks, 0, 1>(p, t, acc, row_scale, first_row, cols, staging);
+    epilogue_rows<kColVariants, kBlockN, kRowBlocks, 0, 1>(p, t, acc, row_scale, first_row, cols, staging);
     if (p.tma_store) fence_async_shared();
     named_barrier(bar, 128);
     if (staged) {
@@ -463,7 +493,7 @@ __device__ __forceinline__ void tile_epilogue(const KernelParams& p, const CUten
       if (tid == 0) bulk_wait_read<0>();
     }
     named_barrier(bar, 128);
-    epilogue_rows<kBlockN, kRowBlocks, 1, 2>(p, t, acc, row_scale, first_row, cols, staging);
+    epilogue_rows<kColVariants, kBlockN, kRowBlocks, 1, 2>(p, t, acc, row_scale, first_row, cols, staging);
     if (p.tma_store) fence_async_shared();
     named_barrier(bar, 128);  // staging complete; column vectors free for the next tile
     if (staged) store_tile_blocks<kBlockN>(p, map_d, map_d8, t, first_row, 1, 2, staging);

@@ -389,7 +389,8 @@ __device__ __forceinline__ void consumer_loop(const KernelParams& p, const CUten
     else
       main_loop<Elem, kBlockN, kRowBlocks, 0, kPingpong>(p, t, acc, smem_a, smem_b, full, empty,
                                                          ring, a_block, cw);
-    tile_epilogue(p, map_d, map_d8, t, acc, pre, first_row, staging, cols, 1 + cw);
+    tile_epilogue<Elem::kPromoteK != 32>(p, map_d, map_d8, t, acc, pre, first_row, staging, cols,
+                                         1 + cw);
   }
   if (p.tma_store && threadIdx.x % 128 == 0) bulk_wait<0>();  // stores done before exit
   if (p.zero_rows > 0) zero_tail_rows(p, cw);
