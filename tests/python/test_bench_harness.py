@@ -211,3 +211,48 @@ def test_marked_step_timer_reports_medians_of_the_timed_steps(monkeypatch):
         # after the forward (launched before that)
         assert got == pytest.approx([5e3, 10e3, 7e3, 20e3])
     del torch
+
+
+def test_host_loop_runs_the_selected_contenders_for_a_profiler(capsys):
+    """`python -m tessera.bench host --loop` (what tools/gpu/host_profile.sh samples) runs only
+    the contenders --only selects, and names a selection that matches none."""
+    pytest.importorskip("torch")
+    from tessera.bench import host
+
+    assert host.main(["--device", "cpu", "--shape", "2,2,16,16", "--loop", "0.05",
+                      "--only", "fp8_rowwise"]) == 0
+    lines = [l for l in capsys.readouterr().out.splitlines() if "steps," in l]
+    assert len(lines) == 1 and "tessera fp8_rowwise cached-W" in lines[0], lines
+    assert int(lines[0].split(": ")[1].split()[0]) >= 100  # at least one round of 100 steps
+    assert host.main(["--device", "cpu", "--shape", "2,2,16,16", "--loop", "0.05",
+                      "--only", "no such contender"]) == 2
+    assert "matches no contender" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        host.main(["--device", "cpu", "--loop", "-1"])
+
+
+def test_spy_summary_keeps_the_samples_inside_a_step():
+    """tools/gpu/spy_summary.py on hand-made raw stacks: the import, the main thread's wait for
+    the engine and the engine's idle wait are dropped; shares are of the kept samples."""
+    sys.path.insert(0, os.path.join(ROOT, "tools", "gpu"))
+    try:
+        import spy_summary
+    finally:
+        sys.path.pop(0)
+    run = "<module> (x.py:1);main (tessera/bench/host.py:90);contenders.<locals>.step.<locals>.run (tessera/bench/host.py:53)"
+    raw = [
+        "<module> (x.py:1);_find_and_load (<frozen>:1) 50",                       # import: dropped
+        f"{run};linear (libtessera.so);cudaLaunchKernel (libcudart.so) 6",         # kept
+        f"{run};linear (libtessera.so) 2",                                         # kept
+        f"{run};backward (torch/_tensor.py:1);torch::autograd::Engine::execute (libtorch.so) 9",  # wait
+        "thread_main (libtorch.so);torch::autograd::ReadyQueue::pop (libtorch.so) 30",  # idle
+        "thread_main (libtorch.so);torch::autograd::CppNode<LinearNode>::apply (a.so);linear_bwd (a.so) 2",
+    ]
+    out = spy_summary.summarize(raw, r"\.run \([^;]*host\.py:", 10)
+    assert out.splitlines()[0] == "samples: 99, inside a step: 10", out
+    self_part = out.split("== inclusive")[0]
+    assert " 60.00% cudaLaunchKernel" in self_part and " 20.00% linear\n" in self_part
+    assert " 20.00% linear_bwd" in self_part
+    inclusive = out.split("== inclusive")[1]
+    assert " 80.00% linear\n" in inclusive and "_find_and_load" not in out
+    assert "no sample matched" in spy_summary.summarize(raw[:1], r"nothing", 10)

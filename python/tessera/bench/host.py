@@ -3,11 +3,16 @@ microseconds, so the wall time of a step is what the host spends issuing it. tor
 autograd step (torch._grouped_mm) next to tessera.torch.GroupedLinear's steps, same run:
 
     python -m tessera.bench host [--steps 200] [--rounds 5] [--device cuda|cpu]
-                                 [--shape G,rows,K,N]
+                                 [--shape G,rows,K,N] [--loop SECONDS --only LABEL]
 
 --device cpu times the same steps on CPU tensors (no GPU needed): there the GEMMs are computed
 on the host, so pick a --shape small enough that they cost little (e.g. 8,2,16,16) to see the
 issuing cost; torch's CPU _grouped_mm is a plain loop, a reference rather than a peer.
+
+--loop runs the contenders whose label contains --only (e.g. "fp8_rowwise") back to back for
+SECONDS each and prints the step rate, for a sampling profiler attached from outside
+(tools/gpu/host_profile.sh): the steps run inside `run` (this file), which is how a profile keeps
+the step's samples apart from the import's.
 
 Each contender runs `steps` fwd+bwd steps between two synchronizations (after warm-up); the
 table gives the median over `rounds` of the per-step wall time and its ratio to torch's. The
@@ -67,13 +72,44 @@ def contenders(tt, g, per, k, n, device="cuda"):
     return rows
 
 
+def loop(tt, shapes, a) -> int:
+    """--loop: each selected contender's steps for a.loop seconds (100 steps between
+    synchronizations), its rate printed; nothing else runs meanwhile."""
+    ran = 0
+    for name, (g, per, k, n) in shapes.items():
+        for label, run in contenders(tt, g, per, k, n, a.device).items():
+            if a.only not in label:
+                continue
+            for _ in range(20):
+                run()
+            synchronize(a.device)
+            steps, t = 0, time.perf_counter()
+            while time.perf_counter() - t < a.loop:
+                for _ in range(100):
+                    run()
+                synchronize(a.device)
+                steps += 100
+            us = (time.perf_counter() - t) / steps * 1e6
+            print(f"{name} {label}: {steps} steps, {us:.1f} us / step (under the profiler)", flush=True)
+            ran += 1
+    if ran == 0:
+        print(f"tessera.bench host: --only {a.only!r} matches no contender", file=sys.stderr)
+        return 2
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tessera.bench host")
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     ap.add_argument("--shape", help="G,rows,K,N instead of the HOST_SHAPES table")
+    ap.add_argument("--loop", type=float, default=0.0,
+                    help="seconds of steps per selected contender, no table (for a profiler)")
+    ap.add_argument("--only", default="", help="with --loop: contenders whose label contains this")
     a = ap.parse_args(argv)
+    if a.loop < 0:
+        ap.error(f"--loop: expected seconds >= 0, got {a.loop}")
     if a.device == "cuda" and not torch.cuda.is_available():
         print("tessera.bench host: needs a CUDA device (or --device cpu)", file=sys.stderr)
         return 2
@@ -84,6 +120,8 @@ def main(argv=None) -> int:
         shapes = {f"{g}x{per}x{k}x{n}": (g, per, k, n)}
     where = torch.cuda.get_device_name() if a.device == "cuda" else "CPU tensors"
     print(torch.__version__, where, flush=True)
+    if a.loop > 0:
+        return loop(tt, shapes, a)
     print("\n| shape (G x rows x K x N) | contender | us / step (median) | x torch BF16 |")
     print("|---|---|---:|---:|")
     for name, (g, per, k, n) in shapes.items():
