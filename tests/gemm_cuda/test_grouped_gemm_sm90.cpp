@@ -344,6 +344,25 @@ TEST_F(GroupedGemmSm90, MGroupedFP8Fp16OutBias) {
   expect_case(c, "bf16 fp16 out bias");
 }
 
+// BF16 D on whole tiles through the staged epilogue, one case per compiled set of column
+// vectors (none, B scales, bias, both), and the group-end tiles through the general path.
+TEST_F(GroupedGemmSm90, MGroupedBF16OutEveryColumnVectorSet) {
+  Case c;
+  c.sizes = {256, 0, 128, 200};
+  c.n = 512;
+  c.k = 256;
+  c.capacity_pad = 64;
+  for (bool bias : {false, true}) {
+    c.bias = bias;
+    c.elem = ElemKind::kBF16;
+    c.scales = 0;
+    expect_case(c, bias ? "bf16 out, bias" : "bf16 out, no column vector");
+    c.elem = ElemKind::kE4M3;
+    c.scales = 1;
+    expect_case(c, bias ? "fp8 rowwise bf16 out, B scales and bias" : "fp8 rowwise bf16 out, B scales");
+  }
+}
+
 TEST_F(GroupedGemmSm90, MGroupedOneGroupAndManyGroups) {
   Case one;
   one.sizes = {1000};
