@@ -12,6 +12,7 @@ ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 OUT="${OUT:-/tmp/tessera-out}"
 BUILD_DIR="$(cd "${BUILD_DIR:-$ROOT/build-gpu}" && pwd)"
 mkdir -p "$OUT"
+[ "${HOST_PROFILE_DEVICE:-cuda}" = cpu ] || source "$ROOT/tools/gpu/device_env.sh"  # oneDNN, OpenBLAS
 wheel=$(ls "$ROOT"/.gpu-deps/wheels/py_spy-*.whl 2>/dev/null | head -1)
 [ -n "$wheel" ] || { echo "host_profile: no py-spy wheel in .gpu-deps/wheels (run tools/gpu/fetch_deps.sh here, carry .gpu-deps)"; exit 1; }
 spy=/tmp/py-spy-bin/py-spy
