@@ -233,9 +233,8 @@ enum class Cols { kNone, kScale, kBias, kBoth, kAny };
 // value), one pack, one STS. The swizzled staging address of 16-byte chunk j of row r is
 // chunk j ^ (r % 8); r % 8 = lane / 4 for both rows of a thread, and the row start (128 B per
 // row of a 128-byte aligned buffer) and the lane's 4 bytes leave bits 4..6 of the address free,
-// so chunk j's address is one base XOR (j % 8)·16 (one LOP3; not kept in 8 registers, which
-// spilled the MX-scaled kernels); row block, 64-column box and the thread's second row (8 rows
-// later) are immediate offsets.
+// so chunk j's address is one base XOR (j % 8)·16; row block, 64-column box and the thread's
+// second row (8 rows later) are immediate offsets.
 template <int kBlockN, int kRowBlocks, int kH0, int kH1, OutType kOut, Cols kCols>
 __device__ __forceinline__ void epilogue_rows_staged(const KernelParams& p,
                                                      const float (&acc)[kRowBlocks][kBlockN / 2],
@@ -479,13 +478,14 @@ __device__ __forceinline__ void tile_epilogue(const KernelParams& p, const CUten
   row_factors(p, t, pre, row_scale);
   named_barrier(bar, 128);
   if (kRowBlocks == 1 || p.staging_blocks == kRowBlocks) {
-    epilogue_rows<kColVariants, kBlockN, kRowBlocks, 0, kRowBlocks>(p, t, acc, row_scale, first_row, cols,
-                                                      staging);
+    epilogue_rows<kColVariants, kBlockN, kRowBlocks, 0, kRowBlocks>(p, t, acc, row_scale,
+                                                                    first_row, cols, staging);
     if (p.tma_store) fence_async_shared();
     named_barrier(bar, 128);  // staging complete; column vectors free for the next tile
     if (staged) store_tile_blocks<kBlockN>(p, map_d, map_d8, t, first_row, 0, kRowBlocks, staging);
   } else {  // one staging block: block 0, its stores, wait until they have read it, block 1
-    epilogue_rows<kColVariants, kBlockN, kRowBlocks, 0, 1>(p, t, acc, row_scale, first_row, cols, staging);
+    epilogue_rows<kColVariants, kBlockN, kRowBlocks, 0, 1>(p, t, acc, row_scale, first_row,
+                                                           cols, staging);
     if (p.tma_store) fence_async_shared();
     named_barrier(bar, 128);
     if (staged) {
@@ -493,7 +493,8 @@ __device__ __forceinline__ void tile_epilogue(const KernelParams& p, const CUten
       if (tid == 0) bulk_wait_read<0>();
     }
     named_barrier(bar, 128);
-    epilogue_rows<kColVariants, kBlockN, kRowBlocks, 1, 2>(p, t, acc, row_scale, first_row, cols, staging);
+    epilogue_rows<kColVariants, kBlockN, kRowBlocks, 1, 2>(p, t, acc, row_scale, first_row,
+                                                           cols, staging);
     if (p.tma_store) fence_async_shared();
     named_barrier(bar, 128);  // staging complete; column vectors free for the next tile
     if (staged) store_tile_blocks<kBlockN>(p, map_d, map_d8, t, first_row, 1, 2, staging);
