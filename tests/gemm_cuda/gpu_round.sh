@@ -15,10 +15,8 @@ t_start=$(date +%s)
 left() { echo $(( ${ROUND_SECONDS:-400} - ($(date +%s) - t_start) )); }
 source "$ROOT/tools/gpu/device_env.sh"  # deps (.gpu-deps), LD_LIBRARY_PATH, PATH
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$OUT/gpu.txt"
-cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
-  -DTESSERA_CUDA=ON -DTESSERA_WERROR=ON -DTESSERA_BUILD_PYTHON=OFF -DCMAKE_PREFIX_PATH="$P" \
-  -DBLAS_LIBRARIES="$LIBDIR/openblas-pthread/libopenblas.so" \
-  -DTESSERA_CBLAS_INCLUDE_DIR="$P/include/x86_64-linux-gnu" > "$OUT/configure.log" 2>&1 \
+cmake -S . -B build-gpu "${GPU_CMAKE_FLAGS[@]}" -DTESSERA_WERROR=ON -DTESSERA_BUILD_PYTHON=OFF \
+  > "$OUT/configure.log" 2>&1 \
   || { tail -30 "$OUT/configure.log"; exit 1; }
 TESTS="test_grouped_gemm_sm90 test_grouped_gemm_sm90_graph test_grouped_gemm_cuda_api test_grouped_gemm_cuda_fp8 test_grouped_gemm_cuda_a_row_starts test_fp8_operand_map test_grouped_nn_cuda"
 # shellcheck disable=SC2086

@@ -214,7 +214,7 @@ def test_marked_step_timer_reports_medians_of_the_timed_steps(monkeypatch):
 
 
 def test_host_loop_runs_the_selected_contenders_for_a_profiler(capsys):
-    """`python -m tessera.bench host --loop` (what tools/gpu/host_profile.sh samples) runs only
+    """`python -m tessera.bench host --loop` (what tools/gpu/host_spy.sh samples) runs only
     the contenders --only selects, and names a selection that matches none."""
     pytest.importorskip("torch")
     from tessera.bench import host

@@ -28,10 +28,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noh
 
 # ---- build -------------------------------------------------------------------------------
 t0=$(date +%s)
-cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
-  -DTESSERA_CUDA=ON -DTESSERA_BUILD_PYTHON=ON -DCMAKE_PREFIX_PATH="$P" \
-  -DBLAS_LIBRARIES="$LIBDIR/openblas-pthread/libopenblas.so" \
-  -DTESSERA_CBLAS_INCLUDE_DIR="$P/include/x86_64-linux-gnu" > "$OUT/configure.log" 2>&1 \
+cmake -S . -B build-gpu "${GPU_CMAKE_FLAGS[@]}" -DTESSERA_BUILD_PYTHON=ON > "$OUT/configure.log" 2>&1 \
   || { tail -30 "$OUT/configure.log"; exit 1; }
 cmake --build build-gpu -j "$(nproc)" ${CHECK_TARGETS:+--target $CHECK_TARGETS} > "$OUT/build.log" 2>&1 \
   || { grep -B2 -A12 -m3 "error" "$OUT/build.log"; exit 1; }

@@ -8,8 +8,8 @@ mkdir -p .gpu-deps/debs
 cd .gpu-deps/debs
 apt-get download libgtest-dev libgmock-dev libbenchmark-dev libbenchmark1debian libopenblas-dev \
   libopenblas-pthread-dev libopenblas0-pthread libopenblas0 libgfortran5 libdnnl-dev libdnnl2
-# py-spy (a static sampling profiler, Python and native frames) for tools/gpu/host_profile.sh.
+# py-spy (a static sampling profiler, Python and native frames) for tools/gpu/host_spy.sh.
 cd ..
 mkdir -p wheels
 python3 -m pip download -q --no-deps --only-binary=:all: --platform manylinux2014_x86_64 \
-  -d wheels py-spy || echo "fetch_deps: py-spy not downloaded (host_profile.sh will say so)"
+  -d wheels py-spy || echo "fetch_deps: py-spy not downloaded (host_spy.sh will say so)"

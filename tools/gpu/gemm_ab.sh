@@ -13,26 +13,24 @@ cd "$ROOT"
 OUT="${OUT:-/tmp/tessera-out}"
 REF="${AB_REF:?AB_REF: the reference source tree (a directory inside the checkout)}"
 source "$ROOT/tools/gpu/device_env.sh"
-flags=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a -DTESSERA_CUDA=ON
-       -DCMAKE_PREFIX_PATH="$P" -DBLAS_LIBRARIES="$LIBDIR/openblas-pthread/libopenblas.so"
-       -DTESSERA_CBLAS_INCLUDE_DIR="$P/include/x86_64-linux-gnu")
 t0=$(date +%s)
-build() {  # build <source> <dir>: libtessera.a only
-  [ -f "$2/libtessera.a" ] && return 0
-  cmake -S "$1" -B "$2" "${flags[@]}" -DTESSERA_BUILD_TESTS=OFF -DTESSERA_BUILD_BENCH=OFF \
-    -DTESSERA_BUILD_TOOLS=OFF > "$OUT/configure_$(basename "$2").log" 2>&1 &&
-    cmake --build "$2" -j 8 --target tessera > "$OUT/build_$(basename "$2").log" 2>&1
+build() {  # build <source> <dir>: libtessera.a (a directory configured before is only rebuilt)
+  [ -f "$2/CMakeCache.txt" ] ||
+    cmake -S "$1" -B "$2" "${GPU_CMAKE_FLAGS[@]}" -DTESSERA_BUILD_TESTS=OFF \
+      -DTESSERA_BUILD_BENCH=OFF -DTESSERA_BUILD_TOOLS=OFF > "$OUT/configure_$2.log" 2>&1 &&
+    cmake --build "$2" -j 8 --target tessera > "$OUT/build_$2.log" 2>&1
 }
+# The checkout's build is check.sh's build-gpu when that ran first in the call.
 build "$REF" build-ref & ref_pid=$!
-build . build-ab || { echo "gemm_ab: the checkout did not build ($OUT/build_build-ab.log)"; exit 1; }
+build . build-gpu || { echo "gemm_ab: the checkout did not build ($OUT/build_build-gpu.log)"; exit 1; }
 wait $ref_pid || { echo "gemm_ab: $REF did not build ($OUT/build_build-ref.log)"; exit 1; }
 echo "builds: $(( $(date +%s) - t0 )) s"
-for d in build-ref build-ab; do
+for d in build-ref build-gpu; do
   BUILD_DIR=$d GEMM_BENCH_BUILD_ONLY=1 bash bench/gpu/grouped_gemm.sh > /dev/null 2>&1 ||
     { echo "gemm_ab: bench library of $d did not link"; exit 1; }
 done
 for round in $(seq "${AB_ROUNDS:-2}"); do
-  for d in build-ref build-ab; do
+  for d in build-ref build-gpu; do
     for s in ${AB_SHAPES:-qwen3-fc2 dsv3-fc1}; do
       log="$OUT/ab_${d}_${s}_$round.log"
       GEMM_BENCH_ONLY=$s GEMM_BENCH_DECODE= BUILD_DIR=$d bash bench/gpu/grouped_gemm.sh > "$log" 2>&1
@@ -42,7 +40,7 @@ for round in $(seq "${AB_ROUNDS:-2}"); do
   done
 done
 if [ "${AB_NCU:-0}" = 1 ]; then
-  for d in build-ref build-ab; do
+  for d in build-ref build-gpu; do
     mkdir -p "$OUT/ncu_$d"
     OUT="$OUT/ncu_$d" PROFILE_CONFIGS=heuristic BUILD_DIR=$d \
       PROFILE_CASES="${AB_CASES:-qwen3-fc2:fp8-wgrad,dsv3-fc1:fp8-wgrad,qwen3-fc2:fp8-fwd}" \

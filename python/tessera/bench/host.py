@@ -11,7 +11,7 @@ issuing cost; torch's CPU _grouped_mm is a plain loop, a reference rather than a
 
 --loop runs the contenders whose label contains --only (e.g. "fp8_rowwise") back to back for
 SECONDS each and prints the step rate, for a sampling profiler attached from outside
-(tools/gpu/host_profile.sh): the steps run inside `run` (this file), which is how a profile keeps
+(tools/gpu/host_spy.sh): the steps run inside `run` (this file), which is how a profile keeps
 the step's samples apart from the import's.
 
 Each contender runs `steps` fwd+bwd steps between two synchronizations (after warm-up); the
@@ -80,17 +80,12 @@ def loop(tt, shapes, a) -> int:
         for label, run in contenders(tt, g, per, k, n, a.device).items():
             if a.only not in label:
                 continue
-            for _ in range(20):
-                run()
-            synchronize(a.device)
-            steps, t = 0, time.perf_counter()
-            while time.perf_counter() - t < a.loop:
-                for _ in range(100):
-                    run()
-                synchronize(a.device)
-                steps += 100
-            us = (time.perf_counter() - t) / steps * 1e6
-            print(f"{name} {label}: {steps} steps, {us:.1f} us / step (under the profiler)", flush=True)
+            per_step_us(run, 20, a.device)  # warm-up
+            times = []
+            while sum(times) * 100 < a.loop * 1e6:
+                times.append(per_step_us(run, 100, a.device))
+            print(f"{name} {label}: {100 * len(times)} steps, {statistics.mean(times):.1f} us / "
+                  "step (under the profiler)", flush=True)
             ran += 1
     if ran == 0:
         print(f"tessera.bench host: --only {a.only!r} matches no contender", file=sys.stderr)
