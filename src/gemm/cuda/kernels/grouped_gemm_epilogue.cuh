@@ -454,6 +454,40 @@ __device__ __forceinline__ void zero_tail_rows(const KernelParams& p, int cw) {
   }
 }
 
+// Both epilogues' first part: the column values to the shared column vectors (B scales first,
+// then bias), the row factors.
+template <int kBlockN, int kRowBlocks, bool kDefer>
+__device__ __forceinline__ void epilogue_setup(const KernelParams& p, const Tile& t,
+                                               const EpiloguePrefetch<kBlockN, kRowBlocks, kDefer>& pre,
+                                               float* cols, float (&row_scale)[kRowBlocks][2]) {
+  const int tid = threadIdx.x % 128;
+#pragma unroll
+  for (int i = 0; i < kBlockN / 128; ++i) {
+    int v = 0;
+    if (p.scale_b) cols[(v++) * kBlockN + tid + 128 * i] = pre.col[0][i];
+    if (p.bias) cols[v * kBlockN + tid + 128 * i] = pre.col[1][i];
+  }
+  row_factors(p, t, pre, row_scale);
+}
+
+// The epilogue of a tile whose contraction is empty (a K-grouped group of no tokens: no MMA):
+// the general path on zero accumulators, so D = 0·(scales) + bias + beta·D as for any tile (the
+// poison of a misaligned group included); no staging. The accumulators themselves are never
+// zeroed (a tile's first wgmma overwrites them), so this path does not touch them.
+template <int kBlockN, int kRowBlocks, bool kDefer>
+__device__ __forceinline__ void empty_tile_epilogue(
+    const KernelParams& p, const Tile& t, const EpiloguePrefetch<kBlockN, kRowBlocks, kDefer>& pre,
+    int64_t first_row, float* cols, int bar) {
+  float row_scale[kRowBlocks][2];
+  epilogue_setup(p, t, pre, cols, row_scale);
+  named_barrier(bar, 128);
+  const float zeros[kRowBlocks][kBlockN / 2] = {};
+  epilogue_one_block<kBlockN, kRowBlocks, 0>(p, t, zeros, row_scale, first_row, cols);
+  if constexpr (kRowBlocks == 2)
+    epilogue_one_block<kBlockN, kRowBlocks, 1>(p, t, zeros, row_scale, first_row, cols);
+  named_barrier(bar, 128);  // column vectors free for the next tile
+}
+
 // The warpgroup's epilogue of tile `t`: first_row = its first row inside the group's tile;
 // staging = its TMA-store buffer (p.staging_blocks row blocks of 64 x kBlockN x 2 B: all of its
 // kRowBlocks, or one reused block by block); cols = its column vectors; bar = its named barrier
@@ -468,14 +502,8 @@ __device__ __forceinline__ void tile_epilogue(const KernelParams& p, const CUten
   const int tid = threadIdx.x % 128;
   const bool staged = tile_staged<kBlockN>(p, t);
   if (p.tma_store && tid == 0) bulk_wait_read<0>();
-#pragma unroll
-  for (int i = 0; i < kBlockN / 128; ++i) {
-    int v = 0;
-    if (p.scale_b) cols[(v++) * kBlockN + tid + 128 * i] = pre.col[0][i];
-    if (p.bias) cols[v * kBlockN + tid + 128 * i] = pre.col[1][i];
-  }
   float row_scale[kRowBlocks][2];
-  row_factors(p, t, pre, row_scale);
+  epilogue_setup(p, t, pre, cols, row_scale);
   named_barrier(bar, 128);
   if (kRowBlocks == 1 || p.staging_blocks == kRowBlocks) {
     epilogue_rows<kColVariants, kBlockN, kRowBlocks, 0, kRowBlocks>(p, t, acc, row_scale,

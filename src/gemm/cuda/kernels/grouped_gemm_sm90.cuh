@@ -147,7 +147,9 @@ __device__ __forceinline__ void pass_turn(int cw) {
 // The main loop of one tile for one consumer warpgroup: kRowBlocks m64 wgmma per k-step on the
 // A rows starting at row block `a_block` of the stage (cooperative: the warpgroup's half;
 // ping-pong: both halves); only the first kActive row blocks (those with rows inside the group)
-// are computed, the others stay zero. kActive is a template argument: a wgmma under a run-time
+// are computed, the others keep whatever they held (rows past the group end: never stored). The
+// accumulators are not zeroed: each row block's first wgmma of the tile has scale-d 0 (a tile
+// has at least one k block: consumer_loop takes empty contractions). kActive is a template argument: a wgmma under a run-time
 // condition makes ptxas serialize every wgmma of the kernel (C7520). Keeps one stage's batch in
 // flight and releases the previous slot. Ping-pong: passes the turn to the other consumer (cw:
 // this one) once all its MMAs are issued. Returns with all MMAs complete and all slots released.
@@ -163,11 +165,7 @@ __device__ __forceinline__ void main_loop(const KernelParams& p, const Tile& t,
   constexpr uint64_t kStepA = Elem::kAMn ? 16 * 128 / 16 : 2, kStepB = Elem::kBMn ? 16 * 128 / 16 : 2;
   const int lane = threadIdx.x % 32;
   const int peer = p.cluster > 1 ? static_cast<int>(cluster_ctarank() ^ 1) : -1;
-#pragma unroll
-  for (int h = 0; h < kRowBlocks; ++h)
-#pragma unroll
-    for (int i = 0; i < kBlockN / 2; ++i) acc[h][i] = 0.0f;
-  const int64_t nk = num_k_blocks<Elem>(p, t);
+  const int64_t nk = num_k_blocks<Elem>(p, t);  // >= 1: consumer_loop takes empty contractions
   int prev = -1;
   for (int64_t kb = 0; kb < nk; ++kb) {
     mbar_wait(&full[ring.stage], ring.phase);
@@ -186,7 +184,9 @@ __device__ __forceinline__ void main_loop(const KernelParams& p, const Tile& t,
     for (int s = 0; s < kMmaPerStage; ++s)
 #pragma unroll
       for (int h = 0; h < kActive; ++h)  // descriptor units of 16 B: 64 rows = 512
-        Elem::template mma<kBlockN>(acc[h], da + h * 512 + kStepA * s, db + kStepB * s);
+        Elem::template mma<kBlockN>(acc[h], desc_advance(da, h * 512 + kStepA * s),
+                                    desc_advance(db, kStepB * s),
+                                    s > 0 || kb > 0);
     wgmma_commit();
     wgmma_wait<1>();  // the previous slot's batch is done: release it
 #pragma unroll
@@ -286,7 +286,8 @@ __device__ __forceinline__ void main_loop_promoted(const KernelParams& p, const 
       wgmma_fence();
 #pragma unroll
       for (int s = 0; s < kMmaPerStage; ++s)  // 32 bytes of contraction = 2 descriptor units
-        Elem::template mma<kBlockN>(part, da + 2 * s, db + 2 * s, s > 0 ? 1 : 0);
+        Elem::template mma<kBlockN>(part, desc_advance(da, 2 * s), desc_advance(db, 2 * s),
+                                    s > 0 ? 1 : 0);
       wgmma_commit();
       wgmma_wait<0>();
 #pragma unroll
@@ -380,6 +381,11 @@ __device__ __forceinline__ void consumer_loop(const KernelParams& p, const CUten
       else
         main_loop_promoted<Elem, kBlockN, 0>(p, t, acc, smem_a, smem_b, full, empty, ring, cw,
                                              col_scales, promo);
+    } else if (num_k_blocks<Elem>(p, t) == 0) {
+      // An empty contraction (a K-grouped group of no tokens): no MMA, zeros for accumulators.
+      if (kPingpong) pass_turn(cw);
+      empty_tile_epilogue(p, t, pre, first_row, cols, 1 + cw);
+      continue;
     } else if (active == kRowBlocks)
       main_loop<Elem, kBlockN, kRowBlocks, kRowBlocks, kPingpong>(p, t, acc, smem_a, smem_b, full,
                                                                   empty, ring, a_block, cw);

@@ -196,7 +196,8 @@ __device__ __forceinline__ void main_loop_mx(const KernelParams& p, const Tile& 
           for (int i = 0; i < 32; ++i) fence_operand(part[h][i]);
           wgmma_fence();
           // 32 bytes of contraction = 2 descriptor units; B rows 64h.. = 64·128 B = 512 units.
-          Elem::template mma<64>(part[h], da + 2 * j, db + 2 * j + 512 * h, 0);
+          Elem::template mma<64>(part[h], desc_advance(da, 2 * j),
+                                 desc_advance(db, 2 * j + 512 * h), 0);
           wgmma_commit();
           if (j > 0 || h > 0) {  // the predecessor: block j's left half, or block j − 1's right
             wgmma_wait<1>();

@@ -204,6 +204,15 @@ __device__ __forceinline__ uint64_t smem_desc_mn_major_sw128(const void* tile) {
   return desc;
 }
 
+// Descriptor `desc` advanced by `units` 16-byte units inside its tile: the start-address field
+// (bits 0..13, address / 16 of a shared-memory tile) never carries out within a tile, so the add
+// is on the low word alone (the high word, stride offset and swizzle mode, stays as it is; a
+// 64-bit add costs the main loop a carry chain and register moves per wgmma).
+__device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t units) {
+  const uint32_t lo = static_cast<uint32_t>(desc) + units;
+  return (desc & 0xFFFFFFFF00000000ull) | lo;
+}
+
 // ---- registers --------------------------------------------------------------------------------
 template <int kRegs>
 __device__ __forceinline__ void regs_dealloc() {
