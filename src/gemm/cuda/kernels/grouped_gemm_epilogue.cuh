@@ -87,16 +87,26 @@ __device__ __forceinline__ void epilogue_prefetch(const KernelParams& p, const T
     alpha = p.alpha * (p.group_alpha ? p.group_alpha[t.g] : 1.0f);
     if (t.poisoned) alpha = __int_as_float(0x7fc00000);  // NaN: the group could not be computed
   }
-  // A's row of the group's row 0 (rowwise A scales are per A row); K-grouped: output rows.
-  const int64_t a_row0 = p.k_grouped || !p.scale_a ? 0 : a_group_start(p, t);
+  // The thread's rows are r0 + 64·h + 8·i. The 64-bit index math is done once, for r0: the
+  // rows left in the group from r0 (clamped: the offsets are below 128) and the address of r0's
+  // scale; each load then adds a multiple of 8 rows' stride. A's row of the group's row 0:
+  // rowwise A scales are per A row; K-grouped: output rows.
+  const int64_t r0 = first_row + warp * 16 + lane / 4;
+  const int64_t left64 = rows - r0;
+  const int left = left64 <= 0 ? 0 : (left64 >= 128 ? 128 : static_cast<int>(left64));
+  const float* sa_r0 = nullptr;
+  if (p.scale_a) {
+    const int64_t a_row0 = p.k_grouped ? 0 : a_group_start(p, t);
+    sa_r0 = p.scale_a + t.g * p.sa_gs + (a_row0 + r0) * p.sa_rs;
+  }
+  const int64_t stride8 = 8 * p.sa_rs;  // elements between rows 8 apart
 #pragma unroll
   for (int h = 0; h < kRowBlocks; ++h) {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      const int64_t r = first_row + h * 64 + warp * 16 + lane / 4 + 8 * i;
       pre.sa[h][i] = alpha;
-      if (r < rows && p.scale_a) {
-        const float sa = p.scale_a[t.g * p.sa_gs + (a_row0 + r) * p.sa_rs];
+      if (64 * h + 8 * i < left && sa_r0 != nullptr) {
+        const float sa = sa_r0[(8 * h + i) * stride8];
         pre.sa[h][i] = kDefer ? sa : alpha * sa;
       }
     }
