@@ -240,11 +240,14 @@ enum class Cols { kNone, kScale, kBias, kBoth, kAny };
 // inside the group) and all kBlockN columns are inside n. Per column pair: two FMUL, two FFMA
 // (B scales and/or bias, read 8 pairs at a time from the column vectors; v·s + 0 without bias,
 // v·1 + b without B scales: the same bits as the general path; without either one FMUL per
-// value), one pack, one STS. The swizzled staging address of 16-byte chunk j of row r is
-// chunk j ^ (r % 8); r % 8 = lane / 4 for both rows of a thread, and the row start (128 B per
-// row of a 128-byte aligned buffer) and the lane's 4 bytes leave bits 4..6 of the address free,
-// so chunk j's address is one base XOR (j % 8)·16; row block, 64-column box and the thread's
-// second row (8 rows later) are immediate offsets.
+// value), one pack; per 16 values one STSM. A thread's pair (row half i, column group j) is the
+// MMA fragment of the 8x8 block (rows 16·warp + 8i.., columns 8j..), so one stmatrix.x4 stores
+// the blocks (i, j), (i + 1, j), (i, j + 1), (i + 1, j + 1) of j even, lane L giving the address
+// of row L % 8 of block L / 8: staging row r = 16·warp + 8·((L / 8) % 2) + L % 8, 16-byte chunk
+// (j + L / 16) ^ (r % 8) of its 64-column box (the 128-byte swizzle). With j even, j + L / 16 =
+// j ^ (L / 16), and the row start (128 B per row of a 128-byte aligned buffer) leaves bits 4..6
+// of the address free, so the address is one per-lane base XOR (j % 8)·16; row block and box
+// are immediate offsets.
 template <int kBlockN, int kRowBlocks, int kH0, int kH1, OutType kOut, Cols kCols>
 __device__ __forceinline__ void epilogue_rows_staged(const KernelParams& p,
                                                      const float (&acc)[kRowBlocks][kBlockN / 2],
@@ -259,8 +262,8 @@ __device__ __forceinline__ void epilogue_rows_staged(const KernelParams& p,
   // This lane's column pairs 2·(lane % 4) (+8j) in the column vectors (B scales first).
   const uint32_t sb_addr = smem_addr(cols) + (lane % 4) * 8;
   const uint32_t bias_addr = sb_addr + (has_scale ? kBlockN * 4 : 0);
-  const uint32_t base = smem_addr(staging) + (warp * 16 + lane / 4) * 128 + (lane % 4) * 4 +
-                        ((lane / 4) << 4);
+  const uint32_t base = smem_addr(staging) + (warp * 16 + 8 * ((lane / 8) % 2) + lane % 8) * 128 +
+                        (static_cast<uint32_t>((lane / 16) ^ (lane % 8)) << 4);
 #pragma unroll
   for (int q = 0; q < kBlockN / 32; ++q) {  // 32 columns at a time
     float2 s[4], bb[4];
@@ -273,11 +276,11 @@ __device__ __forceinline__ void epilogue_rows_staged(const KernelParams& p,
         bb[jq] = has_bias ? ld_shared_f2(bias_addr + cl) : make_float2(0.0f, 0.0f);
     }
 #pragma unroll
-    for (int jq = 0; jq < 4; ++jq) {
-      const int j = q * 4 + jq;
+    for (int h = kH0; h < kH1; ++h) {
+      uint32_t packed[4][2];  // [column group jq][row half i]
 #pragma unroll
-      for (int h = kH0; h < kH1; ++h) {
-        const uint32_t box = (h - kH0) * (64 * kBlockN * 2) + (j / 8) * (64 * 128);
+      for (int jq = 0; jq < 4; ++jq) {
+        const int j = q * 4 + jq;
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
           float v0 = acc[h][j * 4 + 2 * i] * row_scale[h][i];
@@ -288,9 +291,16 @@ __device__ __forceinline__ void epilogue_rows_staged(const KernelParams& p,
             v0 = fmaf(v0, sj.x, bj.x);
             v1 = fmaf(v1, sj.y, bj.y);
           }
-          st_shared_u32((base ^ static_cast<uint32_t>((j % 8) << 4)) + box + i * 8 * 128,
-                        pack2<kOut>(v0, v1));
+          packed[jq][i] = pack2<kOut>(v0, v1);
         }
+      }
+#pragma unroll
+      for (int jp = 0; jp < 2; ++jp) {
+        const int j = q * 4 + 2 * jp;  // even
+        const uint32_t box = (h - kH0) * (64 * kBlockN * 2) + (j / 8) * (64 * 128);
+        st_shared_matrix_x4((base ^ static_cast<uint32_t>((j % 8) << 4)) + box,
+                            packed[2 * jp][0], packed[2 * jp][1], packed[2 * jp + 1][0],
+                            packed[2 * jp + 1][1]);
       }
     }
   }

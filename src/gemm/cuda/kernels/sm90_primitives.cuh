@@ -138,6 +138,15 @@ __device__ __forceinline__ void fence_async_shared() {
 __device__ __forceinline__ void st_shared_u32(uint32_t addr, uint32_t v) {
   asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
 }
+// Four 8x8 matrices of 16-bit values (STSM): register m of every lane holds two adjacent values
+// of matrix m in the MMA fragment layout (row lane / 4, columns 2·(lane % 4), +1); lane L gives
+// the address of row L % 8 of matrix L / 8 (16 bytes).
+__device__ __forceinline__ void st_shared_matrix_x4(uint32_t addr, uint32_t r0, uint32_t r1,
+                                                    uint32_t r2, uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr),
+               "r"(r0), "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+}
 __device__ __forceinline__ float2 ld_shared_f2(uint32_t addr) {
   float2 v;
   asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(addr));
