@@ -501,10 +501,15 @@ __device__ __forceinline__ void empty_tile_epilogue(
   float row_scale[kRowBlocks][2];
   epilogue_setup(p, t, pre, cols, row_scale);
   named_barrier(bar, 128);
-  const float zeros[kRowBlocks][kBlockN / 2] = {};
-  epilogue_one_block<kBlockN, kRowBlocks, 0>(p, t, zeros, row_scale, first_row, cols);
-  if constexpr (kRowBlocks == 2)
-    epilogue_one_block<kBlockN, kRowBlocks, 1>(p, t, zeros, row_scale, first_row, cols);
+  // One instance of the general path for a single row block, run once per block (a rare
+  // path: every kernel instantiation carries it, so it is kept small).
+  const float zeros[1][kBlockN / 2] = {};
+#pragma unroll 1
+  for (int h = 0; h < kRowBlocks; ++h) {
+    const float rs[1][2] = {{h == 0 ? row_scale[0][0] : row_scale[kRowBlocks - 1][0],
+                             h == 0 ? row_scale[0][1] : row_scale[kRowBlocks - 1][1]}};
+    epilogue_one_block<kBlockN, 1, 0>(p, t, zeros, rs, first_row + 64 * h, cols);
+  }
   named_barrier(bar, 128);  // column vectors free for the next tile
 }
 
