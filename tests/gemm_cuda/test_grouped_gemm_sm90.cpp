@@ -41,12 +41,14 @@ struct Case {
   int raster_band = 0;       // Sm90Config::raster_band (tile order inside a group)
   int cluster = 1;           // Sm90Config::cluster (2: tile pairs, multicast shared operands)
   int num_sms = 0;           // persistent CTAs (0: all SMs)
+  float alpha = 0.75f;
 };
 
 struct Result {
   double rel_err = 0;
   int nan_groups = 0;  // groups whose outputs are all NaN
   int64_t bad_untouched = 0;  // rows that must stay untouched but changed
+  int64_t zero_sign_mismatch = 0;  // exact zeros (empty contractions) of the wrong sign
 };
 
 // Fills `codes` with random operand elements and returns their decoded values.
@@ -160,7 +162,7 @@ Result run_case(const Case& c, uint32_t seed) {
   p.out_type = c.out;
   p.ldd = c.n;
   p.d_group_stride = c.m * c.n;
-  p.alpha = 0.75f;
+  p.alpha = c.alpha;
   p.beta = c.beta;
   p.group_alpha = static_cast<const float*>(dal.ptr);
   if (c.bias) {
@@ -221,12 +223,13 @@ Result run_case(const Case& c, uint32_t seed) {
         for (int64_t kk = 0; kk < kk_len; ++kk) acc += a_at(g, i, kk) * b_at(g, j, kk);
         const double sbj = c.scales == 1 ? sb[c.k_grouped ? j : g * c.n + j]
                                          : (c.scales == 2 ? sb[g] : 1.0);
-        double ref = 0.75 * galpha[g] * sai * sbj * acc + (c.bias ? bias[g * c.n + j] : 0.0);
+        double ref = static_cast<double>(c.alpha) * galpha[g] * sai * sbj * acc + (c.bias ? bias[g * c.n + j] : 0.0);
         if (c.beta != 0) ref += c.beta * d0[drow * d_cols + j];
         const double got = out[drow * d_cols + j];
         num += (got - ref) * (got - ref);
         den += ref * ref;
         if (std::isnan(got)) num += 1e30;
+        if (ref == 0 && got == 0 && std::signbit(ref) != std::signbit(got)) ++res.zero_sign_mismatch;
       }
     }
   }
@@ -280,6 +283,7 @@ void expect_case(const Case& c, const char* name) {
     const Result r = run_case(v, 1234);
     EXPECT_LT(r.rel_err, budget(v)) << name << tag;
     EXPECT_EQ(r.bad_untouched, 0) << name << tag << ": rows past the last offset were written";
+    EXPECT_EQ(r.zero_sign_mismatch, 0) << name << tag;
   }
 }
 
@@ -405,6 +409,26 @@ TEST_F(GroupedGemmSm90, KGroupedFP8PerMemberRowwise) {
   c.per_member = false;
   c.sizes = {48, 0, 80, 17};
   expect_case(c, "kgrouped fp8 whole ragged");
+}
+
+// Empty K-grouped groups (tokens routed to no expert): D = bias + 0·(scales) exactly, the sign
+// of zero included. With BF16 D, no bias and positive factors the kernel clears a staging
+// buffer and TMA-stores it (rows past a multiple of 8 by plain stores: m = 203); with a bias, a
+// negative alpha (-0) or columns past n (n = 264: the last column tile) the general path.
+TEST_F(GroupedGemmSm90, KGroupedEmptyGroupsFastZerosAndGeneralPath) {
+  Case c;
+  c.k_grouped = true;
+  c.elem = ElemKind::kE4M3;
+  c.scales = 1;
+  c.sizes = {0, 48, 0, 0, 32, 0};
+  c.m = 203;
+  c.n = 264;
+  expect_case(c, "kgrouped empty groups, staged zeros");
+  c.alpha = -0.5f;
+  expect_case(c, "kgrouped empty groups, negative alpha");
+  c.alpha = 0.75f;
+  c.bias = true;
+  expect_case(c, "kgrouped empty groups, bias");
 }
 
 // K-grouped groups whose lengths are whole contraction windows (128 FP8, 64 BF16 elements) read

@@ -490,19 +490,51 @@ __device__ __forceinline__ void epilogue_setup(const KernelParams& p, const Tile
   row_factors(p, t, pre, row_scale);
 }
 
-// The epilogue of a tile whose contraction is empty (a K-grouped group of no tokens: no MMA):
-// the general path on zero accumulators, so D = 0·(scales) + bias + beta·D as for any tile (the
-// poison of a misaligned group included); no staging. The accumulators themselves are never
-// zeroed (a tile's first wgmma overwrites them), so this path does not touch them.
+// The epilogue of a tile whose contraction is empty (a K-grouped group of no tokens: no MMA;
+// skewed routing leaves many): D = 0·(scales) + bias + beta·D as for any tile. When the tile is
+// staged, has no bias and every row and column factor is finite with its sign bit clear (one
+// OR over the warpgroup), that is +0 everywhere: the staging buffer is cleared with 16-byte
+// stores and TMA-stored for each row block (one cleared block serves all). Otherwise (bias,
+// FP32 D, beta, columns past n, a poisoned group or a negative or non-finite factor) the
+// general path runs on zeros, one single-row-block instance per block (rare, and every kernel
+// instantiation carries it). The accumulators themselves are never zeroed (a tile's first
+// wgmma overwrites them), so this path does not touch them.
 template <int kBlockN, int kRowBlocks, bool kDefer>
 __device__ __forceinline__ void empty_tile_epilogue(
-    const KernelParams& p, const Tile& t, const EpiloguePrefetch<kBlockN, kRowBlocks, kDefer>& pre,
-    int64_t first_row, float* cols, int bar) {
+    const KernelParams& p, const CUtensorMap* map_d, const CUtensorMap* map_d8, const Tile& t,
+    const EpiloguePrefetch<kBlockN, kRowBlocks, kDefer>& pre, int64_t first_row,
+    uint8_t* staging, float* cols, int bar) {
+  const int tid = threadIdx.x % 128;
+  const bool staged = tile_staged<kBlockN>(p, t);
+  if (p.tma_store && tid == 0) bulk_wait_read<0>();  // the previous tile's stores read staging
   float row_scale[kRowBlocks][2];
   epilogue_setup(p, t, pre, cols, row_scale);
-  named_barrier(bar, 128);
-  // One instance of the general path for a single row block, run once per block (a rare
-  // path: every kernel instantiation carries it, so it is kept small).
+  // A factor whose product with +0 is not +0: sign bit set, infinite or NaN.
+  auto not_plus = [](float x) { return __float_as_uint(x) >= 0x7f800000u; };
+  bool general = !staged || p.bias != nullptr;
+#pragma unroll
+  for (int h = 0; h < kRowBlocks; ++h) general |= not_plus(row_scale[h][0]) | not_plus(row_scale[h][1]);
+  if (p.scale_b) {
+#pragma unroll
+    for (int i = 0; i < kBlockN / 128; ++i) general |= not_plus(pre.col[0][i]);
+  }
+  general = named_barrier_or(bar, 128, general);  // also: column vectors written
+  if (!general) {
+    constexpr int kBlockBytes = 64 * kBlockN * 2;
+    const int blocks = p.staging_blocks < kRowBlocks ? 1 : kRowBlocks;
+    for (int off = tid * 16; off < blocks * kBlockBytes; off += 128 * 16)
+      *reinterpret_cast<uint4*>(staging + off) = make_uint4(0, 0, 0, 0);
+    fence_async_shared();
+    named_barrier(bar, 128);  // staging complete; column vectors free for the next tile
+    if (blocks == kRowBlocks) {
+      store_tile_blocks<kBlockN>(p, map_d, map_d8, t, first_row, 0, kRowBlocks, staging);
+    } else {
+#pragma unroll
+      for (int h = 0; h < kRowBlocks; ++h)
+        store_tile_blocks<kBlockN>(p, map_d, map_d8, t, first_row + 64 * h, 0, 1, staging);
+    }
+    return;
+  }
   const float zeros[1][kBlockN / 2] = {};
 #pragma unroll 1
   for (int h = 0; h < kRowBlocks; ++h) {

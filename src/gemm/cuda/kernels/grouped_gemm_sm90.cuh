@@ -384,7 +384,7 @@ __device__ __forceinline__ void consumer_loop(const KernelParams& p, const CUten
     } else if (num_k_blocks<Elem>(p, t) == 0) {
       // An empty contraction (a K-grouped group of no tokens): no MMA, zeros for accumulators.
       if (kPingpong) pass_turn(cw);
-      empty_tile_epilogue(p, t, pre, first_row, cols, 1 + cw);
+      empty_tile_epilogue(p, map_d, map_d8, t, pre, first_row, staging, cols, 1 + cw);
       continue;
     } else if (active == kRowBlocks)
       main_loop<Elem, kBlockN, kRowBlocks, kRowBlocks, kPingpong>(p, t, acc, smem_a, smem_b, full,

@@ -156,6 +156,17 @@ __device__ __forceinline__ float2 ld_shared_f2(uint32_t addr) {
 __device__ __forceinline__ void named_barrier(int id, int threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
+// bar.sync with an OR of `pred` over the `threads` arriving threads, returned to each of them.
+__device__ __forceinline__ bool named_barrier_or(int id, int threads, bool pred) {
+  uint32_t any;
+  asm volatile(
+      "{\n .reg .pred q, r;\n setp.ne.u32 q, %1, 0;\n bar.red.or.pred r, %2, %3, q;\n"
+      " selp.u32 %0, 1, 0, r;\n}"
+      : "=r"(any)
+      : "r"(static_cast<uint32_t>(pred)), "r"(id), "r"(threads)
+      : "memory");
+  return any != 0;
+}
 // Arrives on hardware barrier `id` without waiting (the other `threads` - 32·warps arrive by
 // bar.sync): one side of a producer/consumer hand-over between warpgroups.
 __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
