@@ -202,7 +202,8 @@ void register_gemm(nb::module_& m) {
         "Raises tessera.Error with the can_implement status and reason.");
   m.def("cpu_bf16_gemm_path", &cpu_bf16_gemm_path,
         "What the CPU backend runs for dense BF16 x BF16 operands: the native kernel (e.g. "
-        "'onednn 2.6.3 brg:avx512_core_bf16') or 'fp32 sgemm (<why>)'.");
+        "'onednn 2.6.3 brg:avx512_core_bf16') or 'fp32 onednn matmul (<why>)' / "
+        "'fp32 sgemm (<why>)' (the FP32 path).");
 }
 
 }  // namespace tessera::python

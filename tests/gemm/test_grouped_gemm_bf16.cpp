@@ -1,6 +1,6 @@
 // BF16 × BF16 on the CPU backend: the native path (oneDNN, where this build and CPU have it) and
-// the FP32 path (convert + sgemm, forced through the test hook) each against the FP64 loop of
-// single GEMMs, and against each other, over cases that cut D into many tasks: groups past 256
+// the FP32 path (convert, then oneDNN's FP32 matmul or sgemm; forced through the test hooks) each
+// against the FP64 loop of single GEMMs, and against each other, over cases that cut D into many tasks: groups past 256
 // rows with ragged tails, K not a multiple of 32, empty groups at the start / middle / end, every
 // kind and layout, FP32 / BF16 / FP16 D, beta = 1 (main_grad), bias, per-group alpha, capacity
 // rows (NaN in A/B, a byte pattern in D that must stay untouched).
@@ -26,6 +26,26 @@ class NativeAllowed {
  private:
   bool previous_;
 };
+
+// Sets the FP32 path's GEMM form (oneDNN's FP32 matmul or sgemm) for one scope.
+class Fp32OneDnnAllowed {
+ public:
+  explicit Fp32OneDnnAllowed(bool allowed)
+      : previous_(detail::cpu::set_fp32_onednn_allowed(allowed)) {}
+  ~Fp32OneDnnAllowed() { detail::cpu::set_fp32_onednn_allowed(previous_); }
+  Fp32OneDnnAllowed(const Fp32OneDnnAllowed&) = delete;
+  Fp32OneDnnAllowed& operator=(const Fp32OneDnnAllowed&) = delete;
+
+ private:
+  bool previous_;
+};
+
+enum class Path { kNative, kFp32OneDnn, kFp32Sgemm };
+
+const char* path_name(Path p) {
+  return p == Path::kNative ? "native path" : (p == Path::kFp32OneDnn ? "FP32 path, oneDNN"
+                                                                      : "FP32 path, sgemm");
+}
 
 GemmCase bf16_case(std::string name, GroupedGemmKind kind, DType out) {
   GemmCase c;
@@ -130,15 +150,15 @@ int64_t contraction(const GemmCase& c) {
 }
 
 // Runs the case on one path; D compared with the oracle, untouched bytes checked.
-GemmFixture run_on_path(const GemmCase& c, bool native, const Expected& e) {
-  const NativeAllowed scope(native);
+GemmFixture run_on_path(const GemmCase& c, Path path, const Expected& e) {
+  const NativeAllowed native(path == Path::kNative);
+  const Fp32OneDnnAllowed onednn(path == Path::kFp32OneDnn);
   GemmFixture f = make_fixture(c);
   std::string reason;
   EXPECT_EQ(can_implement(f.problem, &reason), Status::kOk) << reason;
   grouped_gemm(f.problem);
-  EXPECT_EQ(compare(f, e, gemm_tolerance(c.out_dtype, contraction(c))), "")
-      << (native ? "native path" : "FP32 path");
-  EXPECT_EQ(check_untouched(f, e), "") << (native ? "native path" : "FP32 path");
+  EXPECT_EQ(compare(f, e, gemm_tolerance(c.out_dtype, contraction(c))), "") << path_name(path);
+  EXPECT_EQ(check_untouched(f, e), "") << path_name(path);
   return f;
 }
 
@@ -147,15 +167,17 @@ class Bf16Gemm : public ::testing::TestWithParam<GemmCase> {};
 TEST_P(Bf16Gemm, NativeAndFp32PathsEqualLoopOfGemms) {
   const GemmCase& c = GetParam();
   const Expected e = loop_of_gemms(make_fixture(c));
-  const GemmFixture native = run_on_path(c, true, e);
-  const GemmFixture fp32 = run_on_path(c, false, e);
-  // The two paths against each other: both rounded, so twice the output-rounding budget.
+  const GemmFixture native = run_on_path(c, Path::kNative, e);
+  const GemmFixture fp32 = run_on_path(c, Path::kFp32Sgemm, e);
+  const GemmFixture fp32_onednn = run_on_path(c, Path::kFp32OneDnn, e);
+  // The paths against the sgemm form: both rounded, so twice the output-rounding budget.
   Expected from_fp32 = e;
   for (size_t i = 0; i < e.value.size(); ++i) {
     if (e.written[i]) from_fp32.value[i] = d_value(fp32.d.view, static_cast<int64_t>(i));
   }
   const GemmTolerance tol = gemm_tolerance(c.out_dtype, contraction(c));
   EXPECT_EQ(compare(native, from_fp32, {2 * tol.value_rel, tol.sum_rel}), "");
+  EXPECT_EQ(compare(fp32_onednn, from_fp32, {2 * tol.value_rel, tol.sum_rel}), "");
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, Bf16Gemm, ::testing::ValuesIn(bf16_cases()),
@@ -171,7 +193,14 @@ TEST(Bf16GemmPath, NativeWhereTheBuildAndCpuHaveIt) {
 #endif
   EXPECT_EQ(s.native, cpu_bf16_gemm_path().rfind("onednn", 0) == 0) << cpu_bf16_gemm_path();
   const NativeAllowed fp32(false);
-  EXPECT_EQ(cpu_bf16_gemm_path().rfind("fp32 sgemm", 0), 0u) << cpu_bf16_gemm_path();
+  {
+    const Fp32OneDnnAllowed sgemm(false);
+    EXPECT_EQ(cpu_bf16_gemm_path().rfind("fp32 sgemm (", 0), 0u) << cpu_bf16_gemm_path();
+  }
+  const Fp32OneDnnAllowed onednn(true);
+  const bool built = detail::cpu::built_with_onednn();
+  EXPECT_EQ(cpu_bf16_gemm_path().rfind(built ? "fp32 onednn matmul (" : "fp32 sgemm (", 0), 0u)
+      << cpu_bf16_gemm_path();
 }
 
 TEST(Bf16GemmPath, WorkspaceIsTheStagingAreaOnlyWhenOurEpilogueRuns) {

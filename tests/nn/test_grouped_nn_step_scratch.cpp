@@ -58,7 +58,7 @@ TEST(GroupedNNStepScratch, OneScratchBlockPerDirection) {
     // GEMMs whose operands the CPU backend copies to FP32 in its workspace (past the
     // allowance): quantized ones, and BF16 ones on the FP32 path (no AVX512-BF16 / AMX here, a
     // build without oneDNN, or TESSERA_CPU_BF16_GEMM=fp32).
-    const bool bf16_via_fp32 = cpu_bf16_gemm_path().rfind("fp32 sgemm", 0) == 0;
+    const bool bf16_via_fp32 = cpu_bf16_gemm_path().rfind("fp32 ", 0) == 0;
     const bool dense_bf16 = !spec.quantized() && spec.input.dense_dtype == DType::kBFloat16;
     const int gemm_copies = spec.quantized() || (dense_bf16 && bf16_via_fp32) ? 1 : 0;
     for (const bool save : {true, false}) {

@@ -1,5 +1,6 @@
-// The native BF16 path on oneDNN's matmul (see bf16_gemm.h for the contract and the work split).
-// Every task is one matmul primitive over a strided view of the operands (no copies). The
+// The CPU backend's oneDNN matmul runs (see bf16_gemm.h for the contract and the work split): the
+// native BF16 path, and the FP32 path's GEMMs over the FP32 images of the operands. Every task is
+// one matmul primitive over a strided view of the operands (no copies). The
 // primitives are kept by their descriptor (shape, strides, output type, sum post-op), so a
 // repeated step neither re-describes nor recompiles anything: a primitive descriptor costs tens
 // of microseconds of host time even when oneDNN's own primitive cache then finds its kernel. Only the sum post-op is used (the same call in oneDNN 2.x and 3.x; the 3.x branch of
@@ -63,10 +64,15 @@ dnnl::matmul::primitive_desc matmul_desc(const memory::desc& a, const memory::de
 #endif
 }
 
-// What a matmul primitive of a task is made from: op(A) (rows, k) and op(B) (k, n) BF16 with
-// their strides, D (rows, n) row-major, FP32 or BF16, with or without the sum post-op.
+// What a matmul primitive of a task is made from: op(A) (rows, k) and op(B) (k, n), BF16 or FP32
+// (f32_in), with their strides, D (rows, n) row-major, FP32 or BF16, with or without the sum
+// post-op.
 using MatmulKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool,
-                             bool>;
+                             bool, bool>;
+
+memory::data_type in_type(bool f32_in) {
+  return f32_in ? memory::data_type::f32 : memory::data_type::bf16;
+}
 
 // The matmul primitive of `key`, made once per thread: a primitive runs any data pointers, but
 // one primitive object must not run on two threads at once (oneDNN 2.6's matmul shares its
@@ -78,11 +84,11 @@ const dnnl::matmul& cached_matmul(const MatmulKey& key) {
   thread_local std::map<MatmulKey, dnnl::matmul> table;
   const auto it = table.find(key);
   if (it != table.end()) return it->second;
-  const auto [rows, k, n, a_row, a_col, b_row, b_col, f32_out, sum] = key;
-  const auto bf16_t = memory::data_type::bf16;
-  const memory::desc a_md({rows, k}, bf16_t, {a_row, a_col});
-  const memory::desc b_md({k, n}, bf16_t, {b_row, b_col});
-  const memory::desc d_md({rows, n}, f32_out ? memory::data_type::f32 : bf16_t, {n, 1});
+  const auto [rows, k, n, a_row, a_col, b_row, b_col, f32_out, sum, f32_in] = key;
+  const memory::desc a_md({rows, k}, in_type(f32_in), {a_row, a_col});
+  const memory::desc b_md({k, n}, in_type(f32_in), {b_row, b_col});
+  const memory::desc d_md({rows, n},
+                          f32_out ? memory::data_type::f32 : memory::data_type::bf16, {n, 1});
   dnnl::primitive_attr attr;
   if (sum) {  // D += A·B (beta = 1 needs an FP32 D)
     dnnl::post_ops ops;
@@ -93,16 +99,6 @@ const dnnl::matmul& cached_matmul(const MatmulKey& key) {
   if (table.size() >= kMaxMatmuls) table.clear();
   return table.emplace(key, made).first->second;
 }
-
-// op(A_g) (m, k) and op(B_g) (k, n) of one group as strided BF16 matrices, and where D_g starts.
-struct GroupBlock {
-  const bf16* a = nullptr;
-  int64_t a_row = 0, a_col = 0;  // op(A_g)(i, kk) = a[i * a_row + kk * a_col]
-  const bf16* b = nullptr;
-  int64_t b_row = 0, b_col = 0;  // op(B_g)(kk, j) = b[kk * b_row + j * b_col]
-  int64_t d_offset = 0;          // element index of D_g(0, 0); D's row stride is n
-  int64_t m = 0, k = 0;
-};
 
 // B_g of an M-grouped or batched problem: (G, N, K) when transpose_b, else (G, K, N).
 void set_weight_block(const GroupedGemmProblem& p, int64_t g, int64_t n, int64_t k,
@@ -116,7 +112,7 @@ void set_weight_block(const GroupedGemmProblem& p, int64_t g, int64_t n, int64_t
 GroupBlock group_block(const GroupedGemmProblem& p, const GroupedGemmDims& dims,
                        const std::vector<int64_t>& start, const std::vector<int64_t>& a_start,
                        int64_t g) {
-  const bf16* a = p.a.dense.as<bf16>();
+  const auto* a = p.a.dense.as<bf16>();
   const int64_t n = dims.n;
   GroupBlock blk;
   switch (p.kind) {
@@ -184,6 +180,7 @@ struct RunContext {
   int64_t n = 0;
   std::vector<GroupBlock> blocks;
   float* staging = nullptr;  // FP32, D's layout; null when oneDNN writes D itself
+  bool f32_in = false;       // the blocks' elements: FP32 (the FP32 path's images) or BF16
 };
 
 float group_alpha(const GroupedGemmProblem& p, int64_t g) {
@@ -223,18 +220,20 @@ void run_task(const RunContext& c, const Task& t, dnnl::stream& stream) {
   const bool staged = c.staging != nullptr;
   if (blk.k > 0) {
     const bool f32_out = staged || p.d.dtype == DType::kFloat32;
-    const dnnl::matmul& matmul = cached_matmul({t.rows, blk.k, n, blk.a_row, blk.a_col, blk.b_row,
-                                               blk.b_col, f32_out, !staged && p.beta != 0.0f});
-    const auto bf16_t = memory::data_type::bf16;
-    const memory::desc a_md({t.rows, blk.k}, bf16_t, {blk.a_row, blk.a_col});
-    const memory::desc b_md({blk.k, n}, bf16_t, {blk.b_row, blk.b_col});
-    const memory::desc d_md({t.rows, n}, f32_out ? memory::data_type::f32 : bf16_t, {n, 1});
+    const dnnl::matmul& matmul =
+        cached_matmul({t.rows, blk.k, n, blk.a_row, blk.a_col, blk.b_row, blk.b_col, f32_out,
+                       !staged && p.beta != 0.0f, c.f32_in});
+    const memory::desc a_md({t.rows, blk.k}, in_type(c.f32_in), {blk.a_row, blk.a_col});
+    const memory::desc b_md({blk.k, n}, in_type(c.f32_in), {blk.b_row, blk.b_col});
+    const memory::desc d_md({t.rows, n},
+                            f32_out ? memory::data_type::f32 : memory::data_type::bf16, {n, 1});
     void* d_ptr = staged ? static_cast<void*>(c.staging + d0)
                          : static_cast<void*>(static_cast<char*>(p.d.data) +
                                               d0 * (f32_out ? 4 : 2));
-    const bf16* a = blk.a + t.row0 * blk.a_row;
-    memory a_mem(a_md, cpu_engine(), const_cast<bf16*>(a));
-    memory b_mem(b_md, cpu_engine(), const_cast<bf16*>(blk.b));
+    const int64_t elem = c.f32_in ? 4 : 2;
+    const char* a = static_cast<const char*>(blk.a) + t.row0 * blk.a_row * elem;
+    memory a_mem(a_md, cpu_engine(), const_cast<char*>(a));
+    memory b_mem(b_md, cpu_engine(), const_cast<void*>(blk.b));
     memory d_mem(d_md, cpu_engine(), d_ptr);
     matmul.execute(stream,
                    {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, d_mem}});
@@ -252,7 +251,7 @@ void run_task_checked(const RunContext& c, const Task& t, dnnl::stream& stream) 
   try {
     run_task(c, t, stream);
   } catch (const dnnl::error& e) {
-    TESSERA_FAIL(Status::kInternal, "oneDNN BF16 matmul (group ", t.g, ", rows ", t.row0, "+",
+    TESSERA_FAIL(Status::kInternal, "oneDNN ", c.f32_in ? "FP32" : "BF16", " matmul (group ", t.g, ", rows ", t.row0, "+",
                  t.rows, "): ", e.what());
   }
 }
@@ -314,6 +313,8 @@ void run_tasks(const RunContext& c, const std::vector<Task>& tasks, int64_t thre
 
 }  // namespace
 
+bool built_with_onednn() { return true; }
+
 Bf16Support probe_bf16_support() {
   if (!cpu_has_bf16_dot()) return {false, "the CPU has no AVX512-BF16 or AMX-BF16"};
   const dnnl_version_t* v = dnnl_version();
@@ -336,12 +337,19 @@ Bf16Support probe_bf16_support() {
 void grouped_gemm_bf16_onednn(const GroupedGemmProblem& p, const GroupedGemmDims& dims,
                               const std::vector<int64_t>& start,
                               const std::vector<int64_t>& a_start, float* staging) {
-  RunContext c{p, dims.n, {}, staging};
+  RunContext c{p, dims.n, {}, staging, false};
   c.blocks.reserve(static_cast<size_t>(dims.groups));
   for (int64_t g = 0; g < dims.groups; ++g)
     c.blocks.push_back(group_block(p, dims, start, a_start, g));
   const int64_t threads = std::max(1, omp_get_max_threads());
   run_tasks(c, make_tasks(c.blocks, dims.n, threads), threads);
+}
+
+void grouped_gemm_fp32_onednn(const GroupedGemmProblem& p, int64_t n,
+                              std::vector<GroupBlock> blocks, float* staging) {
+  RunContext c{p, n, std::move(blocks), staging, true};
+  const int64_t threads = std::max(1, omp_get_max_threads());
+  run_tasks(c, make_tasks(c.blocks, n, threads), threads);
 }
 
 }  // namespace tessera::detail::cpu

@@ -1,14 +1,16 @@
 // CPU grouped GEMM. Dense BF16 × BF16 takes the native BF16 path (bf16_gemm.h: oneDNN) where
 // the build and CPU have one. Everything else: every operand becomes an FP32 row-major matrix
 // (FP32 operands are used in place; BF16/FP16 are converted, quantized ones dequantized, into the
-// workspace), then one CBLAS sgemm per group with FP32 accumulation; BF16/FP16 outputs go through
-// an FP32 staging area.
+// workspace), then the groups' FP32 GEMMs: on oneDNN's FP32 matmul, tasks on an OpenMP team as
+// the BF16 path runs them (a build with oneDNN; bf16_gemm.h says why), else one CBLAS sgemm per
+// group. FP32 accumulation either way; BF16/FP16 outputs go through an FP32 staging area.
 //
-// Threading: the groups run one after another and each sgemm uses OpenBLAS's own (pthread) thread
-// pool; the element conversions around them run on blocking std::threads (blocking_parallel.h),
-// not OpenMP, whose spinning workers would steal the cores from OpenBLAS (2.3x slower BF16 runs
-// measured). Nothing is wrapped around the BLAS calls, so the two never run at once, and no
-// global OpenBLAS thread setting is changed (it would race with other OpenBLAS users).
+// Threading of the sgemm form: the groups run one after another and each sgemm uses OpenBLAS's
+// own (pthread) thread pool; the element conversions around the GEMMs run on blocking
+// std::threads (blocking_parallel.h), not OpenMP, whose spinning workers would steal the cores
+// from OpenBLAS (2.3x slower BF16 runs measured). Nothing is wrapped around the BLAS calls, so the
+// two never run at once, and no global OpenBLAS thread setting is changed (it would race with
+// other OpenBLAS users).
 #include <cblas.h>
 
 #include <algorithm>
@@ -89,12 +91,59 @@ void apply_bias(const GroupedGemmProblem& p, int64_t g, float* d, int64_t rows, 
   });
 }
 
-// One group: D_g (m, n) = alpha_g · op(A_g) · op(B_g) + bias_g + beta · D_g, FP32 row-major D.
-// a/b: the group's sub-matrices (logical top-left element first); trans_*: the user's op.
-void gemm_group(const GroupedGemmProblem& p, int64_t g, int64_t m, int64_t n, int64_t k,
-                const Fp32Image& a, const float* a_sub, bool trans_a, const Fp32Image& b,
-                const float* b_sub, bool trans_b, float* d) {
+// Group g's operands: op(A_g) (m, k), op(B_g) (k, n) as sub-matrices of the FP32 images (logical
+// top-left element first; trans_*: the user's op) and the element index of D_g(0, 0).
+struct GroupView {
+  int64_t m = 0, k = 0;
+  const float* a = nullptr;
+  bool trans_a = false;
+  const float* b = nullptr;
+  bool trans_b = false;
+  int64_t d_offset = 0;
+};
+
+// start: the G+1 group row starts (D's rows, and A's too unless M-grouped with a_row_starts);
+// a_start: the row starts of A's groups (host_a_row_starts).
+GroupView group_view(const GroupedGemmProblem& p, const GroupedGemmDims& dims,
+                     const std::vector<int64_t>& start, const std::vector<int64_t>& a_start,
+                     const Fp32Operands& f, int64_t g) {
+  const int64_t n = dims.n, r0 = start[g], rows = start[g + 1] - start[g];
+  switch (p.kind) {
+    case GroupedGemmKind::kMGrouped: {
+      const int64_t b_rows = p.transpose_b ? n : dims.k;  // logical rows of B_g
+      return {rows, dims.k, f.a.rows_from(a_start[g]), false, f.b.rows_from(g * b_rows),
+              p.transpose_b, r0 * n};
+    }
+    case GroupedGemmKind::kKGrouped:  // A_g (rows, m) read transposed, B_g (rows, n)
+      return {dims.m, rows, f.a.rows_from(r0), true, f.b.rows_from(r0), false, g * dims.m * n};
+    case GroupedGemmKind::kBatched: {
+      const int64_t a_rows = p.transpose_a ? dims.k : dims.m;
+      const int64_t b_rows = p.transpose_b ? n : dims.k;
+      return {dims.m, dims.k, f.a.rows_from(g * a_rows), p.transpose_a, f.b.rows_from(g * b_rows),
+              p.transpose_b, g * dims.m * n};
+    }
+  }
+  return {};
+}
+
+// The view as oneDNN's strided block: BLAS reads the stored matrix, transposed once more when
+// the image is stored transposed (as gemm_group passes it to sgemm).
+cpu::GroupBlock onednn_block(const GroupView& v, const Fp32Operands& f) {
+  cpu::GroupBlock blk;
+  const bool ta = v.trans_a != f.a.transposed, tb = v.trans_b != f.b.transposed;
+  blk.a = v.a, blk.a_row = ta ? 1 : f.a.ld, blk.a_col = ta ? f.a.ld : 1;
+  blk.b = v.b, blk.b_row = tb ? 1 : f.b.ld, blk.b_col = tb ? f.b.ld : 1;
+  blk.d_offset = v.d_offset, blk.m = v.m, blk.k = v.k;
+  return blk;
+}
+
+// One group on sgemm: D_g (m, n) = alpha_g · op(A_g) · op(B_g) + bias_g + beta · D_g, FP32
+// row-major D.
+void gemm_group(const GroupedGemmProblem& p, int64_t g, const GroupView& v, int64_t n,
+                const Fp32Operands& f) {
+  const int64_t m = v.m, k = v.k;
   if (m == 0 || n == 0) return;
+  float* d = f.d + v.d_offset;
   const bool has_bias = p.bias.data != nullptr;
   if (has_bias) apply_bias(p, g, d, m, n);
   const float beta = (has_bias || p.beta != 0.0f) ? 1.0f : 0.0f;
@@ -103,43 +152,18 @@ void gemm_group(const GroupedGemmProblem& p, int64_t g, int64_t m, int64_t n, in
     return;
   }
   // BLAS reads the stored matrix: transposed once more when the image is stored transposed.
-  const bool ta = trans_a != a.transposed, tb = trans_b != b.transposed;
+  const bool ta = v.trans_a != f.a.transposed, tb = v.trans_b != f.b.transposed;
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-              to_blas(m, "M"), to_blas(n, "N"), to_blas(k, "K"), group_alpha(p, g), a_sub,
-              to_blas(a.ld, "lda"), b_sub, to_blas(b.ld, "ldb"), beta, d, to_blas(n, "ldd"));
+              to_blas(m, "M"), to_blas(n, "N"), to_blas(k, "K"), group_alpha(p, g), v.a,
+              to_blas(f.a.ld, "lda"), v.b, to_blas(f.b.ld, "ldb"), beta, d, to_blas(n, "ldd"));
 }
 
-// start: the G+1 group row starts (D's rows, and A's too unless M-grouped with a_row_starts);
-// a_start: the row starts of A's groups (host_a_row_starts).
+// The groups' GEMMs into f.d (the FP32 D or its staging area), one sgemm after another.
 void run_groups(const GroupedGemmProblem& p, const GroupedGemmDims& dims,
                 const std::vector<int64_t>& start, const std::vector<int64_t>& a_start,
                 const Fp32Operands& f) {
-  const int64_t n = dims.n;
-  for (int64_t g = 0; g < dims.groups; ++g) {
-    const int64_t r0 = start[g], rows = start[g + 1] - start[g];
-    switch (p.kind) {
-      case GroupedGemmKind::kMGrouped: {
-        const int64_t b_rows = p.transpose_b ? n : dims.k;  // logical rows of B_g
-        gemm_group(p, g, rows, n, dims.k, f.a, f.a.rows_from(a_start[g]), false, f.b,
-                   f.b.rows_from(g * b_rows), p.transpose_b, f.d + r0 * n);
-        break;
-      }
-      case GroupedGemmKind::kKGrouped: {
-        // A_g (rows, m) read transposed, B_g (rows, n); an empty group gives k = 0.
-        const int64_t m = dims.m;
-        gemm_group(p, g, m, n, rows, f.a, f.a.rows_from(r0), true, f.b, f.b.rows_from(r0), false,
-                   f.d + g * m * n);
-        break;
-      }
-      case GroupedGemmKind::kBatched: {
-        const int64_t m = dims.m, k = dims.k;
-        const int64_t a_rows = p.transpose_a ? k : m, b_rows = p.transpose_b ? n : k;
-        gemm_group(p, g, m, n, k, f.a, f.a.rows_from(g * a_rows), p.transpose_a, f.b,
-                   f.b.rows_from(g * b_rows), p.transpose_b, f.d + g * m * n);
-        break;
-      }
-    }
-  }
+  for (int64_t g = 0; g < dims.groups; ++g)
+    gemm_group(p, g, group_view(p, dims, start, a_start, f, g), dims.n, f);
 }
 
 // Logical row starts of the groups of an operand: the offsets for the grouped token dim, g·X for
@@ -188,6 +212,15 @@ void grouped_gemm_cpu(const GroupedGemmProblem& p, const GroupedGemmDims& dims, 
   f.a = operand_fp32(p.a, "A", live.a, a_groups, ws);
   f.b = operand_fp32(p.b, "B", live.b, b_groups, ws);
   const int64_t d_elems = live.d * dims.n;  // D's live elements
+  if (cpu::fp32_onednn_applies(p)) {  // D written by the tasks, a BF16/FP16 D through staging
+    float* staging = p.d.dtype != DType::kFloat32 ? ws.take_floats(d_elems) : nullptr;
+    std::vector<cpu::GroupBlock> blocks;
+    blocks.reserve(static_cast<size_t>(dims.groups));
+    for (int64_t g = 0; g < dims.groups; ++g)
+      blocks.push_back(onednn_block(group_view(p, dims, start, a_start, f, g), f));
+    cpu::grouped_gemm_fp32_onednn(p, dims.n, std::move(blocks), staging);
+    return;
+  }
   const bool staged = p.d.dtype != DType::kFloat32;
   f.d = staged ? ws.take_floats(d_elems) : p.d.as<float>();
   run_groups(p, dims, start, a_start, f);
