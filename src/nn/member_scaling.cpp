@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "core/cpu_parallel.h"
 #include "nn/step_memory.h"
 #include "quantize/quantize_backend.h"
 #include "nn/weight_layout.h"
@@ -14,6 +15,8 @@
 #include "tessera/formats/scaling_modes.h"
 
 namespace tessera::nn::detail {
+
+using ::tessera::detail::kParallelWork;
 
 bool member_scaled(const QuantizerConfig& c, bool columnwise) {
   if (is_family(c.mode, ScaleFamily::kTensor)) return true;
@@ -43,7 +46,7 @@ void member_columns_cpu(const MemberColumnsArgs& a) {
   dispatch_float_input(a.x_dtype, "x", [&](auto tag) {
     using In = typename decltype(tag)::type;
     const auto* x = static_cast<const In*>(a.x);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (a.rows * a.cols >= kParallelWork)
     for (int64_t gk = 0; gk < a.members.groups * a.cols; ++gk) {
       const int64_t g = gk / a.cols, k = gk % a.cols;
       const int64_t r0 = a.members.begin(g), r1 = a.members.end(g);
@@ -66,7 +69,7 @@ std::vector<uint32_t> member_amax_cpu(const MemberTensorArgs& a) {
   dispatch_float_input(a.x_dtype, "x", [&](auto tag) {
     using In = typename decltype(tag)::type;
     const auto* x = static_cast<const In*>(a.x);
-#pragma omp parallel for schedule(dynamic)
+#pragma omp parallel for schedule(dynamic) if (a.rows * a.cols >= kParallelWork)
     for (int64_t g = 0; g < a.members.groups; ++g) {
       uint32_t v = 0;
       for (int64_t i = a.members.begin(g) * a.cols; i < a.members.end(g) * a.cols; ++i) {
@@ -94,7 +97,7 @@ void member_tensor_cpu(const MemberTensorArgs& a) {
   dispatch_float_input(a.x_dtype, "x", [&](auto tag) {
     using In = typename decltype(tag)::type;
     const auto* x = static_cast<const In*>(a.x);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (a.rows * a.cols >= kParallelWork)
     for (int64_t r = 0; r < a.rows; ++r) {
       const int64_t g = a.members.member_of(r);
       for (int64_t c = 0; c < a.cols; ++c) {

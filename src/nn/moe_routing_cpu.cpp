@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "core/cpu_parallel.h"
 #include "core/host_bytes.h"
 #include "nn/moe_kernels.h"
 #include "tessera/core/dispatch.h"
@@ -15,8 +16,6 @@
 
 namespace tessera::detail::moe {
 namespace {
-
-constexpr int64_t kParallelWork = int64_t{1} << 16;
 
 template <class Idx, class Map>
 void routing_typed(const RoutingArgs& a) {

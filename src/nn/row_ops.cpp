@@ -4,12 +4,15 @@
 #include <cmath>
 #include <vector>
 
+#include "core/cpu_parallel.h"
 #include "tessera/core/dispatch.h"
 #include "tessera/core/status.h"
 #include "tessera/formats/convert.h"
 #include "tessera/formats/half.h"
 
 namespace tessera::nn::detail {
+
+using ::tessera::detail::kParallelWork;
 namespace {
 
 void check_rows(const TensorView& v, const char* arg, int64_t rows, int64_t cols) {
@@ -85,7 +88,7 @@ void grouped_row_sum(const TensorView& dy, const GroupOffsets& groups, const Ten
                        "grouped_row_sum: accumulating needs a float32 db, got ",
                        dtype_name(db.dtype));
   if (dy.device.is_cuda()) return cuda::grouped_row_sum(dy, groups, db, accumulate, stream);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (groups.rows * n >= kParallelWork)
   for (int64_t g = 0; g < groups.groups; ++g) {
     std::vector<double> acc(static_cast<size_t>(n), 0.0);
     for (int64_t r = groups.begin(g); r < groups.end(g); ++r) {
@@ -107,7 +110,7 @@ void swiglu_forward(const TensorView& h, const TensorView& probs, const GroupOff
   check_vector(probs, "swiglu_forward: probs", rows);
   if (h.device.is_cuda()) return cuda::swiglu_forward(h, probs, groups, a, stream);
   const std::vector<int64_t> of = row_groups(groups);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows * f >= kParallelWork)
   for (int64_t r = 0; r < rows; ++r) {
     const bool live = of[static_cast<size_t>(r)] >= 0;
     const float p = live ? (probs.data ? load(probs, r) : 1.0f) : 0.0f;
@@ -132,7 +135,7 @@ void swiglu_backward(const TensorView& h, const TensorView& probs, const TensorV
                 "swiglu_backward: dprobs needs probs");
   if (h.device.is_cuda()) return cuda::swiglu_backward(h, probs, da, groups, dh, dprobs, stream);
   const std::vector<int64_t> of = row_groups(groups);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows * f >= kParallelWork)
   for (int64_t r = 0; r < rows; ++r) {
     const bool live = of[static_cast<size_t>(r)] >= 0;
     const float p = live ? (probs.data ? load(probs, r) : 1.0f) : 0.0f;

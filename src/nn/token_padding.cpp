@@ -7,11 +7,14 @@
 #include <string>
 #include <vector>
 
+#include "core/cpu_parallel.h"
 #include "core/host_bytes.h"
 #include "tessera/core/status.h"
 
 namespace tessera {
 namespace {
+
+using detail::kParallelWork;
 
 // Checks a pair of activations and both offset arrays; returns N. Builds no strings unless a
 // check fails (it runs on every call of a layer).
@@ -59,7 +62,7 @@ void regroup_rows_cpu(const detail::RegroupRows& r) {
   auto* dst = static_cast<char*>(r.dst);
   const int64_t* d_begin = r.dst_offsets;
   const int64_t* d_end = r.dst_offsets + r.num_groups + 1;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (live * r.row_bytes >= kParallelWork)
   for (int64_t row = 0; row < live; ++row) {
     const int64_t g = (std::upper_bound(d_begin, d_end, row) - d_begin) - 1;
     const int64_t local = row - r.dst_offsets[g];

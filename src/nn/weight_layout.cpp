@@ -2,6 +2,7 @@
 // usages in one pass, the MXFP8 Wᵀ form.
 #include "nn/weight_layout.h"
 
+#include "core/cpu_parallel.h"
 #include "nn/member_scaling.h"
 #include "nn/step_memory.h"
 #include "tessera/core/dispatch.h"
@@ -10,6 +11,8 @@
 #include "tessera/formats/scaling_modes.h"
 
 namespace tessera::nn::detail {
+
+using ::tessera::detail::kParallelWork;
 namespace {
 
 bool rowwise_family(const LinearSpec& s) {
@@ -117,7 +120,7 @@ void transpose_bytes(const void* in, void* out, int64_t batch, int64_t rows, int
   if (device.is_cuda()) return cuda::transpose_bytes(in, out, batch, rows, cols, stream);
   const auto* src = static_cast<const uint8_t*>(in);
   auto* dst = static_cast<uint8_t*>(out);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (batch * rows * cols >= kParallelWork)
   for (int64_t b = 0; b < batch; ++b) {
     const uint8_t* s = src + b * rows * cols;
     uint8_t* d = dst + b * rows * cols;

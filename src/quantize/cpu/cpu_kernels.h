@@ -8,15 +8,15 @@
 #include <bit>
 #include <cstdint>
 
+#include "core/cpu_parallel.h"
 #include "quantize/quantize_backend.h"
 #include "tessera/core/buffer.h"
 #include "tessera/formats/half.h"
 
 namespace tessera::detail::cpu {
 
-// Loops over fewer elements than this run on the calling thread: starting a parallel region
-// costs more than the work (and much more on an oversubscribed machine).
-inline constexpr int64_t kParallelWork = int64_t{1} << 16;
+// Loops over fewer elements than kParallelWork (core/cpu_parallel.h) run on the calling thread.
+using detail::kParallelWork;
 
 // Function multiversioning for the kernels that hold the hot loops (and their OpenMP bodies):
 // GCC compiles them for AVX2 and for the x86-64 baseline and picks one when the library is
