@@ -11,7 +11,7 @@
 // asks for OpenBLAS's sgemm instead). Why not sgemm: OpenBLAS's pthread pool and the OpenMP
 // workers torch (and oneDNN) leave spinning after their regions compete for the cores: on the
 // 2-core machine one eager FP8 step of 8 experts x 16 rows x 256 x 256 in a torch process took
-// tens to hundreds of milliseconds, most of it in sched_yield (bench/results/
+// 20 ms idle and about 200 ms beside another build, most of it in sched_yield (bench/results/
 // 2026-11-29-cpu-fp32-gemm-onednn.md).
 //
 // Work split: D is cut into tasks of up to 1024 rows of one group (for a K-grouped problem, rows of
