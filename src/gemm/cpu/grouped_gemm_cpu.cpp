@@ -92,13 +92,15 @@ void apply_bias(const GroupedGemmProblem& p, int64_t g, float* d, int64_t rows, 
 }
 
 // Group g's operands: op(A_g) (m, k), op(B_g) (k, n) as sub-matrices of the FP32 images (logical
-// top-left element first; trans_*: the user's op) and the element index of D_g(0, 0).
+// top-left element first) and the element index of D_g(0, 0). read_trans_*: whether the GEMM
+// reads the stored image transposed (the user's op, flipped once more when the image is stored
+// transposed); the stored image's row stride is the image's ld.
 struct GroupView {
   int64_t m = 0, k = 0;
   const float* a = nullptr;
-  bool trans_a = false;
+  bool read_trans_a = false;
   const float* b = nullptr;
-  bool trans_b = false;
+  bool read_trans_b = false;
   int64_t d_offset = 0;
 };
 
@@ -108,29 +110,34 @@ GroupView group_view(const GroupedGemmProblem& p, const GroupedGemmDims& dims,
                      const std::vector<int64_t>& start, const std::vector<int64_t>& a_start,
                      const Fp32Operands& f, int64_t g) {
   const int64_t n = dims.n, r0 = start[g], rows = start[g + 1] - start[g];
+  GroupView v;  // read_trans_* hold the user's op until the end
   switch (p.kind) {
     case GroupedGemmKind::kMGrouped: {
       const int64_t b_rows = p.transpose_b ? n : dims.k;  // logical rows of B_g
-      return {rows, dims.k, f.a.rows_from(a_start[g]), false, f.b.rows_from(g * b_rows),
-              p.transpose_b, r0 * n};
+      v = {rows, dims.k, f.a.rows_from(a_start[g]), false, f.b.rows_from(g * b_rows),
+           p.transpose_b, r0 * n};
+      break;
     }
     case GroupedGemmKind::kKGrouped:  // A_g (rows, m) read transposed, B_g (rows, n)
-      return {dims.m, rows, f.a.rows_from(r0), true, f.b.rows_from(r0), false, g * dims.m * n};
+      v = {dims.m, rows, f.a.rows_from(r0), true, f.b.rows_from(r0), false, g * dims.m * n};
+      break;
     case GroupedGemmKind::kBatched: {
       const int64_t a_rows = p.transpose_a ? dims.k : dims.m;
       const int64_t b_rows = p.transpose_b ? n : dims.k;
-      return {dims.m, dims.k, f.a.rows_from(g * a_rows), p.transpose_a, f.b.rows_from(g * b_rows),
-              p.transpose_b, g * dims.m * n};
+      v = {dims.m, dims.k, f.a.rows_from(g * a_rows), p.transpose_a, f.b.rows_from(g * b_rows),
+           p.transpose_b, g * dims.m * n};
+      break;
     }
   }
-  return {};
+  v.read_trans_a = v.read_trans_a != f.a.transposed;
+  v.read_trans_b = v.read_trans_b != f.b.transposed;
+  return v;
 }
 
-// The view as oneDNN's strided block: BLAS reads the stored matrix, transposed once more when
-// the image is stored transposed (as gemm_group passes it to sgemm).
+// The view as oneDNN's strided block (the strides sgemm's transpose flags and ld describe).
 cpu::GroupBlock onednn_block(const GroupView& v, const Fp32Operands& f) {
   cpu::GroupBlock blk;
-  const bool ta = v.trans_a != f.a.transposed, tb = v.trans_b != f.b.transposed;
+  const bool ta = v.read_trans_a, tb = v.read_trans_b;
   blk.a = v.a, blk.a_row = ta ? 1 : f.a.ld, blk.a_col = ta ? f.a.ld : 1;
   blk.b = v.b, blk.b_row = tb ? 1 : f.b.ld, blk.b_col = tb ? f.b.ld : 1;
   blk.d_offset = v.d_offset, blk.m = v.m, blk.k = v.k;
@@ -151,8 +158,7 @@ void gemm_group(const GroupedGemmProblem& p, int64_t g, const GroupView& v, int6
     if (beta == 0.0f) std::fill(d, d + m * n, 0.0f);
     return;
   }
-  // BLAS reads the stored matrix: transposed once more when the image is stored transposed.
-  const bool ta = v.trans_a != f.a.transposed, tb = v.trans_b != f.b.transposed;
+  const bool ta = v.read_trans_a, tb = v.read_trans_b;
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
               to_blas(m, "M"), to_blas(n, "N"), to_blas(k, "K"), group_alpha(p, g), v.a,
               to_blas(f.a.ld, "lda"), v.b, to_blas(f.b.ld, "ldb"), beta, d, to_blas(n, "ldd"));
