@@ -1,10 +1,10 @@
 // The CPU backend's oneDNN matmul runs. The native BF16 path: dense BF16 A and B multiplied by
-// oneDNN's BF16 matmul
-// (AVX512-BF16 / AMX kernels, FP32 accumulation) with no FP32 copies of the operands. Problems it
-// does not take — any other operand dtype, a quantized operand, a build without oneDNN, a CPU
-// without BF16 dot-product instructions, or TESSERA_CPU_BF16_GEMM=fp32 in the environment — run
-// the FP32 path of grouped_gemm_cpu.cpp (convert + sgemm), whose results agree within the same
-// tolerance (BF16 products are exact in FP32; only the FP32 summation order differs).
+// oneDNN's BF16 matmul (AVX512-BF16 / AMX kernels, FP32 accumulation) with no FP32 copies of the
+// operands. Problems it does not take — any other operand dtype, a quantized operand, a build
+// without oneDNN, a CPU without BF16 dot-product instructions, or TESSERA_CPU_BF16_GEMM=fp32 in
+// the environment — run the FP32 path of grouped_gemm_cpu.cpp (convert, then the GEMMs below),
+// whose results agree within the same tolerance (BF16 products are exact in FP32; only the FP32
+// summation order differs).
 //
 // The FP32 path's GEMMs (every other problem: the operands' FP32 images) run on oneDNN's FP32
 // matmul the same way in a build with oneDNN (TESSERA_CPU_FP32_GEMM=sgemm in the environment

@@ -1,7 +1,7 @@
 // The CPU backend's oneDNN matmul runs (see bf16_gemm.h for the contract and the work split): the
 // native BF16 path, and the FP32 path's GEMMs over the FP32 images of the operands. Every task is
-// one matmul primitive over a strided view of the operands (no copies). The
-// primitives are kept by their descriptor (shape, strides, output type, sum post-op), so a
+// one matmul primitive over a strided view of the operands (no copies). The primitives are kept
+// by their descriptor (shape, strides, output type, sum post-op), so a
 // repeated step neither re-describes nor recompiles anything: a primitive descriptor costs tens
 // of microseconds of host time even when oneDNN's own primitive cache then finds its kernel. Only the sum post-op is used (the same call in oneDNN 2.x and 3.x; the 3.x branch of
 // matmul_desc is written to 3.x's API but only 2.6 has been compiled here).
@@ -251,8 +251,8 @@ void run_task_checked(const RunContext& c, const Task& t, dnnl::stream& stream) 
   try {
     run_task(c, t, stream);
   } catch (const dnnl::error& e) {
-    TESSERA_FAIL(Status::kInternal, "oneDNN ", c.f32_in ? "FP32" : "BF16", " matmul (group ", t.g, ", rows ", t.row0, "+",
-                 t.rows, "): ", e.what());
+    TESSERA_FAIL(Status::kInternal, "oneDNN ", c.f32_in ? "FP32" : "BF16", " matmul (group ",
+                 t.g, ", rows ", t.row0, "+", t.rows, "): ", e.what());
   }
 }
 

@@ -513,7 +513,8 @@ __device__ __forceinline__ void empty_tile_epilogue(
   auto not_plus = [](float x) { return __float_as_uint(x) >= 0x7f800000u; };
   bool general = !staged || p.bias != nullptr;
 #pragma unroll
-  for (int h = 0; h < kRowBlocks; ++h) general |= not_plus(row_scale[h][0]) | not_plus(row_scale[h][1]);
+  for (int h = 0; h < kRowBlocks; ++h)
+    general |= not_plus(row_scale[h][0]) | not_plus(row_scale[h][1]);
   if (p.scale_b) {
 #pragma unroll
     for (int i = 0; i < kBlockN / 128; ++i) general |= not_plus(pre.col[0][i]);

@@ -149,10 +149,10 @@ __device__ __forceinline__ void pass_turn(int cw) {
 // ping-pong: both halves); only the first kActive row blocks (those with rows inside the group)
 // are computed, the others keep whatever they held (rows past the group end: never stored). The
 // accumulators are not zeroed: each row block's first wgmma of the tile has scale-d 0 (a tile
-// has at least one k block: consumer_loop takes empty contractions). kActive is a template argument: a wgmma under a run-time
-// condition makes ptxas serialize every wgmma of the kernel (C7520). Keeps one stage's batch in
-// flight and releases the previous slot. Ping-pong: passes the turn to the other consumer (cw:
-// this one) once all its MMAs are issued. Returns with all MMAs complete and all slots released.
+// has at least one k block: consumer_loop takes empty contractions). kActive is a template
+// argument: a wgmma under a run-time condition makes ptxas serialize every wgmma of the kernel
+// (C7520). Keeps one stage's batch in flight and releases the previous slot. Ping-pong: passes
+// the turn to the other consumer (cw: this one) once all its MMAs are issued. Returns with all MMAs complete and all slots released.
 template <class Elem, int kBlockN, int kRowBlocks, int kActive, bool kPingpong>
 __device__ __forceinline__ void main_loop(const KernelParams& p, const Tile& t,
                                           float (&acc)[kRowBlocks][kBlockN / 2], uint8_t* smem_a,
@@ -382,7 +382,8 @@ __device__ __forceinline__ void consumer_loop(const KernelParams& p, const CUten
         main_loop_promoted<Elem, kBlockN, 0>(p, t, acc, smem_a, smem_b, full, empty, ring, cw,
                                              col_scales, promo);
     } else if (num_k_blocks<Elem>(p, t) == 0) {
-      // An empty contraction (a K-grouped group of no tokens): no MMA, zeros for accumulators.
+      // An empty contraction (a K-grouped group of no tokens): no MMA; the accumulators are not
+      // read (empty_tile_epilogue writes what a zero product gives).
       if (kPingpong) pass_turn(cw);
       empty_tile_epilogue(p, map_d, map_d8, t, pre, first_row, staging, cols, 1 + cw);
       continue;
