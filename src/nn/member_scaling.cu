@@ -4,9 +4,13 @@
 // input allows (member_tensor_wide); the per-tensor row kernels and the delayed-state update are
 // in member_tensor.cu. Same rules and bits as the CPU loops (the shared moe:: block_multiplier /
 // encode_element; products by __fmul_rn).
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <string>
 #include <type_traits>
 
 #include "nn/member_scaling.h"
@@ -18,6 +22,8 @@
 
 namespace tessera::nn::detail::cuda {
 namespace {
+
+namespace cg = cooperative_groups;
 
 constexpr int kColThreads = 256;  // 8 warps
 constexpr int kColWarps = kColThreads / 32;
@@ -275,16 +281,17 @@ __device__ __forceinline__ float elem_of(const uint4& v, int e) {
 }
 
 
+// Pass 1 of the wide form on tile (bx: kWideCols columns, by: kChunkRows rows): the (member,
+// column) maxima into the zeroed slots, the rows' into the zeroed row_amax (when not null).
 template <class In>
-__global__ void __launch_bounds__(kColThreads) wide_amax_kernel(MemberColumnsArgs a,
-                                                                uint32_t* slots,
-                                                                uint32_t* row_amax) {
+__device__ __forceinline__ void wide_amax_tile(const MemberColumnsArgs& a, uint32_t* slots,
+                                               uint32_t* row_amax, int64_t bx, int64_t by) {
   __shared__ uint32_t part[kColWarps][kWideCols];  // each warp's column maxima
   __shared__ int64_t part_g[kColWarps];            // and its member
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
-  const int64_t c0 = int64_t{blockIdx.x} * kWideCols + 8 * lane;
+  const int64_t c0 = bx * kWideCols + 8 * lane;
   const bool ok = c0 < a.cols;  // cols % 8 == 0: the lane's 8 columns are all in or all out
-  const int64_t r_begin = int64_t{blockIdx.y} * kChunkRows + warp * kWarpRows;
+  const int64_t r_begin = by * kChunkRows + warp * kWarpRows;
   const In* x = static_cast<const In*>(a.x);
   const WarpRows span(a.members, r_begin, a.rows, lane);  // kWarpRows == 16 rows, one member
   uint32_t m[8] = {};
@@ -334,18 +341,24 @@ __global__ void __launch_bounds__(kColThreads) wide_amax_kernel(MemberColumnsArg
   if (lane == 0) part_g[warp] = span.g;
   __syncthreads();
   const int c = static_cast<int>(threadIdx.x);  // kColThreads == kWideCols: one column each
-  if (int64_t{blockIdx.x} * kWideCols + c >= a.cols) return;
+  if (bx * kWideCols + c >= a.cols) return;
   uint32_t run = 0;
   int64_t g = -1;
   for (int w = 0; w < kColWarps; ++w) {
     if (part_g[w] != g) {
-      if (g >= 0 && run != 0) atomicMax(slots + g * a.cols + int64_t{blockIdx.x} * kWideCols + c, run);
+      if (g >= 0 && run != 0) atomicMax(slots + g * a.cols + bx * kWideCols + c, run);
       g = part_g[w];
       run = 0;
     }
     run = max(run, part[w][c]);
   }
-  if (g >= 0 && run != 0) atomicMax(slots + g * a.cols + int64_t{blockIdx.x} * kWideCols + c, run);
+  if (g >= 0 && run != 0) atomicMax(slots + g * a.cols + bx * kWideCols + c, run);
+}
+template <class In>
+__global__ void __launch_bounds__(kColThreads) wide_amax_kernel(MemberColumnsArgs a,
+                                                                uint32_t* slots,
+                                                                uint32_t* row_amax) {
+  wide_amax_tile<In>(a, slots, row_amax, blockIdx.x, blockIdx.y);
 }
 static_assert(kColThreads == kWideCols, "wide_amax_kernel folds one column per thread");
 
@@ -402,16 +415,16 @@ __device__ __forceinline__ uint32_t codes4(float y0, float y1, float y2, float y
 // (per-tensor scaling, MemberTensorArgs): mult holds one multiplier per member for both copies,
 // and rows in no member or past a member's source rows (padding) get code 0 in both.
 template <class In, bool kE5M2, bool kPerMember>
-__global__ void __launch_bounds__(kColThreads, 3) wide_encode_kernel(MemberColumnsArgs a,
-                                                                  const uint32_t* mult,
-                                                                  const uint32_t* row_mult) {
+__device__ __forceinline__ void wide_encode_tile(const MemberColumnsArgs& a, const uint32_t* mult,
+                                                 const uint32_t* row_mult, int64_t bx,
+                                                 int64_t by) {
   __shared__ uint32_t tile[kWideCols][kWideWords];
   __shared__ int64_t piece_g[kColWarps];  // the member of each warp's 16 rows
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
-  const int64_t k0 = int64_t{blockIdx.x} * kWideCols;
+  const int64_t k0 = bx * kWideCols;
   const int64_t c0 = k0 + 8 * lane;
   const bool ok = c0 < a.cols;
-  const int64_t chunk0 = int64_t{blockIdx.y} * kChunkRows;
+  const int64_t chunk0 = by * kChunkRows;
   const int64_t r_begin = chunk0 + warp * kWarpRows;
   const bool rows_out = a.row_data != nullptr;
   const WarpRows span(a.members, r_begin, a.rows, lane);  // kWarpRows == 16 rows, one member
@@ -434,7 +447,7 @@ __global__ void __launch_bounds__(kColThreads, 3) wide_encode_kernel(MemberColum
       f[e] = bs.multiplier;
     }
   }
-  if (!kPerMember && blockIdx.y == 0) fold_empty_member_scales(a, k0);
+  if (!kPerMember && by == 0) fold_empty_member_scales(a, k0);
   const In* src = static_cast<const In*>(a.x) + (span.first >= 0 ? span.first : 0) * a.cols + c0;
   const int64_t rows_here = a.rows - r_begin;  // rows of the matrix among the warp's 16
   constexpr int kBatchRows = 8;
@@ -457,7 +470,7 @@ __global__ void __launch_bounds__(kColThreads, 3) wide_encode_kernel(MemberColum
       const int64_t r = r_begin + b + lane;
       const bool mine = rows_out && lane < kBatchRows && r < a.rows;
       const moe::BlockScale bs = moe::block_scale(a.row_quant, mine ? row_mult[r] : 0u);
-      if (mine && blockIdx.x == 0) moe::store_block_scale(a.row_quant, bs, a.row_scale_inv, r);
+      if (mine && bx == 0) moe::store_block_scale(a.row_quant, bs, a.row_scale_inv, r);
 #pragma unroll
       for (int j = 0; j < kBatchRows; ++j) rf[j] = __shfl_sync(0xffffffffu, bs.multiplier, j);
     }
@@ -522,15 +535,21 @@ __global__ void __launch_bounds__(kColThreads, 3) wide_encode_kernel(MemberColum
   }
 }
 
+template <class In, bool kE5M2, bool kPerMember>
+__global__ void __launch_bounds__(kColThreads, 3) wide_encode_kernel(MemberColumnsArgs a,
+                                                                  const uint32_t* mult,
+                                                                  const uint32_t* row_mult) {
+  wide_encode_tile<In, kE5M2, kPerMember>(a, mult, row_mult, blockIdx.x, blockIdx.y);
+}
+
 // Per-tensor scaling through the wide kernels: member g's amax is the maximum of its (member,
 // column) slots (wide_amax_kernel's abs bits; NaN wins, as member_amax_kernel's rows), then its
 // multiplier and the values member_encode_kernel's block 0 writes (write_member_scales). One CTA
 // per member.
-__global__ void __launch_bounds__(256) member_slot_scales_kernel(MemberTensorArgs a,
-                                                                  const uint32_t* slots,
-                                                                  uint32_t* mult) {
+__device__ __forceinline__ void member_slot_scales_of(const MemberTensorArgs& a,
+                                                      const uint32_t* slots, uint32_t* mult,
+                                                      int64_t g) {
   __shared__ uint32_t part[8];
-  const int64_t g = blockIdx.x;
   uint32_t m = 0;
   for (int64_t c = threadIdx.x; c < a.cols; c += blockDim.x) m = max(m, slots[g * a.cols + c]);
 #pragma unroll
@@ -540,6 +559,12 @@ __global__ void __launch_bounds__(256) member_slot_scales_kernel(MemberTensorArg
   if (threadIdx.x != 0) return;
   for (int w = 1; w < 8; ++w) m = max(m, part[w]);
   mult[g] = __float_as_uint(write_member_scales(a, m, g));
+}
+
+__global__ void __launch_bounds__(256) member_slot_scales_kernel(MemberTensorArgs a,
+                                                                  const uint32_t* slots,
+                                                                  uint32_t* mult) {
+  member_slot_scales_of(a, slots, mult, blockIdx.x);
 }
 
 bool chunked_columns(const MemberColumnsArgs& a) {
@@ -581,6 +606,13 @@ int64_t member_columns_scratch_bytes(const MemberColumnsArgs& a) {
   return slot_bytes(a) + (a.row_data != nullptr ? 4 * a.rows : 0);
 }
 
+// The slots and, when the row copy is fused, the rows' amax bits right after them.
+int64_t member_columns_zero_bytes(const MemberColumnsArgs& a) {
+  if (!chunked_columns(a) && !wide_columns(a)) return 0;
+  const bool fused_rows = wide_columns(a) && a.row_data != nullptr;
+  return fused_rows ? slot_bytes(a) + 4 * a.rows : 4 * a.members.groups * a.cols;
+}
+
 namespace {
 // The rows of CTAs of the chunked and wide passes (kChunkRows rows each); refuses a matrix past
 // the grid limit, naming `what`.
@@ -591,20 +623,121 @@ unsigned chunk_grid_rows(const MemberColumnsArgs& a, const char* what) {
   return static_cast<unsigned>(chunks > 0 ? chunks : 1);
 }
 
-// The wide form's passes on s: the (member, column) maxima into the zeroed slots (and the rows'
-// into the zeroed row_amax, when not null), then the codes. kPerMember: `scales()` (the launch
-// that turns the slots into one multiplier per member, in `mult`) runs between them. Per
-// (member, column): the encode takes the multipliers from the maxima itself (mult = slots), and
-// `scales()` (writing every stored scale) runs only for a matrix of no rows, where no encode
-// CTA does.
+// The wide form's passes in one cooperative launch: the scratch zeroed (`zero_bytes` of it
+// from `slots`; none when the caller zeroed it), the (member, column) maxima (pass 1), for
+// kPerMember the members' multipliers (`t`, into `mult`), then the codes; a grid-wide barrier
+// between them. Each CTA loops over tiles; the encode visits them newest first, so that the tiles
+// pass 1 read last are read again from L2. The same tile functions as the separate launches:
+// the same bits.
+// Two CTAs per SM (not the encode kernel's three): with both passes in one function, 80
+// registers a thread spill.
+template <class In, bool kE5M2, bool kPerMember>
+__global__ void __launch_bounds__(kColThreads, 2)
+    wide_fused_kernel(MemberColumnsArgs a, MemberTensorArgs t, uint32_t* slots,
+                      uint32_t* row_amax, uint32_t* mult, int64_t zero_bytes) {
+  cg::grid_group grid = cg::this_grid();
+  const int64_t nx = (a.cols + kWideCols - 1) / kWideCols;
+  const int64_t tiles = nx * ((a.rows + kChunkRows - 1) / kChunkRows);
+  if (zero_bytes > 0) {
+    auto* z = reinterpret_cast<uint8_t*>(slots);
+    const int64_t words = zero_bytes / 16, stride = int64_t{gridDim.x} * blockDim.x;
+    for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < words; i += stride)
+      reinterpret_cast<uint4*>(z)[i] = make_uint4(0, 0, 0, 0);
+    if (blockIdx.x == 0 && threadIdx.x < zero_bytes % 16) z[words * 16 + threadIdx.x] = 0;
+    grid.sync();
+  }
+  for (int64_t i = blockIdx.x; i < tiles; i += gridDim.x) {
+    wide_amax_tile<In>(a, slots, row_amax, i % nx, i / nx);
+    __syncthreads();  // this tile's shared memory read before the next tile writes it
+  }
+  grid.sync();
+  if constexpr (kPerMember) {
+    for (int64_t g = blockIdx.x; g < t.members.groups; g += gridDim.x) {
+      member_slot_scales_of(t, slots, mult, g);
+      __syncthreads();
+    }
+    grid.sync();
+  }
+  for (int64_t i = blockIdx.x; i < tiles; i += gridDim.x) {
+    const int64_t u = tiles - 1 - i;
+    wide_encode_tile<In, kE5M2, kPerMember>(a, kPerMember ? mult : slots, row_amax, u % nx,
+                                            u / nx);
+    __syncthreads();
+  }
+}
+
+// Whether the wide passes run as one cooperative launch: the device supports it, and
+// TESSERA_FUSED_QUANT is not "0" (a diagnostic switch: the separate launches, same bits).
+bool cooperative_wide(int device) {
+  static const bool allowed = [] {
+    const char* v = std::getenv("TESSERA_FUSED_QUANT");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  static std::atomic<int> supported[64];  // per device: 0 unknown, 1 yes, 2 no
+  if (!allowed || device < 0 || device >= 64) return false;
+  int known = supported[device].load(std::memory_order_relaxed);
+  if (known == 0) {
+    int attr = 0;
+    TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&attr, cudaDevAttrCooperativeLaunch, device));
+    known = attr ? 1 : 2;
+    supported[device].store(known, std::memory_order_relaxed);
+  }
+  return known == 1;
+}
+
+// One cooperative launch of wide_fused_kernel: as many CTAs as fit on the device at once (the
+// occupancy read once per device), at most one per tile.
+template <class In, bool kE5M2, bool kPerMember>
+void launch_wide_fused(const MemberColumnsArgs& a, const MemberTensorArgs& t, uint32_t* slots,
+                       uint32_t* row_amax, uint32_t* mult, int64_t zero_bytes, int device,
+                       cudaStream_t s) {
+  auto* kernel = wide_fused_kernel<In, kE5M2, kPerMember>;
+  static std::atomic<int> resident[64];  // CTAs the device holds at once, per device
+  int cap = resident[device].load(std::memory_order_relaxed);
+  if (cap == 0) {
+    int per_sm = 0, sms = 0;
+    TESSERA_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kColThreads, 0));
+    TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    cap = std::max(1, per_sm * sms);
+    resident[device].store(cap, std::memory_order_relaxed);
+  }
+  const int64_t tiles =
+      (a.cols + kWideCols - 1) / kWideCols * ((a.rows + kChunkRows - 1) / kChunkRows);
+  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(cap, std::max<int64_t>(tiles, 1)));
+  MemberColumnsArgs ca = a;
+  MemberTensorArgs ta = t;
+  void* args[] = {&ca, &ta, &slots, &row_amax, &mult, &zero_bytes};
+  TESSERA_CUDA_CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(kernel),
+                                                 dim3(grid), dim3(kColThreads), args, 0, s));
+}
+
+// The wide form's passes on s: the (member, column) maxima into the slots (and the rows' into
+// row_amax, when not null) — the first `zero_bytes` of the scratch at `slots` zeroed first (0:
+// the caller zeroed them) — then the codes. kPerMember: `scales()` (the launch that turns the
+// slots into one multiplier per member, in `mult`; in the cooperative form, the same per member
+// from `t`) runs between them. Per (member, column): the encode takes the multipliers from the
+// maxima itself (mult = slots), and `scales()` (writing every stored scale) runs only for a
+// matrix of no rows, where no encode CTA does.
 template <bool kPerMember, class Scales>
-void wide_passes(const MemberColumnsArgs& a, uint32_t* slots, uint32_t* row_amax,
-                 const uint32_t* mult, const char* what, Scales scales, cudaStream_t s) {
+void wide_passes(const MemberColumnsArgs& a, const MemberTensorArgs& t, uint32_t* slots,
+                 uint32_t* row_amax, uint32_t* mult, int64_t zero_bytes, const char* what,
+                 Scales scales, cudaStream_t s) {
   const dim3 wgrid(static_cast<unsigned>((a.cols + kWideCols - 1) / kWideCols),
                    chunk_grid_rows(a, what));
+  int device = 0;
+  TESSERA_CUDA_CHECK(cudaGetDevice(&device));
+  const bool fused = a.rows > 0 && cooperative_wide(device);
+  if (!fused && zero_bytes > 0) TESSERA_CUDA_CHECK(cudaMemsetAsync(slots, 0, zero_bytes, s));
   dispatch_float_input(a.x_dtype, "x", [&](auto tag) {
     using In = typename decltype(tag)::type;
     if constexpr (sizeof(In) == 2) {  // wide_columns: 16-bit input only
+      if (fused) {
+        (a.quant.e5m2 ? launch_wide_fused<In, true, kPerMember>
+                      : launch_wide_fused<In, false, kPerMember>)(a, t, slots, row_amax, mult,
+                                                                   zero_bytes, device, s);
+        return;
+      }
       if (a.rows > 0) wide_amax_kernel<In><<<wgrid, kColThreads, 0, s>>>(a, slots, row_amax);
       if (kPerMember || a.rows == 0) scales();
       auto* encode = a.quant.e5m2 ? wide_encode_kernel<In, true, kPerMember>
@@ -616,7 +749,8 @@ void wide_passes(const MemberColumnsArgs& a, uint32_t* slots, uint32_t* row_amax
 }
 }  // namespace
 
-void quantize_member_columns(const MemberColumnsArgs& a, void* scratch, Stream stream) {
+void quantize_member_columns(const MemberColumnsArgs& a, void* scratch, Stream stream,
+                             bool zeroed) {
   const auto s = stream.as<cudaStream_t>();
   if (chunked_columns(a) || wide_columns(a)) {
     TESSERA_CHECK(scratch != nullptr, "quantize_member_columns: the chunked path needs ",
@@ -625,19 +759,20 @@ void quantize_member_columns(const MemberColumnsArgs& a, void* scratch, Stream s
     auto* slots = static_cast<uint32_t*>(scratch);
     const bool fused_rows = wide_columns(a) && a.row_data != nullptr;
     // The slots and, when the row copy is fused, the rows' amax bits right after them: zeroed
-    // by one memset.
-    TESSERA_CUDA_CHECK(cudaMemsetAsync(
-        slots, 0, fused_rows ? slot_bytes(a) + 4 * a.rows : 4 * a.members.groups * a.cols, s));
+    // in the wide passes or by one memset (unless the caller zeroed them).
+    const int64_t zero_bytes = zeroed ? 0 : member_columns_zero_bytes(a);
     const dim3 grid(static_cast<unsigned>((a.cols + kColCols - 1) / kColCols), grid_rows);
     const int64_t n = a.members.groups * a.cols + (fused_rows ? a.rows : 0);
     const unsigned sgrid = static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 4096));
     if (wide_columns(a)) {
       uint32_t* row_amax = fused_rows
           ? reinterpret_cast<uint32_t*>(static_cast<char*>(scratch) + slot_bytes(a)) : nullptr;
-      wide_passes<false>(a, slots, row_amax, slots, "quantize_member_columns",
+      wide_passes<false>(a, MemberTensorArgs{}, slots, row_amax, slots, zero_bytes,
+                         "quantize_member_columns",
                          [&] { chunk_scales_kernel<<<sgrid, 256, 0, s>>>(a, slots, row_amax); }, s);
       return;
     }
+    if (zero_bytes > 0) TESSERA_CUDA_CHECK(cudaMemsetAsync(slots, 0, zero_bytes, s));
     TESSERA_CHECK(a.row_data == nullptr, "quantize_member_columns: the row copy is fused only "
                   "in the wide form (lines_fused)");
     dispatch_float_input(a.x_dtype, "x", [&](auto tag) {
@@ -682,7 +817,12 @@ int64_t member_tensor_wide_scratch_bytes(const MemberTensorArgs& t) {
   return slot_bytes(wide_tensor_args(t)) + 4 * t.members.groups;
 }
 
-void quantize_member_tensor_wide(const MemberTensorArgs& t, void* scratch, Stream stream) {
+int64_t member_tensor_wide_zero_bytes(const MemberTensorArgs& t) {
+  return 4 * t.members.groups * t.cols;
+}
+
+void quantize_member_tensor_wide(const MemberTensorArgs& t, void* scratch, Stream stream,
+                                 bool zeroed) {
   const auto s = stream.as<cudaStream_t>();
   const MemberColumnsArgs a = wide_tensor_args(t);
   TESSERA_CHECK(member_tensor_wide(t) && scratch != nullptr, "quantize_member_tensor_wide: "
@@ -691,9 +831,9 @@ void quantize_member_tensor_wide(const MemberTensorArgs& t, void* scratch, Strea
                        "quantize_member_tensor_wide: ", t.members.groups, " members");
   auto* slots = static_cast<uint32_t*>(scratch);
   auto* mult = reinterpret_cast<uint32_t*>(static_cast<char*>(scratch) + slot_bytes(a));
-  TESSERA_CUDA_CHECK(cudaMemsetAsync(slots, 0, 4 * a.members.groups * a.cols, s));
   const auto groups = static_cast<unsigned>(t.members.groups);
-  wide_passes<true>(a, slots, nullptr, mult, "quantize_member_tensor_wide",
+  wide_passes<true>(a, t, slots, nullptr, mult, zeroed ? 0 : member_tensor_wide_zero_bytes(t),
+                    "quantize_member_tensor_wide",
                     [&] { member_slot_scales_kernel<<<groups, 256, 0, s>>>(t, slots, mult); }, s);
 }
 

@@ -51,6 +51,7 @@ bool weight_columnwise_is_wt(const LinearSpec& s) {
 }
 
 int64_t weight_layout_bytes(const LinearSpec& s) {
+  if (s.weight_layout > 0) return s.weight_layout;  // measured once by make_linear_spec
   Carver measure;
   WeightCopies c;
   carve(s, measure, Device::cpu(), c);

@@ -9,7 +9,7 @@ set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$ROOT"
 export OUT="${OUT:-/tmp/tessera-out}"
-CHECK_TARGETS="tessera _tessera _torch_ops tessera_python_files test_grouped_nn test_grouped_nn_cuda" \
+CHECK_TARGETS="tessera _tessera _torch_ops _torch_autograd tessera_python_files test_grouped_nn test_grouped_nn_cuda" \
 CHECK_FILTER="grouped_nn" CHECK_BENCH=0 CHECK_TRAIN=0 CHECK_SUMS=0 \
 PYTEST_ARGS="${ROUND_PYTEST:-tests/python/test_torch_layers.py}" bash tools/gpu/check.sh
 export PYTHONPATH="$ROOT/build-gpu/python${PYTHONPATH:+:$PYTHONPATH}"

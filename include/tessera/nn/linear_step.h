@@ -69,6 +69,7 @@ struct LinearSpec {
   // CUDA wgrad's 16-byte loads start on every group. 1 for dense steps.
   int64_t wgrad_align = 1;
   SavedSize saved_input;  // what a saved context takes (set by make_linear_spec)
+  int64_t weight_layout = 0;  // bytes of the quantized weight copies (set by make_linear_spec)
   bool quantized() const { return input.quantized; }
 };
 
