@@ -626,9 +626,8 @@ unsigned chunk_grid_rows(const MemberColumnsArgs& a, const char* what) {
 // The wide form's passes in one cooperative launch: the scratch zeroed (`zero_bytes` of it
 // from `slots`; none when the caller zeroed it), the (member, column) maxima (pass 1), for
 // kPerMember the members' multipliers (`t`, into `mult`), then the codes; a grid-wide barrier
-// between them. Each CTA loops over tiles; the encode visits them newest first, so that the tiles
-// pass 1 read last are read again from L2. The same tile functions as the separate launches:
-// the same bits.
+// between them. Launched with one CTA per tile (wide_passes); a CTA loops over tiles otherwise,
+// the encode newest first. The same tile functions as the separate launches: the same bits.
 // Two CTAs per SM (not the encode kernel's three): with both passes in one function, 80
 // registers a thread spill.
 template <class In, bool kE5M2, bool kPerMember>
@@ -685,31 +684,35 @@ bool cooperative_wide(int device) {
   return known == 1;
 }
 
-// One cooperative launch of wide_fused_kernel: as many CTAs as fit on the device at once (the
-// occupancy read once per device), at most one per tile.
+// CTAs of wide_fused_kernel the device holds at once (the occupancy, read once per device).
 template <class In, bool kE5M2, bool kPerMember>
-void launch_wide_fused(const MemberColumnsArgs& a, const MemberTensorArgs& t, uint32_t* slots,
-                       uint32_t* row_amax, uint32_t* mult, int64_t zero_bytes, int device,
-                       cudaStream_t s) {
-  auto* kernel = wide_fused_kernel<In, kE5M2, kPerMember>;
-  static std::atomic<int> resident[64];  // CTAs the device holds at once, per device
+int64_t wide_fused_resident(int device) {
+  static std::atomic<int> resident[64];
   int cap = resident[device].load(std::memory_order_relaxed);
   if (cap == 0) {
     int per_sm = 0, sms = 0;
-    TESSERA_CUDA_CHECK(
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kColThreads, 0));
+    TESSERA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &per_sm, wide_fused_kernel<In, kE5M2, kPerMember>, kColThreads, 0));
     TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     cap = std::max(1, per_sm * sms);
     resident[device].store(cap, std::memory_order_relaxed);
   }
-  const int64_t tiles =
-      (a.cols + kWideCols - 1) / kWideCols * ((a.rows + kChunkRows - 1) / kChunkRows);
-  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(cap, std::max<int64_t>(tiles, 1)));
+  return cap;
+}
+
+// One cooperative launch of wide_fused_kernel: one CTA per tile (the caller checked that they
+// fit on the device at once).
+template <class In, bool kE5M2, bool kPerMember>
+void launch_wide_fused(const MemberColumnsArgs& a, const MemberTensorArgs& t, uint32_t* slots,
+                       uint32_t* row_amax, uint32_t* mult, int64_t zero_bytes, int64_t tiles,
+                       cudaStream_t s) {
+  auto* kernel = wide_fused_kernel<In, kE5M2, kPerMember>;
   MemberColumnsArgs ca = a;
   MemberTensorArgs ta = t;
   void* args[] = {&ca, &ta, &slots, &row_amax, &mult, &zero_bytes};
   TESSERA_CUDA_CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(kernel),
-                                                 dim3(grid), dim3(kColThreads), args, 0, s));
+                                                 dim3(static_cast<unsigned>(tiles)),
+                                                 dim3(kColThreads), args, 0, s));
 }
 
 // The wide form's passes on s: the (member, column) maxima into the slots (and the rows' into
@@ -727,17 +730,23 @@ void wide_passes(const MemberColumnsArgs& a, const MemberTensorArgs& t, uint32_t
                    chunk_grid_rows(a, what));
   int device = 0;
   TESSERA_CUDA_CHECK(cudaGetDevice(&device));
-  const bool fused = a.rows > 0 && cooperative_wide(device);
-  if (!fused && zero_bytes > 0) TESSERA_CUDA_CHECK(cudaMemsetAsync(slots, 0, zero_bytes, s));
+  const int64_t tiles = int64_t{wgrid.x} * wgrid.y;
   dispatch_float_input(a.x_dtype, "x", [&](auto tag) {
     using In = typename decltype(tag)::type;
     if constexpr (sizeof(In) == 2) {  // wide_columns: 16-bit input only
-      if (fused) {
-        (a.quant.e5m2 ? launch_wide_fused<In, true, kPerMember>
-                      : launch_wide_fused<In, false, kPerMember>)(a, t, slots, row_amax, mult,
-                                                                   zero_bytes, device, s);
+      // One launch where the tiles fit on the device at once (a small matrix: the launches,
+      // not the bytes, are the cost); above, the separate kernels, whose more CTAs per SM keep
+      // more loads in flight (a loop over tiles in the fused kernel measured slower).
+      const bool e5m2 = a.quant.e5m2;
+      if (a.rows > 0 && cooperative_wide(device) &&
+          tiles <= (e5m2 ? wide_fused_resident<In, true, kPerMember>(device)
+                         : wide_fused_resident<In, false, kPerMember>(device))) {
+        (e5m2 ? launch_wide_fused<In, true, kPerMember>
+              : launch_wide_fused<In, false, kPerMember>)(a, t, slots, row_amax, mult,
+                                                          zero_bytes, tiles, s);
         return;
       }
+      if (zero_bytes > 0) TESSERA_CUDA_CHECK(cudaMemsetAsync(slots, 0, zero_bytes, s));
       if (a.rows > 0) wide_amax_kernel<In><<<wgrid, kColThreads, 0, s>>>(a, slots, row_amax);
       if (kPerMember || a.rows == 0) scales();
       auto* encode = a.quant.e5m2 ? wide_encode_kernel<In, true, kPerMember>
