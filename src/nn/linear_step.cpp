@@ -1,6 +1,7 @@
 // The grouped linear training step (linear_step.h): spec resolution, weight copies, forward
 // (fprop) and backward (dgrad, wgrad, bias grad), every GEMM through the device-dispatching
-// grouped GEMM on the caller's offsets, every byte from the caller's Allocator.
+// grouped GEMM on the caller's offsets, every byte from the caller's Allocator (bar the CPU
+// GEMMs' workspace: step_memory.h run_gemm).
 #include "tessera/nn/linear_step.h"
 
 #include <algorithm>

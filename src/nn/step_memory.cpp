@@ -1,8 +1,10 @@
 // Memory plumbing of the training step: carving, quantized copies in caller memory, role
-// quantizers, GEMM workspaces from the caller's Allocator.
+// quantizers, GEMM workspaces (the caller's Allocator; a kept block per thread on the CPU).
 #include "nn/step_memory.h"
 
 #include <atomic>
+#include <cstdlib>
+#include <memory>
 #include <utility>
 
 #include "nn/member_scaling.h"
@@ -144,12 +146,63 @@ Quantizer role_quantizer(const RoleFormat& format, bool rowwise, bool columnwise
   return Quantizer(c, device);
 }
 
+namespace {
+
+// The CPU GEMM's workspace (the FP32 images of quantized and 16-bit operands: tens of MB for a
+// step's weight) kept per thread between calls. The CPU GEMM has finished when run_gemm returns,
+// so one block per thread serves every call on it. Fresh blocks of that size come from mmap: a
+// page fault on the first touch of every 4 KiB page and an munmap per call, which made up much
+// of an eager FP8 step on CPU tensors (bench/results/2026-11-29-cpu-step-workspace.md). A block
+// larger than kKeepBytes is not kept (made and freed per call, as before).
+constexpr int64_t kKeepBytes = int64_t{256} << 20;
+
+struct CpuWorkspace {
+  struct Free {
+    void operator()(void* p) const { std::free(p); }
+  };
+  std::unique_ptr<void, Free> block;
+  int64_t bytes = 0;
+};
+
+void* cpu_workspace(int64_t need, std::unique_ptr<void, CpuWorkspace::Free>& one_off) {
+  thread_local CpuWorkspace kept;
+  const auto make = [](int64_t bytes) {
+    const size_t size = static_cast<size_t>(checked_round_up(bytes, 256, "CPU GEMM workspace"));
+    void* p = std::aligned_alloc(256, size);  // the workspace alignment GEMMs ask for
+    TESSERA_CHECK_STATUS(p != nullptr, Status::kOutOfMemory, "CPU GEMM workspace: ", bytes,
+                         " bytes could not be allocated");
+    return p;
+  };
+  if (need > kKeepBytes) {
+    one_off.reset(make(need));
+    return one_off.get();
+  }
+  if (kept.bytes < need) {
+    kept.block.reset();  // the old block first: never both at once
+    kept.bytes = 0;
+    kept.block.reset(make(need));
+    kept.bytes = need;
+  }
+  return kept.block.get();
+}
+
+}  // namespace
+
 void run_gemm(const GroupedGemmProblem& problem, Allocator& alloc, Stream stream) {
+  const Device dev = problem.d.device;
+  if (!dev.is_cuda()) {  // CPU: the GEMM runs to completion inside run_with_workspace
+    std::unique_ptr<void, CpuWorkspace::Free> one_off;
+    run_with_workspace(problem, [&](int64_t need) {
+      return TensorView::contiguous(need > 0 ? cpu_workspace(need, one_off) : nullptr,
+                                    DType::kUInt8, {need}, dev);
+    }, stream);
+    return;
+  }
   Allocation ws;  // lives until the GEMM is enqueued (stream-ordered reuse after that)
   run_with_workspace(problem, [&](int64_t need) {
-    auto [memory, base] = aligned(alloc, need, problem.d.device, stream);
+    auto [memory, base] = aligned(alloc, need, dev, stream);
     ws = std::move(memory);
-    return TensorView::contiguous(base, DType::kUInt8, {need}, problem.d.device);
+    return TensorView::contiguous(base, DType::kUInt8, {need}, dev);
   }, stream);
 }
 

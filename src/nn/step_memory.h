@@ -94,7 +94,8 @@ int64_t call_allowance(int64_t groups, int64_t rows, int64_t cols);
 // member_scaling.h.)
 Quantizer role_quantizer(const RoleFormat& format, bool rowwise, bool columnwise, Device device);
 
-// Runs `problem` with a workspace from `alloc` (none when it needs no bytes).
+// Runs `problem` with a workspace from `alloc` (none when it needs no bytes); on the CPU, where
+// the GEMM finishes before the call returns, from a block kept per thread instead (step_memory.cpp).
 void run_gemm(const GroupedGemmProblem& problem, Allocator& alloc, Stream stream);
 
 // A (rows, cols) view of `dtype` at `data`.

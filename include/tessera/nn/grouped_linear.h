@@ -18,7 +18,7 @@
 // gradient.
 //
 // Memory and streams (docs/nn.md): every byte a step needs comes from the layer's pool
-// (PoolAllocator): after the first step of a shape, a forward + backward allocates nothing and
+// (PoolAllocator; on the CPU the GEMMs' workspace from a block kept per thread): after the first step of a shape, a forward + backward allocates nothing and
 // enqueues all its device work on `stream`. Calls of one layer on different streams must be
 // ordered by the caller.
 #pragma once

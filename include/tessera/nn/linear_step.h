@@ -21,7 +21,8 @@
 //
 // Memory: outputs (y, dx, dW, db) are the caller's; every other byte comes from the caller's
 // Allocator: scratch (dead when the call's work is done, in stream order) and what the step
-// hands back (WeightCopies, LinearSaved), whose Allocations the caller keeps.
+// hands back (WeightCopies, LinearSaved), whose Allocations the caller keeps. The one exception:
+// on the CPU the GEMMs' workspace (FP32 operand images) is a block kept per thread (docs/nn.md).
 #pragma once
 
 #include <cstdint>

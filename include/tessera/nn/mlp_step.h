@@ -6,7 +6,8 @@
 // and its backward. Activations (h, a, y, dx) are in x's dtype; the saved SwiGLU input h is kept
 // in that dtype (exact for the SwiGLU backward). Same conventions as linear_step.h: caller's
 // offsets, rows in no group give y = 0, dx = 0, dprobs = 0 and add to no gradient, T = 0 is a
-// valid step, every byte from the caller's Allocator, nothing synchronizes.
+// valid step, every byte from the caller's Allocator (bar the CPU GEMMs' workspace), nothing
+// synchronizes.
 #pragma once
 
 #include <optional>
