@@ -203,11 +203,15 @@ void staged_epilogue(const GroupedGemmProblem& p, int64_t g, const float* acc, i
   const bool add_d = p.beta != 0.0f;
   dispatch_float_input(p.d.dtype, "D", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    T* d = p.d.as<T>() + d0;
-    for (int64_t i = 0; i < rows * n; ++i) {
-      float v = (acc != nullptr ? alpha * acc[i] : 0.0f) + bias[i % n];
-      if (add_d) v += to_float(d[i]);
-      d[i] = from_float<T>(v);
+    // Row by row (bias[j] without a division per element, a loop the compiler vectorizes).
+    for (int64_t r = 0; r < rows; ++r) {
+      T* d = p.d.as<T>() + d0 + r * n;
+      const float* a = acc != nullptr ? acc + r * n : nullptr;
+      for (int64_t j = 0; j < n; ++j) {
+        float v = (a != nullptr ? alpha * a[j] : 0.0f) + bias[j];
+        if (add_d) v += to_float(d[j]);
+        d[j] = from_float<T>(v);
+      }
     }
   });
 }
