@@ -197,49 +197,14 @@ int64_t padded_copy_bytes(const RoleFormat& f, bool rowwise, bool columnwise, co
 
 // x's usages of a role quantized in the layout: read through it where the member kernels can,
 // else from a padded copy of x in `tmp`.
-// The scratch the member kernels take when quantize_in_layout reads x through the layout and
-// the route lets a caller zero it beforehand (detail::role_members_scratch): its bytes in all,
-// and the leading bytes to zero; {0, 0} otherwise.
-detail::RoleScratch through_layout_scratch(const LinearSpec& s, const RoleFormat& f, bool rowwise,
-                                           bool columnwise, const TensorView& x,
-                                           const LinearSaved& layout,
-                                           const QuantizedTensorView& out) {
-  if (!detail::reads_through_layout(f.config, rowwise, columnwise, x, layout.padded_rows))
-    return {};
-  detail::Members m = members(s, layout);
-  m.sources = layout.starts.as<const int64_t>();
-  return detail::role_members_scratch(f, rowwise, columnwise, x, m, out);
-}
-
-// That scratch from the step's arena (none: an empty Allocation) and the range of it that the
-// launch before the quantization zeroes.
-struct ZeroedScratch {
-  Allocation memory;
-  detail::ZeroRange zero;
-};
-ZeroedScratch zeroed_role_scratch(const LinearSpec& s, const RoleFormat& f, bool rowwise,
-                                  bool columnwise, const TensorView& x, const LinearSaved& layout,
-                                  const QuantizedTensorView& out, Allocator& arena,
-                                  Stream stream) {
-  const detail::RoleScratch r = through_layout_scratch(s, f, rowwise, columnwise, x, layout, out);
-  if (r.bytes == 0) return {};
-  ZeroedScratch z;
-  z.memory = arena.allocate(r.bytes, x.device, stream);
-  z.zero = {z.memory.data, r.zero_bytes};
-  return z;
-}
-
-// `zeroed`: role_members_scratch's bytes for reading x through the layout, zeroed (or null).
 void quantize_in_layout(const LinearSpec& s, const RoleFormat& f, bool rowwise, bool columnwise,
                         const DelayedScalingState& state, const TensorView& x,
                         const LinearSaved& layout, QuantizedTensorView& out, Carver& tmp,
-                        Allocator& alloc, Stream stream, const char* role,
-                        void* zeroed = nullptr) {
+                        Allocator& alloc, Stream stream, const char* role) {
   detail::Members m = members(s, layout);
   if (detail::reads_through_layout(f.config, rowwise, columnwise, x, layout.padded_rows)) {
     m.sources = layout.starts.as<const int64_t>();
-    detail::quantize_role_members(f, rowwise, columnwise, state, x, m, out, alloc, stream, role,
-                                  zeroed);
+    detail::quantize_role_members(f, rowwise, columnwise, state, x, m, out, alloc, stream, role);
     return;
   }
   detail::quantize_role_members(f, rowwise, columnwise, state, padded_copy(x, layout, tmp, stream),
@@ -419,6 +384,8 @@ LinearSaved linear_forward(const LinearSpec& s, const WeightCopies& weight,
                 dev, stream);
   LinearSaved layout = saved;  // the layout (the saved context's, or scratch for an eval step)
   if (!save_q) place_layout(s, t, tmp.carver(), dev, layout);
+  detail::group_starts(groups, s.wgrad_align, layout.starts.as<int64_t>(),
+                       layout.padded_starts.as<int64_t>(), dev, stream);
   QuantizedTensorView xq =
       detail::carve_quantized(s.input.config, tp, s.in, true, false, tmp.carver(), dev, s.groups);
   if (save_q) {
@@ -427,13 +394,8 @@ LinearSaved linear_forward(const LinearSpec& s, const WeightCopies& weight,
     xq.columnwise_amax = saved.input.columnwise_amax;
     xq.config.columnwise = true;
   }
-  // The member kernels' scratch, zeroed by the group-starts launch (no memset of their own).
-  const ZeroedScratch zeroed =
-      zeroed_role_scratch(s, s.input, true, save_q, a.x, layout, xq, tmp, stream);
-  detail::group_starts(groups, s.wgrad_align, layout.starts.as<int64_t>(),
-                       layout.padded_starts.as<int64_t>(), dev, stream, zeroed.zero);
   quantize_in_layout(s, s.input, true, save_q, state.input, a.x, layout, xq, tmp.carver(), tmp,
-                     stream, "input", zeroed.memory.data);
+                     stream, "input");
   g.a_row_starts = layout.padded_starts;  // g: y at the caller's offsets, bias, zeroed tail
   g.a = GemmOperand::from_quantized(xq, false);
   g.b = GemmOperand::from_quantized(weight.q, false);

@@ -203,61 +203,60 @@ void quantize_nvfp4_role_members(const RoleFormat& format, bool rowwise, bool co
 
 }  // namespace
 
-namespace {
-
-// How quantize_role_members quantizes the usages asked for: which go through the member
-// kernels (and their arguments), which through the role's standalone quantizer. Built in one
-// place for the run and for role_members_scratch.
-struct RoleRoute {
-  bool nvfp4 = false;        // quantize_nvfp4_role_members does everything
-  bool own_rows = false;     // the rowwise usage through the standalone quantizer
-  bool own_cols = false;     // the columnwise usage through the standalone quantizer
-  bool lines = false;        // the rowwise family's (member, column) passes (`columns`)
-  bool tensor = false;       // per-tensor scaling per member (`tensor`)
-  MemberColumnsArgs columns{};
-  MemberTensorArgs tensor_args{};
-};
-
-RoleRoute route_role(const RoleFormat& format, bool rowwise, bool columnwise,
-                     const TensorView& x, const Members& members, const QuantizedTensorView& out) {
+void quantize_role_members(const RoleFormat& format, bool rowwise, bool columnwise,
+                           const DelayedScalingState& state, const TensorView& x,
+                           const Members& members, QuantizedTensorView& out, Allocator& alloc,
+                           Stream stream, const char* role) {
   const QuantizerConfig& c = format.config;
-  RoleRoute r;
   // NVFP4 per member wherever the copies were carved with one amax per member and the members
   // lie on the 16-row grid (the activation layouts always; W_g when out % 16 == 0) — one expert
   // too, so that a layer's copies never depend on its expert count.
   const TensorView& amax = rowwise ? out.amax : out.columnwise_amax;
   if (member_global_amax(c) && amax.numel() == members.groups && members.sources == nullptr &&
       (members.starts != nullptr || members.uniform % 16 == 0)) {
-    r.nvfp4 = true;
-    return r;
+    return quantize_nvfp4_role_members(format, rowwise, columnwise, x, members, out, alloc,
+                                       stream);
   }
   const bool m_row = rowwise && member_scaled(c, false);
   const bool m_col = columnwise && member_scaled(c, true);
+  const Device dev = x.device;
   const int64_t rows = out.rows, cols = out.cols;  // of the copy (x's own rows unless mapped)
+  TESSERA_CHECK(members.sources == nullptr ||
+                    reads_through_layout(c, rowwise, columnwise, x, out.rows),
+                role, ": reading x through the layout needs the member kernels for every usage");
   // The rowwise family's columnwise copy, per (member, column); on CUDA its passes also write
   // the rowwise copy where the kernels can (lines_fused).
   const bool lines_family = m_col && is_family(c.mode, ScaleFamily::kRowwise);
-  r.columns = MemberColumnsArgs{x.data, x.dtype, rows, cols, members,
-                                lines_family ? line_rule(c, rows) : moe::RowQuant{},
-                                out.columnwise_data.as<uint8_t>(), 0, rows, 1,
-                                out.columnwise_scale_inv.as<float>()};
+  MemberColumnsArgs lines{x.data, x.dtype, rows, cols, members,
+                          lines_family ? line_rule(c, rows) : moe::RowQuant{},
+                          out.columnwise_data.as<uint8_t>(), 0, rows, 1,
+                          out.columnwise_scale_inv.as<float>()};
   bool fused_rows = false;
-  if (lines_family && rowwise && x.device.is_cuda()) {
-    r.columns.row_data = out.data.as<uint8_t>();
-    r.columns.row_scale_inv = out.scale_inv.as<float>();
-    r.columns.row_quant = line_rule(c, cols);
-    fused_rows = cuda::lines_fused(r.columns);
-    if (!fused_rows) r.columns.row_data = nullptr, r.columns.row_scale_inv = nullptr;
+  if (lines_family && rowwise && dev.is_cuda()) {
+    lines.row_data = out.data.as<uint8_t>();
+    lines.row_scale_inv = out.scale_inv.as<float>();
+    lines.row_quant = line_rule(c, cols);
+    fused_rows = cuda::lines_fused(lines);
+    if (!fused_rows) lines.row_data = nullptr, lines.row_scale_inv = nullptr;
   }
-  r.own_rows = rowwise && !m_row && !fused_rows;
-  r.own_cols = columnwise && !m_col;
-  if (!m_row && !m_col) return r;
+  const bool own_rows = rowwise && !m_row && !fused_rows;
+  if (own_rows || (columnwise && !m_col)) {  // the standalone usages
+    QuantizedTensorView part = out;
+    if (!own_rows) part.data = part.scale_inv = part.amax = TensorView{};
+    if (!columnwise || m_col) {
+      part.columnwise_data = part.columnwise_scale_inv = part.columnwise_amax = TensorView{};
+    }
+    part.config.rowwise = own_rows;
+    part.config.columnwise = columnwise && !m_col;
+    Quantizer q = role_quantizer(format, part.config.rowwise, part.config.columnwise, dev);
+    q.quantize(x, part, stream);
+  }
+  if (!m_row && !m_col) return;
   if (is_family(c.mode, ScaleFamily::kRowwise)) {
-    r.lines = true;
-    return r;
+    quantize_member_columns(lines, alloc, dev, stream);
+    return;
   }
-  r.tensor = true;  // per-tensor scaling: both usages share the members' scales
-  MemberTensorArgs& a = r.tensor_args;
+  MemberTensorArgs a;  // per-tensor scaling: both usages share the members' scales
   a.x = x.data;
   a.x_dtype = x.dtype;
   a.rows = rows;
@@ -270,84 +269,17 @@ RoleRoute route_role(const RoleFormat& format, bool rowwise, bool columnwise,
   a.scale_inv2 = m_row && m_col ? out.columnwise_scale_inv.as<float>() : nullptr;
   a.amax = m_row ? out.amax.as<float>() : out.columnwise_amax.as<float>();
   a.amax2 = m_row && m_col ? out.columnwise_amax.as<float>() : nullptr;
-  return r;
-}
-
-}  // namespace
-
-RoleScratch role_members_scratch(const RoleFormat& format, bool rowwise, bool columnwise,
-                                 const TensorView& x, const Members& members,
-                                 const QuantizedTensorView& out) {
-  RoleScratch z;
-  if (!x.device.is_cuda()) return z;
-  const RoleRoute r = route_role(format, rowwise, columnwise, x, members, out);
-  if (r.lines && r.columns.members.groups * r.columns.cols > 0) {
-    z.bytes = cuda::member_columns_scratch_bytes(r.columns);
-    z.zero_bytes = cuda::member_columns_zero_bytes(r.columns);
-  } else if (r.tensor && r.tensor_args.members.groups > 0 && !format.config.delayed &&
-             cuda::member_tensor_wide(r.tensor_args)) {
-    z.bytes = cuda::member_tensor_wide_scratch_bytes(r.tensor_args);
-    z.zero_bytes = cuda::member_tensor_wide_zero_bytes(r.tensor_args);
-  }
-  if (z.zero_bytes == 0) z = RoleScratch{};  // nothing to zero: the run allocates as before
-  return z;
-}
-
-void quantize_role_members(const RoleFormat& format, bool rowwise, bool columnwise,
-                           const DelayedScalingState& state, const TensorView& x,
-                           const Members& members, QuantizedTensorView& out, Allocator& alloc,
-                           Stream stream, const char* role, void* zeroed_scratch) {
-  const QuantizerConfig& c = format.config;
-  const Device dev = x.device;
-  TESSERA_CHECK(members.sources == nullptr ||
-                    reads_through_layout(c, rowwise, columnwise, x, out.rows),
-                role, ": reading x through the layout needs the member kernels for every usage");
-  RoleRoute r = route_role(format, rowwise, columnwise, x, members, out);
-  if (r.nvfp4) {
-    return quantize_nvfp4_role_members(format, rowwise, columnwise, x, members, out, alloc,
-                                       stream);
-  }
-  if (r.own_rows || r.own_cols) {  // the standalone usages
-    QuantizedTensorView part = out;
-    if (!r.own_rows) part.data = part.scale_inv = part.amax = TensorView{};
-    if (!r.own_cols) {
-      part.columnwise_data = part.columnwise_scale_inv = part.columnwise_amax = TensorView{};
-    }
-    part.config.rowwise = r.own_rows;
-    part.config.columnwise = r.own_cols;
-    Quantizer q = role_quantizer(format, part.config.rowwise, part.config.columnwise, dev);
-    q.quantize(x, part, stream);
-  }
-  if (r.lines) {
-    if (zeroed_scratch != nullptr && dev.is_cuda()) {
-      if (r.columns.members.groups * r.columns.cols > 0)
-        cuda::quantize_member_columns(r.columns, zeroed_scratch, stream, /*zeroed=*/true);
-      return;
-    }
-    quantize_member_columns(r.columns, alloc, dev, stream);
-    return;
-  }
-  if (!r.tensor) return;
-  MemberTensorArgs& a = r.tensor_args;
   if (c.delayed) {
     check_member_state(c, state, members.groups, dev, role);
     a.scale = state.scale.as<const float>();
     a.history = state.amax_history.as<float>();
   }
   Scratch tmp;
-  bool zeroed = false;
-  if (dev.is_cuda() && zeroed_scratch != nullptr && !c.delayed && cuda::member_tensor_wide(a)) {
-    a.scratch = zeroed_scratch;
-    zeroed = true;
-  } else if (dev.is_cuda()) {
+  if (dev.is_cuda()) {
     tmp = scratch(alloc, member_tensor_scratch_bytes(a), dev, stream);
     a.scratch = tmp.carver.take(member_tensor_scratch_bytes(a));
   }
-  if (zeroed) {
-    if (a.members.groups > 0) cuda::quantize_member_tensor_wide(a, a.scratch, stream, true);
-  } else {
-    quantize_member_tensor(a, dev, stream);
-  }
+  quantize_member_tensor(a, dev, stream);
   if (c.delayed) update_member_state(c, state, members.groups, dev, stream);
 }
 

@@ -606,14 +606,14 @@ int64_t member_columns_scratch_bytes(const MemberColumnsArgs& a) {
   return slot_bytes(a) + (a.row_data != nullptr ? 4 * a.rows : 0);
 }
 
-// The slots and, when the row copy is fused, the rows' amax bits right after them.
+namespace {
+// The slots and, when the row copy is fused, the rows' amax bits right after them: the scratch
+// the passes accumulate into, zeroed first.
 int64_t member_columns_zero_bytes(const MemberColumnsArgs& a) {
-  if (!chunked_columns(a) && !wide_columns(a)) return 0;
   const bool fused_rows = wide_columns(a) && a.row_data != nullptr;
   return fused_rows ? slot_bytes(a) + 4 * a.rows : 4 * a.members.groups * a.cols;
 }
 
-namespace {
 // The rows of CTAs of the chunked and wide passes (kChunkRows rows each); refuses a matrix past
 // the grid limit, naming `what`.
 unsigned chunk_grid_rows(const MemberColumnsArgs& a, const char* what) {
@@ -624,7 +624,7 @@ unsigned chunk_grid_rows(const MemberColumnsArgs& a, const char* what) {
 }
 
 // The wide form's passes in one cooperative launch: the scratch zeroed (`zero_bytes` of it
-// from `slots`; none when the caller zeroed it), the (member, column) maxima (pass 1), for
+// from `slots`), the (member, column) maxima (pass 1), for
 // kPerMember the members' multipliers (`t`, into `mult`), then the codes; a grid-wide barrier
 // between them. Launched with one CTA per tile (wide_passes); a CTA loops over tiles otherwise,
 // the encode newest first. The same tile functions as the separate launches: the same bits.
@@ -716,8 +716,8 @@ void launch_wide_fused(const MemberColumnsArgs& a, const MemberTensorArgs& t, ui
 }
 
 // The wide form's passes on s: the (member, column) maxima into the slots (and the rows' into
-// row_amax, when not null) — the first `zero_bytes` of the scratch at `slots` zeroed first (0:
-// the caller zeroed them) — then the codes. kPerMember: `scales()` (the launch that turns the
+// row_amax, when not null) — the first `zero_bytes` of the scratch at `slots` zeroed first — then
+// the codes. kPerMember: `scales()` (the launch that turns the
 // slots into one multiplier per member, in `mult`; in the cooperative form, the same per member
 // from `t`) runs between them. Per (member, column): the encode takes the multipliers from the
 // maxima itself (mult = slots), and `scales()` (writing every stored scale) runs only for a
@@ -758,8 +758,7 @@ void wide_passes(const MemberColumnsArgs& a, const MemberTensorArgs& t, uint32_t
 }
 }  // namespace
 
-void quantize_member_columns(const MemberColumnsArgs& a, void* scratch, Stream stream,
-                             bool zeroed) {
+void quantize_member_columns(const MemberColumnsArgs& a, void* scratch, Stream stream) {
   const auto s = stream.as<cudaStream_t>();
   if (chunked_columns(a) || wide_columns(a)) {
     TESSERA_CHECK(scratch != nullptr, "quantize_member_columns: the chunked path needs ",
@@ -768,8 +767,8 @@ void quantize_member_columns(const MemberColumnsArgs& a, void* scratch, Stream s
     auto* slots = static_cast<uint32_t*>(scratch);
     const bool fused_rows = wide_columns(a) && a.row_data != nullptr;
     // The slots and, when the row copy is fused, the rows' amax bits right after them: zeroed
-    // in the wide passes or by one memset (unless the caller zeroed them).
-    const int64_t zero_bytes = zeroed ? 0 : member_columns_zero_bytes(a);
+    // in the wide passes or by one memset.
+    const int64_t zero_bytes = member_columns_zero_bytes(a);
     const dim3 grid(static_cast<unsigned>((a.cols + kColCols - 1) / kColCols), grid_rows);
     const int64_t n = a.members.groups * a.cols + (fused_rows ? a.rows : 0);
     const unsigned sgrid = static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 4096));
@@ -826,12 +825,7 @@ int64_t member_tensor_wide_scratch_bytes(const MemberTensorArgs& t) {
   return slot_bytes(wide_tensor_args(t)) + 4 * t.members.groups;
 }
 
-int64_t member_tensor_wide_zero_bytes(const MemberTensorArgs& t) {
-  return 4 * t.members.groups * t.cols;
-}
-
-void quantize_member_tensor_wide(const MemberTensorArgs& t, void* scratch, Stream stream,
-                                 bool zeroed) {
+void quantize_member_tensor_wide(const MemberTensorArgs& t, void* scratch, Stream stream) {
   const auto s = stream.as<cudaStream_t>();
   const MemberColumnsArgs a = wide_tensor_args(t);
   TESSERA_CHECK(member_tensor_wide(t) && scratch != nullptr, "quantize_member_tensor_wide: "
@@ -841,7 +835,7 @@ void quantize_member_tensor_wide(const MemberTensorArgs& t, void* scratch, Strea
   auto* slots = static_cast<uint32_t*>(scratch);
   auto* mult = reinterpret_cast<uint32_t*>(static_cast<char*>(scratch) + slot_bytes(a));
   const auto groups = static_cast<unsigned>(t.members.groups);
-  wide_passes<true>(a, t, slots, nullptr, mult, zeroed ? 0 : member_tensor_wide_zero_bytes(t),
+  wide_passes<true>(a, t, slots, nullptr, mult, 4 * t.members.groups * t.cols,
                     "quantize_member_tensor_wide",
                     [&] { member_slot_scales_kernel<<<groups, 256, 0, s>>>(t, slots, mult); }, s);
 }

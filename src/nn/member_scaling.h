@@ -175,25 +175,10 @@ bool reads_through_layout(const QuantizerConfig& c, bool rowwise, bool columnwis
 // kernels above (a delayed role: with `state`, per member, then its update), the others through
 // the role's standalone quantizer (role_quantizer: the next stochastic-rounding offset). `role`
 // names it in errors.
-// `zeroed_scratch`: null, or role_members_scratch's `bytes` on x's device whose first
-// `zero_bytes` are zero when the role's kernels run (a caller that zeroes them in a launch it
-// makes anyway, such as the step's group starts): the member kernels then take it instead of
-// scratch from `alloc` and skip their own zeroing launch.
 void quantize_role_members(const RoleFormat& format, bool rowwise, bool columnwise,
                            const DelayedScalingState& state, const TensorView& x,
                            const Members& members, QuantizedTensorView& out, Allocator& alloc,
-                           Stream stream, const char* role, void* zeroed_scratch = nullptr);
-
-// The scratch the member kernels of quantize_role_members take for these arguments where a
-// caller may hand it over pre-zeroed: `bytes` in all, the first `zero_bytes` of them zero. Both 0
-// where the route has no such scratch (CPU, the standalone quantizers, NVFP4, delayed scaling,
-// the narrow kernels): the call then allocates as without it.
-struct RoleScratch {
-  int64_t bytes = 0, zero_bytes = 0;
-};
-RoleScratch role_members_scratch(const RoleFormat& format, bool rowwise, bool columnwise,
-                                 const TensorView& x, const Members& members,
-                                 const QuantizedTensorView& out);
+                           Stream stream, const char* role);
 
 namespace cuda {
 // offsets[g] = members.begin(g)·cols (g < G), offsets[G] = members.end(G − 1)·cols: the element
@@ -201,10 +186,7 @@ namespace cuda {
 void member_element_offsets(const Members& members, int64_t cols, int64_t* offsets, Stream stream);
 int64_t member_columns_scratch_bytes(const MemberColumnsArgs& a);
 bool lines_fused(const MemberColumnsArgs& a);  // the CUDA kernels can write row_data too
-// `zeroed`: the first member_columns_zero_bytes(a) bytes of scratch are zero already (no memset).
-int64_t member_columns_zero_bytes(const MemberColumnsArgs& a);
-void quantize_member_columns(const MemberColumnsArgs& a, void* scratch, Stream stream,
-                             bool zeroed = false);
+void quantize_member_columns(const MemberColumnsArgs& a, void* scratch, Stream stream);
 void member_tensor_amax(const MemberTensorArgs& a, uint32_t* amax_bits, Stream stream);
 void member_tensor_encode(const MemberTensorArgs& a, const uint32_t* amax_bits, uint8_t* codes,
                           Stream stream);
@@ -213,9 +195,7 @@ void member_tensor_encode(const MemberTensorArgs& a, const uint32_t* amax_bits, 
 // args qualify; the scratch then holds member_tensor_wide_scratch_bytes.
 bool member_tensor_wide(const MemberTensorArgs& a);
 int64_t member_tensor_wide_scratch_bytes(const MemberTensorArgs& a);
-int64_t member_tensor_wide_zero_bytes(const MemberTensorArgs& a);  // zeroed at its start
-void quantize_member_tensor_wide(const MemberTensorArgs& a, void* scratch, Stream stream,
-                                 bool zeroed = false);
+void quantize_member_tensor_wide(const MemberTensorArgs& a, void* scratch, Stream stream);
 void update_member_state(float* scale, float* history, int64_t groups, int len, bool most_recent,
                          float fp8_max, int margin, Stream stream);
 }  // namespace cuda

@@ -9,8 +9,7 @@ void member_element_offsets(const Members&, int64_t, int64_t*, Stream) {
 }
 int64_t member_columns_scratch_bytes(const MemberColumnsArgs&) { return 0; }
 bool lines_fused(const MemberColumnsArgs&) { return false; }
-int64_t member_columns_zero_bytes(const MemberColumnsArgs&) { return 0; }
-void quantize_member_columns(const MemberColumnsArgs&, void*, Stream, bool) {
+void quantize_member_columns(const MemberColumnsArgs&, void*, Stream) {
   TESSERA_FAIL(Status::kNoDevice, "quantize_member_columns: tessera was built without CUDA");
 }
 void member_tensor_amax(const MemberTensorArgs&, uint32_t*, Stream) {
@@ -22,8 +21,7 @@ void member_tensor_encode(const MemberTensorArgs&, const uint32_t*, uint8_t*, St
 
 bool member_tensor_wide(const MemberTensorArgs&) { return false; }
 int64_t member_tensor_wide_scratch_bytes(const MemberTensorArgs&) { return 0; }
-int64_t member_tensor_wide_zero_bytes(const MemberTensorArgs&) { return 0; }
-void quantize_member_tensor_wide(const MemberTensorArgs&, void*, Stream, bool) {
+void quantize_member_tensor_wide(const MemberTensorArgs&, void*, Stream) {
   TESSERA_FAIL(Status::kNoDevice, "quantize_member_tensor_wide: tessera was built without CUDA");
 }
 

@@ -1,8 +1,6 @@
 // Group starts and padded starts of a step's wgrad layout: CPU loop, CUDA dispatch.
 #include "nn/step_layout.h"
 
-#include <cstring>
-
 #include "tessera/core/checked_math.h"
 #include "tessera/core/status.h"
 #include "tessera/nn/token_padding.h"
@@ -10,10 +8,9 @@
 namespace tessera::nn::detail {
 
 void group_starts(const GroupOffsets& groups, int64_t align, int64_t* starts, int64_t* padded,
-                  Device device, Stream stream, ZeroRange zero) {
+                  Device device, Stream stream) {
   TESSERA_CHECK(align >= 1, "align ", align, " must be >= 1");
-  if (device.is_cuda()) return cuda::group_starts(groups, align, starts, padded, zero, stream);
-  if (zero.bytes > 0) std::memset(zero.data, 0, static_cast<size_t>(zero.bytes));
+  if (device.is_cuda()) return cuda::group_starts(groups, align, starts, padded, stream);
   padded[0] = 0;
   for (int64_t g = 0; g < groups.groups; ++g) {
     const int64_t b = groups.begin(g), e = groups.end(g);

@@ -12,17 +12,10 @@
 
 namespace tessera::nn::detail {
 
-// Bytes on the device to set to zero in the same launch (CUDA; 16-byte aligned data): the
-// scratch the step's next kernels accumulate into, so that they need no memset of their own.
-struct ZeroRange {
-  void* data = nullptr;
-  int64_t bytes = 0;
-};
-
 // starts (G+1) int64 = [begin(0), …, begin(G-1), end(G-1)]; padded (G+1) int64 =
-// [0, roundup(M_0, align), …] prefix sums; both on `device`; `zero` set to zero.
+// [0, roundup(M_0, align), …] prefix sums; both on `device`.
 void group_starts(const GroupOffsets& groups, int64_t align, int64_t* starts, int64_t* padded,
-                  Device device, Stream stream, ZeroRange zero = {});
+                  Device device, Stream stream);
 
 // Rows the padded layout of a (rows)-row buffer can need, known on the host: every group padded
 // (rows + groups·(align − 1)), rounded up to a multiple of align.
@@ -30,7 +23,7 @@ int64_t padded_rows_for(int64_t rows, int64_t groups, int64_t align);
 
 namespace cuda {
 void group_starts(const GroupOffsets& groups, int64_t align, int64_t* starts, int64_t* padded,
-                  ZeroRange zero, Stream stream);
+                  Stream stream);
 }  // namespace cuda
 
 }  // namespace tessera::nn::detail

@@ -4,7 +4,7 @@
 
 namespace tessera::nn::detail::cuda {
 
-void group_starts(const GroupOffsets&, int64_t, int64_t*, int64_t*, ZeroRange, Stream) {
+void group_starts(const GroupOffsets&, int64_t, int64_t*, int64_t*, Stream) {
   TESSERA_FAIL(Status::kNoDevice, "group_starts: tessera was built without CUDA");
 }
 
