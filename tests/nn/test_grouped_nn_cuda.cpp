@@ -35,6 +35,7 @@
 #include "nn_test_util.h"
 #include "tessera/core/buffer.h"
 #include "tessera/core/status.h"
+#include "tessera/formats/half.h"
 #include "tessera/nn/grouped_linear.h"
 #include "tessera/nn/grouped_mlp.h"
 #include "tessera/nn/linear_step.h"
@@ -61,8 +62,10 @@ struct Tensor {
   Tensor(const std::vector<T>& host, std::initializer_list<int64_t> shape, Device dev)
       : buf(std::max<size_t>(host.size() * sizeof(T), 4), dev) {
     copy_bytes(buf.data(), dev, host.data(), Device::cpu(), host.size() * sizeof(T));
-    view = TensorView::contiguous(buf.data(), std::is_same_v<T, float> ? DType::kFloat32
-                                                                        : DType::kInt64,
+    view = TensorView::contiguous(buf.data(),
+                                  std::is_same_v<T, float> ? DType::kFloat32
+                                  : std::is_same_v<T, bf16> ? DType::kBFloat16
+                                                            : DType::kInt64,
                                   shape, dev);
   }
   std::vector<float> to_host() const {
@@ -267,14 +270,23 @@ TEST(GroupedLinearCuda, MatchesCpuWithDeviceSplits) {
   for (const std::string& r : cuda_recipes(true)) EXPECT_EQ(compare_linear(r, true), "") << r;
 }
 
-// Activation copies on members that span many of the wide kernels' 128-row chunks and 256-column
-// slabs (each chunk's encode takes the multipliers from the members' maxima; the warp holding a
-// member's first row stores its scales, the chunk-0 CTAs those of members with no rows): x's and
-// dy's row and column copies on CUDA equal the CPU's bit for bit, and the weight gradient of
-// every member with no rows is exactly zero on both (a scale left unwritten or non-finite would
-// make it NaN or garbage).
+// v rounded to BF16 (RNE).
+std::vector<bf16> to_bf16(const std::vector<float>& v) {
+  std::vector<bf16> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = bf16::from_float(v[i]);
+  return out;
+}
+
+// Activation copies on members that span many of the kernels' 128-row chunks (x and dy in FP32:
+// the chunked kernels; in BF16, `bf16_inputs`: the wide kernels, with 256-column slabs, where
+// each chunk's encode takes the multipliers from the members' maxima, the warp holding a member's
+// first row stores its scales and the chunk-0 CTAs those of members with no rows): x's and dy's
+// row and column copies on CUDA equal the CPU's bit for bit, and the weight gradient of every
+// member with no rows is exactly zero on both (a scale left unwritten or non-finite would make
+// it NaN or garbage).
 std::string compare_member_operands(const std::string& recipe_name,
-                                    const std::vector<int64_t>& splits, int64_t k, int64_t n) {
+                                    const std::vector<int64_t>& splits, int64_t k, int64_t n,
+                                    bool bf16_inputs = false) {
   const int64_t experts = static_cast<int64_t>(splits.size());
   int64_t t = 0;
   for (int64_t s : splits) t += s;
@@ -289,7 +301,9 @@ std::string compare_member_operands(const std::string& recipe_name,
     layer.reset_parameters(3);
     std::vector<int64_t> sp = splits;
     Tensor splits_t(sp, {experts}, Device::cpu());  // host splits: one padded layout on both
-    Tensor x(random_normal(t * k, 51), {t, k}, dev), dy(random_normal(t * n, 52), {t, n}, dev);
+    const std::vector<float> xs = random_normal(t * k, 51), dys = random_normal(t * n, 52);
+    Tensor x = bf16_inputs ? Tensor(to_bf16(xs), {t, k}, dev) : Tensor(xs, {t, k}, dev);
+    Tensor dy = bf16_inputs ? Tensor(to_bf16(dys), {t, n}, dev) : Tensor(dys, {t, n}, dev);
     Tensor y(zeros(t * n), {t, n}, dev), dx(zeros(t * k), {t, k}, dev);
     Tensor dw(zeros(experts * n * k), {experts, n, k}, dev);
     GroupedLinearContext ctx = layer.forward(x.view, splits_t.view, y.view);
@@ -328,6 +342,21 @@ TEST(GroupedLinearCuda, RowwiseCopiesOfLargeMembersMatchCpu) {
   // (1040 = 4·256 + 16 columns).
   for (const std::string r : {"fp8_rowwise", "fp8_current"})
     EXPECT_EQ(compare_member_operands(r, {16, 2900, 0, 700, 3}, 1040, 528), "") << r;
+}
+
+// BF16 inputs take the wide kernels (the FP32 inputs above take the chunked ones): a matrix
+// whose 128 x 256 tiles fit on the device at once in one cooperative launch, a larger one in the
+// separate amax and encode kernels. The second case has more tiles than any Hopper GPU holds
+// (x: ~172 row bands x 8 column slabs; dy, n = 272: two slabs, the second partial), a member of
+// 9000 rows, empty members and members of sizes that are not multiples of 16.
+TEST(GroupedLinearCuda, WideCopiesOfBf16InputsMatchCpu) {
+  if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  std::vector<int64_t> big = {16, 9000, 0, 700, 3};
+  for (int i = 0; i < 40; ++i) big.push_back(i % 7 == 0 ? 0 : 97 + 13 * i);
+  for (const std::string r : {"fp8_rowwise", "fp8_current"}) {
+    EXPECT_EQ(compare_member_operands(r, {16, 2900, 0, 700, 3}, 1040, 528, true), "") << r;
+    EXPECT_EQ(compare_member_operands(r, big, 2048, 272, true), "") << r << " (large)";
+  }
 }
 
 // Skewed routing over many experts: most have no rows (more than one CTA's 256 members, so the
