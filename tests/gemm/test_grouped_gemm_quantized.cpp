@@ -65,6 +65,16 @@ std::vector<QuantCase> quantized_cases() {
     wgrad.m = 24, wgrad.n = 36;
     wgrad.name = "wgrad_nt_" + r.name;
     cases.push_back({wgrad.name, wgrad, r, true, true});
+    if (r.name == "rowwise" || r.name == "nvfp4_x_16x16" || r.name == "block1x128_x_block128x128") {
+      // Enough work for a team of threads and several tasks per group (2100 rows), where the
+      // FP32 path makes each B_g's image in the task (a thread's buffer, refilled per group).
+      GemmCase many = fwd;
+      many.group_rows = {2100, 0, 700};
+      many.extra_rows = 3;
+      many.n = 96, many.k = 256;
+      many.name = "fwd_tn_many_tasks_" + r.name;
+      cases.push_back({many.name, many, r, false, false});
+    }
   }
   return cases;
 }

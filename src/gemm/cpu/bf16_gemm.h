@@ -67,6 +67,16 @@ struct GroupBlock {
   int64_t b_row = 0, b_col = 0;  // op(B_g)(kk, j) = b[kk * b_row + j * b_col]
   int64_t d_offset = 0;          // element index of D_g(0, 0); D's row stride is n
   int64_t m = 0, k = 0;
+  int64_t b_row0 = 0;  // with GroupImagesB: B_g's first stored row (b is null then)
+};
+
+// B's FP32 image made per group inside the tasks instead of whole before them (the FP32 path,
+// M-grouped, B quantized and stored untransposed): each task dequantizes stored rows
+// [b_row0, b_row0 + rows) of its group into a buffer of its thread, which stays in cache for
+// the matmul, and keeps it for the thread's next task of the same group and call.
+struct GroupImagesB {
+  DequantPlan plan;
+  int64_t rows = 0;  // stored rows per group
 };
 
 // Whether `p`'s FP32 path runs its GEMMs on oneDNN: a build with it, not refused by
@@ -88,6 +98,7 @@ void grouped_gemm_bf16_onednn(const GroupedGemmProblem& p, const GroupedGemmDims
                               const std::vector<int64_t>& a_start, float* staging);
 // The FP32 path's GEMMs: `blocks` over FP32 images, D (or the staging area, when given) as above.
 void grouped_gemm_fp32_onednn(const GroupedGemmProblem& p, int64_t n,
-                              std::vector<GroupBlock> blocks, float* staging);
+                              std::vector<GroupBlock> blocks, float* staging,
+                              const GroupImagesB* b_images = nullptr);
 
 }  // namespace tessera::detail::cpu

@@ -15,7 +15,7 @@ void grouped_gemm_bf16_onednn(const GroupedGemmProblem&, const GroupedGemmDims&,
 }
 
 void grouped_gemm_fp32_onednn(const GroupedGemmProblem&, int64_t, std::vector<GroupBlock>,
-                              float*) {
+                              float*, const GroupImagesB*) {
   TESSERA_FAIL(Status::kInternal, "the oneDNN FP32 path ran in a build without oneDNN");
 }
 

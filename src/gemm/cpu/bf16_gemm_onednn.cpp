@@ -181,7 +181,26 @@ struct RunContext {
   std::vector<GroupBlock> blocks;
   float* staging = nullptr;  // FP32, D's layout; null when oneDNN writes D itself
   bool f32_in = false;       // the blocks' elements: FP32 (the FP32 path's images) or BF16
+  const GroupImagesB* b_images = nullptr;  // B made per group (the FP32 path), or null
+  uint64_t call = 0;                       // this run's number (the per-thread B buffers)
 };
+
+// B_g's image for a task of group g (GroupImagesB): this thread's buffer, refilled unless it
+// already holds group g of this call.
+const float* group_image_b(const RunContext& c, int64_t g) {
+  thread_local std::vector<float> image;
+  thread_local uint64_t held_call = 0;
+  thread_local int64_t held_group = -1;
+  const GroupImagesB& b = *c.b_images;
+  if (held_call != c.call || held_group != g) {
+    held_call = 0;  // invalid while refilled (an exception leaves it so)
+    image.resize(static_cast<size_t>(b.rows * b.plan.stored_cols()));
+    const int64_t r0 = c.blocks[g].b_row0;
+    b.plan.rows(r0, r0 + b.rows, image.data());
+    held_call = c.call, held_group = g;
+  }
+  return image.data();
+}
 
 float group_alpha(const GroupedGemmProblem& p, int64_t g) {
   return p.group_alpha.data == nullptr ? p.alpha : p.alpha * p.group_alpha.as<float>()[g];
@@ -237,7 +256,8 @@ void run_task(const RunContext& c, const Task& t, dnnl::stream& stream) {
     const int64_t elem = c.f32_in ? 4 : 2;
     const char* a = static_cast<const char*>(blk.a) + t.row0 * blk.a_row * elem;
     memory a_mem(a_md, cpu_engine(), const_cast<char*>(a));
-    memory b_mem(b_md, cpu_engine(), const_cast<void*>(blk.b));
+    const void* b = c.b_images != nullptr ? group_image_b(c, t.g) : blk.b;
+    memory b_mem(b_md, cpu_engine(), const_cast<void*>(b));
     memory d_mem(d_md, cpu_engine(), d_ptr);
     matmul.execute(stream,
                    {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, d_mem}});
@@ -350,8 +370,10 @@ void grouped_gemm_bf16_onednn(const GroupedGemmProblem& p, const GroupedGemmDims
 }
 
 void grouped_gemm_fp32_onednn(const GroupedGemmProblem& p, int64_t n,
-                              std::vector<GroupBlock> blocks, float* staging) {
-  RunContext c{p, n, std::move(blocks), staging, true};
+                              std::vector<GroupBlock> blocks, float* staging,
+                              const GroupImagesB* b_images) {
+  static std::atomic<uint64_t> calls{0};
+  RunContext c{p, n, std::move(blocks), staging, true, b_images, ++calls};
   const int64_t threads = std::max(1, omp_get_max_threads());
   run_tasks(c, make_tasks(c.blocks, n, threads), threads);
 }

@@ -9,6 +9,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstring>
+#include <memory>
 
 #include "gemm/cpu/blocking_parallel.h"
 #include "gemm/cpu/operand_fp32.h"
@@ -133,63 +134,85 @@ void nvfp4_row(const StoredCopy& s, const DecodeTable& t, const float* row_facto
 
 }  // namespace
 
-Fp32Image dequantize_operand(const GemmOperand& o, int64_t rows,
-                             const std::vector<int64_t>& group_starts, float* out) {
+struct DequantPlan::Impl {
+  StoredCopy s;
+  bool nvfp4 = false, per_tensor = false, rht = false;
+  std::vector<float> factor;      // per logical row (kTensor scale_inv, NVFP4 1/S_enc)
+  std::vector<int64_t> col_scale;  // a rowwise-family columnwise copy's scale offsets
+  DecodeTable table{};
+};
+
+DequantPlan::DequantPlan(const GemmOperand& o, int64_t rows,
+                         const std::vector<int64_t>& group_starts) {
+  auto made = std::make_shared<Impl>();
+  Impl& p = *made;
   const QuantizedTensorView& q = o.quantized;
   const QuantizerConfig& cfg = q.config;
   const bool cw = o.columnwise;
   const ScalingModeInfo& info = scaling_mode_info(cfg.mode);
-  const bool nvfp4 = info.family == ScaleFamily::kNVFP4;
-  const bool per_tensor = info.family == ScaleFamily::kTensor;
+  p.nvfp4 = info.family == ScaleFamily::kNVFP4;
+  p.per_tensor = info.family == ScaleFamily::kTensor;
   // Emulated path only (the fast rules refuse it): a transposed NVFP4 copy quantized after the
   // 16-point Hadamard transform of its stored rows; `rows` is then the whole copy.
-  const bool rht = nvfp4 && cw && cfg.random_hadamard;
-  StoredCopy s;
+  p.rht = p.nvfp4 && cw && cfg.random_hadamard;
+  StoredCopy& s = p.s;
   s.codes = (cw ? q.columnwise_data : q.data).as<const uint8_t>();
   s.scales = (cw ? q.columnwise_scale_inv : q.scale_inv).as<const uint8_t>();
   s.transposed = cw && info.columnwise_transposed;
   s.scale_dtype = info.scale_dtype;
-  if (!per_tensor) s.geometry = scale_geometry(cfg, q.rows, q.cols, cw);
+  if (!p.per_tensor) s.geometry = scale_geometry(cfg, q.rows, q.cols, cw);
   s.sr_full = s.transposed ? q.cols : q.rows;
   s.sc_full = s.transposed ? q.rows : q.cols;
   s.sr = s.transposed ? q.cols : rows;
   s.sc = s.transposed ? rows : q.cols;
-  std::vector<float> factor;  // per logical row (kTensor scale_inv, NVFP4 1/S_enc)
-  if (per_tensor || nvfp4) {
-    const TensorView& v = nvfp4 ? (cw ? q.columnwise_amax : q.amax)
-                                : (cw ? q.columnwise_scale_inv : q.scale_inv);
-    factor = per_row_factor(v, nvfp4, rows, group_starts);
+  if (p.per_tensor || p.nvfp4) {
+    const TensorView& v = p.nvfp4 ? (cw ? q.columnwise_amax : q.amax)
+                                  : (cw ? q.columnwise_scale_inv : q.scale_inv);
+    p.factor = per_row_factor(v, p.nvfp4, rows, group_starts);
   }
   // A rowwise-family columnwise copy with one scale per (group, stored row): group g's at g·n.
-  std::vector<int64_t> col_scale;
   const int64_t groups = static_cast<int64_t>(group_starts.size()) - 1;
   if (info.family == ScaleFamily::kRowwise && s.transposed && groups > 1) {
     const int64_t n = scale_shape(cfg, q.rows, q.cols, true).numel();
     if ((cw ? q.columnwise_scale_inv : q.scale_inv).numel() == groups * n) {
-      col_scale.assign(static_cast<size_t>(s.sc), 0);
+      p.col_scale.assign(static_cast<size_t>(s.sc), 0);
       for (int64_t g = 0; g < groups; ++g) {
         for (int64_t c = std::max<int64_t>(group_starts[g], 0);
              c < std::min(group_starts[g + 1], s.sc); ++c) {
-          col_scale[c] = g * n;
+          p.col_scale[c] = g * n;
         }
       }
     }
   }
-  const int64_t* cs = col_scale.empty() ? nullptr : col_scale.data();
-  const DecodeTable table = make_table(cfg.element);
-  const float* f = factor.data();
-  parallel_ranges(s.sr, std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, s.sc)),
-                  [&](int64_t r0, int64_t r1) {
-                    for (int64_t r = r0; r < r1; ++r) {
-                      if (nvfp4) {
-                        nvfp4_row(s, table, f, r, out + r * s.sc);
-                        if (rht) inverse_hadamard_row(out + r * s.sc, s.sc);
-                      } else {
-                        fp8_row(per_tensor, s, table, f, cs, r, out + r * s.sc);
-                      }
-                    }
-                  });
-  return {out, s.sc, s.transposed};
+  p.table = make_table(cfg.element);
+  impl_ = std::move(made);
+}
+
+int64_t DequantPlan::stored_rows() const { return impl_->s.sr; }
+int64_t DequantPlan::stored_cols() const { return impl_->s.sc; }
+bool DequantPlan::transposed() const { return impl_->s.transposed; }
+
+void DequantPlan::rows(int64_t r0, int64_t r1, float* out) const {
+  const Impl& p = *impl_;
+  const int64_t* cs = p.col_scale.empty() ? nullptr : p.col_scale.data();
+  for (int64_t r = r0; r < r1; ++r) {
+    float* row = out + (r - r0) * p.s.sc;
+    if (p.nvfp4) {
+      nvfp4_row(p.s, p.table, p.factor.data(), r, row);
+      if (p.rht) inverse_hadamard_row(row, p.s.sc);
+    } else {
+      fp8_row(p.per_tensor, p.s, p.table, p.factor.data(), cs, r, row);
+    }
+  }
+}
+
+Fp32Image dequantize_operand(const GemmOperand& o, int64_t rows,
+                             const std::vector<int64_t>& group_starts, float* out) {
+  const DequantPlan plan(o, rows, group_starts);
+  const int64_t sc = plan.stored_cols();
+  parallel_ranges(plan.stored_rows(), std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, sc)),
+                  [&](int64_t r0, int64_t r1) { plan.rows(r0, r1, out + r0 * sc); });
+  return {out, sc, plan.transposed()};
 }
 
 }  // namespace tessera::detail::cpu

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "gemm/cpu/bf16_gemm.h"
@@ -180,6 +181,21 @@ std::vector<int64_t> uniform_starts(int64_t groups, int64_t rows_per_group) {
   return s;
 }
 
+// Bytes of one group's B image at most for B to be made per group inside the tasks (a
+// thread's buffer: cache-sized, kept between calls).
+constexpr int64_t kGroupImageBytes = int64_t{4} << 20;
+
+// Whether B's FP32 image is made per group inside the tasks (GroupImagesB): the oneDNN FP32 path,
+// M-grouped, B a quantized copy stored untransposed (a weight's rowwise copy, or its Wᵀ as one)
+// whose group image fits kGroupImageBytes. Then B takes no workspace.
+bool b_per_group(const GroupedGemmProblem& p, const GroupedGemmDims& dims) {
+  if (p.kind != GroupedGemmKind::kMGrouped || !p.b.is_quantized || p.b.columnwise ||
+      !cpu::fp32_onednn_applies(p))
+    return false;
+  const int64_t rows = p.transpose_b ? dims.n : dims.k;  // stored rows of B_g
+  return rows * operand_cols(p.b) * 4 <= kGroupImageBytes;
+}
+
 }  // namespace
 
 int64_t grouped_gemm_cpu_workspace_size(const GroupedGemmProblem& p, const GroupedGemmDims& dims) {
@@ -189,7 +205,8 @@ int64_t grouped_gemm_cpu_workspace_size(const GroupedGemmProblem& p, const Group
   }
   const char* what = "CPU grouped GEMM workspace";
   int64_t bytes = operand_fp32_bytes(p.a, cap.a, operand_cols(p.a));
-  bytes = checked_add(bytes, operand_fp32_bytes(p.b, cap.b, operand_cols(p.b)), what);
+  if (!b_per_group(p, dims))
+    bytes = checked_add(bytes, operand_fp32_bytes(p.b, cap.b, operand_cols(p.b)), what);
   if (p.d.dtype != DType::kFloat32)
     bytes = checked_add(bytes, fp32_region_bytes(checked_mul(cap.d, dims.n, "D rows x N")), what);
   return bytes;
@@ -216,15 +233,25 @@ void grouped_gemm_cpu(const GroupedGemmProblem& p, const GroupedGemmDims& dims, 
                                             : uniform_starts(dims.groups, live.b / dims.groups);
   Fp32Operands f;
   f.a = operand_fp32(p.a, "A", live.a, a_groups, ws);
-  f.b = operand_fp32(p.b, "B", live.b, b_groups, ws);
+  std::optional<cpu::GroupImagesB> b_images;
+  if (b_per_group(p, dims)) {  // no image of B: the tasks make B_g's (null base)
+    b_images = cpu::GroupImagesB{cpu::DequantPlan(p.b, live.b, b_groups),
+                                 p.transpose_b ? dims.n : dims.k};
+    f.b = {nullptr, b_images->plan.stored_cols(), false};
+  } else {
+    f.b = operand_fp32(p.b, "B", live.b, b_groups, ws);
+  }
   const int64_t d_elems = live.d * dims.n;  // D's live elements
   if (cpu::fp32_onednn_applies(p)) {  // D written by the tasks, a BF16/FP16 D through staging
     float* staging = p.d.dtype != DType::kFloat32 ? ws.take_floats(d_elems) : nullptr;
     std::vector<cpu::GroupBlock> blocks;
     blocks.reserve(static_cast<size_t>(dims.groups));
-    for (int64_t g = 0; g < dims.groups; ++g)
+    for (int64_t g = 0; g < dims.groups; ++g) {
       blocks.push_back(onednn_block(group_view(p, dims, start, a_start, f, g), f));
-    cpu::grouped_gemm_fp32_onednn(p, dims.n, std::move(blocks), staging);
+      if (b_images) blocks.back().b_row0 = g * b_images->rows;
+    }
+    cpu::grouped_gemm_fp32_onednn(p, dims.n, std::move(blocks), staging,
+                                  b_images ? &*b_images : nullptr);
     return;
   }
   const bool staged = p.d.dtype != DType::kFloat32;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "tessera/gemm/grouped_gemm.h"
@@ -28,8 +29,11 @@ struct Fp32Image {
   const float* data = nullptr;
   int64_t ld = 0;
   bool transposed = false;
-  // The sub-matrix whose logical top-left element is (r0, 0).
-  const float* rows_from(int64_t r0) const { return transposed ? data + r0 : data + r0 * ld; }
+  // The sub-matrix whose logical top-left element is (r0, 0) (null for an image not made).
+  const float* rows_from(int64_t r0) const {
+    if (data == nullptr) return nullptr;
+    return transposed ? data + r0 : data + r0 * ld;
+  }
 };
 
 // Workspace bytes operand_fp32 needs for `rows` × `cols` of `o` (0 for an FP32 dense operand).
@@ -45,8 +49,26 @@ Fp32Image operand_fp32(const GemmOperand& o, const char* name, int64_t rows,
 void store_fp32(const float* src, const TensorView& out, int64_t elems);
 
 namespace cpu {
+// The dequantization of the first `rows` logical rows of quantized operand `o`, planned once
+// (decode table, per-row factors, scale offsets) and run on any range of its stored rows, on the
+// calling thread: the image dequantize_operand writes, a slice at a time. Cheap to copy (the
+// plan is shared). Defined in dequantize_operand.cpp.
+class DequantPlan {
+ public:
+  DequantPlan(const GemmOperand& o, int64_t rows, const std::vector<int64_t>& group_starts);
+  int64_t stored_rows() const;  // rows of the image (its stored orientation)
+  int64_t stored_cols() const;  // its ld
+  bool transposed() const;      // stored (cols, rows) of the logical matrix
+  // Stored rows [r0, r1) into out (stored row r0 at out[0], ld stored_cols()).
+  void rows(int64_t r0, int64_t r1, float* out) const;
+
+ private:
+  struct Impl;
+  std::shared_ptr<const Impl> impl_;
+};
+
 // Dequantizes the first `rows` logical rows of quantized operand `o` into `out` (see Fp32Image;
-// the image's ld is cols, or `rows` when transposed). Defined in dequantize_operand.cpp.
+// the image's ld is cols, or `rows` when transposed), stored rows split over threads.
 Fp32Image dequantize_operand(const GemmOperand& o, int64_t rows,
                              const std::vector<int64_t>& group_starts, float* out);
 }  // namespace cpu
