@@ -2,8 +2,10 @@
 // in the copy's STORED orientation: the rowwise copy (and MXFP8's columnwise copy) as logical
 // (rows, cols); a transposed columnwise copy as (cols, rows), reading only the live columns of
 // each stored row. Values are code × scale computed in FP32 exactly as the quantize layer's
-// dequantize does (NVFP4: e2m1 × (e4m3(s_b) × (1/S_enc))). Loops: stored rows split over blocking
-// threads (blocking_parallel.h), a decode table per element format, the scale once per block.
+// dequantize does (NVFP4: e2m1 × (e4m3(s_b) × (1/S_enc))). A DequantPlan holds what the rows
+// share (decode table per element format, per-row factors, scale offsets) and runs any range of
+// stored rows on its caller, the scale fetched once per block; dequantize_operand splits the
+// stored rows over blocking threads (blocking_parallel.h).
 #include <algorithm>
 #include <array>
 #include <cfloat>
@@ -210,7 +212,8 @@ Fp32Image dequantize_operand(const GemmOperand& o, int64_t rows,
                              const std::vector<int64_t>& group_starts, float* out) {
   const DequantPlan plan(o, rows, group_starts);
   const int64_t sc = plan.stored_cols();
-  parallel_ranges(plan.stored_rows(), std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, sc)),
+  const int64_t min_rows = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, sc));
+  parallel_ranges(plan.stored_rows(), min_rows,
                   [&](int64_t r0, int64_t r1) { plan.rows(r0, r1, out + r0 * sc); });
   return {out, sc, plan.transposed()};
 }
