@@ -67,13 +67,20 @@ std::vector<QuantCase> quantized_cases() {
     cases.push_back({wgrad.name, wgrad, r, true, true});
     if (r.name == "rowwise" || r.name == "nvfp4_x_16x16" || r.name == "block1x128_x_block128x128") {
       // Enough work for a team of threads and several tasks per group (2100 rows), where the
-      // FP32 path makes each B_g's image in the task (a thread's buffer, refilled per group).
+      // FP32 path makes each B_g's image in the task (a thread's buffer, refilled per group):
+      // from stored rows (forward) and from stored columns of a transposed copy (dgrad).
       GemmCase many = fwd;
       many.group_rows = {2100, 0, 700};
       many.extra_rows = 3;
       many.n = 96, many.k = 256;
       many.name = "fwd_tn_many_tasks_" + r.name;
       cases.push_back({many.name, many, r, false, false});
+      GemmCase many_dgrad = many;  // B's columnwise copy (stored transposed for most recipes)
+      many_dgrad.transpose_b = false;
+      many_dgrad.k = 96, many_dgrad.n = 256;
+      many_dgrad.out_dtype = DType::kFloat32;
+      many_dgrad.name = "dgrad_nn_many_tasks_" + r.name;
+      cases.push_back({many_dgrad.name, many_dgrad, r, false, true});
     }
   }
   return cases;

@@ -98,39 +98,46 @@ std::vector<float> per_row_factor(const TensorView& values, bool nvfp4, int64_t 
   return f;
 }
 
-// Stored row `r` of an FP8 copy into out[0, s.sc). `col_scale` (a rowwise columnwise copy
-// scaled per group): the scale index of stored (r, c) is col_scale[c] + r.
+// Stored columns [c0, c1) of stored row `r` of an FP8 copy into out[0, c1 - c0). `col_scale` (a
+// rowwise columnwise copy scaled per group): the scale index of stored (r, c) is col_scale[c] + r.
 void fp8_row(bool per_tensor, const StoredCopy& s, const DecodeTable& t, const float* row_factor,
-             const int64_t* col_scale, int64_t r, float* out) {
-  const uint8_t* codes = s.codes + r * s.sc_full;
+             const int64_t* col_scale, int64_t r, int64_t c0, int64_t c1, float* out) {
+  const uint8_t* codes = s.codes + r * s.sc_full + c0;  // codes[i]: stored column c0 + i
+  const int64_t n = c1 - c0;
   if (per_tensor) {
-    for (int64_t c = 0; c < s.sc; ++c) {
-      out[c] = t[codes[c]] * row_factor[s.transposed ? c : r];
+    if (!s.transposed) {
+      const float f = row_factor[r];
+      for (int64_t i = 0; i < n; ++i) out[i] = t[codes[i]] * f;
+    } else {
+      for (int64_t i = 0; i < n; ++i) out[i] = t[codes[i]] * row_factor[c0 + i];
     }
     return;
   }
   if (col_scale != nullptr) {
-    for (int64_t c = 0; c < s.sc; ++c) out[c] = t[codes[c]] * f32_at(s.scales, col_scale[c] + r);
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = t[codes[i]] * f32_at(s.scales, col_scale[c0 + i] + r);
     return;
   }
-  // Scale constant along a run of `step` stored columns (block width; 0: the whole row).
+  // Scale constant along a run of `step` stored columns (block width; 0: the whole row), runs
+  // starting at multiples of `step`.
   const int64_t step = s.geometry.block_cols > 0 ? s.geometry.block_cols : s.sc;
-  for (int64_t c0 = 0; c0 < s.sc; c0 += step) {
-    const float scale = block_scale(s, r, c0);
-    const int64_t c1 = std::min(c0 + step, s.sc);
-    for (int64_t c = c0; c < c1; ++c) out[c] = t[codes[c]] * scale;
+  for (int64_t b0 = c0; b0 < c1;) {
+    const float scale = block_scale(s, r, b0);
+    const int64_t b1 = std::min((b0 / step + 1) * step, c1);
+    for (int64_t i = b0 - c0; i < b1 - c0; ++i) out[i] = t[codes[i]] * scale;
+    b0 = b1;
   }
 }
 
-// Stored row `r` of an NVFP4 copy into out[0, s.sc).
+// Stored columns [c0, c1) of stored row `r` of an NVFP4 copy into out[0, c1 - c0).
 void nvfp4_row(const StoredCopy& s, const DecodeTable& t, const float* row_factor, int64_t r,
-               float* out) {
+               int64_t c0, int64_t c1, float* out) {
   const uint8_t* bytes = s.codes + r * ceil_div(s.sc_full, 2);
-  for (int64_t c = 0; c < s.sc; ++c) {
+  for (int64_t c = c0; c < c1; ++c) {
     const float inv_s_enc = row_factor[s.transposed ? c : r];
     const float dec = formats::decode_e4m3(nvfp4_scale_byte(s, r, c)) * inv_s_enc;
     const uint8_t byte = bytes[c / 2];
-    out[c] = t[c % 2 == 0 ? (byte & 0xF) : (byte >> 4)] * dec;
+    out[c - c0] = t[c % 2 == 0 ? (byte & 0xF) : (byte >> 4)] * dec;
   }
 }
 
@@ -194,16 +201,24 @@ int64_t DequantPlan::stored_rows() const { return impl_->s.sr; }
 int64_t DequantPlan::stored_cols() const { return impl_->s.sc; }
 bool DequantPlan::transposed() const { return impl_->s.transposed; }
 
+bool DequantPlan::hadamard() const { return impl_->rht; }
+
 void DequantPlan::rows(int64_t r0, int64_t r1, float* out) const {
+  block(r0, r1, 0, impl_->s.sc, out);
+  const int64_t sc = impl_->s.sc;
+  if (impl_->rht)
+    for (int64_t r = r0; r < r1; ++r) inverse_hadamard_row(out + (r - r0) * sc, sc);
+}
+
+void DequantPlan::block(int64_t r0, int64_t r1, int64_t c0, int64_t c1, float* out) const {
   const Impl& p = *impl_;
   const int64_t* cs = p.col_scale.empty() ? nullptr : p.col_scale.data();
   for (int64_t r = r0; r < r1; ++r) {
-    float* row = out + (r - r0) * p.s.sc;
+    float* row = out + (r - r0) * (c1 - c0);
     if (p.nvfp4) {
-      nvfp4_row(p.s, p.table, p.factor.data(), r, row);
-      if (p.rht) inverse_hadamard_row(row, p.s.sc);
+      nvfp4_row(p.s, p.table, p.factor.data(), r, c0, c1, row);
     } else {
-      fp8_row(p.per_tensor, p.s, p.table, p.factor.data(), cs, r, row);
+      fp8_row(p.per_tensor, p.s, p.table, p.factor.data(), cs, r, c0, c1, row);
     }
   }
 }

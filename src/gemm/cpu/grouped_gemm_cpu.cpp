@@ -186,13 +186,14 @@ std::vector<int64_t> uniform_starts(int64_t groups, int64_t rows_per_group) {
 constexpr int64_t kGroupImageBytes = int64_t{4} << 20;
 
 // Whether B's FP32 image is made per group inside the tasks (GroupImagesB): the oneDNN FP32 path,
-// M-grouped, B a quantized copy stored untransposed (a weight's rowwise copy, or its Wᵀ as one)
-// whose group image fits kGroupImageBytes. Then B takes no workspace.
+// M-grouped, B a quantized copy (a weight: its rowwise copy, Wᵀ as one, or its columnwise copy)
+// whose group image fits kGroupImageBytes, not Hadamard-transformed (that transform runs along
+// whole stored rows). Then B takes no workspace.
 bool b_per_group(const GroupedGemmProblem& p, const GroupedGemmDims& dims) {
-  if (p.kind != GroupedGemmKind::kMGrouped || !p.b.is_quantized || p.b.columnwise ||
-      !cpu::fp32_onednn_applies(p))
+  if (p.kind != GroupedGemmKind::kMGrouped || !p.b.is_quantized ||
+      (p.b.columnwise && p.b.quantized.config.random_hadamard) || !cpu::fp32_onednn_applies(p))
     return false;
-  const int64_t rows = p.transpose_b ? dims.n : dims.k;  // stored rows of B_g
+  const int64_t rows = p.transpose_b ? dims.n : dims.k;  // logical rows of B_g
   return rows * operand_cols(p.b) * 4 <= kGroupImageBytes;
 }
 
@@ -237,7 +238,10 @@ void grouped_gemm_cpu(const GroupedGemmProblem& p, const GroupedGemmDims& dims, 
   if (b_per_group(p, dims)) {  // no image of B: the tasks make B_g's (null base)
     b_images = cpu::GroupImagesB{cpu::DequantPlan(p.b, live.b, b_groups),
                                  p.transpose_b ? dims.n : dims.k};
-    f.b = {nullptr, b_images->plan.stored_cols(), false};
+    // B_g's image: its stored rows (ld: the stored columns), or for a transposed copy its
+    // stored columns of every stored row (ld: the group's logical rows).
+    const bool t = b_images->plan.transposed();
+    f.b = {nullptr, t ? b_images->rows : b_images->plan.stored_cols(), t};
   } else {
     f.b = operand_fp32(p.b, "B", live.b, b_groups, ws);
   }
