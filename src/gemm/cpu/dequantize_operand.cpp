@@ -201,8 +201,6 @@ int64_t DequantPlan::stored_rows() const { return impl_->s.sr; }
 int64_t DequantPlan::stored_cols() const { return impl_->s.sc; }
 bool DequantPlan::transposed() const { return impl_->s.transposed; }
 
-bool DequantPlan::hadamard() const { return impl_->rht; }
-
 void DequantPlan::rows(int64_t r0, int64_t r1, float* out) const {
   block(r0, r1, 0, impl_->s.sc, out);
   const int64_t sc = impl_->s.sc;

@@ -59,10 +59,11 @@ class DequantPlan {
   int64_t stored_rows() const;  // rows of the image (its stored orientation)
   int64_t stored_cols() const;  // its ld
   bool transposed() const;      // stored (cols, rows) of the logical matrix
-  bool hadamard() const;        // rows Hadamard-transformed (the emulated NVFP4 wgrad copies)
   // Stored rows [r0, r1) into out (stored row r0 at out[0], ld stored_cols()).
   void rows(int64_t r0, int64_t r1, float* out) const;
-  // Stored rows [r0, r1), stored columns [c0, c1) into out (ld c1 - c0); not for hadamard().
+  // Stored rows [r0, r1), stored columns [c0, c1) into out (ld c1 - c0). Not for a
+  // Hadamard-transformed copy (the emulated NVFP4 wgrad operands: the transform spans whole
+  // stored rows, which rows() undoes).
   void block(int64_t r0, int64_t r1, int64_t c0, int64_t c1, float* out) const;
 
  private:
