@@ -67,17 +67,16 @@ struct GroupBlock {
   int64_t b_row = 0, b_col = 0;  // op(B_g)(kk, j) = b[kk * b_row + j * b_col]
   int64_t d_offset = 0;          // element index of D_g(0, 0); D's row stride is n
   int64_t m = 0, k = 0;
-  int64_t b_row0 = 0;  // with GroupImagesB: B_g's first logical row (b is null then)
 };
 
 // B's FP32 image made per group inside the tasks instead of whole before them (the FP32 path,
-// M-grouped, B quantized): each task dequantizes its group's logical rows [b_row0, b_row0 +
-// rows) — stored rows, or stored columns of a transposed copy — into a buffer of its thread,
-// which stays in cache for the matmul, and keeps it for the thread's next task of the same
-// group and call.
+// M-grouped, B quantized; the blocks' b is null): each task of group g dequantizes B's logical
+// rows [g·rows, (g + 1)·rows) — stored rows, or stored columns of a transposed copy — into a
+// buffer of its thread, which stays in cache for the matmul, and keeps it for the thread's next
+// task of the same group and call.
 struct GroupImagesB {
   DequantPlan plan;
-  int64_t rows = 0;  // stored rows per group
+  int64_t rows = 0;  // logical rows of B per group
 };
 
 // Whether `p`'s FP32 path runs its GEMMs on oneDNN: a build with it, not refused by

@@ -194,7 +194,7 @@ const float* group_image_b(const RunContext& c, int64_t g) {
   const GroupImagesB& b = *c.b_images;
   if (held_call != c.call || held_group != g) {
     held_call = 0;  // invalid while refilled (an exception leaves it so)
-    const int64_t r0 = c.blocks[g].b_row0;
+    const int64_t r0 = g * b.rows;
     if (b.plan.transposed()) {  // the group's logical rows are stored columns
       image.resize(static_cast<size_t>(b.rows * b.plan.stored_rows()));
       b.plan.block(0, b.plan.stored_rows(), r0, r0 + b.rows, image.data());

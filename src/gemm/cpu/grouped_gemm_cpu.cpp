@@ -105,6 +105,11 @@ struct GroupView {
   int64_t d_offset = 0;
 };
 
+// Logical rows of an M-grouped problem's B_g.
+int64_t b_group_rows(const GroupedGemmProblem& p, const GroupedGemmDims& dims) {
+  return p.transpose_b ? dims.n : dims.k;
+}
+
 // start: the G+1 group row starts (D's rows, and A's too unless M-grouped with a_row_starts);
 // a_start: the row starts of A's groups (host_a_row_starts).
 GroupView group_view(const GroupedGemmProblem& p, const GroupedGemmDims& dims,
@@ -114,8 +119,7 @@ GroupView group_view(const GroupedGemmProblem& p, const GroupedGemmDims& dims,
   GroupView v;  // read_trans_* hold the user's op until the end
   switch (p.kind) {
     case GroupedGemmKind::kMGrouped: {
-      const int64_t b_rows = p.transpose_b ? n : dims.k;  // logical rows of B_g
-      v = {rows, dims.k, f.a.rows_from(a_start[g]), false, f.b.rows_from(g * b_rows),
+      v = {rows, dims.k, f.a.rows_from(a_start[g]), false, f.b.rows_from(g * b_group_rows(p, dims)),
            p.transpose_b, r0 * n};
       break;
     }
@@ -193,8 +197,7 @@ bool b_per_group(const GroupedGemmProblem& p, const GroupedGemmDims& dims) {
   if (p.kind != GroupedGemmKind::kMGrouped || !p.b.is_quantized ||
       (p.b.columnwise && p.b.quantized.config.random_hadamard) || !cpu::fp32_onednn_applies(p))
     return false;
-  const int64_t rows = p.transpose_b ? dims.n : dims.k;  // logical rows of B_g
-  return rows * operand_cols(p.b) * 4 <= kGroupImageBytes;
+  return b_group_rows(p, dims) * operand_cols(p.b) * 4 <= kGroupImageBytes;
 }
 
 }  // namespace
@@ -236,8 +239,7 @@ void grouped_gemm_cpu(const GroupedGemmProblem& p, const GroupedGemmDims& dims, 
   f.a = operand_fp32(p.a, "A", live.a, a_groups, ws);
   std::optional<cpu::GroupImagesB> b_images;
   if (b_per_group(p, dims)) {  // no image of B: the tasks make B_g's (null base)
-    b_images = cpu::GroupImagesB{cpu::DequantPlan(p.b, live.b, b_groups),
-                                 p.transpose_b ? dims.n : dims.k};
+    b_images = cpu::GroupImagesB{cpu::DequantPlan(p.b, live.b, b_groups), b_group_rows(p, dims)};
     // B_g's image: its stored rows (ld: the stored columns), or for a transposed copy its
     // stored columns of every stored row (ld: the group's logical rows).
     const bool t = b_images->plan.transposed();
@@ -250,10 +252,8 @@ void grouped_gemm_cpu(const GroupedGemmProblem& p, const GroupedGemmDims& dims, 
     float* staging = p.d.dtype != DType::kFloat32 ? ws.take_floats(d_elems) : nullptr;
     std::vector<cpu::GroupBlock> blocks;
     blocks.reserve(static_cast<size_t>(dims.groups));
-    for (int64_t g = 0; g < dims.groups; ++g) {
+    for (int64_t g = 0; g < dims.groups; ++g)
       blocks.push_back(onednn_block(group_view(p, dims, start, a_start, f, g), f));
-      if (b_images) blocks.back().b_row0 = g * b_images->rows;
-    }
     cpu::grouped_gemm_fp32_onednn(p, dims.n, std::move(blocks), staging,
                                   b_images ? &*b_images : nullptr);
     return;
