@@ -147,7 +147,6 @@ __global__ void __launch_bounds__(kColThreads) chunk_amax_kernel(MemberColumnsAr
   flush();
 }
 
-
 template <class In>
 __global__ void __launch_bounds__(kColThreads) chunk_encode_kernel(MemberColumnsArgs a,
                                                                    const uint32_t* mult) {
@@ -190,7 +189,6 @@ __global__ void __launch_bounds__(kColThreads) chunk_encode_kernel(MemberColumns
     }
   }
 }
-
 
 }  // namespace
 
@@ -254,6 +252,5 @@ void quantize_member_columns(const MemberColumnsArgs& a, void* scratch, Stream s
     TESSERA_CUDA_CHECK(cudaGetLastError());
   });
 }
-
 
 }  // namespace tessera::nn::detail::cuda

@@ -66,7 +66,6 @@ struct WarpRows {
   __device__ int64_t source(int i) const { return i < live ? first + i : -1; }
 };
 
-
 // The wide form of the activation passes (16-bit x, cols % 8 == 0, aligned): lane l takes
 // columns [8l, 8l + 8) of the CTA's 256 with one 16-byte load per row, so a warp reads 512
 // contiguous bytes of a row; the row maxima (for the rowwise copy, when asked for) are warp
@@ -87,7 +86,6 @@ __device__ __forceinline__ float elem_of(const uint4& v, int e) {
   if constexpr (std::is_same_v<In, bf16>) return __uint_as_float(h << 16);
   else return formats::decode_fp16(static_cast<uint16_t>(h));
 }
-
 
 // Pass 1 of the wide form on tile (bx: kWideCols columns, by: kChunkRows rows): the (member,
 // column) maxima into the zeroed slots, the rows' into the zeroed row_amax (when not null).
@@ -374,7 +372,6 @@ __global__ void __launch_bounds__(256) member_slot_scales_kernel(MemberTensorArg
                                                                   uint32_t* mult) {
   member_slot_scales_of(a, slots, mult, blockIdx.x);
 }
-
 
 // The wide form's passes in one cooperative launch: the scratch zeroed (`zero_bytes` of it
 // from `slots`), the (member, column) maxima (pass 1), for
