@@ -27,7 +27,7 @@ from torch import Tensor, nn
 
 from .. import _tessera as _C
 from . import moe_dist
-from .moe_ops import route
+from .moe_ops import _check_node_limit, route
 from .moe_reference import ReferenceGroupedMLP
 
 
@@ -46,7 +46,8 @@ class MoELayer(nn.Module):
 
     MoELayer(hidden, ffn, num_experts, top_k, recipe="bf16", ep_group=None,
              capacity_factor=None, experts=None, router=None, normalize_probs=True,
-             sync_checks=None, quantize_grads=None, device=None, dtype=torch.bfloat16)
+             sync_checks=None, quantize_grads=None, expert_groups=1, groups_per_token=None,
+             device=None, dtype=torch.bfloat16)
 
     hidden, ffn: model width and each expert's FFN width (the experts are a GroupedMLP:
       fc1 -> SwiGLU -> fc2). num_experts, top_k: experts in all, experts per token.
@@ -61,6 +62,11 @@ class MoELayer(nn.Module):
       forward's dispatched rows (recipes whose dispatch is quantized: fp8_rowwise, fp8_block,
       mxfp8); False: in the activation dtype; None (default): quantized for fp8_block and mxfp8
       (power-of-two scales), not for fp8_rowwise (moe.grad_payload_mode).
+    expert_groups, groups_per_token: node-limited routing (moe.route): each token's experts
+      come from at most groups_per_token of expert_groups contiguous groups of experts (one
+      group per node: expert_groups = nodes of the EP group, its ranks node by node; the
+      experts of a rank lie in one group when expert_groups divides the world size). Default:
+      no limit.
 
     forward(x): x (..., hidden) -> (..., hidden); differentiable. Every rank of ep_group calls
     it with its own tokens. After a forward, last_dropped / last_dropped_total hold the dropped
@@ -72,7 +78,8 @@ class MoELayer(nn.Module):
                  ep_group=None, capacity_factor: Optional[float] = None,
                  experts: Optional[nn.Module] = None, router: Optional[nn.Module] = None,
                  normalize_probs: bool = True, sync_checks: Optional[bool] = None,
-                 quantize_grads: Optional[bool] = None, device=None,
+                 quantize_grads: Optional[bool] = None, expert_groups: int = 1,
+                 groups_per_token: Optional[int] = None, device=None,
                  dtype: torch.dtype = torch.bfloat16):
         super().__init__()
         world = 1 if ep_group is None else torch.distributed.get_world_size(ep_group)
@@ -83,6 +90,8 @@ class MoELayer(nn.Module):
         if not 1 <= top_k <= num_experts:
             raise _C.InvalidArgumentError(f"tessera invalid argument: MoELayer: top_k {top_k} must "
                                           f"be in [1, num_experts {num_experts}]")
+        _check_node_limit(num_experts, top_k, expert_groups, groups_per_token)
+        self.expert_groups, self.groups_per_token = expert_groups, groups_per_token
         self.mode, self.align = moe_dist.recipe_dispatch_mode(recipe)
         moe_dist.grad_payload_mode(recipe, quantize_grads)  # a clear error at construction
         self.quantize_grads = quantize_grads
@@ -123,7 +132,9 @@ class MoELayer(nn.Module):
         x2 = x.reshape(-1, self.hidden)
         param = next(self.router.parameters(), None)
         router_in = x2 if param is None or not param.is_floating_point() else x2.to(param.dtype)
-        probs, indices = route(self.router(router_in), self.top_k, self.normalize_probs)
+        probs, indices = route(self.router(router_in), self.top_k, self.normalize_probs,
+                               expert_groups=self.expert_groups,
+                               groups_per_token=self.groups_per_token)
         recv, state = moe_dist.dispatch(x2, indices, self.num_experts, self.ep_group,
                                         recipe=self.recipe, capacity=self.capacity(x2.shape[0]),
                                         sync_checks=self.sync_checks,
@@ -145,6 +156,7 @@ class MoELayer(nn.Module):
         return (f"hidden={self.hidden}, ffn={self.ffn}, num_experts={self.num_experts}, "
                 f"top_k={self.top_k}, recipe={self.recipe!r}, world={self.world}, "
                 f"capacity_factor={self.capacity_factor}, "
+                f"expert_groups={self.expert_groups}, groups_per_token={self.groups_per_token}, "
                 f"grads={moe_dist.grad_payload_mode(self.recipe, self.quantize_grads)!r}")
 
 

@@ -3,8 +3,10 @@ permute (+ fused quantization), unpermute and their backwards. Imports nothing o
 (dispatch / combine over torch.distributed build on this module); tessera.torch.moe is the public
 surface of both.
 
-    route(logits (T, E), top_k, normalize=True) -> (probs (T, k) float32, indices (T, k) int64)
-                                   top-k routing of the router's logits (plain torch)
+    route(logits (T, E), top_k, normalize=True, *, expert_groups=1, groups_per_token=None)
+        -> (probs (T, k) float32, indices (T, k) int64)
+                                   top-k routing of the router's logits (plain torch), node-
+                                   limited when groups_per_token < expert_groups
 
 Ops: compiled torch ops torch.ops.tessera.moe_* (python/torch_ext/moe_ops.cpp: one call into
 compiled code each, tensors converted once in C++, on torch's current stream); here their fake
@@ -65,12 +67,52 @@ def permuted_rows(num_tokens, top_k: int, num_experts: int, align: int = 1,
 
 
 # ---- routing -----------------------------------------------------------------------------------
-def route(logits: Tensor, top_k: int, normalize: bool = True) -> Tuple[Tensor, Tensor]:
+def _check_node_limit(num_experts: int, top_k: int, expert_groups: int,
+                      groups_per_token: Optional[int]) -> int:
+    """groups_per_token as used (expert_groups when None), after checking the arguments."""
+    def bad(what):
+        raise _C.InvalidArgumentError(f"tessera invalid argument: {what}")
+    if expert_groups < 1 or num_experts % expert_groups != 0:
+        bad(f"expert_groups: {expert_groups} must be >= 1 and divide the {num_experts} experts")
+    m = expert_groups if groups_per_token is None else groups_per_token
+    if not 1 <= m <= expert_groups:
+        bad(f"groups_per_token: {m} must be in [1, expert_groups {expert_groups}]")
+    if top_k > m * (num_experts // expert_groups):
+        bad(f"top_k: {top_k} experts do not fit in groups_per_token {m} groups of "
+            f"{num_experts // expert_groups} experts")
+    return m
+
+
+def route(logits: Tensor, top_k: int, normalize: bool = True, *, expert_groups: int = 1,
+          groups_per_token: Optional[int] = None) -> Tuple[Tensor, Tensor]:
     """Top-k routing of router logits (T, E): softmax in FP32, then the k largest probabilities,
     renormalized to sum 1 per token unless normalize=False.
+
+    Node-limited routing (DeepSeek-V3's, to bound the rows a token sends across nodes): the E
+    experts form `expert_groups` contiguous groups of E / expert_groups (with experts sharded
+    rank-major over an EP group whose nodes are consecutive ranks, one group per node); a
+    token's group score is the sum of its max(1, top_k // groups_per_token) largest
+    probabilities in the group, and its k experts are taken from its `groups_per_token`
+    highest-scoring groups only (ties broken as torch.topk breaks them). The
+    probabilities are still the softmax over all E experts. expert_groups 1 (default) or
+    groups_per_token None: plain top-k.
     Returns (probs (T, k) float32, indices (T, k) int64)."""
     p = torch.softmax(logits.float(), dim=-1)
-    top_p, top_i = torch.topk(p, top_k, dim=-1)
+    e = p.shape[-1]
+    m = _check_node_limit(e, top_k, expert_groups, groups_per_token)
+    if m < expert_groups:
+        per = e // expert_groups
+        grouped = p.reshape(p.shape[0], expert_groups, per)
+        n_score = min(per, max(1, top_k // m))
+        score = grouped.topk(n_score, dim=-1).values.sum(dim=-1)           # (T, G)
+        keep = torch.zeros_like(score, dtype=torch.bool)
+        keep.scatter_(1, score.topk(m, dim=-1).indices, True)
+        # Probabilities are >= 0: experts of the other groups (at -1) are never taken.
+        masked = torch.where(keep.unsqueeze(-1), grouped, -1.0).reshape_as(p)
+        top_i = torch.topk(masked, top_k, dim=-1).indices
+        top_p = p.gather(-1, top_i)
+    else:
+        top_p, top_i = torch.topk(p, top_k, dim=-1)
     if normalize:
         top_p = top_p / top_p.sum(dim=-1, keepdim=True)
     return top_p, top_i
