@@ -48,6 +48,8 @@ def test_no_limit_is_plain_top_k():
     for kw in (dict(expert_groups=4), dict(expert_groups=4, groups_per_token=4)):
         got = moe.route(logits, 4, **kw)
         assert torch.equal(got[0], plain[0]) and torch.equal(got[1], plain[1])
+    probs, idx = moe.route(torch.randn(0, 16), 4, expert_groups=4, groups_per_token=2)
+    assert probs.shape == idx.shape == (0, 4)  # an empty batch
 
 
 def test_the_limit_changes_the_choice():
