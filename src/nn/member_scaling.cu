@@ -9,6 +9,7 @@
 
 #include <algorithm>
 
+#include "nn/member_columns.cuh"
 #include "nn/member_scaling.h"
 #include "nn/member_scaling_device.cuh"
 #include "quantize/cuda/device_io.cuh"

@@ -13,6 +13,7 @@
 #include <string>
 #include <type_traits>
 
+#include "nn/member_columns.cuh"
 #include "nn/member_scaling.h"
 #include "nn/member_scaling_device.cuh"
 #include "quantize/cuda/device_io.cuh"
