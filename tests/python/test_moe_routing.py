@@ -1,6 +1,9 @@
-"""Node-limited routing (moe.route's expert_groups / groups_per_token, MoELayer's): against a
-per-token oracle written with Python lists, the plain top-k when the limit is off, the layer
-against reference_moe, and the argument errors."""
+"""moe.route's options and MoELayer's: node-limited routing (expert_groups /
+groups_per_token), sigmoid scores and a selection bias (DeepSeek-V3's router), against a
+per-token oracle written with Python lists; the plain top-k when they are off; the layer against
+reference_moe; the argument errors."""
+import math
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -22,6 +25,34 @@ def oracle(probs, top_k, groups, limit):
     best = sorted(range(groups), key=lambda g: -score[g])[:limit]
     allowed = [i for g in best for i in range(g * per, (g + 1) * per)]
     return sorted(sorted(allowed, key=lambda i: -probs[i])[:top_k])
+
+
+@pytest.mark.parametrize("groups,limit", [(1, 1), (4, 2), (8, 3)])
+def test_sigmoid_scores_with_a_selection_bias(groups, limit):
+    """The choice follows sigmoid(logit) + bias (groups included); the weights are the unbiased
+    sigmoids of the chosen experts, renormalized."""
+    torch.manual_seed(groups)
+    e, k = 16, 4
+    logits = torch.randn(100, e) * 2
+    bias = torch.randn(e) * 0.3
+    probs, idx = moe.route(logits, k, score="sigmoid", selection_bias=bias,
+                           expert_groups=groups, groups_per_token=limit)
+    choice = torch.sigmoid(logits) + bias  # the FP32 values the choice is made on
+    for t in range(logits.shape[0]):
+        assert sorted(idx[t].tolist()) == oracle(choice[t].tolist(), k, groups, limit), t
+        want = [1.0 / (1.0 + math.exp(-v)) for v in logits[t].tolist()]  # sigmoid, in lists
+        assert max(abs(a - b) for a, b in zip(choice[t].tolist(),
+                                              [w + b for w, b in zip(want, bias.tolist())])) < 1e-6
+    sig = torch.sigmoid(logits).gather(1, idx)
+    torch.testing.assert_close(probs, sig / sig.sum(1, keepdim=True), rtol=1e-6, atol=1e-7)
+
+
+def test_the_bias_moves_the_choice_not_the_weight():
+    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0]])
+    bias = torch.tensor([0.0, 0.0, 0.0, 5.0])
+    probs, idx = moe.route(logits, 1, normalize=False, score="sigmoid", selection_bias=bias)
+    assert idx.tolist() == [[3]]
+    assert probs.item() == torch.sigmoid(torch.tensor(-1.0)).item()
 
 
 @pytest.mark.parametrize("e,k,groups,limit", [(16, 4, 4, 2), (64, 8, 8, 4), (12, 3, 3, 1),
@@ -87,6 +118,39 @@ def test_layer_with_node_limit_equals_reference(recipe):
     # Each token's two experts lie in one group of two experts.
     _, idx = moe.route(router(x.detach()), k, expert_groups=4, groups_per_token=1)
     assert bool(((idx[:, 0] // 2) == (idx[:, 1] // 2)).all())
+
+
+def test_layer_with_sigmoid_scores_and_its_bias_buffer_equals_reference():
+    torch.manual_seed(22)
+    h, f, e, k, t = 32, 16, 8, 2, 48
+    experts, router = ReferenceGroupedMLP(e, h, f), ReferenceRouter(h, e)
+    layer = tt.MoELayer(h, f, e, k, experts=experts, router=router, score="sigmoid",
+                        selection_bias=True, expert_groups=2, groups_per_token=1)
+    assert torch.equal(layer.state_dict()["selection_bias"], torch.zeros(e))
+    with torch.no_grad():
+        layer.selection_bias.copy_(torch.randn(e) * 0.2)  # as a balancing step would
+    x = torch.randn(t, h).bfloat16().requires_grad_()
+    g = torch.randn(t, h).bfloat16()
+    layer(x).backward(g)
+    got = [x.grad.clone(), router.weight.grad.clone()]
+    experts.zero_grad()
+    router.zero_grad()
+    x2 = x.detach().clone().requires_grad_()
+    yr, _ = reference_moe(x2, router, experts, e, k, score="sigmoid",
+                          selection_bias=layer.selection_bias, expert_groups=2,
+                          groups_per_token=1)
+    yr.backward(g)
+    assert torch.equal(layer(x.detach()), yr)
+    assert torch.equal(got[0], x2.grad) and torch.equal(got[1], router.weight.grad)
+
+
+def test_bad_scores_and_biases_raise():
+    with pytest.raises(C.InvalidArgumentError, match="score"):
+        moe.route(torch.randn(4, 8), 2, score="relu")
+    with pytest.raises(C.InvalidArgumentError, match="score"):
+        tt.MoELayer(16, 8, 8, 2, experts=ReferenceGroupedMLP(8, 16, 8), score="relu")
+    with pytest.raises(C.ShapeError, match="selection_bias"):
+        moe.route(torch.randn(4, 8), 2, selection_bias=torch.zeros(7))
 
 
 @pytest.mark.parametrize("kw,what", [

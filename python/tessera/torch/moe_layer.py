@@ -27,7 +27,7 @@ from torch import Tensor, nn
 
 from .. import _tessera as _C
 from . import moe_dist
-from .moe_ops import _check_node_limit, route
+from .moe_ops import ROUTER_SCORES, _check_node_limit, route
 from .moe_reference import ReferenceGroupedMLP
 
 
@@ -47,7 +47,7 @@ class MoELayer(nn.Module):
     MoELayer(hidden, ffn, num_experts, top_k, recipe="bf16", ep_group=None,
              capacity_factor=None, experts=None, router=None, normalize_probs=True,
              sync_checks=None, quantize_grads=None, expert_groups=1, groups_per_token=None,
-             device=None, dtype=torch.bfloat16)
+             score="softmax", selection_bias=False, device=None, dtype=torch.bfloat16)
 
     hidden, ffn: model width and each expert's FFN width (the experts are a GroupedMLP:
       fc1 -> SwiGLU -> fc2). num_experts, top_k: experts in all, experts per token.
@@ -67,6 +67,11 @@ class MoELayer(nn.Module):
       group per node: expert_groups = nodes of the EP group, its ranks node by node; the
       experts of a rank lie in one group when expert_groups divides the world size). Default:
       no limit.
+    score: the router's expert scores, "softmax" (default) or "sigmoid" (DeepSeek-V3's).
+    selection_bias: True registers the buffer `selection_bias` (num_experts,) FP32, zeros, in
+      the state_dict: added to the scores when choosing experts only (DeepSeek-V3's
+      auxiliary-loss-free balancing; the training loop updates it, e.g. by the sign of each
+      expert's load error).
 
     forward(x): x (..., hidden) -> (..., hidden); differentiable. Every rank of ep_group calls
     it with its own tokens. After a forward, last_dropped / last_dropped_total hold the dropped
@@ -79,7 +84,8 @@ class MoELayer(nn.Module):
                  experts: Optional[nn.Module] = None, router: Optional[nn.Module] = None,
                  normalize_probs: bool = True, sync_checks: Optional[bool] = None,
                  quantize_grads: Optional[bool] = None, expert_groups: int = 1,
-                 groups_per_token: Optional[int] = None, device=None,
+                 groups_per_token: Optional[int] = None, score: str = "softmax",
+                 selection_bias: bool = False, device=None,
                  dtype: torch.dtype = torch.bfloat16):
         super().__init__()
         world = 1 if ep_group is None else torch.distributed.get_world_size(ep_group)
@@ -92,6 +98,15 @@ class MoELayer(nn.Module):
                                           f"be in [1, num_experts {num_experts}]")
         _check_node_limit(num_experts, top_k, expert_groups, groups_per_token)
         self.expert_groups, self.groups_per_token = expert_groups, groups_per_token
+        if score not in ROUTER_SCORES:
+            raise _C.InvalidArgumentError(f"tessera invalid argument: MoELayer: score: {score!r} "
+                                          f"is not one of {ROUTER_SCORES}")
+        self.score = score
+        if selection_bias:
+            self.register_buffer("selection_bias",
+                                 torch.zeros(num_experts, dtype=torch.float32, device=device))
+        else:
+            self.selection_bias = None
         self.mode, self.align = moe_dist.recipe_dispatch_mode(recipe)
         moe_dist.grad_payload_mode(recipe, quantize_grads)  # a clear error at construction
         self.quantize_grads = quantize_grads
@@ -134,7 +149,8 @@ class MoELayer(nn.Module):
         router_in = x2 if param is None or not param.is_floating_point() else x2.to(param.dtype)
         probs, indices = route(self.router(router_in), self.top_k, self.normalize_probs,
                                expert_groups=self.expert_groups,
-                               groups_per_token=self.groups_per_token)
+                               groups_per_token=self.groups_per_token, score=self.score,
+                               selection_bias=self.selection_bias)
         recv, state = moe_dist.dispatch(x2, indices, self.num_experts, self.ep_group,
                                         recipe=self.recipe, capacity=self.capacity(x2.shape[0]),
                                         sync_checks=self.sync_checks,
@@ -157,6 +173,7 @@ class MoELayer(nn.Module):
                 f"top_k={self.top_k}, recipe={self.recipe!r}, world={self.world}, "
                 f"capacity_factor={self.capacity_factor}, "
                 f"expert_groups={self.expert_groups}, groups_per_token={self.groups_per_token}, "
+                f"score={self.score!r}, selection_bias={self.selection_bias is not None}, "
                 f"grads={moe_dist.grad_payload_mode(self.recipe, self.quantize_grads)!r}")
 
 

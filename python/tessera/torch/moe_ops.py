@@ -3,10 +3,11 @@ permute (+ fused quantization), unpermute and their backwards. Imports nothing o
 (dispatch / combine over torch.distributed build on this module); tessera.torch.moe is the public
 surface of both.
 
-    route(logits (T, E), top_k, normalize=True, *, expert_groups=1, groups_per_token=None)
-        -> (probs (T, k) float32, indices (T, k) int64)
-                                   top-k routing of the router's logits (plain torch), node-
-                                   limited when groups_per_token < expert_groups
+    route(logits (T, E), top_k, normalize=True, *, expert_groups=1, groups_per_token=None,
+          score="softmax", selection_bias=None) -> (probs (T, k) float32, indices (T, k) int64)
+                                   top-k routing of the router's logits (plain torch): softmax
+                                   or sigmoid scores, an optional selection bias, node-limited
+                                   when groups_per_token < expert_groups
 
 Ops: compiled torch ops torch.ops.tessera.moe_* (python/torch_ext/moe_ops.cpp: one call into
 compiled code each, tensors converted once in C++, on torch's current stream); here their fake
@@ -83,36 +84,54 @@ def _check_node_limit(num_experts: int, top_k: int, expert_groups: int,
     return m
 
 
+ROUTER_SCORES = ("softmax", "sigmoid")
+
+
 def route(logits: Tensor, top_k: int, normalize: bool = True, *, expert_groups: int = 1,
-          groups_per_token: Optional[int] = None) -> Tuple[Tensor, Tensor]:
-    """Top-k routing of router logits (T, E): softmax in FP32, then the k largest probabilities,
-    renormalized to sum 1 per token unless normalize=False.
+          groups_per_token: Optional[int] = None, score: str = "softmax",
+          selection_bias: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+    """Top-k routing of router logits (T, E): each expert's score in FP32 (score "softmax": the
+    softmax over the E logits; "sigmoid": each logit's sigmoid, DeepSeek-V3's affinities), then
+    the k experts of largest score, their scores renormalized to sum 1 per token unless
+    normalize=False.
+
+    selection_bias (E,) (DeepSeek-V3's auxiliary-loss-free balancing): added to the scores for
+    choosing the experts (and groups) only; the returned weights are the unbiased scores.
 
     Node-limited routing (DeepSeek-V3's, to bound the rows a token sends across nodes): the E
     experts form `expert_groups` contiguous groups of E / expert_groups (with experts sharded
     rank-major over an EP group whose nodes are consecutive ranks, one group per node); a
-    token's group score is the sum of its max(1, top_k // groups_per_token) largest
-    probabilities in the group, and its k experts are taken from its `groups_per_token`
-    highest-scoring groups only (ties broken as torch.topk breaks them). The
-    probabilities are still the softmax over all E experts. expert_groups 1 (default) or
-    groups_per_token None: plain top-k.
+    token's group score is the sum of its max(1, top_k // groups_per_token) largest (biased)
+    scores in the group, and its k experts are taken from its `groups_per_token`
+    highest-scoring groups only (ties broken as torch.topk breaks them). expert_groups 1
+    (default) or groups_per_token None: plain top-k.
     Returns (probs (T, k) float32, indices (T, k) int64)."""
-    p = torch.softmax(logits.float(), dim=-1)
+    if score not in ROUTER_SCORES:
+        raise _C.InvalidArgumentError(f"tessera invalid argument: score: {score!r} is not one of "
+                                      f"{ROUTER_SCORES}")
+    p = torch.softmax(logits.float(), dim=-1) if score == "softmax" else logits.float().sigmoid()
     e = p.shape[-1]
     m = _check_node_limit(e, top_k, expert_groups, groups_per_token)
+    choice = p
+    if selection_bias is not None:
+        if tuple(selection_bias.shape) != (e,):
+            raise _C.ShapeError(f"tessera shape mismatch: selection_bias: expected ({e},), got "
+                                f"{tuple(selection_bias.shape)}")
+        choice = p + selection_bias.float()
     if m < expert_groups:
         per = e // expert_groups
-        grouped = p.reshape(p.shape[0], expert_groups, per)
+        grouped = choice.reshape(choice.shape[0], expert_groups, per)
         n_score = min(per, max(1, top_k // m))
-        score = grouped.topk(n_score, dim=-1).values.sum(dim=-1)           # (T, G)
-        keep = torch.zeros_like(score, dtype=torch.bool)
-        keep.scatter_(1, score.topk(m, dim=-1).indices, True)
-        # Probabilities are >= 0: experts of the other groups (at -1) are never taken.
-        masked = torch.where(keep.unsqueeze(-1), grouped, -1.0).reshape_as(p)
-        top_i = torch.topk(masked, top_k, dim=-1).indices
-        top_p = p.gather(-1, top_i)
-    else:
+        group_score = grouped.topk(n_score, dim=-1).values.sum(dim=-1)     # (T, G)
+        keep = torch.zeros_like(group_score, dtype=torch.bool)
+        keep.scatter_(1, group_score.topk(m, dim=-1).indices, True)
+        # The other groups' experts at -inf are never taken (top_k fits in the kept groups).
+        choice = torch.where(keep.unsqueeze(-1), grouped, float("-inf")).reshape_as(p)
+    if choice is p:
         top_p, top_i = torch.topk(p, top_k, dim=-1)
+    else:
+        top_i = torch.topk(choice, top_k, dim=-1).indices
+        top_p = p.gather(-1, top_i)
     if normalize:
         top_p = top_p / top_p.sum(dim=-1, keepdim=True)
     return top_p, top_i

@@ -108,19 +108,21 @@ def reference_moe(x: Tensor, router: nn.Module, experts: nn.Module, num_experts:
                   top_k: int, recipe: str = "bf16", capacity: Optional[int] = None,
                   token_blocks: Optional[List[int]] = None,
                   quantize_grads: Optional[bool] = None, expert_groups: int = 1,
-                  groups_per_token: Optional[int] = None) -> tuple[Tensor, int]:
+                  groups_per_token: Optional[int] = None, score: str = "softmax",
+                  selection_bias: Optional[Tensor] = None) -> tuple[Tensor, int]:
     """The MoE layer in one process holding every expert: (out (T, H), pairs dropped).
 
     token_blocks: token counts of the ranks whose tokens x concatenates (capacity applies per
     (rank, expert), lower token first within a rank); default one block. quantize_grads: as
     MoELayer's (the experts' output gradient rows quantized and dequantized per row).
-    expert_groups, groups_per_token: MoELayer's node-limited routing (route).
+    expert_groups, groups_per_token, score, selection_bias: MoELayer's routing (route).
     """
     grad_mode = grad_payload_mode(recipe, quantize_grads)
     mode, align = recipe_dispatch_mode(recipe)
     t, h = x.shape
     top_p, top_i = route(router(x), top_k, expert_groups=expert_groups,
-                         groups_per_token=groups_per_token)
+                         groups_per_token=groups_per_token, score=score,
+                         selection_bias=selection_bias)
     blocks = token_blocks or [t]
     xq = quantize_dequantize_rows(x, mode)
     flat_e = top_i.reshape(-1)
