@@ -151,6 +151,26 @@ def _worker_edges(rank, world, port, outdir):
         dist.destroy_process_group()
 
 
+def _worker_balance(rank, world, port, outdir):
+    """DeepSeek-V3's router over the EP group: sigmoid scores, a selection bias, node-limited
+    to one of two expert groups; after each rank's forward, one balancing step."""
+    import tessera.torch as tt
+    _init(rank, world, port)
+    try:
+        experts, router, x, _ = _model(world)
+        layer = tt.MoELayer(H, F, E, K, ep_group=dist.group.WORLD,
+                            experts=_local_experts(experts, rank, world), router=router,
+                            score="sigmoid", selection_bias=True, expert_groups=2,
+                            groups_per_token=1)
+        layer(x[rank * T:(rank + 1) * T])
+        load = layer.expert_load.clone()
+        layer.update_selection_bias_(0.25)
+        torch.save({"load": load, "bias": layer.selection_bias.clone()},
+                   os.path.join(outdir, f"balance{rank}.pt"))
+    finally:
+        dist.destroy_process_group()
+
+
 def _spawn(fn, world, outdir):
     import torch.multiprocessing as mp
     ctx = mp.start_processes(fn, args=(world, _free_port(), outdir), nprocs=world, join=False,
@@ -189,6 +209,30 @@ def test_expert_parallel_equals_one_process(world):
         assert all(r["dropped_total"] == dropped for r in got), name + ": dropped_total"
         if cf is not None and recipe == "bf16":
             assert dropped > 0, name + ": capacity 0.5 must drop pairs"
+
+
+def test_balancing_step_sums_the_load_over_the_group():
+    """Every rank's selection bias moves by the sign of the GROUP's load error (the replicas of
+    the router stay equal), and each rank's load is its own tokens' choices."""
+    from tessera.torch import moe
+    world = 2
+    with tempfile.TemporaryDirectory() as outdir:
+        _spawn(_worker_balance, world, outdir)
+        ranks = [torch.load(os.path.join(outdir, f"balance{r}.pt")) for r in range(world)]
+    torch.set_num_threads(1)
+    _, router, x, _ = _model(world)
+    total = torch.zeros(E, dtype=torch.int64)
+    for r, got in enumerate(ranks):
+        _, idx = moe.route(router(x[r * T:(r + 1) * T]), K, score="sigmoid",
+                           selection_bias=torch.zeros(E), expert_groups=2, groups_per_token=1)
+        assert torch.equal(got["load"], torch.bincount(idx.reshape(-1), minlength=E)), r
+        total += got["load"]
+    mean = total.sum().item() / E
+    want = torch.tensor([0.25 if n < mean else (-0.25 if n > mean else 0.0)
+                         for n in total.tolist()])
+    assert not torch.equal(want, torch.zeros(E)), "the test's routing is perfectly balanced"
+    for got in ranks:
+        assert torch.equal(got["bias"], want)
 
 
 def test_bad_input_raises_on_every_rank_and_empty_ranks_work():

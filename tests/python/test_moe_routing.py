@@ -144,6 +144,30 @@ def test_layer_with_sigmoid_scores_and_its_bias_buffer_equals_reference():
     assert torch.equal(got[0], x2.grad) and torch.equal(got[1], router.weight.grad)
 
 
+def test_balancing_moves_the_bias_by_the_sign_of_the_load_error():
+    torch.manual_seed(23)
+    h, e, k = 16, 8, 2
+    router = ReferenceRouter(h, e)
+    layer = tt.MoELayer(h, 8, e, k, experts=ReferenceGroupedMLP(e, h, 8), router=router,
+                        score="sigmoid", selection_bias=True)
+    layer.update_selection_bias_(0.1)  # before any forward: nothing to count
+    assert torch.equal(layer.selection_bias, torch.zeros(e))
+    xs = [torch.randn(40, h).bfloat16(), torch.randn(24, h).bfloat16()]
+    load = torch.zeros(e, dtype=torch.int64)
+    for x in xs:  # two micro-batches: their loads add up
+        _, idx = moe.route(router(x), k, score="sigmoid", selection_bias=layer.selection_bias)
+        load += torch.bincount(idx.reshape(-1), minlength=e)
+        layer(x)
+    assert torch.equal(layer.expert_load, load)
+    mean = load.sum().item() / e
+    want = [0.1 if n < mean else (-0.1 if n > mean else 0.0) for n in load.tolist()]
+    layer.update_selection_bias_(0.1)
+    assert layer.selection_bias.tolist() == pytest.approx(want)
+    assert layer.expert_load is None  # the count restarts
+    with pytest.raises(C.InvalidArgumentError, match="selection_bias"):
+        tt.MoELayer(h, 8, e, k, experts=ReferenceGroupedMLP(e, h, 8)).update_selection_bias_(0.1)
+
+
 def test_bad_scores_and_biases_raise():
     with pytest.raises(C.InvalidArgumentError, match="score"):
         moe.route(torch.randn(4, 8), 2, score="relu")

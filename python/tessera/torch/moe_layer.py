@@ -70,8 +70,8 @@ class MoELayer(nn.Module):
     score: the router's expert scores, "softmax" (default) or "sigmoid" (DeepSeek-V3's).
     selection_bias: True registers the buffer `selection_bias` (num_experts,) FP32, zeros, in
       the state_dict: added to the scores when choosing experts only (DeepSeek-V3's
-      auxiliary-loss-free balancing; the training loop updates it, e.g. by the sign of each
-      expert's load error).
+      auxiliary-loss-free balancing; update_selection_bias_ moves it by the sign of each
+      expert's load error, as DeepSeek-V3 does).
 
     forward(x): x (..., hidden) -> (..., hidden); differentiable. Every rank of ep_group calls
     it with its own tokens. After a forward, last_dropped / last_dropped_total hold the dropped
@@ -128,6 +128,9 @@ class MoELayer(nn.Module):
         self.last_dropped: Optional[Tensor] = None
         self.last_dropped_total: Optional[Tensor] = None
         self.last_error: Optional[Tensor] = None
+        # (num_experts,) int64: the (token, expert) pairs this rank's forwards routed to each
+        # expert since the last update_selection_bias_ (layers with a selection bias only).
+        self.expert_load: Optional[Tensor] = None
         self._config_verified = False  # every rank checks the configuration on its 1st forward
 
     def capacity(self, num_tokens: int) -> Optional[int]:
@@ -157,11 +160,35 @@ class MoELayer(nn.Module):
                                         verify_config=not self._config_verified,
                                         quantize_grads=self.quantize_grads)
         self._config_verified = True
+        if self.selection_bias is not None:
+            load = torch.bincount(indices.reshape(-1), minlength=self.num_experts)
+            self.expert_load = load if self.expert_load is None else self.expert_load + load
         y = self.experts(recv, state.offs)
         out = moe_dist.combine(y, probs, state)
         self.last_dropped, self.last_dropped_total = state.dropped, state.dropped_total
         self.last_error = state.error
         return out.reshape(shape)
+
+    @torch.no_grad()
+    def update_selection_bias_(self, rate: float, group=None) -> None:
+        """DeepSeek-V3's auxiliary-loss-free balancing step: selection_bias[e] += rate *
+        sign(mean load - load[e]), the load being expert_load (the pairs routed to each expert by
+        the forwards since the last update) summed over `group` (default: the EP group; pass the
+        group of every rank that routes through a replica of this router, e.g. the whole
+        data- and expert-parallel world, so that the replicas' biases stay equal). The count
+        then restarts. No host sync. Does nothing before a forward."""
+        if self.selection_bias is None:
+            raise _C.InvalidArgumentError("tessera invalid argument: MoELayer: "
+                                          "update_selection_bias_ needs a layer made with "
+                                          "selection_bias=True")
+        if self.expert_load is None:
+            return
+        load = self.expert_load.float()
+        group = self.ep_group if group is None else group
+        if group is not None and torch.distributed.get_world_size(group) > 1:
+            torch.distributed.all_reduce(load, group=group)
+        self.selection_bias += rate * torch.sign(load.mean() - load)
+        self.expert_load = None
 
     def check_errors(self) -> None:
         """Raises (on every rank alike) if the last forward saw bad input anywhere in the group."""
