@@ -161,7 +161,9 @@ class MoELayer(nn.Module):
                                         quantize_grads=self.quantize_grads)
         self._config_verified = True
         if self.selection_bias is not None:
-            load = torch.bincount(indices.reshape(-1), minlength=self.num_experts)
+            flat = indices.reshape(-1)  # scatter_add_, not bincount: no host sync on CUDA
+            load = torch.zeros(self.num_experts, dtype=torch.int64,
+                               device=flat.device).scatter_add_(0, flat, torch.ones_like(flat))
             self.expert_load = load if self.expert_load is None else self.expert_load + load
         y = self.experts(recv, state.offs)
         out = moe_dist.combine(y, probs, state)
