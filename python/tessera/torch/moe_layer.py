@@ -27,7 +27,7 @@ from torch import Tensor, nn
 
 from .. import _tessera as _C
 from . import moe_dist
-from .moe_ops import ROUTER_SCORES, _check_node_limit, route
+from .moe_ops import _check_routing, route
 from .moe_reference import ReferenceGroupedMLP
 
 
@@ -96,11 +96,8 @@ class MoELayer(nn.Module):
         if not 1 <= top_k <= num_experts:
             raise _C.InvalidArgumentError(f"tessera invalid argument: MoELayer: top_k {top_k} must "
                                           f"be in [1, num_experts {num_experts}]")
-        _check_node_limit(num_experts, top_k, expert_groups, groups_per_token)
+        _check_routing(num_experts, top_k, expert_groups, groups_per_token, score)
         self.expert_groups, self.groups_per_token = expert_groups, groups_per_token
-        if score not in ROUTER_SCORES:
-            raise _C.InvalidArgumentError(f"tessera invalid argument: MoELayer: score: {score!r} "
-                                          f"is not one of {ROUTER_SCORES}")
         self.score = score
         if selection_bias:
             self.register_buffer("selection_bias",

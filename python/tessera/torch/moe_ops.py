@@ -68,11 +68,17 @@ def permuted_rows(num_tokens, top_k: int, num_experts: int, align: int = 1,
 
 
 # ---- routing -----------------------------------------------------------------------------------
-def _check_node_limit(num_experts: int, top_k: int, expert_groups: int,
-                      groups_per_token: Optional[int]) -> int:
-    """groups_per_token as used (expert_groups when None), after checking the arguments."""
+ROUTER_SCORES = ("softmax", "sigmoid")
+
+
+def _check_routing(num_experts: int, top_k: int, expert_groups: int,
+                   groups_per_token: Optional[int], score: str) -> int:
+    """route's options checked (for route, and for MoELayer at construction); returns
+    groups_per_token as used (expert_groups when None)."""
     def bad(what):
         raise _C.InvalidArgumentError(f"tessera invalid argument: {what}")
+    if score not in ROUTER_SCORES:
+        bad(f"score: {score!r} is not one of {ROUTER_SCORES}")
     if expert_groups < 1 or num_experts % expert_groups != 0:
         bad(f"expert_groups: {expert_groups} must be >= 1 and divide the {num_experts} experts")
     m = expert_groups if groups_per_token is None else groups_per_token
@@ -82,9 +88,6 @@ def _check_node_limit(num_experts: int, top_k: int, expert_groups: int,
         bad(f"top_k: {top_k} experts do not fit in groups_per_token {m} groups of "
             f"{num_experts // expert_groups} experts")
     return m
-
-
-ROUTER_SCORES = ("softmax", "sigmoid")
 
 
 def route(logits: Tensor, top_k: int, normalize: bool = True, *, expert_groups: int = 1,
@@ -106,12 +109,9 @@ def route(logits: Tensor, top_k: int, normalize: bool = True, *, expert_groups: 
     highest-scoring groups only (ties broken as torch.topk breaks them). expert_groups 1
     (default) or groups_per_token None: plain top-k.
     Returns (probs (T, k) float32, indices (T, k) int64)."""
-    if score not in ROUTER_SCORES:
-        raise _C.InvalidArgumentError(f"tessera invalid argument: score: {score!r} is not one of "
-                                      f"{ROUTER_SCORES}")
+    m = _check_routing(logits.shape[-1], top_k, expert_groups, groups_per_token, score)
     p = torch.softmax(logits.float(), dim=-1) if score == "softmax" else logits.float().sigmoid()
     e = p.shape[-1]
-    m = _check_node_limit(e, top_k, expert_groups, groups_per_token)
     choice = p
     if selection_bias is not None:
         if tuple(selection_bias.shape) != (e,):
