@@ -163,7 +163,8 @@ def test_balancing_moves_the_bias_by_the_sign_of_the_load_error():
     want = [0.1 if n < mean else (-0.1 if n > mean else 0.0) for n in load.tolist()]
     layer.update_selection_bias_(0.1)
     assert layer.selection_bias.tolist() == pytest.approx(want)
-    assert layer.expert_load is None  # the count restarts
+    assert not layer.expert_load.any()  # the count restarts
+    assert "expert_load" not in layer.state_dict()
     with pytest.raises(C.InvalidArgumentError, match="selection_bias"):
         tt.MoELayer(h, 8, e, k, experts=ReferenceGroupedMLP(e, h, 8)).update_selection_bias_(0.1)
 
@@ -189,3 +190,70 @@ def test_bad_node_limits_raise_naming_the_argument(kw, what):
         moe.route(torch.randn(4, 8), 2, **kw)
     with pytest.raises(C.InvalidArgumentError, match=what):
         tt.MoELayer(16, 8, 8, 2, experts=ReferenceGroupedMLP(8, 16, 8), **kw)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or not C.cuda_compiled(),
+                    reason="needs a CUDA device and tessera built with CUDA")
+@pytest.mark.parametrize("recipe", ["bf16", "fp8_rowwise"])
+def test_cuda_router_options_in_a_graph_equal_eager_and_count_every_replay(recipe):
+    """On CUDA: sigmoid scores, a selection bias and node-limited routing in a capacity-mode
+    layer step (forward + backward) captured in one CUDA graph. Each replay equals the eager
+    step bit for bit (out, dx, router dW) on new input, and the load counter adds every replay's
+    pairs (the oracle: bincount of the eager step's choices); the choices follow the list oracle
+    on the CUDA scores; the balancing step then moves the bias by the summed load."""
+    torch.manual_seed(31)
+    dev = torch.device("cuda")
+    h, f, e, k, t = 64, 32, 16, 4, 128
+    layer = tt.MoELayer(h, f, e, k, recipe=recipe, capacity_factor=2.0, sync_checks=False,
+                        score="sigmoid", selection_bias=True, expert_groups=4,
+                        groups_per_token=2, device=dev)
+    with torch.no_grad():
+        layer.selection_bias.copy_(torch.randn(e, device=dev) * 0.2)
+    x = torch.randn(t, h, device=dev).bfloat16().requires_grad_()
+    g = torch.randn(t, h, device=dev).bfloat16()
+
+    def step():
+        x.grad = None
+        layer.router.weight.grad = None
+        out = layer(x)
+        out.backward(g)
+        return out, x.grad, layer.router.weight.grad
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        got = step()
+    torch.cuda.synchronize()
+    layer.expert_load.zero_()
+    want_load = torch.zeros(e, dtype=torch.int64)
+    for r in range(3):
+        with torch.no_grad():
+            x.copy_(torch.randn(t, h, device=dev).bfloat16())
+        graph.replay()
+        torch.cuda.synchronize()
+        replayed = [v.clone() for v in got]
+        load_after_replay = layer.expert_load.clone()
+        eager = step()  # counts its pairs too: take them back out of the counter
+        logits = layer.router(x.detach().to(layer.router.weight.dtype))
+        _, idx = moe.route(logits, k, score="sigmoid", selection_bias=layer.selection_bias,
+                           expert_groups=4, groups_per_token=2)
+        step_load = torch.bincount(idx.reshape(-1).cpu(), minlength=e)
+        want_load += step_load
+        layer.expert_load.sub_(step_load.to(dev))
+        for name, a, b in zip(["out", "dx", "router dw"], replayed, eager):
+            assert torch.equal(a, b), (r, name)
+        assert torch.equal(load_after_replay.cpu(), want_load), r
+        choice = (torch.sigmoid(logits.float()) + layer.selection_bias).cpu()
+        for row in range(0, t, 7):
+            assert sorted(idx[row].tolist()) == oracle(choice[row].tolist(), k, 4, 2), (r, row)
+    before = layer.selection_bias.clone()
+    layer.update_selection_bias_(0.05)
+    mean = want_load.sum().item() / e
+    step_want = torch.tensor([0.05 if n < mean else (-0.05 if n > mean else 0.0)
+                              for n in want_load.tolist()])
+    torch.testing.assert_close((layer.selection_bias - before).cpu(), step_want)
+    assert not layer.expert_load.any()

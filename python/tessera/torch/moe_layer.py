@@ -102,8 +102,15 @@ class MoELayer(nn.Module):
         if selection_bias:
             self.register_buffer("selection_bias",
                                  torch.zeros(num_experts, dtype=torch.float32, device=device))
+            # (num_experts,) int64: the (token, expert) pairs this rank's forwards routed to each
+            # expert since the last update_selection_bias_. Counted in place, so that a forward
+            # captured in a CUDA graph adds its pairs at every replay; not in the state_dict.
+            self.register_buffer("expert_load",
+                                 torch.zeros(num_experts, dtype=torch.int64, device=device),
+                                 persistent=False)
         else:
             self.selection_bias = None
+            self.expert_load: Optional[Tensor] = None
         self.mode, self.align = moe_dist.recipe_dispatch_mode(recipe)
         moe_dist.grad_payload_mode(recipe, quantize_grads)  # a clear error at construction
         self.quantize_grads = quantize_grads
@@ -125,9 +132,6 @@ class MoELayer(nn.Module):
         self.last_dropped: Optional[Tensor] = None
         self.last_dropped_total: Optional[Tensor] = None
         self.last_error: Optional[Tensor] = None
-        # (num_experts,) int64: the (token, expert) pairs this rank's forwards routed to each
-        # expert since the last update_selection_bias_ (layers with a selection bias only).
-        self.expert_load: Optional[Tensor] = None
         self._config_verified = False  # every rank checks the configuration on its 1st forward
 
     def capacity(self, num_tokens: int) -> Optional[int]:
@@ -159,9 +163,7 @@ class MoELayer(nn.Module):
         self._config_verified = True
         if self.selection_bias is not None:
             flat = indices.reshape(-1)  # scatter_add_, not bincount: no host sync on CUDA
-            load = torch.zeros(self.num_experts, dtype=torch.int64,
-                               device=flat.device).scatter_add_(0, flat, torch.ones_like(flat))
-            self.expert_load = load if self.expert_load is None else self.expert_load + load
+            self.expert_load.scatter_add_(0, flat, torch.ones_like(flat))
         y = self.experts(recv, state.offs)
         out = moe_dist.combine(y, probs, state)
         self.last_dropped, self.last_dropped_total = state.dropped, state.dropped_total
@@ -175,19 +177,18 @@ class MoELayer(nn.Module):
         the forwards since the last update) summed over `group` (default: the EP group; pass the
         group of every rank that routes through a replica of this router, e.g. the whole
         data- and expert-parallel world, so that the replicas' biases stay equal). The count
-        then restarts. No host sync. Does nothing before a forward."""
+        then restarts (zeroed in place). No host sync; with no pair counted the bias stays as
+        it is. Every rank of `group` must call it together (one all_reduce)."""
         if self.selection_bias is None:
             raise _C.InvalidArgumentError("tessera invalid argument: MoELayer: "
                                           "update_selection_bias_ needs a layer made with "
                                           "selection_bias=True")
-        if self.expert_load is None:
-            return
         load = self.expert_load.float()
         group = self.ep_group if group is None else group
         if group is not None and torch.distributed.get_world_size(group) > 1:
             torch.distributed.all_reduce(load, group=group)
         self.selection_bias += rate * torch.sign(load.mean() - load)
-        self.expert_load = None
+        self.expert_load.zero_()
 
     def check_errors(self) -> None:
         """Raises (on every rank alike) if the last forward saw bad input anywhere in the group."""
