@@ -322,7 +322,7 @@ GroupedLinearContext GroupedLinear::forward(const TensorView& x, const TensorVie
   ctx->weight_version = p.forwards;
   const bool keep_x = mode.training && (!p.spec.quantized() || p.options.save_original_input);
   LinearForwardArgs a{x, ctx->layout.offsets, GroupOffsetsFormat::kStartOffsets, p.bias_view(),
-                      y, mode.training && !keep_x};
+                      y, mode.training && !keep_x, {}};
   ctx->saved = linear_forward(p.spec, *ctx->weight, a, p.state(), *p.pool, stream);
   if (ctx->saved.has_input) {  // the wgrad's padded layout
     ctx->layout.padded_offsets = ctx->saved.padded_starts;

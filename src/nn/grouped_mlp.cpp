@@ -113,7 +113,7 @@ GroupedMLPContext GroupedMLP::forward(const TensorView& x, const TensorView& spl
   ctx->fc1 = p1.refresh(mode.requantize_weights, stream);
   ctx->fc2 = p2.refresh(mode.requantize_weights, stream);
   MlpForwardArgs a{x, ctx->layout.offsets, GroupOffsetsFormat::kStartOffsets, probs,
-                   p1.bias_view(), p2.bias_view(), y, mode.training};
+                   p1.bias_view(), p2.bias_view(), y, mode.training, {}};
   const MlpState state{p1.state(), p2.state()};
   ctx->saved = mlp_forward(s.spec(), {*ctx->fc1, *ctx->fc2}, a, state, pool, stream);
   GroupedMLPContext out;

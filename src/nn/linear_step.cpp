@@ -341,14 +341,85 @@ LinearSaved view_linear_saved(const LinearSpec& s, int64_t rows, bool save_input
   return saved;
 }
 
+namespace {
+
+// x given as its rowwise copy (LinearForwardArgs::x_rowwise): the checks.
+void check_x_rowwise(const LinearSpec& s, const LinearForwardArgs& a) {
+  const QuantizedTensorView& q = a.x_rowwise;
+  TESSERA_CHECK(a.x.data == nullptr, "x and x_rowwise: give one of them, not both");
+  TESSERA_CHECK_STATUS(s.quantized(), Status::kDTypeMismatch, "x_rowwise: the step's recipe does "
+                       "not quantize x (a dense step takes x)");
+  const ScalingMode m = q.config.mode;
+  TESSERA_CHECK_STATUS(m == ScalingMode::kRowwise || m == ScalingMode::kBlock1x128 ||
+                           m == ScalingMode::kMXFP8,
+                       Status::kUnsupported, "x_rowwise: a ", scaling_mode_name(m),
+                       " copy; only rowwise, block1x128 and mxfp8 copies (scales local to a "
+                       "row: an FP8 dispatch's payload) are taken");
+  TESSERA_CHECK_STATUS(m == s.input.config.mode && q.config.element == s.input.config.element,
+                       Status::kDTypeMismatch, "x_rowwise: a ", scaling_mode_name(m), " ",
+                       dtype_name(q.config.element), " copy, but the recipe quantizes x as ",
+                       scaling_mode_name(s.input.config.mode), " ",
+                       dtype_name(s.input.config.element));
+  TESSERA_CHECK_STATUS((q.has_rowwise() || q.rows == 0) && q.cols == s.in && q.rows >= 0,
+                       Status::kShapeMismatch, "x_rowwise: expected the rowwise copy of a (T, ",
+                       s.in, ") matrix, got (", q.rows, ", ", q.cols, ")",
+                       q.has_rowwise() ? "" : " without its rowwise data");
+}
+
+// The forward of x given as its rowwise copy: the GEMM reads it at the caller's offsets; the
+// saved columnwise copy is the input role's quantization of x̂ = dequantize(x_rowwise) in the
+// wgrad layout, made from the codes where the kernels take them (CUDA, rowwise FP8), else from
+// an FP32 image of x̂.
+void forward_from_rowwise(const LinearSpec& s, const LinearForwardArgs& a,
+                          const LinearState& state, LinearSaved& saved, GroupedGemmProblem& g,
+                          const WeightCopies& weight, Allocator& alloc, Stream stream) {
+  const QuantizedTensorView& xr = a.x_rowwise;
+  const Device dev = xr.device;
+  const int64_t t = xr.rows;
+  if (saved.has_input) {
+    const detail::GroupOffsets groups =
+        detail::group_offsets_of(a.offsets, a.offsets_format, s.groups, t);
+    detail::group_starts(groups, s.wgrad_align, saved.starts.as<int64_t>(),
+                         saved.padded_starts.as<int64_t>(), dev, stream);
+    detail::Members m = members(s, saved);
+    m.sources = saved.starts.as<const int64_t>();  // x̂'s rows are the caller's, in the layout
+    QuantizedTensorView out = saved.input;
+    if (!detail::quantize_columns_from_codes(s.input, xr, m, out, alloc, stream)) {
+      const TensorView probe = TensorView::contiguous(nullptr, DType::kFloat32, {t, s.in}, dev);
+      StepArena img(alloc, dtype_bytes(DType::kFloat32, t * s.in) + 256 +
+                               padded_copy_bytes(s.input, false, true, probe, saved.padded_rows) +
+                               detail::call_allowance(s.groups, saved.padded_rows, s.in),
+                    dev, stream);
+      const TensorView x32 = TensorView::contiguous(
+          img.carver().take(dtype_bytes(DType::kFloat32, t * s.in)), DType::kFloat32, {t, s.in},
+          dev);
+      dequantize(xr, x32, false, stream);
+      quantize_in_layout(s, s.input, false, true, state.input, x32, saved, out, img.carver(), img,
+                         stream, "input");
+    }
+  }
+  StepArena tmp(alloc, 256 + detail::call_allowance(s.groups, t, s.in), dev, stream);
+  g.a = GemmOperand::from_quantized(xr, false);
+  g.b = GemmOperand::from_quantized(weight.q, false);
+  detail::run_gemm(g, tmp, stream);
+}
+
+}  // namespace
+
 LinearSaved linear_forward(const LinearSpec& s, const WeightCopies& weight,
                            const LinearForwardArgs& a, const LinearState& state, Allocator& alloc,
                            Stream stream) {
-  check_view(a.x, "x", {DType::kFloat32, DType::kBFloat16, DType::kFloat16});
-  TESSERA_CHECK_STATUS(a.x.ndim == 2 && a.x.shape[1] == s.in, Status::kShapeMismatch,
-                       "x: expected (T, ", s.in, "), got ", a.x.to_string());
-  const int64_t t = a.x.shape[0];
-  const Device dev = a.x.device;
+  // x_rowwise is given when it has data, or (T = 0) columns while x is no view at all.
+  const bool given_q = a.x_rowwise.has_rowwise() || (a.x.ndim == 0 && a.x_rowwise.cols > 0);
+  if (given_q) {
+    check_x_rowwise(s, a);
+  } else {
+    check_view(a.x, "x", {DType::kFloat32, DType::kBFloat16, DType::kFloat16});
+    TESSERA_CHECK_STATUS(a.x.ndim == 2 && a.x.shape[1] == s.in, Status::kShapeMismatch,
+                         "x: expected (T, ", s.in, "), got ", a.x.to_string());
+  }
+  const int64_t t = given_q ? a.x_rowwise.rows : a.x.shape[0];
+  const Device dev = given_q ? a.x_rowwise.device : a.x.device;
   check_float_matrix(a.y, "y", t, s.out);
   const detail::GroupOffsets groups =
       detail::group_offsets_of(a.offsets, a.offsets_format, s.groups, t);
@@ -368,6 +439,10 @@ LinearSaved linear_forward(const LinearSpec& s, const WeightCopies& weight,
     g.a = GemmOperand::from_dense(dense_operand(a.x, dense_dtype(s), tmp, stream));
     g.b = GemmOperand::from_dense(weight.dense);
     detail::run_gemm(g, tmp, stream);
+    return saved;
+  }
+  if (given_q) {
+    forward_from_rowwise(s, a, state, saved, g, weight, alloc, stream);
     return saved;
   }
   // x in the padded layout (every group on an aligned row start, zeros between groups and past

@@ -38,8 +38,14 @@ inline bool wide_columns(const MemberColumnsArgs& a) {
     return reinterpret_cast<uintptr_t>(p) % n == 0;
   };
   static_assert(kWarpRows == 16, "a warp's rows lie in one member of a 16-row aligned layout");
-  return (chunked_columns(a) || weight_columns(a)) && a.members.aligned16 &&
-         dtype_bytes(a.x_dtype, 1) == 2 && a.cols % 8 == 0 && aligned(a.x, 16) &&
+  // x as E4M3 codes with row scales (x_row_scale_inv): 8 bytes a lane, the columnwise copy only,
+  // in E4M3 (the one kind instantiated).
+  const bool input_ok = a.x_row_scale_inv == nullptr
+      ? dtype_bytes(a.x_dtype, 1) == 2 && aligned(a.x, 16)
+      : a.x_dtype == DType::kFloat8E4M3 && aligned(a.x, 8) && a.row_data == nullptr &&
+            !a.quant.e5m2;
+  return (chunked_columns(a) || weight_columns(a)) && a.members.aligned16 && input_ok &&
+         a.cols % 8 == 0 &&
          (a.row_data == nullptr || (aligned(a.row_data, 8) && a.row_quant.e5m2 == a.quant.e5m2));
 }
 

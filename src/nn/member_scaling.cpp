@@ -283,6 +283,24 @@ void quantize_role_members(const RoleFormat& format, bool rowwise, bool columnwi
   if (c.delayed) update_member_state(c, state, members.groups, dev, stream);
 }
 
+bool quantize_columns_from_codes(const RoleFormat& format, const QuantizedTensorView& xq,
+                                 const Members& members, QuantizedTensorView& out,
+                                 Allocator& alloc, Stream stream) {
+  const QuantizerConfig& c = format.config;
+  if (!xq.device.is_cuda() || xq.config.mode != ScalingMode::kRowwise || !xq.has_rowwise() ||
+      !is_family(c.mode, ScaleFamily::kRowwise) || !member_scaled(c, true) ||
+      !out.has_columnwise()) {
+    return false;
+  }
+  MemberColumnsArgs lines{xq.data.data, xq.config.element, out.rows, out.cols, members,
+                          line_rule(c, out.rows), out.columnwise_data.as<uint8_t>(), 0, out.rows,
+                          1, out.columnwise_scale_inv.as<float>()};
+  lines.x_row_scale_inv = xq.scale_inv.as<const float>();
+  if (!cuda::columns_from_codes(lines)) return false;
+  quantize_member_columns(lines, alloc, xq.device, stream);
+  return true;
+}
+
 void check_member_state(const QuantizerConfig& c, const DelayedScalingState& state,
                         int64_t groups, Device device, const char* role) {
   const int64_t len = c.amax_history_len;

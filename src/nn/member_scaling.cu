@@ -194,6 +194,9 @@ __global__ void __launch_bounds__(kColThreads) chunk_encode_kernel(MemberColumns
 }  // namespace
 
 bool lines_fused(const MemberColumnsArgs& a) { return wide_columns(a); }
+bool columns_from_codes(const MemberColumnsArgs& a) {
+  return a.x_row_scale_inv != nullptr && wide_columns(a);
+}
 
 int64_t member_columns_scratch_bytes(const MemberColumnsArgs& a) {
   if (!chunked_columns(a) && !wide_columns(a)) return 0;
@@ -213,6 +216,8 @@ int64_t member_columns_zero_bytes(const MemberColumnsArgs& a) {
 
 void quantize_member_columns(const MemberColumnsArgs& a, void* scratch, Stream stream) {
   const auto s = stream.as<cudaStream_t>();
+  TESSERA_CHECK(a.x_row_scale_inv == nullptr || wide_columns(a), "quantize_member_columns: x "
+                "as codes is read in the wide form only (columns_from_codes)");
   if (chunked_columns(a) || wide_columns(a)) {
     TESSERA_CHECK(scratch != nullptr, "quantize_member_columns: the chunked path needs ",
                   member_columns_scratch_bytes(a), " bytes of scratch");

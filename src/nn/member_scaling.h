@@ -92,6 +92,9 @@ bool member_global_amax(const QuantizerConfig& c);
 // With `row_data` set (the activation form on CUDA, where lines_fused says so), the same two
 // passes also write x's rowwise copy: row r's codes under one scale over the row (`row_quant`),
 // its scale_inv at row_scale_inv[r] — bit for bit the standalone rowwise quantizer.
+// With `x_row_scale_inv` set (CUDA, where columns_from_codes says so), x holds E4M3 codes of a
+// kRowwise rowwise copy and the matrix quantized is x̂ = decode(code) · x_row_scale_inv[row]
+// (FP32, dequantize()'s values): read at one byte an element, never materialized.
 struct MemberColumnsArgs {
   const void* x;
   DType x_dtype;
@@ -104,6 +107,7 @@ struct MemberColumnsArgs {
   uint8_t* row_data = nullptr;
   float* row_scale_inv = nullptr;
   moe::RowQuant row_quant{};
+  const float* x_row_scale_inv = nullptr;
 };
 void quantize_member_columns(const MemberColumnsArgs& a, Allocator& alloc, Device device,
                              Stream stream);
@@ -180,12 +184,23 @@ void quantize_role_members(const RoleFormat& format, bool rowwise, bool columnwi
                            const Members& members, QuantizedTensorView& out, Allocator& alloc,
                            Stream stream, const char* role);
 
+// The columnwise copy of x̂ = dequantize(xq) for `format` (rowwise family), xq an E4M3 kRowwise
+// rowwise copy whose rows are the layout's sources (members.sources): the bits
+// quantize_role_members(format, false, true, {}, x̂, members, out) writes for that FP32 x̂, made
+// from the codes (one byte an element read, no FP32 image). Returns false, doing nothing, where
+// the kernels do not take it (the CPU; CUDA outside the wide form's geometry): the caller then
+// dequantizes.
+bool quantize_columns_from_codes(const RoleFormat& format, const QuantizedTensorView& xq,
+                                 const Members& members, QuantizedTensorView& out,
+                                 Allocator& alloc, Stream stream);
+
 namespace cuda {
 // offsets[g] = members.begin(g)·cols (g < G), offsets[G] = members.end(G − 1)·cols: the element
 // offsets of the members of a (rows, cols) matrix (device; quantize_nvfp4_members' table).
 void member_element_offsets(const Members& members, int64_t cols, int64_t* offsets, Stream stream);
 int64_t member_columns_scratch_bytes(const MemberColumnsArgs& a);
 bool lines_fused(const MemberColumnsArgs& a);  // the CUDA kernels can write row_data too
+bool columns_from_codes(const MemberColumnsArgs& a);  // they can read x as codes (x_row_scale_inv)
 void quantize_member_columns(const MemberColumnsArgs& a, void* scratch, Stream stream);
 void member_tensor_amax(const MemberTensorArgs& a, uint32_t* amax_bits, Stream stream);
 void member_tensor_encode(const MemberTensorArgs& a, const uint32_t* amax_bits, uint8_t* codes,

@@ -9,6 +9,7 @@ void member_element_offsets(const Members&, int64_t, int64_t*, Stream) {
 }
 int64_t member_columns_scratch_bytes(const MemberColumnsArgs&) { return 0; }
 bool lines_fused(const MemberColumnsArgs&) { return false; }
+bool columns_from_codes(const MemberColumnsArgs&) { return false; }
 void quantize_member_columns(const MemberColumnsArgs&, void*, Stream) {
   TESSERA_FAIL(Status::kNoDevice, "quantize_member_columns: tessera was built without CUDA");
 }

@@ -5,6 +5,8 @@
 // scaling (current or delayed) takes the same kernels (member_tensor_wide). Same rules and bits
 // as the CPU loops. The per-member and chunked forms are in member_scaling.cu.
 #include <cooperative_groups.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -78,14 +80,37 @@ constexpr int kWideWords = kChunkRows / 4 + 1;  // 4-byte words per staged colum
 
 constexpr int kBatch = 8;  // rows whose loads a lane issues before it uses the first (amax)
 
-// Element e (a compile-time index once unrolled) of 8 bf16/fp16 values in a 16-byte word, as a
-// float, from registers (no address taken: the word stays out of local memory).
+// The input kind of x given as E4M3 codes of a kRowwise copy (MemberColumnsArgs::
+// x_row_scale_inv): a lane's 8 elements are 8 bytes, and their values decode(code) · the row's
+// scale_inv (dequantize()'s FP32 product).
+struct E4M3Rows {};
+
+// A lane's 8 elements of x's row `row` from column c0 (E4M3Rows: one 8-byte load, the row's
+// scale_inv bits in the third word).
+__device__ __forceinline__ uint4 load_codes8(const MemberColumnsArgs& a, int64_t row, int64_t c0) {
+  const uint2 v =
+      *reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(a.x) + row * a.cols + c0);
+  return make_uint4(v.x, v.y, __float_as_uint(a.x_row_scale_inv[row]), 0u);
+}
+
+// Element e (a compile-time index once unrolled) of 8 bf16/fp16 values in a 16-byte word (or of
+// 8 codes and their row scale, E4M3Rows), as a float, from registers (no address taken: the
+// word stays out of local memory). A zero word is 8 zeros.
 template <class In>
 __device__ __forceinline__ float elem_of(const uint4& v, int e) {
-  const uint32_t w = e < 2 ? v.x : (e < 4 ? v.y : (e < 6 ? v.z : v.w));
-  const uint32_t h = e % 2 ? w >> 16 : w & 0xffffu;
-  if constexpr (std::is_same_v<In, bf16>) return __uint_as_float(h << 16);
-  else return formats::decode_fp16(static_cast<uint16_t>(h));
+  if constexpr (std::is_same_v<In, E4M3Rows>) {
+    // The hardware's exact E4M3 -> FP16 conversion (every E4M3 value is an FP16 value), then
+    // FP16 -> FP32: the values formats::decode_e4m3 gives, without its bit arithmetic.
+    const uint32_t w = e < 4 ? v.x : v.y;
+    const auto code8 = static_cast<__nv_fp8_storage_t>(w >> (8 * (e % 4)));
+    const float code = __half2float(__half(__nv_cvt_fp8_to_halfraw(code8, __NV_E4M3)));
+    return __fmul_rn(code, __uint_as_float(v.z));
+  } else {
+    const uint32_t w = e < 2 ? v.x : (e < 4 ? v.y : (e < 6 ? v.z : v.w));
+    const uint32_t h = e % 2 ? w >> 16 : w & 0xffffu;
+    if constexpr (std::is_same_v<In, bf16>) return __uint_as_float(h << 16);
+    else return formats::decode_fp16(static_cast<uint16_t>(h));
+  }
 }
 
 // Pass 1 of the wide form on tile (bx: kWideCols columns, by: kChunkRows rows): the (member,
@@ -107,8 +132,12 @@ __device__ __forceinline__ void wide_amax_tile(const MemberColumnsArgs& a, uint3
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
       const int64_t src = span.source(b + j);
-      raw[j] = ok && src >= 0 ? *reinterpret_cast<const uint4*>(x + src * a.cols + c0)
-                              : make_uint4(0, 0, 0, 0);
+      if constexpr (std::is_same_v<In, E4M3Rows>) {
+        raw[j] = ok && src >= 0 ? load_codes8(a, src, c0) : make_uint4(0, 0, 0, 0);
+      } else {
+        raw[j] = ok && src >= 0 ? *reinterpret_cast<const uint4*>(x + src * a.cols + c0)
+                                : make_uint4(0, 0, 0, 0);
+      }
     }
     // Rows past the matrix were loaded as zeros: they change no maximum. The row maxima of
     // each 4 rows over the warp take 6 shuffles (not 4 x 5): the exchanges over lane bits 16
@@ -264,7 +293,12 @@ __device__ __forceinline__ void wide_encode_tile(const MemberColumnsArgs& a, con
 #pragma unroll
     for (int j = 0; j < kBatchRows; ++j) {
       const bool in = ok && b + j < span.live;
-      raw[j] = in ? *reinterpret_cast<const uint4*>(src + (b + j) * a.cols) : make_uint4(0, 0, 0, 0);
+      if constexpr (std::is_same_v<In, E4M3Rows>) {
+        raw[j] = in ? load_codes8(a, span.first + b + j, c0) : make_uint4(0, 0, 0, 0);
+      } else {
+        raw[j] = in ? *reinterpret_cast<const uint4*>(src + (b + j) * a.cols)
+                    : make_uint4(0, 0, 0, 0);
+      }
     }
     // The batch's 8 row multipliers, or the member's (kPerMember). Lane j < 8 takes row j's
     // from its amax bits (and, in column tile 0, stores its scale); the others read it from
@@ -482,6 +516,20 @@ void wide_passes(const MemberColumnsArgs& a, const MemberTensorArgs& t, uint32_t
   int device = 0;
   TESSERA_CUDA_CHECK(cudaGetDevice(&device));
   const int64_t tiles = int64_t{wgrid.x} * wgrid.y;
+  if (a.x_row_scale_inv != nullptr) {  // x as E4M3 codes (columns_from_codes): separate kernels
+    if constexpr (!kPerMember) {
+      if (zero_bytes > 0) TESSERA_CUDA_CHECK(cudaMemsetAsync(slots, 0, zero_bytes, s));
+      if (a.rows > 0) {
+        wide_amax_kernel<E4M3Rows><<<wgrid, kColThreads, 0, s>>>(a, slots, row_amax);
+        wide_encode_kernel<E4M3Rows, false, false><<<wgrid, kColThreads, 0, s>>>(a, mult,
+                                                                               row_amax);
+      } else {
+        scales();
+      }
+      TESSERA_CUDA_CHECK(cudaGetLastError());
+    }
+    return;
+  }
   dispatch_float_input(a.x_dtype, "x", [&](auto tag) {
     using In = typename decltype(tag)::type;
     if constexpr (sizeof(In) == 2) {  // wide_columns: 16-bit input only

@@ -83,12 +83,20 @@ MlpSaved view_mlp_saved(const MlpSpec& s, int64_t rows, DType activation, bool n
 
 MlpSaved mlp_forward(const MlpSpec& s, const MlpWeights& w, const MlpForwardArgs& args,
                      const MlpState& state, Allocator& alloc, Stream stream) {
-  check_view(args.x, "x", {DType::kFloat32, DType::kBFloat16, DType::kFloat16});
-  TESSERA_CHECK_STATUS(args.x.ndim == 2 && args.x.shape[1] == s.hidden(), Status::kShapeMismatch,
-                       "x: expected (T, ", s.hidden(), "), got ", args.x.to_string());
-  const int64_t t = args.x.shape[0];
-  const DType act = args.x.dtype;
-  const Device dev = args.x.device;
+  // x, or its rowwise copy (fc1's x_rowwise: linear_forward checks it); the activations then
+  // take y's dtype.
+  const bool given_q = args.x_rowwise.has_rowwise() || (args.x.ndim == 0 && args.x_rowwise.cols > 0);
+  if (given_q) {
+    check_view(args.y, "y", {DType::kFloat32, DType::kBFloat16, DType::kFloat16});
+  } else {
+    check_view(args.x, "x", {DType::kFloat32, DType::kBFloat16, DType::kFloat16});
+    TESSERA_CHECK_STATUS(args.x.ndim == 2 && args.x.shape[1] == s.hidden(),
+                         Status::kShapeMismatch, "x: expected (T, ", s.hidden(), "), got ",
+                         args.x.to_string());
+  }
+  const int64_t t = given_q ? args.x_rowwise.rows : args.x.shape[0];
+  const DType act = given_q ? args.y.dtype : args.x.dtype;
+  const Device dev = given_q ? args.x_rowwise.device : args.x.device;
   check_probs(args.probs, "probs", t);
   TESSERA_CHECK_STATUS(args.y.data == nullptr || args.y.dtype == act, Status::kDTypeMismatch,
                        "y: expected x's dtype ", dtype_name(act), ", got ",
@@ -108,15 +116,15 @@ MlpSaved mlp_forward(const MlpSpec& s, const MlpWeights& w, const MlpForwardArgs
   saved.a_view = matrix(z.a.per_row > 0 ? a.data : tmp.take(dtype_bytes(act, t * s.ffn())), act,
                         t, s.ffn(), dev);
 
-  LinearForwardArgs f1{args.x, args.offsets, args.offsets_format, args.fc1_bias, saved.h_view,
-                       args.need_wgrad};
+  LinearForwardArgs f1{args.x,       args.offsets,     args.offsets_format, args.fc1_bias,
+                       saved.h_view, args.need_wgrad, args.x_rowwise};
   saved.fc1 = linear_forward(s.fc1, w.fc1, f1, state.fc1, alloc, stream);
   const detail::GroupOffsets groups =
       detail::group_offsets_of(args.offsets, args.offsets_format, s.groups(), t);
   detail::swiglu_forward(saved.h_view, float_probs(args.probs, tmp, stream), groups,
                          saved.a_view, stream);
   LinearForwardArgs f2{saved.a_view, args.offsets, args.offsets_format, args.fc2_bias, args.y,
-                       args.need_wgrad};
+                       args.need_wgrad, {}};
   saved.fc2 = linear_forward(s.fc2, w.fc2, f2, state.fc2, alloc, stream);
   if (z.a.per_row == 0) saved.a_view = TensorView{};  // scratch: not kept
   return saved;

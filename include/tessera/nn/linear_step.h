@@ -161,6 +161,13 @@ struct LinearForwardArgs {
   TensorView bias;               // (G, out) or empty
   TensorView y;                  // (T, out) float32 / bfloat16 / float16, written whole
   bool save_input = false;       // keep x's columnwise copy for a backward that computes dW
+  // x given instead as its rowwise quantized copy (leave x empty): (T, in) in the input role's
+  // mode and element, a mode whose scales are local to a row (rowwise, block1x128, mxfp8: e.g.
+  // an FP8 dispatch's payload, or the copy an upstream op wrote). The forward GEMM reads it as it
+  // is (x is not quantized again); the step's x is then x̂ = dequantize(x_rowwise) (FP32), and
+  // the saved columnwise copy is the input role's quantization of x̂ — made from the codes on
+  // CUDA for rowwise E4M3 (one byte an element read), else through an FP32 image of x̂.
+  QuantizedTensorView x_rowwise;
 };
 
 LinearSaved linear_forward(const LinearSpec& spec, const WeightCopies& weight,

@@ -66,6 +66,9 @@ struct MlpForwardArgs {
   TensorView fc1_bias, fc2_bias;  // (G, 2·ffn), (G, hidden) or empty
   TensorView y;         // (T, hidden) like x
   bool need_wgrad = false;  // a backward will compute weight gradients (save the copies)
+  // x given instead as its rowwise quantized copy (leave x empty): fc1's
+  // LinearForwardArgs::x_rowwise; the activations (h, a, y) are then in y's dtype.
+  QuantizedTensorView x_rowwise;
 };
 
 MlpSaved mlp_forward(const MlpSpec& spec, const MlpWeights& weights, const MlpForwardArgs& args,
