@@ -160,13 +160,14 @@ struct MlpNode : torch::autograd::Function<MlpNode> {
                                const std::string& spec2, const std::string& prefix,
                                const OptTensor& ds1, const OptTensor& ah1, const OptTensor& ds2,
                                const OptTensor& ah2, const OptTensor& mg1, const OptTensor& mg2,
-                               bool need_wgrad) {
+                               bool need_wgrad, const OptTensor& x_codes,
+                               const OptTensor& x_scale_inv) {
     at::AutoDispatchBelowADInplaceOrView below;
     static const c10::OperatorHandle fwd = tessera_op("tessera::mlp_fwd");
     const bool requantize = !wc1.has_value();
     Stack out = call(fwd, {x, w1, w2, offs, opt(probs), opt(b1), opt(b2), opt(wc1), opt(wc2),
                            requantize, spec1, spec2, prefix, opt(ds1), opt(ah1), opt(ds2),
-                           opt(ah2), need_wgrad});
+                           opt(ah2), need_wgrad, opt(x_codes), opt(x_scale_inv)});
     Tensor y = out[0].toTensor(), s1 = out[1].toTensor(), h = out[2].toTensor();
     Tensor s2 = out[3].toTensor(), a = out[4].toTensor();
     Tensor made1 = out[5].toTensor(), made2 = out[6].toTensor();
@@ -192,7 +193,7 @@ struct MlpNode : torch::autograd::Function<MlpNode> {
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     if (at::GradMode::is_enabled()) step_error("GroupedMLP", "");
-    variable_list result(19);  // one per forward argument
+    variable_list result(21);  // one per forward argument
     if (!grads[0].defined()) return result;
     const variable_list s = ctx->get_saved_variables();
     const Tensor &offs = s[0], &x = s[1], &probs = s[2], &w1 = s[3], &w2 = s[4];
@@ -236,13 +237,14 @@ std::tuple<Tensor, Tensor, Tensor> mlp(const Tensor& x, const Tensor& w1, const 
                                        c10::string_view prefix, const OptTensor& ds1,
                                        const OptTensor& ah1, const OptTensor& ds2,
                                        const OptTensor& ah2, const OptTensor& mg1,
-                                       const OptTensor& mg2) {
+                                       const OptTensor& mg2, const OptTensor& x_codes,
+                                       const OptTensor& x_scale_inv) {
   const bool need_wgrad =
       at::GradMode::is_enabled() && (w1.requires_grad() || w2.requires_grad());
   variable_list out =
       MlpNode::apply(x, w1, w2, offs, probs, b1, b2, wc1, wc2, std::string(spec1),
                      std::string(spec2), std::string(prefix), ds1, ah1, ds2, ah2, mg1, mg2,
-                     need_wgrad);
+                     need_wgrad, x_codes, x_scale_inv);
   return {out[0], out[1], out[2]};
 }
 
@@ -258,7 +260,8 @@ TORCH_LIBRARY_FRAGMENT(tessera, m) {
   m.def("mlp(Tensor x, Tensor w1, Tensor w2, Tensor offs, Tensor? probs, Tensor? b1, "
         "Tensor? b2, Tensor? wc1, Tensor? wc2, str recipe1, str recipe2, str prefix, "
         "Tensor(a!)? ds1, Tensor(b!)? ah1, Tensor(c!)? ds2, Tensor(d!)? ah2, Tensor? mg1, "
-        "Tensor? mg2) -> (Tensor, Tensor, Tensor)");
+        "Tensor? mg2, Tensor? x_codes=None, Tensor? x_scale_inv=None) "
+        "-> (Tensor, Tensor, Tensor)");
   // Implemented in Python (tessera/torch/_ext.py): raises the tessera.Error of `message`
   // ("[tessera:<status>] ..."), or, for an empty one, the refusal of create_graph=True.
   m.def("step_error(str layer, str message) -> ()");

@@ -35,7 +35,7 @@ LinearOut linear_fwd(Tensor x, Tensor weight, Tensor offs, OptTensor bias, OptTe
                                              scope.stream(), &made);
     Tensor y = new_tensor({xv.shape[0], out}, xv.dtype, scope.device());
     nn::LinearForwardArgs a{xv,  offsets_view(offs, g), GroupOffsetsFormat::kEndOffsets,
-                            view_of(bias, "bias"), view_of(y, "y"), save};
+                            view_of(bias, "bias"), view_of(y, "y"), save, {}};
     const nn::LinearSaved saved = nn::linear_forward(spec, w, a, state, alloc, scope.stream());
     return {y, tensor_of(saved.storage, scope.device()), made};
   });
@@ -81,18 +81,68 @@ LinearOut linear_bwd(Tensor dy, Tensor offs, OptTensor x, Tensor weight, OptTens
   });
 }
 
+// x's rowwise copy given as codes (uint8 or the element's float8 dtype, (t, cols), contiguous)
+// and their compact scales (scale_shape's shape; E8M0 as uint8 or float8_e8m0fnu), in the
+// quantization `role` makes: LinearForwardArgs::x_rowwise.
+QuantizedTensorView rowwise_input(const nn::RoleFormat& role, const Tensor& codes,
+                                  const Tensor& scale_inv, int64_t t, int64_t cols) {
+  TESSERA_CHECK_STATUS(role.quantized, Status::kDTypeMismatch,
+                       "x_codes: the recipe does not quantize x (a dense step takes x itself)");
+  QuantizerConfig c = role.config;
+  c.rowwise = true;
+  c.columnwise = false;
+  c.scale_layout = ScaleLayout::kCompact;
+  TensorView d = view_of(codes, "x_codes");
+  TESSERA_CHECK_STATUS(d.dtype == DType::kUInt8 || d.dtype == c.element, Status::kDTypeMismatch,
+                       "x_codes: expected uint8 or ", dtype_name(c.element), " codes, got ",
+                       dtype_name(d.dtype));
+  TESSERA_CHECK_STATUS(d.ndim == 2 && d.shape[0] == t && d.shape[1] == cols && d.is_contiguous(),
+                       Status::kShapeMismatch, "x_codes: expected contiguous (", t, ", ", cols,
+                       "), got ", d.to_string());
+  d.dtype = c.element;
+  const MatrixShape ss = scale_shape(c, t, cols, false);
+  TensorView sv = view_of(scale_inv, "x_scale_inv");
+  const bool e8m0 = ss.dtype == DType::kFloat8E8M0;
+  TESSERA_CHECK_STATUS(sv.dtype == ss.dtype || (e8m0 && sv.dtype == DType::kUInt8),
+                       Status::kDTypeMismatch, "x_scale_inv: expected ", dtype_name(ss.dtype),
+                       e8m0 ? " (or uint8)" : "", " scales, got ", dtype_name(sv.dtype));
+  TESSERA_CHECK_STATUS(sv.numel() == ss.rows * ss.cols && sv.is_contiguous(),
+                       Status::kShapeMismatch, "x_scale_inv: expected ", ss.rows * ss.cols,
+                       " contiguous scales (", ss.rows, " x ", ss.cols, " for ",
+                       scaling_mode_name(c.mode), "), got ", sv.to_string());
+  QuantizedTensorView q;
+  q.config = c;
+  q.rows = t;
+  q.cols = cols;
+  q.device = d.device;
+  q.data = d;
+  q.scale_inv = TensorView::contiguous(sv.data, ss.dtype, {ss.rows, ss.cols}, sv.device);
+  return q;
+}
+
 using MlpFwdOut = std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor>;
 
 // y, saved fc1, h, saved fc2, a, new fc1 copies, new fc2 copies.
 MlpFwdOut mlp_fwd(Tensor x, Tensor w1, Tensor w2, Tensor offs, OptTensor probs, OptTensor b1,
                   OptTensor b2, OptTensor wc1, OptTensor wc2, bool requantize, std::string recipe1,
                   std::string recipe2, std::string prefix, OptTensor ds1, OptTensor ah1, OptTensor ds2, OptTensor ah2,
-                  bool need_wgrad) {
+                  bool need_wgrad, OptTensor x_codes, OptTensor x_scale_inv) {
   return guarded([&]() -> MlpFwdOut {
     const CallScope scope(x);
     const Device dev = scope.device();
-    const TensorView xv = view_of(x, "x");
-    check_view(xv, "x", {DType::kFloat32, DType::kBFloat16, DType::kFloat16});
+    // With x_codes, x gives the activations' dtype and the shape only (its values are not read:
+    // it may be an expanded tensor).
+    TensorView xv = view_of(x, "x");
+    TESSERA_CHECK(x_codes.has_value() == x_scale_inv.has_value(),
+                  "x_codes and x_scale_inv: give both or neither");
+    if (x_codes) {
+      TESSERA_CHECK_STATUS(xv.dtype == DType::kFloat32 || xv.dtype == DType::kBFloat16 ||
+                               xv.dtype == DType::kFloat16,
+                           Status::kDTypeMismatch, "x: dtype ", dtype_name(xv.dtype),
+                           " is not an activation dtype (float32, bfloat16 or float16)");
+    } else {
+      check_view(xv, "x", {DType::kFloat32, DType::kBFloat16, DType::kFloat16});
+    }
     TESSERA_CHECK_STATUS(xv.ndim == 2 && w1.dim() == 3 && w2.dim() == 3 &&
                              w1.size(2) == xv.shape[1] && w2.size(1) == xv.shape[1] &&
                              w1.size(1) == 2 * w2.size(2),
@@ -117,7 +167,12 @@ MlpFwdOut mlp_fwd(Tensor x, Tensor w1, Tensor w2, Tensor offs, OptTensor probs, 
                          view_of(b1, "fc1 bias"),
                          view_of(b2, "fc2 bias"),
                          view_of(y, "y"),
-                         need_wgrad};
+                         need_wgrad,
+                         {}};
+    if (x_codes) {
+      a.x = TensorView{};
+      a.x_rowwise = rowwise_input(spec.fc1.input, *x_codes, *x_scale_inv, xv.shape[0], hidden);
+    }
     const nn::MlpSaved s = nn::mlp_forward(spec, w, a, state, alloc, scope.stream());
     return {y,
             tensor_of(s.fc1.storage, dev),
@@ -211,7 +266,8 @@ STABLE_TORCH_LIBRARY_FRAGMENT(tessera, m) {
   m.def("mlp_fwd(Tensor x, Tensor w1, Tensor w2, Tensor offs, Tensor? probs, Tensor? b1, "
         "Tensor? b2, Tensor? wc1, Tensor? wc2, bool requantize, str recipe1, str recipe2, "
         "str prefix, "
-        "Tensor(a!)? ds1, Tensor(b!)? ah1, Tensor(c!)? ds2, Tensor(d!)? ah2, bool need_wgrad) "
+        "Tensor(a!)? ds1, Tensor(b!)? ah1, Tensor(c!)? ds2, Tensor(d!)? ah2, bool need_wgrad, "
+        "Tensor? x_codes=None, Tensor? x_scale_inv=None) "
         "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
   m.def("mlp_bwd(Tensor dy, Tensor offs, Tensor? x, Tensor? probs, Tensor w1, Tensor w2, "
         "Tensor? wc1, Tensor? wc2, Tensor saved1, Tensor h, Tensor saved2, Tensor a, str recipe1, "

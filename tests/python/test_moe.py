@@ -546,3 +546,95 @@ def test_dequantize_rows_of_a_permuted_payload_and_errors():
         moe.dequantize_rows(data, sinv, "block1x128", torch.float64)
     torch.library.opcheck(torch.ops.tessera.moe_dequantize_rows.default,
                           (data.view(torch.uint8), sinv, "block1x128", torch.bfloat16))
+
+
+# ---- the experts reading the dispatched codes (codes_to_experts) ------------------------------
+def _codes_run(recipe, codes, capacity_factor, device):
+    torch.manual_seed(41)
+    h, f, e, k, t = 128, 64, 8, 2, 96  # FP8 block dgrad on CUDA: contractions % 128 == 0
+    router = ReferenceRouter(h, e, device=device)
+    layer = tt.MoELayer(h, f, e, k, recipe=recipe, router=router, codes_to_experts=codes,
+                        capacity_factor=capacity_factor, sync_checks=False, device=device)
+    torch.manual_seed(42)
+    x = torch.randn(t, h, device=device).bfloat16().requires_grad_()
+    g = torch.randn(t, h, device=device).bfloat16()
+    y = layer(x)
+    y.backward(g)
+    ex = layer.experts
+    return layer, [y.detach(), x.grad, ex.fc1.weight.grad, ex.fc2.weight.grad, router.weight.grad]
+
+
+def _sqnr_db(ref, got):
+    ref, got = ref.double(), got.double()
+    return 10 * torch.log10(ref.square().sum() / (ref - got).square().sum()).item()
+
+
+_DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() and C.cuda_compiled() else [])
+_NAMES = ["out", "dx", "fc1 dw", "fc2 dw", "router dw"]
+
+
+@pytest.mark.parametrize("device", _DEVICES)
+@pytest.mark.parametrize("capacity_factor", [None, 0.75])
+@pytest.mark.parametrize("recipe", ["fp8_block", "mxfp8"])
+def test_experts_reading_power_of_two_codes_equal_the_dequantized_rows(recipe, capacity_factor,
+                                                                       device):
+    """Power-of-two scales: a dispatched row's values code · 2^e are exact in BF16 and its
+    re-quantization multiplies the same values, so the experts reading the codes
+    (codes_to_experts=True) give the same bits as reading the dequantized rows, everywhere."""
+    on, got = _codes_run(recipe, True, capacity_factor, device)
+    off, want = _codes_run(recipe, False, capacity_factor, device)
+    assert on.codes_to_experts and not off.codes_to_experts
+    assert "codes_to_experts=True" in repr(on)
+    for name, a, b in zip(_NAMES, got, want):
+        assert torch.equal(a, b), name
+
+
+@pytest.mark.parametrize("device", _DEVICES)
+@pytest.mark.parametrize("capacity_factor", [None, 0.75])
+def test_experts_reading_rowwise_codes(capacity_factor, device):
+    """fp8_rowwise takes the codes by default. fc1's forward reads them as they are: its
+    re-quantization of the dequantized rows gives the same codes, so the output, dx, fc2's and
+    the router's gradients equal the dequantized path's bit for bit; fc1's weight gradient reads
+    the columnwise copy of the FP32 values code · s instead of their BF16 rounding: it differs
+    at the FP8 copy's rounding (>= 30 dB to the other), no more."""
+    on, got = _codes_run("fp8_rowwise", None, capacity_factor, device)
+    off, want = _codes_run("fp8_rowwise", False, capacity_factor, device)
+    assert on.codes_to_experts and not off.codes_to_experts
+    for name, a, b in zip(_NAMES, got, want):
+        if name == "fc1 dw":
+            assert _sqnr_db(b, a) >= 30, name
+        else:
+            assert torch.equal(a, b), name
+
+
+def test_codes_to_experts_needs_a_quantized_payload_and_experts_that_read_it():
+    with pytest.raises(ValueError, match="codes_to_experts"):
+        tt.MoELayer(16, 8, 8, 2, recipe="bf16", codes_to_experts=True)
+    with pytest.raises(ValueError, match="codes_to_experts"):
+        tt.MoELayer(16, 8, 8, 2, recipe="fp8_rowwise", codes_to_experts=True,
+                    experts=ReferenceGroupedMLP(8, 16, 8))
+    # the plain-torch experts read dequantized rows: off by default
+    assert not tt.MoELayer(16, 8, 8, 2, recipe="fp8_rowwise",
+                           experts=ReferenceGroupedMLP(8, 16, 8)).codes_to_experts
+    assert not tt.MoELayer(16, 8, 8, 2, recipe="mxfp8").codes_to_experts  # FP32 image: opt in
+    with pytest.raises(ValueError, match="deliver_codes"):
+        moe.dispatch(torch.randn(4, 16), torch.zeros(4, 2, dtype=torch.int64), 8,
+                     recipe="bf16", deliver_codes=True)
+
+
+def test_grouped_mlp_x_rowwise_arguments_are_checked():
+    mlp = tt.GroupedMLP(2, 32, 16, recipe="fp8_rowwise")
+    x = torch.randn(8, 32).bfloat16()
+    offs = torch.tensor([4, 8], dtype=torch.int32)
+    codes = torch.zeros(8, 32, dtype=torch.uint8)
+    sinv = torch.ones(8, 1)
+    assert mlp.rowwise_input_mode() == "rowwise"
+    assert mlp(x, offs, x_rowwise=(codes, sinv)).shape == (8, 32)  # zero codes: y = 0
+    with pytest.raises(ValueError, match="x_codes"):
+        mlp(x, offs, x_rowwise=(codes[:, :16].contiguous(), sinv))
+    with pytest.raises(ValueError, match="x_scale_inv"):
+        mlp(x, offs, x_rowwise=(codes, torch.ones(4, 1)))
+    with pytest.raises(C.DTypeError, match="x_scale_inv"):
+        mlp(x, offs, x_rowwise=(codes, torch.ones(8, 1, dtype=torch.float64)))
+    with pytest.raises(ValueError, match="x_codes"):
+        tt.GroupedMLP(2, 32, 16)(x, offs, x_rowwise=(codes, sinv))  # bf16 does not quantize x

@@ -164,7 +164,7 @@ def _linear_bwd_fake(dy, offs, x, weight, wcache, saved, recipe, name, has_bias,
 
 @torch.library.register_fake("tessera::mlp_fwd")
 def _mlp_fwd_fake(x, w1, w2, offs, probs, b1, b2, wc1, wc2, requantize, recipe1, recipe2, prefix,
-                  ds1, ah1, ds2, ah2, need_wgrad):
+                  ds1, ah1, ds2, ah2, need_wgrad, x_codes=None, x_scale_inv=None):
     g, hidden, ffn = w1.shape[0], w1.shape[2], w2.shape[2]
     (s1, h, s2, a, wb1, wb2) = mlp_sizes(recipe1, recipe2, prefix, g, hidden, ffn,
                                          b1 is not None, w1.dtype, x.dtype, need_wgrad)

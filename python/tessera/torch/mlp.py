@@ -29,12 +29,12 @@ class _MlpFn(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, w1, w2, offs, probs, b1, b2, spec1, spec2, prefix, wc1, wc2, ds1, ah1, ds2,
-                ah2, mg1, mg2):
+                ah2, mg1, mg2, x_codes=None, x_scale_inv=None):
         requantize = wc1 is None
         need_wgrad = ctx.needs_input_grad[1] or ctx.needs_input_grad[2]
         y, s1, h, s2, a, made1, made2 = _ext.call(
             _ext.mlp_fwd, x, w1, w2, offs, probs, b1, b2, wc1, wc2, requantize, spec1, spec2,
-            prefix, ds1, ah1, ds2, ah2, need_wgrad)
+            prefix, ds1, ah1, ds2, ah2, need_wgrad, x_codes, x_scale_inv)
         c1, c2 = (made1, made2) if requantize else (wc1, wc2)
         dense_x = s1.numel() == 0 and need_wgrad  # fc1's weight gradient reads x itself
         ctx.save_for_backward(offs, x if dense_x else None, probs, w1, w2, c1, c2, s1, h, s2, a,
@@ -51,7 +51,7 @@ class _MlpFn(torch.autograd.Function):
         if torch.is_grad_enabled():
             raise double_backward_error("GroupedMLP")
         if dy is None:  # y took no part in the loss
-            return (None,) * 18
+            return (None,) * 20
         (offs, x, probs, w1, w2, c1, c2, s1, h, s2, a, ds1, ah1, ds2, ah2, mg1,
          mg2) = ctx.saved_tensors
         spec1, spec2, prefix, has_bias, w_dtype, b_dtype, p_dtype = ctx.meta
@@ -68,19 +68,24 @@ class _MlpFn(torch.autograd.Function):
         return (dx if need_dx else None, dw1 if need[1] and not accumulate else None,
                 dw2 if need[2] and not accumulate else None, None,
                 dprobs if need_dprobs else None, db1 if need_db else None,
-                db2 if need_db else None) + (None,) * 11
+                db2 if need_db else None) + (None,) * 13
 
 
 def mlp_step(x: Tensor, w1: Tensor, w2: Tensor, offs: Tensor, probs: Optional[Tensor],
              specs, prefix: str, caches, *, b1: Optional[Tensor] = None,
              b2: Optional[Tensor] = None, states=(None, None),
-             main_grads=(None, None), promised: bool = False) -> Tensor:
+             main_grads=(None, None), promised: bool = False,
+             x_rowwise: Optional[tuple] = None) -> Tensor:
     """The step (GroupedMLP's forward). specs: the recipe texts of fc1 and fc2 (spec_of);
     caches: (WeightCache, WeightCache) of fc1 and fc2; states: fc1's and fc2's delayed state
     ((scale, history) or None); main_grads: FP32 main grads of fc1 and fc2 (both or neither);
-    promised: the caller promises unchanged weights (is_first_microbatch=False)."""
+    promised: the caller promises unchanged weights (is_first_microbatch=False); x_rowwise:
+    (codes, scale_inv), x's rowwise copy in fc1's input quantization (x then gives only the
+    shape, the activations' dtype and the gradient's way back: its values are not read)."""
     spec1, spec2 = specs
-    x = autocast_input(x)
+    x_codes, x_scale_inv = x_rowwise if x_rowwise is not None else (None, None)
+    if x_rowwise is None:
+        x = autocast_input(x)
     if x.dim() != 2 or x.shape[1] != w1.shape[2]:
         raise _C.ShapeError(f"tessera shape mismatch: x: expected (T, {w1.shape[2]}), got "
                             f"{tuple(x.shape)}")
@@ -93,13 +98,15 @@ def mlp_step(x: Tensor, w1: Tensor, w2: Tensor, offs: Tensor, probs: Optional[Te
     usable = (c1 is not None and c2 is not None and c1.usable(w1, spec1, promised)
               and c2.usable(w2, spec2, promised))
     wc1, wc2 = (caches[0].copies, caches[1].copies) if usable else (None, None)
-    xc = x if x.is_contiguous() else x.contiguous()
+    xc = x if x.is_contiguous() or x_rowwise is not None else x.contiguous()
     if _ext.mlp is not None and not torch.compiler.is_compiling():  # the C++ node
         y, made1, made2 = _ext.call(_ext.mlp, xc, w1, w2, offs, probs, b1, b2, wc1, wc2, spec1,
-                                    spec2, prefix, ds1, ah1, ds2, ah2, *main_grads)
+                                    spec2, prefix, ds1, ah1, ds2, ah2, *main_grads, x_codes,
+                                    x_scale_inv)
     else:
         y, made1, made2 = _MlpFn.apply(xc, w1, w2, offs, probs, b1, b2, spec1, spec2, prefix,
-                                       wc1, wc2, ds1, ah1, ds2, ah2, *main_grads)
+                                       wc1, wc2, ds1, ah1, ds2, ah2, *main_grads, x_codes,
+                                       x_scale_inv)
     if not usable and caches[0] is not None:
         caches[0].store(w1, spec1, made1)
         caches[1].store(w2, spec2, made2)

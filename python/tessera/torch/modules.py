@@ -29,6 +29,7 @@ from torch import Tensor, nn
 from .. import _tessera as _C
 from .linear import WeightCache, linear_step, spec_of
 from .mlp import mlp_step
+from .moe_dist import recipe_dispatch_mode
 from .recipe import RECIPES, resolve
 
 
@@ -192,7 +193,8 @@ class GroupedMLP(nn.Module):
     "<name>.fc2") in a CustomRecipe's roles.
 
     forward(x (T, hidden), offs (G,) int32 cumulative end offsets | splits=(G,) sizes,
-            probs (T,) routing probabilities or None, is_first_microbatch=None) -> (T, hidden).
+            probs (T,) routing probabilities or None, is_first_microbatch=None,
+            x_rowwise=None) -> (T, hidden).
     """
 
     def __init__(self, num_groups: int, hidden: int, ffn: int, recipe="bf16",
@@ -217,14 +219,22 @@ class GroupedMLP(nn.Module):
         self.fc2.invalidate_weight_cache()
 
     def _run(self, x: Tensor, offs: Tensor, probs: Optional[Tensor],
-             promised: bool = False) -> Tensor:
+             promised: bool = False, x_rowwise: Optional[tuple] = None) -> Tensor:
         l1, l2 = self.fc1, self.fc2
         main_grads = ((l1._main_grad(), l2._main_grad()) if l1.accumulate_main_grad
                       else (None, None))
         return mlp_step(x, l1.weight, l2.weight, offs, probs, (l1.spec, l2.spec), self.prefix,
                         (l1.weight_cache, l2.weight_cache), b1=l1.bias, b2=l2.bias,
                         states=(l1._delayed_state(), l2._delayed_state()),
-                        main_grads=main_grads, promised=promised)
+                        main_grads=main_grads, promised=promised, x_rowwise=x_rowwise)
+
+    def rowwise_input_mode(self) -> str:
+        """The rowwise quantization whose codes forward(x_rowwise=...) reads as fc1's input: the
+        recipe's activation mode where an FP8 dispatch sends its payload in it ("rowwise",
+        "block1x128", "mxfp8"), else "none" (MoELayer's codes_to_experts asks this)."""
+        if not isinstance(self.recipe, str):
+            return "none"
+        return recipe_dispatch_mode(self.recipe)[0]
 
     def _quantize_weights(self) -> None:
         x = self.fc1.weight.new_empty((0, self.hidden))
@@ -235,15 +245,23 @@ class GroupedMLP(nn.Module):
 
     def forward(self, x: Tensor, offs: Optional[Tensor] = None, probs: Optional[Tensor] = None,
                 splits=None, *, m_splits=None,
-                is_first_microbatch: Optional[bool] = None) -> Tensor:
+                is_first_microbatch: Optional[bool] = None,
+                x_rowwise: Optional[tuple] = None) -> Tensor:
         """x (T, hidden) -> (T, hidden): fc1 -> SwiGLU (times probs) -> fc2 per row group.
 
         Groups as in GroupedLinear.forward (`offs`, or sizes as `splits` / `m_splits`); `probs`
         (T,) scales each row's SwiGLU output (the routing probabilities; None: 1).
+        x_rowwise: (codes, scale_inv), x's rowwise copy in fc1's input quantization
+        (rowwise_input_mode(): uint8 or float8 codes (T, hidden), compact scales — an FP8
+        dispatch's payload): fc1's forward reads it as it is instead of quantizing x, and the
+        weight gradient's copy is made from its values (dequantize(x_rowwise), FP32). x then
+        gives only the shape, the activations' dtype and the way back for dx: its values are
+        not read (an expanded tensor will do).
         """
         offs = offsets_from(offs, splits if m_splits is None else m_splits, self.num_groups,
                             x.device)
-        return self._run(x, offs, probs, promised=is_first_microbatch is False)
+        return self._run(x, offs, probs, promised=is_first_microbatch is False,
+                         x_rowwise=x_rowwise)
 
     def extra_repr(self) -> str:
         recipe = self.delayed_scaling if self.delayed_scaling is not None else self.recipe

@@ -347,18 +347,34 @@ def _deliver(data: Tensor, sinv: Optional[Tensor], mode: str, dtype: torch.dtype
     return ops.dequantize_rows(recv, recv_scale, mode, dtype, rows)
 
 
+def _deliver_codes(data: Tensor, sinv: Tensor, mode: str, state: DispatchState):
+    """A quantized payload -> the owners of its experts, expert-major, left as (codes, scales):
+    the experts' first GEMM reads them as x's rowwise copy (no dequantize)."""
+    recv = _send_forward(data, state)
+    recv_scale = _send_forward(_scale_rows(sinv, mode, state.rows), state)
+    if state.world > 1:
+        idx = _regroup_index(state)[0]
+        recv, recv_scale = recv.index_select(0, idx), recv_scale.index_select(0, idx)
+    return recv, recv_scale
+
+
 class _DispatchFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x: Tensor, state: DispatchState, mode: str) -> Tensor:
+    def forward(ctx, x: Tensor, state: DispatchState, mode: str, codes: bool) -> Tensor:
         data, sinv = state.extra.pop("payload")  # permuted (+ quantized) by _prepare
         ctx.state = state
+        if codes:
+            # The rows stay codes (state.extra["codes"]); the output only carries their shape,
+            # dtype and the way back for their gradient: an expanded scalar, no memory.
+            state.extra["codes"] = _deliver_codes(data, sinv, mode, state)
+            return x.new_empty(()).expand(state.extra["codes"][0].shape[0], state.hidden)
         return _deliver(data, sinv, mode, x.dtype, state)
 
     @staticmethod
     def backward(ctx, grad: Tensor):
         state = ctx.state
         d_perm = _send_back(_to_source_major(grad.contiguous(), state), state)
-        return ops.moe_permute_backward(d_perm, state.slot_map, state.num_tokens), None, None
+        return ops.moe_permute_backward(d_perm, state.slot_map, state.num_tokens), None, None, None
 
 
 class _CombineFn(torch.autograd.Function):
@@ -424,7 +440,8 @@ def grad_payload_mode(recipe: str, quantize_grads: Optional[bool] = None) -> str
 def dispatch(x: Tensor, indices: Tensor, num_experts: int, group=None, *, recipe: str = "bf16",
              capacity: Optional[int] = None, sync_checks: Optional[bool] = None,
              e8m0_floor: bool = False, verify_config: bool = True,
-             quantize_grads: Optional[bool] = None) -> tuple[Tensor, DispatchState]:
+             quantize_grads: Optional[bool] = None,
+             deliver_codes: bool = False) -> tuple[Tensor, DispatchState]:
     """Sends each token x (T, H) to the ranks owning its top-k experts indices (T, k).
 
     Returns (recv (R, H) in x's dtype, expert-major for this rank's L local experts — feed it
@@ -437,12 +454,21 @@ def dispatch(x: Tensor, indices: Tensor, num_experts: int, group=None, *, recipe
     quantized as this payload is (straight-through, as the forward's; half the bytes of BF16);
     False, in the activation dtype; None (default), quantized where the payload's scales are
     powers of two (fp8_block, mxfp8), else in the activation dtype (grad_payload_mode).
+    deliver_codes: a quantized payload is not dequantized: state.extra["codes"] holds the received
+    rows as (codes uint8 (R, H), scales), expert-major, for the experts to read as x's rowwise
+    copy (GroupedMLP's x_rowwise), and recv is an expanded (R, H) tensor of x's dtype whose values
+    are not to be read (it carries the rows' gradient back). Raises for a recipe whose payload is
+    not quantized.
     """
     mode, align = recipe_dispatch_mode(recipe)
     grad_mode = grad_payload_mode(recipe, quantize_grads)
+    if deliver_codes and mode == "none":
+        raise _C.InvalidArgumentError(
+            f"tessera invalid argument: deliver_codes: recipe {recipe!r} sends its payload "
+            f"unquantized, so there are no codes to deliver")
     state = _prepare(x, indices, num_experts, group, mode, align, capacity, sync_checks,
                      verify_config, e8m0_floor, grad_mode)
-    return _DispatchFn.apply(x, state, mode), state
+    return _DispatchFn.apply(x, state, mode, deliver_codes), state
 
 
 def combine(y: Tensor, probs: Optional[Tensor], state: DispatchState) -> Tensor:

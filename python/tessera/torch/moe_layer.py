@@ -47,7 +47,8 @@ class MoELayer(nn.Module):
     MoELayer(hidden, ffn, num_experts, top_k, recipe="bf16", ep_group=None,
              capacity_factor=None, experts=None, router=None, normalize_probs=True,
              sync_checks=None, quantize_grads=None, expert_groups=1, groups_per_token=None,
-             score="softmax", selection_bias=False, device=None, dtype=torch.bfloat16)
+             score="softmax", selection_bias=False, codes_to_experts=None, device=None,
+             dtype=torch.bfloat16)
 
     hidden, ffn: model width and each expert's FFN width (the experts are a GroupedMLP:
       fc1 -> SwiGLU -> fc2). num_experts, top_k: experts in all, experts per token.
@@ -72,6 +73,14 @@ class MoELayer(nn.Module):
       the state_dict: added to the scores when choosing experts only (DeepSeek-V3's
       auxiliary-loss-free balancing; update_selection_bias_ moves it by the sign of each
       expert's load error, as DeepSeek-V3 does).
+    codes_to_experts: the experts read the dispatched FP8 rows as they arrive, codes and
+      scales, as fc1's rowwise input (GroupedMLP's x_rowwise): no dequantize, and no second
+      quantization of the rows for fc1's forward; fc1's weight gradient reads a copy made from
+      their values. None (default): on where the recipe's payload is rowwise FP8 (fp8_rowwise:
+      CUDA makes that copy from the codes) and the experts take codes (a tessera GroupedMLP of
+      the recipe); True: wherever the experts take the payload's codes (fp8_block and mxfp8 too:
+      their copy goes through an FP32 image of the rows); False: the rows are dequantized to
+      the activation dtype first.
 
     forward(x): x (..., hidden) -> (..., hidden); differentiable. Every rank of ep_group calls
     it with its own tokens. After a forward, last_dropped / last_dropped_total hold the dropped
@@ -85,8 +94,8 @@ class MoELayer(nn.Module):
                  normalize_probs: bool = True, sync_checks: Optional[bool] = None,
                  quantize_grads: Optional[bool] = None, expert_groups: int = 1,
                  groups_per_token: Optional[int] = None, score: str = "softmax",
-                 selection_bias: bool = False, device=None,
-                 dtype: torch.dtype = torch.bfloat16):
+                 selection_bias: bool = False, codes_to_experts: Optional[bool] = None,
+                 device=None, dtype: torch.dtype = torch.bfloat16):
         super().__init__()
         world = 1 if ep_group is None else torch.distributed.get_world_size(ep_group)
         if num_experts < 1 or num_experts % world != 0:
@@ -133,6 +142,16 @@ class MoELayer(nn.Module):
         self.last_dropped_total: Optional[Tensor] = None
         self.last_error: Optional[Tensor] = None
         self._config_verified = False  # every rank checks the configuration on its 1st forward
+        takes = getattr(self.experts, "rowwise_input_mode", None)
+        takes_codes = self.mode != "none" and takes is not None and takes() == self.mode
+        if codes_to_experts and not takes_codes:
+            raise _C.InvalidArgumentError(
+                f"tessera invalid argument: MoELayer: codes_to_experts=True needs a quantized "
+                f"payload (recipe {recipe!r} sends {self.mode!r}) and experts that read its "
+                f"codes as their input (a tessera GroupedMLP of that recipe; got "
+                f"{type(self.experts).__name__})")
+        self.codes_to_experts = (takes_codes and self.mode == "rowwise"
+                                 if codes_to_experts is None else bool(codes_to_experts))
 
     def capacity(self, num_tokens: int) -> Optional[int]:
         """Rows per (rank, expert) for a batch of num_tokens tokens (None: dropless)."""
@@ -159,12 +178,16 @@ class MoELayer(nn.Module):
                                         recipe=self.recipe, capacity=self.capacity(x2.shape[0]),
                                         sync_checks=self.sync_checks,
                                         verify_config=not self._config_verified,
-                                        quantize_grads=self.quantize_grads)
+                                        quantize_grads=self.quantize_grads,
+                                        deliver_codes=self.codes_to_experts)
         self._config_verified = True
         if self.selection_bias is not None:
             flat = indices.reshape(-1)  # scatter_add_, not bincount: no host sync on CUDA
             self.expert_load.scatter_add_(0, flat, torch.ones_like(flat))
-        y = self.experts(recv, state.offs)
+        if self.codes_to_experts:
+            y = self.experts(recv, state.offs, x_rowwise=state.extra.pop("codes"))
+        else:
+            y = self.experts(recv, state.offs)
         out = moe_dist.combine(y, probs, state)
         self.last_dropped, self.last_dropped_total = state.dropped, state.dropped_total
         self.last_error = state.error
@@ -201,6 +224,7 @@ class MoELayer(nn.Module):
                 f"capacity_factor={self.capacity_factor}, "
                 f"expert_groups={self.expert_groups}, groups_per_token={self.groups_per_token}, "
                 f"score={self.score!r}, selection_bias={self.selection_bias is not None}, "
+                f"codes_to_experts={self.codes_to_experts}, "
                 f"grads={moe_dist.grad_payload_mode(self.recipe, self.quantize_grads)!r}")
 
 
