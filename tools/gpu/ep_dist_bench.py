@@ -12,7 +12,8 @@ tests/python/test_moe_ep_gpu.py, which tools/gpu/ep_run.sh runs under torchrun f
    step starts with the parameters' .grad set to None (one micro-batch per optimizer step: no
    accumulation into .grad). FP8 recipes run twice: weights re-quantized by every forward, and
    "cached" (tessera.torch.quantize_weights_ once, as after an optimizer step: the forwards of
-   that step's micro-batches reuse the copies). The experts' output gradient travels as
+   that step's micro-batches reuse the copies). fp8_rowwise's experts read the dispatched codes
+   (MoELayer's default); its "dequantized rows" rows turn that off, fp8_block's "codes" row on. The experts' output gradient travels as
    MoELayer's default has it (quantized for fp8_block and mxfp8); one fp8_rowwise row sends it
    quantized too ("quantized grads"), one fp8_block row in BF16 ("bf16 grads"). Capacity-mode rows
    (capacity factor 1.0: pairs past it dropped, no host sync) also run captured in one CUDA
@@ -254,23 +255,34 @@ def training_step(device, world, args):
     if args.profile:
         kernel_profile("PyTorch-only BF16", step_torch, trace_dir=args.trace)
     # (recipe, weights cached, capacity factor (None: dropless, as the baseline), CUDA graph,
-    #  quantize_grads: None, MoELayer's default; True, the gradients to the experts quantized)
-    runs = [("bf16", False, None, False, None), ("fp8_rowwise", False, None, False, None),
-            ("fp8_rowwise", True, None, False, None), ("fp8_rowwise", True, None, False, True),
-            ("fp8_block", False, None, False, None), ("fp8_block", True, None, False, None),
-            ("fp8_block", True, None, False, False),
-            ("mxfp8", False, None, False, None), ("mxfp8", True, None, False, None),
-            ("bf16", False, 1.0, False, None), ("bf16", False, 1.0, True, None),
-            ("fp8_rowwise", True, 1.0, False, None), ("fp8_rowwise", True, 1.0, True, None)]
-    for recipe, cached, cf, graph, qg in runs:
+    #  quantize_grads: None, MoELayer's default; True, the gradients to the experts quantized;
+    #  codes_to_experts: None, MoELayer's default (on for fp8_rowwise); False, the dispatched
+    #  rows dequantized first; True, the codes for the other FP8 recipes too)
+    runs = [("bf16", False, None, False, None, None),
+            ("fp8_rowwise", False, None, False, None, None),
+            ("fp8_rowwise", True, None, False, None, None),
+            ("fp8_rowwise", True, None, False, None, False),
+            ("fp8_rowwise", True, None, False, True, None),
+            ("fp8_block", False, None, False, None, None),
+            ("fp8_block", True, None, False, None, None),
+            ("fp8_block", True, None, False, None, True),
+            ("fp8_block", True, None, False, False, None),
+            ("mxfp8", False, None, False, None, None), ("mxfp8", True, None, False, None, None),
+            ("bf16", False, 1.0, False, None, None), ("bf16", False, 1.0, True, None, None),
+            ("fp8_rowwise", True, 1.0, False, None, None),
+            ("fp8_rowwise", True, 1.0, False, None, False),
+            ("fp8_rowwise", True, 1.0, True, None, None)]
+    for recipe, cached, cf, graph, qg, codes in runs:
         label = (f"{recipe}{' cached W' if cached else ''}"
                  f"{f' capacity {cf}' if cf is not None else ''}{' graph' if graph else ''}"
-                 f"{' quantized grads' if qg else ' bf16 grads' if qg is False else ''}")
+                 f"{' quantized grads' if qg else ' bf16 grads' if qg is False else ''}"
+                 f"{' codes' if codes else ' dequantized rows' if codes is False else ''}")
         if args.only and label not in args.only.split(","):
             continue
         try:
             layer = tt.MoELayer(h, f, e, k, recipe=recipe, ep_group=dist.group.WORLD,
-                                capacity_factor=cf, quantize_grads=qg, device=device)
+                                capacity_factor=cf, quantize_grads=qg, codes_to_experts=codes,
+                                device=device)
             if cached:
                 tt.quantize_weights_(layer)
             step = graphed_step_of(layer, x) if graph else step_of(layer, x)
