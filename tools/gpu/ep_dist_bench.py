@@ -97,25 +97,32 @@ def bandwidth(device, world, args):
     t_plain = tp.median
     say(f"plain all_to_all_single BF16 rows: {tp.us()} "
         f"{sent_bf16 / t_plain / 1e9:7.1f} GB/s per rank")
-    for recipe in ("fp8_rowwise", "mxfp8", "bf16"):
+    # codes: the received rows left as codes for the experts (deliver_codes, MoELayer's
+    # codes_to_experts), not dequantized
+    for recipe, codes in (("fp8_rowwise", False), ("fp8_rowwise", True), ("mxfp8", False),
+                          ("bf16", False)):
         for cf in (None, 1.0):
             cap = None if cf is None else moe.capacity_for(t, k, e, cf, 32)
             state_box = {}
 
             def disp():
                 recv, state = moe.dispatch(x, idx, e, dist.group.WORLD, recipe=recipe,
-                                           capacity=cap, sync_checks=False, verify_config=False)
+                                           capacity=cap, sync_checks=False, verify_config=False,
+                                           deliver_codes=codes)
                 state_box["s"], state_box["r"] = state, recv
                 return recv
 
             moe.check_config(dist.group.WORLD, recipe=len(recipe))
             disp()
             td = timed(disp)
-            tc = timed(lambda: moe.combine(state_box["r"], probs, state_box["s"]))
+            # combine sends expert outputs: a real (R, H) tensor where recv is the codes' stand-in
+            y_rows = state_box["r"].contiguous() if codes else state_box["r"]
+            tc = timed(lambda: moe.combine(y_rows, probs, state_box["s"]))
             t_d, t_c = td.median, tc.median
             rows = state_box["s"].live_rows
             payload = rows * h * (2 if recipe == "bf16" else 1)
-            say(f"tessera {recipe:12s} capacity_factor={cf}: dispatch {td.us()} "
+            name = recipe + (" codes" if codes else "")
+            say(f"tessera {name:18s} capacity_factor={cf}: dispatch {td.us()} "
                 f"{payload / t_d / 1e9:7.1f} GB/s | combine (BF16) {tc.us()} "
                 f"{rows * h * 2 / t_c / 1e9:7.1f} GB/s per rank")
 
