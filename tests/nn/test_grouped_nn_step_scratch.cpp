@@ -63,7 +63,7 @@ TEST(GroupedNNStepScratch, OneScratchBlockPerDirection) {
     const int gemm_copies = spec.quantized() || (dense_bf16 && bf16_via_fp32) ? 1 : 0;
     for (const bool save : {true, false}) {
       LinearForwardArgs f{view_of(x, {t, in}), view_of(ends), GroupOffsetsFormat::kEndOffsets,
-                          TensorView{}, view_of(y, {t, out}), save};
+                          TensorView{}, view_of(y, {t, out}), save, {}};
       alloc.asks = 0;
       const LinearSaved saved = linear_forward(spec, wc, f, state, alloc);
       const int forward = alloc.asks;
