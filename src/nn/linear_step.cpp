@@ -371,14 +371,13 @@ void check_x_rowwise(const LinearSpec& s, const LinearForwardArgs& a) {
 // wgrad layout, made from the codes where the kernels take them (CUDA, rowwise FP8), else from
 // an FP32 image of x̂.
 void forward_from_rowwise(const LinearSpec& s, const LinearForwardArgs& a,
-                          const LinearState& state, LinearSaved& saved, GroupedGemmProblem& g,
-                          const WeightCopies& weight, Allocator& alloc, Stream stream) {
+                          const detail::GroupOffsets& groups, const LinearState& state,
+                          LinearSaved& saved, GroupedGemmProblem& g, const WeightCopies& weight,
+                          Allocator& alloc, Stream stream) {
   const QuantizedTensorView& xr = a.x_rowwise;
   const Device dev = xr.device;
   const int64_t t = xr.rows;
   if (saved.has_input) {
-    const detail::GroupOffsets groups =
-        detail::group_offsets_of(a.offsets, a.offsets_format, s.groups, t);
     detail::group_starts(groups, s.wgrad_align, saved.starts.as<int64_t>(),
                          saved.padded_starts.as<int64_t>(), dev, stream);
     detail::Members m = members(s, saved);
@@ -409,8 +408,7 @@ void forward_from_rowwise(const LinearSpec& s, const LinearForwardArgs& a,
 LinearSaved linear_forward(const LinearSpec& s, const WeightCopies& weight,
                            const LinearForwardArgs& a, const LinearState& state, Allocator& alloc,
                            Stream stream) {
-  // x_rowwise is given when it has data, or (T = 0) columns while x is no view at all.
-  const bool given_q = a.x_rowwise.has_rowwise() || (a.x.ndim == 0 && a.x_rowwise.cols > 0);
+  const bool given_q = x_rowwise_given(a.x, a.x_rowwise);
   if (given_q) {
     check_x_rowwise(s, a);
   } else {
@@ -442,7 +440,7 @@ LinearSaved linear_forward(const LinearSpec& s, const WeightCopies& weight,
     return saved;
   }
   if (given_q) {
-    forward_from_rowwise(s, a, state, saved, g, weight, alloc, stream);
+    forward_from_rowwise(s, a, groups, state, saved, g, weight, alloc, stream);
     return saved;
   }
   // x in the padded layout (every group on an aligned row start, zeros between groups and past

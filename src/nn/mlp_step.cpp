@@ -85,7 +85,7 @@ MlpSaved mlp_forward(const MlpSpec& s, const MlpWeights& w, const MlpForwardArgs
                      const MlpState& state, Allocator& alloc, Stream stream) {
   // x, or its rowwise copy (fc1's x_rowwise: linear_forward checks it); the activations then
   // take y's dtype.
-  const bool given_q = args.x_rowwise.has_rowwise() || (args.x.ndim == 0 && args.x_rowwise.cols > 0);
+  const bool given_q = x_rowwise_given(args.x, args.x_rowwise);
   if (given_q) {
     check_view(args.y, "y", {DType::kFloat32, DType::kBFloat16, DType::kFloat16});
   } else {

@@ -170,6 +170,12 @@ struct LinearForwardArgs {
   QuantizedTensorView x_rowwise;
 };
 
+// Whether a forward takes x as its rowwise copy: x_rowwise has data, or (T = 0) columns while x
+// is no view at all.
+inline bool x_rowwise_given(const TensorView& x, const QuantizedTensorView& x_rowwise) {
+  return x_rowwise.has_rowwise() || (x.ndim == 0 && x_rowwise.cols > 0);
+}
+
 LinearSaved linear_forward(const LinearSpec& spec, const WeightCopies& weight,
                            const LinearForwardArgs& args, const LinearState& state,
                            Allocator& alloc, Stream stream = {});
