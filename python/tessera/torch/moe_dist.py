@@ -334,28 +334,20 @@ def _scale_rows(sinv: Tensor, mode: str, rows: int) -> Tensor:
 
 
 def _deliver(data: Tensor, sinv: Optional[Tensor], mode: str, dtype: torch.dtype,
-             state: DispatchState) -> Tensor:
+             state: DispatchState, codes: bool = False):
     """Rows of this rank's permuted buffer (mode "none": in `dtype`; else `mode` codes and their
     scales) -> the owners of their experts, expert-major, in `dtype`. A quantized payload is
     dequantized reading the received rows in expert-major order (the regrouping and the
-    dequantize in one pass)."""
+    dequantize in one pass); with `codes`, it is left as (codes, scales), regrouped, for the
+    experts' first GEMM to read as x's rowwise copy."""
     recv = _send_forward(data, state)
     if mode == "none":
         return _to_expert_major(recv, state)
     recv_scale = _send_forward(_scale_rows(sinv, mode, state.rows), state)
+    if codes:
+        return _to_expert_major(recv, state), _to_expert_major(recv_scale, state)
     rows = None if state.world == 1 else _regroup_index(state)[0]
     return ops.dequantize_rows(recv, recv_scale, mode, dtype, rows)
-
-
-def _deliver_codes(data: Tensor, sinv: Tensor, mode: str, state: DispatchState):
-    """A quantized payload -> the owners of its experts, expert-major, left as (codes, scales):
-    the experts' first GEMM reads them as x's rowwise copy (no dequantize)."""
-    recv = _send_forward(data, state)
-    recv_scale = _send_forward(_scale_rows(sinv, mode, state.rows), state)
-    if state.world > 1:
-        idx = _regroup_index(state)[0]
-        recv, recv_scale = recv.index_select(0, idx), recv_scale.index_select(0, idx)
-    return recv, recv_scale
 
 
 class _DispatchFn(torch.autograd.Function):
@@ -366,7 +358,7 @@ class _DispatchFn(torch.autograd.Function):
         if codes:
             # The rows stay codes (state.extra["codes"]); the output only carries their shape,
             # dtype and the way back for their gradient: an expanded scalar, no memory.
-            state.extra["codes"] = _deliver_codes(data, sinv, mode, state)
+            state.extra["codes"] = _deliver(data, sinv, mode, x.dtype, state, codes=True)
             return x.new_empty(()).expand(state.extra["codes"][0].shape[0], state.hidden)
         return _deliver(data, sinv, mode, x.dtype, state)
 
