@@ -221,14 +221,17 @@ __device__ __forceinline__ int32_t block_scale_index(const BlockScales& s, int64
 // The main loop of one tile for one consumer warpgroup of a block-scaled kind (Elem::kPromote;
 // cooperative 128 x 128 tiles: this warpgroup's 64 rows, 64 accumulators per thread): per stage,
 // the 4 wgmma write fresh partial sums, which are waited for, then multiplied by the A scale of
-// their row and the B scale of their column and added to the accumulators. The B scales of the
-// stage (one per tile column, read by column from each thread's accumulator layout) go through
-// the shared column vectors `col_scales` (2 x kBlockN, alternating by `promo`, a per-warpgroup
-// count of such exchanges that runs across tiles), unless they are uniform over the tile
-// (128x128 blocks on a block boundary: one scalar); each stage's scales are loaded one stage
-// ahead.
+// their row and the B scale of their column and added to the accumulators (one FFMA each). The
+// stage's scales are loaded once its MMAs are issued (their latency hides under the MMAs, and no
+// register carries them across stages). kUniformB: the B scale is one scalar over the tile's
+// columns (128x128 blocks, tile on a block boundary: forward and dgrad on 128x128 weights);
+// otherwise the B scales of the stage (one per tile column, read by column from each thread's
+// accumulator layout) go through the shared column vectors `col_scales` (2 x kBlockN,
+// alternating by `promo`, a per-warpgroup count of such exchanges that runs across tiles). The
+// two are separate instantiations: merged, the compiler gave every accumulator its own scale
+// register, filled by a move per accumulator per stage in the uniform case.
 // Releases every slot; kActive = 0 (rows past the group end) skips MMAs and scales.
-template <class Elem, int kBlockN, int kActive>
+template <class Elem, int kBlockN, int kActive, bool kUniformB>
 __device__ __forceinline__ void main_loop_promoted(const KernelParams& p, const Tile& t,
                                                    float (&acc)[1][kBlockN / 2], uint8_t* smem_a,
                                                    uint8_t* smem_b, uint64_t* full,
@@ -244,38 +247,25 @@ __device__ __forceinline__ void main_loop_promoted(const KernelParams& p, const 
   for (int i = 0; i < kBlockN / 2; ++i) acc[0][i] = 0.0f;
   static_assert(kBlockK == 128, "one stage = one 128-element scale block");
   const int nk = static_cast<int>(num_k_blocks<Elem>(p, t));
-  // This thread's scales: A rows r and r + 8 of its accumulators, B column tid of the tile.
-  int32_t ia0, ia1, ib;
-  int64_t o_b_row;
-  {
+  // This thread's scales of stage 0 (the next stage's are the next entries): A rows r and r + 8
+  // of its accumulators, B column tid of the tile (the tile's first column when uniform).
+  const float* sa0 = nullptr;
+  const float* sa1 = nullptr;
+  const float* sb = nullptr;
+  if constexpr (kActive > 0) {
     const TileOrigin o = tile_origin<Elem, kBlockN>(p, t);
-    o_b_row = o.b_row;
     const int64_t r = o.a_row + cw * 64 + warp * 16 + lane / 4;
-    ia0 = block_scale_index(p.bsa, r, o.a_kabs);
-    ia1 = block_scale_index(p.bsa, r + 8, o.a_kabs);
-    ib = block_scale_index(p.bsb, o.b_row + tid, o.b_kabs);
+    const auto* bsa = static_cast<const float*>(p.bsa.ptr);
+    sa0 = bsa + block_scale_index(p.bsa, r, o.a_kabs);
+    sa1 = bsa + block_scale_index(p.bsa, r + 8, o.a_kabs);
+    sb = static_cast<const float*>(p.bsb.ptr) +
+         block_scale_index(p.bsb, o.b_row + (kUniformB ? 0 : tid), o.b_kabs);
   }
-  // B scales uniform over the tile's columns (128x128 blocks, tile on a block boundary: forward
-  // and dgrad on 128x128 weights): one scalar per stage, no shared-memory exchange.
-  const bool uniform_b = p.bsb.row_shift == 7 && (o_b_row & 127) == 0;
-  // The stage's scales are loaded one stage ahead (under the previous stage's MMAs).
-  float na0 = 0.0f, na1 = 0.0f, nb = 0.0f;
-  const auto* bsa = static_cast<const float*>(p.bsa.ptr);
-  const auto* bsb = static_cast<const float*>(p.bsb.ptr);
-  if (kActive > 0 && nk > 0) {
-    na0 = __ldg(bsa + ia0);
-    na1 = __ldg(bsa + ia1);
-    nb = __ldg(bsb + ib);
-  }
+  const uint32_t cs_base = smem_addr(col_scales);
   float part[kBlockN / 2];
   for (int kb = 0; kb < nk; ++kb) {
-    const float a0 = na0, a1 = na1, b = nb;
-    if (kActive > 0 && kb + 1 < nk) {
-      na0 = __ldg(bsa + ia0 + kb + 1);
-      na1 = __ldg(bsa + ia1 + kb + 1);
-      nb = __ldg(bsb + ib + kb + 1);
-    }
     mbar_wait(&full[ring.stage], ring.phase);
+    float a0 = 0.0f, a1 = 0.0f, b = 0.0f;
     if constexpr (kActive > 0) {
       const uint8_t* tile_a = smem_a + ring.stage * kBytesA + cw * 64 * kTileKBytes;
       const uint8_t* tile_b = smem_b + ring.stage * kBytesB;
@@ -289,6 +279,9 @@ __device__ __forceinline__ void main_loop_promoted(const KernelParams& p, const 
         Elem::template mma<kBlockN>(part, desc_advance(da, 2 * s), desc_advance(db, 2 * s),
                                     s > 0 ? 1 : 0);
       wgmma_commit();
+      a0 = __ldg(sa0 + kb);
+      a1 = __ldg(sa1 + kb);
+      b = __ldg(sb + kb);
       wgmma_wait<0>();
 #pragma unroll
       for (int i = 0; i < kBlockN / 2; ++i) fence_operand(part[i]);
@@ -297,7 +290,7 @@ __device__ __forceinline__ void main_loop_promoted(const KernelParams& p, const 
     ring.next(p.stages);
     if constexpr (kActive > 0) {
       // Accumulator i: row r + 8·((i / 2) % 2), column 8·(i / 4) + 2·(lane % 4) + i % 2.
-      if (uniform_b) {
+      if constexpr (kUniformB) {
         const float s0 = a0 * b, s1 = a1 * b;
 #pragma unroll
         for (int j = 0; j < kBlockN / 8; ++j) {
@@ -307,12 +300,12 @@ __device__ __forceinline__ void main_loop_promoted(const KernelParams& p, const 
           acc[0][4 * j + 3] += part[4 * j + 3] * s1;
         }
       } else {  // per-column B scales through the shared column vectors
-        float* cs = col_scales + (promo & 1) * kBlockN;
-        cs[tid] = b;
+        const uint32_t cs = cs_base + (promo & 1) * kBlockN * 4;
+        st_shared_u32(cs + tid * 4, __float_as_uint(b));
         named_barrier(kScaleBarrier + cw, 128);
 #pragma unroll
         for (int j = 0; j < kBlockN / 8; ++j) {
-          const float2 bj = *reinterpret_cast<const float2*>(cs + 8 * j + 2 * (lane % 4));
+          const float2 bj = ld_shared_f2(cs + (8 * j + 2 * (lane % 4)) * 4);
           acc[0][4 * j + 0] += part[4 * j + 0] * (a0 * bj.x);
           acc[0][4 * j + 1] += part[4 * j + 1] * (a0 * bj.y);
           acc[0][4 * j + 2] += part[4 * j + 2] * (a1 * bj.x);
@@ -375,12 +368,18 @@ __device__ __forceinline__ void consumer_loop(const KernelParams& p, const CUten
                                               ring, cw);
     } else if constexpr (Elem::kPromote) {
       float* col_scales = cols + epilogue_col_vectors(p) * kBlockN;
-      if (active == 1)
-        main_loop_promoted<Elem, kBlockN, 1>(p, t, acc, smem_a, smem_b, full, empty, ring, cw,
-                                             col_scales, promo);
+      // B scales uniform over the tile's columns: 128x128 blocks, the tile on a block boundary.
+      const bool uniform_b =
+          p.bsb.row_shift == 7 && (tile_origin<Elem, kBlockN>(p, t).b_row & 127) == 0;
+      if (active == 0)
+        main_loop_promoted<Elem, kBlockN, 0, false>(p, t, acc, smem_a, smem_b, full, empty, ring,
+                                                    cw, col_scales, promo);
+      else if (uniform_b)
+        main_loop_promoted<Elem, kBlockN, 1, true>(p, t, acc, smem_a, smem_b, full, empty, ring,
+                                                   cw, col_scales, promo);
       else
-        main_loop_promoted<Elem, kBlockN, 0>(p, t, acc, smem_a, smem_b, full, empty, ring, cw,
-                                             col_scales, promo);
+        main_loop_promoted<Elem, kBlockN, 1, false>(p, t, acc, smem_a, smem_b, full, empty, ring,
+                                                    cw, col_scales, promo);
     } else if (num_k_blocks<Elem>(p, t) == 0) {
       // An empty contraction (a K-grouped group of no tokens): no MMA; the accumulators are not
       // read (empty_tile_epilogue writes what a zero product gives).
