@@ -87,7 +87,7 @@ __device__ __forceinline__ void mx_scale_loader_loop(const KernelParams& p, floa
     for (int kb = 0; kb < nk; ++kb) {
       // The loaders run up to `stages` stages ahead of the consumers: the loads' latency is
       // hidden by that depth (and by all of a stage's loads being in flight at once).
-      float* dst = smem_scales + ring.stage * (kMxStageScaleBytes / 4);
+      const uint32_t dst = smem_addr(smem_scales + ring.stage * (kMxStageScaleBytes / 4));
       const bool interior = 4 * kb >= lo && 4 * kb + 3 < hi;
       uint32_t wa[2], wb[2];
       if (interior && words_a && words_b) {
@@ -108,8 +108,10 @@ __device__ __forceinline__ void mx_scale_loader_loop(const KernelParams& p, floa
       for (int j = 0; j < 4; ++j)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          dst[j * kBlockM + loader + 64 * h] = e8m0_value((wa[h] >> (8 * j)) & 0xffu);
-          dst[4 * kBlockM + j * kBlockN + loader + 64 * h] = e8m0_value((wb[h] >> (8 * j)) & 0xffu);
+          st_shared_u32(dst + 4 * (j * kBlockM + loader + 64 * h),
+                        __float_as_uint(e8m0_value((wa[h] >> (8 * j)) & 0xffu)));
+          st_shared_u32(dst + 4 * (4 * kBlockM + j * kBlockN + loader + 64 * h),
+                        __float_as_uint(e8m0_value((wb[h] >> (8 * j)) & 0xffu)));
         }
       mbar_arrive(&full[ring.stage]);  // release: the scales are visible to the consumers
       ring.next(p.stages);
@@ -120,19 +122,20 @@ __device__ __forceinline__ void mx_scale_loader_loop(const KernelParams& p, floa
 // Promotes the partial sums `part` of contraction block j (0..3) of a stage, columns [64h, 64h +
 // 64) of the tile (half h), into `acc`: accumulator 4c + e (c in [8h, 8h + 8): row r + 8·(e / 2),
 // column 8c + 2·(lane % 4) + e % 2) += part[4(c − 8h) + e] · sa(row, j) · sb(column, j), the
-// scales from the stage's scale region (A at this thread's row r, B block j). kUniformB: B's
-// scales are shared by 32-row groups (one per 32 columns of the tile), read once per group.
+// scales from the stage's scale region at shared-window address `stage_scales` (LDS: A at this
+// thread's row r, B block j). kUniformB: B's scales are shared by 32-row groups (one per 32
+// columns of the tile), read once per group.
 template <int kBlockN, bool kUniformB>
 __device__ __forceinline__ void mx_promote(float (&acc)[kBlockN / 2], const float (&part)[32],
-                                           const float* stage_scales, int a_row, int j, int h,
+                                           uint32_t stage_scales, int a_row, int j, int h,
                                            int lane) {
-  const float* sa = stage_scales + j * kBlockM + a_row;
-  const float* sb = stage_scales + 4 * kBlockM + j * kBlockN + 64 * h;
-  const float a0 = sa[0], a1 = sa[8];
+  const uint32_t sa = stage_scales + 4 * (j * kBlockM + a_row);
+  const uint32_t sb = stage_scales + 4 * (4 * kBlockM + j * kBlockN + 64 * h);
+  const float a0 = ld_shared_f32(sa), a1 = ld_shared_f32(sa + 4 * 8);
   if constexpr (kUniformB) {
 #pragma unroll
     for (int q = 0; q < 2; ++q) {  // columns 64h + 32q .. + 31
-      const float b = sb[32 * q];
+      const float b = ld_shared_f32(sb + 4 * 32 * q);
       const float s0 = a0 * b, s1 = a1 * b;
 #pragma unroll
       for (int c = 4 * q; c < 4 * q + 4; ++c) {
@@ -145,7 +148,7 @@ __device__ __forceinline__ void mx_promote(float (&acc)[kBlockN / 2], const floa
   } else {
 #pragma unroll
     for (int c = 0; c < 8; ++c) {
-      const float2 b = *reinterpret_cast<const float2*>(sb + 8 * c + 2 * (lane % 4));
+      const float2 b = ld_shared_f2(sb + 4 * (8 * c + 2 * (lane % 4)));
       acc[32 * h + 4 * c + 0] += part[4 * c + 0] * (a0 * b.x);
       acc[32 * h + 4 * c + 1] += part[4 * c + 1] * (a0 * b.y);
       acc[32 * h + 4 * c + 2] += part[4 * c + 2] * (a1 * b.x);
@@ -187,7 +190,7 @@ __device__ __forceinline__ void main_loop_mx(const KernelParams& p, const Tile& 
       const uint8_t* tile_b = smem_b + ring.stage * kBytesB;
       const uint64_t da = smem_desc_k_major_sw128(tile_a);
       const uint64_t db = smem_desc_k_major_sw128(tile_b);
-      const float* scales = smem_scales + ring.stage * kStageFloats;
+      const uint32_t scales = smem_addr(smem_scales + ring.stage * kStageFloats);
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
 #pragma unroll

@@ -147,6 +147,11 @@ __device__ __forceinline__ void st_shared_matrix_x4(uint32_t addr, uint32_t r0, 
                "r"(r0), "r"(r1), "r"(r2), "r"(r3)
                : "memory");
 }
+__device__ __forceinline__ float ld_shared_f32(uint32_t addr) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(addr));
+  return v;
+}
 __device__ __forceinline__ float2 ld_shared_f2(uint32_t addr) {
   float2 v;
   asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(addr));
