@@ -356,7 +356,7 @@ void GroupedLinear::backward(const GroupedLinearContext& ctx, const TensorView& 
                 "recipe that makes a compute copy)");
   LinearBackwardArgs a{dy,        s.layout.offsets, GroupOffsetsFormat::kStartOffsets, s.x,
                        grads.dx,  grads.dw,         grads.db,         grads.accumulate,
-                       grads.accumulate};
+                       grads.accumulate, nullptr, {}};
   if (p.spec.quantized()) a.keep_grad_output = &s.grad_output;
   linear_backward(p.spec, *s.weight, s.saved, a, p.state(), *p.pool, stream);
   if (!p.spec.quantized() && dy.numel() > 0) {  // kept for inspection (operand_value)

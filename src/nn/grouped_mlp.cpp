@@ -142,7 +142,7 @@ void GroupedMLP::backward(const GroupedMLPContext& ctx, const TensorView& dy,
                     c.x,         c.probs,          grads.dx,
                     grads.dprobs, grads.fc1_dw,    grads.fc1_db,
                     grads.fc2_dw, grads.fc2_db,    grads.accumulate,
-                    grads.accumulate};
+                    grads.accumulate, {}};
   const MlpState state{p1.state(), p2.state()};
   mlp_backward(s.spec(), {*c.fc1, *c.fc2}, c.saved, a, state, *p1.pool, stream);
 }

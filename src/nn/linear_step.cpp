@@ -5,6 +5,7 @@
 #include "tessera/nn/linear_step.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "nn/member_scaling.h"
 #include "nn/row_ops.h"
@@ -366,6 +367,63 @@ void check_x_rowwise(const LinearSpec& s, const LinearForwardArgs& a) {
                        q.has_rowwise() ? "" : " without its rowwise data");
 }
 
+// dy given as its rowwise copy (LinearBackwardArgs::dy_rowwise): the checks.
+void check_dy_rowwise(const LinearSpec& s, const LinearBackwardArgs& a, int64_t rows) {
+  const QuantizedTensorView& q = a.dy_rowwise;
+  TESSERA_CHECK(a.dy.data == nullptr, "dy and dy_rowwise: give one of them, not both");
+  TESSERA_CHECK_STATUS(s.quantized(), Status::kDTypeMismatch, "dy_rowwise: the step's recipe "
+                       "does not quantize dy (a dense step takes dy)");
+  const ScalingMode m = q.config.mode;
+  TESSERA_CHECK_STATUS(m == ScalingMode::kRowwise || m == ScalingMode::kBlock1x128 ||
+                           m == ScalingMode::kMXFP8,
+                       Status::kUnsupported, "dy_rowwise: a ", scaling_mode_name(m),
+                       " copy; only rowwise, block1x128 and mxfp8 copies (scales local to a "
+                       "row: a combine's quantized gradient) are taken");
+  TESSERA_CHECK_STATUS(
+      m == s.grad_output.config.mode && q.config.element == s.grad_output.config.element,
+      Status::kDTypeMismatch, "dy_rowwise: a ", scaling_mode_name(m), " ",
+      dtype_name(q.config.element), " copy, but the recipe quantizes dy as ",
+      scaling_mode_name(s.grad_output.config.mode), " ", dtype_name(s.grad_output.config.element));
+  TESSERA_CHECK_STATUS((q.has_rowwise() || q.rows == 0) && q.cols == s.out && q.rows == rows,
+                       Status::kShapeMismatch, "dy_rowwise: expected the rowwise copy of a (",
+                       rows, ", ", s.out, ") matrix (the forward's T rows), got (", q.rows, ", ",
+                       q.cols, ")", q.has_rowwise() ? "" : " without its rowwise data");
+}
+
+// dŷ = dequantize(dy_rowwise) as an FP32 (T, out) matrix, made at the first ask in its own
+// scratch (with room for the role's quantization of it in the wgrad layout: a padded copy and
+// its callees'); an empty view when dy was given as a matrix.
+class DyImage {
+ public:
+  DyImage(const LinearSpec& s, const LinearBackwardArgs& a, int64_t padded_rows, Allocator& alloc,
+          Stream stream)
+      : s_(s), a_(a), tp_(padded_rows), alloc_(alloc), stream_(stream) {}
+  const TensorView& get() {
+    if (image_.data != nullptr) return image_;
+    const QuantizedTensorView& q = a_.dy_rowwise;
+    const int64_t bytes = dtype_bytes(DType::kFloat32, q.rows * s_.out);
+    const TensorView probe = TensorView::contiguous(nullptr, DType::kFloat32, {q.rows, s_.out},
+                                                    q.device);
+    arena_.emplace(alloc_, bytes + 256 + padded_copy_bytes(s_.grad_output, false, true, probe, tp_) +
+                               detail::call_allowance(s_.groups, tp_, s_.out),
+                   q.device, stream_);
+    image_ = TensorView::contiguous(arena_->carver().take(bytes), DType::kFloat32,
+                                    {q.rows, s_.out}, q.device);
+    dequantize(q, image_, false, stream_);
+    return image_;
+  }
+  StepArena& arena() { return *arena_; }
+
+ private:
+  const LinearSpec& s_;
+  const LinearBackwardArgs& a_;
+  int64_t tp_;
+  Allocator& alloc_;
+  Stream stream_;
+  std::optional<StepArena> arena_;
+  TensorView image_;
+};
+
 // The forward of x given as its rowwise copy: the GEMM reads it at the caller's offsets; the
 // saved columnwise copy is the input role's quantization of x̂ = dequantize(x_rowwise) in the
 // wgrad layout, made from the codes where the kernels take them (CUDA, rowwise FP8), else from
@@ -482,8 +540,13 @@ void linear_backward(const LinearSpec& s, const WeightCopies& weight, const Line
                      const LinearBackwardArgs& a, const LinearState& state, Allocator& alloc,
                      Stream stream) {
   const int64_t t = saved.rows;
-  check_float_matrix(a.dy, "dy", t, s.out);
-  const Device dev = a.dy.device;
+  const bool given_q = dy_rowwise_given(a.dy, a.dy_rowwise);
+  if (given_q) {
+    check_dy_rowwise(s, a, t);
+  } else {
+    check_float_matrix(a.dy, "dy", t, s.out);
+  }
+  const Device dev = given_q ? a.dy_rowwise.device : a.dy.device;
   if (a.dx.data) check_float_matrix(a.dx, "dx", t, s.in);
   if (a.dw.data) {
     check_weight_like(a.dw, "dw", s);
@@ -508,7 +571,12 @@ void linear_backward(const LinearSpec& s, const WeightCopies& weight, const Line
   TESSERA_CHECK(!need_x || saved.has_input || a.x.data != nullptr,
                 "x: the weight gradient needs the forward's x (the forward saved no copy of it)");
   if (a.x.data && need_x) check_float_matrix(a.x, "x", t, s.in);
-  if (a.db.data) detail::grouped_row_sum(a.dy, groups, a.db, a.accumulate_bias, stream);
+  const int64_t tp = detail::padded_rows_for(t, s.groups, s.wgrad_align);
+  DyImage dy_image(s, a, tp, alloc, stream);  // dŷ (FP32), made where dy_rowwise needs it
+  if (a.db.data) {
+    detail::grouped_row_sum(given_q ? dy_image.get() : a.dy, groups, a.db, a.accumulate_bias,
+                            stream);
+  }
 
   // K-grouped wgrad: dW_g (out, in) (+)= dy_gᵀ x_g.
   GroupedGemmProblem wg;
@@ -551,11 +619,12 @@ void linear_backward(const LinearSpec& s, const WeightCopies& weight, const Line
   if (!need_dx && !need_x) return;
   LinearSaved layout = saved;  // the forward's layout (made here when it saved none)
   const bool made_layout = !saved.has_input;
-  const int64_t tp = detail::padded_rows_for(t, s.groups, s.wgrad_align);
+  // dy_rowwise: the dgrad reads it as it is; only the wgrad's columnwise copy is made here.
+  const bool dy_rows = need_dx && !given_q;
   const int64_t dy_bytes =
-      quantized_bytes(s.grad_output.config, tp, s.out, need_dx, need_x, s.groups);
+      quantized_bytes(s.grad_output.config, tp, s.out, dy_rows, need_x, s.groups);
   const int64_t pad_bytes =
-      padded_copy_bytes(s.grad_output, need_dx, need_x, a.dy, tp) +
+      (given_q ? 0 : padded_copy_bytes(s.grad_output, need_dx, need_x, a.dy, tp)) +
       (made_layout && need_x ? padded_copy_bytes(s.input, false, true, a.x, tp) +
                                    quantized_bytes(s.input.config, tp, s.in, false, true, s.groups)
                              : 0);
@@ -582,15 +651,33 @@ void linear_backward(const LinearSpec& s, const WeightCopies& weight, const Line
   } else {
     dy_carver = &tmp.carver();
   }
-  QuantizedTensorView dyq = detail::carve_quantized(s.grad_output.config, tp, s.out, need_dx,
+  QuantizedTensorView dyq = detail::carve_quantized(s.grad_output.config, tp, s.out, dy_rows,
                                                     need_x, *dy_carver, dev, s.groups);
-  if (a.keep_grad_output) a.keep_grad_output->rowwise = a.keep_grad_output->columnwise = dyq;
-  quantize_in_layout(s, s.grad_output, need_dx, need_x, state.grad_output, a.dy, layout, dyq,
-                     tmp.carver(), tmp, stream, "grad_output");
+  if (a.keep_grad_output) {
+    a.keep_grad_output->rowwise = given_q ? a.dy_rowwise : dyq;
+    a.keep_grad_output->columnwise = dyq;
+  }
+  if (!given_q) {
+    quantize_in_layout(s, s.grad_output, need_dx, need_x, state.grad_output, a.dy, layout, dyq,
+                       tmp.carver(), tmp, stream, "grad_output");
+  } else if (need_x) {  // the columnwise copy of dŷ in the layout: from the codes, else dŷ's image
+    detail::Members m = members(s, layout);
+    m.sources = layout.starts.as<const int64_t>();  // dŷ's rows are the caller's, in the layout
+    if (!detail::quantize_columns_from_codes(s.grad_output, a.dy_rowwise, m, dyq, alloc,
+                                             stream)) {
+      const TensorView& img = dy_image.get();
+      quantize_in_layout(s, s.grad_output, false, true, state.grad_output, img, layout, dyq,
+                         dy_image.arena().carver(), dy_image.arena(), stream, "grad_output");
+    }
+  }
   if (need_dx) {
     GroupedGemmProblem dg = m_grouped(s, a.offsets, a.offsets_format, a.dx);
-    dg.a_row_starts = layout.padded_starts;  // dy's rows in the padded layout
-    dg.a = GemmOperand::from_quantized(dyq, false);
+    if (given_q) {
+      dg.a = GemmOperand::from_quantized(a.dy_rowwise, false);  // at the caller's offsets
+    } else {
+      dg.a_row_starts = layout.padded_starts;  // dy's rows in the padded layout
+      dg.a = GemmOperand::from_quantized(dyq, false);
+    }
     if (weight.columnwise_is_wt()) {  // Wᵀ per group as a rowwise copy: the forward's TN form
       dg.b = GemmOperand::from_quantized(weight.wt, false);
       dg.transpose_b = true;

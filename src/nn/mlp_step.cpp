@@ -135,7 +135,8 @@ void mlp_backward(const MlpSpec& s, const MlpWeights& w, const MlpSaved& saved,
                   Stream stream) {
   const int64_t t = saved.rows;
   const DType act = saved.h_view.dtype;
-  const Device dev = args.dy.device;
+  const Device dev =
+      dy_rowwise_given(args.dy, args.dy_rowwise) ? args.dy_rowwise.device : args.dy.device;
   check_probs(args.probs, "probs", t);
   check_probs(args.dprobs, "dprobs", t);
   TESSERA_CHECK(args.dprobs.data == nullptr || args.probs.data != nullptr,
@@ -147,8 +148,9 @@ void mlp_backward(const MlpSpec& s, const MlpWeights& w, const MlpSaved& saved,
       alloc, dtype_bytes(act, t * s.ffn()) + dtype_bytes(act, t * 2 * s.ffn()) + 3 * t * 4 + 1024,
       dev, stream);
   const TensorView da = matrix(tmp.take(dtype_bytes(act, t * s.ffn())), act, t, s.ffn(), dev);
-  LinearBackwardArgs b2{args.dy,     args.offsets, args.offsets_format, saved.a_view, da,
-                        args.fc2_dw, args.fc2_db,  args.accumulate,      args.accumulate_bias};
+  LinearBackwardArgs b2{args.dy,     args.offsets, args.offsets_format, saved.a_view,
+                        da,          args.fc2_dw,  args.fc2_db,         args.accumulate,
+                        args.accumulate_bias, nullptr, args.dy_rowwise};
   linear_backward(s.fc2, w.fc2, saved.fc2, b2, state.fc2, alloc, stream);
 
   const TensorView dh = matrix(tmp.take(dtype_bytes(act, t * 2 * s.ffn())), act, t, 2 * s.ffn(),
@@ -166,7 +168,7 @@ void mlp_backward(const MlpSpec& s, const MlpWeights& w, const MlpSaved& saved,
   }
   LinearBackwardArgs b1{dh,          args.offsets, args.offsets_format, args.x,
                         args.dx,     args.fc1_dw,  args.fc1_db,         args.accumulate,
-                        args.accumulate_bias};
+                        args.accumulate_bias, nullptr, {}};
   linear_backward(s.fc1, w.fc1, saved.fc1, b1, state.fc1, alloc, stream);
 }
 

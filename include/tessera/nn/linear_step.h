@@ -202,9 +202,21 @@ struct LinearBackwardArgs {
   bool accumulate = false;       // dw += dW (main-grad accumulation: the GEMM's beta = 1)
   bool accumulate_bias = false;  // db += db
   // When set (quantized steps), dy's copies are made in memory handed back here instead of in
-  // scratch.
+  // scratch (with dy_rowwise: the columnwise copy; `rowwise` is then dy_rowwise itself).
   LinearGradOutput* keep_grad_output = nullptr;
+  // dy given instead as its rowwise quantized copy (leave dy empty): (T, out) in the
+  // grad_output role's mode and element, a mode whose scales are local to a row (rowwise,
+  // block1x128, mxfp8: e.g. a combine's quantized gradient). The dgrad reads it as it is (dy is
+  // not quantized again); the step's dy is then dŷ = dequantize(dy_rowwise) (FP32): the wgrad's
+  // columnwise copy is the grad_output role's quantization of dŷ — made from the codes on CUDA
+  // for rowwise E4M3, else through an FP32 image of dŷ — and db is Σ dŷ.
+  QuantizedTensorView dy_rowwise;
 };
+
+// Whether a backward takes dy as its rowwise copy (as x_rowwise_given).
+inline bool dy_rowwise_given(const TensorView& dy, const QuantizedTensorView& dy_rowwise) {
+  return x_rowwise_given(dy, dy_rowwise);
+}
 
 void linear_backward(const LinearSpec& spec, const WeightCopies& weight, const LinearSaved& saved,
                      const LinearBackwardArgs& args, const LinearState& state, Allocator& alloc,

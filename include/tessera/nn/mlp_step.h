@@ -85,6 +85,9 @@ struct MlpBackwardArgs {
   TensorView fc1_dw, fc1_db, fc2_dw, fc2_db;  // or empty
   bool accumulate = false;       // weight gradients accumulate (main grad)
   bool accumulate_bias = false;  // bias gradients accumulate
+  // dy given instead as its rowwise quantized copy (leave dy empty): fc2's
+  // LinearBackwardArgs::dy_rowwise; dx is then in y's dtype as saved (the activations' dtype).
+  QuantizedTensorView dy_rowwise;
 };
 
 void mlp_backward(const MlpSpec& spec, const MlpWeights& weights, const MlpSaved& saved,
