@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <string>
 
 #include "nn/member_scaling.h"
 #include "nn/row_ops.h"
@@ -344,50 +345,32 @@ LinearSaved view_linear_saved(const LinearSpec& s, int64_t rows, bool save_input
 
 namespace {
 
-// x given as its rowwise copy (LinearForwardArgs::x_rowwise): the checks.
-void check_x_rowwise(const LinearSpec& s, const LinearForwardArgs& a) {
-  const QuantizedTensorView& q = a.x_rowwise;
-  TESSERA_CHECK(a.x.data == nullptr, "x and x_rowwise: give one of them, not both");
-  TESSERA_CHECK_STATUS(s.quantized(), Status::kDTypeMismatch, "x_rowwise: the step's recipe does "
-                       "not quantize x (a dense step takes x)");
+// A tensor given as its rowwise copy (LinearForwardArgs::x_rowwise "x", whose dense form is
+// `dense`; LinearBackwardArgs::dy_rowwise "dy"): the checks, against the role that would have
+// quantized it. rows < 0: any T (the forward's); else exactly that many (the backward's).
+void check_rowwise_copy(const LinearSpec& s, const QuantizedTensorView& q, const TensorView& dense,
+                        const RoleFormat& role, const char* name, int64_t cols, int64_t rows,
+                        const char* source) {
+  TESSERA_CHECK(dense.data == nullptr, name, " and ", name, "_rowwise: give one of them, not both");
+  TESSERA_CHECK_STATUS(s.quantized(), Status::kDTypeMismatch, name, "_rowwise: the step's recipe "
+                       "does not quantize ", name, " (a dense step takes ", name, ")");
   const ScalingMode m = q.config.mode;
   TESSERA_CHECK_STATUS(m == ScalingMode::kRowwise || m == ScalingMode::kBlock1x128 ||
                            m == ScalingMode::kMXFP8,
-                       Status::kUnsupported, "x_rowwise: a ", scaling_mode_name(m),
+                       Status::kUnsupported, name, "_rowwise: a ", scaling_mode_name(m),
                        " copy; only rowwise, block1x128 and mxfp8 copies (scales local to a "
-                       "row: an FP8 dispatch's payload) are taken");
-  TESSERA_CHECK_STATUS(m == s.input.config.mode && q.config.element == s.input.config.element,
-                       Status::kDTypeMismatch, "x_rowwise: a ", scaling_mode_name(m), " ",
-                       dtype_name(q.config.element), " copy, but the recipe quantizes x as ",
-                       scaling_mode_name(s.input.config.mode), " ",
-                       dtype_name(s.input.config.element));
-  TESSERA_CHECK_STATUS((q.has_rowwise() || q.rows == 0) && q.cols == s.in && q.rows >= 0,
-                       Status::kShapeMismatch, "x_rowwise: expected the rowwise copy of a (T, ",
-                       s.in, ") matrix, got (", q.rows, ", ", q.cols, ")",
+                       "row: ", source, ") are taken");
+  TESSERA_CHECK_STATUS(m == role.config.mode && q.config.element == role.config.element,
+                       Status::kDTypeMismatch, name, "_rowwise: a ", scaling_mode_name(m), " ",
+                       dtype_name(q.config.element), " copy, but the recipe quantizes ", name,
+                       " as ", scaling_mode_name(role.config.mode), " ",
+                       dtype_name(role.config.element));
+  const bool shape_ok = q.cols == cols && (rows < 0 ? q.rows >= 0 : q.rows == rows);
+  TESSERA_CHECK_STATUS((q.has_rowwise() || q.rows == 0) && shape_ok, Status::kShapeMismatch,
+                       name, "_rowwise: expected the rowwise copy of a (",
+                       rows < 0 ? std::string("T") : std::to_string(rows), ", ", cols,
+                       ") matrix, got (", q.rows, ", ", q.cols, ")",
                        q.has_rowwise() ? "" : " without its rowwise data");
-}
-
-// dy given as its rowwise copy (LinearBackwardArgs::dy_rowwise): the checks.
-void check_dy_rowwise(const LinearSpec& s, const LinearBackwardArgs& a, int64_t rows) {
-  const QuantizedTensorView& q = a.dy_rowwise;
-  TESSERA_CHECK(a.dy.data == nullptr, "dy and dy_rowwise: give one of them, not both");
-  TESSERA_CHECK_STATUS(s.quantized(), Status::kDTypeMismatch, "dy_rowwise: the step's recipe "
-                       "does not quantize dy (a dense step takes dy)");
-  const ScalingMode m = q.config.mode;
-  TESSERA_CHECK_STATUS(m == ScalingMode::kRowwise || m == ScalingMode::kBlock1x128 ||
-                           m == ScalingMode::kMXFP8,
-                       Status::kUnsupported, "dy_rowwise: a ", scaling_mode_name(m),
-                       " copy; only rowwise, block1x128 and mxfp8 copies (scales local to a "
-                       "row: a combine's quantized gradient) are taken");
-  TESSERA_CHECK_STATUS(
-      m == s.grad_output.config.mode && q.config.element == s.grad_output.config.element,
-      Status::kDTypeMismatch, "dy_rowwise: a ", scaling_mode_name(m), " ",
-      dtype_name(q.config.element), " copy, but the recipe quantizes dy as ",
-      scaling_mode_name(s.grad_output.config.mode), " ", dtype_name(s.grad_output.config.element));
-  TESSERA_CHECK_STATUS((q.has_rowwise() || q.rows == 0) && q.cols == s.out && q.rows == rows,
-                       Status::kShapeMismatch, "dy_rowwise: expected the rowwise copy of a (",
-                       rows, ", ", s.out, ") matrix (the forward's T rows), got (", q.rows, ", ",
-                       q.cols, ")", q.has_rowwise() ? "" : " without its rowwise data");
 }
 
 // dŷ = dequantize(dy_rowwise) as an FP32 (T, out) matrix, made at the first ask in its own
@@ -468,7 +451,7 @@ LinearSaved linear_forward(const LinearSpec& s, const WeightCopies& weight,
                            Stream stream) {
   const bool given_q = x_rowwise_given(a.x, a.x_rowwise);
   if (given_q) {
-    check_x_rowwise(s, a);
+    check_rowwise_copy(s, a.x_rowwise, a.x, s.input, "x", s.in, -1, "an FP8 dispatch's payload");
   } else {
     check_view(a.x, "x", {DType::kFloat32, DType::kBFloat16, DType::kFloat16});
     TESSERA_CHECK_STATUS(a.x.ndim == 2 && a.x.shape[1] == s.in, Status::kShapeMismatch,
@@ -542,7 +525,8 @@ void linear_backward(const LinearSpec& s, const WeightCopies& weight, const Line
   const int64_t t = saved.rows;
   const bool given_q = dy_rowwise_given(a.dy, a.dy_rowwise);
   if (given_q) {
-    check_dy_rowwise(s, a, t);
+    check_rowwise_copy(s, a.dy_rowwise, a.dy, s.grad_output, "dy", s.out, t,
+                       "a combine's quantized gradient");
   } else {
     check_float_matrix(a.dy, "dy", t, s.out);
   }

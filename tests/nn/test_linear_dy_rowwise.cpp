@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "nn_device_util.h"
 #include "nn_test_util.h"
-#include "tessera/core/buffer.h"
 #include "tessera/core/status.h"
 #include "tessera/formats/scaling_modes.h"
 #include "tessera/nn/allocator.h"
@@ -26,44 +26,8 @@
 #include "tessera/quantize/quantizer.h"
 #include "tessera/quantize/recipe.h"
 
-#if defined(TESSERA_WITH_CUDA)  // set by the tessera headers above
-#include <cuda_runtime_api.h>
-#endif
-
 namespace tessera::nn::test {
 namespace {
-
-bool has_sm90() {
-#if defined(TESSERA_WITH_CUDA)
-  if (cuda_device_count() == 0) return false;
-  cudaDeviceProp prop{};
-  return cudaGetDeviceProperties(&prop, 0) == cudaSuccess && prop.major == 9;
-#else
-  return false;
-#endif
-}
-
-// Host data on a device, and back.
-struct Dev {
-  Buffer buf;
-  TensorView view;
-  template <class T>
-  Dev(const std::vector<T>& host, std::initializer_list<int64_t> shape, DType dtype, Device dev)
-      : buf(std::max<size_t>(host.size() * sizeof(T), 4), dev) {
-    copy_bytes(buf.data(), dev, host.data(), Device::cpu(), host.size() * sizeof(T));
-    view = TensorView::contiguous(buf.data(), dtype, shape, dev);
-  }
-};
-std::vector<uint8_t> bytes_of(const TensorView& v) {
-  std::vector<uint8_t> h(static_cast<size_t>(v.nbytes()));
-  if (!h.empty()) copy_bytes(h.data(), Device::cpu(), v.data, v.device, h.size());
-  return h;
-}
-std::vector<float> floats_of(const TensorView& v) {
-  std::vector<float> h(static_cast<size_t>(v.numel()));
-  if (!h.empty()) copy_bytes(h.data(), Device::cpu(), v.data, v.device, h.size() * 4);
-  return h;
-}
 
 constexpr int64_t kG = 4;
 // Ragged groups (an empty one, one over two 128-row chunks), 3 capacity rows in no group.
