@@ -214,7 +214,7 @@ struct MlpNode : torch::autograd::Function<MlpNode> {
                         ctx->saved_data["prefix"], has_bias, opt(s[11]),
                         opt(s[12]), opt(s[13]), opt(s[14]), opt(mg1), opt(mg2), need_dx,
                         need_dprobs, need_w1 || need_w2, need_db, dtype_value(dt[0]),
-                        dtype_value(dt[1]), dtype_value(dt[2])});
+                        dtype_value(dt[1]), dtype_value(dt[2]), c10::IValue(), c10::IValue()});
     });
     const bool accumulate = mg1.defined();
     if (need_dx) result[0] = out[0].toTensor();

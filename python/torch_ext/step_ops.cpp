@@ -81,33 +81,37 @@ LinearOut linear_bwd(Tensor dy, Tensor offs, OptTensor x, Tensor weight, OptTens
   });
 }
 
-// x's rowwise copy given as codes (uint8 or the element's float8 dtype, (t, cols), contiguous)
-// and their compact scales (scale_shape's shape; E8M0 as uint8 or float8_e8m0fnu), in the
-// quantization `role` makes: LinearForwardArgs::x_rowwise.
+// A tensor's rowwise copy given as codes (uint8 or the element's float8 dtype, (t, cols),
+// contiguous) and their compact scales (scale_shape's shape; E8M0 as uint8 or
+// float8_e8m0fnu), in the quantization `role` makes: LinearForwardArgs::x_rowwise (name "x")
+// or LinearBackwardArgs::dy_rowwise ("dy"); the arguments are <name>_codes, <name>_scale_inv.
 QuantizedTensorView rowwise_input(const nn::RoleFormat& role, const Tensor& codes,
-                                  const Tensor& scale_inv, int64_t t, int64_t cols) {
-  TESSERA_CHECK_STATUS(role.quantized, Status::kDTypeMismatch,
-                       "x_codes: the recipe does not quantize x (a dense step takes x itself)");
+                                  const Tensor& scale_inv, int64_t t, int64_t cols,
+                                  const std::string& name = "x") {
+  const std::string codes_arg = name + "_codes", scales_arg = name + "_scale_inv";
+  TESSERA_CHECK_STATUS(role.quantized, Status::kDTypeMismatch, codes_arg,
+                       ": the recipe does not quantize ", name, " (a dense step takes ", name,
+                       " itself)");
   QuantizerConfig c = role.config;
   c.rowwise = true;
   c.columnwise = false;
   c.scale_layout = ScaleLayout::kCompact;
-  TensorView d = view_of(codes, "x_codes");
+  TensorView d = view_of(codes, codes_arg.c_str());
   TESSERA_CHECK_STATUS(d.dtype == DType::kUInt8 || d.dtype == c.element, Status::kDTypeMismatch,
-                       "x_codes: expected uint8 or ", dtype_name(c.element), " codes, got ",
+                       codes_arg, ": expected uint8 or ", dtype_name(c.element), " codes, got ",
                        dtype_name(d.dtype));
   TESSERA_CHECK_STATUS(d.ndim == 2 && d.shape[0] == t && d.shape[1] == cols && d.is_contiguous(),
-                       Status::kShapeMismatch, "x_codes: expected contiguous (", t, ", ", cols,
-                       "), got ", d.to_string());
+                       Status::kShapeMismatch, codes_arg, ": expected contiguous (", t, ", ",
+                       cols, "), got ", d.to_string());
   d.dtype = c.element;
   const MatrixShape ss = scale_shape(c, t, cols, false);
-  TensorView sv = view_of(scale_inv, "x_scale_inv");
+  TensorView sv = view_of(scale_inv, scales_arg.c_str());
   const bool e8m0 = ss.dtype == DType::kFloat8E8M0;
   TESSERA_CHECK_STATUS(sv.dtype == ss.dtype || (e8m0 && sv.dtype == DType::kUInt8),
-                       Status::kDTypeMismatch, "x_scale_inv: expected ", dtype_name(ss.dtype),
+                       Status::kDTypeMismatch, scales_arg, ": expected ", dtype_name(ss.dtype),
                        e8m0 ? " (or uint8)" : "", " scales, got ", dtype_name(sv.dtype));
   TESSERA_CHECK_STATUS(sv.numel() == ss.rows * ss.cols && sv.is_contiguous(),
-                       Status::kShapeMismatch, "x_scale_inv: expected ", ss.rows * ss.cols,
+                       Status::kShapeMismatch, scales_arg, ": expected ", ss.rows * ss.cols,
                        " contiguous scales (", ss.rows, " x ", ss.cols, " for ",
                        scaling_mode_name(c.mode), "), got ", sv.to_string());
   QuantizedTensorView q;
@@ -192,8 +196,13 @@ MlpBwdOut mlp_bwd(Tensor dy, Tensor offs, OptTensor x, OptTensor probs, Tensor w
                   std::string recipe1, std::string recipe2, std::string prefix, bool has_bias, OptTensor ds1,
                   OptTensor ah1, OptTensor ds2, OptTensor ah2, OptTensor mg1, OptTensor mg2,
                   bool need_dx, bool need_dprobs, bool need_dw, bool need_db,
-                  sh::ScalarType w_dtype, sh::ScalarType b_dtype, sh::ScalarType p_dtype) {
+                  sh::ScalarType w_dtype, sh::ScalarType b_dtype, sh::ScalarType p_dtype,
+                  OptTensor dy_codes, OptTensor dy_scale_inv) {
   return guarded([&]() -> MlpBwdOut {
+    // With dy_codes, dy gives the activations' dtype and the shape only (its values are not
+    // read: an expanded tensor will do); fc2's backward reads the codes (dy_rowwise).
+    TESSERA_CHECK(dy_codes.has_value() == dy_scale_inv.has_value(),
+                  "dy_codes and dy_scale_inv: give both or neither");
     const CallScope scope(dy);
     const Device dev = scope.device();
     const TensorView dyv = view_of(dy, "dy");
@@ -226,7 +235,11 @@ MlpBwdOut mlp_bwd(Tensor dy, Tensor offs, OptTensor x, OptTensor probs, Tensor w
       return accumulate ? view_of(*mg, arg) : view_of(own, arg);
     };
     nn::MlpBackwardArgs b;
-    b.dy = dyv;
+    if (dy_codes) {
+      b.dy_rowwise = rowwise_input(spec.fc2.grad_output, *dy_codes, *dy_scale_inv, t, hidden, "dy");
+    } else {
+      b.dy = dyv;
+    }
     b.offsets = offsets_view(offs, g);
     b.x = view_of(x, "x");
     b.probs = view_of(probs, "probs");
@@ -274,7 +287,8 @@ STABLE_TORCH_LIBRARY_FRAGMENT(tessera, m) {
         "str recipe2, str prefix, bool has_bias, Tensor(a!)? ds1, Tensor(b!)? ah1, Tensor(c!)? ds2, "
         "Tensor(d!)? ah2, Tensor(e!)? mg1, Tensor(f!)? mg2, bool need_dx, bool need_dprobs, "
         "bool need_dw, bool need_db, ScalarType w_dtype, ScalarType b_dtype, "
-        "ScalarType p_dtype) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
+        "ScalarType p_dtype, Tensor? dy_codes=None, Tensor? dy_scale_inv=None) "
+        "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
   m.def("get_rng_offset() -> int");
   m.def("set_rng_offset(int offset) -> ()");
 }

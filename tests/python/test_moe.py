@@ -606,6 +606,99 @@ def test_experts_reading_rowwise_codes(capacity_factor, device):
             assert torch.equal(a, b), name
 
 
+# ---- the experts reading the quantized output gradient (grad_codes_to_experts) ---------------
+def _grad_codes_run(recipe, grad_codes, capacity_factor, device, quantize_grads=None):
+    torch.manual_seed(41)
+    h, f, e, k, t = 128, 64, 8, 2, 96
+    router = ReferenceRouter(h, e, device=device)
+    layer = tt.MoELayer(h, f, e, k, recipe=recipe, router=router,
+                        grad_codes_to_experts=grad_codes, quantize_grads=quantize_grads,
+                        capacity_factor=capacity_factor, sync_checks=False, device=device)
+    torch.manual_seed(42)
+    x = torch.randn(t, h, device=device).bfloat16().requires_grad_()
+    g = torch.randn(t, h, device=device).bfloat16()
+    y = layer(x)
+    y.backward(g)
+    ex = layer.experts
+    return layer, [y.detach(), x.grad, ex.fc1.weight.grad, ex.fc2.weight.grad, router.weight.grad]
+
+
+@pytest.mark.parametrize("device", _DEVICES)
+@pytest.mark.parametrize("capacity_factor", [None, 0.75])
+@pytest.mark.parametrize("recipe", ["fp8_block", "mxfp8"])
+def test_experts_reading_power_of_two_gradient_codes_equal_the_dequantized_rows(
+        recipe, capacity_factor, device):
+    """The combine's backward sends the experts' output gradient quantized (power-of-two scales,
+    the default for these recipes). fc2's backward reading those codes as they are
+    (grad_codes_to_experts=True: its dgrad does not quantize them again, its weight gradient's
+    copy is made from their values) gives the same bits as reading the dequantized rows: the
+    values code · 2^e are exact in BF16, and re-quantizing them in the same blocks gives the same
+    codes and scales."""
+    on, got = _grad_codes_run(recipe, True, capacity_factor, device)
+    off, want = _grad_codes_run(recipe, False, capacity_factor, device)
+    assert on.grad_codes_to_experts and not off.grad_codes_to_experts
+    assert "grad_codes_to_experts=True" in repr(on)
+    for name, a, b in zip(_NAMES, got, want):
+        assert torch.equal(a, b), name
+
+
+@pytest.mark.parametrize("device", _DEVICES)
+def test_experts_reading_rowwise_gradient_codes(device):
+    """fp8_rowwise with quantize_grads=True: fc2's dgrad reads the codes with their FP32 row
+    scales (the dequantized path re-quantizes their BF16 rounding), and its weight gradient's
+    copy quantizes the FP32 values code · s: every gradient stays within the FP8 copies'
+    rounding of the dequantized path's (>= 30 dB); the output is the same."""
+    on, got = _grad_codes_run("fp8_rowwise", True, None, device, quantize_grads=True)
+    off, want = _grad_codes_run("fp8_rowwise", False, None, device, quantize_grads=True)
+    assert torch.equal(got[0], want[0])
+    for name, a, b in zip(_NAMES[1:], got[1:], want[1:]):
+        assert torch.isfinite(a).all(), name
+        assert _sqnr_db(b, a) >= 30, name
+
+
+def test_grad_codes_to_experts_needs_a_quantized_gradient_and_experts_that_read_it():
+    with pytest.raises(ValueError, match="grad_codes_to_experts"):
+        tt.MoELayer(16, 8, 8, 2, recipe="fp8_rowwise", grad_codes_to_experts=True)  # BF16 grads
+    with pytest.raises(ValueError, match="grad_codes_to_experts"):
+        tt.MoELayer(128, 64, 8, 2, recipe="fp8_block", grad_codes_to_experts=True,
+                    experts=ReferenceGroupedMLP(8, 128, 64))
+    with pytest.raises(ValueError, match="grad_codes_to_experts"):  # E5M2 gradients in fc2
+        tt.MoELayer(128, 64, 8, 2, recipe="fp8_block:hybrid", grad_codes_to_experts=True)
+    assert not tt.MoELayer(128, 64, 8, 2, recipe="fp8_block").grad_codes_to_experts  # opt in
+    assert tt.GroupedMLP(2, 128, 64, recipe="fp8_block").rowwise_grad_mode() == "block1x128"
+    assert tt.GroupedMLP(2, 128, 64, recipe="mxfp8").rowwise_grad_mode() == "mxfp8"
+    assert tt.GroupedMLP(2, 128, 64, recipe="fp8_current").rowwise_grad_mode() == "none"
+
+
+def test_grouped_mlp_dy_rowwise_arguments_are_checked():
+    """The op's dy codes are checked against fc2's grad_output quantization, naming dy_codes /
+    dy_scale_inv (the holder hands them to the MLP's backward)."""
+    from tessera.torch.mlp import GradRowwise
+    mlp = tt.GroupedMLP(2, 32, 16, recipe="fp8_rowwise")
+    assert mlp.rowwise_grad_mode() == "rowwise"
+    offs = torch.tensor([4, 8], dtype=torch.int32)
+    for codes, sinv, match in [(torch.zeros(8, 16, dtype=torch.uint8), torch.ones(8, 1), "dy_codes"),
+                               (torch.zeros(8, 32, dtype=torch.uint8), torch.ones(3, 1),
+                                "dy_scale_inv")]:
+        holder = GradRowwise()
+        x = torch.randn(8, 32).bfloat16().requires_grad_()
+        y = mlp(x, offs, grad_rowwise=holder)
+        holder.put((codes, sinv))
+        with pytest.raises(ValueError, match=match):
+            y.backward(torch.zeros((), dtype=y.dtype).expand(y.shape))
+    # nothing put: the backward reads its gradient as usual (the C++ node's result)
+    holder = GradRowwise()
+    x = torch.randn(8, 32).bfloat16().requires_grad_()
+    g = torch.randn(8, 32).bfloat16()
+    mlp.zero_grad()
+    mlp(x, offs, grad_rowwise=holder).backward(g)
+    got = (x.grad.clone(), mlp.fc2.weight.grad.clone())
+    x2 = x.detach().requires_grad_()
+    mlp.zero_grad()
+    mlp(x2, offs).backward(g)
+    assert torch.equal(got[0], x2.grad) and torch.equal(got[1], mlp.fc2.weight.grad)
+
+
 def test_codes_to_experts_needs_a_quantized_payload_and_experts_that_read_it():
     with pytest.raises(ValueError, match="codes_to_experts"):
         tt.MoELayer(16, 8, 8, 2, recipe="bf16", codes_to_experts=True)

@@ -177,7 +177,7 @@ def _mlp_fwd_fake(x, w1, w2, offs, probs, b1, b2, wc1, wc2, requantize, recipe1,
 @torch.library.register_fake("tessera::mlp_bwd")
 def _mlp_bwd_fake(dy, offs, x, probs, w1, w2, wc1, wc2, saved1, h, saved2, a, recipe1, recipe2,
                   prefix, has_bias, ds1, ah1, ds2, ah2, mg1, mg2, need_dx, need_dprobs, need_dw, need_db,
-                  w_dtype, b_dtype, p_dtype):
+                  w_dtype, b_dtype, p_dtype, dy_codes=None, dy_scale_inv=None):
     g, hidden, ffn = w1.shape[0], w1.shape[2], w2.shape[2]
     t = dy.shape[0]
     accumulate = mg1 is not None and mg2 is not None

@@ -219,14 +219,16 @@ class GroupedMLP(nn.Module):
         self.fc2.invalidate_weight_cache()
 
     def _run(self, x: Tensor, offs: Tensor, probs: Optional[Tensor],
-             promised: bool = False, x_rowwise: Optional[tuple] = None) -> Tensor:
+             promised: bool = False, x_rowwise: Optional[tuple] = None,
+             grad_rowwise=None) -> Tensor:
         l1, l2 = self.fc1, self.fc2
         main_grads = ((l1._main_grad(), l2._main_grad()) if l1.accumulate_main_grad
                       else (None, None))
         return mlp_step(x, l1.weight, l2.weight, offs, probs, (l1.spec, l2.spec), self.prefix,
                         (l1.weight_cache, l2.weight_cache), b1=l1.bias, b2=l2.bias,
                         states=(l1._delayed_state(), l2._delayed_state()),
-                        main_grads=main_grads, promised=promised, x_rowwise=x_rowwise)
+                        main_grads=main_grads, promised=promised, x_rowwise=x_rowwise,
+                        grad_rowwise=grad_rowwise)
 
     def rowwise_input_mode(self) -> str:
         """The rowwise quantization whose codes forward(x_rowwise=...) reads as fc1's input: the
@@ -235,6 +237,16 @@ class GroupedMLP(nn.Module):
         if not isinstance(self.recipe, str):
             return "none"
         return recipe_dispatch_mode(self.recipe)[0]
+
+    def rowwise_grad_mode(self) -> str:
+        """The rowwise quantization whose codes backward reads as fc2's output gradient
+        (forward(grad_rowwise=...)): rowwise_input_mode() where fc2's grad_output role quantizes
+        in that mode with E4M3 (what a combine that quantizes gradients sends), else "none"."""
+        mode = self.rowwise_input_mode()
+        if mode == "none":
+            return "none"
+        c = _C._recipe_config(self.recipe, "grouped_linear", "grad_output", self.prefix + "fc2", {})
+        return mode if c["mode"] == mode and c["element"] == "e4m3" else "none"
 
     def _quantize_weights(self) -> None:
         x = self.fc1.weight.new_empty((0, self.hidden))
@@ -246,7 +258,7 @@ class GroupedMLP(nn.Module):
     def forward(self, x: Tensor, offs: Optional[Tensor] = None, probs: Optional[Tensor] = None,
                 splits=None, *, m_splits=None,
                 is_first_microbatch: Optional[bool] = None,
-                x_rowwise: Optional[tuple] = None) -> Tensor:
+                x_rowwise: Optional[tuple] = None, grad_rowwise=None) -> Tensor:
         """x (T, hidden) -> (T, hidden): fc1 -> SwiGLU (times probs) -> fc2 per row group.
 
         Groups as in GroupedLinear.forward (`offs`, or sizes as `splits` / `m_splits`); `probs`
@@ -257,11 +269,16 @@ class GroupedMLP(nn.Module):
         weight gradient's copy is made from its values (dequantize(x_rowwise), FP32). x then
         gives only the shape, the activations' dtype and the way back for dx: its values are
         not read (an expanded tensor will do).
+        grad_rowwise: a tessera.torch.mlp.GradRowwise through which the consumer of the output
+        may hand the output's gradient over as its rowwise copy in fc2's grad_output
+        quantization (rowwise_grad_mode(): codes, compact scales — a combine's quantized
+        gradient): fc2's backward then reads the codes (dgrad) and makes the weight gradient's
+        copy from their values, instead of quantizing the gradient it is given.
         """
         offs = offsets_from(offs, splits if m_splits is None else m_splits, self.num_groups,
                             x.device)
         return self._run(x, offs, probs, promised=is_first_microbatch is False,
-                         x_rowwise=x_rowwise)
+                         x_rowwise=x_rowwise, grad_rowwise=grad_rowwise)
 
     def extra_repr(self) -> str:
         recipe = self.delayed_scaling if self.delayed_scaling is not None else self.recipe

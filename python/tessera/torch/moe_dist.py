@@ -375,6 +375,7 @@ class _CombineFn(torch.autograd.Function):
         y_perm = _send_back(_to_source_major(y.contiguous(), state), state)
         out = ops.moe_unpermute(y_perm, state.slot_map, state.row_pair, probs)
         ctx.state = state
+        ctx.y_meta = (y.shape, y.dtype)
         ctx.save_for_backward(y_perm, probs)
         return out
 
@@ -398,7 +399,16 @@ class _CombineFn(torch.autograd.Function):
             codes, sinv = ops.moe_permute(dout, state.row_pair, state.slot_map.shape[1], mode,
                                           "e4m3", state.extra["e8m0_floor"], weights=probs,
                                           slot_map=state.slot_map)
-            dy = _deliver(codes, sinv, mode, dout.dtype, state)
+            holder = state.extra.get("grad_rowwise")
+            if holder is not None:
+                # The experts read the gradient as codes (GroupedMLP's grad_rowwise): regrouped
+                # expert-major, handed over through the holder; y's gradient is an expanded
+                # zero that only carries the shape and dtype (no memory).
+                holder.put(_deliver(codes, sinv, mode, dout.dtype, state, codes=True))
+                shape, dtype = ctx.y_meta
+                dy = torch.zeros((), dtype=dtype, device=dout.device).expand(shape)
+            else:
+                dy = _deliver(codes, sinv, mode, dout.dtype, state)
         return dy, (dprobs if need_p else None), None
 
 

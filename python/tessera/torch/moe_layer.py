@@ -27,6 +27,7 @@ from torch import Tensor, nn
 
 from .. import _tessera as _C
 from . import moe_dist
+from .mlp import GradRowwise
 from .moe_ops import _check_routing, route
 from .moe_reference import ReferenceGroupedMLP
 
@@ -47,8 +48,8 @@ class MoELayer(nn.Module):
     MoELayer(hidden, ffn, num_experts, top_k, recipe="bf16", ep_group=None,
              capacity_factor=None, experts=None, router=None, normalize_probs=True,
              sync_checks=None, quantize_grads=None, expert_groups=1, groups_per_token=None,
-             score="softmax", selection_bias=False, codes_to_experts=None, device=None,
-             dtype=torch.bfloat16)
+             score="softmax", selection_bias=False, codes_to_experts=None,
+             grad_codes_to_experts=False, device=None, dtype=torch.bfloat16)
 
     hidden, ffn: model width and each expert's FFN width (the experts are a GroupedMLP:
       fc1 -> SwiGLU -> fc2). num_experts, top_k: experts in all, experts per token.
@@ -81,6 +82,14 @@ class MoELayer(nn.Module):
       the recipe); True: wherever the experts take the payload's codes (fp8_block and mxfp8 too:
       their copy goes through an FP32 image of the rows); False: the rows are dequantized to
       the activation dtype first.
+    grad_codes_to_experts: where the backward sends the experts' output gradient quantized
+      (quantize_grads), the experts read it as it arrives, codes and scales, as fc2's rowwise
+      output gradient (GroupedMLP's grad_rowwise): no dequantize, and fc2's dgrad does not
+      quantize it again; fc2's weight gradient reads a copy made from their values. True needs
+      a quantized gradient payload and experts that take its codes (a tessera GroupedMLP of the
+      recipe whose fc2 quantizes its gradient in the payload's mode with E4M3). Default False.
+      Not under torch.compile (the codes pass between two backward nodes outside the graph):
+      there the gradient is dequantized.
 
     forward(x): x (..., hidden) -> (..., hidden); differentiable. Every rank of ep_group calls
     it with its own tokens. After a forward, last_dropped / last_dropped_total hold the dropped
@@ -95,7 +104,8 @@ class MoELayer(nn.Module):
                  quantize_grads: Optional[bool] = None, expert_groups: int = 1,
                  groups_per_token: Optional[int] = None, score: str = "softmax",
                  selection_bias: bool = False, codes_to_experts: Optional[bool] = None,
-                 device=None, dtype: torch.dtype = torch.bfloat16):
+                 grad_codes_to_experts: bool = False, device=None,
+                 dtype: torch.dtype = torch.bfloat16):
         super().__init__()
         world = 1 if ep_group is None else torch.distributed.get_world_size(ep_group)
         if num_experts < 1 or num_experts % world != 0:
@@ -152,6 +162,17 @@ class MoELayer(nn.Module):
                 f"{type(self.experts).__name__})")
         self.codes_to_experts = (takes_codes and self.mode == "rowwise"
                                  if codes_to_experts is None else bool(codes_to_experts))
+        grad_mode = moe_dist.grad_payload_mode(recipe, quantize_grads)
+        takes_grad = getattr(self.experts, "rowwise_grad_mode", None)
+        if grad_codes_to_experts and (grad_mode == "none" or takes_grad is None
+                                      or takes_grad() != grad_mode):
+            raise _C.InvalidArgumentError(
+                f"tessera invalid argument: MoELayer: grad_codes_to_experts=True needs a "
+                f"quantized gradient payload (recipe {recipe!r}, quantize_grads="
+                f"{quantize_grads!r} sends {grad_mode!r}) and experts that read its codes as "
+                f"fc2's output gradient (a tessera GroupedMLP of that recipe; got "
+                f"{type(self.experts).__name__})")
+        self.grad_codes_to_experts = bool(grad_codes_to_experts)
 
     def capacity(self, num_tokens: int) -> Optional[int]:
         """Rows per (rank, expert) for a batch of num_tokens tokens (None: dropless)."""
@@ -184,10 +205,13 @@ class MoELayer(nn.Module):
         if self.selection_bias is not None:
             flat = indices.reshape(-1)  # scatter_add_, not bincount: no host sync on CUDA
             self.expert_load.scatter_add_(0, flat, torch.ones_like(flat))
+        kw = {}
         if self.codes_to_experts:
-            y = self.experts(recv, state.offs, x_rowwise=state.extra.pop("codes"))
-        else:
-            y = self.experts(recv, state.offs)
+            kw["x_rowwise"] = state.extra.pop("codes")
+        if self.grad_codes_to_experts and not torch.compiler.is_compiling():
+            # combine's backward puts the gradient's codes here, the experts' backward takes them
+            kw["grad_rowwise"] = state.extra["grad_rowwise"] = GradRowwise()
+        y = self.experts(recv, state.offs, **kw)
         out = moe_dist.combine(y, probs, state)
         self.last_dropped, self.last_dropped_total = state.dropped, state.dropped_total
         self.last_error = state.error
@@ -225,6 +249,7 @@ class MoELayer(nn.Module):
                 f"expert_groups={self.expert_groups}, groups_per_token={self.groups_per_token}, "
                 f"score={self.score!r}, selection_bias={self.selection_bias is not None}, "
                 f"codes_to_experts={self.codes_to_experts}, "
+                f"grad_codes_to_experts={self.grad_codes_to_experts}, "
                 f"grads={moe_dist.grad_payload_mode(self.recipe, self.quantize_grads)!r}")
 
 
