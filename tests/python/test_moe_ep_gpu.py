@@ -94,17 +94,18 @@ def _sqnr_db(ref: torch.Tensor, got: torch.Tensor) -> float:
     return float("inf") if noise == 0 else 10 * torch.log10(ref.square().sum() / noise).item()
 
 
-def _layers(recipe, cf, group, quantize_grads=None):
+def _layers(recipe, cf, group, quantize_grads=None, grad_codes=False):
     """(one-GPU layer with every expert, EP layer with this rank's slice), equal parameters,
     drawn on the CPU from one seed (the same on every rank)."""
     dev = torch.device("cuda", torch.cuda.current_device())
     world, rank = dist.get_world_size(group), dist.get_rank(group)
     gen = torch.Generator().manual_seed(1234)
     one = tt.MoELayer(H, F, E, K, recipe=recipe, router=ReferenceRouter(H, E, device=dev),
-                      quantize_grads=quantize_grads, device=dev)
+                      quantize_grads=quantize_grads, grad_codes_to_experts=grad_codes,
+                      device=dev)
     ep = tt.MoELayer(H, F, E, K, recipe=recipe, ep_group=group, capacity_factor=cf,
                      router=ReferenceRouter(H, E, device=dev), quantize_grads=quantize_grads,
-                     device=dev)
+                     grad_codes_to_experts=grad_codes, device=dev)
     lo, hi = rank * E // world, (rank + 1) * E // world
     with torch.no_grad():
         for name, p in one.named_parameters():
@@ -148,18 +149,21 @@ def _kept_tokens(router, x_all, world, capacity):
     return kept.reshape(T, K).all(1).cuda(), int((~kept).sum())
 
 
-@pytest.mark.parametrize("recipe,quantize_grads", [(r, None) for r in RECIPES]
-                         + [("fp8_rowwise", True), ("mxfp8", False)])
+@pytest.mark.parametrize("recipe,quantize_grads,grad_codes",
+                         [(r, None, False) for r in RECIPES]
+                         + [("fp8_rowwise", True, False), ("mxfp8", False, False),
+                            ("fp8_block", None, True), ("fp8_rowwise", True, True)])
 @pytest.mark.parametrize("mode", ["dropless", "capacity"])
-def test_ep_equals_one_gpu(group, recipe, quantize_grads, mode):
+def test_ep_equals_one_gpu(group, recipe, quantize_grads, grad_codes, mode):
     world, rank = dist.get_world_size(group), dist.get_rank(group)
     cf = None if mode == "dropless" else float(E)   # capacity >= every pair: nothing drops
-    one, ep = _layers(recipe, cf, group, quantize_grads)
+    one, ep = _layers(recipe, cf, group, quantize_grads, grad_codes)
     x, g = _data(world)
     y1, dx1 = _run(one, x, g)
     rows = slice(rank * T, (rank + 1) * T)
     y, dx = _run(ep, x[rows], g[rows])
-    name = f"EP x{world} {recipe} {mode} quantize_grads={quantize_grads}"
+    name = (f"EP x{world} {recipe} {mode} quantize_grads={quantize_grads}"
+            f"{' grad codes' if grad_codes else ''}")
     if cf is not None:
         _all_ok(int(ep.last_dropped_total.item()) == 0, name + ": no pair may drop")
     _all_ok(torch.equal(y, y1[rows]), name + ": outputs bit-identical to one GPU")

@@ -264,32 +264,38 @@ def training_step(device, world, args):
     # (recipe, weights cached, capacity factor (None: dropless, as the baseline), CUDA graph,
     #  quantize_grads: None, MoELayer's default; True, the gradients to the experts quantized;
     #  codes_to_experts: None, MoELayer's default (on for fp8_rowwise); False, the dispatched
-    #  rows dequantized first; True, the codes for the other FP8 recipes too)
-    runs = [("bf16", False, None, False, None, None),
-            ("fp8_rowwise", False, None, False, None, None),
-            ("fp8_rowwise", True, None, False, None, None),
-            ("fp8_rowwise", True, None, False, None, False),
-            ("fp8_rowwise", True, None, False, True, None),
-            ("fp8_block", False, None, False, None, None),
-            ("fp8_block", True, None, False, None, None),
-            ("fp8_block", True, None, False, None, True),
-            ("fp8_block", True, None, False, False, None),
-            ("mxfp8", False, None, False, None, None), ("mxfp8", True, None, False, None, None),
-            ("bf16", False, 1.0, False, None, None), ("bf16", False, 1.0, True, None, None),
-            ("fp8_rowwise", True, 1.0, False, None, None),
-            ("fp8_rowwise", True, 1.0, False, None, False),
-            ("fp8_rowwise", True, 1.0, True, None, None)]
-    for recipe, cached, cf, graph, qg, codes in runs:
+    #  rows dequantized first; True, the codes for the other FP8 recipes too;
+    #  grad codes: the quantized output gradient read by fc2's backward as codes)
+    runs = [("bf16", False, None, False, None, None, False),
+            ("fp8_rowwise", False, None, False, None, None, False),
+            ("fp8_rowwise", True, None, False, None, None, False),
+            ("fp8_rowwise", True, None, False, None, False, False),
+            ("fp8_rowwise", True, None, False, True, None, False),
+            ("fp8_rowwise", True, None, False, True, None, True),
+            ("fp8_block", False, None, False, None, None, False),
+            ("fp8_block", True, None, False, None, None, False),
+            ("fp8_block", True, None, False, None, True, False),
+            ("fp8_block", True, None, False, None, None, True),
+            ("fp8_block", True, None, False, False, None, False),
+            ("mxfp8", False, None, False, None, None, False),
+            ("mxfp8", True, None, False, None, None, False),
+            ("bf16", False, 1.0, False, None, None, False),
+            ("bf16", False, 1.0, True, None, None, False),
+            ("fp8_rowwise", True, 1.0, False, None, None, False),
+            ("fp8_rowwise", True, 1.0, False, None, False, False),
+            ("fp8_rowwise", True, 1.0, True, None, None, False)]
+    for recipe, cached, cf, graph, qg, codes, grad_codes in runs:
         label = (f"{recipe}{' cached W' if cached else ''}"
                  f"{f' capacity {cf}' if cf is not None else ''}{' graph' if graph else ''}"
                  f"{' quantized grads' if qg else ' bf16 grads' if qg is False else ''}"
-                 f"{' codes' if codes else ' dequantized rows' if codes is False else ''}")
+                 f"{' codes' if codes else ' dequantized rows' if codes is False else ''}"
+                 f"{' grad codes' if grad_codes else ''}")
         if args.only and label not in args.only.split(","):
             continue
         try:
             layer = tt.MoELayer(h, f, e, k, recipe=recipe, ep_group=dist.group.WORLD,
                                 capacity_factor=cf, quantize_grads=qg, codes_to_experts=codes,
-                                device=device)
+                                grad_codes_to_experts=grad_codes, device=device)
             if cached:
                 tt.quantize_weights_(layer)
             step = graphed_step_of(layer, x) if graph else step_of(layer, x)
