@@ -103,9 +103,14 @@ Recipe parse_recipe_spec(std::string_view spec) {
       r.amax_algo = amax_algo_from_name(value);
     } else if (key == "margin") {
       r.margin = static_cast<int>(parse_int(value, "margin", -126, 126));
+    } else if (key == "weight_tiles") {
+      TESSERA_CHECK(r.activation_mode == ScalingMode::kMXFP8, "recipe '", echo(spec),
+                    "': option 'weight_tiles' (32x32 weight tiles) is for mxfp8 only");
+      r.weight_tiles = parse_int(value, "weight_tiles", 0, 1) == 1;
     } else {
       TESSERA_FAIL(Status::kInvalidArgument, "recipe '", echo(spec), "': option '", echo(key),
-                   "' is not known; expected amax_history_len, amax_compute_algo or margin");
+                   "' is not known; expected amax_history_len, amax_compute_algo, margin or "
+                   "weight_tiles (mxfp8)");
     }
   }
   return r;

@@ -453,6 +453,31 @@ def test_custom_recipe_32x32_weights_and_e5m2_gradients_match_oracle(device):
     assert dbs[0] >= ORACLE_DB > 20.0 > dbs[1]
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_weight_tiles_option_is_the_32x32_weight_recipe(device):
+    """"mxfp8;weight_tiles=1" (the C++ Recipe::weight_tiles by its text) runs the recipe with
+    32x32 weight tiles: bit for bit the custom recipe of those roles, in y, dx and dW; the
+    option is refused for other recipes."""
+    need_gemm(device)
+    S = SIZES
+    recipe = tt.CustomRecipe(lambda role: tt.QuantizerConfig(
+        "mxfp8_32x32" if role.tensor_type == "weight" else "mxfp8", "e4m3"), name="mx32")
+    x, w, dy = inputs(S, 160, 96, device, seed=17)
+    offs = ends(S, device)
+    runs = [run_step(lambda a, b, r=r: tt.grouped_linear(a, b, offs, r, name="fc1"), x, w, dy)
+            for r in ("mxfp8;weight_tiles=1", recipe)]
+    assert all(torch.equal(a, b) for a, b in zip(*runs))
+    # Not ignored: with W's rows 2^16 larger at the start of every 32 (a 32x32 tile's scale then
+    # flushes the other rows of its tile, 1x32 blocks keep them) the two recipes' y differ.
+    big = torch.ones(96, 1, dtype=torch.bfloat16, device=device)
+    big[::32] = 2.0 ** 16
+    ys = [tt.grouped_linear(x, w * big, offs, r, name="fc1")
+          for r in ("mxfp8;weight_tiles=1", recipe, "mxfp8")]
+    assert torch.equal(ys[0], ys[1]) and not torch.equal(ys[0], ys[2])
+    with pytest.raises(tessera.InvalidArgumentError, match="weight_tiles"):
+        tt.grouped_linear(x, w, offs, "fp8_block;weight_tiles=1")
+
+
 # ---- errors -----------------------------------------------------------------------------------
 
 def test_bad_input_is_a_clear_error():

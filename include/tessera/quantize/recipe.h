@@ -130,7 +130,7 @@ const RecipeInfo& recipe_info(std::string_view name);  // throws like parse_reci
 // A recipe from its text form, the form bindings pass around (e.g. through a framework's op
 // schemas), `;`-separated:
 //   <built-in name>[:<format>][;amax_history_len=N][;amax_compute_algo=max|most_recent]
-//                  [;margin=M]
+//                  [;margin=M][;weight_tiles=0|1 (mxfp8: 32x32 weight tiles)]
 //   custom:<name>;input=<mode>/<element>;weight=<mode>/<element>;grad_output=<mode>/<element>
 // (a custom recipe of the three roles of a linear step, each with make_config's defaults for
 // its mode and element; other roles are refused). Throws Error(kInvalidArgument) naming the

@@ -36,7 +36,8 @@ def _default_experts(local: int, hidden: int, ffn: int, recipe: str, device, dty
     from .. import torch as tt
     # tessera's GroupedMLP for the recipes it runs (mxfp8 included: on CUDA that needs the CUDA
     # GEMM's MXFP8 operands); other dispatch recipes fall back to the plain-torch experts.
-    if hasattr(tt, "GroupedMLP") and recipe in getattr(tt, "RECIPES", ()):
+    base = recipe.split(";")[0].split(":")[0] if isinstance(recipe, str) else None
+    if hasattr(tt, "GroupedMLP") and base in getattr(tt, "RECIPES", ()):
         return tt.GroupedMLP(local, hidden, ffn, recipe=recipe, bias=False, device=device,
                              dtype=dtype)
     return ReferenceGroupedMLP(local, hidden, ffn, recipe=recipe, device=device, dtype=dtype)

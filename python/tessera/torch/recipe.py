@@ -135,13 +135,14 @@ def resolve(recipe) -> Tuple[object, Optional[DelayedScaling]]:
         if base == "fp8_delayed":
             d = DelayedScaling(fp8_format=fmt or "hybrid")
             return d, d
-        if base in RECIPES:
-            _C._check_recipe_spec(_ALIASES.get(recipe, recipe), "")
+        if base.split(";")[0] in RECIPES:  # options after ';' (e.g. "mxfp8;weight_tiles=1")
+            _C._check_recipe_spec(recipe_spec(recipe), "")
             return recipe, None
     raise _C.InvalidArgumentError(
         f"tessera invalid argument: recipe: {recipe!r} is not supported by tessera.torch; "
-        f"expected one of {RECIPES} (FP8 ones optionally with :e4m3 / :e5m2 / :hybrid), a "
-        f"DelayedScaling or a CustomRecipe")
+        f"expected one of {RECIPES} (FP8 ones optionally with :e4m3 / :e5m2 / :hybrid; "
+        f"mxfp8 with ;weight_tiles=1 for 32x32 weight tiles), a DelayedScaling or a "
+        f"CustomRecipe")
 
 
 def recipe_spec(recipe, layer: str = "") -> str:
@@ -150,7 +151,8 @@ def recipe_spec(recipe, layer: str = "") -> str:
         return recipe.spec(layer)
     if isinstance(recipe, DelayedScaling):
         return recipe.spec()
-    return _ALIASES.get(recipe, recipe)
+    name, sep, options = recipe.partition(";")
+    return _ALIASES.get(name, name) + sep + options
 
 
 __all__ = ["CustomRecipe", "QuantizerConfig", "QuantizerRole", "RECIPES", "recipe_spec",
