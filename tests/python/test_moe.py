@@ -549,12 +549,15 @@ def test_dequantize_rows_of_a_permuted_payload_and_errors():
 
 
 # ---- the experts reading the dispatched codes (codes_to_experts) ------------------------------
-def _codes_run(recipe, codes, capacity_factor, device):
+def _layer_run(recipe, capacity_factor, device, **options):
+    """One forward + backward of a MoELayer built with `options`: (layer, [out, dx, fc1 dW,
+    fc2 dW, router dW])."""
     torch.manual_seed(41)
     h, f, e, k, t = 128, 64, 8, 2, 96  # FP8 block dgrad on CUDA: contractions % 128 == 0
     router = ReferenceRouter(h, e, device=device)
-    layer = tt.MoELayer(h, f, e, k, recipe=recipe, router=router, codes_to_experts=codes,
-                        capacity_factor=capacity_factor, sync_checks=False, device=device)
+    layer = tt.MoELayer(h, f, e, k, recipe=recipe, router=router,
+                        capacity_factor=capacity_factor, sync_checks=False, device=device,
+                        **options)
     torch.manual_seed(42)
     x = torch.randn(t, h, device=device).bfloat16().requires_grad_()
     g = torch.randn(t, h, device=device).bfloat16()
@@ -607,20 +610,13 @@ def test_experts_reading_rowwise_codes(capacity_factor, device):
 
 
 # ---- the experts reading the quantized output gradient (grad_codes_to_experts) ---------------
+def _codes_run(recipe, codes, capacity_factor, device):
+    return _layer_run(recipe, capacity_factor, device, codes_to_experts=codes)
+
+
 def _grad_codes_run(recipe, grad_codes, capacity_factor, device, quantize_grads=None):
-    torch.manual_seed(41)
-    h, f, e, k, t = 128, 64, 8, 2, 96
-    router = ReferenceRouter(h, e, device=device)
-    layer = tt.MoELayer(h, f, e, k, recipe=recipe, router=router,
-                        grad_codes_to_experts=grad_codes, quantize_grads=quantize_grads,
-                        capacity_factor=capacity_factor, sync_checks=False, device=device)
-    torch.manual_seed(42)
-    x = torch.randn(t, h, device=device).bfloat16().requires_grad_()
-    g = torch.randn(t, h, device=device).bfloat16()
-    y = layer(x)
-    y.backward(g)
-    ex = layer.experts
-    return layer, [y.detach(), x.grad, ex.fc1.weight.grad, ex.fc2.weight.grad, router.weight.grad]
+    return _layer_run(recipe, capacity_factor, device, grad_codes_to_experts=grad_codes,
+                      quantize_grads=quantize_grads)
 
 
 @pytest.mark.parametrize("device", _DEVICES)
