@@ -373,44 +373,57 @@ void check_rowwise_copy(const LinearSpec& s, const QuantizedTensorView& q, const
                        q.has_rowwise() ? "" : " without its rowwise data");
 }
 
-// dŷ = dequantize(dy_rowwise) as an FP32 (T, out) matrix, made at the first ask in its own
-// scratch (with room for the role's quantization of it in the wgrad layout: a padded copy and
-// its callees'); an empty view when dy was given as a matrix.
-class DyImage {
+// x̂ = dequantize(q) of a rowwise copy q (x_rowwise, dy_rowwise) as an FP32 (rows, cols) matrix,
+// made at the first ask in its own scratch (with room for `role`'s quantization of it in a
+// wgrad layout of `padded_rows` rows: a padded copy and its callees').
+class RowwiseImage {
  public:
-  DyImage(const LinearSpec& s, const LinearBackwardArgs& a, int64_t padded_rows, Allocator& alloc,
-          Stream stream)
-      : s_(s), a_(a), tp_(padded_rows), alloc_(alloc), stream_(stream) {}
+  RowwiseImage(const QuantizedTensorView& q, const RoleFormat& role, int64_t groups,
+               int64_t padded_rows, Allocator& alloc, Stream stream)
+      : q_(q), role_(role), groups_(groups), tp_(padded_rows), alloc_(alloc), stream_(stream) {}
   const TensorView& get() {
     if (image_.data != nullptr) return image_;
-    const QuantizedTensorView& q = a_.dy_rowwise;
-    const int64_t bytes = dtype_bytes(DType::kFloat32, q.rows * s_.out);
-    const TensorView probe = TensorView::contiguous(nullptr, DType::kFloat32, {q.rows, s_.out},
-                                                    q.device);
-    arena_.emplace(alloc_, bytes + 256 + padded_copy_bytes(s_.grad_output, false, true, probe, tp_) +
-                               detail::call_allowance(s_.groups, tp_, s_.out),
-                   q.device, stream_);
+    const int64_t bytes = dtype_bytes(DType::kFloat32, q_.rows * q_.cols);
+    const TensorView probe =
+        TensorView::contiguous(nullptr, DType::kFloat32, {q_.rows, q_.cols}, q_.device);
+    arena_.emplace(alloc_, bytes + 256 + padded_copy_bytes(role_, false, true, probe, tp_) +
+                               detail::call_allowance(groups_, tp_, q_.cols),
+                   q_.device, stream_);
     image_ = TensorView::contiguous(arena_->carver().take(bytes), DType::kFloat32,
-                                    {q.rows, s_.out}, q.device);
-    dequantize(q, image_, false, stream_);
+                                    {q_.rows, q_.cols}, q_.device);
+    dequantize(q_, image_, false, stream_);
     return image_;
   }
   StepArena& arena() { return *arena_; }
 
  private:
-  const LinearSpec& s_;
-  const LinearBackwardArgs& a_;
-  int64_t tp_;
+  const QuantizedTensorView& q_;
+  const RoleFormat& role_;
+  int64_t groups_, tp_;
   Allocator& alloc_;
   Stream stream_;
   std::optional<StepArena> arena_;
   TensorView image_;
 };
 
+// The columnwise copy `out` (in the wgrad layout of `layout`, whose starts are set) of x̂ =
+// dequantize(q), q given as its rowwise copy at the caller's rows: `role`'s quantization of x̂,
+// made from the codes where the kernels take them (CUDA, rowwise FP8), else from x̂'s image.
+void columns_of_rowwise(const LinearSpec& s, const RoleFormat& role,
+                        const DelayedScalingState& state, const QuantizedTensorView& q,
+                        const LinearSaved& layout, QuantizedTensorView& out, RowwiseImage& image,
+                        Allocator& alloc, Stream stream, const char* role_name) {
+  detail::Members m = members(s, layout);
+  m.sources = layout.starts.as<const int64_t>();  // x̂'s rows are the caller's, in the layout
+  if (detail::quantize_columns_from_codes(role, q, m, out, alloc, stream)) return;
+  const TensorView& img = image.get();
+  quantize_in_layout(s, role, false, true, state, img, layout, out, image.arena().carver(),
+                     image.arena(), stream, role_name);
+}
+
 // The forward of x given as its rowwise copy: the GEMM reads it at the caller's offsets; the
 // saved columnwise copy is the input role's quantization of x̂ = dequantize(x_rowwise) in the
-// wgrad layout, made from the codes where the kernels take them (CUDA, rowwise FP8), else from
-// an FP32 image of x̂.
+// wgrad layout (columns_of_rowwise).
 void forward_from_rowwise(const LinearSpec& s, const LinearForwardArgs& a,
                           const detail::GroupOffsets& groups, const LinearState& state,
                           LinearSaved& saved, GroupedGemmProblem& g, const WeightCopies& weight,
@@ -421,22 +434,9 @@ void forward_from_rowwise(const LinearSpec& s, const LinearForwardArgs& a,
   if (saved.has_input) {
     detail::group_starts(groups, s.wgrad_align, saved.starts.as<int64_t>(),
                          saved.padded_starts.as<int64_t>(), dev, stream);
-    detail::Members m = members(s, saved);
-    m.sources = saved.starts.as<const int64_t>();  // x̂'s rows are the caller's, in the layout
     QuantizedTensorView out = saved.input;
-    if (!detail::quantize_columns_from_codes(s.input, xr, m, out, alloc, stream)) {
-      const TensorView probe = TensorView::contiguous(nullptr, DType::kFloat32, {t, s.in}, dev);
-      StepArena img(alloc, dtype_bytes(DType::kFloat32, t * s.in) + 256 +
-                               padded_copy_bytes(s.input, false, true, probe, saved.padded_rows) +
-                               detail::call_allowance(s.groups, saved.padded_rows, s.in),
-                    dev, stream);
-      const TensorView x32 = TensorView::contiguous(
-          img.carver().take(dtype_bytes(DType::kFloat32, t * s.in)), DType::kFloat32, {t, s.in},
-          dev);
-      dequantize(xr, x32, false, stream);
-      quantize_in_layout(s, s.input, false, true, state.input, x32, saved, out, img.carver(), img,
-                         stream, "input");
-    }
+    RowwiseImage image(xr, s.input, s.groups, saved.padded_rows, alloc, stream);
+    columns_of_rowwise(s, s.input, state.input, xr, saved, out, image, alloc, stream, "input");
   }
   StepArena tmp(alloc, 256 + detail::call_allowance(s.groups, t, s.in), dev, stream);
   g.a = GemmOperand::from_quantized(xr, false);
@@ -556,7 +556,8 @@ void linear_backward(const LinearSpec& s, const WeightCopies& weight, const Line
                 "x: the weight gradient needs the forward's x (the forward saved no copy of it)");
   if (a.x.data && need_x) check_float_matrix(a.x, "x", t, s.in);
   const int64_t tp = detail::padded_rows_for(t, s.groups, s.wgrad_align);
-  DyImage dy_image(s, a, tp, alloc, stream);  // dŷ (FP32), made where dy_rowwise needs it
+  // dŷ (FP32), made where dy_rowwise needs it.
+  RowwiseImage dy_image(a.dy_rowwise, s.grad_output, s.groups, tp, alloc, stream);
   if (a.db.data) {
     detail::grouped_row_sum(given_q ? dy_image.get() : a.dy, groups, a.db, a.accumulate_bias,
                             stream);
@@ -644,15 +645,9 @@ void linear_backward(const LinearSpec& s, const WeightCopies& weight, const Line
   if (!given_q) {
     quantize_in_layout(s, s.grad_output, need_dx, need_x, state.grad_output, a.dy, layout, dyq,
                        tmp.carver(), tmp, stream, "grad_output");
-  } else if (need_x) {  // the columnwise copy of dŷ in the layout: from the codes, else dŷ's image
-    detail::Members m = members(s, layout);
-    m.sources = layout.starts.as<const int64_t>();  // dŷ's rows are the caller's, in the layout
-    if (!detail::quantize_columns_from_codes(s.grad_output, a.dy_rowwise, m, dyq, alloc,
-                                             stream)) {
-      const TensorView& img = dy_image.get();
-      quantize_in_layout(s, s.grad_output, false, true, state.grad_output, img, layout, dyq,
-                         dy_image.arena().carver(), dy_image.arena(), stream, "grad_output");
-    }
+  } else if (need_x) {  // the columnwise copy of dŷ in the layout
+    columns_of_rowwise(s, s.grad_output, state.grad_output, a.dy_rowwise, layout, dyq, dy_image,
+                       alloc, stream, "grad_output");
   }
   if (need_dx) {
     GroupedGemmProblem dg = m_grouped(s, a.offsets, a.offsets_format, a.dx);
