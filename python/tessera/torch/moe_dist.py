@@ -48,6 +48,7 @@ from torch import Tensor
 from .. import _tessera as _C
 from . import moe_ops as ops
 from .fp8 import _mode_row
+from .recipe import base_name
 
 _ERR_INDEX = 1       # an expert index outside [0, E)
 _ERR_COUNTS = 2      # per-expert counts that do not sum to the rows given
@@ -75,7 +76,7 @@ def recipe_dispatch_mode(recipe: str) -> tuple[str, int]:
     """(payload quantization of the dispatch, token alignment) of a recipe text, from the C++
     recipe table (_recipe_dispatch_table). The recipe's name is the text before its options:
     before ':' ("fp8_block:e4m3") and before ';' ("fp8_delayed;amax_history_len=16")."""
-    base = recipe.split(";")[0].split(":")[0]
+    base = base_name(recipe)
     if base not in _RECIPE_DISPATCH:
         raise _C.InvalidArgumentError(f"tessera invalid argument: recipe: {recipe!r} is not one "
                                       f"of {sorted(_RECIPE_DISPATCH)}")

@@ -30,14 +30,15 @@ from . import moe_dist
 from .mlp import GradRowwise
 from .moe_ops import _check_routing, route
 from .moe_reference import ReferenceGroupedMLP
+from .recipe import base_name
 
 
 def _default_experts(local: int, hidden: int, ffn: int, recipe: str, device, dtype):
     from .. import torch as tt
     # tessera's GroupedMLP for the recipes it runs (mxfp8 included: on CUDA that needs the CUDA
     # GEMM's MXFP8 operands); other dispatch recipes fall back to the plain-torch experts.
-    base = recipe.split(";")[0].split(":")[0] if isinstance(recipe, str) else None
-    if hasattr(tt, "GroupedMLP") and base in getattr(tt, "RECIPES", ()):
+    if (hasattr(tt, "GroupedMLP") and isinstance(recipe, str)
+            and base_name(recipe) in getattr(tt, "RECIPES", ())):
         return tt.GroupedMLP(local, hidden, ffn, recipe=recipe, bias=False, device=device,
                              dtype=dtype)
     return ReferenceGroupedMLP(local, hidden, ffn, recipe=recipe, device=device, dtype=dtype)
@@ -132,7 +133,7 @@ class MoELayer(nn.Module):
             self.selection_bias = None
             self.expert_load: Optional[Tensor] = None
         self.mode, self.align = moe_dist.recipe_dispatch_mode(recipe)
-        moe_dist.grad_payload_mode(recipe, quantize_grads)  # a clear error at construction
+        grad_mode = moe_dist.grad_payload_mode(recipe, quantize_grads)  # a clear error now
         self.quantize_grads = quantize_grads
         self.hidden, self.ffn, self.num_experts, self.top_k = hidden, ffn, num_experts, top_k
         self.recipe, self.ep_group, self.world = recipe, ep_group, world
@@ -163,7 +164,6 @@ class MoELayer(nn.Module):
                 f"{type(self.experts).__name__})")
         self.codes_to_experts = (takes_codes and self.mode == "rowwise"
                                  if codes_to_experts is None else bool(codes_to_experts))
-        grad_mode = moe_dist.grad_payload_mode(recipe, quantize_grads)
         takes_grad = getattr(self.experts, "rowwise_grad_mode", None)
         if grad_codes_to_experts and (grad_mode == "none" or takes_grad is None
                                       or takes_grad() != grad_mode):

@@ -124,6 +124,12 @@ class CustomRecipe:
         self.__init__(state["factory"], state["name"])
 
 
+def base_name(recipe: str) -> str:
+    """A recipe text's built-in name: the text before its options (';') and its format (':'),
+    e.g. "fp8_block" of "fp8_block:e4m3", "mxfp8" of "mxfp8;weight_tiles=1"."""
+    return recipe.split(";")[0].split(":")[0]
+
+
 def resolve(recipe) -> Tuple[object, Optional[DelayedScaling]]:
     """(recipe, DelayedScaling or None) of a recipe argument: a CustomRecipe as it is, a
     DelayedScaling (or an "fp8_delayed[:format]" name, its default options), or a name of
@@ -135,7 +141,7 @@ def resolve(recipe) -> Tuple[object, Optional[DelayedScaling]]:
         if base == "fp8_delayed":
             d = DelayedScaling(fp8_format=fmt or "hybrid")
             return d, d
-        if base.split(";")[0] in RECIPES:  # options after ';' (e.g. "mxfp8;weight_tiles=1")
+        if base_name(recipe) in RECIPES:  # options after ';' (e.g. "mxfp8;weight_tiles=1")
             _C._check_recipe_spec(recipe_spec(recipe), "")
             return recipe, None
     raise _C.InvalidArgumentError(
