@@ -50,9 +50,13 @@ bool validate(tessera::Quantizer& q) {
   return true;
 }
 
-void BM_Quantize(benchmark::State& state, std::string recipe, bool columnwise) {
+// The recipe's config for `role` (the input's unless named: NVFP4's weight role quantizes 16x16
+// tiles, its grad_output role with stochastic rounding), both usages when `columnwise`, without
+// the Hadamard transform.
+void BM_Quantize(benchmark::State& state, std::string recipe, bool columnwise,
+                 tessera::TensorType role = tessera::TensorType::kInput) {
   omp_set_num_threads(static_cast<int>(state.range(0)));
-  tessera::QuantizerConfig c = tessera::parse_recipe(recipe).config_for({"bench", tessera::TensorType::kInput, ""});
+  tessera::QuantizerConfig c = tessera::parse_recipe(recipe).config_for({"bench", role, ""});
   c.rowwise = true;
   c.columnwise = columnwise;
   c.random_hadamard = false;
@@ -88,8 +92,8 @@ void BM_Memcpy(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * bytes);
 }
 
-#define TESSERA_QUANTIZE_BENCH(name, recipe, columnwise)                                       \
-  BENCHMARK_CAPTURE(BM_Quantize, name, recipe, columnwise)                                    \
+#define TESSERA_QUANTIZE_BENCH(name, recipe, ...)                                              \
+  BENCHMARK_CAPTURE(BM_Quantize, name, recipe, __VA_ARGS__)                                   \
       ->Arg(1)->Arg(2)->ArgName("threads")->UseRealTime()->MinTime(0.5)                      \
       ->Unit(benchmark::kMillisecond)
 
@@ -104,6 +108,8 @@ TESSERA_QUANTIZE_BENCH(mxfp8_rowwise, "mxfp8", false);
 TESSERA_QUANTIZE_BENCH(mxfp8_both, "mxfp8", true);
 TESSERA_QUANTIZE_BENCH(nvfp4_rowwise, "nvfp4", false);
 TESSERA_QUANTIZE_BENCH(nvfp4_both, "nvfp4", true);
+TESSERA_QUANTIZE_BENCH(nvfp4_weight_both, "nvfp4", true, tessera::TensorType::kWeight);
+TESSERA_QUANTIZE_BENCH(nvfp4_grad_both, "nvfp4", true, tessera::TensorType::kGradOutput);
 BENCHMARK(BM_Memcpy)->Arg(1)->Arg(2)->ArgName("threads")->UseRealTime()->MinTime(0.5)
     ->Unit(benchmark::kMillisecond);
 

@@ -22,28 +22,39 @@ struct Block {
   uint32_t w[4];
 };
 
+// One round on the counter words (w0, w1, w2, w3) with the round's key (k0, k1).
+TESSERA_HD void philox_round(uint32_t& w0, uint32_t& w1, uint32_t& w2, uint32_t& w3, uint32_t k0,
+                             uint32_t k1) {
+  const uint64_t p0 = static_cast<uint64_t>(kMul0) * w0;
+  const uint64_t p1 = static_cast<uint64_t>(kMul1) * w2;
+  const uint32_t hi0 = static_cast<uint32_t>(p0 >> 32), lo0 = static_cast<uint32_t>(p0);
+  const uint32_t hi1 = static_cast<uint32_t>(p1 >> 32), lo1 = static_cast<uint32_t>(p1);
+  w0 = hi1 ^ w1 ^ k0;
+  w1 = lo1;
+  w2 = hi0 ^ w3 ^ k1;
+  w3 = lo0;
+}
+
 // Ten rounds; the key is bumped by the Weyl constants between rounds.
 TESSERA_HD Block philox4x32_10(Block ctr, uint32_t k0, uint32_t k1) {
   for (int round = 0; round < 10; ++round) {
-    const uint64_t p0 = static_cast<uint64_t>(kMul0) * ctr.w[0];
-    const uint64_t p1 = static_cast<uint64_t>(kMul1) * ctr.w[2];
-    const uint32_t hi0 = static_cast<uint32_t>(p0 >> 32), lo0 = static_cast<uint32_t>(p0);
-    const uint32_t hi1 = static_cast<uint32_t>(p1 >> 32), lo1 = static_cast<uint32_t>(p1);
-    ctr = Block{{hi1 ^ ctr.w[1] ^ k0, lo1, hi0 ^ ctr.w[3] ^ k1, lo0}};
+    philox_round(ctr.w[0], ctr.w[1], ctr.w[2], ctr.w[3], k0, k1);
     k0 += kWeyl0;
     k1 += kWeyl1;
   }
   return ctr;
 }
 
+// Block g of the stream (seed, offset): the random bits of its elements 4g .. 4g + 3.
+TESSERA_HD Block stream_block(uint64_t seed, uint64_t offset, uint64_t g) {
+  return philox4x32_10(Block{{static_cast<uint32_t>(g), static_cast<uint32_t>(g >> 32),
+                              static_cast<uint32_t>(offset), static_cast<uint32_t>(offset >> 32)}},
+                       static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
+}
+
 // The 32 random bits of element `e` of the stream (seed, offset).
 TESSERA_HD uint32_t random_bits(uint64_t seed, uint64_t offset, uint64_t e) {
-  const uint64_t g = e >> 2;
-  const Block out = philox4x32_10(
-      Block{{static_cast<uint32_t>(g), static_cast<uint32_t>(g >> 32),
-             static_cast<uint32_t>(offset), static_cast<uint32_t>(offset >> 32)}},
-      static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
-  return out.w[e & 3];
+  return stream_block(seed, offset, e >> 2).w[e & 3];
 }
 
 }  // namespace tessera::philox

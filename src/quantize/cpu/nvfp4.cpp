@@ -51,46 +51,6 @@ struct Nvfp4Target {
   int64_t row_at = 0, col_at = 0, ld = 0;
 };
 
-// a: the copy (rows, cols), rows lda elements apart (0: cols). Stripes of bh rows (1 or 16);
-// each block of 16 columns of a stripe shares one scale byte.
-template <class In>
-TESSERA_CPU_KERNEL void quantize_copy(const QuantizerConfig& c, const In* a, int64_t rows, int64_t cols, float s_enc,
-                   int64_t bh, const Nvfp4Target& t, uint64_t stream_base, int64_t lda = 0) {
-  if (lda == 0) lda = cols;
-  const int64_t nb = ceil_div(cols, kBlock), ns = ceil_div(rows, bh);
-  const int64_t width = t.ld != 0 ? t.ld : cols;
-  const int64_t row_bytes = ceil_div(width, 2), gnb = ceil_div(width, kBlock);
-#pragma omp parallel for schedule(static) if (rows * cols >= kParallelWork)
-  for (int64_t s = 0; s < ns; ++s) {
-    const int64_t r0 = s * bh, r1 = std::min(rows, r0 + bh);
-    for (int64_t b = 0; b < nb; ++b) {
-      const int64_t k0 = b * kBlock, n = std::min(kBlock, cols - k0);
-      uint32_t m = 0;
-      for (int64_t r = r0; r < r1; ++r) m = std::max(m, amax_bits(a + r * lda + k0, n));
-      const uint8_t s_b = scale_rules::nvfp4_block_scale(scale_rules::amax_from_abs_bits(m), s_enc);
-      const float enc = scale_rules::nvfp4_encode_scale(s_b, s_enc);
-      const int64_t gk = t.col_at + k0;
-      for (int64_t r = r0; r < r1; ++r) {
-        const int64_t gr = t.row_at + r;
-        uint8_t codes[kBlock + 1] = {};
-        for (int64_t j = 0; j < n; ++j) {
-          const float v = scale_rules::nvfp4_clamp(load_float(a[r * lda + k0 + j]) * enc);
-          if (c.stochastic_rounding) {
-            const uint64_t e = stream_base + static_cast<uint64_t>(r * cols + k0 + j);
-            codes[j] = scale_rules::e2m1_stochastic(v, philox::random_bits(c.rng_seed, c.rng_offset, e));
-          } else {
-            codes[j] = e2m1_element(v);
-          }
-        }
-        uint8_t* d = t.data + gr * row_bytes + gk / 2;
-        for (int64_t j = 0; j < n; j += 2) d[j / 2] = static_cast<uint8_t>(codes[j] | (codes[j + 1] << 4));
-        const int64_t gb = gk / kBlock;
-        t.scale[t.padded_cols != 0 ? swizzled_scale_offset(gr, gb, t.padded_cols) : gr * gnb + gb] = s_b;
-      }
-    }
-  }
-}
-
 // scale_rules::nvfp4_clamp with bit selections (vectorizes; a NaN passes unchanged).
 TESSERA_CPU_INLINE float clamp6(float v) {
   const uint32_t gt = mask_if(v > 6.0f), lt = mask_if(v < -6.0f);
@@ -108,36 +68,100 @@ const float* e4m3_values() {
   return table.v;
 }
 
-// quantize_copy for 1x16 blocks without stochastic rounding, vectorized: per row piece, the
-// block amaxes, scale bytes (scale_rules::nvfp4_block_scale) and encode scales
-// (nvfp4_encode_scale) as loops over blocks, then the E2M1 codes two per byte.
+// scale_rules::e2m1_stochastic(v, r) of a clamped v (|v| <= 6 or NaN) with bit selections
+// (vectorizes): the grid step of |v| and the divisions by it are powers of two (exact), and the
+// rounded magnitude lies on the E2M1 grid, whose code e2m1_element gives.
+TESSERA_CPU_INLINE uint8_t e2m1_stochastic_element(float v, uint32_t r) {
+  const uint32_t u = std::bit_cast<uint32_t>(v);
+  const uint32_t is_nan = mask_if((u & 0x7fffffffu) > 0x7f800000u);
+  const float a = std::bit_cast<float>(u & 0x7fffffffu & ~is_nan);  // NaN: 0 (no float → int UB)
+  const uint32_t lt2 = mask_if(a < 2.0f), lt4 = mask_if(a < 4.0f);
+  const uint32_t mid = ~lt2 & lt4;
+  const float step = std::bit_cast<float>((0x3f000000u & lt2) | (0x3f800000u & mid) |
+                                          (0x40000000u & ~lt4));  // 0.5, 1, 2
+  const float inv = std::bit_cast<float>((0x40000000u & lt2) | (0x3f800000u & mid) |
+                                         (0x3f000000u & ~lt4));  // 1 / step
+  const float lo = static_cast<float>(static_cast<int32_t>(a * inv)) * step;
+  const float frac = (a - lo) * inv;
+  const uint32_t up = mask_if(frac > static_cast<float>(r >> 8) * 5.9604644775390625e-08f);
+  const float q = lo + std::bit_cast<float>(std::bit_cast<uint32_t>(step) & up);
+  return static_cast<uint8_t>(((e2m1_element(q) | ((u >> 28) & 0x8u)) & ~is_nan) |
+                              (0x7u & is_nan));
+}
+
+// bits[j] = the random bits of element e0 + j of the stream (seed, offset), j < n
+// (philox::random_bits): each Philox block made once for its 4 elements, 64 blocks at a time
+// with the counters' words as arrays, so that the rounds vectorize.
+TESSERA_CPU_INLINE void stream_bits(uint64_t seed, uint64_t offset, uint64_t e0, int64_t n,
+                                    uint32_t* bits) {
+  if (n <= 0) return;
+  const uint64_t g0 = e0 >> 2, g1 = (e0 + static_cast<uint64_t>(n) + 3) >> 2;
+  constexpr int64_t kChunk = 64;
+  uint32_t w[4][kChunk];
+  for (uint64_t g = g0; g < g1; g += kChunk) {
+    const int64_t nb = static_cast<int64_t>(std::min<uint64_t>(kChunk, g1 - g));
+    for (int64_t i = 0; i < nb; ++i) {
+      const uint64_t c = g + static_cast<uint64_t>(i);
+      w[0][i] = static_cast<uint32_t>(c);
+      w[1][i] = static_cast<uint32_t>(c >> 32);
+      w[2][i] = static_cast<uint32_t>(offset);
+      w[3][i] = static_cast<uint32_t>(offset >> 32);
+    }
+    uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+    for (int round = 0; round < 10; ++round) {
+#pragma omp simd
+      for (int64_t i = 0; i < nb; ++i) philox::philox_round(w[0][i], w[1][i], w[2][i], w[3][i], k0, k1);
+      k0 += philox::kWeyl0;
+      k1 += philox::kWeyl1;
+    }
+    for (int64_t i = 0; i < nb; ++i)
+      for (uint64_t q = 0; q < 4; ++q) {
+        const uint64_t e = 4 * (g + static_cast<uint64_t>(i)) + q;
+        if (e >= e0 && e < e0 + static_cast<uint64_t>(n)) bits[e - e0] = w[q][i];
+      }
+  }
+}
+
+// a: the copy (rows, cols), rows lda elements apart (0: cols). Stripes of bh rows (1 or 16);
+// each block of 16 columns of a stripe shares one scale byte. Per stripe and piece of up to 256
+// blocks: the blocks' amaxes over the stripe's rows, their scale bytes
+// (scale_rules::nvfp4_block_scale) and encode scales (nvfp4_encode_scale) as loops over blocks,
+// then each row's E2M1 codes (stochastic rounding: element r·cols + c of the stream from
+// stream_base), two per byte.
 template <class In>
-TESSERA_CPU_KERNEL void rows_1x16(const In* a, int64_t rows, int64_t cols, float s_enc,
-                                  const Nvfp4Target& t) {
-  constexpr int64_t kPiece = 256;  // blocks per piece of a row
-  const int64_t nb = ceil_div(cols, kBlock), full_blocks = cols / kBlock, row_bytes = ceil_div(cols, 2);
+TESSERA_CPU_KERNEL void quantize_copy(const QuantizerConfig& c, const In* a, int64_t rows, int64_t cols, float s_enc,
+                   int64_t bh, const Nvfp4Target& t, uint64_t stream_base, int64_t lda = 0) {
+  constexpr int64_t kPiece = 256;  // blocks per piece of a stripe
+  if (lda == 0) lda = cols;
+  const int64_t nb = ceil_div(cols, kBlock), full_blocks = cols / kBlock, ns = ceil_div(rows, bh);
+  const int64_t width = t.ld != 0 ? t.ld : cols;
+  const int64_t row_bytes = ceil_div(width, 2), gnb = ceil_div(width, kBlock);
   const float k1 = s_enc * scale_rules::kInv6, inv_s = 1.0f / s_enc;
   const float* dec_table = e4m3_values();
+  const bool sr = c.stochastic_rounding;
 #pragma omp parallel for schedule(static) if (rows * cols >= kParallelWork)
-  for (int64_t r = 0; r < rows; ++r) {
-    const In* row = a + r * cols;  // (cols)
-    uint8_t* d = t.data + r * row_bytes;
+  for (int64_t s = 0; s < ns; ++s) {
+    const int64_t r0 = s * bh, r1 = std::min(rows, r0 + bh);
     for (int64_t b0 = 0; b0 < nb; b0 += kPiece) {
       const int64_t pb = std::min(kPiece, nb - b0), full = std::min(pb, full_blocks - b0);
       uint32_t bm[kPiece];
       uint8_t sb[kPiece];
       float enc[kPiece];
-      for (int64_t b = 0; b < full; ++b) {
-        const In* p = row + (b0 + b) * kBlock;
-        uint32_t m = 0;
+      std::fill(bm, bm + pb, 0u);
+      for (int64_t r = r0; r < r1; ++r) {
+        const In* row = a + r * lda + b0 * kBlock;
+        for (int64_t b = 0; b < full; ++b) {
+          const In* p = row + b * kBlock;
+          uint32_t m = bm[b];
 #pragma omp simd reduction(max : m)
-        for (int64_t j = 0; j < kBlock; ++j) {
-          const uint32_t v = abs_bits(load_float(p[j]));
-          m = v > m ? v : m;
+          for (int64_t j = 0; j < kBlock; ++j) {
+            const uint32_t v = abs_bits(load_float(p[j]));
+            m = v > m ? v : m;
+          }
+          bm[b] = m;
         }
-        bm[b] = m;
+        if (pb > full) bm[full] = std::max(bm[full], amax_bits(row + full * kBlock, cols - (b0 + full) * kBlock));
       }
-      if (pb > full) bm[full] = amax_bits(row + (b0 + full) * kBlock, cols - (b0 + full) * kBlock);
 #pragma omp simd
       for (int64_t b = 0; b < pb; ++b) {
         const uint32_t m = bm[b] > 0x7f800000u ? scale_rules::kCanonicalNaN : bm[b];
@@ -146,29 +170,44 @@ TESSERA_CPU_KERNEL void rows_1x16(const In* a, int64_t rows, int64_t cols, float
         const uint32_t keep = mask_if(e <= scale_rules::kFloatMax);  // else +inf / NaN → FLT_MAX
         enc[b] = std::bit_cast<float>((std::bit_cast<uint32_t>(e) & keep) | (0x7f7fffffu & ~keep));
       }
-      uint8_t codes[kPiece * kBlock];  // (full * 16) codes, then packed two per byte
-      for (int64_t b = 0; b < full; ++b) {
-        const In* p = row + (b0 + b) * kBlock;
-        uint8_t* q = codes + b * kBlock;
-        const float en = enc[b];
+      const int64_t gk0 = t.col_at + b0 * kBlock;  // even: members start on multiples of 16
+      for (int64_t r = r0; r < r1; ++r) {
+        const In* row = a + r * lda + b0 * kBlock;
+        const int64_t gr = t.row_at + r;
+        const uint64_t e0 = stream_base + static_cast<uint64_t>(r * cols + b0 * kBlock);
+        uint8_t codes[kPiece * kBlock];  // the row's codes of the piece, then packed two per byte
+        const int64_t n = std::min(pb * kBlock, cols - b0 * kBlock);  // the piece's elements
+        if (sr) {
+          uint32_t bits[kPiece * kBlock];
+          stream_bits(c.rng_seed, c.rng_offset, e0, n, bits);
+          for (int64_t b = 0; b * kBlock < n; ++b) {
+            const int64_t j0 = b * kBlock, nj = std::min(kBlock, n - j0);
+            const float en = enc[b];
 #pragma omp simd
-        for (int64_t j = 0; j < kBlock; ++j) {
-          q[j] = e2m1_element(clamp6(load_float(p[j]) * en));
+            for (int64_t j = j0; j < j0 + nj; ++j)
+              codes[j] = e2m1_stochastic_element(clamp6(load_float(row[j]) * en), bits[j]);
+          }
+        } else {
+          for (int64_t b = 0; b < full; ++b) {
+            const In* p = row + b * kBlock;
+            uint8_t* q = codes + b * kBlock;
+            const float en = enc[b];
+#pragma omp simd
+            for (int64_t j = 0; j < kBlock; ++j) q[j] = e2m1_element(clamp6(load_float(p[j]) * en));
+          }
+          for (int64_t j = full * kBlock; j < n; ++j)  // a partial last block
+            codes[j] = e2m1_element(clamp6(load_float(row[j]) * enc[full]));
+        }
+        uint8_t* o = t.data + gr * row_bytes + gk0 / 2;
+#pragma omp simd
+        for (int64_t j = 0; j < n / 2; ++j)
+          o[j] = static_cast<uint8_t>(codes[2 * j] | (codes[2 * j + 1] << 4));
+        if (n % 2 != 0) o[n / 2] = codes[n - 1];
+        for (int64_t b = 0; b < pb; ++b) {
+          const int64_t gb = gk0 / kBlock + b;
+          t.scale[t.padded_cols != 0 ? swizzled_scale_offset(gr, gb, t.padded_cols) : gr * gnb + gb] = sb[b];
         }
       }
-      uint8_t* o = d + b0 * (kBlock / 2);
-#pragma omp simd
-      for (int64_t j = 0; j < full * (kBlock / 2); ++j)
-        o[j] = static_cast<uint8_t>(codes[2 * j] | (codes[2 * j + 1] << 4));
-      if (pb > full) {
-        const int64_t k0 = (b0 + full) * kBlock, n = cols - k0;
-        uint8_t tail[kBlock + 1] = {};
-        for (int64_t j = 0; j < n; ++j)
-          tail[j] = e2m1_element(scale_rules::nvfp4_clamp(load_float(row[k0 + j]) * enc[full]));
-        for (int64_t j = 0; j < n; j += 2) d[(k0 + j) / 2] = static_cast<uint8_t>(tail[j] | (tail[j + 1] << 4));
-      }
-      for (int64_t b = 0; b < pb; ++b)
-        t.scale[t.padded_cols != 0 ? swizzled_scale_offset(r, b0 + b, t.padded_cols) : r * nb + b0 + b] = sb[b];
     }
   }
 }
@@ -194,11 +233,7 @@ void quantize_nvfp4(const QuantizerConfig& c, const TensorView& x, const Quantiz
     dispatch_float_input(x.dtype, "x", [&](auto tag) {
       using In = typename decltype(tag)::type;
       const float s_enc = scale_rules::nvfp4_global_encode_scale(amax);
-      if (bh == 1 && !c.stochastic_rounding) {
-        rows_1x16(x.as<const In>(), m, k, s_enc, t);
-      } else {
-        quantize_copy(c, x.as<const In>(), m, k, s_enc, bh, t, 0);
-      }
+      quantize_copy(c, x.as<const In>(), m, k, s_enc, bh, t, 0);
     });
   }
   if (req.columnwise) {
