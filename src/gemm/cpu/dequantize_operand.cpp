@@ -71,12 +71,26 @@ uint8_t nvfp4_scale_byte(const StoredCopy& s, int64_t r, int64_t c) {
 }
 
 // Undoes the 16-point Hadamard transform of a dequantized stored row (n values), block by block
-// as the quantizer applied it (scale_rules::rht16_inverse; a partial last block is untouched).
+// as the quantizer applied it (a partial last block is untouched): scale_rules::rht16_inverse
+// with its ±1 entries tabulated, the 16 sums of a block side by side (same products, same
+// order of summation, same bits).
 void inverse_hadamard_row(float* row, int64_t n) {
+  static const auto h = [] {
+    std::array<std::array<float, 16>, 16> e{};
+    for (int i = 0; i < 16; ++i)
+      for (int j = 0; j < 16; ++j) e[i][j] = scale_rules::hadamard_entry(i, j);
+    return e;
+  }();
   for (int64_t k = 0; k + 16 <= n; k += 16) {
-    float b[16];
-    scale_rules::rht16_inverse(row + k, b);
-    std::copy(b, b + 16, row + k);
+    float* t = row + k;
+    float acc[16] = {};
+    for (int i = 0; i < 16; ++i) {
+      const float ti = t[i];
+#pragma omp simd
+      for (int j = 0; j < 16; ++j) acc[j] = acc[j] + h[i][j] * ti;
+    }
+#pragma omp simd
+    for (int j = 0; j < 16; ++j) t[j] = scale_rules::kRhtSigns[j] * (acc[j] * 0.25f);
   }
 }
 
@@ -129,15 +143,30 @@ void fp8_row(bool per_tensor, const StoredCopy& s, const DecodeTable& t, const f
   }
 }
 
-// Stored columns [c0, c1) of stored row `r` of an NVFP4 copy into out[0, c1 - c0).
-void nvfp4_row(const StoredCopy& s, const DecodeTable& t, const float* row_factor, int64_t r,
-               int64_t c0, int64_t c1, float* out) {
+// Stored columns [c0, c1) of stored row `r` of an NVFP4 copy into out[0, c1 - c0): per run of
+// stored columns sharing a scale byte (16-column blocks), dec = e4m3(s_b) × 1/S_enc once when
+// the factor is the row's, else per column (a transposed copy: the factor of each stored
+// column's logical row); each value e2m1 × dec.
+void nvfp4_row(const StoredCopy& s, const DecodeTable& t, const DecodeTable& e4m3,
+               const float* row_factor, int64_t r, int64_t c0, int64_t c1, float* out) {
   const uint8_t* bytes = s.codes + r * ceil_div(s.sc_full, 2);
-  for (int64_t c = c0; c < c1; ++c) {
-    const float inv_s_enc = row_factor[s.transposed ? c : r];
-    const float dec = formats::decode_e4m3(nvfp4_scale_byte(s, r, c)) * inv_s_enc;
-    const uint8_t byte = bytes[c / 2];
-    out[c - c0] = t[c % 2 == 0 ? (byte & 0xF) : (byte >> 4)] * dec;
+  const int64_t step = s.geometry.block_cols > 0 ? s.geometry.block_cols : 16;
+  for (int64_t b0 = c0; b0 < c1;) {
+    const int64_t b1 = std::min((b0 / step + 1) * step, c1);
+    const float sb = e4m3[nvfp4_scale_byte(s, r, b0)];
+    if (!s.transposed) {
+      const float dec = sb * row_factor[r];
+      for (int64_t c = b0; c < b1; ++c) {
+        const uint8_t byte = bytes[c / 2];
+        out[c - c0] = t[c % 2 == 0 ? (byte & 0xF) : (byte >> 4)] * dec;
+      }
+    } else {
+      for (int64_t c = b0; c < b1; ++c) {
+        const uint8_t byte = bytes[c / 2];
+        out[c - c0] = t[c % 2 == 0 ? (byte & 0xF) : (byte >> 4)] * (sb * row_factor[c]);
+      }
+    }
+    b0 = b1;
   }
 }
 
@@ -149,6 +178,7 @@ struct DequantPlan::Impl {
   std::vector<float> factor;      // per logical row (kTensor scale_inv, NVFP4 1/S_enc)
   std::vector<int64_t> col_scale;  // a rowwise-family columnwise copy's scale offsets
   DecodeTable table{};
+  DecodeTable scale_table{};  // NVFP4: the E4M3 block scales' values
 };
 
 DequantPlan::DequantPlan(const GemmOperand& o, int64_t rows,
@@ -194,6 +224,7 @@ DequantPlan::DequantPlan(const GemmOperand& o, int64_t rows,
     }
   }
   p.table = make_table(cfg.element);
+  if (p.nvfp4) p.scale_table = make_table(DType::kFloat8E4M3);
   impl_ = std::move(made);
 }
 
@@ -214,7 +245,7 @@ void DequantPlan::block(int64_t r0, int64_t r1, int64_t c0, int64_t c1, float* o
   for (int64_t r = r0; r < r1; ++r) {
     float* row = out + (r - r0) * (c1 - c0);
     if (p.nvfp4) {
-      nvfp4_row(p.s, p.table, p.factor.data(), r, c0, c1, row);
+      nvfp4_row(p.s, p.table, p.scale_table, p.factor.data(), r, c0, c1, row);
     } else {
       fp8_row(p.per_tensor, p.s, p.table, p.factor.data(), cs, r, c0, c1, row);
     }
