@@ -89,7 +89,7 @@ TEST(Fp4Stage, StagesLandSwizzledWithPaddingZero) {
     }
     std::vector<uint8_t> scales(static_cast<size_t>(scale_bytes));
     for (auto& b : scales) b = static_cast<uint8_t>(rng() % 0x7f);  // finite E4M3 scales
-    fp4::Operand op{scales.data(), geo, rows, 0};
+    gemm_sm90::Fp4Operand op{scales.data(), geo, rows, 0, sc.block_rows == 16 ? 4 : 0};
     // stages: (first stored row, contraction start, group contraction start, group length)
     struct Stage { int64_t r0, k0, g0, k; };
     for (const Stage st : {Stage{0, 0, 0, 320}, Stage{64, 128, 128, 192}, Stage{120, 256, 0, 304},

@@ -108,6 +108,62 @@ TEST(CudaFp8OperandMap, Nvfp4PairsExpandToBf16) {
   EXPECT_EQ(m.b_group_cols, 100);
 }
 
+// NVFP4 x NVFP4 with K % 32 == 0: expanded inside the kernel (ElemKind::kNvfp4): the raw code
+// matrices (cols and ld in bytes), each operand's scales and rows for the converter threads, no
+// workspace copies; switched off (set_nvfp4_in_kernel), the workspace expansion as above.
+TEST(CudaFp8OperandMap, Nvfp4PairsWithWholeRowsExpandInTheKernel) {
+  GroupedGemmProblem p;
+  p.kind = GroupedGemmKind::kMGrouped;
+  p.num_groups = 2;
+  p.a = GemmOperand::from_quantized(nvfp4_view(40, 96, false), false);
+  p.b = GemmOperand::from_quantized(nvfp4_view(2 * 24, 96, false, 2), false);
+  detail::GroupedGemmDims d;
+  d.groups = 2, d.n = 24, d.k = 96, d.capacity = d.a_rows = 32;
+  gemm_cuda::Fp8ProblemMap m;
+  std::string why;
+  ASSERT_TRUE(gemm_cuda::nvfp4_in_kernel());
+  ASSERT_EQ(gemm_cuda::map_fp8_problem(p, d, &m, &why), Status::kOk) << why;
+  EXPECT_TRUE(m.fp4);
+  EXPECT_EQ(m.elem, gemm_cuda::ElemKind::kNvfp4);
+  EXPECT_FALSE(m.a.expand || m.b.expand);
+  EXPECT_EQ(m.a.matrix.ptr, p.a.quantized.data.data);
+  EXPECT_EQ(m.a.matrix.rows, 32);  // the capacity
+  EXPECT_EQ(m.a.matrix.cols, 48);  // bytes: two codes each
+  EXPECT_EQ(m.a.matrix.ld, 48);
+  EXPECT_EQ(m.a.fp4.rows, 32);
+  EXPECT_EQ(m.a.fp4.k, 96);
+  EXPECT_EQ(m.a.fp4.row_shift, 0);  // 1x16 blocks
+  EXPECT_EQ(m.a.fp4.scales, p.a.quantized.scale_inv.data);
+  EXPECT_EQ(m.b.matrix.rows, 48);
+  EXPECT_EQ(m.b_group_rows, 24);
+  EXPECT_EQ(m.b.scale_gs, 1);  // the per-group 1/S_enc stays the epilogue's
+  // dgrad: B's columnwise copy (24, 2 x 96) stored transposed; group g at columns g·96
+  p.transpose_b = false;
+  p.b = GemmOperand::from_quantized(nvfp4_view(2 * 96, 24, false), true);
+  ASSERT_EQ(gemm_cuda::map_fp8_problem(p, d, &m, &why), Status::kOk) << why;
+  EXPECT_TRUE(m.fp4);
+  EXPECT_EQ(m.b.matrix.rows, 24);
+  EXPECT_EQ(m.b.matrix.cols, 96);
+  EXPECT_EQ(m.b_group_cols, 96);
+  // K % 32 != 0: the workspace expansion
+  d.k = 80;
+  p.transpose_b = true;
+  p.a = GemmOperand::from_quantized(nvfp4_view(40, 80, false), false);
+  p.b = GemmOperand::from_quantized(nvfp4_view(2 * 24, 80, false, 2), false);
+  ASSERT_EQ(gemm_cuda::map_fp8_problem(p, d, &m, &why), Status::kOk) << why;
+  EXPECT_FALSE(m.fp4);
+  EXPECT_EQ(m.elem, gemm_cuda::ElemKind::kBF16);
+  // switched off
+  d.k = 96;
+  p.a = GemmOperand::from_quantized(nvfp4_view(40, 96, false), false);
+  p.b = GemmOperand::from_quantized(nvfp4_view(2 * 24, 96, false, 2), false);
+  gemm_cuda::set_nvfp4_in_kernel(false);
+  ASSERT_EQ(gemm_cuda::map_fp8_problem(p, d, &m, &why), Status::kOk) << why;
+  gemm_cuda::set_nvfp4_in_kernel(true);
+  EXPECT_FALSE(m.fp4);
+  EXPECT_TRUE(m.a.expand && m.b.expand);
+}
+
 // Hadamard-transformed copies: only with each other, K-grouped; the groups then need whole
 // 16-token blocks.
 TEST(CudaFp8OperandMap, Nvfp4HadamardCopiesOnlyMeetEachOtherInWgrad) {

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "gemm/gemm_case.h"
+#include "gemm/cuda/quantized_operands.h"
 #include "gemm_cuda/gemm_cuda_test_util.h"
 #include "tessera/formats/codecs.h"
 #include "tessera/gemm/grouped_gemm.h"
@@ -746,6 +747,73 @@ TEST(CudaFp8GroupedGemmTesseraQuantizer, Nvfp4HadamardWgradSwizzled) {
   EXPECT_EQ(run_with_tessera_quantizer(ScalingMode::kNVFP4, DType::kFloat4E2M1,
                                        ScalingMode::kNVFP4_16x16, s),
             "");
+}
+
+// NVFP4 expanded inside the kernel (gemm_cuda::nvfp4_in_kernel: M-grouped pairs with K % 32 ==
+// 0): forward (K = 224) and dgrad (contraction N = 160), neither a multiple of 64 (a partial
+// last stage), empty groups first / in the middle / last, capacity rows, compact and swizzled
+// scales; the wgrad (Hadamard copies) keeps the workspace expansion.
+LayerShape nvfp4_in_kernel_shape(ScaleLayout layout) {
+  LayerShape s = block_shape();
+  s.k = 224;
+  s.n = 160;
+  s.scale_layout = layout;
+  return s;
+}
+
+TEST(CudaFp8GroupedGemmTesseraQuantizer, Nvfp4InKernelCompact) {
+  if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  ASSERT_TRUE(gemm_cuda::nvfp4_in_kernel());
+  EXPECT_EQ(run_with_tessera_quantizer(ScalingMode::kNVFP4, DType::kFloat4E2M1,
+                                       ScalingMode::kNVFP4_16x16,
+                                       nvfp4_in_kernel_shape(ScaleLayout::kCompact)),
+            "");
+}
+
+TEST(CudaFp8GroupedGemmTesseraQuantizer, Nvfp4InKernelSwizzledHadamard) {
+  if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  LayerShape s = nvfp4_in_kernel_shape(ScaleLayout::kSwizzled);
+  s.rht = true;
+  EXPECT_EQ(run_with_tessera_quantizer(ScalingMode::kNVFP4, DType::kFloat4E2M1,
+                                       ScalingMode::kNVFP4_16x16, s),
+            "");
+}
+
+// The in-kernel expansion gives the workspace expansion's bits: the same BF16 operand values
+// through the same BF16 main loop and epilogue (forward and dgrad, FP32 outputs compared byte
+// for byte).
+TEST(CudaFp8GroupedGemmTesseraQuantizer, Nvfp4InKernelEqualsWorkspaceExpansion) {
+  if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  const LayerShape shape = nvfp4_in_kernel_shape(ScaleLayout::kCompact);
+  const int64_t groups = static_cast<int64_t>(shape.rows.size());
+  std::vector<int64_t> start(groups + 1, 0);
+  for (int64_t g = 0; g < groups; ++g) start[g + 1] = start[g] + shape.rows[g];
+  std::mt19937 rng(3);
+  std::vector<float> x = random_values(shape.cap * shape.k, rng, 3.0f),
+                     w = random_values(groups * shape.n * shape.k, rng, 3.0f),
+                     dy = random_values(shape.cap * shape.n, rng, 3.0f);
+  const QuantizerConfig act = layer_config(ScalingMode::kNVFP4, DType::kFloat4E2M1, shape);
+  const QuantizerConfig wcfg = layer_config(ScalingMode::kNVFP4_16x16, DType::kFloat4E2M1, shape);
+  const QuantizerConfig grad = layer_config(ScalingMode::kNVFP4, DType::kFloat4E2M1, shape, true);
+  const QuantizedTensor qx = quantize_with_tessera(act, x, shape.cap, shape.k);
+  const QuantizedTensor qw = quantize_with_tessera(wcfg, w, groups * shape.n, shape.k);
+  const QuantizedTensor qdy = quantize_with_tessera(grad, dy, shape.cap, shape.n);
+  DeviceCopy dx(qx.view()), dw(qw.view()), ddy(qdy.view());
+  DeviceArray offsets(start);
+  const LayerOperands ops{&dx, &dw, &ddy, groups, shape.n, shape.k, shape.cap};
+  std::vector<std::vector<uint8_t>> got[2];
+  for (int in_kernel = 0; in_kernel < 2; ++in_kernel) {
+    gemm_cuda::set_nvfp4_in_kernel(in_kernel == 1);
+    LayerOutputs out(ops);
+    const LayerProblems probs(ops, out, offsets);
+    grouped_gemm(probs.fwd);
+    grouped_gemm(probs.dgrad);
+    cuda_ok(cudaDeviceSynchronize(), "sync");
+    got[in_kernel] = {out.y.to_host<uint8_t>(), out.dx.to_host<uint8_t>()};
+  }
+  gemm_cuda::set_nvfp4_in_kernel(true);
+  EXPECT_TRUE(got[0][0] == got[1][0]) << "forward differs from the workspace expansion";
+  EXPECT_TRUE(got[0][1] == got[1][1]) << "dgrad differs from the workspace expansion";
 }
 
 // The demo's custom recipe: MXFP8 activations and weights (the MXFP8 kind forward), NVFP4

@@ -280,6 +280,10 @@ gemm_cuda::Fp8ProblemMap describe_fp8(const GroupedGemmProblem& p, const Grouped
   k.bsb = m.b.block;
   k.b_group_rows = m.b_group_rows;
   k.b_group_cols = m.b_group_cols;
+  if (m.fp4) {
+    k.fa = m.a.fp4;
+    k.fb = m.b.fp4;
+  }
   return m;
 }
 
@@ -453,6 +457,17 @@ void grouped_gemm_cuda(const GroupedGemmProblem& p, const GroupedGemmDims& dims,
                          p.config.cluster_m, "; FP8 block and MXFP8 operands run 1-CTA clusters");
     g.config.block_n = 128;
     g.config.pingpong = false;
+    if (explicit_config && p.config.stages == 0) g.config.stages = 6;
+  }
+  if (g.elem == gemm_cuda::ElemKind::kNvfp4) {  // one kernel shape: ping-pong 128 x 128, 1 CTA
+    TESSERA_CHECK_STATUS(p.config.tile_n == 0 || p.config.tile_n == 128, Status::kUnsupported,
+                         "config.tile_n: ", p.config.tile_n, "; NVFP4 operands expanded in the "
+                         "kernel run 128-column tiles (or leave it 0)");
+    TESSERA_CHECK_STATUS(p.config.cluster_m <= 1, Status::kUnsupported, "config.cluster_m: ",
+                         p.config.cluster_m, "; NVFP4 operands run 1-CTA clusters");
+    g.config.block_n = 128;
+    g.config.pingpong = true;
+    g.config.cluster = 1;
     if (explicit_config && p.config.stages == 0) g.config.stages = 6;
   }
   // Rows in no group: zeroed by the GEMM kernel itself (no launch of its own).

@@ -4,7 +4,8 @@
 // shared memory, then tensormap.cp_fenceproxy to the workspace), and the kernel instantiations:
 // {BF16 (K-major, MN-major B, MN-major A and B), FP16, E4M3 x E4M3, E5M2 x E4M3} x {cooperative
 // 128 x 256, ping-pong 128 x 128}, plus the FP8 block and MXFP8 scaled E4M3 x E4M3 and
-// E5M2 x E4M3 (cooperative 128 x 128) — sixteen.
+// E5M2 x E4M3 (cooperative 128 x 128), and NVFP4 expanded in the kernel (ping-pong 128 x 128) —
+// seventeen.
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <cudaTypedefs.h>
@@ -40,6 +41,30 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
 }
 
 int elem_bytes(ElemKind e) { return e == ElemKind::kBF16 || e == ElemKind::kFP16 ? 2 : 1; }
+
+// 2-D map over the raw E2M1 codes of an NVFP4 operand (kNvfp4: rows x cols bytes, row stride ld
+// bytes), box = (32 bytes = one stage's 64 contraction elements, box_rows rows), no swizzle (the
+// converter threads read it), zero fill out of bounds.
+CUtensorMap make_raw_fp4_map(const KMajorMatrix& m, int box_rows) {
+  TESSERA_CHECK_STATUS(reinterpret_cast<uintptr_t>(m.ptr) % 16 == 0 && m.ld % 16 == 0,
+                       Status::kMisaligned, "NVFP4 operand codes: base and row stride must be ",
+                       "16-byte aligned (ld = ", m.ld, " bytes)");
+  CUtensorMap map{};
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(m.cols > 0 ? m.cols : 1),
+                              static_cast<cuuint64_t>(m.rows > 0 ? m.rows : 1)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(m.ld > 0 ? m.ld : 16)};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(gemm_sm90::kFp4RawRowBytes),
+                             static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  const CUresult r = encode_fn()(
+      &map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(m.ptr), dims, strides, box,
+      elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  TESSERA_CHECK_STATUS(r == CUDA_SUCCESS, Status::kDeviceError,
+                       "cuTensorMapEncodeTiled (NVFP4 codes) failed with CUresult ",
+                       static_cast<int>(r), " (rows ", m.rows, ", cols ", m.cols, ", ld ", m.ld, ")");
+  return map;
+}
 
 // The tensor-map element type of a kind (FP8 codes travel as bytes).
 CUtensorMapDataType map_dtype(ElemKind e) {
@@ -193,7 +218,7 @@ __global__ void build_group_maps_kernel(const __grid_constant__ CUtensorMap tmpl
 // Shared memory of a launch (plus 1 KiB to align the base to 1024 bytes).
 int64_t smem_bytes(const KernelParams& p, int block_n, gemm_sm90::Schedule s) {
   return gemm_sm90::smem_layout(block_n, s, p.stages, p.tma_store, gemm_sm90::col_vectors(p),
-                                p.staging_blocks, gemm_sm90::stage_scale_bytes(p))
+                                p.staging_blocks, gemm_sm90::stage_scale_bytes(p), p.fp4)
              .total +
          1024;
 }
@@ -308,6 +333,8 @@ void launch_kind(const Sm90GroupedGemm& g, const CUtensorMap& ma, const CUtensor
       return launch_kernel<ElemE4M3Mx, 128, kCoop>(ma, mb, mah, mbh, md, md8, p, grid, stream);
     case ElemKind::kE5M2E4M3Mx:
       return launch_kernel<ElemE5M2E4M3Mx, 128, kCoop>(ma, mb, mah, mbh, md, md8, p, grid, stream);
+    case ElemKind::kNvfp4:
+      return launch_kernel<ElemNvfp4, 128, kPing>(ma, mb, mah, mbh, md, md8, p, grid, stream);
   }
   TESSERA_FAIL(Status::kInvalidArgument, "unknown grouped GEMM element kind ",
                static_cast<int>(g.elem));
@@ -348,7 +375,14 @@ void launch_grouped_gemm_sm90(const Sm90GroupedGemm& g, void* workspace, int64_t
   TESSERA_CHECK_STATUS(block_scaled == (g.params.bsa.ptr != nullptr && g.params.bsb.ptr != nullptr),
                        Status::kInvalidArgument,
                        "block scales (bsa, bsb) are given exactly for the block-scaled kinds");
+  const bool fp4 = g.elem == ElemKind::kNvfp4;
+  TESSERA_CHECK_STATUS(!fp4 || (cfg.block_n == 128 && cfg.pingpong && cfg.cluster == 1 &&
+                                !g.params.k_grouped && !g.a_mn_major && !g.b_mn_major),
+                       Status::kInvalidArgument,
+                       "NVFP4 expanded in the kernel runs M-grouped ping-pong 128 x 128 tiles on "
+                       "1-CTA clusters with K-major codes");
   KernelParams p = g.params;
+  p.fp4 = fp4 ? 1 : 0;
   p.stages = cfg.stages;
   TESSERA_CHECK_STATUS(cfg.raster_band >= 0, Status::kInvalidArgument,
                        "raster_band must be >= 0, got ", cfg.raster_band);
@@ -403,10 +437,12 @@ void launch_grouped_gemm_sm90(const Sm90GroupedGemm& g, void* workspace, int64_t
   const int64_t align = 16 / elem_bytes(g.elem);
   if (p.k_grouped && g.a_per_member) ta.ld = ta.cols = (ta.cols + align - 1) / align * align;
   if (p.k_grouped && g.b_per_member) tb.ld = tb.cols = (tb.cols + align - 1) / align * align;
-  const CUtensorMap ma = g.a_mn_major ? make_map_mn(ta, g.elem, 0)
-                                      : make_map(ta, g.elem, gemm_sm90::kBlockM);
-  const CUtensorMap mb = g.b_mn_major ? make_map_mn(tb, g.elem, p.k_grouped ? 0 : g.b_mn_groups)
-                                      : make_map(tb, g.elem, cfg.block_n);
+  const CUtensorMap ma = fp4            ? make_raw_fp4_map(ta, gemm_sm90::kBlockM)
+                         : g.a_mn_major ? make_map_mn(ta, g.elem, 0)
+                                        : make_map(ta, g.elem, gemm_sm90::kBlockM);
+  const CUtensorMap mb = fp4            ? make_raw_fp4_map(tb, cfg.block_n)
+                         : g.b_mn_major ? make_map_mn(tb, g.elem, p.k_grouped ? 0 : g.b_mn_groups)
+                                        : make_map(tb, g.elem, cfg.block_n);
   // Clusters: 64-row boxes for the half of a shared operand each CTA multicasts.
   const CUtensorMap mah = p.cluster > 1 ? make_map(ta, g.elem, 64) : ma;
   const CUtensorMap mbh = p.cluster > 1 ? make_map(tb, g.elem, 64) : mb;

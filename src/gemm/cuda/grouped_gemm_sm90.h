@@ -26,6 +26,10 @@ enum class ElemKind : int {
   kE5M2E4M3Block = 5,
   kE4M3Mx = 6,
   kE5M2E4M3Mx = 7,
+  // NVFP4 x NVFP4 expanded to BF16 inside the kernel (KernelParams::fp4): a and b are the raw
+  // E2M1 code matrices (cols and ld in bytes: two codes a byte), the BF16 kind's consumers;
+  // M-grouped, ping-pong 128 x 128, 1-CTA clusters.
+  kNvfp4 = 8,
 };
 constexpr bool is_mx_scaled(ElemKind e) {
   return e == ElemKind::kE4M3Mx || e == ElemKind::kE5M2E4M3Mx;

@@ -3,6 +3,10 @@
 #include "gemm/cuda/quantized_operands.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
 #include <sstream>
 #include <utility>
 
@@ -309,6 +313,28 @@ Refusal fp8_pair_kind(const GroupedGemmProblem& p, ElemKind* out) {
   return r;
 }
 
+// Whether an M-grouped NVFP4 x NVFP4 pair (mapped for the workspace expansion) runs expanded
+// in the kernel instead (Fp8ProblemMap::fp4).
+std::atomic<bool>& in_kernel_switch() {
+  static std::atomic<bool> on = [] {
+    const char* v = std::getenv("TESSERA_NVFP4_EXPAND");
+    return !(v != nullptr && std::string(v) == "1");
+  }();
+  return on;
+}
+
+bool fp4_in_kernel(const Fp8ProblemMap& m, const detail::GroupedGemmDims& d) {
+  const bool workspace = !nvfp4_in_kernel();
+  const auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
+  const auto blocks16 = [](const scale_rules::ScaleGeometry& g) {
+    return g.block_cols == 16 && (g.block_rows == 1 || g.block_rows == 16);
+  };
+  return !workspace && !m.rht && d.k % 32 == 0 && !m.a.expand_transposed &&
+         blocks16(m.a.ex.geometry) && blocks16(m.b.ex.geometry) &&
+         !m.b.expand_transposed && aligned(m.a.ex.codes) && aligned(m.b.ex.codes) &&
+         (m.a.ex.cols / 2) % 16 == 0 && (m.b.ex.cols / 2) % 16 == 0;
+}
+
 // A pair with an NVFP4 copy: both expanded to BF16 (map_expanded_operand), the BF16 kind. A
 // Hadamard-transformed copy only with another one, K-grouped (the transforms cancel over the
 // contraction).
@@ -330,12 +356,29 @@ Refusal map_expanded_problem(const GroupedGemmProblem& p, const detail::GroupedG
                   " the transform in a ", grouped_gemm_kind_name(p.kind), " GEMM");
   m->rht = rht_a;
   m->rht_rows = p.a.quantized.rows;
-  if (p.kind == GroupedGemmKind::kMGrouped) return map_m_grouped(p, d, map_expanded_operand, m);
+  if (p.kind == GroupedGemmKind::kMGrouped) {
+    const Refusal r = map_m_grouped(p, d, map_expanded_operand, m);
+    if (r.status == Status::kOk && is_nvfp4(p.a) && is_nvfp4(p.b) && fp4_in_kernel(*m, d)) {
+      for (Fp8OperandMap* o : {&m->a, &m->b}) {
+        const int64_t row_bytes = (o->ex.cols + 1) / 2;
+        o->matrix = {o->ex.codes, o->ex.rows, row_bytes, row_bytes};
+        o->fp4 = {static_cast<const uint8_t*>(o->ex.scales), o->ex.geometry, o->ex.rows, d.k,
+                  o->ex.geometry.block_rows == 16 ? 4 : 0};
+        o->expand = false;
+      }
+      m->fp4 = true;
+      m->elem = ElemKind::kNvfp4;
+    }
+    return r;
+  }
   if (p.kind == GroupedGemmKind::kKGrouped) return map_k_grouped(p, d, map_expanded_operand, m);
   return refuse(Status::kUnsupported, "batched (3D x 3D) GEMM is not implemented on CUDA");
 }
 
 }  // namespace
+
+bool nvfp4_in_kernel() { return in_kernel_switch().load(std::memory_order_relaxed); }
+void set_nvfp4_in_kernel(bool on) { in_kernel_switch().store(on, std::memory_order_relaxed); }
 
 bool has_workspace_operand(const GroupedGemmProblem& p) {
   return is_mxfp8(p.a) || is_mxfp8(p.b) || is_nvfp4(p.a) || is_nvfp4(p.b);

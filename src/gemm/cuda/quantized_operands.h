@@ -68,6 +68,9 @@ struct Fp8OperandMap {
   ExpandSource ex;
   const float* amax = nullptr;
   int64_t amax_count = 0;
+  // NVFP4 expanded in the kernel (Fp8ProblemMap::fp4): `matrix` is the stored copy's raw codes
+  // (cols and ld in bytes), `fp4` its scales for the kernel's converter threads.
+  gemm_sm90::Fp4Operand fp4;
 };
 
 struct Fp8ProblemMap {
@@ -81,7 +84,19 @@ struct Fp8ProblemMap {
   // may close a partial one), else its output is NaN (GroupMapParams::bound_block).
   bool rht = false;
   int64_t rht_rows = 0;
+  // NVFP4 x NVFP4, M-grouped, without the Hadamard transform, 16-element blocks of 1 or 16 rows,
+  // K % 32 == 0 (16-byte rows of codes), 16-byte aligned codes: expanded inside the kernel
+  // (ElemKind::kNvfp4), no workspace copies (nvfp4_in_kernel() switches it off).
+  bool fp4 = false;
 };
+
+// Whether M-grouped NVFP4 x NVFP4 pairs that qualify run expanded in the kernel
+// (Fp8ProblemMap::fp4; the default, unless the environment variable TESSERA_NVFP4_EXPAND=1 was
+// set at start-up) or through the workspace expansion; set_nvfp4_in_kernel switches it (A/B
+// timings, the test that compares the two bit for bit). A problem is mapped when it is sized
+// and again when it runs: switch between GEMM calls only.
+bool nvfp4_in_kernel();
+void set_nvfp4_in_kernel(bool on);
 
 // Whether either operand is an MXFP8 or NVFP4 copy (a cheap test before map_fp8_problem: only
 // those may need workspace copies: transposes or expansions).

@@ -19,6 +19,7 @@
 #include <cuda_bf16.h>
 #endif
 
+#include "gemm/cuda/kernels/grouped_gemm_params.h"
 #include "tessera/core/macros.h"
 #include "tessera/formats/codecs.h"
 #include "tessera/quantize/scale_rules.h"
@@ -26,7 +27,7 @@
 namespace tessera::gemm_sm90::fp4 {
 
 inline constexpr int kStageElems = 64;          // contraction elements of a BF16 stage row
-inline constexpr int kRawRowBytes = 32;          // the same elements as E2M1 codes
+inline constexpr int kRawRowBytes = kFp4RawRowBytes;  // the same elements as E2M1 codes
 inline constexpr int kUnitsPerRow = 2;           // halves of a row: 32 codes each
 inline constexpr int kBf16RowBytes = 128;
 
@@ -102,37 +103,40 @@ TESSERA_HD uint32_t swizzled_chunk(int r, int j) {
   return static_cast<uint32_t>(r * kBf16RowBytes + ((j ^ (r & 7)) << 4));
 }
 
-// What the converter reads of one NVFP4 operand besides the stage's codes: the stored copy's
-// E4M3 block scales (scale_rules::scale_index of `geometry`, stored row and contraction
-// coordinates), its rows (a row at or past `rows` is padding: scale 0) and the contraction
-// length of one group (a contraction element at or past `k` of its group is padding: scale 0,
-// so that a block of the next group, or past the copy, never meets the zero codes of the other
-// operand there).
-struct Operand {
-  const uint8_t* scales = nullptr;
-  scale_rules::ScaleGeometry geometry;
-  int64_t rows = 0, k = 0;
-};
-
 // The BF16 bits of the scale of stored row `row`, contraction element `col` (whose offset in
-// its group's contraction is `local`), or 0 for padding.
-TESSERA_HD uint32_t scale_bits(const Operand& o, int64_t row, int64_t col, int64_t local) {
+// its group's contraction is `local`) of operand `o` (KernelParams::fa / fb), or 0 for padding:
+// a row past the copy, or an element past the group's contraction, so that a block of the next
+// group, or past the copy, never meets the zero codes of the other operand there.
+TESSERA_HD uint32_t scale_bits(const Fp4Operand& o, int64_t row, int64_t col, int64_t local) {
   if (row >= o.rows || local >= o.k) return 0;
-  return e4m3_bf16_bits(o.scales[scale_rules::scale_index(o.geometry, row, col)]);
+  // scale_rules::scale_index of 16-element blocks of 1 or 16 rows, by shifts
+  const int64_t sr = row >> o.row_shift, sc = col >> 4;
+  const scale_rules::ScaleGeometry& g = o.geometry;
+  const int64_t i = !g.swizzled ? sr * g.ld
+                                + sc : g.swizzle_transposed ? scale_rules::swizzled_scale_offset(sc, sr, g.ld)
+                                                            : scale_rules::swizzled_scale_offset(sr, sc, g.ld);
+  return e4m3_bf16_bits(o.scales[i]);
 }
 
 // Unit h (0, 1: elements [32h, 32h + 32) of the stage row) of stage row r: codes from the raw
 // stage (kRawRowBytes a row), values into the BF16 stage, s0 / s1 the BF16 bits of its two block
-// scales.
+// scales; one 16-byte chunk (8 codes) at a time, so that few registers are live.
+// 16 bytes read or written at once (one 128-bit shared-memory access on the device).
+struct alignas(16) Words4 {
+  uint32_t w[4];
+};
+
 TESSERA_HD void convert_unit(const uint8_t* raw, uint8_t* bf16_stage, int r, int h, uint32_t s0,
                              uint32_t s1) {
-  uint32_t q[4], out[16];
-  const auto* src = reinterpret_cast<const uint32_t*>(raw + r * kRawRowBytes + 16 * h);
-  for (int i = 0; i < 4; ++i) q[i] = src[i];
-  unit_bf16(q, s0, s1, out);
+  const Words4 q = *reinterpret_cast<const Words4*>(raw + r * kRawRowBytes + 16 * h);
   for (int c = 0; c < 4; ++c) {
-    auto* dst = reinterpret_cast<uint32_t*>(bf16_stage + swizzled_chunk(r, 4 * h + c));
-    for (int i = 0; i < 4; ++i) dst[i] = out[4 * c + i];
+    const uint32_t s2 = (c < 2 ? s0 : s1) * 0x10001u;
+    uint32_t v[4];
+    e2m1x4_bf16(q.w[c], v[0], v[1]);
+    e2m1x4_bf16(q.w[c] >> 16, v[2], v[3]);
+    Words4 out;
+    for (int i = 0; i < 4; ++i) out.w[i] = bf16x2_mul(v[i], s2);
+    *reinterpret_cast<Words4*>(bf16_stage + swizzled_chunk(r, 4 * h + c)) = out;
   }
 }
 

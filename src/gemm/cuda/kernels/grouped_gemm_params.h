@@ -19,6 +19,8 @@
 
 #include <cstdint>
 
+#include "tessera/quantize/scale_rules.h"
+
 namespace tessera::gemm_sm90 {
 
 inline constexpr int kBlockM = 128;         // rows per tile (2 x 64: one wgmma m64 each)
@@ -46,22 +48,31 @@ enum class Schedule : int { kCooperative = 0, kPingpong = 1 };
 // rows x block_n x 2 B, when tma_store), per-warpgroup column vectors (col_vectors x block_n
 // FP32: the tile's B scales and/or bias), the full/empty mbarriers, the tile ring (kTileRing
 // slots: the tiles the producer walked, read by the consumers) and its full/empty mbarriers.
+// NVFP4 in-kernel kind (fp4 = 1): after the scales, the raw ring (per stage: A's 128 rows, then
+// B's block_n rows, of kFp4RawRowBytes codes), and after the stage barriers the raw ring's
+// full/empty barriers.
+inline constexpr int kFp4RawRowBytes = 32;  // 64 contraction elements as E2M1 codes
 struct SmemLayout {
-  int64_t b = 0, scales = 0, d = 0, cols = 0, bars = 0, tiles = 0, tile_bars = 0, total = 0;
-  int64_t d_per_wg = 0, cols_per_wg = 0;
+  int64_t b = 0, scales = 0, raw = 0, d = 0, cols = 0, bars = 0, raw_bars = 0, tiles = 0,
+          tile_bars = 0, total = 0;
+  int64_t d_per_wg = 0, cols_per_wg = 0, raw_stage = 0;
 };
 constexpr SmemLayout smem_layout(int block_n, Schedule s, int stages, int tma_store,
-                                 int col_vectors, int staging_blocks, int stage_scale_bytes = 0) {
+                                 int col_vectors, int staging_blocks, int stage_scale_bytes = 0,
+                                 int fp4 = 0) {
   SmemLayout l;
   const int wg_rows = s == Schedule::kPingpong ? 64 * staging_blocks : kBlockM / 2;
   l.b = int64_t{stages} * kBlockM * kTileKBytes;
   l.scales = l.b + int64_t{stages} * block_n * kTileKBytes;
-  l.d = l.scales + int64_t{stages} * stage_scale_bytes;
+  l.raw = l.scales + int64_t{stages} * stage_scale_bytes;
+  l.raw_stage = fp4 ? int64_t{kBlockM + block_n} * kFp4RawRowBytes : 0;
+  l.d = l.raw + int64_t{stages} * l.raw_stage;
   l.d_per_wg = tma_store ? int64_t{wg_rows} * block_n * 2 : 0;
   l.cols = l.d + 2 * l.d_per_wg;
   l.cols_per_wg = int64_t{col_vectors} * block_n * 4;
   l.bars = l.cols + 2 * l.cols_per_wg;
-  l.tiles = l.bars + 2 * kMaxStages * 8;
+  l.raw_bars = l.bars + 2 * kMaxStages * 8;
+  l.tiles = l.raw_bars + (fp4 ? 2 * kMaxStages * 8 : 0);
   l.tile_bars = l.tiles + kTileRing * kTileSlotBytes;
   l.total = l.tile_bars + 2 * kTileRing * 8;
   return l;
@@ -102,6 +113,21 @@ struct BlockScales {
   // MXFP8, M-grouped: contraction blocks per group of B (dgrad: group g's scales start at block
   // g·group_kb, while its data starts at g·b_group_cols, padded to whole stages); 0 otherwise.
   int64_t group_kb = 0;
+};
+
+// One NVFP4 operand of the in-kernel kind (ElemNvfp4; its tensor map holds the raw E2M1 codes,
+// kFp4RawRowBytes a box row): the E4M3 block scales the converter threads read
+// (kernels/fp4_stage.cuh), at scale_rules::scale_index(geometry, stored row, stored contraction
+// element); rows: the stored copy's rows (a row at or past it is padding); k: one group's
+// contraction (elements at or past it, in a group's contraction, are padding). The copy's
+// 1/S_enc factors are the epilogue's scale_a / scale_b.
+// row_shift: log2 of geometry.block_rows (0 for 1x16, 4 for 16x16 tiles; blocks are 16
+// contraction elements wide), so the device looks scales up by shifts.
+struct Fp4Operand {
+  const uint8_t* scales = nullptr;
+  scale_rules::ScaleGeometry geometry;
+  int64_t rows = 0, k = 0;
+  int row_shift = 0;
 };
 
 struct KernelParams {
@@ -170,6 +196,11 @@ struct KernelParams {
   // the device) are set to zero by the consumer warpgroups once their tiles are done
   // (zero_tail_rows). 0: no such rows are written.
   int64_t zero_rows = 0;
+  // NVFP4 x NVFP4 expanded in the kernel (ElemNvfp4: M-grouped, ping-pong 128 x 128, 1-CTA
+  // clusters): the raw codes of A and B come by TMA into the raw ring, the producer warpgroup's
+  // converter threads write them as BF16 stages (fp4_stage.cuh) for the BF16 consumers.
+  int fp4 = 0;
+  Fp4Operand fa, fb;
 };
 
 // Shared-memory column vectors per consumer warpgroup (SmemLayout::cols_per_wg): the tile's B

@@ -23,6 +23,7 @@
 
 #include <cstdint>
 
+#include "gemm/cuda/kernels/fp4_stage.cuh"
 #include "gemm/cuda/kernels/grouped_gemm_epilogue.cuh"
 #include "gemm/cuda/kernels/grouped_gemm_params.h"
 #include "gemm/cuda/kernels/sm90_mma_kinds.cuh"
@@ -130,6 +131,91 @@ __device__ __forceinline__ void producer_loop(const KernelParams& p, const CUten
   if (p.cluster > 1) {
     for (int s = 0; s < p.stages; ++s) {
       mbar_wait(&empty[ring.stage], ring.phase ^ 1);
+      ring.next(p.stages);
+    }
+  }
+}
+
+// ---- NVFP4 expanded in the kernel (ElemNvfp4, KernelParams::fp4) ------------------------------
+// The TMA thread loads each stage's raw E2M1 codes (A's 128 rows, B's kBlockN rows, 32 bytes of
+// codes = 64 contraction elements a row) into the raw ring; the converter threads (the rest of
+// the producer warpgroup but its first warp) turn a raw slot into the BF16 stage of the same
+// index (fp4_stage.cuh) once the consumers have released that stage, then arrive on its full
+// barrier. The consumers run the BF16 kind's main loop and epilogue unchanged (the copies'
+// 1/S_enc factors are the epilogue scales). M-grouped only, 1-CTA clusters.
+inline constexpr int kFp4Converters = 96;  // threads 32 .. 127 of the producer warpgroup
+
+template <int kBlockN>
+__device__ __forceinline__ void producer_loop_fp4(const KernelParams& p, const CUtensorMap* map_a,
+                                                  const CUtensorMap* map_b, uint8_t* raw,
+                                                  int64_t raw_stage, uint64_t* raw_full,
+                                                  uint64_t* raw_empty, TileRing tile_ring) {
+  constexpr uint32_t kBytesA = kBlockM * kFp4RawRowBytes, kBytesB = kBlockN * kFp4RawRowBytes;
+  constexpr int kBlockK = kTileKBytes / ElemNvfp4::kBytes;  // 64 elements a stage
+  TileSequence<kBlockN> tiles(p);
+  Tile t;
+  int share = kShareNone;
+  RingState ring;
+  while (tiles.next(p, t, share)) {
+    publish_tile(tile_ring, &t);
+    const TileOrigin o = tile_origin<ElemNvfp4, kBlockN>(p, t);
+    const int64_t nk = num_k_blocks<ElemNvfp4>(p, t);
+    for (int64_t kb = 0; kb < nk; ++kb) {
+      const int stage = ring.stage;
+      mbar_wait(&raw_empty[stage], ring.phase ^ 1);  // the converters are done with the slot
+      mbar_arrive_expect_tx(&raw_full[stage], kBytesA + kBytesB);
+      uint8_t* ra = raw + stage * raw_stage;
+      // contraction coordinates in bytes of codes (two elements a byte; stages start on even
+      // elements, group starts g·K too: K % 32 == 0 on this path)
+      tma_load_2d(ra, map_a, &raw_full[stage], static_cast<int32_t>((o.a_k + kb * kBlockK) / 2),
+                  static_cast<int32_t>(o.a_row));
+      tma_load_2d(ra + kBytesA, map_b, &raw_full[stage],
+                  static_cast<int32_t>((o.b_k + kb * kBlockK) / 2), static_cast<int32_t>(o.b_row));
+      ring.next(p.stages);
+    }
+  }
+  publish_tile(tile_ring, nullptr);
+}
+
+// Converter thread c (0 .. kFp4Converters - 1): per stage, units c, c + kFp4Converters, ... of
+// the stage's (128 + kBlockN) rows x 2 halves (A's rows first), each 32 codes under two block
+// scales → 32 BF16 values (fp4::convert_unit).
+template <int kBlockN>
+__device__ __forceinline__ void fp4_converter_loop(const KernelParams& p, const uint8_t* raw,
+                                                   int64_t raw_stage, uint8_t* smem_a,
+                                                   uint8_t* smem_b, uint64_t* full,
+                                                   uint64_t* empty, uint64_t* raw_full,
+                                                   uint64_t* raw_empty, TileRing tile_ring,
+                                                   int c) {
+  constexpr uint32_t kBytesA = kBlockM * kTileKBytes, kBytesB = kBlockN * kTileKBytes;
+  constexpr int kBlockK = kTileKBytes / ElemNvfp4::kBytes;
+  constexpr int kUnitsA = kBlockM * fp4::kUnitsPerRow;
+  constexpr int kUnits = (kBlockM + kBlockN) * fp4::kUnitsPerRow;
+  Tile t;
+  RingState ring;
+  while (take_tile(tile_ring, t)) {
+    const TileOrigin o = tile_origin<ElemNvfp4, kBlockN>(p, t);
+    const int nk = static_cast<int>(num_k_blocks<ElemNvfp4>(p, t));
+    for (int kb = 0; kb < nk; ++kb) {
+      mbar_wait(&raw_full[ring.stage], ring.phase);   // the stage's codes have landed
+      mbar_wait(&empty[ring.stage], ring.phase ^ 1);  // the consumers released the BF16 stage
+      const uint8_t* rs = raw + ring.stage * raw_stage;
+      for (int u = c; u < kUnits; u += kFp4Converters) {
+        const bool is_a = u < kUnitsA;
+        const int ru = is_a ? u : u - kUnitsA;
+        const int64_t local = int64_t{kb} * kBlockK + 32 * (ru & 1);
+        const int64_t row = (is_a ? o.a_row : o.b_row) + (ru >> 1);
+        const int64_t col = (is_a ? o.a_k : o.b_k) + local;
+        const Fp4Operand& op = is_a ? p.fa : p.fb;
+        const uint32_t s0 = fp4::scale_bits(op, row, col, local);
+        const uint32_t s1 = fp4::scale_bits(op, row, col + 16, local + 16);
+        uint8_t* dst = is_a ? smem_a + ring.stage * kBytesA : smem_b + ring.stage * kBytesB;
+        fp4::convert_unit(is_a ? rs : rs + kBlockM * fp4::kRawRowBytes, dst, ru >> 1, ru & 1, s0,
+                          s1);
+      }
+      fence_async_shared();  // the stage's generic-proxy stores, visible to the wgmma (async proxy)
+      mbar_arrive(&raw_empty[ring.stage]);
+      mbar_arrive(&full[ring.stage]);
       ring.next(p.stages);
     }
   }
@@ -417,8 +503,9 @@ __global__ void __launch_bounds__(kNumThreads, 1)
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>(
       (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  constexpr bool kFp4 = kFp4Kind<Elem>;
   const SmemLayout l = smem_layout(kBlockN, kSchedule, p.stages, p.tma_store, col_vectors(p),
-                                   p.staging_blocks, stage_scale_bytes(p));
+                                   p.staging_blocks, stage_scale_bytes(p), kFp4 ? 1 : 0);
   uint8_t* smem_a = smem;
   uint8_t* smem_b = smem + l.b;
   auto* full = reinterpret_cast<uint64_t*>(smem + l.bars);
@@ -426,18 +513,26 @@ __global__ void __launch_bounds__(kNumThreads, 1)
   TileRing tile_ring{smem + l.tiles, reinterpret_cast<uint64_t*>(smem + l.tile_bars),
                      reinterpret_cast<uint64_t*>(smem + l.tile_bars) + kTileRing};
   auto* smem_scales = reinterpret_cast<float*>(smem + l.scales);
+  auto* raw_full = reinterpret_cast<uint64_t*>(smem + l.raw_bars);  // NVFP4 in-kernel only
+  uint64_t* raw_empty = raw_full + kMaxStages;
   const int wg = threadIdx.x / 128;
   constexpr bool kMx = Elem::kPromoteK == 32;
   if (threadIdx.x == 0) {
     for (int s = 0; s < p.stages; ++s) {
-      // The TMA producer (plus, MXFP8, every scale loader thread).
-      mbar_init(&full[s], 1 + (kMx ? kMxScaleLoaders : 0));
+      // The TMA producer (plus, MXFP8, every scale loader thread); NVFP4 in-kernel: the
+      // converter threads.
+      mbar_init(&full[s], kFp4 ? kFp4Converters : 1 + (kMx ? kMxScaleLoaders : 0));
       // One arrival per consumer warp that reads the slot, in each CTA of the cluster.
       mbar_init(&empty[s], (kSchedule == Schedule::kPingpong ? 4 : 8) * p.cluster);
+      if constexpr (kFp4) {
+        mbar_init(&raw_full[s], 1);
+        mbar_init(&raw_empty[s], kFp4Converters);
+      }
     }
     for (int s = 0; s < kTileRing; ++s) {
       mbar_init(&tile_ring.full[s], 1);
-      mbar_init(&tile_ring.empty[s], kTileReaders + (kMx ? kMxScaleLoaders : 0));
+      mbar_init(&tile_ring.empty[s], kTileReaders + (kMx ? kMxScaleLoaders : 0) +
+                                         (kFp4 ? kFp4Converters : 0));
     }
     fence_mbar_init();
     if (!p.k_grouped) {
@@ -460,14 +555,23 @@ __global__ void __launch_bounds__(kNumThreads, 1)
   // tiles need fewer consumer registers, and their producer build spills at 40.
   // MXFP8: the producer warpgroup also runs the scale loaders (mx_scale_loader_loop), and the
   // consumers' partial sums are two n64 halves (main_loop_mx).
-  constexpr int kProducerRegs = Elem::kPromoteK == 32 ? 64 : (Elem::kPromote ? 56 : 40);
-  constexpr int kConsumerRegs = Elem::kPromoteK == 32 ? 216 : (Elem::kPromote ? 224 : 232);
+  // NVFP4 in-kernel: the converter threads run in the producer warpgroup.
+  constexpr int kProducerRegs = Elem::kPromoteK == 32 ? 64 : (Elem::kPromote || kFp4 ? 56 : 40);
+  constexpr int kConsumerRegs = Elem::kPromoteK == 32 ? 216 : (Elem::kPromote || kFp4 ? 224 : 232);
   // The pool is what the launch allocated (168 per thread of 384): a consumer's setmaxnreg.inc
   // past it waits forever for registers the producer never freed.
   static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 168 * kNumThreads, "register pool");
   if (wg == 0) {
     regs_dealloc<kProducerRegs>();
-    if (threadIdx.x == 0) {
+    if constexpr (kFp4) {
+      if (threadIdx.x == 0)
+        producer_loop_fp4<kBlockN>(p, &map_a, &map_b, smem + l.raw, l.raw_stage, raw_full,
+                                   raw_empty, tile_ring);
+      else if (threadIdx.x >= 128 - kFp4Converters)
+        fp4_converter_loop<kBlockN>(p, smem + l.raw, l.raw_stage, smem_a, smem_b, full, empty,
+                                    raw_full, raw_empty, tile_ring,
+                                    threadIdx.x - (128 - kFp4Converters));
+    } else if (threadIdx.x == 0) {
       producer_loop<Elem, kBlockN>(p, &map_a, &map_b, &map_a_half, &map_b_half, smem_a, smem_b,
                                    full, empty, tile_ring);
     } else if constexpr (kMx) {

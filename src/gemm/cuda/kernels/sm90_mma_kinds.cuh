@@ -39,6 +39,15 @@ struct ElemBF16Major {
   }
 };
 using ElemBF16 = ElemBF16Major<false, false>;    // TN: forward
+
+// NVFP4 x NVFP4 expanded inside the kernel (KernelParams::fp4): the consumers run the BF16 kind
+// (K-major) on stages the producer warpgroup's converter threads write from the raw E2M1 codes.
+struct ElemNvfp4 : ElemBF16 {
+  static constexpr bool kFp4 = true;
+};
+// Whether a kind is the NVFP4 in-kernel one.
+template <class Elem>
+inline constexpr bool kFp4Kind = requires { Elem::kFp4; };
 using ElemBF16BMn = ElemBF16Major<false, true>;  // NN: dgrad
 using ElemBF16AbMn = ElemBF16Major<true, true>;  // K-grouped on token rows: wgrad
 
