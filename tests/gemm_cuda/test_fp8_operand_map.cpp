@@ -108,9 +108,10 @@ TEST(CudaFp8OperandMap, Nvfp4PairsExpandToBf16) {
   EXPECT_EQ(m.b_group_cols, 100);
 }
 
-// NVFP4 x NVFP4 with K % 32 == 0: expanded inside the kernel (ElemKind::kNvfp4): the raw code
-// matrices (cols and ld in bytes), each operand's scales and rows for the converter threads, no
-// workspace copies; switched off (set_nvfp4_in_kernel), the workspace expansion as above.
+// NVFP4 x NVFP4 with K % 32 == 0 and the in-kernel path switched on (set_nvfp4_in_kernel):
+// expanded inside the kernel (ElemKind::kNvfp4): the raw code matrices (cols and ld in bytes),
+// each operand's scales and rows for the converter threads, no workspace copies; switched off
+// (the default), the workspace expansion as above.
 TEST(CudaFp8OperandMap, Nvfp4PairsWithWholeRowsExpandInTheKernel) {
   GroupedGemmProblem p;
   p.kind = GroupedGemmKind::kMGrouped;
@@ -121,7 +122,8 @@ TEST(CudaFp8OperandMap, Nvfp4PairsWithWholeRowsExpandInTheKernel) {
   d.groups = 2, d.n = 24, d.k = 96, d.capacity = d.a_rows = 32;
   gemm_cuda::Fp8ProblemMap m;
   std::string why;
-  ASSERT_TRUE(gemm_cuda::nvfp4_in_kernel());
+  const bool was = gemm_cuda::nvfp4_in_kernel();  // off by default (not yet run on a GPU)
+  gemm_cuda::set_nvfp4_in_kernel(true);
   ASSERT_EQ(gemm_cuda::map_fp8_problem(p, d, &m, &why), Status::kOk) << why;
   EXPECT_TRUE(m.fp4);
   EXPECT_EQ(m.elem, gemm_cuda::ElemKind::kNvfp4);
@@ -159,7 +161,7 @@ TEST(CudaFp8OperandMap, Nvfp4PairsWithWholeRowsExpandInTheKernel) {
   p.b = GemmOperand::from_quantized(nvfp4_view(2 * 24, 96, false, 2), false);
   gemm_cuda::set_nvfp4_in_kernel(false);
   ASSERT_EQ(gemm_cuda::map_fp8_problem(p, d, &m, &why), Status::kOk) << why;
-  gemm_cuda::set_nvfp4_in_kernel(true);
+  gemm_cuda::set_nvfp4_in_kernel(was);
   EXPECT_FALSE(m.fp4);
   EXPECT_TRUE(m.a.expand && m.b.expand);
 }

@@ -749,10 +749,16 @@ TEST(CudaFp8GroupedGemmTesseraQuantizer, Nvfp4HadamardWgradSwizzled) {
             "");
 }
 
-// NVFP4 expanded inside the kernel (gemm_cuda::nvfp4_in_kernel: M-grouped pairs with K % 32 ==
-// 0): forward (K = 224) and dgrad (contraction N = 160), neither a multiple of 64 (a partial
-// last stage), empty groups first / in the middle / last, capacity rows, compact and swizzled
-// scales; the wgrad (Hadamard copies) keeps the workspace expansion.
+// NVFP4 expanded inside the kernel (gemm_cuda::set_nvfp4_in_kernel(true); off by default:
+// M-grouped pairs with K % 32 == 0): forward (K = 224) and dgrad (contraction N = 160), neither
+// a multiple of 64 (a partial last stage), empty groups first / in the middle / last, capacity
+// rows, compact and swizzled scales; the wgrad (Hadamard copies) keeps the workspace expansion.
+struct Nvfp4InKernel {
+  bool was = gemm_cuda::nvfp4_in_kernel();
+  Nvfp4InKernel() { gemm_cuda::set_nvfp4_in_kernel(true); }
+  ~Nvfp4InKernel() { gemm_cuda::set_nvfp4_in_kernel(was); }
+};
+
 LayerShape nvfp4_in_kernel_shape(ScaleLayout layout) {
   LayerShape s = block_shape();
   s.k = 224;
@@ -763,7 +769,7 @@ LayerShape nvfp4_in_kernel_shape(ScaleLayout layout) {
 
 TEST(CudaFp8GroupedGemmTesseraQuantizer, Nvfp4InKernelCompact) {
   if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
-  ASSERT_TRUE(gemm_cuda::nvfp4_in_kernel());
+  const Nvfp4InKernel on;
   EXPECT_EQ(run_with_tessera_quantizer(ScalingMode::kNVFP4, DType::kFloat4E2M1,
                                        ScalingMode::kNVFP4_16x16,
                                        nvfp4_in_kernel_shape(ScaleLayout::kCompact)),
@@ -772,6 +778,7 @@ TEST(CudaFp8GroupedGemmTesseraQuantizer, Nvfp4InKernelCompact) {
 
 TEST(CudaFp8GroupedGemmTesseraQuantizer, Nvfp4InKernelSwizzledHadamard) {
   if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  const Nvfp4InKernel on;
   LayerShape s = nvfp4_in_kernel_shape(ScaleLayout::kSwizzled);
   s.rht = true;
   EXPECT_EQ(run_with_tessera_quantizer(ScalingMode::kNVFP4, DType::kFloat4E2M1,
@@ -802,6 +809,7 @@ TEST(CudaFp8GroupedGemmTesseraQuantizer, Nvfp4InKernelEqualsWorkspaceExpansion) 
   DeviceArray offsets(start);
   const LayerOperands ops{&dx, &dw, &ddy, groups, shape.n, shape.k, shape.cap};
   std::vector<std::vector<uint8_t>> got[2];
+  const Nvfp4InKernel restore;
   for (int in_kernel = 0; in_kernel < 2; ++in_kernel) {
     gemm_cuda::set_nvfp4_in_kernel(in_kernel == 1);
     LayerOutputs out(ops);
@@ -811,7 +819,6 @@ TEST(CudaFp8GroupedGemmTesseraQuantizer, Nvfp4InKernelEqualsWorkspaceExpansion) 
     cuda_ok(cudaDeviceSynchronize(), "sync");
     got[in_kernel] = {out.y.to_host<uint8_t>(), out.dx.to_host<uint8_t>()};
   }
-  gemm_cuda::set_nvfp4_in_kernel(true);
   EXPECT_TRUE(got[0][0] == got[1][0]) << "forward differs from the workspace expansion";
   EXPECT_TRUE(got[0][1] == got[1][1]) << "dgrad differs from the workspace expansion";
 }

@@ -317,8 +317,8 @@ Refusal fp8_pair_kind(const GroupedGemmProblem& p, ElemKind* out) {
 // in the kernel instead (Fp8ProblemMap::fp4).
 std::atomic<bool>& in_kernel_switch() {
   static std::atomic<bool> on = [] {
-    const char* v = std::getenv("TESSERA_NVFP4_EXPAND");
-    return !(v != nullptr && std::string(v) == "1");
+    const char* v = std::getenv("TESSERA_NVFP4_IN_KERNEL");
+    return v != nullptr && std::string(v) == "1";
   }();
   return on;
 }
