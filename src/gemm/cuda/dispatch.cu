@@ -449,24 +449,18 @@ void grouped_gemm_cuda(const GroupedGemmProblem& p, const GroupedGemmDims& dims,
   Sm90GroupedGemm g = describe(p, dims, w, ws, &fp8);
   if (p.a.is_quantized) prepare_fp8_operands(fp8, w, ws, s);  // transposes, expansions
   g.config = explicit_config ? requested : gemm_cuda::select_sm90_config(g, 0);
-  if (gemm_cuda::is_block_scaled(g.elem)) {  // one kernel shape: cooperative 128 x 128, 1 CTA
+  // Kinds of one kernel shape on 1-CTA clusters: the block-scaled ones (cooperative 128 x 128)
+  // and NVFP4 expanded in the kernel (ping-pong 128 x 128).
+  const bool nvfp4 = g.elem == gemm_cuda::ElemKind::kNvfp4;
+  if (gemm_cuda::is_block_scaled(g.elem) || nvfp4) {
+    const char* what = nvfp4 ? "NVFP4 operands expanded in the kernel" : "FP8 block and MXFP8 operands";
     TESSERA_CHECK_STATUS(p.config.tile_n == 0 || p.config.tile_n == 128, Status::kUnsupported,
-                         "config.tile_n: ", p.config.tile_n, "; FP8 block and MXFP8 operands run "
-                         "128-column tiles (or leave it 0)");
+                         "config.tile_n: ", p.config.tile_n, "; ", what,
+                         " run 128-column tiles (or leave it 0)");
     TESSERA_CHECK_STATUS(p.config.cluster_m <= 1, Status::kUnsupported, "config.cluster_m: ",
-                         p.config.cluster_m, "; FP8 block and MXFP8 operands run 1-CTA clusters");
+                         p.config.cluster_m, "; ", what, " run 1-CTA clusters");
     g.config.block_n = 128;
-    g.config.pingpong = false;
-    if (explicit_config && p.config.stages == 0) g.config.stages = 6;
-  }
-  if (g.elem == gemm_cuda::ElemKind::kNvfp4) {  // one kernel shape: ping-pong 128 x 128, 1 CTA
-    TESSERA_CHECK_STATUS(p.config.tile_n == 0 || p.config.tile_n == 128, Status::kUnsupported,
-                         "config.tile_n: ", p.config.tile_n, "; NVFP4 operands expanded in the "
-                         "kernel run 128-column tiles (or leave it 0)");
-    TESSERA_CHECK_STATUS(p.config.cluster_m <= 1, Status::kUnsupported, "config.cluster_m: ",
-                         p.config.cluster_m, "; NVFP4 operands run 1-CTA clusters");
-    g.config.block_n = 128;
-    g.config.pingpong = true;
+    g.config.pingpong = nvfp4;
     g.config.cluster = 1;
     if (explicit_config && p.config.stages == 0) g.config.stages = 6;
   }
