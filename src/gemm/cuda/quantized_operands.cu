@@ -313,8 +313,7 @@ Refusal fp8_pair_kind(const GroupedGemmProblem& p, ElemKind* out) {
   return r;
 }
 
-// Whether an M-grouped NVFP4 x NVFP4 pair (mapped for the workspace expansion) runs expanded
-// in the kernel instead (Fp8ProblemMap::fp4).
+// nvfp4_in_kernel's switch, off unless TESSERA_NVFP4_IN_KERNEL=1 at the first read.
 std::atomic<bool>& in_kernel_switch() {
   static std::atomic<bool> on = [] {
     const char* v = std::getenv("TESSERA_NVFP4_IN_KERNEL");
@@ -323,6 +322,8 @@ std::atomic<bool>& in_kernel_switch() {
   return on;
 }
 
+// Whether an M-grouped NVFP4 x NVFP4 pair (mapped for the workspace expansion) runs expanded
+// in the kernel instead (Fp8ProblemMap::fp4).
 bool fp4_in_kernel(const Fp8ProblemMap& m, const detail::GroupedGemmDims& d) {
   const bool workspace = !nvfp4_in_kernel();
   const auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
