@@ -97,11 +97,11 @@ TEST(Fp4Stage, StagesLandSwizzledWithPaddingZero) {
       op.k = st.k;
       const int stage_rows = 64;
       // the raw stage as TMA fills it: rows past the copy are zeros
-      std::vector<uint8_t> raw(stage_rows * fp4::kRawRowBytes, 0);
+      std::vector<uint8_t> raw(stage_rows * gemm_sm90::kFp4RawRowBytes, 0);
       for (int r = 0; r < stage_rows; ++r)
         if (st.r0 + r < rows)
-          std::memcpy(&raw[r * fp4::kRawRowBytes], &codes[(st.r0 + r) * (cols / 2) + st.k0 / 2],
-                      fp4::kRawRowBytes);
+          std::memcpy(&raw[r * gemm_sm90::kFp4RawRowBytes], &codes[(st.r0 + r) * (cols / 2) + st.k0 / 2],
+                      gemm_sm90::kFp4RawRowBytes);
       std::vector<uint8_t> stage(stage_rows * fp4::kBf16RowBytes, 0xAB);
       for (int r = 0; r < stage_rows; ++r)
         for (int h = 0; h < fp4::kUnitsPerRow; ++h) {

@@ -77,10 +77,7 @@ Sm90Config select_sm90_config(const Sm90GroupedGemm& g, int num_sms) {
   // Clusters of 2 CTAs (Sm90Config::cluster, TMA multicast of a tile pair's shared operand):
   // the plain FP8 wgrad where its m blocks pair up (the launcher's rule); elsewhere off, no gain
   // measured (bench/results/2026-11-21-gemm-cuda.md, round 3).
-  c.cluster = p.k_grouped && elem_bytes == 1 && g.elem != ElemKind::kNvfp4 &&
-                      k_grouped_pairs_share_b(g, c.raster_band)
-                  ? 2
-                  : 1;
+  c.cluster = p.k_grouped && elem_bytes == 1 && k_grouped_pairs_share_b(g, c.raster_band) ? 2 : 1;
   return c;
 }
 

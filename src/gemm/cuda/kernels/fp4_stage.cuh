@@ -27,7 +27,6 @@
 namespace tessera::gemm_sm90::fp4 {
 
 inline constexpr int kStageElems = 64;          // contraction elements of a BF16 stage row
-inline constexpr int kRawRowBytes = kFp4RawRowBytes;  // the same elements as E2M1 codes
 inline constexpr int kUnitsPerRow = 2;           // halves of a row: 32 codes each
 inline constexpr int kBf16RowBytes = 128;
 
@@ -109,26 +108,29 @@ TESSERA_HD uint32_t swizzled_chunk(int r, int j) {
 // group, or past the copy, never meets the zero codes of the other operand there.
 TESSERA_HD uint32_t scale_bits(const Fp4Operand& o, int64_t row, int64_t col, int64_t local) {
   if (row >= o.rows || local >= o.k) return 0;
-  // scale_rules::scale_index of 16-element blocks of 1 or 16 rows, by shifts
+  // scale_rules::scale_index of 16-element blocks of 1 or 16 rows, with shifts for its
+  // divisions by run-time block sizes (this runs per unit in the converter threads)
   const int64_t sr = row >> o.row_shift, sc = col >> 4;
   const scale_rules::ScaleGeometry& g = o.geometry;
-  const int64_t i = !g.swizzled ? sr * g.ld
-                                + sc : g.swizzle_transposed ? scale_rules::swizzled_scale_offset(sc, sr, g.ld)
-                                                            : scale_rules::swizzled_scale_offset(sr, sc, g.ld);
+  int64_t i = sr * g.ld + sc;
+  if (g.swizzled)
+    i = g.swizzle_transposed ? scale_rules::swizzled_scale_offset(sc, sr, g.ld)
+                             : scale_rules::swizzled_scale_offset(sr, sc, g.ld);
   return e4m3_bf16_bits(o.scales[i]);
 }
 
-// Unit h (0, 1: elements [32h, 32h + 32) of the stage row) of stage row r: codes from the raw
-// stage (kRawRowBytes a row), values into the BF16 stage, s0 / s1 the BF16 bits of its two block
-// scales; one 16-byte chunk (8 codes) at a time, so that few registers are live.
 // 16 bytes read or written at once (one 128-bit shared-memory access on the device).
 struct alignas(16) Words4 {
   uint32_t w[4];
 };
 
+// Unit h (0, 1: elements [32h, 32h + 32) of the stage row) of stage row r: codes from the raw
+// stage (kFp4RawRowBytes a row), values into the BF16 stage, s0 / s1 the BF16 bits of its two
+// block scales; one 16-byte chunk (8 codes) at a time, so that few registers are live.
+
 TESSERA_HD void convert_unit(const uint8_t* raw, uint8_t* bf16_stage, int r, int h, uint32_t s0,
                              uint32_t s1) {
-  const Words4 q = *reinterpret_cast<const Words4*>(raw + r * kRawRowBytes + 16 * h);
+  const Words4 q = *reinterpret_cast<const Words4*>(raw + r * kFp4RawRowBytes + 16 * h);
   for (int c = 0; c < 4; ++c) {
     const uint32_t s2 = (c < 2 ? s0 : s1) * 0x10001u;
     uint32_t v[4];

@@ -210,7 +210,7 @@ __device__ __forceinline__ void fp4_converter_loop(const KernelParams& p, const 
         const uint32_t s0 = fp4::scale_bits(op, row, col, local);
         const uint32_t s1 = fp4::scale_bits(op, row, col + 16, local + 16);
         uint8_t* dst = is_a ? smem_a + ring.stage * kBytesA : smem_b + ring.stage * kBytesB;
-        fp4::convert_unit(is_a ? rs : rs + kBlockM * fp4::kRawRowBytes, dst, ru >> 1, ru & 1, s0,
+        fp4::convert_unit(is_a ? rs : rs + kBlockM * kFp4RawRowBytes, dst, ru >> 1, ru & 1, s0,
                           s1);
       }
       fence_async_shared();  // the stage's generic-proxy stores, visible to the wgmma (async proxy)
