@@ -108,21 +108,23 @@ TEST(CudaFp8OperandMap, Nvfp4PairsExpandToBf16) {
   EXPECT_EQ(m.b_group_cols, 100);
 }
 
-// NVFP4 x NVFP4 with K % 32 == 0 and the in-kernel path switched on (set_nvfp4_in_kernel):
-// expanded inside the kernel (ElemKind::kNvfp4): the raw code matrices (cols and ld in bytes),
-// each operand's scales and rows for the converter threads, no workspace copies; switched off
-// (the default), the workspace expansion as above.
+// NVFP4 x NVFP4 with K % 32 == 0, scales a stage row reads as one aligned word, and the
+// in-kernel path switched on (set_nvfp4_in_kernel): expanded inside the kernel
+// (ElemKind::kNvfp4): the raw code matrices (cols and ld in bytes), each operand's scales and
+// rows for the converter threads, no workspace copies; otherwise (K % 32 != 0, a compact scale
+// width that is not a multiple of 4, a dgrad whose groups start off a 64-element stage, or
+// switched off: the default) the workspace expansion as above.
 TEST(CudaFp8OperandMap, Nvfp4PairsWithWholeRowsExpandInTheKernel) {
   GroupedGemmProblem p;
   p.kind = GroupedGemmKind::kMGrouped;
   p.num_groups = 2;
-  p.a = GemmOperand::from_quantized(nvfp4_view(40, 96, false), false);
-  p.b = GemmOperand::from_quantized(nvfp4_view(2 * 24, 96, false, 2), false);
+  p.a = GemmOperand::from_quantized(nvfp4_view(40, 128, false), false);
+  p.b = GemmOperand::from_quantized(nvfp4_view(2 * 24, 128, false, 2), false);
   detail::GroupedGemmDims d;
-  d.groups = 2, d.n = 24, d.k = 96, d.capacity = d.a_rows = 32;
+  d.groups = 2, d.n = 24, d.k = 128, d.capacity = d.a_rows = 32;
   gemm_cuda::Fp8ProblemMap m;
   std::string why;
-  const bool was = gemm_cuda::nvfp4_in_kernel();  // off by default (not yet run on a GPU)
+  const bool was = gemm_cuda::nvfp4_in_kernel();  // off by default
   gemm_cuda::set_nvfp4_in_kernel(true);
   ASSERT_EQ(gemm_cuda::map_fp8_problem(p, d, &m, &why), Status::kOk) << why;
   EXPECT_TRUE(m.fp4);
@@ -130,35 +132,56 @@ TEST(CudaFp8OperandMap, Nvfp4PairsWithWholeRowsExpandInTheKernel) {
   EXPECT_FALSE(m.a.expand || m.b.expand);
   EXPECT_EQ(m.a.matrix.ptr, p.a.quantized.data.data);
   EXPECT_EQ(m.a.matrix.rows, 32);  // the capacity
-  EXPECT_EQ(m.a.matrix.cols, 48);  // bytes: two codes each
-  EXPECT_EQ(m.a.matrix.ld, 48);
+  EXPECT_EQ(m.a.matrix.cols, 64);  // bytes: two codes each
+  EXPECT_EQ(m.a.matrix.ld, 64);
   EXPECT_EQ(m.a.fp4.rows, 32);
-  EXPECT_EQ(m.a.fp4.k, 96);
+  EXPECT_EQ(m.a.fp4.k, 128);
   EXPECT_EQ(m.a.fp4.row_shift, 0);  // 1x16 blocks
   EXPECT_EQ(m.a.fp4.scales, p.a.quantized.scale_inv.data);
+  EXPECT_EQ(m.a.fp4.geometry.ld, 8);  // compact: 8 scales a row, one word per stage row
   EXPECT_EQ(m.b.matrix.rows, 48);
   EXPECT_EQ(m.b_group_rows, 24);
   EXPECT_EQ(m.b.scale_gs, 1);  // the per-group 1/S_enc stays the epilogue's
-  // dgrad: B's columnwise copy (24, 2 x 96) stored transposed; group g at columns g·96
+  // dgrad: B's columnwise copy (24, 2 x 128) stored transposed; group g at columns g·128
   p.transpose_b = false;
-  p.b = GemmOperand::from_quantized(nvfp4_view(2 * 96, 24, false), true);
+  p.b = GemmOperand::from_quantized(nvfp4_view(2 * 128, 24, false), true);
   ASSERT_EQ(gemm_cuda::map_fp8_problem(p, d, &m, &why), Status::kOk) << why;
   EXPECT_TRUE(m.fp4);
   EXPECT_EQ(m.b.matrix.rows, 24);
-  EXPECT_EQ(m.b.matrix.cols, 96);
+  EXPECT_EQ(m.b.matrix.cols, 128);
+  EXPECT_EQ(m.b_group_cols, 128);
+  // dgrad with K = 96 (swizzled scales): group 1 starts at contraction column 96, half a stage
+  // in: the workspace
+  d.k = 96;
+  p.a = GemmOperand::from_quantized(nvfp4_view(40, 96, false), false);
+  p.b = GemmOperand::from_quantized(nvfp4_view(2 * 96, 24, false), true);
+  for (GemmOperand* o : {&p.a, &p.b}) o->quantized.config.scale_layout = ScaleLayout::kSwizzled;
+  ASSERT_EQ(gemm_cuda::map_fp8_problem(p, d, &m, &why), Status::kOk) << why;
+  EXPECT_FALSE(m.fp4);
   EXPECT_EQ(m.b_group_cols, 96);
+  // forward with K = 96: compact scale rows of 6 bytes (a stage row's 4 scales not one aligned
+  // word): the workspace
+  p.transpose_b = true;
+  p.a = GemmOperand::from_quantized(nvfp4_view(40, 96, false), false);
+  p.b = GemmOperand::from_quantized(nvfp4_view(2 * 24, 96, false, 2), false);
+  ASSERT_EQ(gemm_cuda::map_fp8_problem(p, d, &m, &why), Status::kOk) << why;
+  EXPECT_FALSE(m.fp4);
+  EXPECT_EQ(m.elem, gemm_cuda::ElemKind::kBF16);
+  // the same with swizzled scales (rows padded to a multiple of 4): in the kernel
+  for (GemmOperand* o : {&p.a, &p.b}) o->quantized.config.scale_layout = ScaleLayout::kSwizzled;
+  ASSERT_EQ(gemm_cuda::map_fp8_problem(p, d, &m, &why), Status::kOk) << why;
+  EXPECT_TRUE(m.fp4);
   // K % 32 != 0: the workspace expansion
   d.k = 80;
-  p.transpose_b = true;
   p.a = GemmOperand::from_quantized(nvfp4_view(40, 80, false), false);
   p.b = GemmOperand::from_quantized(nvfp4_view(2 * 24, 80, false, 2), false);
   ASSERT_EQ(gemm_cuda::map_fp8_problem(p, d, &m, &why), Status::kOk) << why;
   EXPECT_FALSE(m.fp4);
   EXPECT_EQ(m.elem, gemm_cuda::ElemKind::kBF16);
   // switched off
-  d.k = 96;
-  p.a = GemmOperand::from_quantized(nvfp4_view(40, 96, false), false);
-  p.b = GemmOperand::from_quantized(nvfp4_view(2 * 24, 96, false, 2), false);
+  d.k = 128;
+  p.a = GemmOperand::from_quantized(nvfp4_view(40, 128, false), false);
+  p.b = GemmOperand::from_quantized(nvfp4_view(2 * 24, 128, false, 2), false);
   gemm_cuda::set_nvfp4_in_kernel(false);
   ASSERT_EQ(gemm_cuda::map_fp8_problem(p, d, &m, &why), Status::kOk) << why;
   gemm_cuda::set_nvfp4_in_kernel(was);

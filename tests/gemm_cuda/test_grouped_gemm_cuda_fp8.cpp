@@ -759,10 +759,15 @@ struct Nvfp4InKernel {
   ~Nvfp4InKernel() { gemm_cuda::set_nvfp4_in_kernel(was); }
 };
 
+// A shape whose forward and dgrad take the in-kernel path (quantized_operands.cu
+// fp4_in_kernel): K % 32 == 0 and each stage row's four scales one aligned word: K = 256 and
+// N = 192 (compact scale rows of 16 and 12 bytes; the dgrad's groups start at g·192, on a
+// 64-element stage). With swizzled scales K = 224 also qualifies (rows padded to 16 scales) and
+// its last stage holds 32 elements of the group, 32 of padding.
 LayerShape nvfp4_in_kernel_shape(ScaleLayout layout) {
   LayerShape s = block_shape();
-  s.k = 224;
-  s.n = 160;
+  s.k = layout == ScaleLayout::kSwizzled ? 224 : 256;
+  s.n = 192;
   s.scale_layout = layout;
   return s;
 }
@@ -786,9 +791,10 @@ TEST(CudaFp8GroupedGemmTesseraQuantizer, Nvfp4InKernelSwizzledHadamard) {
             "");
 }
 
-// The in-kernel expansion gives the workspace expansion's bits: the same BF16 operand values
-// through the same BF16 main loop and epilogue (forward and dgrad, FP32 outputs compared byte
-// for byte).
+// The in-kernel expansion gives the workspace expansion's bits: the same operand values (FP16
+// stages in the kernel, BF16 copies in the workspace; both exact) through the same main loop and
+// epilogue (forward and dgrad, FP32 outputs compared byte for byte). That the in-kernel run took
+// the in-kernel path is shown by its workspace: no expanded copies.
 TEST(CudaFp8GroupedGemmTesseraQuantizer, Nvfp4InKernelEqualsWorkspaceExpansion) {
   if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
   const LayerShape shape = nvfp4_in_kernel_shape(ScaleLayout::kCompact);
@@ -810,15 +816,23 @@ TEST(CudaFp8GroupedGemmTesseraQuantizer, Nvfp4InKernelEqualsWorkspaceExpansion) 
   const LayerOperands ops{&dx, &dw, &ddy, groups, shape.n, shape.k, shape.cap};
   std::vector<std::vector<uint8_t>> got[2];
   const Nvfp4InKernel restore;
+  int64_t workspace[2][2] = {};
   for (int in_kernel = 0; in_kernel < 2; ++in_kernel) {
     gemm_cuda::set_nvfp4_in_kernel(in_kernel == 1);
     LayerOutputs out(ops);
     const LayerProblems probs(ops, out, offsets);
+    workspace[in_kernel][0] = workspace_size(probs.fwd);
+    workspace[in_kernel][1] = workspace_size(probs.dgrad);
     grouped_gemm(probs.fwd);
     grouped_gemm(probs.dgrad);
     cuda_ok(cudaDeviceSynchronize(), "sync");
     got[in_kernel] = {out.y.to_host<uint8_t>(), out.dx.to_host<uint8_t>()};
   }
+  // the expanded copies: 2 bytes per element of both operands
+  const int64_t copies_fwd = 2 * (shape.cap + groups * shape.n) * shape.k;
+  const int64_t copies_dgrad = 2 * (shape.cap + groups * shape.k) * shape.n;
+  EXPECT_LE(workspace[1][0] + copies_fwd, workspace[0][0]) << "forward not in the kernel";
+  EXPECT_LE(workspace[1][1] + copies_dgrad, workspace[0][1]) << "dgrad not in the kernel";
   EXPECT_TRUE(got[0][0] == got[1][0]) << "forward differs from the workspace expansion";
   EXPECT_TRUE(got[0][1] == got[1][1]) << "dgrad differs from the workspace expansion";
 }

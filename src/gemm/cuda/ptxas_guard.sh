@@ -20,15 +20,17 @@ trap 'rm -f "$log"' EXIT
 "$@" 2>"$log"
 rc=$?
 grep -v -E '^ptxas info|^ +[0-9]+ bytes stack frame' "$log" >&2
-# One allowance: the MXFP8 kinds' kernels (ElemMxScaled) may spill up to 16 bytes. Their two
-# register regions are both at the edge of the launch's pool (producer warpgroup: TMA thread and
-# scale loaders; consumers: accumulators and two partial-sum halves), and ptxas spills one or two
-# words of the producer's per-tile walk at any split of the pool; the main loops stay spill-free.
+# Two allowances, up to 16 bytes each: the MXFP8 kinds' kernels (ElemMxScaled) and the NVFP4
+# in-kernel kind (ElemNvfp4). Their two register regions are both at the edge of the launch's
+# pool (producer warpgroup: TMA thread and scale loaders, or the converters with a stage's
+# scales in flight; consumers: accumulators, and MXFP8's two partial-sum halves), and ptxas
+# spills a word or two of the producer warpgroup at any split of the pool; the consumers' main
+# loops stay spill-free.
 bad="$(awk '/Function properties for/ { fn = $NF }
             /Potential Performance Loss/ { print; next }
             match($0, /[0-9]+ bytes spill (stores|loads)/) {
               n = substr($0, RSTART, RLENGTH) + 0
-              if (n > 0 && !(fn ~ /ElemMxScaled/ && n <= 16)) print fn ": " $0
+              if (n > 0 && !(fn ~ /ElemMxScaled|ElemNvfp4/ && n <= 16)) print fn ": " $0
             }' "$log")"
 if [[ $rc == 0 && -n "$bad" ]]; then
   echo "ptxas_guard: ptxas reports serialized wgmma or spills in ${out:-the object}:" >&2

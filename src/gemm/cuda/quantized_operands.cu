@@ -330,10 +330,17 @@ bool fp4_in_kernel(const Fp8ProblemMap& m, const detail::GroupedGemmDims& d) {
   const auto blocks16 = [](const scale_rules::ScaleGeometry& g) {
     return g.block_cols == 16 && (g.block_rows == 1 || g.block_rows == 16);
   };
+  // a stage row's four scales: one aligned 32-bit word (fp4_stage.cuh stage_row_scales)
+  const auto scale_words = [](const ExpandSource& e) {
+    const scale_rules::ScaleGeometry& g = e.geometry;
+    return reinterpret_cast<uintptr_t>(e.scales) % 4 == 0 &&
+           (g.swizzled ? !g.swizzle_transposed : g.ld % 4 == 0);
+  };
   return !workspace && !m.rht && d.k % 32 == 0 && !m.a.expand_transposed &&
          blocks16(m.a.ex.geometry) && blocks16(m.b.ex.geometry) &&
          !m.b.expand_transposed && aligned(m.a.ex.codes) && aligned(m.b.ex.codes) &&
-         (m.a.ex.cols / 2) % 16 == 0 && (m.b.ex.cols / 2) % 16 == 0;
+         (m.a.ex.cols / 2) % 16 == 0 && (m.b.ex.cols / 2) % 16 == 0 && scale_words(m.a.ex) &&
+         scale_words(m.b.ex) && m.b_group_cols % 64 == 0;
 }
 
 // A pair with an NVFP4 copy: both expanded to BF16 (map_expanded_operand), the BF16 kind. A

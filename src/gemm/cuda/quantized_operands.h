@@ -85,16 +85,19 @@ struct Fp8ProblemMap {
   bool rht = false;
   int64_t rht_rows = 0;
   // NVFP4 x NVFP4, M-grouped, without the Hadamard transform, 16-element blocks of 1 or 16 rows,
-  // K % 32 == 0 (16-byte rows of codes), 16-byte aligned codes, with nvfp4_in_kernel() on:
-  // expanded inside the kernel (ElemKind::kNvfp4), no workspace copies.
+  // K % 32 == 0 (16-byte rows of codes), 16-byte aligned codes, scales a stage row reads as one
+  // aligned word (Fp4Operand), with nvfp4_in_kernel() on: expanded inside the kernel
+  // (ElemKind::kNvfp4), no workspace copies.
   bool fp4 = false;
 };
 
 // Whether M-grouped NVFP4 x NVFP4 pairs that qualify run expanded in the kernel
-// (Fp8ProblemMap::fp4) or through the workspace expansion (the default). The in-kernel path has
-// not run on a GPU yet: it is off unless the environment variable TESSERA_NVFP4_IN_KERNEL=1 was
-// set at start-up or set_nvfp4_in_kernel(true) is called (its CUDA tests, A/B timings). A
-// problem is mapped when it is sized and again when it runs: switch between GEMM calls only.
+// (Fp8ProblemMap::fp4) or through the workspace expansion (the default). The in-kernel path is
+// exact (its CUDA tests pass on an H200) but about 3x slower than the workspace expansion there
+// (docs/gemm_cuda.md says why): it is off unless the environment variable
+// TESSERA_NVFP4_IN_KERNEL=1 was set at start-up or set_nvfp4_in_kernel(true) is called (its CUDA
+// tests, A/B timings). A problem is mapped when it is sized and again when it runs: switch
+// between GEMM calls only.
 bool nvfp4_in_kernel();
 void set_nvfp4_in_kernel(bool on);
 

@@ -122,7 +122,11 @@ struct BlockScales {
 // contraction (elements at or past it, in a group's contraction, are padding). The copy's
 // 1/S_enc factors are the epilogue's scale_a / scale_b.
 // row_shift: log2 of geometry.block_rows (0 for 1x16, 4 for 16x16 tiles; blocks are 16
-// contraction elements wide), so the device looks scales up by shifts.
+// contraction elements wide), so the device looks scales up by shifts. The converters read a
+// stage row's four block scales as one 32-bit word, so the host takes this path only where they
+// are adjacent and aligned: scales 4-byte aligned, compact ld % 4 == 0 or swizzled (not
+// transposed), and every stage starting on a 4-block boundary (each group's contraction origin
+// a multiple of 64 elements).
 struct Fp4Operand {
   const uint8_t* scales = nullptr;
   scale_rules::ScaleGeometry geometry;
@@ -198,7 +202,7 @@ struct KernelParams {
   int64_t zero_rows = 0;
   // NVFP4 x NVFP4 expanded in the kernel (ElemNvfp4: M-grouped, ping-pong 128 x 128, 1-CTA
   // clusters): the raw codes of A and B come by TMA into the raw ring, the producer warpgroup's
-  // converter threads write them as BF16 stages (fp4_stage.cuh) for the BF16 consumers.
+  // converter threads write them as FP16 stages (fp4_stage.cuh) for the FP16 consumers.
   int fp4 = 0;
   Fp4Operand fa, fb;
 };

@@ -139,9 +139,9 @@ __device__ __forceinline__ void producer_loop(const KernelParams& p, const CUten
 // ---- NVFP4 expanded in the kernel (ElemNvfp4, KernelParams::fp4) ------------------------------
 // The TMA thread loads each stage's raw E2M1 codes (A's 128 rows, B's kBlockN rows, 32 bytes of
 // codes = 64 contraction elements a row) into the raw ring; the converter threads (the rest of
-// the producer warpgroup but its first warp) turn a raw slot into the BF16 stage of the same
+// the producer warpgroup but its first warp) turn a raw slot into the FP16 stage of the same
 // index (fp4_stage.cuh) once the consumers have released that stage, then arrive on its full
-// barrier. The consumers run the BF16 kind's main loop and epilogue unchanged (the copies'
+// barrier. The consumers run the FP16 kind's main loop and epilogue unchanged (the copies'
 // 1/S_enc factors are the epilogue scales). M-grouped only, 1-CTA clusters.
 inline constexpr int kFp4Converters = 96;  // threads 32 .. 127 of the producer warpgroup
 
@@ -177,9 +177,10 @@ __device__ __forceinline__ void producer_loop_fp4(const KernelParams& p, const C
   publish_tile(tile_ring, nullptr);
 }
 
-// Converter thread c (0 .. kFp4Converters - 1): per stage, units c, c + kFp4Converters, ... of
-// the stage's (128 + kBlockN) rows x 2 halves (A's rows first), each 32 codes under two block
-// scales → 32 BF16 values (fp4::convert_unit).
+// Converter thread c (0 .. kFp4Converters - 1): per stage, rows c, c + kFp4Converters, ... of
+// the stage's 128 + kBlockN rows (A's rows first), each 64 codes under four block scales → 64
+// FP16 values (fp4::convert_row). A row's four scale bytes are loaded one stage ahead (global
+// memory: their latency hides behind the stage before), the first stage's at its tile's start.
 template <int kBlockN>
 __device__ __forceinline__ void fp4_converter_loop(const KernelParams& p, const uint8_t* raw,
                                                    int64_t raw_stage, uint8_t* smem_a,
@@ -189,29 +190,43 @@ __device__ __forceinline__ void fp4_converter_loop(const KernelParams& p, const 
                                                    int c) {
   constexpr uint32_t kBytesA = kBlockM * kTileKBytes, kBytesB = kBlockN * kTileKBytes;
   constexpr int kBlockK = kTileKBytes / ElemNvfp4::kBytes;
-  constexpr int kUnitsA = kBlockM * fp4::kUnitsPerRow;
-  constexpr int kUnits = (kBlockM + kBlockN) * fp4::kUnitsPerRow;
+  constexpr int kRows = kBlockM + kBlockN;
+  constexpr int kRowsPerThread = (kRows + kFp4Converters - 1) / kFp4Converters;
   Tile t;
   RingState ring;
   while (take_tile(tile_ring, t)) {
     const TileOrigin o = tile_origin<ElemNvfp4, kBlockN>(p, t);
     const int nk = static_cast<int>(num_k_blocks<ElemNvfp4>(p, t));
+    const auto load_scales = [&](int kb, uint32_t (&s)[kRowsPerThread]) {
+      const int64_t local = int64_t{kb} * kBlockK;
+#pragma unroll
+      for (int i = 0; i < kRowsPerThread; ++i) {
+        const int r = c + i * kFp4Converters;
+        const bool is_a = r < kBlockM;
+        s[i] = r >= kRows ? 0u
+                          : fp4::stage_row_scales(is_a ? p.fa : p.fb,
+                                                  is_a ? o.a_row + r : o.b_row + (r - kBlockM),
+                                                  (is_a ? o.a_k : o.b_k) + local, local);
+      }
+    };
+    uint32_t next[kRowsPerThread];
+    load_scales(0, next);
     for (int kb = 0; kb < nk; ++kb) {
+      uint32_t cur[kRowsPerThread];
+#pragma unroll
+      for (int i = 0; i < kRowsPerThread; ++i) cur[i] = next[i];
+      if (kb + 1 < nk) load_scales(kb + 1, next);
       mbar_wait(&raw_full[ring.stage], ring.phase);   // the stage's codes have landed
-      mbar_wait(&empty[ring.stage], ring.phase ^ 1);  // the consumers released the BF16 stage
+      mbar_wait(&empty[ring.stage], ring.phase ^ 1);  // the consumers released the stage
+      // A's raw rows, then B's, kFp4RawRowBytes each
       const uint8_t* rs = raw + ring.stage * raw_stage;
-      for (int u = c; u < kUnits; u += kFp4Converters) {
-        const bool is_a = u < kUnitsA;
-        const int ru = is_a ? u : u - kUnitsA;
-        const int64_t local = int64_t{kb} * kBlockK + 32 * (ru & 1);
-        const int64_t row = (is_a ? o.a_row : o.b_row) + (ru >> 1);
-        const int64_t col = (is_a ? o.a_k : o.b_k) + local;
-        const Fp4Operand& op = is_a ? p.fa : p.fb;
-        const uint32_t s0 = fp4::scale_bits(op, row, col, local);
-        const uint32_t s1 = fp4::scale_bits(op, row, col + 16, local + 16);
+#pragma unroll
+      for (int i = 0; i < kRowsPerThread; ++i) {
+        const int r = c + i * kFp4Converters;
+        if (r >= kRows) continue;
+        const bool is_a = r < kBlockM;
         uint8_t* dst = is_a ? smem_a + ring.stage * kBytesA : smem_b + ring.stage * kBytesB;
-        fp4::convert_unit(is_a ? rs : rs + kBlockM * kFp4RawRowBytes, dst, ru >> 1, ru & 1, s0,
-                          s1);
+        fp4::convert_row(rs + r * kFp4RawRowBytes, dst, is_a ? r : r - kBlockM, cur[i]);
       }
       fence_async_shared();  // the stage's generic-proxy stores, visible to the wgmma (async proxy)
       mbar_arrive(&raw_empty[ring.stage]);
@@ -556,8 +571,8 @@ __global__ void __launch_bounds__(kNumThreads, 1)
   // MXFP8: the producer warpgroup also runs the scale loaders (mx_scale_loader_loop), and the
   // consumers' partial sums are two n64 halves (main_loop_mx).
   // NVFP4 in-kernel: the converter threads run in the producer warpgroup.
-  constexpr int kProducerRegs = Elem::kPromoteK == 32 ? 64 : (Elem::kPromote || kFp4 ? 56 : 40);
-  constexpr int kConsumerRegs = Elem::kPromoteK == 32 ? 216 : (Elem::kPromote || kFp4 ? 224 : 232);
+  constexpr int kProducerRegs = kFp4 ? 72 : Elem::kPromoteK == 32 ? 64 : (Elem::kPromote ? 56 : 40);
+  constexpr int kConsumerRegs = kFp4 ? 216 : Elem::kPromoteK == 32 ? 216 : (Elem::kPromote ? 224 : 232);
   // The pool is what the launch allocated (168 per thread of 384): a consumer's setmaxnreg.inc
   // past it waits forever for registers the producer never freed.
   static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 168 * kNumThreads, "register pool");

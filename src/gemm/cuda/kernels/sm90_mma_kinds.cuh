@@ -39,15 +39,6 @@ struct ElemBF16Major {
   }
 };
 using ElemBF16 = ElemBF16Major<false, false>;    // TN: forward
-
-// NVFP4 x NVFP4 expanded inside the kernel (KernelParams::fp4): the consumers run the BF16 kind
-// (K-major) on stages the producer warpgroup's converter threads write from the raw E2M1 codes.
-struct ElemNvfp4 : ElemBF16 {
-  static constexpr bool kFp4 = true;
-};
-// Whether a kind is the NVFP4 in-kernel one.
-template <class Elem>
-inline constexpr bool kFp4Kind = requires { Elem::kFp4; };
 using ElemBF16BMn = ElemBF16Major<false, true>;  // NN: dgrad
 using ElemBF16AbMn = ElemBF16Major<true, true>;  // K-grouped on token rows: wgrad
 
@@ -62,6 +53,16 @@ struct ElemFP16 {
     else wgmma_m64n128k16_f16<0, 0>(d, a, b, scale_d);
   }
 };
+
+// NVFP4 x NVFP4 expanded inside the kernel (KernelParams::fp4): the consumers run the FP16 kind
+// on stages the producer warpgroup's converter threads write from the raw E2M1 codes (FP16, not
+// BF16: the hardware converts E4M3 pairs to FP16 in one instruction, kernels/fp4_stage.cuh).
+struct ElemNvfp4 : ElemFP16 {
+  static constexpr bool kFp4 = true;
+};
+// Whether a kind is the NVFP4 in-kernel one.
+template <class Elem>
+inline constexpr bool kFp4Kind = requires { Elem::kFp4; };
 
 // FP8 E4M3 x E4M3 (forward of every FP8 recipe; backward of the E4M3-only ones).
 struct ElemE4M3 {
