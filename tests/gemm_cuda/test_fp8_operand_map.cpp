@@ -66,16 +66,23 @@ QuantizedTensorView nvfp4_view(int64_t rows, int64_t cols, bool rht, int64_t ama
   return q;
 }
 
+// An M-grouped NVFP4 x NVFP4 forward (TN) with contraction k: A (40, k) of which 32 rows (the
+// capacity) are read, B two groups of 24 weight rows with per-group amax.
+void nvfp4_forward(int64_t k, GroupedGemmProblem& p, detail::GroupedGemmDims& d) {
+  p.kind = GroupedGemmKind::kMGrouped;
+  p.num_groups = 2;
+  p.transpose_b = true;
+  p.a = GemmOperand::from_quantized(nvfp4_view(40, k, false), false);
+  p.b = GemmOperand::from_quantized(nvfp4_view(2 * 24, k, false, 2), false);
+  d.groups = 2, d.n = 24, d.k = k, d.capacity = d.a_rows = 32;
+}
+
 // NVFP4 x NVFP4: both copies expanded to BF16 K-major matrices (ld padded to 8), the BF16 kind,
 // the weights' per-group amax as a per-group epilogue scale.
 TEST(CudaFp8OperandMap, Nvfp4PairsExpandToBf16) {
   GroupedGemmProblem p;
-  p.kind = GroupedGemmKind::kMGrouped;
-  p.num_groups = 2;
-  p.a = GemmOperand::from_quantized(nvfp4_view(40, 100, false), false);
-  p.b = GemmOperand::from_quantized(nvfp4_view(2 * 24, 100, false, 2), false);
   detail::GroupedGemmDims d;
-  d.groups = 2, d.n = 24, d.k = 100, d.capacity = d.a_rows = 32;
+  nvfp4_forward(100, p, d);
   gemm_cuda::Fp8ProblemMap m;
   std::string why;
   d.a_rows = 40;  // A in its own row layout (a_row_starts): all of its 40 rows are expanded
@@ -116,12 +123,8 @@ TEST(CudaFp8OperandMap, Nvfp4PairsExpandToBf16) {
 // switched off: the default) the workspace expansion as above.
 TEST(CudaFp8OperandMap, Nvfp4PairsWithWholeRowsExpandInTheKernel) {
   GroupedGemmProblem p;
-  p.kind = GroupedGemmKind::kMGrouped;
-  p.num_groups = 2;
-  p.a = GemmOperand::from_quantized(nvfp4_view(40, 128, false), false);
-  p.b = GemmOperand::from_quantized(nvfp4_view(2 * 24, 128, false, 2), false);
   detail::GroupedGemmDims d;
-  d.groups = 2, d.n = 24, d.k = 128, d.capacity = d.a_rows = 32;
+  nvfp4_forward(128, p, d);
   gemm_cuda::Fp8ProblemMap m;
   std::string why;
   const bool was = gemm_cuda::nvfp4_in_kernel();  // off by default
@@ -152,8 +155,8 @@ TEST(CudaFp8OperandMap, Nvfp4PairsWithWholeRowsExpandInTheKernel) {
   EXPECT_EQ(m.b_group_cols, 128);
   // dgrad with K = 96 (swizzled scales): group 1 starts at contraction column 96, half a stage
   // in: the workspace
-  d.k = 96;
-  p.a = GemmOperand::from_quantized(nvfp4_view(40, 96, false), false);
+  nvfp4_forward(96, p, d);
+  p.transpose_b = false;
   p.b = GemmOperand::from_quantized(nvfp4_view(2 * 96, 24, false), true);
   for (GemmOperand* o : {&p.a, &p.b}) o->quantized.config.scale_layout = ScaleLayout::kSwizzled;
   ASSERT_EQ(gemm_cuda::map_fp8_problem(p, d, &m, &why), Status::kOk) << why;
@@ -161,9 +164,7 @@ TEST(CudaFp8OperandMap, Nvfp4PairsWithWholeRowsExpandInTheKernel) {
   EXPECT_EQ(m.b_group_cols, 96);
   // forward with K = 96: compact scale rows of 6 bytes (a stage row's 4 scales not one aligned
   // word): the workspace
-  p.transpose_b = true;
-  p.a = GemmOperand::from_quantized(nvfp4_view(40, 96, false), false);
-  p.b = GemmOperand::from_quantized(nvfp4_view(2 * 24, 96, false, 2), false);
+  nvfp4_forward(96, p, d);
   ASSERT_EQ(gemm_cuda::map_fp8_problem(p, d, &m, &why), Status::kOk) << why;
   EXPECT_FALSE(m.fp4);
   EXPECT_EQ(m.elem, gemm_cuda::ElemKind::kBF16);
@@ -172,16 +173,12 @@ TEST(CudaFp8OperandMap, Nvfp4PairsWithWholeRowsExpandInTheKernel) {
   ASSERT_EQ(gemm_cuda::map_fp8_problem(p, d, &m, &why), Status::kOk) << why;
   EXPECT_TRUE(m.fp4);
   // K % 32 != 0: the workspace expansion
-  d.k = 80;
-  p.a = GemmOperand::from_quantized(nvfp4_view(40, 80, false), false);
-  p.b = GemmOperand::from_quantized(nvfp4_view(2 * 24, 80, false, 2), false);
+  nvfp4_forward(80, p, d);
   ASSERT_EQ(gemm_cuda::map_fp8_problem(p, d, &m, &why), Status::kOk) << why;
   EXPECT_FALSE(m.fp4);
   EXPECT_EQ(m.elem, gemm_cuda::ElemKind::kBF16);
   // switched off
-  d.k = 128;
-  p.a = GemmOperand::from_quantized(nvfp4_view(40, 128, false), false);
-  p.b = GemmOperand::from_quantized(nvfp4_view(2 * 24, 128, false, 2), false);
+  nvfp4_forward(128, p, d);
   gemm_cuda::set_nvfp4_in_kernel(false);
   ASSERT_EQ(gemm_cuda::map_fp8_problem(p, d, &m, &why), Status::kOk) << why;
   gemm_cuda::set_nvfp4_in_kernel(was);

@@ -325,7 +325,6 @@ std::atomic<bool>& in_kernel_switch() {
 // Whether an M-grouped NVFP4 x NVFP4 pair (mapped for the workspace expansion) runs expanded
 // in the kernel instead (Fp8ProblemMap::fp4).
 bool fp4_in_kernel(const Fp8ProblemMap& m, const detail::GroupedGemmDims& d) {
-  const bool workspace = !nvfp4_in_kernel();
   const auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
   const auto blocks16 = [](const scale_rules::ScaleGeometry& g) {
     return g.block_cols == 16 && (g.block_rows == 1 || g.block_rows == 16);
@@ -336,7 +335,7 @@ bool fp4_in_kernel(const Fp8ProblemMap& m, const detail::GroupedGemmDims& d) {
     return reinterpret_cast<uintptr_t>(e.scales) % 4 == 0 &&
            (g.swizzled ? !g.swizzle_transposed : g.ld % 4 == 0);
   };
-  return !workspace && !m.rht && d.k % 32 == 0 && !m.a.expand_transposed &&
+  return nvfp4_in_kernel() && !m.rht && d.k % 32 == 0 && !m.a.expand_transposed &&
          blocks16(m.a.ex.geometry) && blocks16(m.b.ex.geometry) &&
          !m.b.expand_transposed && aligned(m.a.ex.codes) && aligned(m.b.ex.codes) &&
          (m.a.ex.cols / 2) % 16 == 0 && (m.b.ex.cols / 2) % 16 == 0 && scale_words(m.a.ex) &&

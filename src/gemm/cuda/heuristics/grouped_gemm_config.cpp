@@ -66,7 +66,7 @@ Sm90Config select_sm90_config(const Sm90GroupedGemm& g, int num_sms) {
     c.block_n = 128;
     c.stages = 6;
   }
-  // NVFP4 expanded in the kernel: ping-pong 128 x 128 (the BF16 stages plus the raw ring), as
+  // NVFP4 expanded in the kernel: ping-pong 128 x 128 (the FP16 stages plus the raw ring), as
   // many stages as fit.
   if (g.elem == ElemKind::kNvfp4) {
     c.pingpong = true;

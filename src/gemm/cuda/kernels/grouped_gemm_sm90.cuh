@@ -572,7 +572,7 @@ __global__ void __launch_bounds__(kNumThreads, 1)
   // consumers' partial sums are two n64 halves (main_loop_mx).
   // NVFP4 in-kernel: the converter threads run in the producer warpgroup.
   constexpr int kProducerRegs = kFp4 ? 72 : Elem::kPromoteK == 32 ? 64 : (Elem::kPromote ? 56 : 40);
-  constexpr int kConsumerRegs = kFp4 ? 216 : Elem::kPromoteK == 32 ? 216 : (Elem::kPromote ? 224 : 232);
+  constexpr int kConsumerRegs = kFp4 || Elem::kPromoteK == 32 ? 216 : (Elem::kPromote ? 224 : 232);
   // The pool is what the launch allocated (168 per thread of 384): a consumer's setmaxnreg.inc
   // past it waits forever for registers the producer never freed.
   static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 168 * kNumThreads, "register pool");
