@@ -201,6 +201,7 @@ int64_t GroupedLinearContext::saved_bytes() const {
              q.columnwise_amax.nbytes();
   }
   const WeightCopies& w = *s.weight;
+  bytes += w.expanded.nbytes();
   if (!w.quantized()) {
     bytes += w.dense.nbytes();
   } else if (w.columnwise_is_wt()) {

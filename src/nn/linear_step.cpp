@@ -225,6 +225,14 @@ GroupedGemmProblem m_grouped(const LinearSpec& s, const TensorView& offsets,
   return g;
 }
 
+// The weight's quantized copy a forward (rowwise) or dgrad (columnwise) reads, with its BF16
+// image where the copies keep one (WeightCopies::expanded).
+GemmOperand weight_operand(const WeightCopies& w, bool columnwise) {
+  GemmOperand o = GemmOperand::from_quantized(w.q, columnwise);
+  o.expanded = w.expanded;
+  return o;
+}
+
 }  // namespace
 
 LinearSpec make_linear_spec(const Recipe& recipe, const std::string& name, int64_t groups,
@@ -440,7 +448,7 @@ void forward_from_rowwise(const LinearSpec& s, const LinearForwardArgs& a,
   }
   StepArena tmp(alloc, 256 + detail::call_allowance(s.groups, t, s.in), dev, stream);
   g.a = GemmOperand::from_quantized(xr, false);
-  g.b = GemmOperand::from_quantized(weight.q, false);
+  g.b = weight_operand(weight, false);
   detail::run_gemm(g, tmp, stream);
 }
 
@@ -512,7 +520,7 @@ LinearSaved linear_forward(const LinearSpec& s, const WeightCopies& weight,
                      stream, "input");
   g.a_row_starts = layout.padded_starts;  // g: y at the caller's offsets, bias, zeroed tail
   g.a = GemmOperand::from_quantized(xq, false);
-  g.b = GemmOperand::from_quantized(weight.q, false);
+  g.b = weight_operand(weight, false);
   detail::run_gemm(g, tmp, stream);
   return saved;
 }
@@ -661,7 +669,7 @@ void linear_backward(const LinearSpec& s, const WeightCopies& weight, const Line
       dg.b = GemmOperand::from_quantized(weight.wt, false);
       dg.transpose_b = true;
     } else {
-      dg.b = GemmOperand::from_quantized(weight.q, true);
+      dg.b = weight_operand(weight, true);
       dg.transpose_b = false;
     }
     detail::run_gemm(dg, tmp, stream);

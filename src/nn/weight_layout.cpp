@@ -7,6 +7,7 @@
 #include "nn/step_memory.h"
 #include "tessera/core/dispatch.h"
 #include "tessera/core/status.h"
+#include "tessera/formats/codecs.h"
 #include "tessera/formats/half.h"
 #include "tessera/formats/scaling_modes.h"
 
@@ -40,9 +41,37 @@ void carve(const LinearSpec& s, Carver& carver, Device device, WeightCopies& c) 
     c.q = carve_quantized(s.weight.config, rows, s.in, true, true, carver, device,
                           shared ? 1 : s.groups);
   }
+  if (weight_has_image(s)) {
+    c.expanded = TensorView::contiguous(carver.take(dtype_bytes(DType::kBFloat16, rows * s.in)),
+                                        DType::kBFloat16, {rows, s.in}, device);
+  }
+}
+
+// WeightCopies::expanded from the rowwise copy: E2M1 value × E4M3 block scale, exact in BF16.
+void write_image(const QuantizedTensorView& q, const TensorView& out, Stream stream) {
+  if (q.rows * q.cols == 0) return;
+  if (out.device.is_cuda()) return cuda::expand_rowwise(q, out, stream);
+  const scale_rules::ScaleGeometry geo = scale_geometry(q.config, q.rows, q.cols, false);
+  const auto* codes = q.data.as<uint8_t>();
+  const auto* scales = q.scale_inv.as<uint8_t>();
+  auto* dst = static_cast<bf16*>(out.data);
+  const int64_t row_bytes = (q.cols + 1) / 2;
+#pragma omp parallel for schedule(static) if (q.rows * q.cols >= kParallelWork)
+  for (int64_t r = 0; r < q.rows; ++r) {
+    for (int64_t c = 0; c < q.cols; ++c) {
+      const uint8_t b = codes[r * row_bytes + c / 2];
+      const float v = formats::decode_e2m1(c % 2 == 0 ? b & 0xF : b >> 4) *
+                      formats::decode_e4m3(scales[scale_rules::scale_index(geo, r, c)]);
+      dst[r * q.cols + c] = bf16::from_float(v);
+    }
+  }
 }
 
 }  // namespace
+
+bool weight_has_image(const LinearSpec& s) {
+  return s.quantized() && is_family(s.weight.config.mode, ScaleFamily::kNVFP4) && s.in % 8 == 0;
+}
 
 bool weight_columnwise_is_wt(const LinearSpec& s) {
   if (!s.quantized()) return false;
@@ -94,6 +123,7 @@ void quantize_weight_layout(const LinearSpec& s, const TensorView& w, const Line
   if (!c.columnwise_is_wt()) {
     quantize_role_members(s.weight, true, true, state.weight, w2, experts, c.q, alloc, stream,
                           "weight");
+    if (c.expanded.data != nullptr) write_image(c.q, c.expanded, stream);
     return;
   }
   Quantizer q = role_quantizer(s.weight, true, true, dev);

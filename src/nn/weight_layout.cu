@@ -2,6 +2,7 @@
 // allow it, else one thread per byte: the small E8M0 scale matrices).
 #include <cuda_runtime.h>
 
+#include "gemm/cuda/expand_operand.h"
 #include "gemm/cuda/transpose_16bit.h"
 #include "nn/weight_layout.h"
 #include "tessera/core/cuda_check.h"
@@ -40,6 +41,17 @@ void transpose_bytes(const void* in, void* out, int64_t batch, int64_t rows, int
                            stream.as<cudaStream_t>()>>>(static_cast<const uint8_t*>(in),
                                                         static_cast<uint8_t*>(out), rows, cols);
   TESSERA_CUDA_CHECK(cudaGetLastError());
+}
+
+void expand_rowwise(const QuantizedTensorView& q, const TensorView& out, Stream stream) {
+  gemm_cuda::ExpandSource src;
+  src.codes = q.data.data;
+  src.scales = q.scale_inv.data;
+  src.geometry = scale_geometry(q.config, q.rows, q.cols, false);
+  src.rows = q.rows;
+  src.cols = q.cols;
+  src.element = q.config.element;
+  gemm_cuda::expand_to_bf16(src, out.data, q.cols, stream.handle);
 }
 
 }  // namespace tessera::nn::detail::cuda

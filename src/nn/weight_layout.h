@@ -18,6 +18,8 @@ namespace tessera::nn::detail {
 
 // Whether the columnwise copy is kept as Wᵀ per group.
 bool weight_columnwise_is_wt(const LinearSpec& s);
+// Whether the copies include the BF16 image of the rowwise copy (WeightCopies::expanded).
+bool weight_has_image(const LinearSpec& s);
 int64_t weight_layout_bytes(const LinearSpec& s);
 // Points c.q (and c.wt) into `storage`.
 void place_weight_layout(const LinearSpec& s, const Allocation& storage, Device device,
@@ -33,6 +35,8 @@ void transpose_bytes(const void* in, void* out, int64_t batch, int64_t rows, int
 namespace cuda {
 void transpose_bytes(const void* in, void* out, int64_t batch, int64_t rows, int64_t cols,
                      Stream stream);
+// out (q.rows, q.cols) BF16 = the NVFP4 rowwise copy's E2M1 values × block scales (exact).
+void expand_rowwise(const QuantizedTensorView& q, const TensorView& out, Stream stream);
 }  // namespace cuda
 
 }  // namespace tessera::nn::detail

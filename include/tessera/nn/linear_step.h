@@ -116,10 +116,17 @@ void reset_rng_offset(uint64_t value);
 // reads as a TN GEMM (no transpose of W per call). Dense: `dense` is (G, out, in) in the compute
 // dtype (the caller's weight itself when it already is that, else a copy). `storage` owns every
 // byte here that is not the caller's.
+//
+// NVFP4 weights with in % 8 == 0 also keep `expanded`: the rowwise copy's elements expanded
+// exactly into BF16, (G·out, in) (GemmOperand::expanded), made with the copies. The CUDA forward
+// reads it instead of expanding W into the GEMM's workspace on every call, and so does the
+// dgrad where the columnwise copy is its transpose (16x16 tiles without stochastic rounding:
+// the NVFP4 recipe's weights). It costs 2 bytes per weight (docs/nn.md).
 struct WeightCopies {
   Allocation storage;
   QuantizedTensorView q;
   QuantizedTensorView wt;
+  TensorView expanded;
   TensorView dense;
   bool quantized() const { return q.has_rowwise(); }
   bool columnwise_is_wt() const { return wt.has_rowwise(); }

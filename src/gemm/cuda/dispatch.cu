@@ -280,6 +280,10 @@ gemm_cuda::Fp8ProblemMap describe_fp8(const GroupedGemmProblem& p, const Grouped
   k.bsb = m.b.block;
   k.b_group_rows = m.b_group_rows;
   k.b_group_cols = m.b_group_cols;
+  if (m.b_mn_groups > 0) {  // B's BF16 image read MN-major (an NN GEMM on the weights)
+    g->b_mn_major = true;
+    g->b_mn_groups = m.b_mn_groups;
+  }
   if (m.fp4) {
     k.fa = m.a.fp4;
     k.fb = m.b.fp4;

@@ -112,15 +112,48 @@ Refusal map_expanded_operand(const GemmOperand& o, const char* name, bool want_c
   const int64_t rows = cw ? q.cols : q.rows, cols = cw ? q.rows : q.cols;
   out->matrix = {nullptr, rows, cols, (cols + 7) / 8 * 8};
   if (nvfp4) {
-    const TensorView& amax = cw ? q.columnwise_amax : q.amax;
-    out->amax = static_cast<const float*>(amax.data);
-    out->amax_count = amax.numel();
-    if (!amax.device.is_cuda())
-      return refuse(Status::kInvalidArgument, name, ": the NVFP4 global amax must be on the device");
-    out->scale_gs = amax.numel() == groups && groups > 1 ? 1 : 0;
-    out->scale_rs = 0;
+    const auto factors = [&](const TensorView& amax) -> Refusal {
+      if (!amax.device.is_cuda())
+        return refuse(Status::kInvalidArgument, name, ": the NVFP4 global amax must be on the "
+                      "device");
+      out->amax = static_cast<const float*>(amax.data);
+      out->amax_count = amax.numel();
+      out->scale_gs = amax.numel() == groups && groups > 1 ? 1 : 0;
+      out->scale_rs = 0;
+      return {};
+    };
+    if (o.expanded.data != nullptr) {  // validated by the front end (check_quantized_operand)
+      if (!o.expanded.device.is_cuda())
+        return refuse(Status::kInvalidArgument, name, ": the BF16 image must be on the device");
+      if (!cw) {  // the image is this copy's expansion: read in place
+        out->expand = false;
+        out->matrix = {o.expanded.data, q.rows, q.cols, q.cols};
+        return factors(q.amax);
+      }
+      out->image = o.expanded.data;
+      out->image_amax = &q.amax;
+      out->image_transposes = scaling_mode_info(c.mode).block_rows == 16 &&
+                              !c.random_hadamard && !c.stochastic_rounding;
+    }
+    return factors(cw ? q.columnwise_amax : q.amax);
   }
   return {};
+}
+
+// B of an M-grouped NN GEMM read from its BF16 image instead of its expanded columnwise copy:
+// the image is W (G·K, N) as the rowwise copy holds it, read MN-major per group (the dense BF16
+// dgrad's reading), with the rowwise copy's factors (equal to the columnwise copy's when the
+// copies are transposes: the same tiles, scales and global amax).
+void use_image_mn(const detail::GroupedGemmDims& d, int64_t groups, Fp8ProblemMap* m) {
+  Fp8OperandMap& b = m->b;
+  b.expand = false;
+  b.matrix = {b.image, d.k, d.n, d.n};
+  b.amax = static_cast<const float*>(b.image_amax->data);
+  b.amax_count = b.image_amax->numel();
+  b.scale_gs = b.amax_count == groups && groups > 1 ? 1 : 0;
+  m->b_mn_groups = groups;
+  m->b_group_rows = 0;
+  m->b_group_cols = 0;
 }
 
 // The stored copy an operand reads: data (rows, cols) row-major, its scales, and how a scale is
@@ -250,6 +283,9 @@ Refusal map_m_grouped(const GroupedGemmProblem& p, const detail::GroupedGemmDims
     b.block.group_kb = d.k / 32;
     out->b_group_rows = 0;
     out->b_group_cols = k_pad;
+  } else if (out->b.image != nullptr && out->b.image_transposes && p.config.cluster_m <= 1 &&
+             p.b.quantized.rows == d.groups * d.k && p.b.quantized.cols == d.n) {
+    use_image_mn(d, d.groups, out);  // NN on the weights' BF16 image (no clusters: MN-major)
   } else {  // NN: transposed copy (N, G·K); group g at contraction columns g·K
     out->b_group_rows = 0;
     out->b_group_cols = d.k;
@@ -335,7 +371,8 @@ bool fp4_in_kernel(const Fp8ProblemMap& m, const detail::GroupedGemmDims& d) {
     return reinterpret_cast<uintptr_t>(e.scales) % 4 == 0 &&
            (g.swizzled ? !g.swizzle_transposed : g.ld % 4 == 0);
   };
-  return nvfp4_in_kernel() && !m.rht && d.k % 32 == 0 && !m.a.expand_transposed &&
+  return nvfp4_in_kernel() && !m.rht && d.k % 32 == 0 && m.a.expand && m.b.expand &&
+         !m.a.expand_transposed &&
          blocks16(m.a.ex.geometry) && blocks16(m.b.ex.geometry) &&
          !m.b.expand_transposed && aligned(m.a.ex.codes) && aligned(m.b.ex.codes) &&
          (m.a.ex.cols / 2) % 16 == 0 && (m.b.ex.cols / 2) % 16 == 0 && scale_words(m.a.ex) &&

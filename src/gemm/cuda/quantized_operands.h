@@ -71,12 +71,23 @@ struct Fp8OperandMap {
   // NVFP4 expanded in the kernel (Fp8ProblemMap::fp4): `matrix` is the stored copy's raw codes
   // (cols and ld in bytes), `fp4` its scales for the kernel's converter threads.
   gemm_sm90::Fp4Operand fp4;
+  // The caller's BF16 image of the rowwise copy (GemmOperand::expanded), read in place of an
+  // expansion: a rowwise read maps it as `matrix` (expand false); a columnwise read keeps the
+  // expansion mapped here and map_m_grouped swaps in the image as an MN-major B where the copies
+  // are transposes of each other (Fp8ProblemMap::b_mn_groups). image_amax: the rowwise copy's
+  // amax (the image's factors).
+  const void* image = nullptr;
+  const TensorView* image_amax = nullptr;
+  bool image_transposes = false;  // the columnwise copy is the rowwise copy transposed
 };
 
 struct Fp8ProblemMap {
   Fp8OperandMap a, b;
   ElemKind elem = ElemKind::kE4M3;  // the (A, B) element pair
   int64_t b_group_rows = 0, b_group_cols = 0;  // M-grouped: B_g's coordinate offsets
+  // M-grouped NN with B's BF16 image (Fp8OperandMap::image): B = the (G·K, N) image read
+  // MN-major as a 3-D map (N, K, group) of b_mn_groups = G groups; 0 otherwise.
+  int64_t b_mn_groups = 0;
   // Both operands expanded to BF16 (a pair with an NVFP4 copy): elem is kBF16.
   bool expanded = false;
   // K-grouped pairs of Hadamard-transformed NVFP4 copies: each group's contraction must start
