@@ -3,8 +3,10 @@
 // sizes, [128, 128, M-256], compact and swizzled MXFP8 scales, capacity half full with
 // everything past the live rows untouched (poison kept), the noop flag (float32 and int32)
 // writing nothing, and a CUDA graph captured once and replayed while the split sizes change
-// between replays; that Buffer::fill_bytes / copy_bytes, which those fixtures use before launching
-// on a non-blocking stream, are synchronous for such streams (issue 19). Skips without a GPU.
+// between replays; NVFP4 16x16 weights (both copies from the strip kernel; per-member amaxes,
+// a poisoned odd member); that Buffer::fill_bytes / copy_bytes, which those fixtures use before
+// launching on a non-blocking stream, are synchronous for such streams (issue 19). Skips without
+// a GPU.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -24,16 +26,18 @@ namespace {
 
 constexpr uint8_t kPoison = 0xA5;
 
-// Device buffers of a grouped (capacity_rows, K) tensor plus its device metadata.
+// Device buffers of a grouped (capacity_rows, K) tensor plus its device metadata. NVFP4: also
+// the per-member amaxes (amax: n rowwise then n columnwise floats); E2M1 codes are two per byte.
 struct GroupedFixture {
   QuantizerConfig config;
   int64_t n, capacity_rows, K;
   DType dtype;
-  Buffer x, data, scale, col_data, col_scale, offsets, soffsets, col_soffsets, noop;
+  Buffer x, data, scale, col_data, col_scale, offsets, soffsets, col_soffsets, noop, amax;
   int64_t scale_bytes = 0, col_scale_bytes = 0;
   std::vector<uint8_t> host_x;  // (capacity_rows, K) input bytes
 
-  GroupedFixture(const QuantizerConfig& c, int64_t members, int64_t cap, int64_t cols, DType dt)
+  GroupedFixture(const QuantizerConfig& c, int64_t members, int64_t cap, int64_t cols, DType dt,
+                 test::InputKind kind = test::InputKind::kSpecials)
       : config(c), n(members), capacity_rows(cap), K(cols), dtype(dt) {
     const Device d = Device::cuda(0);
     const MatrixShape rs = scale_shape(c, cap, cols, false), cs = scale_shape(c, cap, cols, true);
@@ -53,13 +57,16 @@ struct GroupedFixture {
     soffsets = Buffer(static_cast<size_t>(8 * (members + 1)), d);
     col_soffsets = Buffer(static_cast<size_t>(8 * (members + 1)), d);
     noop = Buffer(4, d);
-    test::HostInput in = test::make_input(dt, cap, cols, test::InputKind::kSpecials, 77);
+    amax = Buffer(static_cast<size_t>(8 * std::max<int64_t>(members, 1)), d);
+    test::HostInput in = test::make_input(dt, cap, cols, kind, 77);
     host_x = in.bytes;
     copy_bytes(x.data(), d, host_x.data(), Device::cpu(), host_x.size());
   }
 
+  bool nvfp4() const { return is_family(config.mode, ScaleFamily::kNVFP4); }
+
   void poison_outputs() {
-    for (Buffer* b : {&data, &scale, &col_data, &col_scale}) b->fill_bytes(kPoison);
+    for (Buffer* b : {&data, &scale, &col_data, &col_scale, &amax}) b->fill_bytes(kPoison);
   }
 
   // Writes the device metadata of `splits` (host values; the kernels only see the device copy).
@@ -95,6 +102,11 @@ struct GroupedFixture {
     v.scale_inv = TensorView::contiguous(scale.data(), sd, {scale_bytes / dtype_bytes(sd, 1)}, d);
     v.columnwise_scale_inv =
         TensorView::contiguous(col_scale.data(), sd, {col_scale_bytes / dtype_bytes(sd, 1)}, d);
+    if (nvfp4()) {
+      v.amax = TensorView::contiguous(amax.data(), DType::kFloat32, {n}, d);
+      v.columnwise_amax =
+          TensorView::contiguous(static_cast<float*>(amax.data()) + n, DType::kFloat32, {n}, d);
+    }
     v.device = d;
     return v;
   }
@@ -109,16 +121,29 @@ struct GroupedFixture {
     return h;
   }
 
-  // "" when every member equals the CPU backend on that member alone and every byte past the
-  // members is still poison; else the first problem.
+  // "" when every member equals the CPU backend on that member alone (NVFP4: its amaxes too;
+  // an empty member's stay 0) and every byte past the members is still poison; else the first
+  // problem. NVFP4 members with an odd row count break the columnwise storage contract and are
+  // poisoned: every logical columnwise scale is the E4M3 NaN code (swizzle padding 0), their
+  // columnwise codes are not written, the rest equals the CPU.
   std::string check(const std::vector<int64_t>& splits) {
     const std::vector<uint8_t> d = to_host(data), s = to_host(scale), cd = to_host(col_data),
-                               cs = to_host(col_scale);
+                               cs = to_host(col_scale), am = to_host(amax);
     int64_t row = 0, so = 0, cso = 0;
     const int64_t esz = dtype_bytes(dtype, 1);
+    const bool e2m1 = config.element == DType::kFloat4E2M1;
+    auto data_at = [&](int64_t rows) { return e2m1 ? rows * K / 2 : rows * K; };
     for (int64_t g = 0; g < n; ++g) {
       const int64_t r = splits[g];
       const std::string tag = "member " + std::to_string(g) + " (" + std::to_string(r) + " rows): ";
+      if (nvfp4() && r == 0) {
+        for (int64_t i = 0; i < 4; ++i) {
+          if ((config.rowwise && am[static_cast<size_t>(g * 4 + i)] != 0) ||
+              (config.columnwise && am[static_cast<size_t>((n + g) * 4 + i)] != 0)) {
+            return tag + "an empty member's amax is not 0";
+          }
+        }
+      }
       if (r > 0) {
         test::HostInput in{dtype, r, K, {}};
         in.bytes.assign(host_x.begin() + row * K * esz, host_x.begin() + (row + r) * K * esz);
@@ -141,10 +166,34 @@ struct GroupedFixture {
         };
         const int64_t sb = dtype_bytes(scale_shape(config, r, K, false).dtype, 1);
         const int64_t csb = dtype_bytes(scale_shape(config, r, K, true).dtype, 1);
+        const bool poisoned = nvfp4() && config.columnwise && r % 2 != 0;
+        std::vector<uint8_t> nan_scales, untouched_codes;  // what a poisoned member holds
+        TensorView want_col_scale = v.columnwise_scale_inv, want_col_data = v.columnwise_data;
+        if (poisoned) {
+          const MatrixShape cs_shape = scale_shape(config, r, K, true);
+          nan_scales.assign(static_cast<size_t>(cs_shape.numel()), 0);
+          const int64_t blocks = (r + 15) / 16;
+          for (int64_t k = 0; k < K; ++k) {
+            for (int64_t b = 0; b < blocks; ++b) {
+              const int64_t at = config.scale_layout == ScaleLayout::kSwizzled
+                                     ? swizzled_scale_offset(k, b, cs_shape.cols)
+                                     : k * blocks + b;
+              nan_scales[static_cast<size_t>(at)] = 0x7F;
+            }
+          }
+          untouched_codes.assign(static_cast<size_t>(r * K / 2), kPoison);
+          want_col_scale = TensorView::contiguous(nan_scales.data(), DType::kUInt8,
+                                                  {cs_shape.numel()});
+          want_col_data = TensorView::contiguous(untouched_codes.data(), DType::kUInt8,
+                                                 {r * K / 2});
+        }
         for (const std::string& m :
-             {cmp(v.data, d, row * K, "data"), cmp(v.scale_inv, s, so * sb, "scale_inv"),
-              cmp(v.columnwise_data, cd, row * K, "columnwise_data"),
-              cmp(v.columnwise_scale_inv, cs, cso * csb, "columnwise_scale_inv")}) {
+             {cmp(v.data, d, data_at(row), "data"), cmp(v.scale_inv, s, so * sb, "scale_inv"),
+              cmp(want_col_data, cd, data_at(row), "columnwise_data"),
+              cmp(want_col_scale, cs, cso * csb, "columnwise_scale_inv"),
+              nvfp4() ? cmp(v.amax, am, g * 4, "amax") : std::string(),
+              nvfp4() ? cmp(v.columnwise_amax, am, (n + g) * 4, "columnwise_amax")
+                      : std::string()}) {
           if (!m.empty()) return m;
         }
       }
@@ -163,8 +212,8 @@ struct GroupedFixture {
       return "";
     };
     for (const std::string& m :
-         {untouched(d, row * K, "data", config.rowwise), untouched(s, so * sb, "scale_inv", config.rowwise),
-          untouched(cd, row * K, "columnwise_data", config.columnwise),
+         {untouched(d, data_at(row), "data", config.rowwise), untouched(s, so * sb, "scale_inv", config.rowwise),
+          untouched(cd, data_at(row), "columnwise_data", config.columnwise),
           untouched(cs, cso * csb, "columnwise_scale_inv", config.columnwise)}) {
       if (!m.empty()) return m;
     }
@@ -296,6 +345,62 @@ TEST_P(GroupedCuda, GraphReplaysFollowDeviceSplits) {
 
 INSTANTIATE_TEST_SUITE_P(Recipes, GroupedCuda, ::testing::ValuesIn(grouped_cases()),
                          [](const auto& p) { return p.param.name; });
+
+// NVFP4 16x16 tiles without stochastic rounding or the transform (the weights, one quantization
+// per expert): both copies of every member from one launch of the strip kernel (16 rows x 512
+// columns per strip), each member with its own amaxes, equal to the CPU on the member alone.
+// Members: multiples of 16 rows, even counts off the 16-row grid, an odd count (its columnwise
+// copy poisoned), empty ones; K past one strip (528), below one (80), one 16-column block (16),
+// off the 16-column grid and the vector loads (100), two whole strips (1024); compact and
+// swizzled scales; capacity rows past the live ones (never written); float32 and bfloat16 input
+// (Gaussian, so the amaxes are finite and the scales differ), NaN / Inf input once; 4096 members.
+TEST(GroupedCudaNvfp4, Tile16BothCopiesMatchCpuPerMember) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  QuantizerConfig compact = make_config(ScalingMode::kNVFP4_16x16);
+  compact.rowwise = compact.columnwise = true;
+  QuantizerConfig swizzled = compact;
+  swizzled.scale_layout = ScaleLayout::kSwizzled;
+  const std::vector<std::vector<int64_t>> splits = {
+      {32, 34, 0, 17, 48, 2, 0},  // member 3 (17 rows) is poisoned; members 4.. start on odd rows
+      {0, 160, 16},
+      {0, 0, 0},
+  };
+  auto run = [](const QuantizerConfig& config, const std::vector<int64_t>& sizes, int64_t K,
+                DType dt, test::InputKind kind) -> std::string {
+    int64_t live = 0;
+    for (int64_t r : sizes) live += r;
+    GroupedFixture f(config, static_cast<int64_t>(sizes.size()), live + 24, K, dt, kind);
+    f.set_splits(sizes);
+    f.poison_outputs();
+    detail::grouped_quantize_contiguous_cuda(config, f.x_view(), f.view(), TensorView{}, Stream{});
+    if (cudaDeviceSynchronize() != cudaSuccess) return "CUDA error";
+    return f.check(sizes);
+  };
+  for (const QuantizerConfig& config : {compact, swizzled}) {
+    const char* layout = config.scale_layout == ScaleLayout::kSwizzled ? "swizzled" : "compact";
+    for (DType dt : {DType::kBFloat16, DType::kFloat32}) {
+      for (int64_t K : {528, 80, 16, 100, 1024}) {
+        for (size_t i = 0; i < splits.size(); ++i) {
+          const std::string m = run(config, splits[i], K, dt, test::InputKind::kGaussian);
+          ASSERT_TRUE(m.empty()) << layout << " " << dtype_name(dt) << " K=" << K << " split "
+                                 << i << ": " << m;
+        }
+      }
+    }
+  }
+  const std::string m = run(compact, splits[0], 528, DType::kBFloat16, test::InputKind::kSpecials);
+  EXPECT_TRUE(m.empty()) << "NaN / Inf input: " << m;
+  // kMaxGroupedMembers members: the member table with the strip passes 48 KB of shared memory
+  // (the launcher raises the kernel's limit).
+  std::vector<int64_t> many(4096);
+  for (size_t i = 0; i < many.size(); ++i) many[i] = i % 3 == 0 ? 0 : (i % 3 == 1 ? 2 : 16);
+  many[1001] = 5;  // poisoned
+  for (const QuantizerConfig& config : {compact, swizzled}) {
+    const char* layout = config.scale_layout == ScaleLayout::kSwizzled ? "swizzled" : "compact";
+    const std::string mm = run(config, many, 80, DType::kBFloat16, test::InputKind::kGaussian);
+    EXPECT_TRUE(mm.empty()) << "4096 members, " << layout << ": " << mm;
+  }
+}
 
 // The fixtures above poison outputs (Buffer::fill_bytes) and write split sizes (copy_bytes), then
 // launch on a cudaStreamNonBlocking stream, which the default stream does not order: they rely

@@ -168,8 +168,9 @@ void grouped_fp8_block(const QuantizerConfig& c, const TensorView& x,
 }
 
 // NVFP4: zero the amax targets (and swizzled scale matrices), per-member amax passes (of x; of
-// the transformed transpose with RHT), then one launch for both copies (tiled kernels) or one
-// per copy.
+// the transformed transpose with RHT), then one launch for both copies (tiled kernels, 16x16
+// strips) or one per copy. Without RHT the columnwise amax is the same pass's second target, so
+// both copies of a member encode with the same global amax.
 // in_place (quantize_nvfp4_members_cuda): members write their rows / columns of the whole
 // copies in `out` (zeroed by the caller, swizzle padding included).
 void grouped_nvfp4(const QuantizerConfig& c, const TensorView& x, const GroupedTensorView& out,
@@ -208,9 +209,11 @@ void grouped_nvfp4(const QuantizerConfig& c, const TensorView& x, const GroupedT
   col.data = c.columnwise ? out.columnwise_data.as<uint8_t>() : nullptr;
   col.scale = c.columnwise ? out.columnwise_scale_inv.as<uint8_t>() : nullptr;
   if (c.columnwise && col.rht) cuda_quant::launch_rht_amax_grouped(col, g, amax_col, s);
-  // Both copies from one read of each member tile where the tiled kernels take the input;
-  // otherwise one launch per copy.
+  // Both copies from one read of each member tile where the tiled kernels take the input (1x16
+  // blocks) or of each member strip (16x16 tiles without stochastic rounding or the transform:
+  // the weights); otherwise one launch per copy.
   if (c.rowwise && c.columnwise && cuda_quant::launch_nvfp4_tiles_grouped(row, col, g, s)) return;
+  if (c.rowwise && c.columnwise && cuda_quant::launch_nvfp4_tile16_grouped(row, col, g, s)) return;
   if (c.rowwise) cuda_quant::launch_nvfp4_grouped(row, g, s);
   if (c.columnwise) cuda_quant::launch_nvfp4_grouped(col, g, s);
 }

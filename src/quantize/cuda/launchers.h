@@ -158,10 +158,18 @@ struct Nvfp4Args {
 };
 void launch_nvfp4(const Nvfp4Args& args, cudaStream_t stream);
 // 16x16 tiles without stochastic rounding or the Hadamard transform: both copies (row and col
-// non-null: the rowwise and columnwise args, sharing one global amax) from one read of x, or one
-// (the other null). launch_nvfp4 takes this path for one copy on its own.
+// non-null: the rowwise and columnwise args, each encoded with its own global amax) from one read
+// of x, or one (the other null). launch_nvfp4 takes this path for one copy on its own.
 bool nvfp4_tile16_eligible(const Nvfp4Args& args);
 void launch_nvfp4_tile16(const Nvfp4Args* row, const Nvfp4Args* col, cudaStream_t stream);
+// Grouped form: the same strips over every member, with member i's args as
+// launch_nvfp4_grouped derives them (in place included; a columnwise member breaking the storage
+// contract gets NaN scales and no data). row / col: the whole-buffer args of the two copies
+// (col.columnwise set); a copy with data == nullptr is not produced; each copy encodes with its
+// own per-member amax. False when a copy asked for is not nvfp4_tile16_eligible (nothing
+// launched); launch_nvfp4_grouped takes this path for one copy on its own.
+bool launch_nvfp4_tile16_grouped(const Nvfp4Args& row, const Nvfp4Args& col,
+                                 const GroupedMeta& g, cudaStream_t stream);
 // The config-derived fields of Nvfp4Args (16x16 tiles, stochastic rounding and its stream); the
 // caller adds shapes, the copy and pointers. One definition for both dispatchers.
 inline Nvfp4Args nvfp4_args_of(const QuantizerConfig& c, const void* x, DType in) {

@@ -11,7 +11,9 @@
 // lanes take consecutive blocks of a row (coalesced 32-byte reads); columnwise: lanes take
 // consecutive k (for each m the warp reads 32 consecutive elements). A 16x16 tile reads its
 // rows twice (amax, then encode; L1/L2 hits).
-// Grouped variants run the same work items per member on the generic driver (grouped_tiles.cuh).
+// Grouped variants run the same work items (and the same 16x16 strips) per member on the generic
+// driver (grouped_tiles.cuh).
+#include <algorithm>
 #include <cstdint>
 
 #include "quantize/cuda/device_io.cuh"
@@ -129,14 +131,16 @@ __global__ __launch_bounds__(kThreads) void nvfp4_kernel(Nvfp4Args a) {
 // one 512-thread block per strip of 16 x rows x 512 x columns (32 tiles), read once into shared
 // memory (16-byte loads where x allows them); thread (tile j, lane i) takes the tile's amax by a
 // 16-lane shuffle, then encodes row i of the tile (the rowwise copy) and / or column i (the
-// transposed copy: the same values, scale and codes, transposed) into 8 bytes each and writes
-// that copy row's scale. Both copies share the global amax here (no transform), so one read of
-// x makes both. Strips go down the rows first, so the blocks running at once fill whole 32-byte
-// sectors of the transposed copy's rows (its codes and scales advance 8 bytes / 1 byte per
-// strip); a strip writes whole sectors of the rowwise copy's codes and scales (32 tiles: 32
-// scale bytes per row). Partial sectors would cost the memory a read-modify-write each. Same
-// arithmetic as nvfp4_item (the generic kernel, whose transposed copy reads x's columns element
-// by element).
+// transposed copy: the same values, transposed) into 8 bytes each and writes that copy row's
+// scale. Without the transform both copies are made of x's values, so one read of x makes both;
+// each copy encodes with its own global amax (the dispatchers give both the amax of x, so the
+// copies hold the same scales and codes, transposed). Strips go down the rows first, so the
+// blocks running at once fill whole 32-byte sectors of the transposed copy's rows (its codes and
+// scales advance 8 bytes / 1 byte per strip); a strip writes whole sectors of the rowwise copy's
+// codes and scales (32 tiles: 32 scale bytes per row). Partial sectors would cost the memory a
+// read-modify-write each. Same arithmetic as nvfp4_item (the generic kernel, whose transposed
+// copy reads x's columns element by element). nvfp4_tile16_grouped_kernel runs the same strips
+// over every member's rows.
 constexpr int kStripCols = 512;
 constexpr int kStripThreads = 512;  // one per (tile, row) of a strip
 // Shared strip layout: column c of a row at c + c / 16 (a gap after every 16), rows 545 floats
@@ -145,91 +149,137 @@ constexpr int kStripThreads = 512;  // one per (tile, row) of a strip
 constexpr int kStripStride = kStripCols + kStripCols / 16 + 1;
 __device__ __forceinline__ int strip_col(int c) { return c + c / 16; }
 
+// Scale slot of row `cr`, block from column c0 of a copy with `copy_cols` columns, at the copy's
+// place (Nvfp4Args::row_at / col_at / ld), as nvfp4_item indexes it.
+__device__ __forceinline__ uint8_t* nvfp4_scale_slot(const Nvfp4Args& a, int64_t cr, int64_t c0,
+                                                     int64_t copy_cols) {
+  const int64_t width = a.ld != 0 ? a.ld : copy_cols;
+  const int64_t gr = a.row_at + cr, gb = (a.col_at + c0) / kBlock;
+  return a.scale + (a.padded_cols != 0 ? swizzled_offset(gr, gb, a.padded_cols)
+                                       : gr * ceil_div_device(width, kBlock) + gb);
+}
+
 // Row `cr` of a copy with `copy_cols` columns: the 16 codes of `v` from column c0 (8 bytes) and
-// the block's scale.
+// the block's scale, at the copy's place, as nvfp4_item writes them.
 __device__ __forceinline__ void nvfp4_store16(const Nvfp4Args& a, int64_t cr, int64_t c0,
                                               int64_t copy_cols, const float (&v)[kBlock],
                                               float enc, uint8_t s_b) {
-  const int64_t row_bytes = ceil_div_device(copy_cols, 2), nb = ceil_div_device(copy_cols, kBlock);
+  const int64_t width = a.ld != 0 ? a.ld : copy_cols;
   uint32_t packed[2] = {0u, 0u};
 #pragma unroll
   for (int e = 0; e < kBlock; ++e) {
     if (c0 + e >= copy_cols) continue;
-    packed[e / 8] |= uint32_t{formats::encode_e2m1(scale_rules::nvfp4_clamp(v[e] * enc))}
-                     << (4 * (e % 8));
+    packed[e / 8] |= nvfp4_code(v[e] * enc) << (4 * (e % 8));  // encode_e2m1(nvfp4_clamp(·))
   }
-  uint8_t* d = a.data + cr * row_bytes + c0 / 2;
+  uint8_t* d = a.data + (a.row_at + cr) * ceil_div_device(width, 2) + (a.col_at + c0) / 2;
   if (c0 + kBlock <= copy_cols && (reinterpret_cast<uintptr_t>(d) & 7u) == 0) {
     *reinterpret_cast<uint2*>(d) = make_uint2(packed[0], packed[1]);
   } else {
-    for (int64_t e = 0; e < kBlock / 2 && c0 / 2 + e < row_bytes; ++e)
+    for (int64_t e = 0; e < kBlock / 2 && c0 / 2 + e < ceil_div_device(copy_cols, 2); ++e)
       d[e] = static_cast<uint8_t>(packed[e / 4] >> (8 * (e % 4)));
   }
-  const int64_t b = c0 / kBlock;
-  a.scale[a.padded_cols != 0 ? swizzled_offset(cr, b, a.padded_cols) : cr * nb + b] = s_b;
+  *nvfp4_scale_slot(a, cr, c0, copy_cols) = s_b;
 }
 
-// row: the rowwise copy's args (kRow), col: the columnwise copy's (kCol); x, shapes and the
-// amax (bits of the copies' shared global amax) come from whichever is written.
-template <class In, bool kRow, bool kCol>
-__global__ __launch_bounds__(kStripThreads) void nvfp4_tile16_kernel(Nvfp4Args row,
-                                                                     Nvfp4Args col) {
-  __shared__ float strip[kBlock][kStripStride];
-  const Nvfp4Args& a = kRow ? row : col;
-  const float s_enc =
-      scale_rules::nvfp4_global_encode_scale(scale_rules::amax_from_abs_bits(*a.amax));
-  const In* x = static_cast<const In*>(a.x);
-  const int64_t M = a.rows, K = a.cols;
-  const int64_t strips_m = ceil_div_device(M, kBlock);
-  const int64_t strips = strips_m * ceil_div_device(K, kStripCols);
-  const int t = threadIdx.x, j = t / kBlock, i = t % kBlock;
-  constexpr int kLoaders = kStripCols / kBlock;  // threads per strip row when loading
+// Global encode scale of a copy (from its amax bits).
+__device__ __forceinline__ float nvfp4_copy_encode_scale(const Nvfp4Args& a) {
+  return scale_rules::nvfp4_global_encode_scale(scale_rules::amax_from_abs_bits(*a.amax));
+}
+
+// The copies a strip writes: each copy's args (at its place) and global encode scale;
+// col_poison: the transposed copy breaks the storage contract (nvfp4_member_breaks_contract): its
+// scales become the E4M3 NaN code, no data.
+struct Nvfp4StripCopies {
+  Nvfp4Args row, col;
+  float s_row = 0.0f, s_col = 0.0f;
+  bool col_poison = false;
+};
+
+// Strip (rows r0 .. r0 + 15, columns k0 .. k0 + 511) of the (M, K) input x: the rowwise copy
+// (kRow) and / or the transposed copy (kCol) of copies_of() (an Nvfp4StripCopies, asked for after
+// the load), each encoded with its own global encode scale. vec: x rows are 16-byte aligned and
+// K % kVec16 == 0. Block-wide (one barrier, uniform over the block); the caller syncs before
+// `strip` is reused. Thread indices are unsigned, so their 64-bit widenings need no sign
+// extension (a sign-extended index would stay live in a register pair across the grouped
+// kernel's division calls and spill).
+template <class In, bool kRow, bool kCol, class CopiesOf>
+__device__ __forceinline__ void nvfp4_strip16(const In* x, int64_t M, int64_t K, bool vec,
+                                              int64_t r0, int64_t k0, const CopiesOf& copies_of,
+                                              float (&strip)[kBlock][kStripStride]) {
+  const uint32_t t = threadIdx.x, j = t / kBlock, i = t % kBlock;
+  constexpr uint32_t kLoaders = kStripCols / kBlock;  // threads per strip row when loading
   constexpr int kVec = kVec16<In>;
-  const bool vec = K % kVec == 0 && (reinterpret_cast<uintptr_t>(x) & 15u) == 0;
-  for (int64_t w = blockIdx.x; w < strips; w += gridDim.x) {
-    const int64_t r0 = (w % strips_m) * kBlock, k0 = (w / strips_m) * kStripCols;
-    // Load: thread t reads x row r0 + t / 32, columns k0 + 16·(t % 32) .. + 16 (zeros outside).
-    const int lr = t / kLoaders, lc = kBlock * (t % kLoaders);
-    const int64_t r = r0 + lr, c = k0 + lc;
-    float v[kBlock];
-    if (vec && r < M && c + kBlock <= K) {
+  // Load: thread t reads x row r0 + t / 32, columns k0 + 16·(t % 32) .. + 16 (zeros outside).
+  const uint32_t lr = t / kLoaders, lc = kBlock * (t % kLoaders);
+  const int64_t r = r0 + lr, c = k0 + lc;
+  float v[kBlock];
+  if (vec && r < M && c + kBlock <= K) {
 #pragma unroll
-      for (int h = 0; h < kBlock / kVec; ++h) {
-        float f[kVec];
-        load_vec<In, kVec>(x + r * K + c + h * kVec, f);
+    for (int h = 0; h < kBlock / kVec; ++h) {
+      float f[kVec];
+      load_vec<In, kVec>(x + r * K + c + h * kVec, f);
 #pragma unroll
-        for (int e = 0; e < kVec; ++e) v[h * kVec + e] = f[e];
-      }
-    } else {
-#pragma unroll
-      for (int e = 0; e < kBlock; ++e) v[e] = r < M && c + e < K ? load_float(x[r * K + c + e]) : 0.0f;
+      for (int e = 0; e < kVec; ++e) v[h * kVec + e] = f[e];
     }
+  } else {
 #pragma unroll
-    for (int e = 0; e < kBlock; ++e) strip[lr][strip_col(lc) + e] = v[e];
-    __syncthreads();
-    // Tile j (columns k0 + 16j ..), lane i: row i of the tile for the amax.
-    uint32_t m = 0;
+    for (int e = 0; e < kBlock; ++e) v[e] = r < M && c + e < K ? load_float(x[r * K + c + e]) : 0.0f;
+  }
 #pragma unroll
-    for (int e = 0; e < kBlock; ++e) m = max(m, abs_bits(strip[i][strip_col(kBlock * j) + e]));
+  for (int e = 0; e < kBlock; ++e) strip[lr][strip_col(lc) + e] = v[e];
+  __syncthreads();
+  const Nvfp4StripCopies cp = copies_of();
+  const Nvfp4Args &row = cp.row, &col = cp.col;
+  // Tile j (columns k0 + 16j ..), lane i: row i of the tile for the amax.
+  uint32_t m = 0;
 #pragma unroll
-    for (int d = 1; d < kBlock; d *= 2) m = max(m, __shfl_xor_sync(0xffffffffu, m, d));
-    const uint8_t s_b = scale_rules::nvfp4_block_scale(scale_rules::amax_from_abs_bits(m), s_enc);
-    const float enc = scale_rules::nvfp4_encode_scale(s_b, s_enc);
-    const int64_t kc = k0 + kBlock * j;  // the tile's first x column
-    if constexpr (kRow) {  // x row r0 + i, columns kc ..
-      if (r0 + i < M && kc < K) {
+  for (int e = 0; e < kBlock; ++e) m = max(m, abs_bits(strip[i][strip_col(kBlock * j) + e]));
 #pragma unroll
-        for (int e = 0; e < kBlock; ++e) v[e] = strip[i][strip_col(kBlock * j) + e];
-        nvfp4_store16(row, r0 + i, kc, K, v, enc, s_b);
-      }
+  for (int d = 1; d < kBlock; d *= 2) m = max(m, __shfl_xor_sync(0xffffffffu, m, d));
+  const int64_t kc = k0 + kBlock * j;  // the tile's first x column
+  if constexpr (kRow) {  // x row r0 + i, columns kc ..
+    if (r0 + i < M && kc < K) {
+      float enc;  // nvfp4_block_scale and nvfp4_encode_scale on the hardware conversions
+      const uint8_t s_b = nvfp4_scale_of(m, Nvfp4Enc::of(cp.s_row), enc);
+#pragma unroll
+      for (int e = 0; e < kBlock; ++e) v[e] = strip[i][strip_col(kBlock * j) + e];
+      nvfp4_store16(row, r0 + i, kc, K, v, enc, s_b);
     }
-    if constexpr (kCol) {  // x column kc + i, rows r0 ..
-      if (kc + i < K) {
+  }
+  if constexpr (kCol) {  // x column kc + i, rows r0 ..
+    if (kc + i < K) {
+      if (cp.col_poison) {
+        *nvfp4_scale_slot(col, kc + i, r0, M) = kE4M3NanCode;
+      } else {
+        float enc;
+        const uint8_t s_b = nvfp4_scale_of(m, Nvfp4Enc::of(cp.s_col), enc);
 #pragma unroll
         for (int e = 0; e < kBlock; ++e) v[e] = strip[e][strip_col(kBlock * j) + i];
         nvfp4_store16(col, kc + i, r0, M, v, enc, s_b);
       }
     }
+  }
+}
+
+// row: the rowwise copy's args (kRow), col: the columnwise copy's (kCol); x and shapes come from
+// whichever is written.
+template <class In, bool kRow, bool kCol>
+__global__ __launch_bounds__(kStripThreads) void nvfp4_tile16_kernel(Nvfp4Args row,
+                                                                     Nvfp4Args col) {
+  __shared__ float strip[kBlock][kStripStride];
+  const Nvfp4Args& a = kRow ? row : col;
+  const float s_row = kRow ? nvfp4_copy_encode_scale(row) : 0.0f;
+  const float s_col = kCol ? nvfp4_copy_encode_scale(col) : 0.0f;
+  const In* x = static_cast<const In*>(a.x);
+  const int64_t M = a.rows, K = a.cols;
+  const int64_t strips_m = ceil_div_device(M, kBlock);
+  const int64_t strips = strips_m * ceil_div_device(K, kStripCols);
+  const bool vec = K % kVec16<In> == 0 && (reinterpret_cast<uintptr_t>(x) & 15u) == 0;
+  for (int64_t w = blockIdx.x; w < strips; w += gridDim.x) {
+    const int64_t r0 = (w % strips_m) * kBlock, k0 = (w / strips_m) * kStripCols;
+    nvfp4_strip16<In, kRow, kCol>(x, M, K, vec, r0, k0, [&] {
+      return Nvfp4StripCopies{row, col, s_row, s_col, false};
+    }, strip);
     __syncthreads();
   }
 }
@@ -332,6 +382,56 @@ __global__ __launch_bounds__(kThreads) void nvfp4_grouped_kernel(Nvfp4Args a, Gr
   });
 }
 
+// The grouped kernel's work item: kStripSpan strips of a member down its rows (64 rows x 512
+// columns of x), which share the member's setup (its copies' args and global encode scales: a
+// few hundred instructions per thread, as much as encoding a strip's 16 elements a thread
+// takes).
+constexpr int kStripSpan = 4;
+struct Nvfp4StripCount {
+  int64_t cols = 0;
+  __device__ int64_t operator()(int64_t rows) const {
+    return ceil_div_device(rows, kBlock * kStripSpan) * ceil_div_device(cols, kStripCols);
+  }
+};
+
+// nvfp4_tile16_kernel per member: member i's items (down its rows first) with each copy's
+// member args (member_nvfp4_args: its x rows, data, scales, amax, swizzled width or in-place
+// placement). A columnwise copy of a member that breaks the storage contract gets the NaN
+// scales nvfp4_poison_item writes and no data; its rowwise copy is encoded as usual. row / col:
+// the copies' whole-buffer args (kRow / kCol). Two blocks per multiprocessor (at three, the
+// member setup kept across the item's strips spills).
+template <class In, bool kRow, bool kCol>
+__global__ __launch_bounds__(kStripThreads, 2) void nvfp4_tile16_grouped_kernel(
+    Nvfp4Args row, Nvfp4Args col, GroupedMeta g, Nvfp4StripCount count) {
+  extern __shared__ int32_t prefix[];  // grouped_prefix_bytes(g)
+  __shared__ float strip[kBlock][kStripStride];
+  if (grouped_noop(g)) return;
+  grouped_for_each_member_tile<kStripThreads>(g, count, prefix, [&](const GroupedTile& w) {
+    const int64_t rows = w.rows;
+    // member_nvfp4_args' x (the input of both copies).
+    const In* x = static_cast<const In*>((kRow ? row : col).x) + g.tensor_offsets[w.member];
+    const bool vec = g.cols % kVec16<In> == 0 && (reinterpret_cast<uintptr_t>(x) & 15u) == 0;
+    Nvfp4StripCopies cp;
+    if constexpr (kRow) {
+      cp.row = member_nvfp4_args<In>(row, g, w.member, rows);
+      cp.s_row = nvfp4_copy_encode_scale(cp.row);
+    }
+    if constexpr (kCol) {
+      cp.col = member_nvfp4_args<In>(col, g, w.member, rows);
+      cp.s_col = nvfp4_copy_encode_scale(cp.col);
+      cp.col_poison = nvfp4_member_breaks_contract(cp.col, rows);
+    }
+    // Member-local item: 32-bit (items and rows fit int32: grouped_grid).
+    const int32_t items_m = (w.rows + kBlock * kStripSpan - 1) / (kBlock * kStripSpan);
+    const int64_t r_item = int64_t{w.local % items_m} * kBlock * kStripSpan;
+    const int64_t k0 = int64_t{w.local / items_m} * kStripCols;
+    for (int64_t r0 = r_item; r0 < r_item + kBlock * kStripSpan && r0 < rows; r0 += kBlock) {
+      if (r0 > r_item) __syncthreads();  // the strip before was read
+      nvfp4_strip16<In, kRow, kCol>(x, rows, g.cols, vec, r0, k0, [&] { return cp; }, strip);
+    }
+  });
+}
+
 // RHT amax per member: items (k, group of 16 rows) of the member's transpose.
 struct RhtTileCount {
   int64_t cols = 0;
@@ -371,6 +471,9 @@ void launch_nvfp4_grouped(const Nvfp4Args& a, const GroupedMeta& g, cudaStream_t
   none.columnwise = !a.columnwise;
   if (launch_nvfp4_tiles_grouped(a.columnwise ? none : a, a.columnwise ? a : none, g, stream)) {
     return;  // 1x16, K % 16 == 0, aligned
+  }
+  if (launch_nvfp4_tile16_grouped(a.columnwise ? none : a, a.columnwise ? a : none, g, stream)) {
+    return;  // 16x16 tiles without stochastic rounding or the transform
   }
   Nvfp4TileCount count;
   count.cols = g.cols;
@@ -424,6 +527,45 @@ void launch_nvfp4_tile16(const Nvfp4Args* row, const Nvfp4Args* col, cudaStream_
       nvfp4_tile16_kernel<In, false, true><<<grid, kStripThreads, 0, stream>>>(none, *col);
   });
   TESSERA_CUDA_CHECK_LAUNCH();
+}
+
+bool launch_nvfp4_tile16_grouped(const Nvfp4Args& row, const Nvfp4Args& col,
+                                 const GroupedMeta& g, cudaStream_t stream) {
+  const bool with_row = row.data != nullptr, with_col = col.data != nullptr;
+  if ((with_row && !nvfp4_tile16_eligible(row)) || (with_col && !nvfp4_tile16_eligible(col))) {
+    return false;
+  }
+  if (g.n == 0 || g.cols == 0 || (!with_row && !with_col)) return true;
+  Nvfp4StripCount count;
+  count.cols = g.cols;
+  // Σ ceil(rows_i / 64) <= ceil(rows_bound / 64) + n items per 512 columns.
+  const int64_t strips_bound =
+      (ceil_div(g.rows_bound, kBlock * kStripSpan) + g.n) * ceil_div(g.cols, kStripCols);
+  const size_t smem = grouped_prefix_bytes(g);
+  // The strip (34.9 KB) and the member table (8 bytes per member: 32 KB for kMaxGroupedMembers)
+  // pass the 48 KB a block gets without opting in at about 1750 members. From a margin below
+  // that on, the kernel's limit is raised to the table of kMaxGroupedMembers: one value for every
+  // launch and thread, so that a concurrent launch never lowers it (larger member counts are
+  // refused by grouped_grid).
+  constexpr size_t kStripBytes = sizeof(float) * kBlock * kStripStride;
+  constexpr size_t kStaticSlack = 2048;  // the driver's scan scratch, reserved shared memory
+  const size_t max_smem = sizeof(int32_t) * 2 * (kMaxGroupedMembers + 1);
+  const Nvfp4Args& a = with_row ? row : col;
+  dispatch_float_input(a.in, "quantize: x", [&](auto tag) {
+    using In = typename decltype(tag)::type;
+    auto* kernel = !with_col   ? nvfp4_tile16_grouped_kernel<In, true, false>
+                   : !with_row ? nvfp4_tile16_grouped_kernel<In, false, true>
+                               : nvfp4_tile16_grouped_kernel<In, true, true>;
+    if (kStripBytes + kStaticSlack + smem > 48 * 1024) {
+      TESSERA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              static_cast<int>(std::max(smem, max_smem))));
+    }
+    const unsigned grid =
+        grouped_grid(g, strips_bound, resident_blocks_per_sm(kernel, kStripThreads, smem));
+    kernel<<<grid, kStripThreads, smem, stream>>>(row, col, g, count);
+  });
+  TESSERA_CUDA_CHECK_LAUNCH();
+  return true;
 }
 
 void launch_nvfp4(const Nvfp4Args& a, cudaStream_t stream) {

@@ -59,7 +59,7 @@ struct Nvfp4Enc {
     Nvfp4Enc e;
     e.s_enc = s_enc;
     e.s6 = s_enc * scale_rules::kInv6;
-    e.inv = 1.0f / s_enc;
+    e.inv = __frcp_rn(s_enc);  // 1.0f / s_enc: the IEEE reciprocal, without a division
     return e;
   }
 };
@@ -71,7 +71,7 @@ __device__ __forceinline__ uint8_t nvfp4_scale_of(uint32_t m, const Nvfp4Enc& e,
   const float block_amax = scale_rules::amax_from_abs_bits(m);
   const uint8_t s_b = static_cast<uint8_t>(encode_fp8<DType::kFloat8E4M3>(block_amax * e.s6));
   const __half_raw h = __nv_cvt_fp8_to_halfraw(s_b, __NV_E4M3);
-  float v = 1.0f / (__half2float(__half(h)) * e.inv);
+  float v = __frcp_rn(__half2float(__half(h)) * e.inv);  // 1.0f / (·), correctly rounded
   if (!(v <= scale_rules::kFloatMax)) v = scale_rules::kFloatMax;
   enc = v;
   return s_b;

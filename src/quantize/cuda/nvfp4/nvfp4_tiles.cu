@@ -7,7 +7,8 @@
 // read of x; the global amax (one FP32 per copy) comes from a pass before: the tensor amax, or
 // with the Hadamard transform the tile amax kernel here, which gives amax(x) and the amax of the
 // transformed transpose in one read. Grouped variants run the same tile on member-local tiles
-// through grouped_for_each_tile. Other shapes and 16x16 tiles take nvfp4.cu's generic kernels.
+// through grouped_for_each_member_tile, four tiles along a row per work item (one member setup
+// for the four). Other shapes and 16x16 tiles take nvfp4.cu's kernels.
 #include <cstdint>
 #include <utility>
 
@@ -81,12 +82,26 @@ __global__ __launch_bounds__(kNvTileThreads) void nvfp4_tile_amax_kernel(Nvfp4Ti
 
 // ---- grouped ---------------------------------------------------------------------------------
 
+// The grouped kernels' work item: kNvSpan consecutive 64x64 tiles of a member (64 rows x 256
+// columns), which share the member's setup (pointers, global scales: a few hundred instructions
+// per thread, as much as encoding a tile's 16 elements a thread takes) and are encoded one
+// after the other through the one shared tile. tiles_c: items per row of tiles.
+inline constexpr int kNvSpan = 4;
 struct Nvfp4TileCount {
   int64_t tiles_c = 0;
   __device__ int64_t operator()(int64_t rows) const {
     return ceil_div_device(rows, kNvTile) * tiles_c;
   }
 };
+
+// Item `local` of a member: its row of tiles and its first column of tiles (32-bit: items and
+// tiles fit int32, grouped_grid).
+__device__ __forceinline__ void nvfp4_item_tiles(int32_t local, int64_t tiles_c, int64_t& tr,
+                                                 int64_t& tc0) {
+  const int32_t per_row = static_cast<int32_t>(tiles_c);
+  tr = local / per_row;
+  tc0 = int64_t{local % per_row} * kNvSpan;
+}
 
 // Member i's copy (see launch_nvfp4_grouped): data at tensor_offsets[i] / 2, its scales, its
 // own amax, its own stream, its own swizzled width — or, in place, its rows / columns of the whole
@@ -120,9 +135,11 @@ __device__ __forceinline__ Nvfp4TileCopy member_tile_copy(const Nvfp4Args& a, co
 }
 
 // row / col: the rowwise and the columnwise copy (data == nullptr: not produced); both carry the
-// same input, seed and offset. Both copies come from one read of each member tile.
+// same input, seed and offset. Both copies come from one read of each member tile. Two blocks per
+// multiprocessor (128 registers: ptxas spills up to 32 bytes of the Hadamard / stochastic form;
+// uncapped it takes 168 and one block fits).
 template <class In, bool kPlain>
-__global__ __launch_bounds__(kNvTileThreads) void nvfp4_tiles_grouped_kernel(Nvfp4Args row,
+__global__ __launch_bounds__(kNvTileThreads, 2) void nvfp4_tiles_grouped_kernel(Nvfp4Args row,
                                                                               Nvfp4Args col,
                                                                               GroupedMeta g,
                                                                               Nvfp4TileCount count) {
@@ -131,14 +148,19 @@ __global__ __launch_bounds__(kNvTileThreads) void nvfp4_tiles_grouped_kernel(Nvf
   if (grouped_noop(g)) return;
   const Nvfp4Rng rng{!kPlain && row.stochastic, row.seed, row.offset};
   const bool rht = !kPlain && col.rht;
-  grouped_for_each_tile<kNvTileThreads>(g, count, prefix, [&](int64_t i, int64_t rows, int64_t local) {
+  grouped_for_each_member_tile<kNvTileThreads>(g, count, prefix, [&](const GroupedTile& w) {
+    const int64_t i = w.member, rows = w.rows;
     const Nvfp4TileCopy r = member_tile_copy(row, g, i, rows);
     const Nvfp4TileCopy c = member_tile_copy(col, g, i, rows);
     const In* x = static_cast<const In*>(row.x) + g.tensor_offsets[i];
-    const int64_t tr = local / count.tiles_c, tc = local % count.tiles_c;
+    int64_t tr, tc0;
+    nvfp4_item_tiles(w.local, count.tiles_c, tr, tc0);
     Nvfp4Rng own = rng;  // in place: member i's own offset (nvfp4_place_member)
     if (row.in_place) own.offset += static_cast<uint64_t>(i);
-    nvfp4_tile<In>(x, rows, g.cols, tr, tc, r, c, rht, own, tile.v);
+    for (int64_t tc = tc0; tc < tc0 + kNvSpan && tc * kNvTile < g.cols; ++tc) {
+      if (tc > tc0) __syncthreads();  // the shared tile of the tile before was read
+      nvfp4_tile<In>(x, rows, g.cols, tr, tc, r, c, rht, own, tile.v);
+    }
   });
 }
 
@@ -149,18 +171,29 @@ __global__ __launch_bounds__(kNvTileThreads) void nvfp4_tile_amax_grouped_kernel
   __shared__ Nvfp4SharedTile<In> tile;
   __shared__ uint32_t scratch[kNvTileThreads / 32];
   if (grouped_noop(g)) return;
-  grouped_for_each_tile<kNvTileThreads>(g, count, prefix, [&](int64_t i, int64_t rows, int64_t local) {
-    const In* x = static_cast<const In*>(a.x) + g.tensor_offsets[i];
-    const int64_t tr = local / count.tiles_c, tc = local % count.tiles_c;
-    uint32_t mx, mr;
-    nvfp4_tile_amax<In>(x, rows, g.cols, tr, tc, tile.v, mx, mr);
-    mr = block_max<kNvTileThreads>(mr, scratch);
-    if (threadIdx.x == 0) atomic_amax(amax + i, mr);
+  grouped_for_each_member_tile<kNvTileThreads>(g, count, prefix, [&](const GroupedTile& w) {
+    const In* x = static_cast<const In*>(a.x) + g.tensor_offsets[w.member];
+    int64_t tr, tc0;
+    nvfp4_item_tiles(w.local, count.tiles_c, tr, tc0);
+    uint32_t m = 0;
+    for (int64_t tc = tc0; tc < tc0 + kNvSpan && tc * kNvTile < g.cols; ++tc) {
+      if (tc > tc0) __syncthreads();  // the shared tile of the tile before was read
+      uint32_t mx, mr;
+      nvfp4_tile_amax<In>(x, w.rows, g.cols, tr, tc, tile.v, mx, mr);
+      m = max(m, mr);
+    }
+    m = block_max<kNvTileThreads>(m, scratch);
+    if (threadIdx.x == 0) atomic_amax(amax + w.member, m);
   });
 }
 
+// Items per row of tiles of the grouped kernels.
+int64_t grouped_tiles_c(const GroupedMeta& g) {
+  return ceil_div(g.cols, int64_t{kNvTile} * kNvSpan);
+}
+
 unsigned grouped_tiles_grid(const GroupedMeta& g) {
-  return grouped_grid(g, (ceil_div(g.rows_bound, kNvTile) + g.n) * ceil_div(g.cols, kNvTile));
+  return grouped_grid(g, (ceil_div(g.rows_bound, kNvTile) + g.n) * grouped_tiles_c(g));
 }
 
 // (64x64 tiles of x, tiles per row of tiles); the kernels index tiles with 32 bits.
@@ -212,7 +245,7 @@ bool launch_nvfp4_tiles_grouped(const Nvfp4Args& row, const Nvfp4Args& col,
   if (row.tile16 || !nvfp4_tiles_eligible(row.x, g.cols, row.data, col.data)) return false;
   if (g.n == 0) return true;
   Nvfp4TileCount count;
-  count.tiles_c = ceil_div(g.cols, kNvTile);
+  count.tiles_c = grouped_tiles_c(g);
   const unsigned grid = grouped_tiles_grid(g);
   dispatch_float_input(row.in, "quantize: x", [&](auto tag) {
     using In = typename decltype(tag)::type;
@@ -234,7 +267,7 @@ bool launch_nvfp4_tile_amax_grouped(const Nvfp4Args& a, const GroupedMeta& g, ui
   if (!nvfp4_tiles_eligible(a.x, g.cols, nullptr, nullptr)) return false;
   if (g.n == 0) return true;
   Nvfp4TileCount count;
-  count.tiles_c = ceil_div(g.cols, kNvTile);
+  count.tiles_c = grouped_tiles_c(g);
   const unsigned grid = grouped_tiles_grid(g);
   dispatch_float_input(a.in, "quantize: x", [&](auto tag) {
     using In = typename decltype(tag)::type;
