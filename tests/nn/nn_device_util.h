@@ -9,6 +9,7 @@
 
 #include "tessera/core/buffer.h"
 #include "tessera/core/tensor_view.h"
+#include "tessera/nn/linear_step.h"
 
 #if defined(TESSERA_WITH_CUDA)  // set by the tessera headers above
 #include <cuda_runtime_api.h>
@@ -47,6 +48,18 @@ inline std::vector<float> floats_of(const TensorView& v) {
   std::vector<float> h(static_cast<size_t>(v.numel()));
   if (!h.empty()) copy_bytes(h.data(), Device::cpu(), v.data, v.device, h.size() * 4);
   return h;
+}
+
+// A training forward of x at `offsets` into y that keeps x's copy for the backward.
+inline LinearSaved forward_saving_input(const LinearSpec& spec, const WeightCopies& wc,
+                                        const TensorView& x, const TensorView& offsets,
+                                        const TensorView& y, Allocator& alloc) {
+  LinearForwardArgs f;
+  f.x = x;
+  f.offsets = offsets;
+  f.y = y;
+  f.save_input = true;
+  return linear_forward(spec, wc, f, {}, alloc);
 }
 
 }  // namespace tessera::nn::test

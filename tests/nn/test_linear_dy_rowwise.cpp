@@ -113,12 +113,7 @@ std::string check_recipe(const std::string& name, int64_t in, int64_t out, Devic
   Dev offs(ends, {kG}, DType::kInt64, dev);
   std::vector<float> y0(kT * out);
   Dev y(y0, {kT, out}, DType::kFloat32, dev);
-  LinearForwardArgs f;
-  f.x = x.view;
-  f.offsets = offs.view;
-  f.y = y.view;
-  f.save_input = true;
-  const LinearSaved saved = linear_forward(spec, wc, f, {}, alloc);
+  const LinearSaved saved = forward_saving_input(spec, wc, x.view, offs.view, y.view, alloc);
   const QuantizedDy dq(spec.grad_output.config, out, dev, 73);
 
   const Grads want = backward(spec, wc, saved, dq, false, alloc, dev);

@@ -113,12 +113,7 @@ Step run_step(const LinearSpec& spec, const WeightCopies& wc, Device dev) {
   Dev dx(poison_dx, {kT, spec.in}, DType::kFloat32, dev);
   Dev dw(dw0, {kG, spec.out, spec.in}, DType::kFloat32, dev);
   reset_rng_offset(1234);  // the same stochastic rounding of dy in both runs
-  LinearForwardArgs f;
-  f.x = x.view;
-  f.offsets = offs.view;
-  f.y = y.view;
-  f.save_input = true;
-  const LinearSaved saved = linear_forward(spec, wc, f, {}, alloc);
+  const LinearSaved saved = forward_saving_input(spec, wc, x.view, offs.view, y.view, alloc);
   LinearBackwardArgs b;
   b.dy = dy.view;
   b.offsets = offs.view;
