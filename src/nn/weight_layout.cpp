@@ -2,6 +2,8 @@
 // usages in one pass, the MXFP8 Wᵀ form.
 #include "nn/weight_layout.h"
 
+#include <algorithm>
+
 #include "core/cpu_parallel.h"
 #include "nn/member_scaling.h"
 #include "nn/step_memory.h"
@@ -56,13 +58,16 @@ void write_image(const QuantizedTensorView& q, const TensorView& out, Stream str
   const auto* scales = q.scale_inv.as<uint8_t>();
   auto* dst = static_cast<bf16*>(out.data);
   const int64_t row_bytes = (q.cols + 1) / 2;
+  float e2m1[16];
+  for (int i = 0; i < 16; ++i) e2m1[i] = formats::decode_e2m1(static_cast<uint8_t>(i));
 #pragma omp parallel for schedule(static) if (q.rows * q.cols >= kParallelWork)
   for (int64_t r = 0; r < q.rows; ++r) {
-    for (int64_t c = 0; c < q.cols; ++c) {
-      const uint8_t b = codes[r * row_bytes + c / 2];
-      const float v = formats::decode_e2m1(c % 2 == 0 ? b & 0xF : b >> 4) *
-                      formats::decode_e4m3(scales[scale_rules::scale_index(geo, r, c)]);
-      dst[r * q.cols + c] = bf16::from_float(v);
+    for (int64_t c0 = 0; c0 < q.cols; c0 += geo.block_cols) {  // one scale per block
+      const float scale = formats::decode_e4m3(scales[scale_rules::scale_index(geo, r, c0)]);
+      for (int64_t c = c0; c < std::min(q.cols, c0 + geo.block_cols); ++c) {
+        const uint8_t b = codes[r * row_bytes + c / 2];
+        dst[r * q.cols + c] = bf16::from_float(e2m1[c % 2 == 0 ? b & 0xF : b >> 4] * scale);
+      }
     }
   }
 }
