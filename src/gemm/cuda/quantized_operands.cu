@@ -82,6 +82,14 @@ bool rht_copy(const GemmOperand& o) {
   return is_nvfp4(o) && o.columnwise && o.quantized.config.random_hadamard;
 }
 
+// NVFP4's epilogue factors of an operand: 1/S_enc of each of the amax's 1 or G values.
+void set_nvfp4_factors(const TensorView& amax, int64_t groups, Fp8OperandMap* out) {
+  out->amax = static_cast<const float*>(amax.data);
+  out->amax_count = amax.numel();
+  out->scale_gs = amax.numel() == groups && groups > 1 ? 1 : 0;
+  out->scale_rs = 0;
+}
+
 // An operand of a pair with an NVFP4 copy: the copy to expand into BF16 and the K-major matrix
 // it becomes (rows = the copy's K-major rows, ld = cols padded to 8: 16-byte TMA rows). The
 // buffers' dtypes, shapes and devices were validated by the front end (check_quantized_operand).
@@ -116,10 +124,7 @@ Refusal map_expanded_operand(const GemmOperand& o, const char* name, bool want_c
       if (!amax.device.is_cuda())
         return refuse(Status::kInvalidArgument, name, ": the NVFP4 global amax must be on the "
                       "device");
-      out->amax = static_cast<const float*>(amax.data);
-      out->amax_count = amax.numel();
-      out->scale_gs = amax.numel() == groups && groups > 1 ? 1 : 0;
-      out->scale_rs = 0;
+      set_nvfp4_factors(amax, groups, out);
       return {};
     };
     if (o.expanded.data != nullptr) {  // validated by the front end (check_quantized_operand)
@@ -144,14 +149,12 @@ Refusal map_expanded_operand(const GemmOperand& o, const char* name, bool want_c
 // the image is W (G·K, N) as the rowwise copy holds it, read MN-major per group (the dense BF16
 // dgrad's reading), with the rowwise copy's factors (equal to the columnwise copy's when the
 // copies are transposes: the same tiles, scales and global amax).
-void use_image_mn(const detail::GroupedGemmDims& d, int64_t groups, Fp8ProblemMap* m) {
+void use_image_mn(const detail::GroupedGemmDims& d, Fp8ProblemMap* m) {
   Fp8OperandMap& b = m->b;
   b.expand = false;
   b.matrix = {b.image, d.k, d.n, d.n};
-  b.amax = static_cast<const float*>(b.image_amax->data);
-  b.amax_count = b.image_amax->numel();
-  b.scale_gs = b.amax_count == groups && groups > 1 ? 1 : 0;
-  m->b_mn_groups = groups;
+  set_nvfp4_factors(*b.image_amax, d.groups, &b);
+  m->b_mn_groups = d.groups;
   m->b_group_rows = 0;
   m->b_group_cols = 0;
 }
@@ -285,7 +288,7 @@ Refusal map_m_grouped(const GroupedGemmProblem& p, const detail::GroupedGemmDims
     out->b_group_cols = k_pad;
   } else if (out->b.image != nullptr && out->b.image_transposes && p.config.cluster_m <= 1 &&
              p.b.quantized.rows == d.groups * d.k && p.b.quantized.cols == d.n) {
-    use_image_mn(d, d.groups, out);  // NN on the weights' BF16 image (no clusters: MN-major)
+    use_image_mn(d, out);  // NN on the weights' BF16 image (no clusters: MN-major)
   } else {  // NN: transposed copy (N, G·K); group g at contraction columns g·K
     out->b_group_rows = 0;
     out->b_group_cols = d.k;

@@ -186,25 +186,25 @@ __device__ __forceinline__ float nvfp4_copy_encode_scale(const Nvfp4Args& a) {
   return scale_rules::nvfp4_global_encode_scale(scale_rules::amax_from_abs_bits(*a.amax));
 }
 
-// The copies a strip writes: each copy's args (at its place) and global encode scale;
-// col_poison: the transposed copy breaks the storage contract (nvfp4_member_breaks_contract): its
-// scales become the E4M3 NaN code, no data.
+// The copies a strip writes: each copy's args (at its place) and the constants of its global
+// encode scale; col_poison: the transposed copy breaks the storage contract
+// (nvfp4_member_breaks_contract): its scales become the E4M3 NaN code, no data.
 struct Nvfp4StripCopies {
   Nvfp4Args row, col;
-  float s_row = 0.0f, s_col = 0.0f;
+  Nvfp4Enc row_enc, col_enc;
   bool col_poison = false;
 };
 
 // Strip (rows r0 .. r0 + 15, columns k0 .. k0 + 511) of the (M, K) input x: the rowwise copy
-// (kRow) and / or the transposed copy (kCol) of copies_of() (an Nvfp4StripCopies, asked for after
-// the load), each encoded with its own global encode scale. vec: x rows are 16-byte aligned and
+// (kRow) and / or the transposed copy (kCol) of `cp`, each encoded with its own global encode
+// scale. vec: x rows are 16-byte aligned and
 // K % kVec16 == 0. Block-wide (one barrier, uniform over the block); the caller syncs before
 // `strip` is reused. Thread indices are unsigned, so their 64-bit widenings need no sign
 // extension (a sign-extended index would stay live in a register pair across the grouped
 // kernel's division calls and spill).
-template <class In, bool kRow, bool kCol, class CopiesOf>
+template <class In, bool kRow, bool kCol>
 __device__ __forceinline__ void nvfp4_strip16(const In* x, int64_t M, int64_t K, bool vec,
-                                              int64_t r0, int64_t k0, const CopiesOf& copies_of,
+                                              int64_t r0, int64_t k0, const Nvfp4StripCopies& cp,
                                               float (&strip)[kBlock][kStripStride]) {
   const uint32_t t = threadIdx.x, j = t / kBlock, i = t % kBlock;
   constexpr uint32_t kLoaders = kStripCols / kBlock;  // threads per strip row when loading
@@ -228,7 +228,6 @@ __device__ __forceinline__ void nvfp4_strip16(const In* x, int64_t M, int64_t K,
 #pragma unroll
   for (int e = 0; e < kBlock; ++e) strip[lr][strip_col(lc) + e] = v[e];
   __syncthreads();
-  const Nvfp4StripCopies cp = copies_of();
   const Nvfp4Args &row = cp.row, &col = cp.col;
   // Tile j (columns k0 + 16j ..), lane i: row i of the tile for the amax.
   uint32_t m = 0;
@@ -240,7 +239,7 @@ __device__ __forceinline__ void nvfp4_strip16(const In* x, int64_t M, int64_t K,
   if constexpr (kRow) {  // x row r0 + i, columns kc ..
     if (r0 + i < M && kc < K) {
       float enc;  // nvfp4_block_scale and nvfp4_encode_scale on the hardware conversions
-      const uint8_t s_b = nvfp4_scale_of(m, Nvfp4Enc::of(cp.s_row), enc);
+      const uint8_t s_b = nvfp4_scale_of(m, cp.row_enc, enc);
 #pragma unroll
       for (int e = 0; e < kBlock; ++e) v[e] = strip[i][strip_col(kBlock * j) + e];
       nvfp4_store16(row, r0 + i, kc, K, v, enc, s_b);
@@ -252,7 +251,7 @@ __device__ __forceinline__ void nvfp4_strip16(const In* x, int64_t M, int64_t K,
         *nvfp4_scale_slot(col, kc + i, r0, M) = kE4M3NanCode;
       } else {
         float enc;
-        const uint8_t s_b = nvfp4_scale_of(m, Nvfp4Enc::of(cp.s_col), enc);
+        const uint8_t s_b = nvfp4_scale_of(m, cp.col_enc, enc);
 #pragma unroll
         for (int e = 0; e < kBlock; ++e) v[e] = strip[e][strip_col(kBlock * j) + i];
         nvfp4_store16(col, kc + i, r0, M, v, enc, s_b);
@@ -268,8 +267,9 @@ __global__ __launch_bounds__(kStripThreads) void nvfp4_tile16_kernel(Nvfp4Args r
                                                                      Nvfp4Args col) {
   __shared__ float strip[kBlock][kStripStride];
   const Nvfp4Args& a = kRow ? row : col;
-  const float s_row = kRow ? nvfp4_copy_encode_scale(row) : 0.0f;
-  const float s_col = kCol ? nvfp4_copy_encode_scale(col) : 0.0f;
+  Nvfp4StripCopies cp{row, col};
+  if constexpr (kRow) cp.row_enc = Nvfp4Enc::of(nvfp4_copy_encode_scale(row));
+  if constexpr (kCol) cp.col_enc = Nvfp4Enc::of(nvfp4_copy_encode_scale(col));
   const In* x = static_cast<const In*>(a.x);
   const int64_t M = a.rows, K = a.cols;
   const int64_t strips_m = ceil_div_device(M, kBlock);
@@ -277,9 +277,7 @@ __global__ __launch_bounds__(kStripThreads) void nvfp4_tile16_kernel(Nvfp4Args r
   const bool vec = K % kVec16<In> == 0 && (reinterpret_cast<uintptr_t>(x) & 15u) == 0;
   for (int64_t w = blockIdx.x; w < strips; w += gridDim.x) {
     const int64_t r0 = (w % strips_m) * kBlock, k0 = (w / strips_m) * kStripCols;
-    nvfp4_strip16<In, kRow, kCol>(x, M, K, vec, r0, k0, [&] {
-      return Nvfp4StripCopies{row, col, s_row, s_col, false};
-    }, strip);
+    nvfp4_strip16<In, kRow, kCol>(x, M, K, vec, r0, k0, cp, strip);
     __syncthreads();
   }
 }
@@ -414,11 +412,11 @@ __global__ __launch_bounds__(kStripThreads, 2) void nvfp4_tile16_grouped_kernel(
     Nvfp4StripCopies cp;
     if constexpr (kRow) {
       cp.row = member_nvfp4_args<In>(row, g, w.member, rows);
-      cp.s_row = nvfp4_copy_encode_scale(cp.row);
+      cp.row_enc = Nvfp4Enc::of(nvfp4_copy_encode_scale(cp.row));
     }
     if constexpr (kCol) {
       cp.col = member_nvfp4_args<In>(col, g, w.member, rows);
-      cp.s_col = nvfp4_copy_encode_scale(cp.col);
+      cp.col_enc = Nvfp4Enc::of(nvfp4_copy_encode_scale(cp.col));
       cp.col_poison = nvfp4_member_breaks_contract(cp.col, rows);
     }
     // Member-local item: 32-bit (items and rows fit int32: grouped_grid).
@@ -427,7 +425,7 @@ __global__ __launch_bounds__(kStripThreads, 2) void nvfp4_tile16_grouped_kernel(
     const int64_t k0 = int64_t{w.local / items_m} * kStripCols;
     for (int64_t r0 = r_item; r0 < r_item + kBlock * kStripSpan && r0 < rows; r0 += kBlock) {
       if (r0 > r_item) __syncthreads();  // the strip before was read
-      nvfp4_strip16<In, kRow, kCol>(x, rows, g.cols, vec, r0, k0, [&] { return cp; }, strip);
+      nvfp4_strip16<In, kRow, kCol>(x, rows, g.cols, vec, r0, k0, cp, strip);
     }
   });
 }
