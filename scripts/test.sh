@@ -60,9 +60,12 @@ echo "== pip install . into a throwaway venv: pip show, tessera --version, tesse
 rm -rf build/pip-venv build/pip-build
 "$py" -m venv build/pip-venv
 build/pip-venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
-# torch first (pip's cache has it from .venv): the build, isolated by pip, must find the venv's
-# torch and build tessera.torch's compiled ops against it.
-build/pip-venv/bin/python -m pip install -q --disable-pip-version-check -r <(grep -E '^torch' scripts/requirements-test.txt)
+# torch first: the build, isolated by pip, must find the venv's torch and build tessera.torch's
+# compiled ops against it. It is .venv's torch (and its requirements), linked in by a .pth file
+# rather than downloaded a second time (tests/packaging/link_dists.py).
+"$py" tests/packaging/link_dists.py "$PWD/build/pip-venv/torch-dists" torch
+echo "$PWD/build/pip-venv/torch-dists" > "$(build/pip-venv/bin/python -c \
+  'import sysconfig; print(sysconfig.get_path("purelib"))')/torch_dists.pth"
 build/pip-venv/bin/python -m pip install -q --disable-pip-version-check \
   -C build-dir=build/pip-build -C cmake.define.TESSERA_CUDA=OFF .
 version="$(cat VERSION)"
