@@ -51,4 +51,11 @@ if ! .venv/bin/python -m pip --version >/dev/null 2>&1; then
   # A current pip: Debian 12's (23.0) shows no PEP 639 license in `pip show`.
   .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
 fi
-.venv/bin/python -m pip install -q --disable-pip-version-check -r "scripts/requirements-$mode.txt"
+# Three tries: a download cut off mid-wheel (PyTorch's CUDA wheels are 2.5 GB) is the network's
+# failure, not the requirements'; a real error fails all three and stops the script.
+for try in 1 2 3; do
+  .venv/bin/python -m pip install -q --disable-pip-version-check -r "scripts/requirements-$mode.txt" &&
+    break
+  [ "$try" = 3 ] && { echo "install_deps: pip install failed three times" >&2; exit 1; }
+  echo "install_deps: pip install failed (try $try of 3); trying again" >&2
+done
