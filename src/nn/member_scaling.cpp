@@ -152,6 +152,8 @@ bool reads_through_layout(const QuantizerConfig& c, bool rowwise, bool columnwis
                           const TensorView& x, int64_t rows) {
   if (!x.device.is_cuda() || x.ndim != 2) return false;
   if (is_family(c.mode, ScaleFamily::kTensor)) return true;
+  // The block family: the cast-transpose kernel reads the rows through the layout itself.
+  if (::tessera::detail::takes_layout_rows(c, x)) return true;
   if (!is_family(c.mode, ScaleFamily::kRowwise) || !columnwise) return false;
   // The copies' bases as carve_quantized places them: any 256-byte aligned address.
   auto* carved = reinterpret_cast<uint8_t*>(uintptr_t{256});
@@ -238,6 +240,21 @@ void quantize_role_members(const RoleFormat& format, bool rowwise, bool columnwi
     lines.row_quant = line_rule(c, cols);
     fused_rows = cuda::lines_fused(lines);
     if (!fused_rows) lines.row_data = nullptr, lines.row_scale_inv = nullptr;
+  }
+  // Neither usage scaled per member and the quantizer reads x through the layout: one pass.
+  if (members.sources != nullptr && !m_row && !m_col &&
+      ::tessera::detail::takes_layout_rows(c, x)) {
+    QuantizedTensorView part = out;
+    if (!rowwise) part.data = part.scale_inv = part.amax = TensorView{};
+    if (!columnwise) {
+      part.columnwise_data = part.columnwise_scale_inv = part.columnwise_amax = TensorView{};
+    }
+    TESSERA_CHECK(members.starts != nullptr && members.aligned16, role,
+                  ": reading x through the layout needs group starts on multiples of 16 rows");
+    const ::tessera::detail::LayoutRows layout{members.starts, members.sources, members.groups,
+                                               x.shape[0]};
+    ::tessera::detail::quantize_through_layout(c, x, layout, part, stream);
+    return;
   }
   const bool own_rows = rowwise && !m_row && !fused_rows;
   if (own_rows || (columnwise && !m_col)) {  // the standalone usages

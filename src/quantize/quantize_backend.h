@@ -4,6 +4,9 @@
 // produce (`rowwise` / `columnwise`), with the shapes of types.h, on that device.
 #pragma once
 
+#include <cstdint>
+
+#include "tessera/core/macros.h"
 #include "tessera/core/stream.h"
 #include "tessera/core/tensor_view.h"
 #include "tessera/quantize/types.h"
@@ -118,5 +121,54 @@ void quantize_nvfp4_members_cuda(const QuantizerConfig& config, const TensorView
 void quantize_nvfp4_members(const QuantizerConfig& config, const TensorView& x,
                             const TensorView& offsets, const QuantizedTensorView& out,
                             Stream stream);
+
+// ---- reading x through a group layout (the training step's padded token layout) -------------
+// The matrix quantized, (rows, K), is not materialized: row r is row src[g] + (r − dst[g]) of x
+// (x_rows, K), where dst[g] <= r < dst[g+1], while that row is below src[g+1] and x_rows; every
+// other row (a group's padding, rows past dst[groups]) is zero. dst and src: groups + 1 int64 on
+// x's device, ascending from 0. So the result is bit for bit the quantization of
+// pad_tokens(x, src, dst) (nn/token_padding.h) without that copy's pass over memory.
+struct LayoutRows {
+  const int64_t* dst = nullptr;
+  const int64_t* src = nullptr;
+  int64_t groups = 0;
+  int64_t x_rows = 0;
+
+  // x's row for row r of the matrix, or -1 (a zero row); *end (if given): where the rows of x
+  // of r's group end (x's row for r + j is the result + j while that is below *end). Binary
+  // search over dst.
+  TESSERA_HD int64_t source_row(int64_t r, int64_t* end = nullptr) const {
+    if (groups <= 0 || r < 0 || r >= dst[groups]) return -1;
+    int64_t lo = 0, hi = groups - 1;  // the last g with dst[g] <= r
+    while (lo < hi) {
+      const int64_t mid = (lo + hi + 1) / 2;
+      if (dst[mid] <= r) lo = mid; else hi = mid - 1;
+    }
+    const int64_t stop = src[lo + 1] < x_rows ? src[lo + 1] : x_rows;
+    if (end != nullptr) *end = stop;
+    const int64_t i = src[lo] + (r - dst[lo]);
+    return i < stop ? i : -1;
+  }
+};
+
+// Whether quantize_through_layout takes `config` for x (K = cols) on x's device: CUDA, FP8 block
+// 1x128 / 128x128 (the cast-transpose kernel), and the switch on (layout_reads()).
+bool takes_layout_rows(const QuantizerConfig& config, const TensorView& x);
+// out (its rows, K): `config`'s usages out has (rowwise / columnwise) of the matrix `layout`
+// reads from x, as Quantizer(config).quantize would give for the padded copy. Every dst[g] must
+// be a multiple of 4 (the kernel's patch rows lie in one group). Only where takes_layout_rows
+// says so; asynchronous on `stream`, no host sync.
+void quantize_through_layout(const QuantizerConfig& config, const TensorView& x,
+                             const LayoutRows& layout, const QuantizedTensorView& out,
+                             Stream stream);
+// The switch of the layout reads: off unless TESSERA_LAYOUT_READS=1 at the first read or
+// set_layout_reads(true) (tests, A/B timings) until its CUDA tests have run on a GPU; the step
+// otherwise quantizes a padded copy. Switch between steps only.
+bool layout_reads();
+void set_layout_reads(bool on);
+// The CUDA part of quantize_through_layout (arguments checked); kNoDevice without CUDA.
+void quantize_through_layout_cuda(const QuantizerConfig& config, const TensorView& x,
+                                  const LayoutRows& layout, const QuantizedTensorView& out,
+                                  const QuantizeRequest& req, Stream stream);
 
 }  // namespace tessera::detail

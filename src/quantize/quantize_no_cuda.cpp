@@ -41,4 +41,11 @@ void quantize_nvfp4_members_cuda(const QuantizerConfig&, const TensorView& x, co
                " but tessera was built without CUDA");
 }
 
+void quantize_through_layout_cuda(const QuantizerConfig&, const TensorView& x,
+                                  const LayoutRows&, const QuantizedTensorView&,
+                                  const QuantizeRequest&, Stream) {
+  TESSERA_FAIL(Status::kNoDevice, "quantize_through_layout: x is on ", to_string(x.device),
+               " but tessera was built without CUDA");
+}
+
 }  // namespace tessera::detail

@@ -3,7 +3,10 @@
 #include "tessera/quantize/quantizer.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "quantize/cpu/cpu_kernels.h"
@@ -250,6 +253,51 @@ void quantize_nvfp4_members(const QuantizerConfig& config, const TensorView& x,
     return quantize_nvfp4_members_cuda(config, x, offsets.as<const int64_t>(), groups, out, stream);
   }
   cpu::quantize_nvfp4_members(config, x, offsets.as<const int64_t>(), groups, out);
+}
+
+namespace {
+std::atomic<bool>& layout_reads_switch() {
+  static std::atomic<bool> on = [] {
+    const char* v = std::getenv("TESSERA_LAYOUT_READS");
+    return v != nullptr && std::string(v) == "1";
+  }();
+  return on;
+}
+}  // namespace
+
+bool layout_reads() { return layout_reads_switch().load(std::memory_order_relaxed); }
+void set_layout_reads(bool on) { layout_reads_switch().store(on, std::memory_order_relaxed); }
+
+bool takes_layout_rows(const QuantizerConfig& config, const TensorView& x) {
+  if (!layout_reads() || !x.device.is_cuda() || config.delayed) return false;
+  if (!is_family(config.mode, ScaleFamily::kBlock)) return false;
+  const ScalingModeInfo& info = scaling_mode_info(config.mode);
+  return info.block_cols == 128 && (info.block_rows == 1 || info.block_rows == 128);
+}
+
+void quantize_through_layout(const QuantizerConfig& config, const TensorView& x,
+                             const LayoutRows& layout, const QuantizedTensorView& out,
+                             Stream stream) {
+  check_input(x, x.device);
+  TESSERA_CHECK(takes_layout_rows(config, x), "quantize_through_layout: ",
+                scaling_mode_name(config.mode), " on ", to_string(x.device),
+                " does not read through a layout (takes_layout_rows)");
+  TESSERA_CHECK_STATUS(out.cols == x.shape[1] && layout.x_rows == x.shape[0] &&
+                           layout.groups >= 1 && layout.dst != nullptr && layout.src != nullptr,
+                       Status::kShapeMismatch, "quantize_through_layout: x ", x.to_string(),
+                       " read as ", layout.groups, " groups of ", layout.x_rows,
+                       " rows into a copy of (", out.rows, ", ", out.cols, ")");
+  TESSERA_CHECK(out.config.mode == config.mode && out.config.element == config.element,
+                "quantize_through_layout: out was allocated for ",
+                scaling_mode_name(out.config.mode), "/", dtype_name(out.config.element));
+  QuantizeRequest req;
+  req.rowwise = out.has_rowwise();
+  req.columnwise = out.has_columnwise();
+  TESSERA_CHECK(req.rowwise || req.columnwise, "quantize_through_layout: out has no usage");
+  if (req.rowwise) check_usage_buffers(out, false, x.device);
+  if (req.columnwise) check_usage_buffers(out, true, x.device);
+  if (out.rows == 0 || out.cols == 0) return quantize_empty_cuda(config, out, req, x.device, stream);
+  quantize_through_layout_cuda(config, x, layout, out, req, stream);
 }
 
 }  // namespace detail

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "nn_test_util.h"
+#include "quantize/quantize_backend.h"
 #include "tessera/core/buffer.h"
 #include "tessera/core/status.h"
 #include "tessera/formats/half.h"
@@ -358,6 +359,21 @@ TEST(GroupedLinearCuda, WideCopiesOfBf16InputsMatchCpu) {
     EXPECT_EQ(compare_member_operands(r, {16, 2900, 0, 700, 3}, 1040, 528, true), "") << r;
     EXPECT_EQ(compare_member_operands(r, big, 1296, 1040, true), "") << r << " (large)";
   }
+}
+
+// FP8 block with x and dy read through the padded layout (detail::layout_reads on: the
+// cast-transpose kernel finds each row of the layout in x itself, no padded copy is made): the
+// step against the CPU with host and device splits, and the copies of ragged BF16 members (an
+// empty one, a 1-row one, sizes off the 128-row grid) equal to the CPU's bit for bit.
+TEST(GroupedLinearCuda, BlockCopiesReadThroughTheLayoutMatchCpu) {
+  if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  const bool was = ::tessera::detail::layout_reads();
+  ::tessera::detail::set_layout_reads(true);
+  EXPECT_EQ(compare_linear("fp8_block", false), "");
+  EXPECT_EQ(compare_linear("fp8_block", true), "");
+  EXPECT_EQ(compare_member_operands("fp8_block", {300, 0, 129, 1, 640}, 256, 384, true), "");
+  EXPECT_EQ(compare_member_operands("fp8_block", {5, 250, 0, 131}, 200, 256), "");
+  ::tessera::detail::set_layout_reads(was);
 }
 
 // Skewed routing over many experts: most have no rows (more than one CTA's 256 members, so the

@@ -162,8 +162,10 @@ void quantize_rowwise(const QuantizerConfig& cfg, const TensorView& x,
 }
 
 // FP8 block scaling (1x128 / 128x128): the cast-transpose kernel with in-tile block amaxes.
+// `layout`: x read through it (quantize_through_layout), else x itself.
 void quantize_block(const QuantizerConfig& cfg, const ScalingModeInfo& info, const TensorView& x,
-                    const QuantizedTensorView& out, const QuantizeRequest& req, cudaStream_t s) {
+                    const QuantizedTensorView& out, const QuantizeRequest& req, cudaStream_t s,
+                    const LayoutRows& layout = {}) {
   const int64_t M = out.rows, K = out.cols;
   // The cast-transpose tile is 128x128: it holds 128 1x128 blocks or one 128x128 block.
   TESSERA_CHECK_STATUS(cuda_quant::fp8_block_kernel_fits(info), Status::kUnsupported, "quantize: ", info.name, " (", info.block_rows, "x",
@@ -181,6 +183,7 @@ void quantize_block(const QuantizerConfig& cfg, const ScalingModeInfo& info, con
   a.row_scale.eps = cfg.amax_epsilon;
   a.row_scale.pow2 = cfg.power_of_two_scales;
   a.same_scale = tile;
+  a.layout = layout;
   const int64_t kb = ceil_div(K, 128), mb = ceil_div(M, 128);
   if (req.rowwise) {
     a.q_row = out.data.as<uint8_t>();
@@ -356,6 +359,14 @@ void quantize_cuda(const QuantizerConfig& config, const TensorView& x,
       quantize_nvfp4(config, x, out, req, s);
     }
   });
+}
+
+void quantize_through_layout_cuda(const QuantizerConfig& config, const TensorView& x,
+                                  const LayoutRows& layout, const QuantizedTensorView& out,
+                                  const QuantizeRequest& req, Stream stream) {
+  TESSERA_CUDA_CHECK(cudaSetDevice(x.device.index));
+  quantize_block(config, scaling_mode_info(config.mode), x, out, req, stream.as<cudaStream_t>(),
+                 layout);
 }
 
 void delayed_update_cuda(const QuantizerConfig& config, float* scale, float* amax_history,

@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "tessera/core/dtype.h"
+#include "quantize/quantize_backend.h"
 #include "tessera/quantize/types.h"
 
 namespace tessera::detail::cuda_quant {
@@ -62,6 +63,10 @@ struct Fp8CastArgs {
   int64_t row_block_ld = 0;
   float* col_block_sinv = nullptr;
   int64_t col_block_ld = 0;
+  // Rows of x read through a group layout (quantize_through_layout; dst == nullptr: x's own rows,
+  // rows x rows): the (rows, cols) matrix quantized is layout's view of x, every dst[g] a
+  // multiple of the kernel's 4-row patch.
+  LayoutRows layout{};
 };
 
 // fp8_cast_transpose/: amax of a whole tensor into *amax_bits (atomic max; caller zeroes it first).

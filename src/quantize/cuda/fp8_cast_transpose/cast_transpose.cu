@@ -154,6 +154,21 @@ __device__ __forceinline__ void cast_transpose_tile(const Fp8CastArgs& a, int64_
   const int64_t m = m0 + lm, k = k0 + lk;
   const In* x = static_cast<const In*>(a.x);
   const bool fast = vec_ok && m < M && k < K;  // vec_ok: M % 4 == 0, K % 16 == 0, aligned
+  // x's row of each patch row, -1 for a zero row (rows < 2^31: the launchers' tile limits).
+  // Through a layout the 4 rows lie in one group (its starts are multiples of 4): one search
+  // gives the first and where the group's rows of x end.
+  int32_t src[kPatchRows];
+  if (a.layout.dst != nullptr) {
+    int64_t end = 0;
+    const int64_t s0 = a.layout.source_row(m, &end);
+#pragma unroll
+    for (int r = 0; r < kPatchRows; ++r) {
+      src[r] = s0 >= 0 && s0 + r < end ? static_cast<int32_t>(s0 + r) : -1;
+    }
+  } else {
+#pragma unroll
+    for (int r = 0; r < kPatchRows; ++r) src[r] = m + r < M ? static_cast<int32_t>(m + r) : -1;
+  }
 
   float v[kPatchRows][kPatchCols];
   if (fast) {
@@ -163,7 +178,12 @@ __device__ __forceinline__ void cast_transpose_tile(const Fp8CastArgs& a, int64_
 #pragma unroll
       for (int c = 0; c < kPatchCols; c += kVec) {
         float tmp[kVec];
-        load_vec<In, kVec>(x + (m + r) * K + k + c, tmp);
+        if (src[r] >= 0) {
+          load_vec<In, kVec>(x + int64_t{src[r]} * K + k + c, tmp);
+        } else {
+#pragma unroll
+          for (int j = 0; j < kVec; ++j) tmp[j] = 0.0f;
+        }
 #pragma unroll
         for (int j = 0; j < kVec; ++j) v[r][c + j] = tmp[j];
       }
@@ -173,8 +193,8 @@ __device__ __forceinline__ void cast_transpose_tile(const Fp8CastArgs& a, int64_
     for (int r = 0; r < kPatchRows; ++r) {
 #pragma unroll
       for (int c = 0; c < kPatchCols; ++c) {
-        const bool in = m + r < M && k + c < K;
-        v[r][c] = in ? load_float(x[(m + r) * K + k + c]) : 0.0f;
+        const bool in = m + r < M && src[r] >= 0 && k + c < K;
+        v[r][c] = in ? load_float(x[int64_t{src[r]} * K + k + c]) : 0.0f;
       }
     }
   }
