@@ -186,6 +186,7 @@ TensorView padded_copy(const TensorView& x, const LinearSaved& saved, Carver& tm
 detail::Members members(const LinearSpec& s, const LinearSaved& layout) {
   detail::Members m{layout.padded_starts.as<const int64_t>(), s.groups, 0};
   m.aligned16 = s.wgrad_align % 16 == 0;
+  m.align = s.wgrad_align;
   return m;
 }
 

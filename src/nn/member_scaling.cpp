@@ -152,7 +152,7 @@ bool reads_through_layout(const QuantizerConfig& c, bool rowwise, bool columnwis
                           const TensorView& x, int64_t rows) {
   if (!x.device.is_cuda() || x.ndim != 2) return false;
   if (is_family(c.mode, ScaleFamily::kTensor)) return true;
-  // The block family: the cast-transpose kernel reads the rows through the layout itself.
+  // FP8 block and MXFP8: their kernels read the rows through the layout themselves.
   if (::tessera::detail::takes_layout_rows(c, x)) return true;
   if (!is_family(c.mode, ScaleFamily::kRowwise) || !columnwise) return false;
   // The copies' bases as carve_quantized places them: any 256-byte aligned address.
@@ -249,10 +249,10 @@ void quantize_role_members(const RoleFormat& format, bool rowwise, bool columnwi
     if (!columnwise) {
       part.columnwise_data = part.columnwise_scale_inv = part.columnwise_amax = TensorView{};
     }
-    TESSERA_CHECK(members.starts != nullptr && members.aligned16, role,
-                  ": reading x through the layout needs group starts on multiples of 16 rows");
+    TESSERA_CHECK(members.starts != nullptr && members.align > 0, role,
+                  ": reading x through the layout needs the layout's group alignment");
     const ::tessera::detail::LayoutRows layout{members.starts, members.sources, members.groups,
-                                               x.shape[0]};
+                                               x.shape[0], members.align};
     ::tessera::detail::quantize_through_layout(c, x, layout, part, stream);
     return;
   }

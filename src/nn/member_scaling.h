@@ -47,6 +47,8 @@ struct Members {
   // Every member starts on a multiple of 16 rows (the step's padded layouts, align >= 16): the
   // wide activation kernels then find the member once per 16 rows.
   bool aligned16 = false;
+  // Every start is a multiple of `align` rows (the step's layouts: its wgrad_align; 0: not known).
+  int64_t align = 0;
 
   TESSERA_HD int64_t source_row(int64_t g, int64_t r) const {
     if (!sources) return r;
@@ -168,7 +170,8 @@ void update_member_state(const QuantizerConfig& c, const DelayedScalingState& st
 // Whether quantize_role_members can read x (T rows) through the layout (`members.sources` = the
 // caller's group starts) instead of a padded copy: every usage asked for comes from the member
 // kernels that take the map (CUDA: per-tensor current scaling; the rowwise family's wide
-// passes, 16-bit x with cols % 8 == 0 and aligned data).
+// passes, 16-bit x with cols % 8 == 0 and aligned data; FP8 block and MXFP8 where
+// ::tessera::detail::takes_layout_rows says so).
 // `rows`: the copy's rows; the copies are carve_quantized's (256-byte aligned).
 bool reads_through_layout(const QuantizerConfig& c, bool rowwise, bool columnwise,
                           const TensorView& x, int64_t rows);

@@ -126,13 +126,16 @@ void quantize_nvfp4_members(const QuantizerConfig& config, const TensorView& x,
 // The matrix quantized, (rows, K), is not materialized: row r is row src[g] + (r − dst[g]) of x
 // (x_rows, K), where dst[g] <= r < dst[g+1], while that row is below src[g+1] and x_rows; every
 // other row (a group's padding, rows past dst[groups]) is zero. dst and src: groups + 1 int64 on
-// x's device, ascending from 0. So the result is bit for bit the quantization of
-// pad_tokens(x, src, dst) (nn/token_padding.h) without that copy's pass over memory.
+// x's device, ascending from 0; every dst[g] a multiple of `align` (the caller's promise, which
+// the kernels rely on: their row tiles lie in one group). So the result is bit for bit the
+// quantization of pad_tokens(x, src, dst) (nn/token_padding.h) without that copy's pass over
+// memory.
 struct LayoutRows {
   const int64_t* dst = nullptr;
   const int64_t* src = nullptr;
   int64_t groups = 0;
   int64_t x_rows = 0;
+  int64_t align = 0;
 
   // x's row for row r of the matrix, or -1 (a zero row); *end (if given): where the rows of x
   // of r's group end (x's row for r + j is the result + j while that is below *end). Binary
@@ -151,13 +154,17 @@ struct LayoutRows {
   }
 };
 
-// Whether quantize_through_layout takes `config` for x (K = cols) on x's device: CUDA, FP8 block
-// 1x128 / 128x128 (the cast-transpose kernel), and the switch on (layout_reads()).
+// Whether quantize_through_layout takes `config` for x on x's device: CUDA, the switch on
+// (layout_reads()), and FP8 block 1x128 / 128x128 (the cast-transpose kernel) or MXFP8 (the
+// tile kernel). Nothing else of x is looked at (its data is never read).
 bool takes_layout_rows(const QuantizerConfig& config, const TensorView& x);
+// The alignment quantize_through_layout needs of a layout's dst starts for `config`: 4 rows for
+// FP8 block (the cast's patch), 32 for MXFP8 (its tile).
+int64_t layout_rows_align(const QuantizerConfig& config);
 // out (its rows, K): `config`'s usages out has (rowwise / columnwise) of the matrix `layout`
-// reads from x, as Quantizer(config).quantize would give for the padded copy. Every dst[g] must
-// be a multiple of 4 (the kernel's patch rows lie in one group). Only where takes_layout_rows
-// says so; asynchronous on `stream`, no host sync.
+// reads from x, as Quantizer(config).quantize would give for the padded copy. layout.align must
+// be a multiple of layout_rows_align(config). Only where takes_layout_rows says so; asynchronous
+// on `stream`, no host sync.
 void quantize_through_layout(const QuantizerConfig& config, const TensorView& x,
                              const LayoutRows& layout, const QuantizedTensorView& out,
                              Stream stream);

@@ -270,9 +270,14 @@ void set_layout_reads(bool on) { layout_reads_switch().store(on, std::memory_ord
 
 bool takes_layout_rows(const QuantizerConfig& config, const TensorView& x) {
   if (!layout_reads() || !x.device.is_cuda() || config.delayed) return false;
+  if (is_family(config.mode, ScaleFamily::kMXFP8)) return true;
   if (!is_family(config.mode, ScaleFamily::kBlock)) return false;
   const ScalingModeInfo& info = scaling_mode_info(config.mode);
   return info.block_cols == 128 && (info.block_rows == 1 || info.block_rows == 128);
+}
+
+int64_t layout_rows_align(const QuantizerConfig& config) {
+  return is_family(config.mode, ScaleFamily::kMXFP8) ? 32 : 4;
 }
 
 void quantize_through_layout(const QuantizerConfig& config, const TensorView& x,
@@ -287,6 +292,10 @@ void quantize_through_layout(const QuantizerConfig& config, const TensorView& x,
                        Status::kShapeMismatch, "quantize_through_layout: x ", x.to_string(),
                        " read as ", layout.groups, " groups of ", layout.x_rows,
                        " rows into a copy of (", out.rows, ", ", out.cols, ")");
+  const int64_t align = layout_rows_align(config);
+  TESSERA_CHECK(layout.align > 0 && layout.align % align == 0, "quantize_through_layout: ",
+                scaling_mode_name(config.mode), " reads a layout whose groups start on multiples "
+                "of ", align, " rows; this one promises ", layout.align);
   TESSERA_CHECK(out.config.mode == config.mode && out.config.element == config.element,
                 "quantize_through_layout: out was allocated for ",
                 scaling_mode_name(out.config.mode), "/", dtype_name(out.config.element));

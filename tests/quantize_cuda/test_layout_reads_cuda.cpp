@@ -1,11 +1,12 @@
 // Quantizing x through a group layout on CUDA (detail::quantize_through_layout: the FP8 block
-// cast-transpose kernel reading each row of the padded layout from x) equals the CPU quantizer
-// applied to the padded copy made on the host, byte for byte: codes, scales, zeros in every
-// padding row and past the last group (the device buffers start poisoned). FP8 block 1x128 and
-// 128x128, each usage alone and both, float32 / bfloat16 / float16 with NaN / Inf, ragged and
-// empty groups, the tail of x past the last group (never read), K on and off the kernel's
-// 16-column vector grid. Also the switch (takes_layout_rows). The device cases skip without a
-// GPU.
+// cast-transpose kernel and the MXFP8 tile kernel reading each row of the padded layout from x)
+// equals the CPU quantizer applied to the padded copy made on the host, byte for byte: codes,
+// scales, zeros in every padding row and past the last group (the device buffers start
+// poisoned). FP8 block 1x128 and 128x128, MXFP8 and MXFP8 32x32 (compact and swizzled scales),
+// each usage alone and both, float32 / bfloat16 / float16 with NaN / Inf, ragged and empty
+// groups, the tail of x past the last group (never read), K on and off the kernels' vector
+// grids. Also the map itself (LayoutRows::source_row) and the switch (takes_layout_rows), which
+// run without a GPU; the device cases skip without one.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -74,7 +75,7 @@ std::string layout_vs_padded_cpu(const QuantizerConfig& config, const LayoutCase
   copy_bytes(offs.data(), d, dst.data(), Device::cpu(), static_cast<size_t>(8 * (G + 1)));
   auto* dev_dst = static_cast<int64_t*>(offs.data());
   copy_bytes(dev_dst + G + 1, d, src.data(), Device::cpu(), static_cast<size_t>(8 * (G + 1)));
-  detail::LayoutRows layout{dev_dst, dev_dst + G + 1, G, T};
+  detail::LayoutRows layout{dev_dst, dev_dst + G + 1, G, T, c.align};
   detail::quantize_through_layout(config, dx.view, layout, gpu.view(), {});
   QuantizedTensor back = qc.allocate(P, K);
   test::copy_to_host(gpu.view(), back.view());
@@ -87,24 +88,45 @@ std::vector<LayoutCase> layout_cases() {
       {{200, 0, 77, 1, 128}, 5, 128, 384},  // ragged, an empty group, x's tail past the groups
       {{3, 130, 0}, 0, 128, 200},           // K off the 16-column grid: the per-element path
       {{17, 33, 64}, 9, 16, 128},           // the 16-row layout (tiles span several groups)
+      {{40, 1, 0, 95}, 3, 32, 96},          // the 32-row layout (MXFP8's), K off 64
+      {{31, 64, 2}, 0, 32, 100},            // K off the 32-column blocks: MXFP8's partial path
       {{0, 0}, 7, 128, 128},                // no row in any group
   };
+}
+
+// The configs read through a layout: FP8 block 1x128 and 128x128, MXFP8 and MXFP8 32x32 with
+// compact and swizzled scales.
+std::vector<QuantizerConfig> layout_configs() {
+  std::vector<QuantizerConfig> out;
+  for (const ScalingMode mode : {ScalingMode::kBlock1x128, ScalingMode::kBlock128x128,
+                                 ScalingMode::kMXFP8, ScalingMode::kMXFP8_32x32}) {
+    out.push_back(make_config(mode));
+    if (is_family(mode, ScaleFamily::kMXFP8)) {
+      out.push_back(make_config(mode));
+      out.back().scale_layout = ScaleLayout::kSwizzled;
+    }
+  }
+  return out;
 }
 
 TEST(LayoutReadsCuda, EqualsTheCpuOnThePaddedCopy) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   LayoutReadsOn on;
-  for (const ScalingMode mode : {ScalingMode::kBlock1x128, ScalingMode::kBlock128x128}) {
+  for (const QuantizerConfig& base : layout_configs()) {
+    const ScalingMode mode = base.mode;
     for (const auto& [row, col] : {std::pair{true, true}, std::pair{true, false},
                                    std::pair{false, true}}) {
-      QuantizerConfig config = make_config(mode);
+      QuantizerConfig config = base;
       config.rowwise = row;
       config.columnwise = col;
       for (const LayoutCase& c : layout_cases()) {
+        if (c.align % detail::layout_rows_align(config) != 0) continue;
         for (const DType dt : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
           for (const int64_t extra : {int64_t{0}, int64_t{128}}) {
             std::ostringstream trace;
-            trace << scaling_mode_name(mode) << (row ? " rowwise" : "")
+            trace << scaling_mode_name(mode)
+                  << (config.scale_layout == ScaleLayout::kSwizzled ? " swizzled" : "")
+                  << (row ? " rowwise" : "")
                   << (col ? " columnwise" : "") << ' ' << c.name() << ' ' << dtype_name(dt)
                   << " extra " << extra;
             SCOPED_TRACE(trace.str());
@@ -130,7 +152,7 @@ TEST(LayoutReadsCuda, SourceRowIsThePaddedCopysRow) {
       for (int64_t r = 0; r < dst[g + 1] - dst[g]; ++r) want.push_back(r < c.counts[g] ? src[g] + r : -1);
     }
     for (int64_t r = 0; r < c.align; ++r) want.push_back(-1);  // past the last group
-    const detail::LayoutRows layout{dst.data(), src.data(), G, src[G] + c.tail};
+    const detail::LayoutRows layout{dst.data(), src.data(), G, src[G] + c.tail, c.align};
     for (int64_t r = 0; r < static_cast<int64_t>(want.size()); ++r) {
       int64_t end = -7;
       ASSERT_EQ(layout.source_row(r, &end), want[r]) << "row " << r;
@@ -153,8 +175,10 @@ TEST(LayoutReadsCuda, TakesOnlyTheBlockFamilyOnCudaWithTheSwitchOn) {
   detail::set_layout_reads(true);
   EXPECT_TRUE(detail::takes_layout_rows(make_config(ScalingMode::kBlock1x128), x));
   EXPECT_TRUE(detail::takes_layout_rows(make_config(ScalingMode::kBlock128x128), x));
-  for (const ScalingMode m : {ScalingMode::kTensor, ScalingMode::kRowwise, ScalingMode::kMXFP8,
-                              ScalingMode::kNVFP4}) {
+  EXPECT_TRUE(detail::takes_layout_rows(make_config(ScalingMode::kMXFP8), x));
+  EXPECT_TRUE(detail::takes_layout_rows(make_config(ScalingMode::kMXFP8_32x32), x));
+  for (const ScalingMode m : {ScalingMode::kTensor, ScalingMode::kRowwise, ScalingMode::kNVFP4,
+                              ScalingMode::kNVFP4_16x16}) {
     EXPECT_FALSE(detail::takes_layout_rows(make_config(m), x)) << scaling_mode_name(m);
   }
   const TensorView host = TensorView::contiguous(reinterpret_cast<void*>(uintptr_t{256}),

@@ -201,12 +201,15 @@ void quantize_block(const QuantizerConfig& cfg, const ScalingModeInfo& info, con
   cuda_quant::launch_fp8_cast_transpose(a, s);
 }
 
+// `layout`: x read through it (quantize_through_layout), else x itself.
 void quantize_mxfp8(const QuantizerConfig& cfg, const TensorView& x,
-                    const QuantizedTensorView& out, const QuantizeRequest& req, cudaStream_t s) {
+                    const QuantizedTensorView& out, const QuantizeRequest& req, cudaStream_t s,
+                    const LayoutRows& layout = {}) {
   fp8_max_finite(cfg.element);  // validates the element (e4m3 / e5m2)
   cuda_quant::MxArgs a = cuda_quant::mx_args_of(cfg, x.data, x.dtype);
   a.rows = out.rows;
   a.cols = out.cols;
+  a.layout = layout;
   const int64_t row_blocks = ceil_div(out.cols, 32), col_blocks = ceil_div(out.rows, 32);
   if (req.rowwise) {
     a.q_row = out.data.as<uint8_t>();
@@ -365,8 +368,9 @@ void quantize_through_layout_cuda(const QuantizerConfig& config, const TensorVie
                                   const LayoutRows& layout, const QuantizedTensorView& out,
                                   const QuantizeRequest& req, Stream stream) {
   TESSERA_CUDA_CHECK(cudaSetDevice(x.device.index));
-  quantize_block(config, scaling_mode_info(config.mode), x, out, req, stream.as<cudaStream_t>(),
-                 layout);
+  const auto s = stream.as<cudaStream_t>();
+  if (is_family(config.mode, ScaleFamily::kMXFP8)) return quantize_mxfp8(config, x, out, req, s, layout);
+  quantize_block(config, scaling_mode_info(config.mode), x, out, req, s, layout);
 }
 
 void delayed_update_cuda(const QuantizerConfig& config, float* scale, float* amax_history,

@@ -100,6 +100,9 @@ struct MxArgs {
   uint8_t* q_col = nullptr;      // (M, K)
   uint8_t* s_col = nullptr;      // (ceil(M/32), K) or swizzled (transpose, padded)
   int64_t s_col_padded_cols = 0;
+  // Rows of x read through a group layout (quantize_through_layout; dst == nullptr: x's own
+  // rows): every dst[g] a multiple of the 32-row tile, so a tile lies in one group.
+  LayoutRows layout{};
 };
 void launch_mxfp8(const MxArgs& args, cudaStream_t stream);
 // The config-derived fields of MxArgs (element, 32x32 tiles, rounding rule, layout); the caller

@@ -33,7 +33,7 @@ constexpr int kDefaultMinBlocks = 5;
 template <class In>
 __device__ __forceinline__ MxTensor<In> whole_tensor(const MxArgs& a) {
   return {static_cast<const In*>(a.x), a.rows, a.cols, a.q_row, a.s_row, a.q_col, a.s_col,
-          a.s_row_padded_cols, a.s_col_padded_cols};
+          a.s_row_padded_cols, a.s_col_padded_cols, a.layout};
 }
 
 // Member i of a grouped launch: rows [off_i / K, off_{i+1} / K) of the buffers in `a`.
@@ -156,7 +156,8 @@ void launch_mxfp8(const MxArgs& a, cudaStream_t stream) {
                        aligned16(a.q_col);
   // The rowwise kernel indexes scales in 32 bits: the padded scale matrix must stay below 2^31.
   const int64_t padded_scales = ceil_div(a.rows, 128) * 128 * ceil_div(a.cols / mx::kBlock, 4) * 4;
-  if (aligned && a.q_col == nullptr && !a.tile32x32 && padded_scales < (int64_t{1} << 31)) {
+  if (aligned && a.q_col == nullptr && !a.tile32x32 && a.layout.dst == nullptr &&
+      padded_scales < (int64_t{1} << 31)) {
     launch_mxfp8_rowwise_stream(a, stream);
     return;
   }

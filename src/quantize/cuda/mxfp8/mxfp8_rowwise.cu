@@ -87,7 +87,7 @@ __global__ __launch_bounds__(kThreads) void mxfp8_rowwise_kernel(MxTensor<In> t,
 template <class In, DType DT>
 void launch_typed(const MxArgs& a, cudaStream_t stream) {
   const MxTensor<In> t{static_cast<const In*>(a.x), a.rows, a.cols, a.q_row, a.s_row,
-                       nullptr, nullptr, a.s_row_padded_cols, 0};
+                       nullptr, nullptr, a.s_row_padded_cols, 0, LayoutRows{}};
   const int64_t chunks = a.rows * a.cols / mx::kChunk;
   const int64_t blocks = ceil_div(chunks, int64_t{kThreads} * kUnroll);  // one step per warp
   const DivMod31 nb = DivMod31::make(static_cast<uint32_t>(a.cols / mx::kBlock));

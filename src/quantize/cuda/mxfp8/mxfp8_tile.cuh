@@ -201,6 +201,7 @@ struct MxTensor {
   int64_t M, K;
   uint8_t *q_row, *s_row, *q_col, *s_col;
   int64_t row_pad, col_pad;
+  LayoutRows layout;  // dst != nullptr: the rows of x read through it (MxArgs::layout)
 };
 
 struct MxRule {
@@ -239,10 +240,20 @@ __device__ __forceinline__ void mx_load_tile(const MxTensor<In>& t, int64_t tm, 
   const int64_t m0 = tm * kTileRows + sub;            // this lane's rows: m0 + kSubs j
   const int64_t k = tk * kTileCols + chunk * kChunk;   // this lane's first column
   const int64_t k_left = K - k;                       // columns of the chunk inside x (may be <= 0)
-  const In* xp = t.x + m0 * K + k;
+  // Row m0 + kSubs j of the matrix is row first + kSubs j of x while that is below `end`: x's
+  // own rows, or through the layout one search for the tile's first row (the tile lies in one
+  // group) — a padding row or one past the last group reads as zero.
+  int64_t first = m0, end = t.M;
+  if (t.layout.dst != nullptr) {
+    const int64_t r0 = tm * kTileRows;
+    const int64_t s0 = t.layout.source_row(r0, &end);
+    first = s0 < 0 ? 0 : s0 + sub;
+    if (s0 < 0) end = 0;
+  }
+  const In* xp = t.x + first * K + k;
 #pragma unroll
   for (int j = 0; j < kLaneRows; ++j) {
-    const bool row_in = m0 + kSubs * j < t.M;
+    const bool row_in = m0 + kSubs * j < t.M && first + kSubs * j < end;
     if (kAligned) {
       if (row_in && k_left > 0) {
         raw[j].load(xp + kSubs * j * K);
