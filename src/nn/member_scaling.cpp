@@ -152,8 +152,10 @@ bool reads_through_layout(const QuantizerConfig& c, bool rowwise, bool columnwis
                           const TensorView& x, int64_t rows) {
   if (!x.device.is_cuda() || x.ndim != 2) return false;
   if (is_family(c.mode, ScaleFamily::kTensor)) return true;
-  // FP8 block and MXFP8: their kernels read the rows through the layout themselves.
+  // FP8 block and MXFP8: their kernels read the rows through the layout themselves; so do
+  // NVFP4's tiled member kernels (quantize_nvfp4_members with sources).
   if (::tessera::detail::takes_layout_rows(c, x)) return true;
+  if (member_global_amax(c) && ::tessera::detail::nvfp4_members_take_layout(c, x)) return true;
   if (!is_family(c.mode, ScaleFamily::kRowwise) || !columnwise) return false;
   // The copies' bases as carve_quantized places them: any 256-byte aligned address.
   auto* carved = reinterpret_cast<uint8_t*>(uintptr_t{256});
@@ -200,7 +202,12 @@ void quantize_nvfp4_role_members(const RoleFormat& format, bool rowwise, bool co
     host[members.groups] = members.end(members.groups - 1) * cols;
     offsets = TensorView::contiguous(host.data(), DType::kInt64, {n}, dev);
   }
-  ::tessera::detail::quantize_nvfp4_members(part.config, x, offsets, part, stream);
+  // Through the layout (members.sources): x is the caller's T rows, read by the tiled kernels.
+  const TensorView sources =
+      members.sources == nullptr
+          ? TensorView{}
+          : TensorView::contiguous(const_cast<int64_t*>(members.sources), DType::kInt64, {n}, dev);
+  ::tessera::detail::quantize_nvfp4_members(part.config, x, offsets, part, stream, sources);
 }
 
 }  // namespace
@@ -214,7 +221,8 @@ void quantize_role_members(const RoleFormat& format, bool rowwise, bool columnwi
   // lie on the 16-row grid (the activation layouts always; W_g when out % 16 == 0) — one expert
   // too, so that a layer's copies never depend on its expert count.
   const TensorView& amax = rowwise ? out.amax : out.columnwise_amax;
-  if (member_global_amax(c) && amax.numel() == members.groups && members.sources == nullptr &&
+  if (member_global_amax(c) && amax.numel() == members.groups &&
+      (members.sources == nullptr || ::tessera::detail::nvfp4_members_take_layout(c, x)) &&
       (members.starts != nullptr || members.uniform % 16 == 0)) {
     return quantize_nvfp4_role_members(format, rowwise, columnwise, x, members, out, alloc,
                                        stream);

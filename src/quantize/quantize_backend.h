@@ -113,14 +113,24 @@ void grouped_quantize_contiguous_cuda(const QuantizerConfig& config, const Tenso
 // each; stochastic rounding on its own elements with its own offset, so the caller reserves
 // `groups` offsets). Codes and scales in no member: 0. out: the whole copies of x (rows, K). CUDA: no host sync
 // (quantize_nvfp4_members_cuda); CPU: cpu::quantize_nvfp4_members (host offsets).
+// `sources` (CUDA only; groups + 1 int64 row starts in x on its device): x is read through a
+// layout instead (LayoutRows below, dst = offsets / K, src = sources): member g's rows are x
+// rows [sources[g], min(sources[g+1], x rows)) followed by zero rows, out has the members' rows
+// (out.rows, not x's), and the result is that of the padded copy. Needs the tiled kernels
+// (nvfp4_members_take_layout).
 void quantize_nvfp4_members_cuda(const QuantizerConfig& config, const TensorView& x,
                                  const int64_t* offsets, int64_t groups,
-                                 const QuantizedTensorView& out, Stream stream);
+                                 const QuantizedTensorView& out, Stream stream,
+                                 const int64_t* sources = nullptr);
 // Either backend, x's device: `offsets` int64 (groups + 1) on x's device; out's amax and
-// columnwise_amax hold `groups` values each.
+// columnwise_amax hold `groups` values each. `sources`: as above (CUDA only; empty: none).
 void quantize_nvfp4_members(const QuantizerConfig& config, const TensorView& x,
                             const TensorView& offsets, const QuantizedTensorView& out,
-                            Stream stream);
+                            Stream stream, const TensorView& sources = {});
+// Whether quantize_nvfp4_members reads x through a layout (`sources`) for `config`: CUDA, the
+// switch on (layout_reads()), NVFP4 with 1x16 blocks, K % 16 == 0 and x 16-byte aligned (the
+// tiled kernels).
+bool nvfp4_members_take_layout(const QuantizerConfig& config, const TensorView& x);
 
 // ---- reading x through a group layout (the training step's padded token layout) -------------
 // The matrix quantized, (rows, K), is not materialized: row r is row src[g] + (r − dst[g]) of x

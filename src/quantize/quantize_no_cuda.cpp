@@ -36,7 +36,7 @@ void grouped_quantize_contiguous_cuda(const QuantizerConfig&, const TensorView& 
 }
 
 void quantize_nvfp4_members_cuda(const QuantizerConfig&, const TensorView& x, const int64_t*,
-                                 int64_t, const QuantizedTensorView&, Stream) {
+                                 int64_t, const QuantizedTensorView&, Stream, const int64_t*) {
   TESSERA_FAIL(Status::kNoDevice, "quantize_nvfp4_members: x is on ", to_string(x.device),
                " but tessera was built without CUDA");
 }

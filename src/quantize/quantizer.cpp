@@ -237,7 +237,7 @@ namespace detail {
 
 void quantize_nvfp4_members(const QuantizerConfig& config, const TensorView& x,
                             const TensorView& offsets, const QuantizedTensorView& out,
-                            Stream stream) {
+                            Stream stream, const TensorView& sources) {
   const int64_t groups = offsets.numel() - 1;
   TESSERA_CHECK(offsets.dtype == DType::kInt64 && groups >= 1 && offsets.device == x.device &&
                     offsets.is_contiguous(),
@@ -249,10 +249,28 @@ void quantize_nvfp4_members(const QuantizerConfig& config, const TensorView& x,
                   "quantize_nvfp4_members: the global amax of each copy asked for holds one "
                   "float32 per member (", groups, "), got ", a->to_string());
   }
+  if (sources.data != nullptr) {
+    TESSERA_CHECK(nvfp4_members_take_layout(config, x), "quantize_nvfp4_members: ",
+                  scaling_mode_name(config.mode), " of x ", x.to_string(),
+                  " does not read through a layout (nvfp4_members_take_layout)");
+    TESSERA_CHECK(sources.dtype == DType::kInt64 && sources.numel() == groups + 1 &&
+                      sources.device == x.device && sources.is_contiguous(),
+                  "quantize_nvfp4_members: sources must be ", groups + 1,
+                  " contiguous int64 on x's device, got ", sources.to_string());
+    return quantize_nvfp4_members_cuda(config, x, offsets.as<const int64_t>(), groups, out,
+                                       stream, sources.as<const int64_t>());
+  }
   if (x.device.is_cuda()) {
     return quantize_nvfp4_members_cuda(config, x, offsets.as<const int64_t>(), groups, out, stream);
   }
   cpu::quantize_nvfp4_members(config, x, offsets.as<const int64_t>(), groups, out);
+}
+
+bool nvfp4_members_take_layout(const QuantizerConfig& config, const TensorView& x) {
+  if (!layout_reads() || !x.device.is_cuda() || x.ndim != 2) return false;
+  if (!is_family(config.mode, ScaleFamily::kNVFP4)) return false;
+  if (scaling_mode_info(config.mode).block_rows != 1) return false;  // 1x16 (not the 16x16 tiles)
+  return x.shape[1] % 16 == 0 && reinterpret_cast<uintptr_t>(x.data) % 16 == 0;
 }
 
 namespace {

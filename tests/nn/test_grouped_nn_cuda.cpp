@@ -361,18 +361,18 @@ TEST(GroupedLinearCuda, WideCopiesOfBf16InputsMatchCpu) {
   }
 }
 
-// FP8 block and MXFP8 with x and dy read through the padded layout (detail::layout_reads on:
-// their kernels find each row of the layout in x themselves, no padded copy is made): the step
-// against the CPU with host and device splits, and the copies of ragged members (an empty one,
-// a 1-row one, sizes off the 32- and 128-row grids; BF16 and FP32) equal to the CPU's bit for
-// bit.
+// FP8 block, MXFP8 and NVFP4 with x and dy read through the padded layout
+// (detail::layout_reads on: their kernels find each row of the layout in x themselves, no padded
+// copy is made): the step against the CPU with host and device splits, and the copies of ragged
+// members (an empty one, a 1-row one, sizes off the 16-, 32- and 128-row grids; BF16 and FP32)
+// equal to the CPU's bit for bit.
 TEST(GroupedLinearCuda, CopiesReadThroughTheLayoutMatchCpu) {
   if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
   const bool was = ::tessera::detail::layout_reads();
   ::tessera::detail::set_layout_reads(true);
-  for (const std::string r : {"fp8_block", "mxfp8"}) {
+  for (const std::string r : {"fp8_block", "mxfp8", "nvfp4"}) {
     EXPECT_EQ(compare_linear(r, false), "") << r;
-    EXPECT_EQ(compare_linear(r, true), "") << r;
+    EXPECT_EQ(compare_linear(r == "nvfp4" ? "nvfp4:nosr" : r, true), "") << r;
     EXPECT_EQ(compare_member_operands(r, {300, 0, 129, 1, 640}, 256, 384, true), "") << r;
     EXPECT_EQ(compare_member_operands(r, {5, 250, 0, 131}, 192, 256), "") << r;
   }

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "quantize/nvfp4_members_case.h"
 #include "quantize/quantize_backend.h"
 #include "quantize_cuda/cuda_cases.h"
 #include "tessera/core/device.h"
@@ -138,6 +139,85 @@ TEST(LayoutReadsCuda, EqualsTheCpuOnThePaddedCopy) {
   }
 }
 
+// NVFP4 per member through the layout (quantize_nvfp4_members with sources: the tiled member
+// kernels and both amax passes read member g's rows of x, then zeros): equal to the CPU's
+// quantize_nvfp4_members on the host's padded copy, byte for byte, for the 1x16 configs
+// (compact / swizzled, Hadamard transform, stochastic rounding), both usages and each alone.
+std::string nvfp4_layout_vs_padded_cpu(QuantizerConfig config, const LayoutCase& c, DType dt,
+                                       bool row, bool col) {
+  const Device d = Device::cuda(0);
+  const int64_t G = static_cast<int64_t>(c.counts.size()), K = c.K;
+  std::vector<int64_t> src(G + 1, 0), dst(G + 1, 0);
+  for (int64_t g = 0; g < G; ++g) {
+    src[g + 1] = src[g] + c.counts[g];
+    dst[g + 1] = dst[g] + (c.counts[g] + c.align - 1) / c.align * c.align;
+  }
+  const int64_t T = src[G] + c.tail, P = dst[G] + c.align;  // one zero member-free block after
+  test::HostInput in = test::make_input(dt, T, K, test::InputKind::kSpecials, 9);
+  test::HostInput padded{dt, P, K,
+                         std::vector<uint8_t>(static_cast<size_t>(dtype_bytes(dt, P * K)), 0)};
+  const int64_t row_bytes = dtype_bytes(dt, K);
+  for (int64_t g = 0; g < G; ++g) {
+    if (c.counts[g] == 0) continue;
+    std::memcpy(padded.bytes.data() + dst[g] * row_bytes, in.bytes.data() + src[g] * row_bytes,
+                static_cast<size_t>(c.counts[g] * row_bytes));
+  }
+  std::vector<int64_t> offsets(G + 1);
+  for (int64_t g = 0; g <= G; ++g) offsets[g] = dst[g] * K;
+  config.rowwise = row;
+  config.columnwise = col;
+  test::MembersOutput cpu(config, P, K, G);
+  detail::quantize_nvfp4_members(
+      config, padded.view(), TensorView::contiguous(offsets.data(), DType::kInt64, {G + 1}),
+      cpu.view(), {});
+
+  QuantizedTensor gpu(config, P, K, d);
+  gpu.ensure_usage(true, true);
+  Buffer amax(static_cast<size_t>(8 * G), d), off(static_cast<size_t>(16 * (G + 1)), d);
+  gpu.view().amax = TensorView::contiguous(amax.data(), DType::kFloat32, {G}, d);
+  gpu.view().columnwise_amax =
+      TensorView::contiguous(static_cast<float*>(amax.data()) + G, DType::kFloat32, {G}, d);
+  test::poison(gpu.view());
+  auto* dev_off = static_cast<int64_t*>(off.data());
+  copy_bytes(dev_off, d, offsets.data(), Device::cpu(), static_cast<size_t>(8 * (G + 1)));
+  copy_bytes(dev_off + G + 1, d, src.data(), Device::cpu(), static_cast<size_t>(8 * (G + 1)));
+  test::DeviceInput dx(in);
+  detail::quantize_nvfp4_members(
+      config, dx.view, TensorView::contiguous(dev_off, DType::kInt64, {G + 1}, d), gpu.view(), {},
+      TensorView::contiguous(dev_off + G + 1, DType::kInt64, {G + 1}, d));
+  test::MembersOutput back(config, P, K, G);
+  test::copy_to_host(gpu.view(), back.view());
+  // The usages not asked for: neither side writes them (the CPU's hold zeros, the device's the
+  // poison), so only those asked for are compared.
+  QuantizedTensorView a = cpu.view(), b = back.view();
+  for (QuantizedTensorView* v : {&a, &b}) {
+    if (!row) v->data = v->scale_inv = v->amax = TensorView{};
+    if (!col) v->columnwise_data = v->columnwise_scale_inv = v->columnwise_amax = TensorView{};
+  }
+  return test::compare_quantized(a, b);
+}
+
+TEST(LayoutReadsCuda, Nvfp4MembersEqualTheCpuOnThePaddedCopy) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  LayoutReadsOn on;
+  for (const test::NamedConfig& nc : test::nvfp4_configs()) {
+    if (scaling_mode_info(nc.config.mode).block_rows != 1) continue;  // 16x16: the weights'
+    for (const auto& [row, col] : {std::pair{true, true}, std::pair{true, false},
+                                   std::pair{false, true}}) {
+      for (const LayoutCase& c : layout_cases()) {
+        if (c.K % 16 != 0) continue;  // the tiled kernels' grid (takes the padded copy otherwise)
+        for (const DType dt : {DType::kFloat32, DType::kBFloat16}) {
+          std::ostringstream trace;
+          trace << nc.name << (row ? " rowwise" : "") << (col ? " columnwise" : "") << ' '
+                << c.name() << ' ' << dtype_name(dt);
+          SCOPED_TRACE(trace.str());
+          EXPECT_EQ(nvfp4_layout_vs_padded_cpu(nc.config, c, dt, row, col), "");
+        }
+      }
+    }
+  }
+}
+
 // LayoutRows::source_row (the kernel's map, host logic) against the padded copy's rows written
 // out one by one: every row of the layout, and rows past it; *end where the group's rows of x
 // stop (x's tail past the last group is never a source). Runs without a GPU.
@@ -181,9 +261,22 @@ TEST(LayoutReadsCuda, TakesOnlyTheBlockFamilyOnCudaWithTheSwitchOn) {
                               ScalingMode::kNVFP4_16x16}) {
     EXPECT_FALSE(detail::takes_layout_rows(make_config(m), x)) << scaling_mode_name(m);
   }
+  // NVFP4's member kernels: 1x16 blocks, K % 16 == 0, x 16-byte aligned.
+  EXPECT_TRUE(detail::nvfp4_members_take_layout(make_config(ScalingMode::kNVFP4), x));
+  EXPECT_FALSE(detail::nvfp4_members_take_layout(make_config(ScalingMode::kNVFP4_16x16), x));
+  EXPECT_FALSE(detail::nvfp4_members_take_layout(make_config(ScalingMode::kBlock1x128), x));
+  const TensorView odd_k = TensorView::contiguous(reinterpret_cast<void*>(uintptr_t{256}),
+                                                  DType::kBFloat16, {16, 120}, Device::cuda(0));
+  const TensorView unaligned = TensorView::contiguous(reinterpret_cast<void*>(uintptr_t{264}),
+                                                      DType::kBFloat16, {16, 128}, Device::cuda(0));
+  EXPECT_FALSE(detail::nvfp4_members_take_layout(make_config(ScalingMode::kNVFP4), odd_k));
+  EXPECT_FALSE(detail::nvfp4_members_take_layout(make_config(ScalingMode::kNVFP4), unaligned));
   const TensorView host = TensorView::contiguous(reinterpret_cast<void*>(uintptr_t{256}),
                                                  DType::kBFloat16, {16, 128});
   EXPECT_FALSE(detail::takes_layout_rows(make_config(ScalingMode::kBlock1x128), host));
+  EXPECT_FALSE(detail::nvfp4_members_take_layout(make_config(ScalingMode::kNVFP4), host));
+  detail::set_layout_reads(false);
+  EXPECT_FALSE(detail::nvfp4_members_take_layout(make_config(ScalingMode::kNVFP4), x));
   detail::set_layout_reads(was);
 }
 

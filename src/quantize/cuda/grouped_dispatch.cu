@@ -212,6 +212,12 @@ void grouped_nvfp4(const QuantizerConfig& c, const TensorView& x, const GroupedT
   // Both copies from one read of each member tile where the tiled kernels take the input (1x16
   // blocks) or of each member strip (16x16 tiles without stochastic rounding or the transform:
   // the weights); otherwise one launch per copy.
+  if (g.sources != nullptr) {  // through a layout: the tiled kernel alone reads it, any usages
+    TESSERA_CHECK(cuda_quant::launch_nvfp4_tiles_grouped(row, col, g, s),
+                  "quantize_nvfp4_members: reading x through a layout needs the tiled kernels (1x16 "
+                  "blocks, K % 16 == 0, 16-byte aligned x), got K = ", g.cols);
+    return;
+  }
   if (c.rowwise && c.columnwise && cuda_quant::launch_nvfp4_tiles_grouped(row, col, g, s)) return;
   if (c.rowwise && c.columnwise && cuda_quant::launch_nvfp4_tile16_grouped(row, col, g, s)) return;
   if (c.rowwise) cuda_quant::launch_nvfp4_grouped(row, g, s);
@@ -314,7 +320,8 @@ void grouped_quantize_contiguous_cuda(const QuantizerConfig& config, const Tenso
 
 void quantize_nvfp4_members_cuda(const QuantizerConfig& config, const TensorView& x,
                                  const int64_t* offsets, int64_t groups,
-                                 const QuantizedTensorView& out, Stream stream) {
+                                 const QuantizedTensorView& out, Stream stream,
+                                 const int64_t* sources) {
   TESSERA_CHECK(is_family(config.mode, ScaleFamily::kNVFP4), "quantize_nvfp4_members: mode ",
                 scaling_mode_name(config.mode), " is not NVFP4");
   TESSERA_CHECK(x.device.is_cuda() && x.is_contiguous() && x.ndim == 2,
@@ -347,8 +354,10 @@ void quantize_nvfp4_members_cuda(const QuantizerConfig& config, const TensorView
   GroupedMeta g;
   g.n = groups;
   g.cols = K;
-  g.rows_bound = x.shape[0];
+  g.rows_bound = sources != nullptr ? out.rows : x.shape[0];
   g.tensor_offsets = offsets;
+  g.sources = sources;
+  g.source_rows = x.shape[0];
   grouped_nvfp4(config, x, gv, g, s, /*in_place=*/true);
 }
 

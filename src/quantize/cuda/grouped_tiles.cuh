@@ -176,6 +176,20 @@ __device__ __forceinline__ int32_t grouped_member_of32(const int32_t* prefix, in
 }
 
 // One tile of the generic driver: member i (its rows and first row of x), member-local tile.
+// Where member i (of `rows` rows) is read in x: x_off its first element, rows how many of its
+// rows come from x (the rest read as zero). Its own elements, or through the layout of
+// GroupedMeta::sources.
+struct GroupedSource {
+  int64_t x_off, rows;
+};
+__device__ __forceinline__ GroupedSource grouped_member_source(const GroupedMeta& g, int64_t i,
+                                                               int64_t rows) {
+  if (g.sources == nullptr) return {g.tensor_offsets[i], rows};
+  const int64_t first = g.sources[i];
+  const int64_t stop = min(g.sources[i + 1], g.source_rows);
+  return {first * g.cols, max(int64_t{0}, min(rows, stop - first))};
+}
+
 struct GroupedTile {
   int32_t member;
   int32_t rows;

@@ -131,6 +131,12 @@ struct GroupedMeta {
   const int64_t* col_scale_offsets = nullptr;  // (n+1)
   const float* noop_f32 = nullptr;             // nonzero: the launch does nothing
   const int32_t* noop_i32 = nullptr;
+  // Members read through a layout (quantize_nvfp4_members with sources; the NVFP4 tile and amax
+  // kernels only): member i's rows come from x rows [sources[i], min(sources[i+1], source_rows))
+  // and its rows past those (its padding) read as zero; tensor_offsets still place its copies.
+  // Null: member i is x's elements [tensor_offsets[i], tensor_offsets[i+1]).
+  const int64_t* sources = nullptr;            // (n+1) row starts in x
+  int64_t source_rows = 0;                     // x's rows
 };
 // mxfp8/: grouped MXFP8 (compact or swizzled scales, each member's scale matrices padded on
 // their own) over all members in one persistent launch. `a` holds the whole-buffer pointers

@@ -102,9 +102,11 @@ __global__ __launch_bounds__(kThreads) void tensor_amax_grouped_kernel(const In*
   if (grouped_noop(g)) return;
   grouped_for_each_member_tile<kThreads>(g, count, table, [&](const GroupedTile& w) {
     const int64_t e0 = int64_t{w.local} * count.tile_elems;
-    const int64_t n = min(int64_t{w.rows} * g.cols - e0, count.tile_elems);
+    // Through a layout: the member's rows of x (its padding adds nothing).
+    const GroupedSource src = grouped_member_source(g, w.member, w.rows);
+    const int64_t n = min(src.rows * g.cols - e0, count.tile_elems);
     // kVec > 1: K % kVec == 0 and x aligned, so every member (offset rows * K) is aligned.
-    uint32_t m = amax_tile_part<In, kVec>(x + int64_t{w.row0} * g.cols + e0, n);
+    uint32_t m = amax_tile_part<In, kVec>(x + src.x_off + e0, n);  // n <= 0: nothing read
     m = block_max<kThreads>(m, scratch);
     if (threadIdx.x == 0) {
       atomic_amax(target + w.member, m);

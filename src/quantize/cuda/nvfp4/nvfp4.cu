@@ -470,6 +470,8 @@ void launch_nvfp4_grouped(const Nvfp4Args& a, const GroupedMeta& g, cudaStream_t
   if (launch_nvfp4_tiles_grouped(a.columnwise ? none : a, a.columnwise ? a : none, g, stream)) {
     return;  // 1x16, K % 16 == 0, aligned
   }
+  TESSERA_CHECK(g.sources == nullptr, "grouped quantize: NVFP4 reads x through a layout only "
+                "on the tiled kernels (1x16 blocks, K % 16 == 0, 16-byte aligned x)");
   if (launch_nvfp4_tile16_grouped(a.columnwise ? none : a, a.columnwise ? a : none, g, stream)) {
     return;  // 16x16 tiles without stochastic rounding or the transform
   }
@@ -495,6 +497,8 @@ void launch_rht_amax_grouped(const Nvfp4Args& a, const GroupedMeta& g, uint32_t*
                              cudaStream_t stream) {
   if (g.n == 0 || g.cols == 0) return;
   if (launch_nvfp4_tile_amax_grouped(a, g, amax, stream)) return;  // K % 16 == 0, aligned
+  TESSERA_CHECK(g.sources == nullptr, "grouped quantize: the NVFP4 Hadamard amax reads x "
+                "through a layout only on the tiled kernel (K % 16 == 0, 16-byte aligned x)");
   RhtTileCount count;
   count.cols = g.cols;
   const int64_t items_bound = g.cols * (ceil_div(g.rows_bound, kBlock) + g.n);

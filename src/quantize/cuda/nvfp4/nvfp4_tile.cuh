@@ -307,15 +307,17 @@ __device__ __forceinline__ void nvfp4_tile_column(const In* tile, int64_t rows, 
 }
 
 // The whole tile (tr, tc): both copies that are active, one read of x. Block-wide (barrier when
-// the columnwise copy is active; the condition is uniform over the block).
+// the columnwise copy is active; the condition is uniform over the block). Rows from
+// `load_rows` to `rows` are zero rows of the matrix (a member's padding read through a layout,
+// GroupedMeta::sources), not read from x.
 template <class In>
-__device__ __forceinline__ void nvfp4_tile(const In* x, int64_t rows, int64_t cols, int64_t tr,
-                                           int64_t tc, const Nvfp4TileCopy& row,
-                                           const Nvfp4TileCopy& col, bool rht,
-                                           const Nvfp4Rng& rng, In* tile) {
+__device__ __forceinline__ void nvfp4_tile(const In* x, int64_t rows, int64_t load_rows,
+                                           int64_t cols, int64_t tr, int64_t tc,
+                                           const Nvfp4TileCopy& row, const Nvfp4TileCopy& col,
+                                           bool rht, const Nvfp4Rng& rng, In* tile) {
   Nvfp4Chunk<In> ch[2];
   const bool with_col = col.active();
-  nvfp4_load_tile<In>(x, rows, cols, tr, tc, with_col && !col.poison, tile, ch);
+  nvfp4_load_tile<In>(x, load_rows, cols, tr, tc, with_col && !col.poison, tile, ch);
   if (row.active()) nvfp4_tile_rows<In>(ch, rows, cols, tr, tc, row, rng);
   if (with_col) {
     if (!col.poison) __syncthreads();
@@ -324,13 +326,14 @@ __device__ __forceinline__ void nvfp4_tile(const In* x, int64_t rows, int64_t co
 }
 
 // amax bits of the tile: of x (*x_amax) and of the columnwise blocks after the Hadamard
-// transform (full blocks; partial ones as they are) (*rht_amax). Block-wide.
+// transform (full blocks; partial ones as they are) (*rht_amax). Block-wide. Rows from
+// `load_rows` to `rows` are zero rows (as in nvfp4_tile).
 template <class In>
-__device__ __forceinline__ void nvfp4_tile_amax(const In* x, int64_t rows, int64_t cols,
-                                                int64_t tr, int64_t tc, In* tile,
+__device__ __forceinline__ void nvfp4_tile_amax(const In* x, int64_t rows, int64_t load_rows,
+                                                int64_t cols, int64_t tr, int64_t tc, In* tile,
                                                 uint32_t& x_amax, uint32_t& rht_amax) {
   Nvfp4Chunk<In> ch[2];
-  nvfp4_load_tile<In>(x, rows, cols, tr, tc, true, tile, ch);
+  nvfp4_load_tile<In>(x, load_rows, cols, tr, tc, true, tile, ch);
   uint32_t mx = 0;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {

@@ -56,7 +56,7 @@ __global__ __launch_bounds__(kNvTileThreads) void nvfp4_tiles_kernel(Nvfp4TileAr
   const Nvfp4TileCopy col = tile_copy(a.col_data, a.col_scale, a.col_padded_cols, a.col_amax,
                                       static_cast<uint64_t>(a.rows * a.cols));
   const Nvfp4Rng rng{!kPlain && a.stochastic, a.seed, a.offset};
-  nvfp4_tile<In>(static_cast<const In*>(a.x), a.rows, a.cols, tr, tc, row, col,
+  nvfp4_tile<In>(static_cast<const In*>(a.x), a.rows, a.rows, a.cols, tr, tc, row, col,
                  !kPlain && a.rht, rng, tile.v);
 }
 
@@ -71,7 +71,8 @@ __global__ __launch_bounds__(kNvTileThreads) void nvfp4_tile_amax_kernel(Nvfp4Ti
   const uint32_t tcols = static_cast<uint32_t>(tiles_c);  // tiles <= 2^31 - 1 (launcher)
   const int64_t tr = blockIdx.x / tcols, tc = blockIdx.x % tcols;
   uint32_t mx, mr;
-  nvfp4_tile_amax<In>(static_cast<const In*>(a.x), a.rows, a.cols, tr, tc, tile.v, mx, mr);
+  nvfp4_tile_amax<In>(static_cast<const In*>(a.x), a.rows, a.rows, a.cols, tr, tc, tile.v, mx,
+                      mr);
   mr = block_max<kNvTileThreads>(mr, scratch);
   if (x_amax != nullptr) mx = block_max<kNvTileThreads>(mx, scratch);
   if (threadIdx.x == 0) {
@@ -152,14 +153,16 @@ __global__ __launch_bounds__(kNvTileThreads, 2) void nvfp4_tiles_grouped_kernel(
     const int64_t i = w.member, rows = w.rows;
     const Nvfp4TileCopy r = member_tile_copy(row, g, i, rows);
     const Nvfp4TileCopy c = member_tile_copy(col, g, i, rows);
-    const In* x = static_cast<const In*>(row.x) + g.tensor_offsets[i];
+    // Through a layout (g.sources): the member's rows past src.rows are padding.
+    const GroupedSource src = grouped_member_source(g, i, rows);
+    const In* x = static_cast<const In*>(row.x) + src.x_off;
     int64_t tr, tc0;
     nvfp4_item_tiles(w.local, count.tiles_c, tr, tc0);
     Nvfp4Rng own = rng;  // in place: member i's own offset (nvfp4_place_member)
     if (row.in_place) own.offset += static_cast<uint64_t>(i);
     for (int64_t tc = tc0; tc < tc0 + kNvSpan && tc * kNvTile < g.cols; ++tc) {
       if (tc > tc0) __syncthreads();  // the shared tile of the tile before was read
-      nvfp4_tile<In>(x, rows, g.cols, tr, tc, r, c, rht, own, tile.v);
+      nvfp4_tile<In>(x, rows, src.rows, g.cols, tr, tc, r, c, rht, own, tile.v);
     }
   });
 }
@@ -172,14 +175,16 @@ __global__ __launch_bounds__(kNvTileThreads) void nvfp4_tile_amax_grouped_kernel
   __shared__ uint32_t scratch[kNvTileThreads / 32];
   if (grouped_noop(g)) return;
   grouped_for_each_member_tile<kNvTileThreads>(g, count, prefix, [&](const GroupedTile& w) {
-    const In* x = static_cast<const In*>(a.x) + g.tensor_offsets[w.member];
+    // Through a layout (g.sources): the member's rows past src.rows are padding.
+    const GroupedSource src = grouped_member_source(g, w.member, w.rows);
+    const In* x = static_cast<const In*>(a.x) + src.x_off;
     int64_t tr, tc0;
     nvfp4_item_tiles(w.local, count.tiles_c, tr, tc0);
     uint32_t m = 0;
     for (int64_t tc = tc0; tc < tc0 + kNvSpan && tc * kNvTile < g.cols; ++tc) {
       if (tc > tc0) __syncthreads();  // the shared tile of the tile before was read
       uint32_t mx, mr;
-      nvfp4_tile_amax<In>(x, w.rows, g.cols, tr, tc, tile.v, mx, mr);
+      nvfp4_tile_amax<In>(x, w.rows, src.rows, g.cols, tr, tc, tile.v, mx, mr);
       m = max(m, mr);
     }
     m = block_max<kNvTileThreads>(m, scratch);
