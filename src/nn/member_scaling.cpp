@@ -169,6 +169,16 @@ bool reads_through_layout(const QuantizerConfig& c, bool rowwise, bool columnwis
 
 namespace {
 
+// `out` with only the usages asked for (the others' views emptied: nothing writes them).
+QuantizedTensorView usages_of(const QuantizedTensorView& out, bool rowwise, bool columnwise) {
+  QuantizedTensorView part = out;
+  if (!rowwise) part.data = part.scale_inv = part.amax = TensorView{};
+  if (!columnwise) {
+    part.columnwise_data = part.columnwise_scale_inv = part.columnwise_amax = TensorView{};
+  }
+  return part;
+}
+
 // NVFP4 with one global amax per member (member_global_amax; the copies carved with G amaxes):
 // both usages in place through quantize_nvfp4_members; with stochastic rounding, member g draws
 // the role's g-th of G fresh offsets (as G quantizers, one per expert, would).
@@ -177,11 +187,7 @@ void quantize_nvfp4_role_members(const RoleFormat& format, bool rowwise, bool co
                                  QuantizedTensorView& out, Allocator& alloc, Stream stream) {
   const Device dev = x.device;
   const int64_t n = members.groups + 1, cols = x.shape[1];
-  QuantizedTensorView part = out;
-  if (!rowwise) part.data = part.scale_inv = part.amax = TensorView{};
-  if (!columnwise) {
-    part.columnwise_data = part.columnwise_scale_inv = part.columnwise_amax = TensorView{};
-  }
+  QuantizedTensorView part = usages_of(out, rowwise, columnwise);
   part.config = format.config;
   part.config.rowwise = rowwise;
   part.config.columnwise = columnwise;
@@ -252,11 +258,7 @@ void quantize_role_members(const RoleFormat& format, bool rowwise, bool columnwi
   // Neither usage scaled per member and the quantizer reads x through the layout: one pass.
   if (members.sources != nullptr && !m_row && !m_col &&
       ::tessera::detail::takes_layout_rows(c, x)) {
-    QuantizedTensorView part = out;
-    if (!rowwise) part.data = part.scale_inv = part.amax = TensorView{};
-    if (!columnwise) {
-      part.columnwise_data = part.columnwise_scale_inv = part.columnwise_amax = TensorView{};
-    }
+    const QuantizedTensorView part = usages_of(out, rowwise, columnwise);
     TESSERA_CHECK(members.starts != nullptr && members.align > 0, role,
                   ": reading x through the layout needs the layout's group alignment");
     const ::tessera::detail::LayoutRows layout{members.starts, members.sources, members.groups,
@@ -266,11 +268,7 @@ void quantize_role_members(const RoleFormat& format, bool rowwise, bool columnwi
   }
   const bool own_rows = rowwise && !m_row && !fused_rows;
   if (own_rows || (columnwise && !m_col)) {  // the standalone usages
-    QuantizedTensorView part = out;
-    if (!own_rows) part.data = part.scale_inv = part.amax = TensorView{};
-    if (!columnwise || m_col) {
-      part.columnwise_data = part.columnwise_scale_inv = part.columnwise_amax = TensorView{};
-    }
+    QuantizedTensorView part = usages_of(out, own_rows, columnwise && !m_col);
     part.config.rowwise = own_rows;
     part.config.columnwise = columnwise && !m_col;
     Quantizer q = role_quantizer(format, part.config.rowwise, part.config.columnwise, dev);

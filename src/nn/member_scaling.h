@@ -25,6 +25,7 @@
 #include <cstdint>
 
 #include "nn/moe_kernels.h"
+#include "quantize/quantize_backend.h"
 #include "tessera/core/dtype.h"
 #include "tessera/core/stream.h"
 #include "tessera/nn/allocator.h"
@@ -62,13 +63,7 @@ struct Members {
   // The member owning row r, or -1 (past the last member). Binary search over the starts.
   TESSERA_HD int64_t member_of(int64_t r) const {
     if (!starts) return uniform > 0 && r < groups * uniform ? r / uniform : -1;
-    if (r >= starts[groups]) return -1;
-    int64_t lo = 0, hi = groups - 1;  // last g with starts[g] <= r
-    while (lo < hi) {
-      const int64_t mid = (lo + hi + 1) / 2;
-      if (starts[mid] <= r) lo = mid; else hi = mid - 1;
-    }
-    return lo;
+    return ::tessera::detail::group_of_row(starts, groups, r);
   }
 };
 

@@ -140,6 +140,18 @@ bool nvfp4_members_take_layout(const QuantizerConfig& config, const TensorView& 
 // the kernels rely on: their row tiles lie in one group). So the result is bit for bit the
 // quantization of pad_tokens(x, src, dst) (nn/token_padding.h) without that copy's pass over
 // memory.
+// The group owning row r of a layout whose groups start at starts[0 .. groups] (ascending):
+// the last g with starts[g] <= r, or -1 when r is past starts[groups]. Binary search.
+TESSERA_HD int64_t group_of_row(const int64_t* starts, int64_t groups, int64_t r) {
+  if (groups <= 0 || r < 0 || r >= starts[groups]) return -1;
+  int64_t lo = 0, hi = groups - 1;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    if (starts[mid] <= r) lo = mid; else hi = mid - 1;
+  }
+  return lo;
+}
+
 struct LayoutRows {
   const int64_t* dst = nullptr;
   const int64_t* src = nullptr;
@@ -148,18 +160,13 @@ struct LayoutRows {
   int64_t align = 0;
 
   // x's row for row r of the matrix, or -1 (a zero row); *end (if given): where the rows of x
-  // of r's group end (x's row for r + j is the result + j while that is below *end). Binary
-  // search over dst.
+  // of r's group end (x's row for r + j is the result + j while that is below *end).
   TESSERA_HD int64_t source_row(int64_t r, int64_t* end = nullptr) const {
-    if (groups <= 0 || r < 0 || r >= dst[groups]) return -1;
-    int64_t lo = 0, hi = groups - 1;  // the last g with dst[g] <= r
-    while (lo < hi) {
-      const int64_t mid = (lo + hi + 1) / 2;
-      if (dst[mid] <= r) lo = mid; else hi = mid - 1;
-    }
-    const int64_t stop = src[lo + 1] < x_rows ? src[lo + 1] : x_rows;
+    const int64_t g = group_of_row(dst, groups, r);
+    if (g < 0) return -1;
+    const int64_t stop = src[g + 1] < x_rows ? src[g + 1] : x_rows;
     if (end != nullptr) *end = stop;
-    const int64_t i = src[lo] + (r - dst[lo]);
+    const int64_t i = src[g] + (r - dst[g]);
     return i < stop ? i : -1;
   }
 };

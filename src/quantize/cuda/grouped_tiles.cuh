@@ -175,7 +175,6 @@ __device__ __forceinline__ int32_t grouped_member_of32(const int32_t* prefix, in
   return lo;
 }
 
-// One tile of the generic driver: member i (its rows and first row of x), member-local tile.
 // Where member i (of `rows` rows) is read in x: x_off its first element, rows how many of its
 // rows come from x (the rest read as zero). Its own elements, or through the layout of
 // GroupedMeta::sources.
@@ -190,6 +189,7 @@ __device__ __forceinline__ GroupedSource grouped_member_source(const GroupedMeta
   return {first * g.cols, max(int64_t{0}, min(rows, stop - first))};
 }
 
+// One tile of the generic driver: member i (its rows and first row of x), member-local tile.
 struct GroupedTile {
   int32_t member;
   int32_t rows;

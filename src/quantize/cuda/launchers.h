@@ -11,8 +11,8 @@
 
 #include <cstdint>
 
-#include "tessera/core/dtype.h"
 #include "quantize/quantize_backend.h"
+#include "tessera/core/dtype.h"
 #include "tessera/quantize/types.h"
 
 namespace tessera::detail::cuda_quant {
