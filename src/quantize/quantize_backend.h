@@ -185,9 +185,9 @@ int64_t layout_rows_align(const QuantizerConfig& config);
 void quantize_through_layout(const QuantizerConfig& config, const TensorView& x,
                              const LayoutRows& layout, const QuantizedTensorView& out,
                              Stream stream);
-// The switch of the layout reads: off unless TESSERA_LAYOUT_READS=1 at the first read or
-// set_layout_reads(true) (tests, A/B timings) until its CUDA tests have run on a GPU; the step
-// otherwise quantizes a padded copy. Switch between steps only.
+// The switch of the layout reads: on unless TESSERA_LAYOUT_READS=0 at the first read or
+// set_layout_reads(false) (tests, A/B timings: the step then quantizes a padded copy). Switch
+// between steps only.
 bool layout_reads();
 void set_layout_reads(bool on);
 // The CUDA part of quantize_through_layout (arguments checked); kNoDevice without CUDA.

@@ -277,7 +277,7 @@ namespace {
 std::atomic<bool>& layout_reads_switch() {
   static std::atomic<bool> on = [] {
     const char* v = std::getenv("TESSERA_LAYOUT_READS");
-    return v != nullptr && std::string(v) == "1";
+    return v == nullptr || std::string(v) != "0";
   }();
   return on;
 }
