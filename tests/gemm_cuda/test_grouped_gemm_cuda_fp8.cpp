@@ -588,6 +588,25 @@ TEST(CudaFp8GroupedGemmTesseraQuantizer, Block1x128x128x128) {
             "");
 }
 
+// Odd and even stage counts (128-element contraction blocks) in every GEMM: forward 3 stages
+// (K = 336), then 4 with a partial last one (K = 464); dgrad 3 (N = 384); wgrad windows of 1 to 4
+// stages (groups of 16 .. 496 rows) and an empty contraction.
+TEST(CudaFp8GroupedGemmTesseraQuantizer, BlockOddAndEvenStageCounts) {
+  if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  LayerShape s;
+  s.rows = {16, 0, 496, 48, 272};
+  s.n = 384;
+  s.k = 336;
+  s.cap = 896;  // a multiple of 16 (the transposed copies' TMA row stride)
+  EXPECT_EQ(run_with_tessera_quantizer(ScalingMode::kBlock1x128, DType::kFloat8E4M3,
+                                       ScalingMode::kBlock128x128, s),
+            "");
+  s.k = 464;  // 4 forward stages, a partial last one
+  EXPECT_EQ(run_with_tessera_quantizer(ScalingMode::kBlock1x128, DType::kFloat8E4M3,
+                                       ScalingMode::kBlock1x128, s),
+            "");
+}
+
 TEST(CudaFp8GroupedGemmTesseraQuantizer, Block1x128Everywhere) {
   if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
   EXPECT_EQ(run_with_tessera_quantizer(ScalingMode::kBlock1x128, DType::kFloat8E4M3,
@@ -724,6 +743,33 @@ TEST(CudaFp8GroupedGemmTesseraQuantizer, MxHybridE5M2Gradients) {
   EXPECT_EQ(run_with_tessera_quantizer(ScalingMode::kMXFP8, DType::kFloat8E5M2,
                                        ScalingMode::kMXFP8_32x32, s),
             "");
+}
+
+// MXFP8 pairs expanded exactly to BF16 in the workspace (gemm_cuda::set_mxfp8_expanded(true), off
+// by default): the cases above through the BF16 kind — 32x32 and 1x32 weights, compact and
+// swizzled scales, E5M2 gradients, a partial last K block, groups straddling the wgrad's
+// 32-token blocks.
+TEST(CudaFp8GroupedGemmTesseraQuantizer, MxExpandedToBf16) {
+  if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  const bool was = gemm_cuda::mxfp8_expanded();
+  gemm_cuda::set_mxfp8_expanded(true);
+  EXPECT_EQ(run_with_tessera_quantizer(ScalingMode::kMXFP8, DType::kFloat8E4M3,
+                                       ScalingMode::kMXFP8_32x32, block_shape()),
+            "");
+  LayerShape s = block_shape();
+  s.scale_layout = ScaleLayout::kSwizzled;
+  EXPECT_EQ(run_with_tessera_quantizer(ScalingMode::kMXFP8, DType::kFloat8E4M3,
+                                       ScalingMode::kMXFP8, s),
+            "");
+  s.rows = {256, 0, 112, 16};
+  s.n = 384;
+  s.k = 144;
+  s.cap = 400;
+  s.scale_layout = ScaleLayout::kCompact;
+  EXPECT_EQ(run_with_tessera_quantizer(ScalingMode::kMXFP8, DType::kFloat8E5M2,
+                                       ScalingMode::kMXFP8_32x32, s),
+            "");
+  gemm_cuda::set_mxfp8_expanded(was);
 }
 
 // NVFP4 operands (no FP4 kind: both copies expanded exactly to BF16, the BF16 kind, 1/S_enc in
