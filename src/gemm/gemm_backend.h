@@ -70,6 +70,15 @@ void grouped_gemm_cpu(const GroupedGemmProblem& p, const GroupedGemmDims& dims,
 // Host memory only; allocates what it needs. Used by tests, never by a fast path.
 void grouped_gemm_reference(const GroupedGemmProblem& p);
 
+// Whether the CUDA backend runs MXFP8 x MXFP8 pairs as it runs pairs with an NVFP4 copy: both
+// copies expanded exactly into BF16 (or read from the caller's BF16 image of a rowwise copy,
+// GemmOperand::expanded), then the BF16 kind, instead of the MXFP8 kinds' per-32 promotions; and
+// whether nn keeps BF16 images of MXFP8 weights for it (weight_has_image, read when a layer's
+// spec is made). A probe, off unless TESSERA_MXFP8_EXPANDED=1 at start-up or
+// set_mxfp8_expanded(true); switch before making layers, between GEMM calls.
+bool mxfp8_expanded();
+void set_mxfp8_expanded(bool on);
+
 // ---- CUDA backend (src/gemm/cuda/; stand-ins in grouped_gemm_no_cuda.cpp) ----------------------
 // Device-specific checks (alignment, formats, arch) after check_grouped_gemm passed. Never throws.
 Status grouped_gemm_cuda_can_implement(const GroupedGemmProblem& p, const GroupedGemmDims& dims,

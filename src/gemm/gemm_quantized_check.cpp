@@ -77,12 +77,13 @@ void check_quantized_operand(const GemmOperand& o, const char* name, int64_t num
   if (info->family == ScaleFamily::kNVFP4) check_per_group(cw ? q.columnwise_amax : q.amax, num_groups, q.device, name,
                            cw ? "columnwise_amax" : "amax");
   if (o.expanded.data != nullptr) {  // the BF16 image of the rowwise copy (GemmOperand)
-    TESSERA_CHECK_STATUS(fp4 && q.has_rowwise(), Status::kInvalidArgument, name,
-                         ".expanded: only an NVFP4 tensor with its rowwise copy has a BF16 "
-                         "image; got ", scaling_mode_name(c.mode),
+    const bool mx = info->family == ScaleFamily::kMXFP8;
+    TESSERA_CHECK_STATUS((fp4 || mx) && q.has_rowwise(), Status::kInvalidArgument, name,
+                         ".expanded: only an NVFP4 or MXFP8 tensor with its rowwise copy has a "
+                         "BF16 image; got ", scaling_mode_name(c.mode),
                          q.has_rowwise() ? "" : " without a rowwise copy");
     check_buffer(o.expanded, {q.rows, q.cols, DType::kBFloat16}, q.device, name, "expanded");
-    check_per_group(q.amax, num_groups, q.device, name, "amax");
+    if (fp4) check_per_group(q.amax, num_groups, q.device, name, "amax");
     TESSERA_CHECK_STATUS(q.cols % 8 == 0 && reinterpret_cast<uintptr_t>(o.expanded.data) % 16 == 0,
                          Status::kMisaligned, name, ".expanded: rows of 16-byte multiples at a "
                          "16-byte aligned base are needed; got ", q.cols, " columns");

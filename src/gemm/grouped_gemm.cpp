@@ -3,6 +3,8 @@
 // CPU backend (src/gemm/cpu/) or the CUDA backend (src/gemm/cuda/).
 #include "tessera/gemm/grouped_gemm.h"
 
+#include <atomic>
+#include <cstdlib>
 #include <new>
 #include <string>
 
@@ -172,5 +174,20 @@ GroupedGemmConfig select_grouped_gemm_config(const GroupedGemmProblem& problem) 
   if (!problem.config.is_default()) return problem.config;
   return detail::grouped_gemm_cuda_select_config(problem, plan.dims);
 }
+
+namespace detail {
+namespace {
+std::atomic<bool>& mxfp8_expanded_switch() {
+  static std::atomic<bool> on = [] {
+    const char* v = std::getenv("TESSERA_MXFP8_EXPANDED");
+    return v != nullptr && std::string(v) == "1";
+  }();
+  return on;
+}
+}  // namespace
+
+bool mxfp8_expanded() { return mxfp8_expanded_switch().load(std::memory_order_relaxed); }
+void set_mxfp8_expanded(bool on) { mxfp8_expanded_switch().store(on, std::memory_order_relaxed); }
+}  // namespace detail
 
 }  // namespace tessera

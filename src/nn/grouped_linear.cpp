@@ -201,7 +201,7 @@ int64_t GroupedLinearContext::saved_bytes() const {
              q.columnwise_amax.nbytes();
   }
   const WeightCopies& w = *s.weight;
-  bytes += w.expanded.nbytes();
+  bytes += w.expanded.nbytes() + w.expanded_wt.nbytes();
   if (!w.quantized()) {
     bytes += w.dense.nbytes();
   } else if (w.columnwise_is_wt()) {

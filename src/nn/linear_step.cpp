@@ -668,6 +668,7 @@ void linear_backward(const LinearSpec& s, const WeightCopies& weight, const Line
     }
     if (weight.columnwise_is_wt()) {  // Wᵀ per group as a rowwise copy: the forward's TN form
       dg.b = GemmOperand::from_quantized(weight.wt, false);
+      dg.b.expanded = weight.expanded_wt;  // its BF16 image, where kept
       dg.transpose_b = true;
     } else {
       dg.b = weight_operand(weight, true);

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/cpu_parallel.h"
+#include "gemm/gemm_backend.h"
 #include "nn/member_scaling.h"
 #include "nn/step_memory.h"
 #include "tessera/core/dispatch.h"
@@ -44,29 +45,42 @@ void carve(const LinearSpec& s, Carver& carver, Device device, WeightCopies& c) 
                           shared ? 1 : s.groups);
   }
   if (weight_has_image(s)) {
-    c.expanded = TensorView::contiguous(carver.take(dtype_bytes(DType::kBFloat16, rows * s.in)),
-                                        DType::kBFloat16, {rows, s.in}, device);
+    const auto image = [&](int64_t r, int64_t cols) {
+      return TensorView::contiguous(carver.take(dtype_bytes(DType::kBFloat16, r * cols)),
+                                    DType::kBFloat16, {r, cols}, device);
+    };
+    c.expanded = image(rows, s.in);
+    if (weight_columnwise_is_wt(s)) c.expanded_wt = image(s.groups * s.in, s.out);  // MXFP8
   }
 }
 
-// WeightCopies::expanded from the rowwise copy: E2M1 value × E4M3 block scale, exact in BF16.
+// A BF16 image from a rowwise copy: code value × block scale, exact in BF16 (NVFP4: E2M1 × E4M3;
+// MXFP8: E4M3 / E5M2 × E8M0).
 void write_image(const QuantizedTensorView& q, const TensorView& out, Stream stream) {
   if (q.rows * q.cols == 0) return;
   if (out.device.is_cuda()) return cuda::expand_rowwise(q, out, stream);
   const scale_rules::ScaleGeometry geo = scale_geometry(q.config, q.rows, q.cols, false);
+  const bool fp4 = q.config.element == DType::kFloat4E2M1;
   const auto* codes = q.data.as<uint8_t>();
   const auto* scales = q.scale_inv.as<uint8_t>();
   auto* dst = static_cast<bf16*>(out.data);
-  const int64_t row_bytes = (q.cols + 1) / 2;
-  float e2m1[16];
-  for (int i = 0; i < 16; ++i) e2m1[i] = formats::decode_e2m1(static_cast<uint8_t>(i));
+  const int64_t row_bytes = fp4 ? (q.cols + 1) / 2 : q.cols;
+  float value[256];  // each code's value
+  for (int i = 0; i < (fp4 ? 16 : 256); ++i) {
+    const auto b = static_cast<uint8_t>(i);
+    value[i] = fp4 ? formats::decode_e2m1(b)
+                   : (q.config.element == DType::kFloat8E5M2 ? formats::decode_e5m2(b)
+                                                              : formats::decode_e4m3(b));
+  }
 #pragma omp parallel for schedule(static) if (q.rows * q.cols >= kParallelWork)
   for (int64_t r = 0; r < q.rows; ++r) {
     for (int64_t c0 = 0; c0 < q.cols; c0 += geo.block_cols) {  // one scale per block
-      const float scale = formats::decode_e4m3(scales[scale_rules::scale_index(geo, r, c0)]);
+      const uint8_t sb = scales[scale_rules::scale_index(geo, r, c0)];
+      const float scale = fp4 ? formats::decode_e4m3(sb) : formats::decode_e8m0(sb);
       for (int64_t c = c0; c < std::min(q.cols, c0 + geo.block_cols); ++c) {
-        const uint8_t b = codes[r * row_bytes + c / 2];
-        dst[r * q.cols + c] = bf16::from_float(e2m1[c % 2 == 0 ? b & 0xF : b >> 4] * scale);
+        const uint8_t b = fp4 ? codes[r * row_bytes + c / 2] : codes[r * row_bytes + c];
+        const uint8_t code = fp4 ? (c % 2 == 0 ? b & 0xF : b >> 4) : b;
+        dst[r * q.cols + c] = bf16::from_float(value[code] * scale);
       }
     }
   }
@@ -75,7 +89,10 @@ void write_image(const QuantizedTensorView& q, const TensorView& out, Stream str
 }  // namespace
 
 bool weight_has_image(const LinearSpec& s) {
-  return s.quantized() && is_family(s.weight.config.mode, ScaleFamily::kNVFP4) && s.in % 8 == 0;
+  if (!s.quantized() || s.in % 8 != 0) return false;
+  const ScalingMode m = s.weight.config.mode;
+  return is_family(m, ScaleFamily::kNVFP4) ||
+         (is_family(m, ScaleFamily::kMXFP8) && ::tessera::detail::mxfp8_expanded());
 }
 
 bool weight_columnwise_is_wt(const LinearSpec& s) {
@@ -148,6 +165,8 @@ void quantize_weight_layout(const LinearSpec& s, const TensorView& w, const Line
                   stream);
   transpose_bytes(cw.columnwise_scale_inv.data, c.wt.scale_inv.data, s.groups,
                   s.out / 32, s.in, dev, stream);
+  if (c.expanded.data != nullptr) write_image(c.q, c.expanded, stream);
+  if (c.expanded_wt.data != nullptr) write_image(c.wt, c.expanded_wt, stream);
 }
 
 void transpose_bytes(const void* in, void* out, int64_t batch, int64_t rows, int64_t cols,

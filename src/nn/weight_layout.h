@@ -18,7 +18,9 @@ namespace tessera::nn::detail {
 
 // Whether the columnwise copy is kept as Wᵀ per group.
 bool weight_columnwise_is_wt(const LinearSpec& s);
-// Whether the copies include the BF16 image of the rowwise copy (WeightCopies::expanded).
+// Whether the copies include the BF16 image of the rowwise copy (WeightCopies::expanded; and of
+// Wᵀ's, expanded_wt, for MXFP8 in the Wᵀ form): NVFP4 weights with in % 8 == 0, MXFP8 ones too
+// while detail::mxfp8_expanded() is on (read when the spec's layout is measured).
 bool weight_has_image(const LinearSpec& s);
 int64_t weight_layout_bytes(const LinearSpec& s);
 // Points c.q (and c.wt) into `storage`.
@@ -35,7 +37,8 @@ void transpose_bytes(const void* in, void* out, int64_t batch, int64_t rows, int
 namespace cuda {
 void transpose_bytes(const void* in, void* out, int64_t batch, int64_t rows, int64_t cols,
                      Stream stream);
-// out (q.rows, q.cols) BF16 = the NVFP4 rowwise copy's E2M1 values × block scales (exact).
+// out (q.rows, q.cols) BF16 = the rowwise copy's values × block scales, exact (NVFP4: E2M1 ×
+// E4M3, without 1/S_enc; MXFP8: FP8 × E8M0).
 void expand_rowwise(const QuantizedTensorView& q, const TensorView& out, Stream stream);
 }  // namespace cuda
 

@@ -24,6 +24,7 @@
 
 #include "gemm/gemm_case.h"
 #include "gemm/cuda/quantized_operands.h"
+#include "gemm/gemm_backend.h"
 #include "gemm_cuda/gemm_cuda_test_util.h"
 #include "tessera/formats/codecs.h"
 #include "tessera/gemm/grouped_gemm.h"
@@ -745,14 +746,14 @@ TEST(CudaFp8GroupedGemmTesseraQuantizer, MxHybridE5M2Gradients) {
             "");
 }
 
-// MXFP8 pairs expanded exactly to BF16 in the workspace (gemm_cuda::set_mxfp8_expanded(true), off
+// MXFP8 pairs expanded exactly to BF16 in the workspace (detail::set_mxfp8_expanded(true), off
 // by default): the cases above through the BF16 kind — 32x32 and 1x32 weights, compact and
 // swizzled scales, E5M2 gradients, a partial last K block, groups straddling the wgrad's
 // 32-token blocks.
 TEST(CudaFp8GroupedGemmTesseraQuantizer, MxExpandedToBf16) {
   if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
-  const bool was = gemm_cuda::mxfp8_expanded();
-  gemm_cuda::set_mxfp8_expanded(true);
+  const bool was = detail::mxfp8_expanded();
+  detail::set_mxfp8_expanded(true);
   EXPECT_EQ(run_with_tessera_quantizer(ScalingMode::kMXFP8, DType::kFloat8E4M3,
                                        ScalingMode::kMXFP8_32x32, block_shape()),
             "");
@@ -769,7 +770,7 @@ TEST(CudaFp8GroupedGemmTesseraQuantizer, MxExpandedToBf16) {
   EXPECT_EQ(run_with_tessera_quantizer(ScalingMode::kMXFP8, DType::kFloat8E5M2,
                                        ScalingMode::kMXFP8_32x32, s),
             "");
-  gemm_cuda::set_mxfp8_expanded(was);
+  detail::set_mxfp8_expanded(was);
 }
 
 // NVFP4 operands (no FP4 kind: both copies expanded exactly to BF16, the BF16 kind, 1/S_enc in

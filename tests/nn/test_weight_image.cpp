@@ -1,4 +1,5 @@
-// The BF16 image of NVFP4 weights (WeightCopies::expanded, GemmOperand::expanded):
+// The BF16 image of NVFP4 weights (WeightCopies::expanded, GemmOperand::expanded), and of MXFP8
+// weights with the expanded-MXFP8 probe on (expanded, and expanded_wt of the Wᵀ form):
 // - which weights keep one (NVFP4 with in % 8 == 0; none for FP8 or other widths);
 // - on the CPU and on CUDA the image times 1/S_enc is the reference dequantization of the
 //   rowwise copy (quantize/quantizer.h `dequantize`, an independent decoder) within its
@@ -14,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "gemm/gemm_backend.h"
 #include "nn_device_util.h"
 #include "nn_test_util.h"
 #include "tessera/formats/half.h"
@@ -69,7 +71,16 @@ LinearSpec nvfp4_spec(int64_t out, int64_t in, bool tiles16 = true) {
   return s;
 }
 
+// MXFP8 weights keep images while the probe that runs MXFP8 GEMMs in BF16 is on
+// (detail::set_mxfp8_expanded; the layout is measured when the spec is made).
+struct MxExpanded {
+  bool was = ::tessera::detail::mxfp8_expanded();
+  explicit MxExpanded(bool on) { ::tessera::detail::set_mxfp8_expanded(on); }
+  ~MxExpanded() { ::tessera::detail::set_mxfp8_expanded(was); }
+};
+
 TEST(WeightImage, KeptByNvfp4WeightsOfWholeRowsOnly) {
+  const MxExpanded probe(false);  // MXFP8 images: Mxfp8ImagesWithTheExpandedProbeOnly
   PoolAllocator alloc;
   for (const auto& [recipe, in, want] : {std::tuple{"nvfp4", 64, true},
                                          std::tuple{"nvfp4", 48, true},
@@ -154,6 +165,80 @@ TEST(WeightImage, CudaStepEqualsTheStepWithoutTheImage) {
     EXPECT_EQ(bytes_of(wc.expanded), bytes_of(cpu.expanded)) << what << ": CUDA image vs CPU";
     WeightCopies plain = wc;
     plain.expanded = TensorView{};
+    EXPECT_EQ(compare(run_step(spec, wc, gpu), run_step(spec, plain, gpu)), "") << what;
+  }
+}
+
+// Empty when `image` (BF16, q's logical shape) is q's rowwise copy dequantized (quantizer.h
+// `dequantize`, an independent decoder): FP8 value × 2^(e − 127) is exact in BF16.
+std::string check_exact_image(const QuantizedTensorView& q, const TensorView& image, Device dev) {
+  if (image.data == nullptr) return "no image";
+  if (image.dtype != DType::kBFloat16 || image.numel() != q.rows * q.cols)
+    return "image of the wrong dtype or size";
+  std::vector<float> ref(q.rows * q.cols);
+  Dev out(ref, {q.rows, q.cols}, DType::kFloat32, dev);
+  QuantizedTensorView rowwise = q;
+  rowwise.config.columnwise = false;
+  rowwise.columnwise_data = {};
+  rowwise.columnwise_scale_inv = {};
+  dequantize(rowwise, out.view);
+  ref = floats_of(out.view);
+  const std::vector<uint8_t> bits = bytes_of(image);
+  int64_t bad = 0;
+  for (int64_t i = 0; i < q.rows * q.cols; ++i) {
+    uint16_t h;
+    std::memcpy(&h, bits.data() + 2 * i, 2);
+    bad += bf16{h}.to_float() != ref[i];
+  }
+  return bad ? std::to_string(bad) + " image elements differ from the dequantized copy" : "";
+}
+
+TEST(WeightImage, Mxfp8ImagesWithTheExpandedProbeOnly) {
+  PoolAllocator alloc;
+  for (const bool on : {false, true}) {
+    const MxExpanded probe(on);
+    // out 64: the Wᵀ form (and its image); out 48: the columnwise copy of W (no second image)
+    for (const int64_t out : {64, 48}) {
+      const LinearSpec spec = make_linear_spec(*make_recipe("mxfp8"), "fc1", kG, 96, out, false);
+      std::vector<float> w = random_normal(kG * out * 96, 9, 0.1f);
+      for (int64_t i = 0; i < static_cast<int64_t>(w.size()); ++i)  // experts' scales differ
+        w[i] *= std::pow(10.0f, static_cast<float>(i / (out * 96)) - 1.5f);
+      const WeightCopies wc = quantize_weight(spec, view_of(w, {kG, out, 96}), {}, alloc);
+      const std::string what = std::string(on ? "on" : "off") + ", out " + std::to_string(out);
+      EXPECT_EQ(wc.expanded.data != nullptr, on) << what;
+      EXPECT_EQ(wc.expanded_wt.data != nullptr, on && out % 32 == 0) << what;
+      EXPECT_EQ(wc.columnwise_is_wt(), out % 32 == 0) << what;
+      if (!on) continue;
+      EXPECT_EQ(check_exact_image(wc.q, wc.expanded, Device::cpu()), "") << what;
+      if (wc.columnwise_is_wt()) {
+        EXPECT_EQ(check_exact_image(wc.wt, wc.expanded_wt, Device::cpu()), "") << what << " Wᵀ";
+      }
+    }
+  }
+}
+
+// On CUDA (the probe on): the images equal the CPU's byte for byte, and the step reading them
+// (forward: W's image; dgrad: Wᵀ's, or the columnwise copy expanded where W has no Wᵀ form)
+// equals the step that expands the copies itself, bit for bit.
+TEST(WeightImage, CudaMxfp8StepEqualsTheStepWithoutTheImages) {
+  if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  const MxExpanded probe(true);
+  const Device gpu = Device::cuda(0);
+  for (const auto& [out, in] : {std::tuple{128, 256}, std::tuple{48, 96}}) {
+    const LinearSpec spec = make_linear_spec(*make_recipe("mxfp8"), "fc1", kG, in, out, false);
+    PoolAllocator alloc;
+    std::vector<float> w = random_normal(kG * out * in, 23, 0.1f);
+    Dev wd(w, {kG, out, in}, DType::kFloat32, gpu);
+    const WeightCopies wc = quantize_weight(spec, wd.view, {}, alloc);
+    const std::string what = "out " + std::to_string(out) + " in " + std::to_string(in);
+    const WeightCopies cpu = quantize_weight(spec, view_of(w, {kG, out, in}), {}, alloc);
+    EXPECT_EQ(bytes_of(wc.expanded), bytes_of(cpu.expanded)) << what << ": CUDA image vs CPU";
+    if (wc.columnwise_is_wt()) {
+      EXPECT_EQ(bytes_of(wc.expanded_wt), bytes_of(cpu.expanded_wt)) << what << ": Wᵀ image";
+    }
+    WeightCopies plain = wc;
+    plain.expanded = TensorView{};
+    plain.expanded_wt = TensorView{};
     EXPECT_EQ(compare(run_step(spec, wc, gpu), run_step(spec, plain, gpu)), "") << what;
   }
 }

@@ -121,12 +121,17 @@ void reset_rng_offset(uint64_t value);
 // exactly into BF16, (G·out, in) (GemmOperand::expanded), made with the copies. The CUDA forward
 // reads it instead of expanding W into the GEMM's workspace on every call, and so does the
 // dgrad where the columnwise copy is its transpose (16x16 tiles without stochastic rounding:
-// the NVFP4 recipe's weights). It costs 2 bytes per weight (docs/nn.md).
+// the NVFP4 recipe's weights). It costs 2 bytes per weight (docs/nn.md). MXFP8 weights keep the
+// same image (FP8 value × 2^(e − 127)) while the probe that runs MXFP8 GEMMs in BF16 is on
+// (TESSERA_MXFP8_EXPANDED=1, docs/gemm_cuda.md) and in % 8 == 0, and in the Wᵀ form also
+// `expanded_wt`, the image of `wt` ((G·in, out) BF16), which that probe's dgrad reads: 4 bytes
+// per weight.
 struct WeightCopies {
   Allocation storage;
   QuantizedTensorView q;
   QuantizedTensorView wt;
   TensorView expanded;
+  TensorView expanded_wt;
   TensorView dense;
   bool quantized() const { return q.has_rowwise(); }
   bool columnwise_is_wt() const { return wt.has_rowwise(); }

@@ -142,6 +142,12 @@ Refusal map_expanded_operand(const GemmOperand& o, const char* name, bool want_c
     }
     return factors(cw ? q.columnwise_amax : q.amax);
   }
+  if (o.expanded.data != nullptr && !cw) {  // MXFP8: the rowwise copy's image, read in place
+    if (!o.expanded.device.is_cuda())
+      return refuse(Status::kInvalidArgument, name, ": the BF16 image must be on the device");
+    out->expand = false;
+    out->matrix = {o.expanded.data, q.rows, q.cols, q.cols};
+  }
   return {};
 }
 
@@ -360,13 +366,6 @@ std::atomic<bool>& in_kernel_switch() {
   }();
   return on;
 }
-std::atomic<bool>& mxfp8_expanded_switch() {
-  static std::atomic<bool> on = [] {
-    const char* v = std::getenv("TESSERA_MXFP8_EXPANDED");
-    return v != nullptr && std::string(v) == "1";
-  }();
-  return on;
-}
 
 // Whether an M-grouped NVFP4 x NVFP4 pair (mapped for the workspace expansion) runs expanded
 // in the kernel instead (Fp8ProblemMap::fp4).
@@ -433,8 +432,6 @@ Refusal map_expanded_problem(const GroupedGemmProblem& p, const detail::GroupedG
 
 bool nvfp4_in_kernel() { return in_kernel_switch().load(std::memory_order_relaxed); }
 void set_nvfp4_in_kernel(bool on) { in_kernel_switch().store(on, std::memory_order_relaxed); }
-bool mxfp8_expanded() { return mxfp8_expanded_switch().load(std::memory_order_relaxed); }
-void set_mxfp8_expanded(bool on) { mxfp8_expanded_switch().store(on, std::memory_order_relaxed); }
 
 bool has_workspace_operand(const GroupedGemmProblem& p) {
   return is_mxfp8(p.a) || is_mxfp8(p.b) || is_nvfp4(p.a) || is_nvfp4(p.b);
@@ -451,7 +448,7 @@ Status map_fp8_problem(const GroupedGemmProblem& p, const detail::GroupedGemmDim
   if (!p.a.is_quantized || !p.b.is_quantized) {
     r = refuse(Status::kDTypeMismatch, "A and B: both must be quantized");
   } else if (is_nvfp4(p.a) || is_nvfp4(p.b) ||
-             (mxfp8_expanded() && is_mxfp8(p.a) && is_mxfp8(p.b))) {
+             (detail::mxfp8_expanded() && is_mxfp8(p.a) && is_mxfp8(p.b))) {
     r = map_expanded_problem(p, d, &m);
   } else {
     if (p.kind == GroupedGemmKind::kMGrouped) {

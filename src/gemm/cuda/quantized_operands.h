@@ -112,13 +112,6 @@ struct Fp8ProblemMap {
 bool nvfp4_in_kernel();
 void set_nvfp4_in_kernel(bool on);
 
-// Whether MXFP8 x MXFP8 pairs run as pairs with an NVFP4 copy do: both copies expanded exactly
-// into BF16 in the workspace (expand_operand.h), then the BF16 kind (Fp8ProblemMap::expanded),
-// instead of the MXFP8 kinds' per-32 promotions. A probe, off unless TESSERA_MXFP8_EXPANDED=1 at
-// start-up or set_mxfp8_expanded(true); switch between GEMM calls only.
-bool mxfp8_expanded();
-void set_mxfp8_expanded(bool on);
-
 // Whether either operand is an MXFP8 or NVFP4 copy (a cheap test before map_fp8_problem: only
 // those may need workspace copies: transposes or expansions).
 bool has_workspace_operand(const GroupedGemmProblem& p);
