@@ -4,10 +4,10 @@
 #include "tessera/gemm/grouped_gemm.h"
 
 #include <atomic>
-#include <cstdlib>
 #include <new>
 #include <string>
 
+#include "core/env_flag.h"
 #include "core/host_bytes.h"
 #include "gemm/gemm_backend.h"
 
@@ -178,10 +178,7 @@ GroupedGemmConfig select_grouped_gemm_config(const GroupedGemmProblem& problem) 
 namespace detail {
 namespace {
 std::atomic<bool>& mxfp8_expanded_switch() {
-  static std::atomic<bool> on = [] {
-    const char* v = std::getenv("TESSERA_MXFP8_EXPANDED");
-    return v != nullptr && std::string(v) == "1";
-  }();
+  static std::atomic<bool> on{env_flag("TESSERA_MXFP8_EXPANDED", false)};
   return on;
 }
 }  // namespace

@@ -11,10 +11,9 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
-#include <string>
 #include <type_traits>
 
+#include "core/env_flag.h"
 #include "nn/member_columns.cuh"
 #include "nn/member_scaling.h"
 #include "nn/member_scaling_device.cuh"
@@ -453,10 +452,7 @@ __global__ void __launch_bounds__(kColThreads, 2)
 // Whether the wide passes run as one cooperative launch: the device supports it, and
 // TESSERA_FUSED_QUANT is not "0" (a diagnostic switch: the separate launches, same bits).
 bool cooperative_wide(int device) {
-  static const bool allowed = [] {
-    const char* v = std::getenv("TESSERA_FUSED_QUANT");
-    return v == nullptr || std::string(v) != "0";
-  }();
+  static const bool allowed = ::tessera::detail::env_flag("TESSERA_FUSED_QUANT", true);
   static std::atomic<int> supported[64];  // per device: 0 unknown, 1 yes, 2 no
   if (!allowed || device < 0 || device >= 64) return false;
   int known = supported[device].load(std::memory_order_relaxed);

@@ -4,11 +4,11 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "core/env_flag.h"
 #include "quantize/cpu/cpu_kernels.h"
 #include "quantize/quantize_backend.h"
 #include "tessera/core/status.h"
@@ -275,10 +275,7 @@ bool nvfp4_members_take_layout(const QuantizerConfig& config, const TensorView& 
 
 namespace {
 std::atomic<bool>& layout_reads_switch() {
-  static std::atomic<bool> on = [] {
-    const char* v = std::getenv("TESSERA_LAYOUT_READS");
-    return v == nullptr || std::string(v) != "0";
-  }();
+  static std::atomic<bool> on{env_flag("TESSERA_LAYOUT_READS", true)};
   return on;
 }
 }  // namespace

@@ -5,10 +5,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 #include <sstream>
 #include <utility>
+
+#include "core/env_flag.h"
 
 namespace tessera::gemm_cuda {
 namespace {
@@ -360,10 +361,7 @@ Refusal fp8_pair_kind(const GroupedGemmProblem& p, ElemKind* out) {
 
 // nvfp4_in_kernel's switch, off unless TESSERA_NVFP4_IN_KERNEL=1 at the first read.
 std::atomic<bool>& in_kernel_switch() {
-  static std::atomic<bool> on = [] {
-    const char* v = std::getenv("TESSERA_NVFP4_IN_KERNEL");
-    return v != nullptr && std::string(v) == "1";
-  }();
+  static std::atomic<bool> on{::tessera::detail::env_flag("TESSERA_NVFP4_IN_KERNEL", false)};
   return on;
 }
 
