@@ -8,11 +8,16 @@
 
 namespace tessera::detail {
 
-inline bool env_flag(const char* name, bool fallback) {
+// 1 for "1", 0 for "0", else `fallback` (a switch with a third, automatic state passes that).
+inline int env_switch(const char* name, int fallback) {
   const char* v = std::getenv(name);
-  if (v != nullptr && std::strcmp(v, "1") == 0) return true;
-  if (v != nullptr && std::strcmp(v, "0") == 0) return false;
+  if (v != nullptr && std::strcmp(v, "1") == 0) return 1;
+  if (v != nullptr && std::strcmp(v, "0") == 0) return 0;
   return fallback;
+}
+
+inline bool env_flag(const char* name, bool fallback) {
+  return env_switch(name, fallback ? 1 : 0) == 1;
 }
 
 }  // namespace tessera::detail

@@ -70,14 +70,46 @@ void grouped_gemm_cpu(const GroupedGemmProblem& p, const GroupedGemmDims& dims,
 // Host memory only; allocates what it needs. Used by tests, never by a fast path.
 void grouped_gemm_reference(const GroupedGemmProblem& p);
 
-// Whether the CUDA backend runs MXFP8 x MXFP8 pairs as it runs pairs with an NVFP4 copy: both
-// copies expanded exactly into BF16 (or read from the caller's BF16 image of a rowwise copy,
-// GemmOperand::expanded), then the BF16 kind, instead of the MXFP8 kinds' per-32 promotions; and
-// whether nn keeps BF16 images of MXFP8 weights for it (weight_has_image, read when a layer's
-// spec is made). A probe, off unless TESSERA_MXFP8_EXPANDED=1 at start-up or
-// set_mxfp8_expanded(true); switch before making layers, between GEMM calls.
-bool mxfp8_expanded();
-void set_mxfp8_expanded(bool on);
+// How the CUDA backend runs MXFP8 x MXFP8 pairs (docs/gemm_cuda.md, "MXFP8 through BF16"):
+//   kNative: the MXFP8 kinds, with a promotion of the partial sums every 32 contraction
+//     elements in the main loop;
+//   kExpanded: as pairs with an NVFP4 copy: both copies expanded exactly into BF16 in the
+//     workspace (or read from the caller's BF16 image of a rowwise copy, GemmOperand::expanded),
+//     then the BF16 kind;
+//   kAuto (the default): kExpanded where mxfp8_expands says the expansion pays, else kNative
+//     (and kNative where the expanded mapping refuses the problem).
+// Also whether nn keeps BF16 images of MXFP8 weights (weight_has_image: not under kNative, and
+// in kAuto only with a CUDA device present; read when a layer's spec is made). The environment
+// variable TESSERA_MXFP8_EXPANDED sets it at start-up: "1" kExpanded, "0" kNative, else kAuto.
+// Switch before making layers, between GEMM calls (a problem is mapped when it is sized and
+// again when it runs).
+enum class Mxfp8Path : int { kNative = 0, kExpanded = 1, kAuto = 2 };
+Mxfp8Path mxfp8_path();
+void set_mxfp8_path(Mxfp8Path path);
+// Whether nn keeps BF16 images of MXFP8 weights (above).
+bool mxfp8_weight_images();
+
+// Whether an MXFP8 x MXFP8 problem of these sizes runs expanded under mxfp8_path(). kAuto's
+// rule, from H200 rates (docs/gemm_cuda.md): expanding an element costs about 3 bytes of HBM
+// traffic (read the code, write BF16), and the BF16 kind saves about 1.6 ps per FLOP over the
+// native kinds (≈650 against ≈320 TFLOP/s), so expand when the problem has at least
+// kMxfp8FlopsPerExpandedElement FLOPs per element to expand (an operand with a BF16 image counts
+// none). For the bench shapes: DSv3 expands every GEMM; Qwen3 (256 tokens per expert, 2048 and
+// 1536 wide) expands the wgrad and, with the weight's image, the forward and dgrad.
+inline constexpr int64_t kMxfp8FlopsPerExpandedElement = 512;
+bool mxfp8_expands(GroupedGemmKind kind, const GroupedGemmDims& d, bool a_image, bool b_image);
+
+// mxfp8_path() set for a scope, then restored (tests, A/B runs).
+class ScopedMxfp8Path {
+ public:
+  explicit ScopedMxfp8Path(Mxfp8Path path) : was_(mxfp8_path()) { set_mxfp8_path(path); }
+  ~ScopedMxfp8Path() { set_mxfp8_path(was_); }
+  ScopedMxfp8Path(const ScopedMxfp8Path&) = delete;
+  ScopedMxfp8Path& operator=(const ScopedMxfp8Path&) = delete;
+
+ private:
+  Mxfp8Path was_;
+};
 
 // ---- CUDA backend (src/gemm/cuda/; stand-ins in grouped_gemm_no_cuda.cpp) ----------------------
 // Device-specific checks (alignment, formats, arch) after check_grouped_gemm passed. Never throws.

@@ -10,6 +10,7 @@
 #include "core/env_flag.h"
 #include "core/host_bytes.h"
 #include "gemm/gemm_backend.h"
+#include "tessera/core/device.h"
 
 namespace tessera {
 
@@ -177,14 +178,47 @@ GroupedGemmConfig select_grouped_gemm_config(const GroupedGemmProblem& problem) 
 
 namespace detail {
 namespace {
-std::atomic<bool>& mxfp8_expanded_switch() {
-  static std::atomic<bool> on{env_flag("TESSERA_MXFP8_EXPANDED", false)};
-  return on;
+std::atomic<int>& mxfp8_path_switch() {
+  static std::atomic<int> path{
+      env_switch("TESSERA_MXFP8_EXPANDED", static_cast<int>(Mxfp8Path::kAuto))};
+  return path;
 }
 }  // namespace
 
-bool mxfp8_expanded() { return mxfp8_expanded_switch().load(std::memory_order_relaxed); }
-void set_mxfp8_expanded(bool on) { mxfp8_expanded_switch().store(on, std::memory_order_relaxed); }
+Mxfp8Path mxfp8_path() {
+  return static_cast<Mxfp8Path>(mxfp8_path_switch().load(std::memory_order_relaxed));
+}
+void set_mxfp8_path(Mxfp8Path path) {
+  mxfp8_path_switch().store(static_cast<int>(path), std::memory_order_relaxed);
+}
+
+bool mxfp8_weight_images() {
+  switch (mxfp8_path()) {
+    case Mxfp8Path::kNative: return false;
+    case Mxfp8Path::kExpanded: return true;
+    case Mxfp8Path::kAuto: break;
+  }
+  static const bool device = cuda_device_count() > 0;
+  return device;
+}
+
+bool mxfp8_expands(GroupedGemmKind kind, const GroupedGemmDims& d, bool a_image, bool b_image) {
+  switch (mxfp8_path()) {
+    case Mxfp8Path::kNative: return false;
+    case Mxfp8Path::kExpanded: return true;
+    case Mxfp8Path::kAuto: break;
+  }
+  // M-grouped: A (capacity, K) x B (G, N, K); K-grouped: A (M, tokens) x B (N, tokens).
+  const bool k_grouped = kind == GroupedGemmKind::kKGrouped;
+  const double tokens = static_cast<double>(d.capacity);
+  const double a = k_grouped ? static_cast<double>(d.m) * tokens : tokens * d.k;
+  const double b = k_grouped ? static_cast<double>(d.n) * tokens
+                             : static_cast<double>(d.groups) * d.n * d.k;
+  const double flops = 2.0 * (k_grouped ? static_cast<double>(d.m) * d.n * tokens
+                                        : tokens * d.n * d.k);
+  const double elements = (a_image ? 0.0 : a) + (b_image ? 0.0 : b);
+  return flops >= static_cast<double>(kMxfp8FlopsPerExpandedElement) * elements;
+}
 }  // namespace detail
 
 }  // namespace tessera

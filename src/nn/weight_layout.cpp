@@ -92,7 +92,7 @@ bool weight_has_image(const LinearSpec& s) {
   if (!s.quantized() || s.in % 8 != 0) return false;
   const ScalingMode m = s.weight.config.mode;
   return is_family(m, ScaleFamily::kNVFP4) ||
-         (is_family(m, ScaleFamily::kMXFP8) && ::tessera::detail::mxfp8_expanded());
+         (is_family(m, ScaleFamily::kMXFP8) && ::tessera::detail::mxfp8_weight_images());
 }
 
 bool weight_columnwise_is_wt(const LinearSpec& s) {

@@ -20,7 +20,7 @@ namespace tessera::nn::detail {
 bool weight_columnwise_is_wt(const LinearSpec& s);
 // Whether the copies include the BF16 image of the rowwise copy (WeightCopies::expanded; and of
 // Wᵀ's, expanded_wt, for MXFP8 in the Wᵀ form): NVFP4 weights with in % 8 == 0, MXFP8 ones too
-// while detail::mxfp8_expanded() is on (read when the spec's layout is measured).
+// while detail::mxfp8_weight_images() holds (read when the spec's layout is measured).
 bool weight_has_image(const LinearSpec& s);
 int64_t weight_layout_bytes(const LinearSpec& s);
 // Points c.q (and c.wt) into `storage`.

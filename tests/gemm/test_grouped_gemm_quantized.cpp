@@ -253,5 +253,45 @@ TEST(QuantizedGemmErrors, RecipeMismatchMissingUsageBadScales) {
   EXPECT_EQ(can_implement(f.problem, &reason), Status::kOk) << reason;
 }
 
+// Mxfp8Path::kAuto's rule (detail::mxfp8_expands) on the bench's layer shapes, against the
+// FLOPs per expanded element counted here by hand: DSv3 fc1 (32 experts x 512 tokens, 7168 →
+// 4096) expands every GEMM; Qwen3 fc1 (128 x 256, 2048 → 1536) keeps its forward native unless
+// W has a BF16 image (2·M·N·K / (M·K + G·N·K) = 439 FLOPs per element < 512) and expands its
+// wgrad (2·M·N·K / (M·N + M·K) = 1755); small problems stay native; kNative and kExpanded
+// override the rule.
+TEST(Mxfp8Path, AutoExpandsWhereTheFlopsPayForTheExpansion) {
+  using detail::GroupedGemmDims;
+  using detail::Mxfp8Path;
+  const detail::ScopedMxfp8Path path(Mxfp8Path::kAuto);
+  const auto m_grouped = [](int64_t g, int64_t tokens, int64_t k, int64_t n) {
+    GroupedGemmDims d;
+    d.groups = g, d.capacity = d.a_rows = g * tokens, d.n = n, d.k = k;
+    return d;
+  };
+  const auto k_grouped = [](int64_t g, int64_t tokens, int64_t m, int64_t n) {
+    GroupedGemmDims d;
+    d.groups = g, d.capacity = d.a_rows = g * tokens, d.m = m, d.n = n;
+    return d;
+  };
+  const auto M = GroupedGemmKind::kMGrouped, K = GroupedGemmKind::kKGrouped;
+  EXPECT_TRUE(detail::mxfp8_expands(M, m_grouped(32, 512, 7168, 4096), false, false));
+  EXPECT_TRUE(detail::mxfp8_expands(M, m_grouped(32, 512, 4096, 7168), false, false));
+  EXPECT_TRUE(detail::mxfp8_expands(K, k_grouped(32, 512, 4096, 7168), false, false));
+  EXPECT_FALSE(detail::mxfp8_expands(M, m_grouped(128, 256, 2048, 1536), false, false));
+  EXPECT_TRUE(detail::mxfp8_expands(M, m_grouped(128, 256, 2048, 1536), false, true));
+  EXPECT_TRUE(detail::mxfp8_expands(K, k_grouped(128, 256, 1536, 2048), false, false));
+  EXPECT_FALSE(detail::mxfp8_expands(M, m_grouped(4, 100, 144, 384), false, false));
+  EXPECT_FALSE(detail::mxfp8_expands(M, m_grouped(4, 100, 144, 128), false, true));
+  {
+    const detail::ScopedMxfp8Path native(Mxfp8Path::kNative);
+    EXPECT_FALSE(detail::mxfp8_expands(M, m_grouped(32, 512, 7168, 4096), false, true));
+  }
+  {
+    const detail::ScopedMxfp8Path expanded(Mxfp8Path::kExpanded);
+    EXPECT_TRUE(detail::mxfp8_expands(M, m_grouped(4, 100, 144, 128), false, false));
+  }
+  EXPECT_EQ(detail::mxfp8_path(), Mxfp8Path::kAuto);
+}
+
 }  // namespace
 }  // namespace tessera::test

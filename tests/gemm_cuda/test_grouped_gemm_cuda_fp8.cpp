@@ -698,15 +698,17 @@ TEST(CudaFp8GroupedGemmTesseraQuantizer, BlockGraphReplayWithChangedGroupSizes) 
 
 TEST(CudaFp8GroupedGemmTesseraQuantizer, MxGraphReplayWithChangedGroupSizes) {
   if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  const detail::ScopedMxfp8Path native(detail::Mxfp8Path::kNative);  // the MXFP8 kinds
   graph_replay_with_changed_group_sizes(ScalingMode::kMXFP8, ScalingMode::kMXFP8_32x32);
 }
 
-// MXFP8 operands (the MXFP8 kinds): 1x32 activations and gradients with 32x32 (or 1x32) weights,
+// MXFP8 operands (the MXFP8 kinds, Mxfp8Path::kNative): 1x32 activations and gradients with 32x32 (or 1x32) weights,
 // compact and swizzled E8M0 scales, E4M3 and E5M2 gradients; block_shape's groups start on
 // multiples of 16, not 32 (wgrad's 32-token scale blocks straddle groups), K = 208 ends in a
 // partial block, the groups' weight rows (N = 256) tile on 32-row boundaries, N = 144 does not.
 TEST(CudaFp8GroupedGemmTesseraQuantizer, Mx1x32x32x32) {
   if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  const detail::ScopedMxfp8Path native(detail::Mxfp8Path::kNative);  // the MXFP8 kinds
   EXPECT_EQ(run_with_tessera_quantizer(ScalingMode::kMXFP8, DType::kFloat8E4M3,
                                        ScalingMode::kMXFP8_32x32, block_shape()),
             "");
@@ -714,6 +716,7 @@ TEST(CudaFp8GroupedGemmTesseraQuantizer, Mx1x32x32x32) {
 
 TEST(CudaFp8GroupedGemmTesseraQuantizer, Mx1x32EverywhereSwizzled) {
   if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  const detail::ScopedMxfp8Path native(detail::Mxfp8Path::kNative);  // the MXFP8 kinds
   LayerShape s = block_shape();
   s.scale_layout = ScaleLayout::kSwizzled;
   EXPECT_EQ(run_with_tessera_quantizer(ScalingMode::kMXFP8, DType::kFloat8E4M3,
@@ -723,6 +726,7 @@ TEST(CudaFp8GroupedGemmTesseraQuantizer, Mx1x32EverywhereSwizzled) {
 
 TEST(CudaFp8GroupedGemmTesseraQuantizer, Mx32x32WeightsSwizzled) {
   if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  const detail::ScopedMxfp8Path native(detail::Mxfp8Path::kNative);  // the MXFP8 kinds
   LayerShape s = block_shape();
   s.n = 384;  // dgrad contraction multiple of 128
   s.k = 144;
@@ -736,6 +740,7 @@ TEST(CudaFp8GroupedGemmTesseraQuantizer, Mx32x32WeightsSwizzled) {
 
 TEST(CudaFp8GroupedGemmTesseraQuantizer, MxHybridE5M2Gradients) {
   if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  const detail::ScopedMxfp8Path native(detail::Mxfp8Path::kNative);  // the MXFP8 kinds
   LayerShape s = block_shape();
   s.rows = {256, 0, 112, 16};
   s.n = 384;
@@ -746,14 +751,13 @@ TEST(CudaFp8GroupedGemmTesseraQuantizer, MxHybridE5M2Gradients) {
             "");
 }
 
-// MXFP8 pairs expanded exactly to BF16 in the workspace (detail::set_mxfp8_expanded(true), off
-// by default): the cases above through the BF16 kind — 32x32 and 1x32 weights, compact and
+// MXFP8 pairs expanded exactly to BF16 in the workspace (Mxfp8Path::kExpanded; kAuto's choice
+// where the expansion pays): the cases above through the BF16 kind — 32x32 and 1x32 weights, compact and
 // swizzled scales, E5M2 gradients, a partial last K block, groups straddling the wgrad's
 // 32-token blocks.
 TEST(CudaFp8GroupedGemmTesseraQuantizer, MxExpandedToBf16) {
   if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
-  const bool was = detail::mxfp8_expanded();
-  detail::set_mxfp8_expanded(true);
+  const detail::ScopedMxfp8Path expanded(detail::Mxfp8Path::kExpanded);
   EXPECT_EQ(run_with_tessera_quantizer(ScalingMode::kMXFP8, DType::kFloat8E4M3,
                                        ScalingMode::kMXFP8_32x32, block_shape()),
             "");
@@ -770,7 +774,6 @@ TEST(CudaFp8GroupedGemmTesseraQuantizer, MxExpandedToBf16) {
   EXPECT_EQ(run_with_tessera_quantizer(ScalingMode::kMXFP8, DType::kFloat8E5M2,
                                        ScalingMode::kMXFP8_32x32, s),
             "");
-  detail::set_mxfp8_expanded(was);
 }
 
 // NVFP4 operands (no FP4 kind: both copies expanded exactly to BF16, the BF16 kind, 1/S_enc in

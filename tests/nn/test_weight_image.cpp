@@ -71,16 +71,16 @@ LinearSpec nvfp4_spec(int64_t out, int64_t in, bool tiles16 = true) {
   return s;
 }
 
-// MXFP8 weights keep images while the probe that runs MXFP8 GEMMs in BF16 is on
-// (detail::set_mxfp8_expanded; the layout is measured when the spec is made).
-struct MxExpanded {
-  bool was = ::tessera::detail::mxfp8_expanded();
-  explicit MxExpanded(bool on) { ::tessera::detail::set_mxfp8_expanded(on); }
-  ~MxExpanded() { ::tessera::detail::set_mxfp8_expanded(was); }
+// MXFP8 weights keep images unless the CUDA GEMMs run MXFP8 natively
+// (detail::mxfp8_weight_images; the layout is measured when the spec is made).
+struct MxExpanded : ::tessera::detail::ScopedMxfp8Path {
+  explicit MxExpanded(bool on)
+      : ScopedMxfp8Path(on ? ::tessera::detail::Mxfp8Path::kExpanded
+                           : ::tessera::detail::Mxfp8Path::kNative) {}
 };
 
 TEST(WeightImage, KeptByNvfp4WeightsOfWholeRowsOnly) {
-  const MxExpanded probe(false);  // MXFP8 images: Mxfp8ImagesWithTheExpandedProbeOnly
+  const MxExpanded probe(false);  // MXFP8 images: Mxfp8ImagesUnlessNative
   PoolAllocator alloc;
   for (const auto& [recipe, in, want] : {std::tuple{"nvfp4", 64, true},
                                          std::tuple{"nvfp4", 48, true},
@@ -193,7 +193,7 @@ std::string check_exact_image(const QuantizedTensorView& q, const TensorView& im
   return bad ? std::to_string(bad) + " image elements differ from the dequantized copy" : "";
 }
 
-TEST(WeightImage, Mxfp8ImagesWithTheExpandedProbeOnly) {
+TEST(WeightImage, Mxfp8ImagesUnlessNative) {
   PoolAllocator alloc;
   for (const bool on : {false, true}) {
     const MxExpanded probe(on);
@@ -217,7 +217,19 @@ TEST(WeightImage, Mxfp8ImagesWithTheExpandedProbeOnly) {
   }
 }
 
-// On CUDA (the probe on): the images equal the CPU's byte for byte, and the step reading them
+// The default (Mxfp8Path::kAuto) keeps MXFP8 images exactly where a CUDA device is present.
+TEST(WeightImage, Mxfp8ImagesByDefaultWithADevice) {
+  const ::tessera::detail::ScopedMxfp8Path path(::tessera::detail::Mxfp8Path::kAuto);
+  PoolAllocator alloc;
+  const LinearSpec spec = make_linear_spec(*make_recipe("mxfp8"), "fc1", kG, 96, 64, false);
+  std::vector<float> w = random_normal(kG * 64 * 96, 9, 0.1f);
+  const WeightCopies wc = quantize_weight(spec, view_of(w, {kG, 64, 96}), {}, alloc);
+  const bool device = cuda_device_count() > 0;
+  EXPECT_EQ(wc.expanded.data != nullptr, device);
+  EXPECT_EQ(wc.expanded_wt.data != nullptr, device);
+}
+
+// On CUDA (MXFP8 through BF16): the images equal the CPU's byte for byte, and the step reading them
 // (forward: W's image; dgrad: Wᵀ's, or the columnwise copy expanded where W has no Wᵀ form)
 // equals the step that expands the copies itself, bit for bit.
 TEST(WeightImage, CudaMxfp8StepEqualsTheStepWithoutTheImages) {

@@ -11,7 +11,8 @@
 # docs/gemm_cuda.md; also one test binary run with the switch on from its start). Environment
 # overrides: SR_VAR (the variable), SR_TESTS (ctest names; "" skips the tests), SR_RECIPES (one `python -m tessera.bench train` per recipe, state and
 # round), SR_SHAPES (default dsv3-fc1,dsv3-fc2,qwen3-fc1,qwen3-fc2), SR_REPS (10), SR_ROUNDS (2),
-# SR_RUN_LIMIT (seconds per bench run, 240).
+# SR_RUN_LIMIT (seconds per bench run, 240), SR_STATES (the switch's values in each round,
+# default "0 1"; "default" runs with the variable unset).
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$ROOT"
@@ -24,7 +25,7 @@ case "${SR_PRESET:-layout_reads}" in
 test_nvfp4_members_cuda test_weight_image test_quantize_cuda test_grouped_recipes_cuda" ;;
   mxfp8_expanded)
     var=TESSERA_MXFP8_EXPANDED recipes="mxfp8"
-    tests="test_weight_image test_grouped_gemm_cuda_fp8 test_grouped_nn_cuda"
+    tests="test_weight_image test_grouped_gemm_cuda_fp8 test_grouped_nn_cuda test_grouped_gemm"
     # the step against the CPU with the switch on from the start (layers keep weight images)
     on_tests="tests/nn/test_grouped_nn_cuda --gtest_filter=*MatchesCpuWith*" ;;
   *) echo "switch_round: unknown SR_PRESET ${SR_PRESET}" >&2; exit 2 ;;
@@ -44,10 +45,11 @@ export PYTHONPATH="$ROOT/build-gpu/python${PYTHONPATH:+:$PYTHONPATH}"
 export TESSERA_BUILD_DIR="$ROOT/build-gpu"
 for recipe in $recipes; do
   for round in $(seq 1 "${SR_ROUNDS:-2}"); do
-    for on in 0 1; do
+    for on in ${SR_STATES:-0 1}; do
       log="$OUT/train-$recipe-$var$on-round$round.log"
       t0=$(date +%s)
-      env "$var=$on" timeout "${SR_RUN_LIMIT:-240}" python3 -m tessera.bench train \
+      if [ "$on" = default ]; then setting=(-u "$var"); else setting=("$var=$on"); fi
+      env "${setting[@]}" timeout "${SR_RUN_LIMIT:-240}" python3 -m tessera.bench train \
         --shapes "${SR_SHAPES:-dsv3-fc1,dsv3-fc2,qwen3-fc1,qwen3-fc2}" --recipes "$recipe" \
         --no-mlp --reps "${SR_REPS:-10}" > "$log" 2>&1
       echo "== $recipe, $var=$on, round $round: rc $?, $(( $(date +%s) - t0 )) s"

@@ -122,10 +122,10 @@ void reset_rng_offset(uint64_t value);
 // reads it instead of expanding W into the GEMM's workspace on every call, and so does the
 // dgrad where the columnwise copy is its transpose (16x16 tiles without stochastic rounding:
 // the NVFP4 recipe's weights). It costs 2 bytes per weight (docs/nn.md). MXFP8 weights keep the
-// same image (FP8 value × 2^(e − 127)) while the probe that runs MXFP8 GEMMs in BF16 is on
-// (TESSERA_MXFP8_EXPANDED=1, docs/gemm_cuda.md) and in % 8 == 0, and in the Wᵀ form also
-// `expanded_wt`, the image of `wt` ((G·in, out) BF16), which that probe's dgrad reads: 4 bytes
-// per weight.
+// same image (FP8 value × 2^(e − 127)) when in % 8 == 0 and the CUDA GEMMs may run MXFP8 in
+// BF16 (by default where a CUDA device is present; not with TESSERA_MXFP8_EXPANDED=0,
+// docs/gemm_cuda.md), and in the Wᵀ form also `expanded_wt`, the image of `wt` ((G·in, out)
+// BF16), which the dgrad reads: 4 bytes per weight.
 struct WeightCopies {
   Allocation storage;
   QuantizedTensorView q;

@@ -270,6 +270,7 @@ gemm_cuda::Fp8ProblemMap describe_fp8(const GroupedGemmProblem& p, const Grouped
   g->elem = m.elem;
   g->a = m.a.matrix;
   g->b = m.b.matrix;
+  if (m.k_grouped_mn) g->a_mn_major = g->b_mn_major = true;
   k.scale_a = m.a.scale;
   k.sa_gs = m.a.scale_gs;
   k.sa_rs = m.a.scale_rs;

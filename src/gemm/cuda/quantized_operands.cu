@@ -422,7 +422,22 @@ Refusal map_expanded_problem(const GroupedGemmProblem& p, const detail::GroupedG
     }
     return r;
   }
-  if (p.kind == GroupedGemmKind::kKGrouped) return map_k_grouped(p, d, map_expanded_operand, m);
+  if (p.kind == GroupedGemmKind::kKGrouped) {
+    const Refusal r = map_k_grouped(p, d, map_expanded_operand, m);
+    // MXFP8 columnwise copies keep x's (tokens, cols) layout: expanded as stored (a plain
+    // expansion, no transpose through shared tiles) and read MN-major by the BF16 kind, as the
+    // dense wgrad reads its token matrices. Not on an explicit cluster launch (clusters
+    // multicast K-major operands).
+    if (r.status == Status::kOk && m->a.expand_transposed && m->b.expand_transposed &&
+        p.config.cluster_m <= 1) {
+      for (Fp8OperandMap* o : {&m->a, &m->b}) {
+        o->expand_transposed = false;
+        o->matrix = {nullptr, o->ex.rows, o->ex.cols, (o->ex.cols + 7) / 8 * 8};
+      }
+      m->k_grouped_mn = true;
+    }
+    return r;
+  }
   return refuse(Status::kUnsupported, "batched (3D x 3D) GEMM is not implemented on CUDA");
 }
 
@@ -430,6 +445,28 @@ Refusal map_expanded_problem(const GroupedGemmProblem& p, const detail::GroupedG
 
 bool nvfp4_in_kernel() { return in_kernel_switch().load(std::memory_order_relaxed); }
 void set_nvfp4_in_kernel(bool on) { in_kernel_switch().store(on, std::memory_order_relaxed); }
+
+namespace {
+
+// An MXFP8 x MXFP8 pair through the BF16 kind (detail::mxfp8_path): true when it is mapped so
+// (*r then holds the mapping's verdict). Under kAuto a refused expanded mapping falls back to
+// the native kinds (false), so the rule never refuses what they run.
+bool mxfp8_runs_expanded(const GroupedGemmProblem& p, const detail::GroupedGemmDims& d,
+                         Fp8ProblemMap* m, Refusal* r) {
+  if (!is_mxfp8(p.a) || !is_mxfp8(p.b)) return false;
+  const auto image = [](const GemmOperand& o) {
+    return o.expanded.data != nullptr && !o.columnwise;
+  };
+  if (!detail::mxfp8_expands(p.kind, d, image(p.a), image(p.b))) return false;
+  Fp8ProblemMap expanded;
+  const Refusal e = map_expanded_problem(p, d, &expanded);
+  if (e.status != Status::kOk && detail::mxfp8_path() == detail::Mxfp8Path::kAuto) return false;
+  *m = expanded;
+  *r = e;
+  return true;
+}
+
+}  // namespace
 
 bool has_workspace_operand(const GroupedGemmProblem& p) {
   return is_mxfp8(p.a) || is_mxfp8(p.b) || is_nvfp4(p.a) || is_nvfp4(p.b);
@@ -445,9 +482,10 @@ Status map_fp8_problem(const GroupedGemmProblem& p, const detail::GroupedGemmDim
   Refusal r;
   if (!p.a.is_quantized || !p.b.is_quantized) {
     r = refuse(Status::kDTypeMismatch, "A and B: both must be quantized");
-  } else if (is_nvfp4(p.a) || is_nvfp4(p.b) ||
-             (detail::mxfp8_expanded() && is_mxfp8(p.a) && is_mxfp8(p.b))) {
+  } else if (is_nvfp4(p.a) || is_nvfp4(p.b)) {
     r = map_expanded_problem(p, d, &m);
+  } else if (mxfp8_runs_expanded(p, d, &m, &r)) {
+    // mapped (or refused, under Mxfp8Path::kExpanded) for the BF16 kind
   } else {
     if (p.kind == GroupedGemmKind::kMGrouped) {
       r = map_m_grouped(p, d, map_operand, &m);

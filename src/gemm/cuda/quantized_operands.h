@@ -90,6 +90,9 @@ struct Fp8ProblemMap {
   int64_t b_mn_groups = 0;
   // Both operands expanded to BF16 (a pair with an NVFP4 copy): elem is kBF16.
   bool expanded = false;
+  // K-grouped, both expanded as stored (MXFP8 columnwise copies, (tokens, cols)): `matrix` of
+  // each is (stored tokens, cols, ld), read MN-major (contraction = token rows).
+  bool k_grouped_mn = false;
   // K-grouped pairs of Hadamard-transformed NVFP4 copies: each group's contraction must start
   // and end on a 16-token transform block (an end at `rht_rows`, the copies' stored token count,
   // may close a partial one), else its output is NaN (GroupMapParams::bound_block).
