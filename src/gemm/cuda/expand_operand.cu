@@ -68,7 +68,9 @@ constexpr int kThreads = 256;
 
 // Thread i: row r = i / chunks, output columns [8j, 8j + 8), j = i % chunks. The chunk's scale
 // is looked up once when a block covers whole chunks (block columns a multiple of 8: NVFP4 1x16,
-// MXFP8 1x32), else per element; its codes come in one word where rows allow it.
+// MXFP8 1x32); FP8 codes under one scale per column (MXFP8 columnwise copies, 32x1 blocks, compact
+// scales) read the chunk's 8 scales in one word; else each element's. The codes come in one word
+// where rows allow it.
 template <Code kCode>
 __global__ void expand_kernel(const uint8_t* __restrict__ codes, int64_t row_bytes,
                               const uint8_t* __restrict__ scales, ScaleIndex si, int64_t rows,
@@ -79,6 +81,9 @@ __global__ void expand_kernel(const uint8_t* __restrict__ codes, int64_t row_byt
   const int64_t chunk_bytes = kCode == Code::kE2M1 ? 4 : 8;
   const bool vector_loads = row_bytes % chunk_bytes == 0 &&
                             reinterpret_cast<uintptr_t>(codes) % chunk_bytes == 0;
+  const bool column_scales = kCode != Code::kE2M1 && vector_loads && si.col_shift == 0 &&
+                             !si.swizzled && si.ld % 8 == 0 &&
+                             reinterpret_cast<uintptr_t>(scales) % 8 == 0;
   for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < total;
        i += int64_t{gridDim.x} * kThreads) {
     const int64_t r = i / chunks, c0 = (i - r * chunks) * 8;
@@ -95,6 +100,17 @@ __global__ void expand_kernel(const uint8_t* __restrict__ codes, int64_t row_byt
 #pragma unroll
         for (int e = 0; e < 8; ++e)
           f[e] = element_value<kCode>(((e < 4 ? w.x : w.y) >> (8 * (e % 4))) & 0xFF, s);
+      }
+    } else if (column_scales && c0 + 8 <= cols) {  // 8 codes and their 8 scales, a word each
+      if constexpr (kCode != Code::kE2M1) {
+        const uint2 w = *reinterpret_cast<const uint2*>(codes + r * row_bytes + c0);
+        const uint2 sw = *reinterpret_cast<const uint2*>(scales + si(r, c0));
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          const uint32_t word = e < 4 ? w.x : w.y, sword = e < 4 ? sw.x : sw.y;
+          f[e] = element_value<kCode>((word >> (8 * (e % 4))) & 0xFF,
+                                      scale_value<kCode>((sword >> (8 * (e % 4))) & 0xFF));
+        }
       }
     } else {
 #pragma unroll
