@@ -69,9 +69,10 @@ struct GemmOperand {
   // BF16 (NVFP4: E2M1 value × its block's E4M3 scale, the copy's per-tensor factor 1/S_enc left
   // out, the GEMM takes it from `amax`; MXFP8: the FP8 value × its block's 2^(e − 127)), a
   // contiguous (rows, cols) matrix on the copy's device, cols % 8 == 0, 16-byte aligned. Where
-  // the CUDA GEMM expands the copy (every NVFP4 pair; MXFP8 pairs where the expansion pays or
-  // TESSERA_MXFP8_EXPANDED=1, docs/gemm_cuda.md) it reads this image instead of expanding into its workspace on every
-  // call: for a rowwise read, and (NVFP4) for the columnwise read of an M-grouped NN GEMM (the
+  // the CUDA GEMM expands the copy (every NVFP4 pair; MXFP8 pairs where the expansion pays, or
+  // all with TESSERA_MXFP8_EXPANDED=1: docs/gemm_cuda.md) it reads this image instead of
+  // expanding into its workspace on every call (an MXFP8 operand with an image counts as
+  // expanded already in that choice): for a rowwise read, and (NVFP4) for the columnwise read of an M-grouped NN GEMM (the
   // dgrad on weights) when that copy is the rowwise copy transposed — 16x16 tiles, no Hadamard
   // transform, no stochastic rounding, the NVFP4 weight role — as its MN-major transpose. The
   // caller keeps the image equal to the copy (nn::WeightCopies does); the CPU backend and the
