@@ -94,8 +94,9 @@ bool mxfp8_weight_images();
 // traffic (read the code, write BF16: ≈0.85 ps at ≈3.5 TB/s), and the BF16 kind saves about
 // 1.6 fs per FLOP over the native kinds (≈650 against ≈320 TFLOP/s), so expand when the problem
 // has at least kMxfp8FlopsPerExpandedElement (≈0.85 ps / 1.6 fs) FLOPs per element to expand
-// (an operand with a BF16 image counts none). For the bench shapes: DSv3 expands every GEMM; Qwen3 (256 tokens per expert, 2048 and
-// 1536 wide) expands the wgrad and, with the weight's image, the forward and dgrad.
+// (an operand with a BF16 image counts none). For the bench shapes: DSv3 expands every GEMM;
+// Qwen3 (256 tokens per expert, 2048 and 1536 wide) expands the wgrad and, with the weight's
+// image, the forward and dgrad.
 inline constexpr int64_t kMxfp8FlopsPerExpandedElement = 512;
 bool mxfp8_expands(GroupedGemmKind kind, const GroupedGemmDims& d, bool a_image, bool b_image);
 

@@ -192,22 +192,16 @@ void set_mxfp8_path(Mxfp8Path path) {
   mxfp8_path_switch().store(static_cast<int>(path), std::memory_order_relaxed);
 }
 
-bool mxfp8_weight_images() {
-  switch (mxfp8_path()) {
-    case Mxfp8Path::kNative: return false;
-    case Mxfp8Path::kExpanded: return true;
-    case Mxfp8Path::kAuto: break;
-  }
-  static const bool device = cuda_device_count() > 0;
-  return device;
+namespace {
+// The answer of a forced path (kNative: no, kExpanded: yes), else kAuto's, automatic().
+template <class F>
+bool by_path(F automatic) {
+  const Mxfp8Path path = mxfp8_path();
+  return path == Mxfp8Path::kAuto ? automatic() : path == Mxfp8Path::kExpanded;
 }
 
-bool mxfp8_expands(GroupedGemmKind kind, const GroupedGemmDims& d, bool a_image, bool b_image) {
-  switch (mxfp8_path()) {
-    case Mxfp8Path::kNative: return false;
-    case Mxfp8Path::kExpanded: return true;
-    case Mxfp8Path::kAuto: break;
-  }
+// kAuto's rule (gemm_backend.h, mxfp8_expands).
+bool auto_expands(GroupedGemmKind kind, const GroupedGemmDims& d, bool a_image, bool b_image) {
   // M-grouped: A (capacity, K) x B (G, N, K); K-grouped: A (M, tokens) x B (N, tokens).
   const bool k_grouped = kind == GroupedGemmKind::kKGrouped;
   const double tokens = static_cast<double>(d.capacity);
@@ -218,6 +212,18 @@ bool mxfp8_expands(GroupedGemmKind kind, const GroupedGemmDims& d, bool a_image,
                                         : tokens * d.n * d.k);
   const double elements = (a_image ? 0.0 : a) + (b_image ? 0.0 : b);
   return flops >= static_cast<double>(kMxfp8FlopsPerExpandedElement) * elements;
+}
+}  // namespace
+
+bool mxfp8_weight_images() {
+  return by_path([] {
+    static const bool device = cuda_device_count() > 0;
+    return device;
+  });
+}
+
+bool mxfp8_expands(GroupedGemmKind kind, const GroupedGemmDims& d, bool a_image, bool b_image) {
+  return by_path([&] { return auto_expands(kind, d, a_image, b_image); });
 }
 }  // namespace detail
 

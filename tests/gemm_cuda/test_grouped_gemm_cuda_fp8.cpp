@@ -702,10 +702,11 @@ TEST(CudaFp8GroupedGemmTesseraQuantizer, MxGraphReplayWithChangedGroupSizes) {
   graph_replay_with_changed_group_sizes(ScalingMode::kMXFP8, ScalingMode::kMXFP8_32x32);
 }
 
-// MXFP8 operands (the MXFP8 kinds, Mxfp8Path::kNative): 1x32 activations and gradients with 32x32 (or 1x32) weights,
-// compact and swizzled E8M0 scales, E4M3 and E5M2 gradients; block_shape's groups start on
-// multiples of 16, not 32 (wgrad's 32-token scale blocks straddle groups), K = 208 ends in a
-// partial block, the groups' weight rows (N = 256) tile on 32-row boundaries, N = 144 does not.
+// MXFP8 operands (the MXFP8 kinds, Mxfp8Path::kNative): 1x32 activations and gradients with
+// 32x32 (or 1x32) weights, compact and swizzled E8M0 scales, E4M3 and E5M2 gradients;
+// block_shape's groups start on multiples of 16, not 32 (wgrad's 32-token scale blocks straddle
+// groups), K = 208 ends in a partial block, the groups' weight rows (N = 256) tile on 32-row
+// boundaries, N = 144 does not.
 TEST(CudaFp8GroupedGemmTesseraQuantizer, Mx1x32x32x32) {
   if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
   const detail::ScopedMxfp8Path native(detail::Mxfp8Path::kNative);  // the MXFP8 kinds
@@ -752,9 +753,9 @@ TEST(CudaFp8GroupedGemmTesseraQuantizer, MxHybridE5M2Gradients) {
 }
 
 // MXFP8 pairs expanded exactly to BF16 in the workspace (Mxfp8Path::kExpanded; kAuto's choice
-// where the expansion pays): the cases above through the BF16 kind — 32x32 and 1x32 weights, compact and
-// swizzled scales, E5M2 gradients, a partial last K block, groups straddling the wgrad's
-// 32-token blocks.
+// where the expansion pays): the cases above through the BF16 kind — 32x32 and 1x32 weights,
+// compact and swizzled scales, E5M2 gradients, a partial last K block, groups straddling the
+// wgrad's 32-token blocks.
 TEST(CudaFp8GroupedGemmTesseraQuantizer, MxExpandedToBf16) {
   if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
   const detail::ScopedMxfp8Path expanded(detail::Mxfp8Path::kExpanded);

@@ -72,11 +72,11 @@ struct GemmOperand {
   // the CUDA GEMM expands the copy (every NVFP4 pair; MXFP8 pairs where the expansion pays, or
   // all with TESSERA_MXFP8_EXPANDED=1: docs/gemm_cuda.md) it reads this image instead of
   // expanding into its workspace on every call (an MXFP8 operand with an image counts as
-  // expanded already in that choice): for a rowwise read, and (NVFP4) for the columnwise read of an M-grouped NN GEMM (the
-  // dgrad on weights) when that copy is the rowwise copy transposed — 16x16 tiles, no Hadamard
-  // transform, no stochastic rounding, the NVFP4 weight role — as its MN-major transpose. The
-  // caller keeps the image equal to the copy (nn::WeightCopies does); the CPU backend and the
-  // MXFP8 kinds read the codes.
+  // expanded already in that choice): for a rowwise read, and (NVFP4) for the columnwise read
+  // of an M-grouped NN GEMM (the dgrad on weights) when that copy is the rowwise copy
+  // transposed — 16x16 tiles, no Hadamard transform, no stochastic rounding, the NVFP4 weight
+  // role — as its MN-major transpose. The caller keeps the image equal to the copy
+  // (nn::WeightCopies does); the CPU backend and the MXFP8 kinds read the codes.
   TensorView expanded;
 
   static GemmOperand from_dense(const TensorView& v) {
