@@ -103,12 +103,15 @@ class WeightCache:
     def usable(self, weight: Tensor, spec: str, promised: bool = False) -> bool:
         """Whether the copies may be read instead of re-made (module doc); `promised`: the
         caller's promise (is_first_microbatch=False), as the weights_unchanged() context."""
-        if self.key is None or torch.compiler.is_compiling():
+        # Without a promise or fresh copies the answer is no whatever the key (the common step:
+        # decided before the key is built).
+        if self.key is None or not (self.fresh or promised or _promised()) \
+                or torch.compiler.is_compiling():
             return False
         if self.key != self.key_of(weight, spec):
             self.fresh = False
             return False
-        return self.fresh or promised or _promised()
+        return True
 
     def store(self, weight: Tensor, spec: str, copies: Tensor, fresh: bool = False) -> None:
         """Keeps `copies` as made from `weight` under `spec` (fresh: made by
