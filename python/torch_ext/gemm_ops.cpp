@@ -1,5 +1,6 @@
 // torch.ops.tessera.grouped_mm / scaled_grouped_mm: torch._grouped_mm's and
-// torch._scaled_grouped_mm's arguments and results on tessera's grouped GEMM, one call into
+// torch._scaled_grouped_mm's arguments and results on tessera's grouped GEMM (rows or columns
+// past offs[-1] are zeros where torch leaves them unwritten), one call into
 // compiled code each (the binding of the training step's ops: PyTorch's stable ABI, torch's
 // current stream and allocator). Here live the functional ops' rules: the four operand forms,
 // their checks, the operand layouts (a transposed view of contiguous memory is read as stored,
@@ -135,6 +136,9 @@ Tensor new_output(const Tensor& a, const Tensor& b, const OptTensor& offs, DType
 }
 
 // The GEMM of the operands into `d`: M-grouped (offsets), K-grouped (offsets) or batched (none).
+// An M-grouped `d` gets zeros in its rows past offs[-1] (torch leaves them unwritten): the
+// backward's input gradients are such outputs, and a row that took no part in the product must
+// get a zero gradient, not the memory's old bits (NaN among them).
 void run(GroupedGemmKind kind, const GemmOperand& a, const GemmOperand& b, bool transpose_a,
          bool transpose_b, const Tensor& d, const OptTensor& offs, const CallScope& scope) {
   GroupedGemmProblem p;
@@ -148,6 +152,7 @@ void run(GroupedGemmKind kind, const GemmOperand& a, const GemmOperand& b, bool 
     p.group_offsets = view_of(*offs, "offs");
     p.offsets_format = GroupOffsetsFormat::kEndOffsets;
     p.num_groups = p.group_offsets.numel();
+    p.zero_unused_rows = kind == GroupedGemmKind::kMGrouped;
   } else {
     p.num_groups = p.d.shape[0];
   }

@@ -114,6 +114,54 @@ def test_grouped_mm_matches_oracle_forward_and_backward(form, dtype, device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("form", ["2d3d", "2d2d", "3d2d"])
+def test_grouped_mm_rows_past_the_groups_are_zero_and_never_read(form, device):
+    """8 rows (columns of the 3D x 2D output) past offs[-1]: the inputs hold NaN there and the
+    output's gradient too; the output there is 0 (torch leaves it unwritten), the rest equals
+    the call without those rows, and the gradients of rows that took no part are exactly 0 —
+    not the old bits of their memory — so no NaN reaches a gradient."""
+    dtype, extra = torch.bfloat16, 8
+    a0, b0, offs = make_case(form, device, dtype)
+    t = int(offs[-1])
+    nan = float("nan")
+    if form == "2d3d":   # a (T + 8, K): rows past the groups
+        a_big = torch.cat([a0, torch.full((extra, a0.shape[1]), nan, dtype=dtype,
+                                          device=device)])
+        b_big = b0
+    elif form == "2d2d":  # a (M, T + 8), b (T + 8, N): the contraction's tail
+        a_big = torch.cat([a0.t(), torch.full((extra, a0.shape[0]), nan, dtype=dtype,
+                                              device=device)]).t()
+        b_big = torch.cat([b0, torch.full((extra, b0.shape[1]), nan, dtype=dtype,
+                                          device=device)])
+    else:                 # b (K, T + 8): the output's columns past the groups
+        a_big = a0
+        b_big = torch.cat([b0.t(), torch.full((extra, b0.shape[0]), nan, dtype=dtype,
+                                              device=device)]).t()
+    for _ in range(3):  # freed memory full of NaN, for the outputs to land on
+        junk = torch.full((1 << 16,), nan, device=device)
+        del junk
+    a, b = a_big.detach().requires_grad_(), b_big.detach().requires_grad_()
+    out = guarded(tt.grouped_mm, a, b, offs=offs)
+    ref = tt.grouped_mm(a0, b0, offs=offs)
+    dy = torch.randn(out.shape, device=device).to(dtype)
+    if form == "2d3d":
+        assert torch.equal(out[:t], ref) and (out[t:] == 0).all()
+        dy[t:] = nan
+    elif form == "2d2d":
+        assert torch.equal(out, ref)
+    else:
+        assert torch.equal(out[:, :t], ref) and (out[:, t:] == 0).all()
+        dy[:, t:] = nan
+    out.backward(dy)
+    a_tail = a.grad[t:] if form == "2d3d" else a.grad[:, t:] if form == "2d2d" else None
+    b_tail = b.grad[t:] if form == "2d2d" else b.grad[:, t:] if form == "3d2d" else None
+    for tail in (a_tail, b_tail):
+        if tail is not None:
+            assert (tail == 0).all()
+    assert torch.isfinite(a.grad).all() and torch.isfinite(b.grad).all()
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("form", ["2d3d", "2d2d", "3d3d", "3d2d"])
 def test_grouped_mm_matches_torch_grouped_mm(form, device):
     dtype = torch.bfloat16

@@ -7,7 +7,8 @@ Conventions (as torch): `offs` holds int32 cumulative END offsets (G entries) al
 dim; B of a 2D x 3D product is (G, K, N), typically the transposed view of (G, N, K) weights.
 Forms: 2D x 3D (rows of A grouped: forward, dgrad), 2D x 2D (contraction grouped: wgrad, output
 (G, M, N); an empty group gives zeros), 3D x 3D (batched, no offs), 3D x 2D (columns of the output
-grouped). Rows (2D x 3D) or columns (3D x 2D) past offs[-1] are left unwritten, as torch does.
+grouped). Rows (2D x 3D) or columns (3D x 2D) past offs[-1] are zeros (torch leaves them
+unwritten), so the backward's gradients of rows that took no part in a product are zero too.
 
 Each op has a fake (meta) implementation here, so torch.compile(fullgraph=True) traces through
 it, and grouped_mm has autograd whose backward is itself grouped_mm calls (dgrad M-grouped, wgrad
@@ -54,7 +55,7 @@ def grouped_mm(mat_a: Tensor, mat_b: Tensor, offs: Optional[Tensor] = None,
       3D x 3D  (G, M, K) x (G, K, N) -> (G, M, N), batched (offs None)
       3D x 2D  (G, M, K) x (K, T) -> (M, T), columns of the output grouped
     offs: int32 (G,) cumulative END offsets along the grouped dim (required when an operand is
-      2D); rows (or columns) past offs[-1] are left unwritten, as torch does.
+      2D); rows (or columns) past offs[-1] are zeros (torch leaves them unwritten).
     bias: must be None (as torch requires). out_dtype: mat_a's dtype (default) or float32.
     Differentiable (the backward is grouped_mm calls) and traceable by
     torch.compile(fullgraph=True). Bad input raises a tessera.Error naming the argument.
