@@ -85,6 +85,49 @@ def test_promises_reuse_the_copies_and_quantize_weights_makes_them(device):
         assert torch.equal(y3, tt.grouped_linear(x, m.weight, offs, "fp8_rowwise"))
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("mlp", [False, True])
+@pytest.mark.parametrize("fused", [False, True])
+def test_an_optimizer_step_after_quantize_weights_is_never_stale(device, mlp, fused):
+    """quantize_weights_, a step, then the optimizer's step: torch's fused optimizers write the
+    weights without moving their version counter, so the copies quantize_weights_ made must
+    expire at the optimizer's step, not at a version bump; the next forward (no promise) equals
+    a fresh layer's on the new weights."""
+    if fused and device == "cpu" and not hasattr(torch, "_fused_adamw_"):
+        pytest.skip("no fused AdamW in this torch")
+    torch.manual_seed(0)
+    g, hidden = len(SIZES), 64
+    make = (lambda: tt.GroupedMLP(g, hidden, 32, recipe="fp8_current", device=device)) if mlp \
+        else (lambda: tt.GroupedLinear(g, hidden, N, recipe="fp8_current", device=device))
+    m = make()
+    offs = ends(SIZES, device)
+    x = torch.randn(sum(SIZES), hidden, device=device, dtype=torch.bfloat16)
+    opt = torch.optim.AdamW(m.parameters(), lr=0.05, fused=fused)
+    tt.quantize_weights_(m)
+    m(x, offs).float().square().sum().backward()
+    opt.step()
+    with torch.no_grad():
+        got = m(x, offs)
+        fresh = make()
+        fresh.load_state_dict(m.state_dict())
+        assert torch.equal(got, fresh(x, offs))
+
+
+def test_a_cache_matches_its_weight_by_identity_not_by_address():
+    """Copies made from one tensor are not read for another tensor with the same address,
+    shape, dtype and version counter (a new Parameter the allocator put where the old one was;
+    here a detached alias, which shares all four)."""
+    m = layer("fp8_rowwise", "cpu")
+    offs = ends(SIZES, "cpu")
+    x = torch.randn(sum(SIZES), K, dtype=torch.bfloat16)
+    with torch.no_grad():
+        m(x, offs)
+    alias = m.weight.detach()
+    assert alias.data_ptr() == m.weight.data_ptr() and alias._version == m.weight._version
+    assert m.weight_cache.usable(m.weight, m.spec, promised=True)
+    assert not m.weight_cache.usable(alias, m.spec, promised=True)
+
+
 # ---- rows in no group --------------------------------------------------------------------------
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -26,11 +26,13 @@ The weight cache contract (no stale weight without an explicit promise): a forwa
     `weights_unchanged()` context, or `is_first_microbatch=False` (TransformerEngine's spelling)
     in the module's forward; or
   * `quantize_weights_(module)` made the copies from the current weights (the optimizer calls
-    it after updating them) and nothing has changed the weight since in a way torch records.
-In both cases the copies are re-made anyway when the weight is another tensor, has another
-shape or dtype, or its version counter moved (an in-place write through torch). Writes through
-`weight.data` are invisible to torch: after one, no promise holds — call `quantize_weights_`
-again (or leave the default, which re-quantizes). Under torch.compile the weight is quantized in
+    it after updating them), no optimizer has stepped since (any torch.optim.Optimizer, counted
+    by torch's global step hook: the fused optimizers write the weights without moving their
+    version counter) and nothing has changed the weight since in a way torch records.
+In both cases the copies are re-made anyway when the weight is another tensor (compared by
+identity, not by address), has another shape or dtype, or its version counter moved (an
+in-place write through torch). Writes through `weight.data` are invisible to torch: after one,
+no promise holds — call `quantize_weights_` again (or leave the default, which re-quantizes). Under torch.compile the weight is quantized in
 every call (a cache is Python state the graph cannot see).
 """
 from __future__ import annotations
@@ -38,10 +40,12 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
+import weakref
 from typing import Optional, Tuple
 
 import torch
 from torch import Tensor
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from .. import _tessera as _C
 from . import _ext
@@ -49,6 +53,17 @@ from ._errors import double_backward_error
 from .recipe import recipe_spec, resolve
 
 _local = threading.local()
+
+# Optimizer steps taken anywhere (torch.optim's global step hook, every torch.optim.Optimizer):
+# copies made by quantize_weights_ count as the current weights' only until the next step.
+_optimizer_steps = [0]
+
+
+def _count_optimizer_step(optimizer, args, kwargs) -> None:
+    _optimizer_steps[0] += 1
+
+
+register_optimizer_step_post_hook(_count_optimizer_step)
 
 
 @contextlib.contextmanager
@@ -92,33 +107,47 @@ class WeightCache:
         """Drops the copies: the next forward re-makes them."""
         self.copies: Optional[Tensor] = None
         self.key = None
-        self.fresh = False  # made by quantize_weights_ from the current weights
+        self.weight = None  # a weak reference to the tensor the copies were made from
+        self.fresh = False  # made by quantize_weights_ from the current weights ...
+        self.steps = 0      # ... when the optimizer steps counted were this many
 
     @staticmethod
     def key_of(weight: Tensor, spec: str):
         """What the copies were made from: the weight's storage, shape, dtype and version
-        counter, and the step's spec."""
+        counter, and the step's spec (the tensor itself is compared apart, by identity)."""
         return (weight.data_ptr(), weight.shape, weight.dtype, weight._version, spec)
+
+    def mark_fresh(self) -> None:
+        """The copies were just made from the current weights (quantize_weights_): forwards
+        may read them without a promise until the weight changes or an optimizer steps."""
+        self.fresh, self.steps = True, _optimizer_steps[0]
 
     def usable(self, weight: Tensor, spec: str, promised: bool = False) -> bool:
         """Whether the copies may be read instead of re-made (module doc); `promised`: the
         caller's promise (is_first_microbatch=False), as the weights_unchanged() context."""
+        if self.key is None:
+            return False
+        # Fresh copies expire at the next optimizer step: torch's fused optimizers write the
+        # weights without moving their version counter.
+        if self.fresh and self.steps != _optimizer_steps[0]:
+            self.fresh = False
         # Without a promise or fresh copies the answer is no whatever the key (the common step:
         # decided before the key is built).
-        if self.key is None or not (self.fresh or promised or _promised()) \
-                or torch.compiler.is_compiling():
+        if not (self.fresh or promised or _promised()) or torch.compiler.is_compiling():
             return False
-        if self.key != self.key_of(weight, spec):
+        # Another tensor may sit at the old one's address with the same version: identity too.
+        if self.weight() is not weight or self.key != self.key_of(weight, spec):
             self.fresh = False
             return False
         return True
 
-    def store(self, weight: Tensor, spec: str, copies: Tensor, fresh: bool = False) -> None:
-        """Keeps `copies` as made from `weight` under `spec` (fresh: made by
-        quantize_weights_ from the current weights). Nothing is kept while compiling."""
+    def store(self, weight: Tensor, spec: str, copies: Tensor) -> None:
+        """Keeps `copies` as made from `weight` under `spec` (not fresh: mark_fresh says so).
+        Nothing is kept while compiling."""
         if torch.compiler.is_compiling():
             return
-        self.copies, self.key, self.fresh = copies, self.key_of(weight, spec), fresh
+        self.copies, self.key, self.fresh = copies, self.key_of(weight, spec), False
+        self.weight = weakref.ref(weight)
 
     def __getstate__(self):
         return {}

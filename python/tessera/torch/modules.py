@@ -152,7 +152,7 @@ class GroupedLinear(nn.Module):
         self.weight_cache.invalidate()
         linear_step(x, self.weight, offs, self.spec, self.name, self.weight_cache,
                     delayed_state=self._delayed_state())
-        self.weight_cache.fresh = True
+        self.weight_cache.mark_fresh()
 
     def forward(self, x: Tensor, offs: Optional[Tensor] = None, splits=None, *,
                 m_splits=None, is_first_microbatch: Optional[bool] = None) -> Tensor:
@@ -253,7 +253,8 @@ class GroupedMLP(nn.Module):
         offs = torch.zeros(self.num_groups, dtype=torch.int32, device=x.device)
         self.invalidate_weight_cache()
         self._run(x, offs, None)
-        self.fc1.weight_cache.fresh = self.fc2.weight_cache.fresh = True
+        self.fc1.weight_cache.mark_fresh()
+        self.fc2.weight_cache.mark_fresh()
 
     def forward(self, x: Tensor, offs: Optional[Tensor] = None, probs: Optional[Tensor] = None,
                 splits=None, *, m_splits=None,
