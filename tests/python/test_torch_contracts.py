@@ -91,8 +91,8 @@ def test_promises_reuse_the_copies_and_quantize_weights_makes_them(device):
 def test_an_optimizer_step_after_quantize_weights_is_never_stale(device, mlp, fused):
     """quantize_weights_, a step, then the optimizer's step: torch's fused optimizers write the
     weights without moving their version counter, so the copies quantize_weights_ made must
-    expire at the optimizer's step, not at a version bump; the next forward (no promise) equals
-    a fresh layer's on the new weights."""
+    expire at the optimizer's step, not at a version bump; the next forward equals a fresh
+    layer's on the new weights, with or without a (mistaken) promise."""
     if fused and device == "cpu" and not hasattr(torch, "_fused_adamw_"):
         pytest.skip("no fused AdamW in this torch")
     torch.manual_seed(0)
@@ -107,10 +107,12 @@ def test_an_optimizer_step_after_quantize_weights_is_never_stale(device, mlp, fu
     m(x, offs).float().square().sum().backward()
     opt.step()
     with torch.no_grad():
+        promised = m(x, offs, is_first_microbatch=False)
         got = m(x, offs)
         fresh = make()
         fresh.load_state_dict(m.state_dict())
-        assert torch.equal(got, fresh(x, offs))
+        want = fresh(x, offs)
+        assert torch.equal(promised, want) and torch.equal(got, want)
 
 
 def test_a_cache_matches_its_weight_by_identity_not_by_address():

@@ -26,14 +26,15 @@ The weight cache contract (no stale weight without an explicit promise): a forwa
     `weights_unchanged()` context, or `is_first_microbatch=False` (TransformerEngine's spelling)
     in the module's forward; or
   * `quantize_weights_(module)` made the copies from the current weights (the optimizer calls
-    it after updating them), no optimizer has stepped since (any torch.optim.Optimizer, counted
-    by torch's global step hook: the fused optimizers write the weights without moving their
-    version counter) and nothing has changed the weight since in a way torch records.
-In both cases the copies are re-made anyway when the weight is another tensor (compared by
+    it after updating them) and nothing has changed the weight since in a way torch records.
+In both cases the copies are re-made anyway when an optimizer has stepped since they were made
+(any torch.optim.Optimizer, counted by torch's global step hook: the fused optimizers write the
+weights without moving their version counter), or the weight is another tensor (compared by
 identity, not by address), has another shape or dtype, or its version counter moved (an
 in-place write through torch). Writes through `weight.data` are invisible to torch: after one,
-no promise holds — call `quantize_weights_` again (or leave the default, which re-quantizes). Under torch.compile the weight is quantized in
-every call (a cache is Python state the graph cannot see).
+no promise holds — call `quantize_weights_` again (or leave the default, which re-quantizes).
+Under torch.compile the weight is quantized in every call (a cache is Python state the graph
+cannot see).
 """
 from __future__ import annotations
 
@@ -108,8 +109,8 @@ class WeightCache:
         self.copies: Optional[Tensor] = None
         self.key = None
         self.weight = None  # a weak reference to the tensor the copies were made from
-        self.fresh = False  # made by quantize_weights_ from the current weights ...
-        self.steps = 0      # ... when the optimizer steps counted were this many
+        self.fresh = False  # made by quantize_weights_ from the current weights
+        self.steps = 0      # the optimizer steps counted when the copies were made
 
     @staticmethod
     def key_of(weight: Tensor, spec: str):
@@ -119,18 +120,18 @@ class WeightCache:
 
     def mark_fresh(self) -> None:
         """The copies were just made from the current weights (quantize_weights_): forwards
-        may read them without a promise until the weight changes or an optimizer steps."""
+        may read them without a promise until the weight changes or an optimizer steps (copies
+        never outlive an optimizer step, promised or fresh)."""
         self.fresh, self.steps = True, _optimizer_steps[0]
 
     def usable(self, weight: Tensor, spec: str, promised: bool = False) -> bool:
         """Whether the copies may be read instead of re-made (module doc); `promised`: the
         caller's promise (is_first_microbatch=False), as the weights_unchanged() context."""
-        if self.key is None:
-            return False
-        # Fresh copies expire at the next optimizer step: torch's fused optimizers write the
-        # weights without moving their version counter.
-        if self.fresh and self.steps != _optimizer_steps[0]:
+        # Copies expire at the next optimizer step, promise or not: torch's fused optimizers
+        # write the weights without moving their version counter.
+        if self.key is None or self.steps != _optimizer_steps[0]:
             self.fresh = False
+            return False
         # Without a promise or fresh copies the answer is no whatever the key (the common step:
         # decided before the key is built).
         if not (self.fresh or promised or _promised()) or torch.compiler.is_compiling():
@@ -147,7 +148,7 @@ class WeightCache:
         if torch.compiler.is_compiling():
             return
         self.copies, self.key, self.fresh = copies, self.key_of(weight, spec), False
-        self.weight = weakref.ref(weight)
+        self.weight, self.steps = weakref.ref(weight), _optimizer_steps[0]
 
     def __getstate__(self):
         return {}
