@@ -147,3 +147,28 @@ def test_params_dtype_arguments():
         w = torch.randn(2, 4, 8, dtype=torch.bfloat16)
         tt.grouped_linear(x, w, torch.tensor([2, 4], dtype=torch.int32),
                           main_grad=torch.zeros(2, 4, 8, dtype=torch.bfloat16))
+
+
+def test_main_grad_missing_under_torch_compile_is_refused_not_skipped():
+    """A layer whose weight lost its main_grad (copy.deepcopy does not carry it) and that
+    torch.compile traces: a graph cannot give the Parameter the attribute, so the step is
+    refused with a message naming weight.main_grad — never a wgrad silently sent to .grad.
+    Eager, the layer makes main_grad again."""
+    import copy
+    lin = tt.GroupedLinear(2, 64, 32, params_dtype=torch.float32, accumulate_main_grad=True)
+    x = torch.randn(16, 64, dtype=torch.bfloat16)
+    offs = torch.tensor([8, 16], dtype=torch.int32)
+    twin = copy.deepcopy(lin)
+    assert getattr(twin.weight, "main_grad", None) is None
+    torch._dynamo.reset()
+    compiled = torch.compile(twin, fullgraph=True, backend="aot_eager")
+    with pytest.raises(Exception) as info:
+        compiled(x, offs)
+    chain, e = [], info.value
+    while e is not None:
+        chain.append(str(e))
+        e = e.__cause__ or e.__context__
+    assert any("weight.main_grad" in m for m in chain), chain
+    assert twin.weight.grad is None
+    twin(x, offs).float().sum().backward()  # eager: made again, the wgrad lands there
+    assert twin.weight.grad is None and twin.weight.main_grad.abs().sum() > 0

@@ -140,8 +140,13 @@ class GroupedLinear(nn.Module):
         (module.to) or changed shape."""
         w = self.weight
         mg = getattr(w, "main_grad", None)
-        if not torch.compiler.is_compiling() and (
-                mg is None or mg.shape != w.shape or mg.device != w.device):
+        if mg is None or mg.shape != w.shape or mg.device != w.device:
+            if torch.compiler.is_compiling():  # a graph cannot give a Parameter an attribute
+                raise _C.InvalidArgumentError(
+                    "tessera invalid argument: weight.main_grad: accumulate_main_grad=True under "
+                    "torch.compile needs weight.main_grad (FP32, the weight's shape and device) "
+                    "before the layer is traced: run one eager forward first, or set it (e.g. "
+                    "after copy.deepcopy or module.to, which do not carry it)")
             mg = torch.zeros(w.shape, dtype=torch.float32, device=w.device)
             w.main_grad = mg
         return mg
