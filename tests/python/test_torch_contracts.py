@@ -349,6 +349,30 @@ def test_transformer_engine_splits_as_a_python_list(device):
         assert torch.equal(m(x, m_splits=list(SIZES)), want)
         assert torch.equal(m(x, list(SIZES)), want)  # TE's positional forward(inp, m_splits)
         assert torch.equal(m(x, splits=torch.tensor(SIZES, device=device)), want)
+        with pytest.raises(tessera.InvalidArgumentError, match="splits / m_splits"):
+            m(x, splits=list(SIZES), m_splits=list(SIZES))  # one name, not both
+        mlp = tt.GroupedMLP(len(SIZES), K, 32, recipe="bf16", device=device)
+        with pytest.raises(tessera.InvalidArgumentError, match="splits / m_splits"):
+            mlp(x, splits=list(SIZES), m_splits=list(SIZES))
+
+
+def test_copies_made_under_inference_mode_serve_a_later_training_step():
+    """A forward under torch.inference_mode (or quantize_weights_ there) makes inference-tensor
+    copies, which a training step's backward cannot save: a later promised or fresh training
+    forward makes its own instead of failing, and computes what a fresh layer does."""
+    m = layer("fp8_current", "cpu")
+    offs = ends(SIZES, "cpu")
+    x = torch.randn(sum(SIZES), K, dtype=torch.bfloat16)
+    dy = torch.randn(sum(SIZES), N, dtype=torch.bfloat16)
+    fresh = copy.deepcopy(m)
+    want = step(fresh, x, offs, dy)
+    with torch.inference_mode():
+        m(x, offs)
+    got = step(m, x, offs, dy, is_first_microbatch=False)
+    assert all(torch.equal(a, b) for a, b in zip(got[:3], want[:3]))
+    with torch.inference_mode():
+        tt.quantize_weights_(m)
+    assert all(torch.equal(a, b) for a, b in zip(step(m, x, offs, dy)[:3], want[:3]))
 
 
 # The eager steps run as C++ autograd nodes (torch.ops.tessera.linear / mlp) where the module was

@@ -140,7 +140,8 @@ class WeightCache:
         if self.weight() is not weight or self.key != self.key_of(weight, spec):
             self.fresh = False
             return False
-        return True
+        # Copies made under torch.inference_mode cannot be saved for a training step's backward.
+        return not self.copies.is_inference() or torch.is_inference_mode_enabled()
 
     def store(self, weight: Tensor, spec: str, copies: Tensor) -> None:
         """Keeps `copies` as made from `weight` under `spec` (not fresh: mark_fresh says so).

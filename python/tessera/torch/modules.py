@@ -33,6 +33,14 @@ from .moe_dist import recipe_dispatch_mode
 from .recipe import RECIPES, resolve
 
 
+def _sizes_arg(splits, m_splits):
+    """The group sizes given as `splits` or as TransformerEngine's `m_splits` (one of them)."""
+    if splits is not None and m_splits is not None:
+        raise _C.InvalidArgumentError("tessera invalid argument: splits / m_splits: the same "
+                                      "group sizes under two names; give one")
+    return splits if m_splits is None else m_splits
+
+
 def offsets_from(offs: Optional[Tensor], splits, groups: int, device=None) -> Tensor:
     """int32 cumulative end offsets from either `offs` (returned as is) or group sizes `splits`
     (a tensor — one cumsum on its device, no host sync — or a list of ints, TransformerEngine's
@@ -172,7 +180,7 @@ class GroupedLinear(nn.Module):
             raise _C.ShapeError(f"tessera shape mismatch: x: expected (T, {self.in_features}), "
                                 f"got {tuple(x.shape)}")
         if splits is not None or m_splits is not None or not isinstance(offs, Tensor):
-            offs = offsets_from(offs, splits if m_splits is None else m_splits, self.num_groups,
+            offs = offsets_from(offs, _sizes_arg(splits, m_splits), self.num_groups,
                                 x.device)
         main_grad = self._main_grad() if self.accumulate_main_grad else None
         # TransformerEngine's is_first_microbatch: False promises unchanged weights.
@@ -281,7 +289,7 @@ class GroupedMLP(nn.Module):
         gradient): fc2's backward then reads the codes (dgrad) and makes the weight gradient's
         copy from their values, instead of quantizing the gradient it is given.
         """
-        offs = offsets_from(offs, splits if m_splits is None else m_splits, self.num_groups,
+        offs = offsets_from(offs, _sizes_arg(splits, m_splits), self.num_groups,
                             x.device)
         return self._run(x, offs, probs, promised=is_first_microbatch is False,
                          x_rowwise=x_rowwise, grad_rowwise=grad_rowwise)
