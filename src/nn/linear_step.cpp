@@ -135,6 +135,17 @@ int64_t token_block(ScalingMode m) {
   return info.block_rows == 0 || info.block_cols == 0 ? 0 : info.block_cols;
 }
 
+// Rows of the stacked (G·out, in) weight matrix that one scaling unit of the weight's copies
+// covers: an FP8 block, MXFP8 or NVFP4 mode's block along out in either copy (its rowwise
+// blocks, or the columnwise copy's blocks of the transpose); 1 where every unit lies in one row
+// or the step scales it per expert (tensor and rowwise families).
+int64_t weight_unit_rows(ScalingMode m) {
+  const ScalingModeInfo& info = scaling_mode_info(m);
+  const bool blocks = info.family == ScaleFamily::kBlock || info.family == ScaleFamily::kMXFP8 ||
+                      info.family == ScaleFamily::kNVFP4;
+  return blocks ? std::max(info.block_rows, info.block_cols) : 1;
+}
+
 // The saved context of a quantized step: starts and padded starts (G+1 int64 each), then x's
 // columnwise copy at padded_rows_for(T) <= T + G·(align − 1) + align rows.
 SavedSize saved_context_size(const LinearSpec& s) {
@@ -276,6 +287,15 @@ LinearSpec make_linear_spec(const Recipe& recipe, const std::string& name, int64
                          "GEMMs run E4M3 x E4M3 and E5M2 x E4M3 with the gradient as A: x and "
                          "W are B operands of the backward GEMMs)");
   }
+  // Experts stay apart: a weight block spanning the end of W_g and the start of W_g+1 would let
+  // one expert's weights (an outlier, a NaN) change another's outputs and gradients.
+  const int64_t unit = weight_unit_rows(s.weight.config.mode);
+  TESSERA_CHECK_STATUS(groups == 1 || out % unit == 0, Status::kUnsupported, "layer '",
+                       echo(name), "': the weight's ", scaling_mode_name(s.weight.config.mode),
+                       " blocks cover ", unit, " rows of out_features: out_features (", out,
+                       ") must be a multiple of ", unit, " with ", groups, " experts, or a block "
+                       "would span two experts (one expert's weights would change another's "
+                       "results)");
   s.wgrad_align = std::max({int64_t{16}, token_block(s.input.config.mode),
                             token_block(s.grad_output.config.mode)});
   s.saved_input = saved_context_size(s);

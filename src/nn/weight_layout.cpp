@@ -38,11 +38,8 @@ void carve(const LinearSpec& s, Carver& carver, Device device, WeightCopies& c) 
     c.q = carve_quantized(s.weight.config, rows, s.in, true, false, carver, device, s.groups);
     c.wt = carve_quantized(wt_config(s), s.groups * s.in, s.out, true, false, carver, device);
   } else {
-    // NVFP4's per-expert global amax needs W_g on whole 16-row blocks (out % 16 == 0): a block of
-    // the dgrad copy spanning two experts has one scale (docs/numerics.md); else one amax.
-    const bool shared = member_global_amax(s.weight.config) && s.out % 16 != 0;
-    c.q = carve_quantized(s.weight.config, rows, s.in, true, true, carver, device,
-                          shared ? 1 : s.groups);
+    // W_g on whole blocks (make_linear_spec): NVFP4's global amax per expert.
+    c.q = carve_quantized(s.weight.config, rows, s.in, true, true, carver, device, s.groups);
   }
   if (weight_has_image(s)) {
     const auto image = [&](int64_t r, int64_t cols) {

@@ -15,7 +15,8 @@
 namespace tessera::nn::test {
 namespace {
 
-constexpr int64_t kG = 5, kIn = 64, kOut = 64;
+// out_features: whole 128-row FP8 blocks per expert (make_linear_spec refuses others).
+constexpr int64_t kG = 5, kIn = 64, kOut = 128;
 
 bool group_is_zero(const std::vector<float>& dw, int64_t g, int64_t per_group) {
   for (int64_t i = 0; i < per_group; ++i) {
@@ -63,18 +64,18 @@ TEST(GroupedNNEmptyExperts, MlpAllEmptyBatch) {
   for (const std::string& name : recipe_names()) {
     SCOPED_TRACE(name);
     const auto recipe = make_recipe(name);
-    GroupedMLP mlp(3, 32, 64, *recipe, {});
+    GroupedMLP mlp(3, 128, 64, *recipe, {});  // fc1 and fc2: 128 out_features
     std::vector<int64_t> splits = {0, 0, 0};
     std::vector<float> x, y, probs, dy, dx, dp;
-    std::vector<float> dw1(3 * 128 * 32, 1.0f), dw2(3 * 32 * 64, 1.0f);
-    GroupedMLPContext ctx =
-        mlp.forward(view_of(x, {0, 32}), view_of(splits), view_of(probs, {0}), view_of(y, {0, 32}));
+    std::vector<float> dw1(3 * 128 * 128, 1.0f), dw2(3 * 128 * 64, 1.0f);
+    GroupedMLPContext ctx = mlp.forward(view_of(x, {0, 128}), view_of(splits), view_of(probs, {0}),
+                                        view_of(y, {0, 128}));
     GroupedMLPGrads g;
-    g.dx = view_of(dx, {0, 32});
+    g.dx = view_of(dx, {0, 128});
     g.dprobs = view_of(dp, {0});
-    g.fc1_dw = view_of(dw1, {3, 128, 32});
-    g.fc2_dw = view_of(dw2, {3, 32, 64});
-    mlp.backward(ctx, view_of(dy, {0, 32}), g);
+    g.fc1_dw = view_of(dw1, {3, 128, 128});
+    g.fc2_dw = view_of(dw2, {3, 128, 64});
+    mlp.backward(ctx, view_of(dy, {0, 128}), g);
     for (float v : dw1) ASSERT_EQ(v, 0.0f);
     for (float v : dw2) ASSERT_EQ(v, 0.0f);
   }

@@ -22,11 +22,11 @@ TEST(GroupedNNStepAllocations, SecondStepAllocatesNothingAndReuseChangesNoBit) {
               "is measured alone:\n");
   for (const std::string& name : recipe_names()) {
     SCOPED_TRACE(name);
-    step_alloc::check_linear(name, {4, 64, 96}, Device::cpu(), false, kLinearA, kLinearB,
+    step_alloc::check_linear(name, {4, 64, 128}, Device::cpu(), false, kLinearA, kLinearB,
                              kLinearC);
-    step_alloc::check_linear(name, {4, 64, 96}, Device::cpu(), true, kLinearA, kLinearB,
+    step_alloc::check_linear(name, {4, 64, 128}, Device::cpu(), true, kLinearA, kLinearB,
                              kLinearC);
-    step_alloc::check_mlp(name, {3, 64, 32}, Device::cpu(), kMlpA, kMlpB, kMlpC);
+    step_alloc::check_mlp(name, {3, 128, 64}, Device::cpu(), kMlpA, kMlpB, kMlpC);
   }
 }
 

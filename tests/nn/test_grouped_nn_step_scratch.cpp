@@ -30,7 +30,7 @@ class CountingAllocator final : public Allocator {
 };
 
 TEST(GroupedNNStepScratch, OneScratchBlockPerDirection) {
-  const int64_t g = 4, in = 64, out = 96;
+  const int64_t g = 4, in = 64, out = 128;  // whole 128-row FP8 blocks per expert
   std::vector<int64_t> splits{30, 0, 41, 17};
   std::vector<int64_t> ends{30, 30, 71, 88};
   const int64_t t = 91;  // 3 capacity rows past the last group

@@ -96,8 +96,9 @@ TEST(WeightImage, KeptByNvfp4WeightsOfWholeRowsOnly) {
 
 TEST(WeightImage, CpuImageIsTheDequantizedRowwiseCopy) {
   PoolAllocator alloc;
-  // out 48: an amax per expert; out 40: one shared amax (experts not on whole 16-row tiles)
-  for (const int64_t out : {48, 40}) {
+  // an amax per expert; out_features on whole 16-row tiles (make_linear_spec refuses 40)
+  EXPECT_THROW(nvfp4_spec(40, 80), Error);
+  for (const int64_t out : {48, 32}) {
     const LinearSpec spec = nvfp4_spec(out, 80);
     // experts 10^3 apart in magnitude, so that their scales differ
     std::vector<float> w = random_normal(kG * out * 80, 7, 0.1f);
@@ -152,7 +153,7 @@ TEST(WeightImage, CudaStepEqualsTheStepWithoutTheImage) {
   if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
   const Device gpu = Device::cuda(0);
   for (const auto& [out, in, tiles16] : {std::tuple{128, 256, true}, std::tuple{48, 80, true},
-                                         std::tuple{40, 64, true}, std::tuple{128, 256, false}}) {
+                                         std::tuple{32, 64, true}, std::tuple{128, 256, false}}) {
     const LinearSpec spec = nvfp4_spec(out, in, tiles16);
     PoolAllocator alloc;
     std::vector<float> w = random_normal(kG * out * in, 21, 0.1f);
@@ -197,8 +198,8 @@ TEST(WeightImage, Mxfp8ImagesUnlessNative) {
   PoolAllocator alloc;
   for (const bool on : {false, true}) {
     const MxExpanded probe(on);
-    // out 64: the Wᵀ form (and its image); out 48: the columnwise copy of W (no second image)
-    for (const int64_t out : {64, 48}) {
+    // The Wᵀ form (and its image) for every out_features the step takes (multiples of 32)
+    for (const int64_t out : {64, 96}) {
       const LinearSpec spec = make_linear_spec(*make_recipe("mxfp8"), "fc1", kG, 96, out, false);
       std::vector<float> w = random_normal(kG * out * 96, 9, 0.1f);
       for (int64_t i = 0; i < static_cast<int64_t>(w.size()); ++i)  // experts' scales differ
@@ -206,14 +207,23 @@ TEST(WeightImage, Mxfp8ImagesUnlessNative) {
       const WeightCopies wc = quantize_weight(spec, view_of(w, {kG, out, 96}), {}, alloc);
       const std::string what = std::string(on ? "on" : "off") + ", out " + std::to_string(out);
       EXPECT_EQ(wc.expanded.data != nullptr, on) << what;
-      EXPECT_EQ(wc.expanded_wt.data != nullptr, on && out % 32 == 0) << what;
-      EXPECT_EQ(wc.columnwise_is_wt(), out % 32 == 0) << what;
+      EXPECT_EQ(wc.expanded_wt.data != nullptr, on) << what;
+      EXPECT_TRUE(wc.columnwise_is_wt()) << what;
       if (!on) continue;
       EXPECT_EQ(check_exact_image(wc.q, wc.expanded, Device::cpu()), "") << what;
       if (wc.columnwise_is_wt()) {
         EXPECT_EQ(check_exact_image(wc.wt, wc.expanded_wt, Device::cpu()), "") << what << " Wᵀ";
       }
     }
+  }
+  // out 48: a 32-row block of W's columnwise copy would span two experts: refused, naming it
+  try {
+    make_linear_spec(*make_recipe("mxfp8"), "fc1", kG, 96, 48, false);
+    ADD_FAILURE() << "out_features 48 was taken";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::kUnsupported);
+    EXPECT_NE(std::string(e.what()).find("out_features (48) must be a multiple of 32 with"),
+              std::string::npos) << e.what();
   }
 }
 
@@ -230,13 +240,12 @@ TEST(WeightImage, Mxfp8ImagesByDefaultWithADevice) {
 }
 
 // On CUDA (MXFP8 through BF16): the images equal the CPU's byte for byte, and the step reading them
-// (forward: W's image; dgrad: Wᵀ's, or the columnwise copy expanded where W has no Wᵀ form)
-// equals the step that expands the copies itself, bit for bit.
+// (forward: W's image; dgrad: Wᵀ's) equals the step that expands the copies itself, bit for bit.
 TEST(WeightImage, CudaMxfp8StepEqualsTheStepWithoutTheImages) {
   if (!has_sm90()) GTEST_SKIP() << "needs an sm_90 GPU";
   const MxExpanded probe(true);
   const Device gpu = Device::cuda(0);
-  for (const auto& [out, in] : {std::tuple{128, 256}, std::tuple{48, 96}}) {
+  for (const auto& [out, in] : {std::tuple{128, 256}, std::tuple{96, 96}}) {
     const LinearSpec spec = make_linear_spec(*make_recipe("mxfp8"), "fc1", kG, in, out, false);
     PoolAllocator alloc;
     std::vector<float> w = random_normal(kG * out * in, 23, 0.1f);

@@ -299,6 +299,9 @@ def test_bad_input_is_a_clear_error():
         tt.MoELayer(16, 8, 8, 2, experts=experts)
     with pytest.raises(ValueError, match="recipe"):
         tt.MoELayer(16, 8, 8, 2, recipe="fp9")
+    for factor in (float("nan"), float("inf"), -1.0, 0.0, "2"):  # not a capacity
+        with pytest.raises(ValueError, match="capacity_factor"):
+            tt.MoELayer(16, 8, 8, 2, capacity_factor=factor)
     x = torch.randn(5, 16)
     idx = torch.tensor([[0, 1]] * 4 + [[0, 9]])
     with pytest.raises(ValueError, match="rank 0: an expert index is outside"):
@@ -704,7 +707,7 @@ def test_codes_to_experts_needs_a_quantized_payload_and_experts_that_read_it():
     # the plain-torch experts read dequantized rows: off by default
     assert not tt.MoELayer(16, 8, 8, 2, recipe="fp8_rowwise",
                            experts=ReferenceGroupedMLP(8, 16, 8)).codes_to_experts
-    assert not tt.MoELayer(16, 8, 8, 2, recipe="mxfp8").codes_to_experts  # FP32 image: opt in
+    assert not tt.MoELayer(32, 16, 8, 2, recipe="mxfp8").codes_to_experts  # FP32 image: opt in
     with pytest.raises(ValueError, match="deliver_codes"):
         moe.dispatch(torch.randn(4, 16), torch.zeros(4, 2, dtype=torch.int64), 8,
                      recipe="bf16", deliver_codes=True)

@@ -69,7 +69,7 @@ def _padded_rows(ctx):
 
 @pytest.mark.parametrize("recipe", sorted(QUANTIZED))
 def test_linear_quantized_recipes_against_their_operands(recipe):
-    g, k, n = len(SPLITS), 128, 64
+    g, k, n = len(SPLITS), 128, 128  # n: whole 128-row FP8 blocks per expert (fp8_block)
     lin = tn.GroupedLinear(g, k, n, recipe, name="fc1")
     x, dy = data(sum(SPLITS), k, n, 1)
     y, ctx = lin.forward(x, SPLITS)
@@ -188,7 +188,7 @@ def reference_mlp(x, splits, probs, w1, b1, w2, b2, dy):
 @pytest.mark.parametrize("recipe,floor", [("fp32", None), ("bf16", 35.0), ("fp8_current", 18.0),
                                           ("mxfp8", 20.0), ("fp8_block", 20.0)])
 def test_mlp_against_numpy(recipe, floor):
-    g, hidden, ffn = len(SPLITS), 64, 48
+    g, hidden, ffn = len(SPLITS), 128, 64  # fc1, fc2: 128 out_features (fp8_block's blocks)
     mlp = tn.GroupedMLP(g, hidden, ffn, recipe, bias=True, name="experts")
     assert mlp.fc1.name == "experts.fc1" and mlp.fc2.weight.shape == (g, hidden, ffn)
     mlp.reset_parameters(7)

@@ -167,6 +167,49 @@ def test_rows_past_the_last_group_get_zeros_and_add_to_no_gradient(device, recip
         assert torch.equal(dx[:t], dx0), recipe
 
 
+@pytest.mark.parametrize("recipe,n,unit", [("fp8_block", 96, 128), ("mxfp8", 48, 32),
+                                            ("mxfp8;weight_tiles=1", 80, 32), ("nvfp4", 40, 16)])
+def test_a_weight_block_never_spans_two_experts(recipe, n, unit):
+    """The stacked weight (G·out, in) of a block-scaled recipe: with out_features not a multiple
+    of the block's rows, a block would hold the end of W_g and the start of W_g+1 (one
+    expert's outlier or NaN would change another's results). Several experts: refused, naming
+    the layer and the multiple; one expert: nothing to span."""
+    with pytest.raises(tessera.UnsupportedError, match=rf"out_features \({n}\) must be a "
+                                                       rf"multiple of {unit} with 3 experts"):
+        tt.GroupedLinear(3, 64, n, recipe=recipe, name="fc1")
+    with pytest.raises(tessera.UnsupportedError, match=f"multiple of {unit}"):
+        tt.GroupedMLP(3, n, 64, recipe=recipe)  # fc2's out_features: hidden
+    one = tt.GroupedLinear(1, 64, n, recipe=recipe)
+    x = torch.randn(16, 64, dtype=torch.bfloat16, requires_grad=True)
+    one(x, torch.tensor([16], dtype=torch.int32)).float().sum().backward()
+    assert torch.isfinite(x.grad).all()
+
+
+@pytest.mark.parametrize("recipe,n", [("mxfp8", 96), ("mxfp8;weight_tiles=1", 64),
+                                      ("nvfp4", 48)])
+def test_an_experts_rows_ignore_other_experts_weights_at_block_multiples(recipe, n):
+    """out_features a multiple of the weight's block rows but not of 128 (the tests above use
+    128): expert 1's y (and dx, where no stochastic rounding draws by position) equal a layer
+    holding expert 1 alone, though the other experts' weights are 1000x larger."""
+    torch.manual_seed(0)
+    sizes, k = [24, 40, 8], 64
+    m = tt.GroupedLinear(3, k, n, recipe=recipe)
+    with torch.no_grad():
+        m.weight[0] *= 1000
+        m.weight[2] *= 1000
+    one = tt.GroupedLinear(1, k, n, recipe=recipe)
+    with torch.no_grad():
+        one.weight.copy_(m.weight[1:2])
+    x = torch.randn(sum(sizes), k, dtype=torch.bfloat16)
+    dy = torch.randn(sum(sizes), n, dtype=torch.bfloat16)
+    y, dx, _, _ = step(m, x, ends(sizes, "cpu"), dy)
+    rows = slice(24, 64)
+    y1, dx1, _, _ = step(one, x[rows], ends([40], "cpu"), dy[rows])
+    assert torch.equal(y[rows], y1)
+    if not recipe.startswith("nvfp4"):  # NVFP4 rounds dy stochastically, by element position
+        assert torch.equal(dx[rows], dx1)
+
+
 # ---- one expert's NaN --------------------------------------------------------------------------
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -10,7 +10,7 @@ tt = pytest.importorskip("tessera.torch")
 import tessera  # noqa: E402
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() and tessera.cuda_compiled() else [])
-G, K, N = 4, 64, 32
+G, K, N = 4, 64, 128  # N: whole 128-row FP8 blocks per expert (fp8_block)
 CUSTOM = tt.CustomRecipe(lambda role: tt.QuantizerConfig(
     "mxfp8" if role.tensor_type != "grad_output" else "nvfp4",
     "e4m3" if role.tensor_type != "grad_output" else "e2m1"), name="mx_nvfp4")

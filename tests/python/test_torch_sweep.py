@@ -103,8 +103,13 @@ def test_grouped_linear_sweep_against_fp64(device, recipe):
         sizes, k, n, extra = case["sizes"], case["k"], case["n"], case["extra"]
         t = sum(sizes) + extra
         torch.manual_seed(case["seed"])
-        layer = tt.GroupedLinear(len(sizes), k, n, recipe=recipe, bias=case["bias"],
-                                 params_dtype=torch.float32, device=device)
+        try:  # a block-scaled weight takes out_features in whole blocks (refused when made)
+            layer = tt.GroupedLinear(len(sizes), k, n, recipe=recipe, bias=case["bias"],
+                                     params_dtype=torch.float32, device=device)
+        except tessera.UnsupportedError as e:
+            assert any(ch.isdigit() for ch in str(e)) and len(str(e)) > 30, str(e)
+            refused.append(f"{sizes} k={k} n={n}: {str(e)[:80]}")
+            continue
         scale = torch.tensor([10 ** random.Random(case["seed"] + g).uniform(-2, 2) if skew
                               else 1.0 for g in range(len(sizes))])
         row_scale = torch.cat([torch.repeat_interleave(scale, torch.tensor(sizes)),

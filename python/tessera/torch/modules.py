@@ -27,6 +27,7 @@ import torch
 from torch import Tensor, nn
 
 from .. import _tessera as _C
+from . import _ext
 from .linear import WeightCache, linear_step, spec_of
 from .mlp import mlp_step
 from .moe_dist import recipe_dispatch_mode
@@ -102,8 +103,12 @@ class GroupedLinear(nn.Module):
         self.num_groups, self.in_features, self.out_features = num_groups, in_features, out_features
         self.name = name
         self.recipe, self.delayed_scaling = recipe, delayed
-        # The recipe's text: a custom factory runs now (once per role), errors surface here.
+        # The recipe's text: a custom factory runs now (once per role), errors surface here —
+        # and so do the step's refusals of these sizes (the C++ spec of the layer, as the ops
+        # make it: e.g. a block-scaled weight's out_features in whole blocks).
         self.spec = spec_of(delayed or recipe, name)
+        _ext.linear_sizes(self.spec, name, num_groups, in_features, out_features, bias,
+                          factory["dtype"])
         self.accumulate_main_grad = accumulate_main_grad
         self.weight = nn.Parameter(torch.empty(num_groups, out_features, in_features, **factory))
         self.bias = (nn.Parameter(torch.empty(num_groups, out_features, **factory)) if bias

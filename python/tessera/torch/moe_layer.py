@@ -20,6 +20,7 @@ last forward (capacity mode on CUDA records instead of raising; call check_error
 """
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import torch
@@ -118,6 +119,12 @@ class MoELayer(nn.Module):
             raise _C.InvalidArgumentError(f"tessera invalid argument: MoELayer: top_k {top_k} must "
                                           f"be in [1, num_experts {num_experts}]")
         _check_routing(num_experts, top_k, expert_groups, groups_per_token, score)
+        if capacity_factor is not None and not (isinstance(capacity_factor, (int, float))
+                                                and math.isfinite(capacity_factor)
+                                                and capacity_factor > 0):
+            raise _C.InvalidArgumentError(f"tessera invalid argument: MoELayer: capacity_factor "
+                                          f"{capacity_factor!r} must be None (dropless) or a "
+                                          f"finite number > 0")
         self.expert_groups, self.groups_per_token = expert_groups, groups_per_token
         self.score = score
         if selection_bias:
