@@ -101,9 +101,11 @@ CallScope::CallScope(const Tensor& t) : device_(device_of(t)) {
 TensorView offsets_view(const Tensor& offs, int64_t groups) {
   const TensorView v = view_of(offs, "offs");
   TESSERA_CHECK_STATUS((v.dtype == DType::kInt32 || v.dtype == DType::kInt64) && v.ndim == 1 &&
-                           v.shape[0] == groups && v.is_contiguous(),
+                           v.shape[0] == groups,
                        Status::kShapeMismatch, "offs: expected (", groups,
                        ",) int32 cumulative end offsets, got ", v.to_string());
+  TESSERA_CHECK_STATUS(v.is_contiguous(), Status::kShapeMismatch, "offs: a strided view (stride ",
+                       v.strides[0], "); pass contiguous offsets (offs.contiguous())");
   return v;
 }
 

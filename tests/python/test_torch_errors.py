@@ -133,6 +133,8 @@ CASES = [
      tessera.Error, ValueError, ["offs"]),
     ("linear-offs-decreasing", lambda: linear("fp8_rowwise")(X32, offs_of(6, 4)),
      tessera.Error, ValueError, ["offs", "decreases"]),
+    ("linear-offs-strided", lambda: linear()(X32, offs_of(4, 0, 8, 0)[::2]),
+     tessera.ShapeError, ValueError, ["offs", "strided", "contiguous"]),
     ("functional-weight", lambda: tt.grouped_linear(X32, torch.randn(2, 16, 31), offs_of(4, 8)),
      tessera.ShapeError, ValueError, ["weight", "31"]),
     ("functional-offs", lambda: tt.grouped_linear(X32, torch.randn(2, 16, 32), offs_of(8)),
