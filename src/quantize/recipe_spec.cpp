@@ -59,6 +59,7 @@ Recipe parse_custom(std::string_view spec, const std::vector<std::string_view>& 
     }
     TESSERA_CHECK(r >= 0 && eq != std::string_view::npos, "recipe '", echo(spec), "': '",
                   echo(parts[i]), "' is not input=, weight= or grad_output=<mode>/<element>");
+    TESSERA_CHECK(!seen[r], "recipe '", echo(spec), "': role ", kRoles[r], " is given twice");
     configs[r] = role_config(parts[i].substr(eq + 1), spec);
     seen[r] = true;
   }
@@ -97,6 +98,10 @@ Recipe parse_recipe_spec(std::string_view spec) {
     const size_t eq = parts[i].find('=');
     const std::string_view key = parts[i].substr(0, eq);
     const std::string_view value = eq == std::string_view::npos ? "" : parts[i].substr(eq + 1);
+    for (size_t j = 1; j < i; ++j) {  // one value per option: a second one is not a silent override
+      TESSERA_CHECK(parts[j].substr(0, parts[j].find('=')) != key, "recipe '", echo(spec),
+                    "': option '", echo(key), "' is given twice");
+    }
     if (key == "amax_history_len") {
       r.amax_history_len = static_cast<int>(parse_int(value, "amax_history_len", 1, 1 << 24));
     } else if (key == "amax_compute_algo") {

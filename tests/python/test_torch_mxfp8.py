@@ -476,6 +476,8 @@ def test_weight_tiles_option_is_the_32x32_weight_recipe(device):
     assert torch.equal(ys[0], ys[1]) and not torch.equal(ys[0], ys[2])
     with pytest.raises(tessera.InvalidArgumentError, match="weight_tiles"):
         tt.grouped_linear(x, w, offs, "fp8_block;weight_tiles=1")
+    with pytest.raises(tessera.InvalidArgumentError, match="'weight_tiles' is given twice"):
+        tt.grouped_linear(x, w, offs, "mxfp8;weight_tiles=1;weight_tiles=0")  # not last-wins
 
 
 # ---- errors -----------------------------------------------------------------------------------
