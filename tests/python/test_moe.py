@@ -208,9 +208,10 @@ def test_unpermute_and_permute_gradients_match_torch():
 @pytest.mark.parametrize("recipe", RECIPES)
 @pytest.mark.parametrize("capacity_factor", [None, 0.5])
 @pytest.mark.parametrize("quantize_grads", [None, True, False])
-def test_layer_equals_reference_bitwise(recipe, capacity_factor, quantize_grads):
+@pytest.mark.parametrize("k", [2, 3])  # top-k 3: dx adds three pair gradients (FP32, j order)
+def test_layer_equals_reference_bitwise(recipe, capacity_factor, quantize_grads, k):
     torch.manual_seed(11)
-    h, f, e, k, t = 64, 32, 8, 2, 96
+    h, f, e, t = 64, 32, 8, 96
     experts = ReferenceGroupedMLP(e, h, f)
     router = ReferenceRouter(h, e)
     if quantize_grads and recipe == "bf16":  # no payload quantization to follow

@@ -141,10 +141,33 @@ def reference_moe(x: Tensor, router: nn.Module, experts: nn.Module, num_experts:
     flat = [p for e in range(num_experts) for p in rows_of[e]]
     offs = torch.tensor([len(r) for r in rows_of]).cumsum(0).to(torch.int32)
     index = torch.tensor(flat, dtype=torch.int64)
-    y = experts(xq[index // top_k], offs)                           # (pairs kept, H)
+    y = experts(_GatherPairs.apply(xq, index, top_k), offs)         # (pairs kept, H)
     slot = torch.full((t * top_k,), -1, dtype=torch.int64)
     slot[index] = torch.arange(index.numel())
     return _ReferenceCombine.apply(y, top_p, slot.reshape(t, top_k), grad_mode), dropped
+
+
+class _GatherPairs(torch.autograd.Function):
+    """x's row of each kept pair (pair p = token·k + j); the backward adds each token's k pair
+    gradients in FP32, j ascending, and rounds once (moe_routing.h: moe_permute_backward's
+    order), not in x's dtype in autograd's order."""
+
+    @staticmethod
+    def forward(ctx, x, pairs, top_k):
+        ctx.save_for_backward(pairs)
+        ctx.tokens, ctx.top_k = x.shape[0], top_k
+        return x[pairs // top_k]
+
+    @staticmethod
+    def backward(ctx, grad):
+        (pairs,) = ctx.saved_tensors
+        per_pair = grad.new_zeros((ctx.tokens * ctx.top_k, grad.shape[1]), dtype=torch.float32)
+        per_pair[pairs] = grad.float()
+        per_pair = per_pair.reshape(ctx.tokens, ctx.top_k, -1)
+        acc = per_pair[:, 0]
+        for j in range(1, ctx.top_k):
+            acc = acc + per_pair[:, j]
+        return acc.to(grad.dtype), None, None
 
 
 def _chunked_order_dot(a: Tensor, b: Tensor) -> Tensor:
