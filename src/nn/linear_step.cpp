@@ -136,14 +136,13 @@ int64_t token_block(ScalingMode m) {
 }
 
 // Rows of the stacked (G·out, in) weight matrix that one scaling unit of the weight's copies
-// covers: an FP8 block, MXFP8 or NVFP4 mode's block along out in either copy (its rowwise
-// blocks, or the columnwise copy's blocks of the transpose); 1 where every unit lies in one row
-// or the step scales it per expert (tensor and rowwise families).
+// covers: a block mode's block along out in either copy (its rowwise blocks, or the columnwise
+// copy's blocks of the transpose); 1 for modes whose unit is a whole dimension, scaled per
+// expert by the step (tensor, rowwise).
 int64_t weight_unit_rows(ScalingMode m) {
   const ScalingModeInfo& info = scaling_mode_info(m);
-  const bool blocks = info.family == ScaleFamily::kBlock || info.family == ScaleFamily::kMXFP8 ||
-                      info.family == ScaleFamily::kNVFP4;
-  return blocks ? std::max(info.block_rows, info.block_cols) : 1;
+  return info.block_rows == 0 || info.block_cols == 0 ? 1
+                                                      : std::max(info.block_rows, info.block_cols);
 }
 
 // The saved context of a quantized step: starts and padded starts (G+1 int64 each), then x's

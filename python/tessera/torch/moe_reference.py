@@ -141,33 +141,39 @@ def reference_moe(x: Tensor, router: nn.Module, experts: nn.Module, num_experts:
     flat = [p for e in range(num_experts) for p in rows_of[e]]
     offs = torch.tensor([len(r) for r in rows_of]).cumsum(0).to(torch.int32)
     index = torch.tensor(flat, dtype=torch.int64)
-    y = experts(_GatherPairs.apply(xq, index, top_k), offs)         # (pairs kept, H)
     slot = torch.full((t * top_k,), -1, dtype=torch.int64)
     slot[index] = torch.arange(index.numel())
-    return _ReferenceCombine.apply(y, top_p, slot.reshape(t, top_k), grad_mode), dropped
+    slot = slot.reshape(t, top_k)
+    y = experts(_GatherPairs.apply(xq, index // top_k, slot), offs)  # (pairs kept, H)
+    return _ReferenceCombine.apply(y, top_p, slot, grad_mode), dropped
+
+
+def _pair_sum(rows: Tensor, slot: Tensor, weights: Optional[Tensor] = None) -> Tensor:
+    """out[t] = 0 + sum_j weights[t, j] * rows[slot[t, j]] (FP32, j ascending, dropped pairs
+    skipped; weights None: 1) — moe_routing.h's gather-add order."""
+    acc = torch.zeros(slot.shape[0], rows.shape[1], dtype=torch.float32)
+    pad = torch.cat([rows.float(), rows.new_zeros((1, rows.shape[1])).float()])  # row -1: zeros
+    for j in range(slot.shape[1]):
+        s = slot[:, j]
+        term = pad[s] if weights is None else weights[:, j:j + 1] * pad[s]
+        acc = torch.where((s >= 0).reshape(-1, 1), acc + term, acc)
+    return acc
 
 
 class _GatherPairs(torch.autograd.Function):
-    """x's row of each kept pair (pair p = token·k + j); the backward adds each token's k pair
-    gradients in FP32, j ascending, and rounds once (moe_routing.h: moe_permute_backward's
-    order), not in x's dtype in autograd's order."""
+    """x's rows `tokens` (one per kept pair, in slot's row order); the backward adds each
+    token's pair gradients by _pair_sum (moe_permute_backward's order), not in x's dtype in
+    autograd's order."""
 
     @staticmethod
-    def forward(ctx, x, pairs, top_k):
-        ctx.save_for_backward(pairs)
-        ctx.tokens, ctx.top_k = x.shape[0], top_k
-        return x[pairs // top_k]
+    def forward(ctx, x, tokens, slot):
+        ctx.save_for_backward(slot)
+        return x[tokens]
 
     @staticmethod
     def backward(ctx, grad):
-        (pairs,) = ctx.saved_tensors
-        per_pair = grad.new_zeros((ctx.tokens * ctx.top_k, grad.shape[1]), dtype=torch.float32)
-        per_pair[pairs] = grad.float()
-        per_pair = per_pair.reshape(ctx.tokens, ctx.top_k, -1)
-        acc = per_pair[:, 0]
-        for j in range(1, ctx.top_k):
-            acc = acc + per_pair[:, j]
-        return acc.to(grad.dtype), None, None
+        (slot,) = ctx.saved_tensors
+        return _pair_sum(grad, slot).to(grad.dtype), None, None
 
 
 def _chunked_order_dot(a: Tensor, b: Tensor) -> Tensor:
@@ -196,16 +202,9 @@ class _ReferenceCombine(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, y: Tensor, probs: Tensor, slot: Tensor, grad_mode: str) -> Tensor:
-        t, k = slot.shape
-        acc = torch.zeros(t, y.shape[1], dtype=torch.float32)
-        y_pad = torch.cat([y.float(), y.new_zeros((1, y.shape[1])).float()])  # row -1 -> zeros
-        for j in range(k):
-            s = slot[:, j]
-            term = probs[:, j:j + 1] * y_pad[s]
-            acc = torch.where((s >= 0).reshape(-1, 1), acc + term, acc)
         ctx.save_for_backward(y, probs, slot)
         ctx.grad_mode = grad_mode
-        return acc.to(y.dtype)
+        return _pair_sum(y, slot, probs).to(y.dtype)
 
     @staticmethod
     def backward(ctx, g: Tensor):
