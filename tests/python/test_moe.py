@@ -303,6 +303,16 @@ def test_bad_input_is_a_clear_error():
     for factor in (float("nan"), float("inf"), -1.0, 0.0, "2"):  # not a capacity
         with pytest.raises(ValueError, match="capacity_factor"):
             tt.MoELayer(16, 8, 8, 2, capacity_factor=factor)
+    for tokens in (0, -3, 2.5, True, "64"):  # not a token count
+        with pytest.raises(ValueError, match="capacity_tokens"):
+            tt.MoELayer(16, 8, 8, 2, capacity_factor=1.0, capacity_tokens=tokens)
+    # one process follows each forward's T unless capacity_tokens fixes it
+    follows = tt.MoELayer(16, 8, 8, 2, capacity_factor=1.0, experts=experts.__class__(8, 16, 8))
+    fixed = tt.MoELayer(16, 8, 8, 2, capacity_factor=1.0, capacity_tokens=64,
+                        experts=experts.__class__(8, 16, 8))
+    want = {t: moe.capacity_for(t, 2, 8, 1.0, follows.align) for t in (8, 64)}
+    assert [follows.capacity(t) for t in (8, 64)] == [want[8], want[64]] and want[8] < want[64]
+    assert fixed.capacity(8) == fixed.capacity(64) == want[64]
     x = torch.randn(5, 16)
     idx = torch.tensor([[0, 1]] * 4 + [[0, 9]])
     with pytest.raises(ValueError, match="rank 0: an expert index is outside"):

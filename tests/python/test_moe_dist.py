@@ -171,6 +171,45 @@ def _worker_balance(rank, world, port, outdir):
         dist.destroy_process_group()
 
 
+# Capacity mode with ranks holding different token counts, changing from step to step: per step,
+# (tokens per rank, capacity_tokens). The first step's largest T (40) fixes C for later steps.
+UNEVEN = [([40, 24], None), ([16, 56], None), ([40, 24], 32)]
+
+
+def _uneven_batch(step, sizes):
+    torch.manual_seed(100 + step)
+    return torch.randn(sum(sizes), H).bfloat16(), torch.randn(sum(sizes), H).bfloat16()
+
+
+def _worker_uneven(rank, world, port, outdir):
+    import tessera.torch as tt
+    _init(rank, world, port)
+    try:
+        results = {}
+        for recipe in ("bf16", "fp8_rowwise"):
+            experts, router, _, _ = _model(world)
+            local = _local_experts(experts, rank, world)
+            layers = {ct: tt.MoELayer(H, F, E, K, recipe=recipe, ep_group=dist.group.WORLD,
+                                      capacity_factor=0.5, experts=local, router=router,
+                                      capacity_tokens=ct) for ct in (None, 32)}
+            for step, (sizes, ct) in enumerate(UNEVEN):
+                x, g = _uneven_batch(step, sizes)
+                lo = sum(sizes[:rank])
+                xl = x[lo:lo + sizes[rank]].clone().requires_grad_()
+                for p in (*local.parameters(), *router.parameters()):
+                    p.grad = None
+                y = layers[ct](xl)
+                y.backward(g[lo:lo + sizes[rank]])
+                results[(recipe, step)] = dict(
+                    y=y.detach(), dx=xl.grad, fc1=local.fc1_weight.grad,
+                    fc2=local.fc2_weight.grad, dropped=int(layers[ct].last_dropped_total),
+                    capacity=layers[ct].capacity(sizes[rank]))
+        torch.save(results, os.path.join(outdir, f"uneven{rank}.pt"))
+        dist.barrier()  # every rank done before the teardown (see _worker_cases)
+    finally:
+        dist.destroy_process_group()
+
+
 def _spawn(fn, world, outdir):
     import torch.multiprocessing as mp
     ctx = mp.start_processes(fn, args=(world, _free_port(), outdir), nprocs=world, join=False,
@@ -209,6 +248,36 @@ def test_expert_parallel_equals_one_process(world):
         assert all(r["dropped_total"] == dropped for r in got), name + ": dropped_total"
         if cf is not None and recipe == "bf16":
             assert dropped > 0, name + ": capacity 0.5 must drop pairs"
+
+
+def test_capacity_mode_with_token_counts_that_differ_by_rank_and_step():
+    """Every rank sends the same C even when the ranks' T differ and change from step to step
+    (C from the largest T of the first forward, or from capacity_tokens): the outputs and
+    gradients equal one process's over the concatenated tokens with that C."""
+    from tessera.torch.moe_dist import capacity_for, recipe_dispatch_mode
+    from tessera.torch.moe_reference import reference_moe
+    world = 2
+    with tempfile.TemporaryDirectory() as outdir:
+        _spawn(_worker_uneven, world, outdir)
+        ranks = [torch.load(os.path.join(outdir, f"uneven{r}.pt")) for r in range(world)]
+    torch.set_num_threads(1)
+    for recipe in ("bf16", "fp8_rowwise"):
+        for step, (sizes, ct) in enumerate(UNEVEN):
+            got = [r[(recipe, step)] for r in ranks]
+            cap = capacity_for(ct or 40, K, E, 0.5, recipe_dispatch_mode(recipe)[1])
+            assert [r["capacity"] for r in got] == [cap, cap], (recipe, step)
+            experts, router, _, _ = _model(world)
+            x, g = _uneven_batch(step, sizes)
+            xr = x.clone().requires_grad_()
+            y, dropped = reference_moe(xr, router, experts, E, K, recipe, cap, sizes)
+            y.backward(g)
+            name = f"{recipe} step {step} tokens {sizes}"
+            assert torch.equal(torch.cat([r["y"] for r in got]), y.detach()), name
+            assert torch.equal(torch.cat([r["dx"] for r in got]), xr.grad), name
+            assert torch.equal(torch.cat([r["fc1"] for r in got]), experts.fc1_weight.grad), name
+            assert torch.equal(torch.cat([r["fc2"] for r in got]), experts.fc2_weight.grad), name
+            assert all(r["dropped"] == dropped for r in got), name
+            assert dropped > 0 or recipe != "bf16", name + ": capacity 0.5 must drop pairs"
 
 
 def test_balancing_step_sums_the_load_over_the_group():

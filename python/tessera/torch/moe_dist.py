@@ -156,6 +156,16 @@ def check_config(group, **config) -> None:
                              f"same layer)")
 
 
+def max_over_group(group, value: int) -> int:
+    """The largest of every rank's `value` (one all_reduce and a host copy); every rank of the
+    group calls it together. MoELayer agrees on capacity mode's T with it, once."""
+    if _world(group) == 1:
+        return int(value)
+    t = torch.tensor([int(value)], dtype=torch.int64, device=_comm_device(group))
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+    return int(t.item())
+
+
 def _comm_device(group) -> torch.device:
     backend = dist.get_backend(group)
     if backend == "nccl":

@@ -14,9 +14,11 @@ data-parallel wrapper, not here.
 
 capacity_factor None = dropless (one host copy of split sizes per step); a number = capacity
 mode, C = ceil(factor * T * k / E) rounded up to the recipe's alignment per (rank, expert), no
-host sync; `last_dropped` / `last_dropped_total` hold the pairs dropped by the last forward
-(device tensors: this rank's, and the group's). `last_error` holds every rank's error bits of the
-last forward (capacity mode on CUDA records instead of raising; call check_errors()).
+host sync after the first forward (over an EP group, T is then the largest over the ranks and C
+stays; capacity_tokens fixes T instead); `last_dropped` / `last_dropped_total` hold the pairs
+dropped by the last forward (device tensors: this rank's, and the group's). `last_error` holds
+every rank's error bits of the last forward (capacity mode on CUDA records instead of raising;
+call check_errors()).
 """
 from __future__ import annotations
 
@@ -52,7 +54,8 @@ class MoELayer(nn.Module):
              capacity_factor=None, experts=None, router=None, normalize_probs=True,
              sync_checks=None, quantize_grads=None, expert_groups=1, groups_per_token=None,
              score="softmax", selection_bias=False, codes_to_experts=None,
-             grad_codes_to_experts=False, device=None, dtype=torch.bfloat16)
+             grad_codes_to_experts=False, capacity_tokens=None, device=None,
+             dtype=torch.bfloat16)
 
     hidden, ffn: model width and each expert's FFN width (the experts are a GroupedMLP:
       fc1 -> SwiGLU -> fc2). num_experts, top_k: experts in all, experts per token.
@@ -61,7 +64,12 @@ class MoELayer(nn.Module):
     ep_group: a torch.distributed ProcessGroup over which the experts are sharded (each rank
       holds num_experts / world of them); None: this process holds every expert.
     capacity_factor: None for dropless routing; a number caps each expert's rows per rank at
-      ceil(factor * T * top_k / num_experts), rounded up to the recipe's alignment.
+      C = ceil(factor * T * top_k / num_experts), rounded up to the recipe's alignment.
+    capacity_tokens: the T that C is computed from (capacity mode). None (default): one
+      process follows each forward's T; over an EP group of several ranks, every rank must send
+      the same C, so C comes from the largest T over the ranks at the first forward (one
+      all_gather) and stays for later forwards, whatever their T. Give it (the same on every
+      rank) to choose C yourself.
     experts, router: modules replacing the default GroupedMLP and bias-free FP32 Linear.
     quantize_grads: True: the backward sends the experts' output gradient quantized like the
       forward's dispatched rows (recipes whose dispatch is quantized: fp8_rowwise, fp8_block,
@@ -107,8 +115,8 @@ class MoELayer(nn.Module):
                  quantize_grads: Optional[bool] = None, expert_groups: int = 1,
                  groups_per_token: Optional[int] = None, score: str = "softmax",
                  selection_bias: bool = False, codes_to_experts: Optional[bool] = None,
-                 grad_codes_to_experts: bool = False, device=None,
-                 dtype: torch.dtype = torch.bfloat16):
+                 grad_codes_to_experts: bool = False, capacity_tokens: Optional[int] = None,
+                 device=None, dtype: torch.dtype = torch.bfloat16):
         super().__init__()
         world = 1 if ep_group is None else torch.distributed.get_world_size(ep_group)
         if num_experts < 1 or num_experts % world != 0:
@@ -125,6 +133,13 @@ class MoELayer(nn.Module):
             raise _C.InvalidArgumentError(f"tessera invalid argument: MoELayer: capacity_factor "
                                           f"{capacity_factor!r} must be None (dropless) or a "
                                           f"finite number > 0")
+        if capacity_tokens is not None and (isinstance(capacity_tokens, bool)
+                                            or not isinstance(capacity_tokens, int)
+                                            or capacity_tokens <= 0):
+            raise _C.InvalidArgumentError(f"tessera invalid argument: MoELayer: capacity_tokens "
+                                          f"{capacity_tokens!r} must be None or an int > 0")
+        self.capacity_tokens = capacity_tokens
+        self._agreed_tokens: Optional[int] = None  # EP capacity mode: max T at the 1st forward
         self.expert_groups, self.groups_per_token = expert_groups, groups_per_token
         self.score = score
         if selection_bias:
@@ -183,10 +198,14 @@ class MoELayer(nn.Module):
         self.grad_codes_to_experts = bool(grad_codes_to_experts)
 
     def capacity(self, num_tokens: int) -> Optional[int]:
-        """Rows per (rank, expert) for a batch of num_tokens tokens (None: dropless)."""
+        """Rows per (rank, expert) for a batch of num_tokens tokens (None: dropless): from
+        capacity_tokens when given, else from the T the EP group agreed on at the first forward,
+        else (one process, or before the first forward) from num_tokens."""
         if self.capacity_factor is None:
             return None
-        return moe_dist.capacity_for(num_tokens, self.top_k, self.num_experts,
+        tokens = next(t for t in (self.capacity_tokens, self._agreed_tokens, num_tokens)
+                      if t is not None)
+        return moe_dist.capacity_for(tokens, self.top_k, self.num_experts,
                                      self.capacity_factor, self.align)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -203,6 +222,9 @@ class MoELayer(nn.Module):
                                expert_groups=self.expert_groups,
                                groups_per_token=self.groups_per_token, score=self.score,
                                selection_bias=self.selection_bias)
+        if (self.capacity_factor is not None and self.capacity_tokens is None
+                and self.world > 1 and self._agreed_tokens is None):
+            self._agreed_tokens = moe_dist.max_over_group(self.ep_group, x2.shape[0])
         recv, state = moe_dist.dispatch(x2, indices, self.num_experts, self.ep_group,
                                         recipe=self.recipe, capacity=self.capacity(x2.shape[0]),
                                         sync_checks=self.sync_checks,
@@ -254,6 +276,7 @@ class MoELayer(nn.Module):
         return (f"hidden={self.hidden}, ffn={self.ffn}, num_experts={self.num_experts}, "
                 f"top_k={self.top_k}, recipe={self.recipe!r}, world={self.world}, "
                 f"capacity_factor={self.capacity_factor}, "
+                f"capacity_tokens={self.capacity_tokens}, "
                 f"expert_groups={self.expert_groups}, groups_per_token={self.groups_per_token}, "
                 f"score={self.score!r}, selection_bias={self.selection_bias is not None}, "
                 f"codes_to_experts={self.codes_to_experts}, "
