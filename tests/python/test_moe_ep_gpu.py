@@ -26,7 +26,9 @@ quantized per row), each rank's T tokens of the W·T the one-GPU layer sees:
   (they can cancel, so the bound scales with the partials' magnitudes, not the sum's).
 * capacity mode with drops: the dropped pairs per rank equal the documented rule (per source
   rank and expert, the first C pairs in pair order), computed here on the host; every token
-  none of whose pairs was dropped has bit-identical outputs and input gradients.
+  none of whose pairs was dropped has bit-identical outputs and input gradients; also with token
+  counts that differ by rank and change from step to step (one C on every rank, from the
+  largest T of the first forward).
 * capacity mode in one CUDA graph (forward + backward), replayed twice: equal to eager bit for bit.
 * the experts' output gradient sent quantized against in BF16: the SQNR of the input and expert
   weight gradients between the two (printed; >= GRAD_SQNR_DB; with power-of-two scales the
@@ -134,19 +136,28 @@ def _expert_grads(layer):
     return {n: p.grad for n, p in layer.named_parameters() if not n.startswith("router")}
 
 
-def _kept_tokens(router, x_all, world, capacity):
-    """(T,) bool: this rank's tokens none of whose pairs the capacity rule drops, and the pairs
-    this rank drops — the rule of docs/moe.md, on the host."""
-    rank = dist.get_rank()
+def _kept_tokens(router, x_all, rows, capacity):
+    """(tokens,) bool: this rank's tokens (x_all[rows]) none of whose pairs the capacity rule
+    drops, and the pairs this rank drops — the rule of docs/moe.md, on the host."""
     with torch.no_grad():
         _, idx = route(router(x_all), K)
-    mine = idx[rank * T:(rank + 1) * T].cpu().reshape(-1)
+    mine = idx[rows].cpu().reshape(-1)
     seen = torch.zeros(E, dtype=torch.int64)
-    kept = torch.ones(T * K, dtype=torch.bool)
+    kept = torch.ones(mine.numel(), dtype=torch.bool)
     for p, e in enumerate(mine.tolist()):  # pair order: token, then j
         seen[e] += 1
         kept[p] = seen[e] <= capacity
-    return kept.reshape(T, K).all(1).cuda(), int((~kept).sum())
+    return kept.reshape(-1, K).all(1).cuda(), int((~kept).sum())
+
+
+def _check_drops(name, ep, y, dx, y1, dx1, kept, dropped):
+    total = torch.tensor([dropped], device="cuda")
+    dist.all_reduce(total)
+    _all_ok(int(ep.last_dropped.item()) == dropped, name + ": pairs this rank dropped")
+    _all_ok(int(ep.last_dropped_total.item()) == int(total.item()), name + ": dropped_total")
+    _all_ok(int(total.item()) > 0, name + ": capacity factor 0.5 must drop pairs")
+    _all_ok(torch.equal(y[kept], y1[kept]), name + ": outputs of tokens kept whole")
+    _all_ok(torch.equal(dx[kept], dx1[kept]), name + ": input gradients of tokens kept whole")
 
 
 @pytest.mark.parametrize("recipe,quantize_grads,grad_codes",
@@ -197,15 +208,35 @@ def test_capacity_drops_follow_the_rule(group, recipe):
     rows = slice(rank * T, (rank + 1) * T)
     y, dx = _run(ep, x[rows], g[rows])
     cap = ep.capacity(T)
-    kept, dropped = _kept_tokens(one.router, x, world, cap)
-    name = f"EP x{world} {recipe} capacity {cap}"
-    total = torch.tensor([dropped], device="cuda")
-    dist.all_reduce(total)
-    _all_ok(int(ep.last_dropped.item()) == dropped, name + ": pairs this rank dropped")
-    _all_ok(int(ep.last_dropped_total.item()) == int(total.item()), name + ": dropped_total")
-    _all_ok(int(total.item()) > 0, name + ": capacity factor 0.5 must drop pairs")
-    _all_ok(torch.equal(y[kept], y1[rows][kept]), name + ": outputs of tokens kept whole")
-    _all_ok(torch.equal(dx[kept], dx1[rows][kept]), name + ": input gradients of tokens kept whole")
+    kept, dropped = _kept_tokens(one.router, x, rows, cap)
+    _check_drops(f"EP x{world} {recipe} capacity {cap}", ep, y, dx, y1[rows], dx1[rows], kept,
+                 dropped)
+
+
+@pytest.mark.parametrize("recipe", ["bf16", "fp8_rowwise"])
+def test_capacity_with_token_counts_that_differ_by_rank_and_step(group, recipe):
+    """Ranks holding different token counts, changing from step to step: every rank sends the
+    same C (from the largest T of the first forward) and the drop rule holds on each rank."""
+    world, rank = dist.get_world_size(group), dist.get_rank(group)
+    one, ep = _layers(recipe, 0.5, group)
+    x, g = _data(world)
+    first = None
+    for step, shift in enumerate((T // 2, -T // 4, T // 8)):
+        sizes = [T + shift if r % 2 == 0 else T - shift for r in range(world)]
+        sizes[-1] = world * T - sum(sizes[:-1])
+        first = first or max(sizes)
+        lo = sum(sizes[:rank])
+        rows = slice(lo, lo + sizes[rank])
+        y1, dx1 = _run(one, x, g)
+        y, dx = _run(ep, x[rows], g[rows])
+        cap = ep.capacity(sizes[rank])
+        caps = [torch.zeros(1, dtype=torch.int64, device="cuda") for _ in range(world)]
+        dist.all_gather(caps, torch.tensor([cap], device="cuda"))
+        want = moe.capacity_for(first, K, E, 0.5, ep.align)
+        name = f"EP x{world} {recipe} step {step} tokens {sizes} capacity {cap}"
+        _all_ok(all(int(c.item()) == want for c in caps), name + ": one C on every rank")
+        kept, dropped = _kept_tokens(one.router, x, rows, cap)
+        _check_drops(name, ep, y, dx, y1[rows], dx1[rows], kept, dropped)
 
 
 @pytest.mark.parametrize("recipe", ["bf16", "fp8_rowwise"])
