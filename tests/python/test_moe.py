@@ -313,6 +313,10 @@ def test_bad_input_is_a_clear_error():
     want = {t: moe.capacity_for(t, 2, 8, 1.0, follows.align) for t in (8, 64)}
     assert [follows.capacity(t) for t in (8, 64)] == [want[8], want[64]] and want[8] < want[64]
     assert fixed.capacity(8) == fixed.capacity(64) == want[64]
+    numpy_int = tt.MoELayer(16, 8, 8, 2, capacity_factor=1.0,  # any integral type is a count
+                            capacity_tokens=torch.tensor(64).numpy()[()],
+                            experts=experts.__class__(8, 16, 8))
+    assert numpy_int.capacity_tokens == 64 and type(numpy_int.capacity_tokens) is int
     x = torch.randn(5, 16)
     idx = torch.tensor([[0, 1]] * 4 + [[0, 9]])
     with pytest.raises(ValueError, match="rank 0: an expert index is outside"):

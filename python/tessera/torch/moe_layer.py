@@ -23,6 +23,7 @@ call check_errors()).
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Optional
 
 import torch
@@ -68,8 +69,8 @@ class MoELayer(nn.Module):
     capacity_tokens: the T that C is computed from (capacity mode). None (default): one
       process follows each forward's T; over an EP group of several ranks, every rank must send
       the same C, so C comes from the largest T over the ranks at the first forward (one
-      all_gather) and stays for later forwards, whatever their T. Give it (the same on every
-      rank) to choose C yourself.
+      all_reduce) and stays for later forwards, whatever their T. Give it (an int > 0, the same
+      on every rank) to choose C yourself.
     experts, router: modules replacing the default GroupedMLP and bias-free FP32 Linear.
     quantize_grads: True: the backward sends the experts' output gradient quantized like the
       forward's dispatched rows (recipes whose dispatch is quantized: fp8_rowwise, fp8_block,
@@ -134,11 +135,11 @@ class MoELayer(nn.Module):
                                           f"{capacity_factor!r} must be None (dropless) or a "
                                           f"finite number > 0")
         if capacity_tokens is not None and (isinstance(capacity_tokens, bool)
-                                            or not isinstance(capacity_tokens, int)
+                                            or not isinstance(capacity_tokens, numbers.Integral)
                                             or capacity_tokens <= 0):
             raise _C.InvalidArgumentError(f"tessera invalid argument: MoELayer: capacity_tokens "
                                           f"{capacity_tokens!r} must be None or an int > 0")
-        self.capacity_tokens = capacity_tokens
+        self.capacity_tokens = None if capacity_tokens is None else int(capacity_tokens)
         self._agreed_tokens: Optional[int] = None  # EP capacity mode: max T at the 1st forward
         self.expert_groups, self.groups_per_token = expert_groups, groups_per_token
         self.score = score
