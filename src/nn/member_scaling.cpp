@@ -224,8 +224,9 @@ void quantize_role_members(const RoleFormat& format, bool rowwise, bool columnwi
                            Stream stream, const char* role) {
   const QuantizerConfig& c = format.config;
   // NVFP4 per member wherever the copies were carved with one amax per member and the members
-  // lie on the 16-row grid (the activation layouts always; W_g when out % 16 == 0) — one expert
-  // too, so that a layer's copies never depend on its expert count.
+  // lie on the 16-row grid (the activation layouts always; W_g always with several experts,
+  // make_linear_spec; one expert when out % 16 == 0) — one expert too, so that a layer's copies
+  // never depend on its expert count.
   const TensorView& amax = rowwise ? out.amax : out.columnwise_amax;
   if (member_global_amax(c) && amax.numel() == members.groups &&
       (members.sources == nullptr || ::tessera::detail::nvfp4_members_take_layout(c, x)) &&
