@@ -5,12 +5,17 @@
 // Routing, without a host sync (graph-capturable), in four launches:
 //   1. count: one block per chunk of kChunk pairs counts its pairs per expert (shared histogram)
 //      into chunk_counts (chunks, E); indices outside [0, E) raise the error flag, not counted;
-//   2. scan: one block turns chunk_counts into per-chunk exclusive prefixes per expert and the
-//      routed totals, then one thread walks the E experts: kept counts, padded offsets, dropped;
+//   2. scan: a block per 32 experts turns chunk_counts into per-chunk exclusive prefixes per
+//      expert and the routed totals (lane = expert, so each chunk's row is read coalesced; each
+//      warp sums a run of chunks, the runs' sums are scanned in shared memory); then one block
+//      scans the experts (cub::BlockScan): kept counts, padded offsets, dropped;
 //   3. row_pair = -1 everywhere;
 //   4. assign: one warp per chunk walks its pairs 32 at a time in order; __match_any_sync finds
 //      the lanes sharing an expert, their rank is the chunk prefix + the running count + the
 //      number of lower lanes with that expert.
+#include <cub/block/block_reduce.cuh>
+#include <cub/block/block_scan.cuh>
+
 #include <cstdint>
 
 #include "nn/moe_kernels.h"
@@ -64,30 +69,70 @@ __global__ void __launch_bounds__(kThreads) count_kernel(RoutingArgs a, int32_t*
     chunk_counts[blockIdx.x * a.experts + e] = hist[e];
 }
 
-__global__ void __launch_bounds__(kThreads) scan_kernel(RoutingArgs a, int32_t* chunk_counts,
-                                                        int64_t chunks, int64_t* routed) {
-  for (int64_t e = threadIdx.x; e < a.experts; e += blockDim.x) {
-    int64_t running = 0;
-    for (int64_t c = 0; c < chunks; ++c) {
-      const int32_t v = chunk_counts[c * a.experts + e];
-      chunk_counts[c * a.experts + e] = static_cast<int32_t>(running);  // < kChunk · chunks
-      running += v;
-    }
-    routed[e] = running;
+// Per-chunk exclusive prefixes of each expert's counts, in place, and the routed totals: block b
+// takes experts [32b, 32b + 32), lane l expert 32b + l; warp w a run of consecutive chunks. Each
+// warp sums its run (the run's loads independent of each other), the warps' sums are scanned per
+// expert in shared memory, then each warp rewrites its run from its start.
+constexpr int kScanWarps = kThreads / 32;
+__global__ void __launch_bounds__(kThreads) chunk_scan_kernel(RoutingArgs a, int32_t* chunk_counts,
+                                                              int64_t chunks, int64_t* routed) {
+  __shared__ int64_t run_sum[kScanWarps][32];
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  const int64_t e = int64_t{blockIdx.x} * 32 + lane;
+  const int64_t per = (chunks + kScanWarps - 1) / kScanWarps;
+  const int64_t c0 = warp * per, c1 = c0 + per < chunks ? c0 + per : chunks;
+  int64_t sum = 0;
+  if (e < a.experts) {
+#pragma unroll 8
+    for (int64_t c = c0; c < c1; ++c) sum += chunk_counts[c * a.experts + e];
   }
+  run_sum[warp][lane] = sum;
   __syncthreads();
-  if (threadIdx.x != 0) return;
-  int64_t offset = 0, dropped = 0;
-  a.padded_offsets[0] = 0;
-  for (int64_t e = 0; e < a.experts; ++e) {
-    const int64_t r = routed[e];
-    const int64_t kept = a.capacity < 0 ? r : (r < a.capacity ? r : a.capacity);
-    offset += a.capacity < 0 ? (kept + a.align - 1) / a.align * a.align : a.capacity;
-    a.counts[e] = kept;
-    a.padded_offsets[e + 1] = offset;
-    dropped += r - kept;
+  int64_t running = 0, total = 0;
+#pragma unroll
+  for (int w = 0; w < kScanWarps; ++w) {
+    running += w < warp ? run_sum[w][lane] : 0;
+    total += run_sum[w][lane];
   }
-  *a.dropped = dropped;
+  if (e >= a.experts) return;
+  for (int64_t c = c0; c < c1; ++c) {
+    const int32_t v = chunk_counts[c * a.experts + e];
+    chunk_counts[c * a.experts + e] = static_cast<int32_t>(running);  // < kChunk · chunks
+    running += v;
+  }
+  if (warp == 0) routed[e] = total;
+}
+
+// The experts in order, kThreads at a time: kept counts, padded offsets (an exclusive scan of
+// the padded lengths, carried across rounds) and the dropped total. One block.
+__global__ void __launch_bounds__(kThreads) offsets_kernel(RoutingArgs a, const int64_t* routed) {
+  using Scan = cub::BlockScan<int64_t, kThreads>;
+  using Reduce = cub::BlockReduce<int64_t, kThreads>;
+  __shared__ typename Scan::TempStorage scan_storage;
+  __shared__ typename Reduce::TempStorage reduce_storage;
+  int64_t carry = 0, dropped = 0;
+  if (threadIdx.x == 0) a.padded_offsets[0] = 0;
+  for (int64_t base = 0; base < a.experts; base += kThreads) {
+    const int64_t e = base + threadIdx.x;
+    int64_t kept = 0, len = 0, drop = 0;
+    if (e < a.experts) {
+      const int64_t r = routed[e];
+      kept = a.capacity < 0 ? r : (r < a.capacity ? r : a.capacity);
+      len = a.capacity < 0 ? (kept + a.align - 1) / a.align * a.align : a.capacity;
+      drop = r - kept;
+    }
+    int64_t end = 0, round_total = 0;
+    Scan(scan_storage).InclusiveSum(len, end, round_total);
+    const int64_t round_dropped = Reduce(reduce_storage).Sum(drop);  // valid in thread 0
+    if (e < a.experts) {
+      a.counts[e] = kept;
+      a.padded_offsets[e + 1] = carry + end;
+    }
+    carry += round_total;
+    if (threadIdx.x == 0) dropped += round_dropped;
+    __syncthreads();  // the temp storage is reused by the next round
+  }
+  if (threadIdx.x == 0) *a.dropped = dropped;
 }
 
 template <class Map>
@@ -229,7 +274,10 @@ void routing_cuda(const RoutingArgs& a, Device device, Stream stream) {
     using Idx = typename decltype(it)::type;
     count_kernel<Idx><<<static_cast<int>(chunks), kThreads, smem, s>>>(a, chunk_counts);
     TESSERA_CUDA_CHECK_LAUNCH();
-    scan_kernel<<<1, kThreads, 0, s>>>(a, chunk_counts, chunks, routed);
+    chunk_scan_kernel<<<static_cast<int>((a.experts + 31) / 32), kThreads, 0, s>>>(
+        a, chunk_counts, chunks, routed);
+    TESSERA_CUDA_CHECK_LAUNCH();
+    offsets_kernel<<<1, kThreads, 0, s>>>(a, routed);
     TESSERA_CUDA_CHECK_LAUNCH();
     dispatch_index_dtype(a.map_dtype, "slot_map", [&](auto mt) {
       using Map = typename decltype(mt)::type;

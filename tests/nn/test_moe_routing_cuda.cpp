@@ -52,6 +52,30 @@ TEST(MoeRoutingCuda, EqualsCpu) {
   }
 }
 
+// The routing's scans at sizes the loops above do not reach: more chunks of 256 pairs than a
+// scan warp's run holds (up to 157 chunks), expert counts that are not a multiple of 32 and more
+// experts than one round of the offsets scan (up to 3000), dropless and capacity.
+TEST(MoeRoutingCuda, ManyChunksAndExpertsEqualCpu) {
+  SKIP_WITHOUT_GPU();
+  uint32_t seed = 300;
+  struct Size {
+    int64_t tokens, top_k, experts, capacity;
+  };
+  for (const Size z : {Size{5000, 8, 300, -1}, Size{5000, 8, 300, 48}, Size{4096, 8, 3000, -1},
+                       Size{2100, 6, 1000, 16}, Size{40000, 1, 33, -1}}) {
+    MoeCase c;
+    c.tokens = z.tokens;
+    c.top_k = z.top_k;
+    c.experts = z.experts;
+    c.capacity = z.capacity;
+    c.hidden = 8;
+    c.align = 16;
+    c.index_dtype = seed % 2 ? DType::kInt32 : DType::kInt64;
+    c.seed = seed++;
+    check_cuda_equals_cpu(c);
+  }
+}
+
 TEST(MoeRoutingCuda, FusedQuantizationEqualsCpu) {
   SKIP_WITHOUT_GPU();
   uint32_t seed = 70;
