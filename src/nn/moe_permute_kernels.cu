@@ -1,6 +1,6 @@
 // CUDA kernels of moe_permute / moe_permute_quantize (moe_routing.h): per permuted row, or per
-// token when the routing's slot map is given (then a per-row pass writes the rows the tokens did
-// not). Conventions and layout of the work: moe_row_io.cuh.
+// token when the routing's slot map is given (then permute_rest_kernel writes the rows the tokens
+// did not). Conventions and layout of the work: moe_row_io.cuh.
 #include <cstdint>
 
 #include "nn/moe_kernels.h"
@@ -250,31 +250,103 @@ __device__ __forceinline__ bool reached(const PermuteArgs& a, int64_t r, int64_t
   return p >= 0 && p < a.tokens * a.top_k && static_cast<int64_t>(slot[p]) == r;
 }
 
-// One CTA per permuted row. skip_reached: the rows permute_tokens_kernel wrote are left alone.
+// Permuted row r (holding pair p, or none) by the whole CTA: the token's row copied or quantized,
+// or a zero row.
 template <class In, class Map>
-__global__ void __launch_bounds__(kRowThreads) permute_kernel(PermuteArgs a, bool vec,
-                                                              bool skip_reached) {
-  __shared__ uint32_t scratch[kRowThreads / 32];
-  const auto* x = static_cast<const In*>(a.x);
-  const auto* row_pair = static_cast<const Map*>(a.row_pair);
+__device__ __forceinline__ void permute_row(const PermuteArgs& a, int64_t r, int64_t p, bool vec,
+                                            uint32_t* scratch) {
   const int64_t h = a.hidden, pairs = a.tokens * a.top_k;
-  for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
-    const int64_t p = static_cast<int64_t>(row_pair[r]);
-    if (skip_reached && reached<Map>(a, r, p)) continue;  // uniform over the CTA
-    const In* src = p >= 0 && p < pairs ? x + (p / a.top_k) * h : nullptr;
-    const bool weighted = a.weights != nullptr && src != nullptr;  // uniform over the CTA
-    const float w = weighted ? a.weights[p] : 1.0f;
-    if (a.quant.mode == RowQuantMode::kNone) {
-      copy_row(src, static_cast<In*>(a.out) + r * h, h, vec);
-    } else if (a.quant.mode == RowQuantMode::kRowwise) {
-      quantize_row_rowwise(a.quant, src, h, vec, weighted, w,
-                           static_cast<uint8_t*>(a.out) + r * h, a.scale_inv, r, scratch);
-    } else {
-      quantize_row_blocks(a.quant, src, h, vec, weighted, w, static_cast<uint8_t*>(a.out) + r * h,
-                          a.scale_inv, r);
-    }
+  const In* src = p >= 0 && p < pairs ? static_cast<const In*>(a.x) + (p / a.top_k) * h : nullptr;
+  const bool weighted = a.weights != nullptr && src != nullptr;  // uniform over the CTA
+  const float w = weighted ? a.weights[p] : 1.0f;
+  if (a.quant.mode == RowQuantMode::kNone) {
+    copy_row(src, static_cast<In*>(a.out) + r * h, h, vec);
+  } else if (a.quant.mode == RowQuantMode::kRowwise) {
+    quantize_row_rowwise(a.quant, src, h, vec, weighted, w, static_cast<uint8_t*>(a.out) + r * h,
+                         a.scale_inv, r, scratch);
+  } else {
+    quantize_row_blocks(a.quant, src, h, vec, weighted, w, static_cast<uint8_t*>(a.out) + r * h,
+                        a.scale_inv, r);
   }
 }
+
+// One CTA per permuted row.
+template <class In, class Map>
+__global__ void __launch_bounds__(kRowThreads) permute_kernel(PermuteArgs a, bool vec) {
+  __shared__ uint32_t scratch[kRowThreads / 32];
+  const auto* row_pair = static_cast<const Map*>(a.row_pair);
+  for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x)
+    permute_row<In, Map>(a, r, static_cast<int64_t>(row_pair[r]), vec, scratch);
+}
+
+// Rows rows[0 .. n) of the permuted buffer as zero rows, by the whole CTA at once: the bytes
+// permute_row gives a row of no pair — a copy's zero elements, or the codes of 0 · the scale of
+// an all-zero block (one code byte, computed here as the per-row path computes it) and that
+// block's scale in every scale slot of the row.
+template <class In>
+__device__ void zero_rows(const PermuteArgs& a, const int64_t* rows, int n) {
+  const bool quantized = a.quant.mode != RowQuantMode::kNone;
+  const int64_t row_bytes = a.hidden * (quantized ? 1 : static_cast<int64_t>(sizeof(In)));
+  auto* out = static_cast<uint8_t*>(a.out);
+  uint32_t fill = 0;
+  BlockScale zero{};
+  if (quantized) {
+    zero = block_scale(a.quant, 0u);
+    fill = 0x01010101u * encode_element(a.quant, __fmul_rn(0.0f, zero.multiplier));
+  }
+  if (row_bytes % 16 == 0 && aligned16(out)) {
+    const int64_t per = row_bytes / 16;
+    const uint4 v = make_uint4(fill, fill, fill, fill);
+    for (int64_t i = threadIdx.x; i < n * per; i += blockDim.x)
+      __stcs(reinterpret_cast<uint4*>(out + rows[i / per] * row_bytes) + i % per, v);
+  } else {
+    for (int64_t i = threadIdx.x; i < n * row_bytes; i += blockDim.x)
+      out[rows[i / row_bytes] * row_bytes + i % row_bytes] = static_cast<uint8_t>(fill);
+  }
+  if (!quantized) return;
+  const int64_t cols = a.quant.mode == RowQuantMode::kRowwise ? 1 : a.quant.scale_cols;
+  for (int64_t i = threadIdx.x; i < n * cols; i += blockDim.x)
+    store_block_scale(a.quant, zero, a.scale_inv, rows[i / cols] * cols + i % cols);
+}
+
+// The rows permute_tokens_kernel did not write (padding rows, and rows the slot map does not
+// reach): a CTA per kRestRows rows, whose first warp tests them all at once and lists the ones
+// left; the CTA then writes the listed zero rows (no pair) together and the others one after
+// another. (A CTA per row spent ~60 µs on the tests alone at 36k rows: one pair of dependent
+// loads per CTA.)
+constexpr int kRestRows = 32;
+template <class In, class Map>
+__global__ void __launch_bounds__(kRowThreads) permute_rest_kernel(PermuteArgs a, bool vec) {
+  __shared__ uint32_t scratch[kRowThreads / 32];
+  __shared__ int64_t zero[kRestRows], live[kRestRows], live_pair[kRestRows];
+  __shared__ int zero_count, live_count;
+  const auto* row_pair = static_cast<const Map*>(a.row_pair);
+  const int64_t pairs = a.tokens * a.top_k;
+  for (int64_t base = int64_t{blockIdx.x} * kRestRows; base < a.rows;
+       base += int64_t{gridDim.x} * kRestRows) {
+    if (threadIdx.x < 32) {
+      const int64_t r = base + threadIdx.x;
+      const int64_t p = r < a.rows ? static_cast<int64_t>(row_pair[r]) : 0;
+      const bool left = r < a.rows && !reached<Map>(a, r, p);
+      const bool none = left && (p < 0 || p >= pairs);  // a zero row
+      const unsigned below = (1u << threadIdx.x) - 1u;
+      const unsigned zeros = __ballot_sync(0xffffffffu, none);
+      const unsigned lives = __ballot_sync(0xffffffffu, left && !none);
+      if (none) zero[__popc(zeros & below)] = r;
+      if (left && !none) {
+        live[__popc(lives & below)] = r;
+        live_pair[__popc(lives & below)] = p;
+      }
+      if (threadIdx.x == 0) zero_count = __popc(zeros), live_count = __popc(lives);
+    }
+    __syncthreads();
+    if (zero_count > 0) zero_rows<In>(a, zero, zero_count);
+    const int n = live_count;
+    for (int i = 0; i < n; ++i) permute_row<In, Map>(a, live[i], live_pair[i], vec, scratch);
+    __syncthreads();  // the lists are refilled by the next round
+  }
+}
+static_assert(kRestRows == 32, "permute_rest_kernel tests its rows with one warp");
 
 // ---- permute by token (slot_map given) -------------------------------------------------------
 
@@ -396,8 +468,8 @@ void permute_cuda(const PermuteArgs& a, Device device, Stream stream) {
                                      reinterpret_cast<uintptr_t>(a.out) % 8 == 0
                                : a.hidden * static_cast<int64_t>(sizeof(In)) % 16 == 0 &&
                                      aligned16(a.x) && aligned16(a.out);
-    // With the slot map: a CTA per token writes the rows its pairs hold, then a CTA per row
-    // writes the others (rows slot_map does not reach, zero rows). Weighted block scaling stays
+    // With the slot map: a CTA per token writes the rows its pairs hold, then
+    // permute_rest_kernel writes the others (rows slot_map does not reach, zero rows). Weighted block scaling stays
     // per row: its k encodes per token measured slower than the per-row kernel
     // (bench/results/2026-11-28-moe-regroup-medians-h200.md, run 9).
     const int64_t chunks = (a.hidden + kVec - 1) / kVec;
@@ -412,7 +484,12 @@ void permute_cuda(const PermuteArgs& a, Device device, Stream stream) {
         permute_tokens_kernel<In, Map><<<grid_for(a.tokens), kRowThreads, 0, s>>>(a, vec);
         TESSERA_CUDA_CHECK_LAUNCH();
       }
-      permute_kernel<In, Map><<<grid_for(a.rows), kRowThreads, 0, s>>>(a, vec, by_token);
+      if (by_token) {
+        permute_rest_kernel<In, Map>
+            <<<grid_for((a.rows + kRestRows - 1) / kRestRows), kRowThreads, 0, s>>>(a, vec);
+      } else {
+        permute_kernel<In, Map><<<grid_for(a.rows), kRowThreads, 0, s>>>(a, vec);
+      }
       TESSERA_CUDA_CHECK_LAUNCH();
     });
   });

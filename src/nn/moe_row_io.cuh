@@ -45,7 +45,9 @@ inline int grid_for(int64_t work) {
   return static_cast<int>(work < 1 ? 1 : (work > kMaxGrid ? kMaxGrid : work));
 }
 
-inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+__host__ __device__ inline bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
 
 // ---- chunk I/O ---------------------------------------------------------------------------------
 __device__ __forceinline__ void unpack16(uint32_t w, bf16, float& lo, float& hi) {
