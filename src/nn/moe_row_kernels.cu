@@ -185,46 +185,57 @@ __device__ __forceinline__ float scale_at(const DequantizeArgs& a, int64_t r, in
                 : static_cast<const float*>(a.scale_inv)[at];
 }
 
-// One thread per 16 consecutive codes of a row (a 16-code chunk never straddles a scale block:
-// blocks are the row, 128 or 32 wide); vec: H % 16 == 0 and aligned pointers.
+// One CTA per output row (its source row looked up once), thread i taking the 16-code chunks i,
+// i + kRowThreads, ... of the row, two at a time with both loads issued first (a 16-code chunk
+// never straddles a scale block: blocks are the row, 128 or 32 wide); vec: H % 16 == 0 and
+// aligned pointers. (One thread per chunk over the whole matrix, as before, spent its time on
+// 64-bit index division and a source-row load per chunk.)
+template <class Out>
+__device__ __forceinline__ void dequantize_chunk(const DequantizeArgs& a, int64_t src, uint4 codes,
+                                                 int64_t c0, Out* o) {
+  const uint32_t w[4] = {codes.x, codes.y, codes.z, codes.w};
+  const float s = scale_at(a, src, c0);
+  float lo[kVec], hi[kVec];
+#pragma unroll
+  for (int e = 0; e < kVec; ++e) {
+    lo[e] = dequantize_product(decode_code(static_cast<uint8_t>(w[e / 4] >> (8 * (e % 4))),
+                                           a.e5m2), s);
+    hi[e] = dequantize_product(
+        decode_code(static_cast<uint8_t>(w[(kVec + e) / 4] >> (8 * (e % 4))), a.e5m2), s);
+  }
+  store_chunk(o, c0, a.hidden, true, lo);
+  store_chunk(o, c0 + kVec, a.hidden, true, hi);
+}
+
 template <class Out>
 __global__ void __launch_bounds__(kRowThreads) dequantize_kernel(DequantizeArgs a, bool vec) {
   auto* out = static_cast<Out*>(a.out);
-  const int64_t h = a.hidden, per_row = (h + kCodes - 1) / kCodes, n = a.rows * per_row;
-  for (int64_t i = blockIdx.x * int64_t{kRowThreads} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * kRowThreads) {
-    const int64_t r = i / per_row, c0 = (i % per_row) * kCodes;
-    const int64_t src = dequantize_source(a, r);
+  const int64_t h = a.hidden, chunks = (h + kCodes - 1) / kCodes;
+  for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
+    const int64_t src = dequantize_source(a, r);  // the same in every thread
     Out* o = out + r * h;
     if (src < 0) {  // an index outside the payload: a zero row
-      float zero[kVec] = {};
-      for (int e = 0; e < kCodes && c0 + e < h; e += kVec)
-        store_chunk(o, c0 + e, h, vec, zero);
+      const float zero[kVec] = {};
+      for (int64_t c = threadIdx.x; c * kVec < h; c += kRowThreads)
+        store_chunk(o, c * kVec, h, vec, zero);
       continue;
     }
     const uint8_t* q = a.data + src * h;
     if (!vec) {
-      for (int e = 0; e < kCodes && c0 + e < h; ++e)
-        o[c0 + e] = from_float<Out>(
-            dequantize_product(decode_code(q[c0 + e], a.e5m2), scale_at(a, src, c0 + e)));
+      for (int64_t i = threadIdx.x; i < h; i += kRowThreads)
+        o[i] = from_float<Out>(dequantize_product(decode_code(q[i], a.e5m2), scale_at(a, src, i)));
       continue;
     }
-    const uint4 codes = __ldcs(reinterpret_cast<const uint4*>(q + c0));
-    const uint32_t w[4] = {codes.x, codes.y, codes.z, codes.w};
-    const float s = scale_at(a, src, c0);
-    float v[kCodes];
-#pragma unroll
-    for (int e = 0; e < kCodes; ++e)
-      v[e] = dequantize_product(decode_code(static_cast<uint8_t>(w[e / 4] >> (8 * (e % 4))),
-                                            a.e5m2), s);
-    float lo[kVec], hi[kVec];
-#pragma unroll
-    for (int e = 0; e < kVec; ++e) lo[e] = v[e], hi[e] = v[kVec + e];
-    store_chunk(o, c0, h, true, lo);
-    store_chunk(o, c0 + kVec, h, true, hi);
+    for (int64_t c = threadIdx.x; c < chunks; c += 2 * kRowThreads) {
+      const int64_t d = c + kRowThreads;
+      const uint4 first = __ldcs(reinterpret_cast<const uint4*>(q) + c);
+      const uint4 second = d < chunks ? __ldcs(reinterpret_cast<const uint4*>(q) + d)
+                                      : make_uint4(0, 0, 0, 0);
+      dequantize_chunk(a, src, first, c * kCodes, o);
+      if (d < chunks) dequantize_chunk(a, src, second, d * kCodes, o);
+    }
   }
 }
-
 
 }  // namespace
 
@@ -282,10 +293,8 @@ void dequantize_cuda(const DequantizeArgs& a, Device device, Stream stream) {
   if (a.rows * a.hidden == 0) return;
   auto s = stream.as<cudaStream_t>();
   const bool vec = a.hidden % kCodes == 0 && aligned16(a.data) && aligned16(a.out);
-  const int64_t work = a.rows * ((a.hidden + kCodes - 1) / kCodes);
   dispatch_float_input(a.out_dtype, "out", [&](auto ot) {
-    dequantize_kernel<typename decltype(ot)::type>
-        <<<grid_for((work + kRowThreads - 1) / kRowThreads), kRowThreads, 0, s>>>(a, vec);
+    dequantize_kernel<typename decltype(ot)::type><<<grid_for(a.rows), kRowThreads, 0, s>>>(a, vec);
     TESSERA_CUDA_CHECK_LAUNCH();
   });
 }
