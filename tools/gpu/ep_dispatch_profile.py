@@ -2,7 +2,7 @@
 DSv3-like sizes of ep_dist_bench.py. Run under torchrun (any world size, 1 included):
 
     torchrun --nproc-per-node N tools/gpu/ep_dispatch_profile.py [--tokens 4096 ...]
-        [--recipes bf16,fp8_rowwise] [--capacity-factor 1.0] [--loop 5]
+        [--recipes bf16,fp8_rowwise] [--capacity-factor 1.0] [--loop 5] [--codes]
 
 Rank 0 prints, per recipe:
 * the wall time of one dispatch (median of 10 after warm-up, each between a barrier and a
@@ -43,6 +43,8 @@ def main():
     p.add_argument("--capacity-factor", type=float, default=None,
                    help="capacity mode with this factor (default: dropless)")
     p.add_argument("--loop", type=int, default=1, help="dispatches profiled back to back")
+    p.add_argument("--codes", action="store_true",
+                   help="quantized payloads delivered as codes (deliver_codes=True)")
     a = p.parse_args()
     dev = init_nccl()
     torch.manual_seed(dist.get_rank())
@@ -56,7 +58,9 @@ def main():
 
         def disp():
             return moe.dispatch(x, idx, a.experts, dist.group.WORLD, recipe=recipe,
-                                capacity=cap, sync_checks=False, verify_config=False)
+                                capacity=cap, sync_checks=False, verify_config=False,
+                                deliver_codes=a.codes and moe.recipe_dispatch_mode(recipe)[0]
+                                != "none")
         for _ in range(3):
             disp()
         torch.cuda.synchronize()
