@@ -207,16 +207,22 @@ Tensor moe_dequantize_rows_op(Tensor data, Tensor scale_inv, std::string mode,
   });
 }
 
-// counts (W, L) int32/int64 (rows of any stride) -> (source_of, expert_of), (rows,) int64 each:
-// the regrouping of a dispatch's received rows between source-major and expert-major order.
-std::tuple<Tensor, Tensor> moe_regroup_index_op(Tensor counts, int64_t rows) {
+// counts (W, L) int32/int64 (rows of any stride) -> (source_of (padded_rows,), expert_of (rows,))
+// int64: the regrouping of a dispatch's received rows between source-major and expert-major
+// order, each expert's rows padded to a multiple of align (padded_rows -1: rows, align 1).
+std::tuple<Tensor, Tensor> moe_regroup_index_op(Tensor counts, int64_t rows, int64_t align,
+                                                int64_t padded_rows) {
   return guarded([&]() -> std::tuple<Tensor, Tensor> {
     const CallScope scope(counts);
     TESSERA_CHECK(rows >= 0, "moe_regroup_index: rows ", rows, " must be >= 0");
-    Tensor source_of = new_tensor({rows}, DType::kInt64, scope.device());
+    if (padded_rows < 0) padded_rows = rows;
+    TESSERA_CHECK(padded_rows >= rows, "moe_regroup_index: padded_rows ", padded_rows,
+                  " must be >= rows ", rows);
+    Tensor source_of = new_tensor({padded_rows}, DType::kInt64, scope.device());
     Tensor expert_of = new_tensor({rows}, DType::kInt64, scope.device());
-    moe_regroup_index(view_of(counts, "counts"), view_of(source_of, "source_of"),
-                      view_of(expert_of, "expert_of"), scope.stream());
+    moe_regroup_index(view_of(counts, "counts"), rows, padded_rows, align,
+                      view_of(source_of, "source_of"), view_of(expert_of, "expert_of"),
+                      scope.stream());
     return {source_of, expert_of};
   });
 }
@@ -236,7 +242,8 @@ STABLE_TORCH_LIBRARY_FRAGMENT(tessera, m) {
         "Tensor? probs=None, bool need_dy=True) -> (Tensor, Tensor)");
   m.def("moe_dequantize_rows(Tensor data, Tensor scale_inv, str mode, ScalarType out_dtype, "
         "Tensor? source_rows=None) -> Tensor");
-  m.def("moe_regroup_index(Tensor counts, int rows) -> (Tensor, Tensor)");
+  m.def("moe_regroup_index(Tensor counts, int rows, int align=1, int padded_rows=-1) -> "
+        "(Tensor, Tensor)");
 }
 
 STABLE_TORCH_LIBRARY_IMPL(tessera, CompositeExplicitAutograd, m) {

@@ -176,12 +176,14 @@ TESSERA_HD float dequantize_product(float decoded, float scale) {
              : v;
 }
 
-// moe_regroup_index: counts (sources, locals) with row stride `stride` (elements), n rows.
+// moe_regroup_index: counts (sources, locals) with row stride `stride` (elements); rows = Σ
+// counts (source-major rows), padded_rows the expert-major rows (each expert's rows padded at its
+// end to a multiple of align).
 struct RegroupArgs {
   const void* counts;
   DType count_dtype;
-  int64_t sources, locals, stride, rows;
-  int64_t* source_of;  // (rows) or nullptr
+  int64_t sources, locals, stride, rows, padded_rows, align;
+  int64_t* source_of;  // (padded_rows) or nullptr
   int64_t* expert_of;  // (rows) or nullptr
 };
 
@@ -189,20 +191,32 @@ struct RegroupArgs {
 // sources · locals, entry C the total): `from` holds the starts of the order row i is counted in
 // (expert-major for source_of, source-major for expert_of), `to` those of the other order; the
 // row's chunk is the last whose start is <= i (an empty chunk's start equals the next one's).
-// Rows past the total, or mapped past `rows`, map to themselves (moe_routing.h).
+// The expert-major starts include each expert's padding in its last chunk, so a row whose offset
+// in its chunk reaches the chunk's size in `to` (the source-major starts: exact sizes) is
+// padding: `pad`. `bound`: the number of rows of the order mapped to; a row past the total, or
+// mapped past `bound`, maps to itself, or to `pad` where itself is past `bound` too
+// (moe_routing.h).
 template <class Start>
 TESSERA_HD int64_t regroup_row(const Start* from, const Start* to, int64_t chunks, int64_t major,
-                               int64_t minor, int64_t i, int64_t rows) {
-  if (i >= static_cast<int64_t>(from[chunks])) return i;
+                               int64_t minor, int64_t i, int64_t bound, int64_t pad) {
+  const int64_t fallback = i < bound ? i : pad;
+  if (i >= static_cast<int64_t>(from[chunks])) return fallback;
   int64_t lo = 0, hi = chunks - 1;  // last c with from[c] <= i
   while (lo < hi) {
     const int64_t mid = (lo + hi + 1) / 2;
     if (static_cast<int64_t>(from[mid]) <= i) lo = mid; else hi = mid - 1;
   }
   // chunk lo = a · minor + b in `from`'s order is chunk b · major + a in `to`'s.
-  const int64_t a = lo / minor, b = lo % minor;
-  const int64_t j = static_cast<int64_t>(to[b * major + a]) + (i - static_cast<int64_t>(from[lo]));
-  return j < rows ? j : i;
+  const int64_t a = lo / minor, b = lo % minor, t = b * major + a;
+  const int64_t off = i - static_cast<int64_t>(from[lo]);
+  if (off >= static_cast<int64_t>(to[t + 1]) - static_cast<int64_t>(to[t])) return pad;
+  const int64_t j = static_cast<int64_t>(to[t]) + off;
+  return j < bound ? j : fallback;
+}
+
+// The padded length of an expert's n rows (moe_regroup_index).
+TESSERA_HD int64_t regroup_padded(int64_t n, int64_t align) {
+  return (n + align - 1) / align * align;
 }
 
 void routing_cpu(const RoutingArgs& a);

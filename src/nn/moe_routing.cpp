@@ -304,7 +304,8 @@ void moe_permute_quantize(const TensorView& x, const TensorView& row_pair,
   a.quant = row_quant_of(c, a.hidden);
   TESSERA_CHECK(c.scale_layout == ScaleLayout::kCompact,
                 "moe_permute_quantize: scales must be compact (swizzle them afterwards)");
-  TESSERA_CHECK(out.has_rowwise(), "moe_permute_quantize: out needs the rowwise usage");
+  TESSERA_CHECK(out.has_rowwise() || a.rows == 0,
+                "moe_permute_quantize: out needs the rowwise usage");
   TESSERA_CHECK_STATUS(out.rows == a.rows && out.cols == a.hidden, Status::kShapeMismatch,
                        "moe_permute_quantize: out is (", out.rows, ", ", out.cols,
                        ") but row_pair and x make (", a.rows, ", ", a.hidden, ")");
@@ -455,8 +456,8 @@ void moe_dequantize_rows(const TensorView& data, const TensorView& scale_inv, Sc
   detail::moe::dequantize_cpu(a);
 }
 
-void moe_regroup_index(const TensorView& counts, const TensorView& source_of,
-                       const TensorView& expert_of, Stream stream) {
+void moe_regroup_index(const TensorView& counts, int64_t rows, int64_t padded_rows, int64_t align,
+                       const TensorView& source_of, const TensorView& expert_of, Stream stream) {
   const char* op = "moe_regroup_index";
   // Not check_view: counts may be a column slice (rows strided), so only its dtype is checked.
   TESSERA_CHECK_STATUS(counts.dtype == DType::kInt32 || counts.dtype == DType::kInt64,
@@ -469,21 +470,23 @@ void moe_regroup_index(const TensorView& counts, const TensorView& source_of,
                        Status::kShapeMismatch, op,
                        ": counts must be (sources, local experts) with contiguous rows, got ",
                        counts.to_string());
+  TESSERA_CHECK(align >= 1, op, ": align ", align, " must be >= 1");
+  TESSERA_CHECK(rows >= 0 && padded_rows >= rows, op, ": rows ", rows, " and padded_rows ",
+                padded_rows, " must satisfy 0 <= rows <= padded_rows");
+  TESSERA_CHECK(align > 1 || padded_rows == rows, op, ": padded_rows ", padded_rows,
+                " must equal rows ", rows, " when align is 1");
   const bool want_src = source_of.data != nullptr || source_of.ndim != 0;
   const bool want_exp = expert_of.data != nullptr || expert_of.ndim != 0;
-  const TensorView& any = want_src ? source_of : expert_of;
   if (!want_src && !want_exp) return;
-  check_view(any, want_src ? "moe_regroup_index: source_of" : "moe_regroup_index: expert_of",
-             {DType::kInt64});
-  TESSERA_CHECK_STATUS(any.ndim == 1, Status::kShapeMismatch, op,
-                       ": source_of and expert_of must be (rows) int64, got ", any.to_string());
-  const int64_t rows = any.shape[0];
-  for (const auto& [v, arg, want] :
-       {std::tuple{&source_of, "moe_regroup_index: source_of", want_src},
-        std::tuple{&expert_of, "moe_regroup_index: expert_of", want_exp}}) {
+  for (const auto& [v, arg, want, n] :
+       {std::tuple{&source_of, "moe_regroup_index: source_of", want_src, padded_rows},
+        std::tuple{&expert_of, "moe_regroup_index: expert_of", want_exp, rows}}) {
     if (!want) continue;
     check_view(*v, arg, {DType::kInt64});
-    check_vector(*v, arg, rows);
+    TESSERA_CHECK_STATUS(v->ndim == 1, Status::kShapeMismatch, arg, ": must be (",
+                         v == &source_of ? "padded_rows" : "rows", ") int64, got ",
+                         v->to_string());
+    check_vector(*v, arg, n);
     check_same_device(*v, counts.device, arg);
   }
   detail::moe::RegroupArgs a{};
@@ -493,10 +496,24 @@ void moe_regroup_index(const TensorView& counts, const TensorView& source_of,
   a.locals = counts.shape[1];
   a.stride = counts.shape[0] <= 1 ? counts.shape[1] : counts.strides[0];
   a.rows = rows;
+  a.padded_rows = padded_rows;
+  a.align = align;
   a.source_of = want_src ? source_of.as<int64_t>() : nullptr;
   a.expert_of = want_exp ? expert_of.as<int64_t>() : nullptr;
   if (counts.device.is_cuda()) return detail::moe::regroup_cuda(a, counts.device, stream);
   detail::moe::regroup_cpu(a);
+}
+
+void moe_regroup_index(const TensorView& counts, const TensorView& source_of,
+                       const TensorView& expert_of, Stream stream) {
+  const bool want_src = source_of.data != nullptr || source_of.ndim != 0;
+  const bool want_exp = expert_of.data != nullptr || expert_of.ndim != 0;
+  if (!want_src && !want_exp) return;
+  const TensorView& any = want_src ? source_of : expert_of;
+  TESSERA_CHECK_STATUS(any.ndim == 1, Status::kShapeMismatch,
+                       "moe_regroup_index: source_of and expert_of must be (rows) int64, got ",
+                       any.to_string());
+  moe_regroup_index(counts, any.shape[0], any.shape[0], 1, source_of, expert_of, stream);
 }
 
 }  // namespace tessera

@@ -189,7 +189,9 @@ namespace {
 constexpr int64_t kRegroupRowsPerThread = 8;
 
 // Every block scans the counts into both orders' exclusive chunk starts in shared memory (the
-// counts are few: one per (source, local expert)), then maps its rows (regroup_row).
+// counts are few: one per (source, local expert); each expert's padding joins its last chunk in
+// the expert-major order), then maps its rows (regroup_row): source_of's padded_rows, expert_of's
+// rows.
 template <class Cnt>
 __global__ void __launch_bounds__(kThreads) regroup_kernel(RegroupArgs a) {
   extern __shared__ int64_t starts[];  // src (C + 1), then dst (C + 1)
@@ -205,6 +207,14 @@ __global__ void __launch_bounds__(kThreads) regroup_kernel(RegroupArgs a) {
   }
   if (threadIdx.x == 0) src[0] = dst[0] = 0;
   __syncthreads();
+  if (a.align > 1) {
+    for (int64_t e = threadIdx.x; e < l; e += blockDim.x) {
+      int64_t total = 0;
+      for (int64_t s = 0; s < w; ++s) total += dst[e * w + s + 1];
+      dst[e * w + w] += regroup_padded(total, a.align) - total;
+    }
+    __syncthreads();
+  }
   // Inclusive scans of both arrays, in place: one warp each, 32 entries at a time.
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   if (warp < 2) {
@@ -224,12 +234,16 @@ __global__ void __launch_bounds__(kThreads) regroup_kernel(RegroupArgs a) {
   }
   __syncthreads();
   const int64_t first = int64_t{blockIdx.x} * kThreads * kRegroupRowsPerThread + threadIdx.x;
+  const int64_t most = a.padded_rows > a.rows ? a.padded_rows : a.rows;
 #pragma unroll
   for (int64_t j = 0; j < kRegroupRowsPerThread; ++j) {
     const int64_t i = first + j * kThreads;
-    if (i >= a.rows) break;
-    if (a.source_of) a.source_of[i] = regroup_row(dst, src, chunks, l, w, i, a.rows);
-    if (a.expert_of) a.expert_of[i] = regroup_row(src, dst, chunks, w, l, i, a.rows);
+    if (i >= most) break;
+    if (a.source_of && i < a.padded_rows)
+      a.source_of[i] = regroup_row(dst, src, chunks, l, w, i, a.rows, a.rows);
+    if (a.expert_of && i < a.rows)
+      a.expert_of[i] = regroup_row(src, dst, chunks, w, l, i, a.padded_rows,
+                                    a.padded_rows > 0 ? a.padded_rows - 1 : 0);
   }
 }
 
@@ -240,12 +254,13 @@ void regroup_cuda(const RegroupArgs& a, Device device, Stream stream) {
   TESSERA_CHECK_STATUS(chunks <= kMaxExperts, Status::kUnsupported, "moe_regroup_index: ",
                        chunks, " chunks (sources x local experts); the CUDA kernel takes up to ",
                        kMaxExperts);
-  if (a.rows == 0) return;
+  const int64_t most = a.padded_rows > a.rows ? a.padded_rows : a.rows;
+  if (most == 0) return;
   set_device(device);
   const int64_t per_block = kThreads * kRegroupRowsPerThread;
-  const int64_t blocks = (a.rows + per_block - 1) / per_block;
+  const int64_t blocks = (most + per_block - 1) / per_block;
   TESSERA_CHECK_STATUS(blocks <= int64_t{1} << 30, Status::kUnsupported, "moe_regroup_index: ",
-                       a.rows, " rows are too many for one launch");
+                       most, " rows are too many for one launch");
   const size_t smem = static_cast<size_t>(2 * (chunks + 1)) * sizeof(int64_t);
   dispatch_index_dtype(a.count_dtype, "counts", [&](auto ct) {
     auto kernel = regroup_kernel<typename decltype(ct)::type>;

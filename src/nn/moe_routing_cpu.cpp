@@ -216,7 +216,8 @@ void dequantize_cpu(const DequantizeArgs& a) {
 
 void regroup_cpu(const RegroupArgs& a) {
   const int64_t w = a.sources, l = a.locals, chunks = w * l;
-  // Exclusive chunk starts of both orders (entry `chunks`: the total).
+  // Exclusive chunk starts of both orders (entry `chunks`: the total); the expert-major ones with
+  // each expert's padding added to its last chunk.
   std::vector<int64_t> src(static_cast<size_t>(chunks) + 1), dst(static_cast<size_t>(chunks) + 1);
   dispatch_index_dtype(a.count_dtype, "counts", [&](auto ct) {
     const auto* c = static_cast<const typename decltype(ct)::type*>(a.counts);
@@ -232,6 +233,11 @@ void regroup_cpu(const RegroupArgs& a) {
       }
     }
   });
+  for (int64_t e = 0; e < l; ++e) {
+    int64_t total = 0;
+    for (int64_t s = 0; s < w; ++s) total += dst[e * w + s + 1];
+    dst[e * w + w] += regroup_padded(total, a.align) - total;
+  }
   for (int64_t c = 0; c < chunks; ++c) {
     src[c + 1] += src[c];
     dst[c + 1] += dst[c];
@@ -240,10 +246,20 @@ void regroup_cpu(const RegroupArgs& a) {
   }
   TESSERA_CHECK_STATUS(src[chunks] == a.rows, Status::kShapeMismatch,
                        "moe_regroup_index: counts sum to ", src[chunks], ", not to the ", a.rows,
-                       " rows of source_of / expert_of");
+                       " rows");
+  TESSERA_CHECK_STATUS(dst[chunks] == a.padded_rows, Status::kShapeMismatch,
+                       "moe_regroup_index: the experts' rows padded to multiples of ", a.align,
+                       " sum to ", dst[chunks], ", not to the ", a.padded_rows, " padded rows");
+  for (int64_t i = 0; i < a.padded_rows; ++i) {
+    if (a.source_of)
+      a.source_of[i] = regroup_row(dst.data(), src.data(), chunks, l, w, i, a.rows, a.rows);
+  }
   for (int64_t i = 0; i < a.rows; ++i) {
-    if (a.source_of) a.source_of[i] = regroup_row(dst.data(), src.data(), chunks, l, w, i, a.rows);
-    if (a.expert_of) a.expert_of[i] = regroup_row(src.data(), dst.data(), chunks, w, l, i, a.rows);
+    if (a.expert_of) {
+      a.expert_of[i] =
+          regroup_row(src.data(), dst.data(), chunks, w, l, i, a.padded_rows,
+                                    a.padded_rows > 0 ? a.padded_rows - 1 : 0);
+    }
   }
 }
 

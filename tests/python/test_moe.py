@@ -172,6 +172,19 @@ def test_permute_with_slot_map_gives_the_same_bits(device, mode, h, dtype):
             assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), (cap, "wrong map")
 
 
+@pytest.mark.parametrize("device", _DEVICES)
+@pytest.mark.parametrize("mode", ["none", "rowwise", "block1x128", "mxfp8"])
+def test_permute_of_no_rows(device, mode):
+    """A rank without tokens routes to no rows at alignment 1 (a dispatch's sender): the permute
+    returns empty codes and scales in every mode instead of refusing its empty output."""
+    idx = torch.empty(0, 2, dtype=torch.int64, device=device)
+    r = moe.moe_routing(idx, 4, 1, -1)
+    assert r[3].shape == (0,)
+    x = torch.empty(0, 64, dtype=torch.bfloat16, device=device)
+    data, sinv = moe.moe_permute(x, r[3], 2, mode, slot_map=r[2])
+    assert data.shape == (0, 64) and sinv.numel() == 0
+
+
 def test_permute_slot_map_errors():
     x = torch.randn(6, 16)
     r = moe.moe_routing(torch.randint(0, 3, (6, 2)), 3, 1, -1)

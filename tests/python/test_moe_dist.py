@@ -314,36 +314,46 @@ def test_bad_input_raises_on_every_rank_and_empty_ranks_work():
     assert msgs[0][6] is True and msgs[1][6] is True, "a rank without tokens"
 
 
-@pytest.mark.parametrize("world,local", [(1, 1), (2, 3), (4, 2), (3, 5)])
-def test_regroup_index_matches_the_chunk_by_chunk_regroup(world, local):
+@pytest.mark.parametrize("world,local,align", [(1, 1, 1), (2, 3, 1), (4, 2, 1), (3, 5, 1),
+                                               (2, 3, 4), (3, 5, 16)])
+def test_regroup_index_matches_the_chunk_by_chunk_regroup(world, local, align):
     """The dropless regrouping (one gather each way, its index built on the device) against the
     chunk-by-chunk oracle: source-major chunks (s, e) of random sizes, empty ones included,
-    become expert-major chunks (e, s) and back, every row exactly once."""
+    become expert-major chunks (e, s) and back, every row exactly once; with align > 1 each
+    expert's rows are followed by zero rows up to a multiple of align (gathered from the zero
+    row _send_forward leaves after the received rows)."""
     from tessera.torch import moe_dist as md
-    g = torch.Generator().manual_seed(world * 10 + local)
+    g = torch.Generator().manual_seed(world * 10 + local + align)
     sizes = torch.randint(0, 4, (world, local), generator=g)
     sizes[0, 0] = 0  # an empty chunk first
     chunks = sizes.tolist()
     total = int(sizes.sum())
-    rows = torch.arange(total * 3, dtype=torch.float32).reshape(total, 3)
+    rows = torch.arange(1, total * 3 + 1, dtype=torch.float32).reshape(total, 3)
     state = md.DispatchState(group=None, world=world, num_experts=world * local,
                              local_experts=local, num_tokens=0, hidden=3, capacity=-1,
                              slot_map=torch.zeros(0), row_pair=torch.zeros(0), rows=0,
                              send_rows=None, recv_chunks=chunks,
                              offs=torch.zeros(local, dtype=torch.int32),
                              dropped=torch.zeros(1), dropped_total=torch.zeros(1),
-                             error=torch.zeros(1), extra=dict(recv_counts=sizes))
+                             error=torch.zeros(1), extra=dict(recv_counts=sizes), align=align)
     pieces, at = {}, 0
     for s in range(world):
         for e in range(local):
             pieces[s, e] = rows[at:at + chunks[s][e]]
             at += chunks[s][e]
-    expert_major = torch.cat([pieces[s, e] for e in range(local) for s in range(world)])
-    got = md._to_expert_major(rows, state)
+    groups = []
+    for e in range(local):
+        group = torch.cat([pieces[s, e] for s in range(world)])
+        pad = -group.shape[0] % align
+        groups += [group, torch.zeros(pad, 3)]
+    expert_major = torch.cat(groups)
+    assert md._padded_rows(state) == expert_major.shape[0]
+    received = torch.cat([rows, torch.zeros(1, 3)]) if expert_major.shape[0] > total else rows
+    got = md._to_expert_major(received, state)
     assert torch.equal(got, expert_major)
     assert torch.equal(md._to_source_major(got, state), rows)
     # The row index the quantized dispatch's dequantize gathers with: the same order.
-    assert torch.equal(rows[md._regroup_index(state)[0]], expert_major)
+    assert torch.equal(received[md._regroup_index(state)[0]], expert_major)
 
 
 @pytest.mark.parametrize("world,local,cap", [(2, 3, 2), (4, 2, 1), (3, 1, 4)])
@@ -367,18 +377,23 @@ def test_capacity_regroup_index_matches_the_chunk_by_chunk_regroup(world, local,
     assert torch.equal(md._to_source_major(expert_major, state), rows)
 
 
-def _chunk_oracle(counts):
-    """(source_of, expert_of) of a (W, L) count table, chunk by chunk in Python."""
+def _chunk_oracle(counts, align=1):
+    """(source_of, expert_of) of a (W, L) count table, chunk by chunk in Python; each expert's
+    rows padded to a multiple of align by rows whose source is the total (the zero row)."""
     w, l = len(counts), len(counts[0])
     starts, at = {}, 0
     for s in range(w):
         for e in range(l):
             starts[s, e] = at
             at += counts[s][e]
-    source_of = [starts[s, e] + i for e in range(l) for s in range(w) for i in range(counts[s][e])]
-    expert_of = [0] * len(source_of)
+    source_of = []
+    for e in range(l):
+        group = [starts[s, e] + i for s in range(w) for i in range(counts[s][e])]
+        source_of += group + [at] * (-len(group) % align)
+    expert_of = [0] * at
     for r, q in enumerate(source_of):
-        expert_of[q] = r
+        if q < at:
+            expert_of[q] = r
     return source_of, expert_of
 
 
@@ -386,13 +401,15 @@ _REGROUP_DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() and C.cuda_c
 
 
 @pytest.mark.parametrize("device", _REGROUP_DEVICES)
+@pytest.mark.parametrize("align", [1, 16])
 @pytest.mark.parametrize("world,local,dtype", [(1, 1, torch.int64), (2, 3, torch.int32),
                                                (4, 64, torch.int64), (8, 32, torch.int32),
                                                (3, 700, torch.int64)])
-def test_regroup_index_op_matches_the_chunk_oracle(device, world, local, dtype):
+def test_regroup_index_op_matches_the_chunk_oracle(device, world, local, dtype, align):
     """moe_regroup_index against the chunk-by-chunk oracle, counts given as a column slice of a
-    header (rows of stride L + 2, as the dispatch passes them), empty chunks included; the CUDA
-    kernel (shared-memory scans, 8 rows a thread) past one block of rows."""
+    header (rows of stride L + 2, as the dispatch passes them), empty chunks included, each
+    expert's rows padded to align; the CUDA kernel (shared-memory scans, 8 rows a thread) past
+    one block of rows."""
     from tessera.torch import moe_ops
     g = torch.Generator().manual_seed(world * 1000 + local)
     sizes = torch.randint(0, 40, (world, local), generator=g)
@@ -402,8 +419,8 @@ def test_regroup_index_op_matches_the_chunk_oracle(device, world, local, dtype):
     counts = header[:, :local]
     assert not counts.is_contiguous() or world == 1
     rows = int(sizes.sum())
-    source_of, expert_of = moe_ops.moe_regroup_index(counts, rows)
-    want_src, want_exp = _chunk_oracle(sizes.tolist())
+    want_src, want_exp = _chunk_oracle(sizes.tolist(), align)
+    source_of, expert_of = moe_ops.moe_regroup_index(counts, rows, align, len(want_src))
     assert source_of.dtype == expert_of.dtype == torch.int64 and source_of.device == counts.device
     assert source_of.cpu().tolist() == want_src and expert_of.cpu().tolist() == want_exp
 
@@ -421,9 +438,16 @@ def test_regroup_index_op_errors_and_fake():
         moe_ops.moe_regroup_index(torch.tensor([2, 1, 3]), 6)
     with pytest.raises(C.DTypeError, match="counts"):
         moe_ops.moe_regroup_index(counts.float(), 6)
+    with pytest.raises(C.ShapeError, match="padded to multiples of 4 sum to 8, not to the 10"):
+        moe_ops.moe_regroup_index(counts, 6, 4, 10)
+    with pytest.raises(C.InvalidArgumentError, match="padded_rows 7 must equal rows 6 when align"):
+        moe_ops.moe_regroup_index(counts, 6, 1, 7)
+    with pytest.raises(C.InvalidArgumentError, match="align 0 must be >= 1"):
+        moe_ops.moe_regroup_index(counts, 6, 0, 6)
     src, exp = moe_ops.moe_regroup_index(torch.zeros(2, 3, dtype=torch.int64), 0)
     assert src.shape == exp.shape == (0,)
     torch.library.opcheck(torch.ops.tessera.moe_regroup_index.default, (counts, 6))
+    torch.library.opcheck(torch.ops.tessera.moe_regroup_index.default, (counts, 6, 4, 8))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or not C.cuda_compiled(),
@@ -438,3 +462,10 @@ def test_regroup_index_cuda_keeps_every_index_in_range_for_inconsistent_counts()
             assert int(t.min()) >= 0 and int(t.max()) < rows
     src, _ = moe_ops.moe_regroup_index(torch.tensor([[2, 1], [0, 3]], device="cuda"), 9)
     assert src.tolist()[6:] == [6, 7, 8]  # past the placed rows: themselves
+    # Padded (align 4): source_of in [0, rows] (rows: the zero row), expert_of in [0, padded).
+    for counts, rows, padded in (([[2, 1], [0, 3]], 9, 12), ([[5, 5], [5, 5]], 7, 8),
+                                 ([[3, -4], [2, 1]], 6, 20)):
+        src, exp = moe_ops.moe_regroup_index(torch.tensor(counts, device="cuda"), rows, 4, padded)
+        assert src.shape == (padded,) and exp.shape == (rows,)
+        assert int(src.min()) >= 0 and int(src.max()) <= rows
+        assert int(exp.min()) >= 0 and int(exp.max()) < padded

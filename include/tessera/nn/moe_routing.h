@@ -161,16 +161,24 @@ void moe_dequantize_rows(const TensorView& data, const TensorView& scale_inv, Sc
 // The regrouping of an expert-parallel dispatch's received rows. W sources each sent the chunks
 // of their L local experts back to back: the received rows are SOURCE-major (chunk (s, e) holds
 // counts[s, e] rows; chunks in the order s = 0..W-1, e = 0..L-1), the experts read them
-// EXPERT-major (chunks in the order e, then s; each chunk's rows keep their order). With n the
-// rows received (Σ counts):
-//   source_of[r] = the source-major row of expert-major row r   (a row gather to expert-major),
-//   expert_of[q] = the expert-major row of source-major row q   (its inverse, back to sources).
+// EXPERT-major (chunks in the order e, then s; each chunk's rows keep their order; each expert's
+// rows followed by padding rows up to a multiple of `align`). With n = rows (Σ counts) and m =
+// padded_rows (Σ over experts of their padded row counts):
+//   source_of[r] = the source-major row of expert-major row r, or n for a padding row (a row
+//                  gather to expert-major whose source has a zero row n);
+//   expert_of[q] = the expert-major row of source-major row q   (back to sources).
 // counts (W, L) int32/int64 on the outputs' device, rows of any stride (a column slice of a
-// header); source_of and expert_of (n) int64, either may be an empty view to skip it. CPU: Σ
-// counts must be n (kShapeMismatch otherwise; a negative count is kInvalidArgument). CUDA
-// (nothing waits for the device): every index written lies in [0, n) — a row the counts do not
-// place (n > Σ counts, or a mapping past n) maps to itself — so a gather through it never reads
-// outside the rows. CUDA takes up to 12288 chunks (W·L).
+// header); source_of (m) and expert_of (n) int64, either may be an empty view to skip it; align
+// >= 1, m == n when align is 1. CPU: Σ counts must be n and the padded sum m (kShapeMismatch
+// otherwise; a negative count is kInvalidArgument). CUDA (nothing waits for the device): every
+// index written lies in [0, n] for source_of and [0, m) for expert_of (n only where align > 1:
+// padding) — a row the counts do not place (or mapped past its order's rows) maps to itself
+// where that is in range — so a gather through it never reads outside the rows (and the zero
+// row). CUDA takes up to 12288 chunks (W·L).
+void moe_regroup_index(const TensorView& counts, int64_t rows, int64_t padded_rows, int64_t align,
+                       const TensorView& source_of, const TensorView& expert_of,
+                       Stream stream = {});
+// align 1: n = m = the length of whichever of source_of and expert_of is given.
 void moe_regroup_index(const TensorView& counts, const TensorView& source_of,
                        const TensorView& expert_of, Stream stream = {});
 

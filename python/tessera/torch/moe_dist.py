@@ -20,12 +20,14 @@ half the bytes of that all-to-all; the rows are quantized after the probabilitie
 dequantized in the regroup, as the forward's).
 
 Modes.
-* dropless (capacity=None): every pair is kept; each (rank, expert) chunk is padded to `align`
-  rows. all_to_all_single needs its split sizes on the host, so the header (counts received,
-  plus the counts this rank sends) is copied device -> host ONCE per dispatch: that is the one
-  host sync of this mode (torch's NVSHMEM all_to_all_vdev, which takes device splits, is not
-  used: it needs symmetric-memory buffers and a CUDA-only build; see docs/moe.md). The same copy
-  carries every rank's error bits, so bad input raises on EVERY rank, never hangs.
+* dropless (capacity=None): every pair is kept; over several ranks the (rank, expert) chunks
+  travel unpadded and the receiver pads each local expert's rows to `align` in the regroup (one
+  rank: the routing pads). all_to_all_single needs its split sizes on the host, so the header
+  (counts received, plus the counts this rank sends) is copied device -> host ONCE per
+  dispatch: that is the one host sync of this mode (torch's NVSHMEM all_to_all_vdev, which
+  takes device splits, is not used: it needs symmetric-memory buffers and a CUDA-only build;
+  see docs/moe.md). The same copy carries every rank's error bits, so bad input raises on
+  EVERY rank, never hangs.
 * capacity (capacity=C, a multiple of align): each rank sends exactly C rows per expert (pairs
   past C dropped, lower token first; their count is in DispatchState.dropped / dropped_total),
   so every all-to-all is uniform and nothing syncs: capturable in a CUDA graph. Errors are then
@@ -103,6 +105,8 @@ class DispatchState:
     dropped_total: Tensor             # (1,) int64 pairs dropped over the group
     error: Tensor                     # (1,) int64 OR of every rank's error bits (0 = fine)
     extra: dict = field(default_factory=dict)
+    align: int = 1                    # the receiver pads each local expert's rows to this (dropless
+                                      # over several ranks: the chunks travel unpadded)
 
     @property
     def live_rows(self) -> int:
@@ -204,7 +208,8 @@ def _regroup_index(state: DispatchState) -> Tuple[Tensor, Tensor]:
     (moe_regroup_index), from the header's counts already on the device (a copy of recv_chunks
     to the device would wait for the stream, the all-to-all just enqueued, before returning);
     kept in state.extra. Each regrouping is then one gather (a vectorized row gather: twice the
-    speed of copying a transposed view)."""
+    speed of copying a transposed view). A padding row's source is the received rows' count:
+    _send_forward leaves a zero row there."""
     cached = state.extra.get("regroup_index")
     if cached is not None:
         return cached
@@ -215,8 +220,24 @@ def _regroup_index(state: DispatchState) -> Tuple[Tensor, Tensor]:
     else:
         counts = state.extra["recv_counts"]
         rows = sum(sum(r) for r in state.recv_chunks)
-    state.extra["regroup_index"] = ops.moe_regroup_index(counts, rows)
+    state.extra["regroup_index"] = ops.moe_regroup_index(counts, rows, state.align,
+                                                         _padded_rows(state))
     return state.extra["regroup_index"]
+
+
+def _padded_rows(state: DispatchState) -> int:
+    """The expert-major rows the experts read: each local expert's received rows padded to a
+    multiple of state.align (only dropless mode over several ranks pads; the received rows
+    otherwise). Host arithmetic on the split sizes, once per dispatch (kept in state.extra)."""
+    if state.recv_chunks is None:
+        return state.world * state.local_experts * state.capacity
+    cached = state.extra.get("padded_rows")
+    if cached is None:
+        a = state.align
+        cached = state.extra["padded_rows"] = sum(
+            (sum(r[e] for r in state.recv_chunks) + a - 1) // a * a
+            for e in range(state.local_experts))
+    return cached
 
 
 def _to_expert_major(x: Tensor, state: DispatchState) -> Tensor:
@@ -250,24 +271,33 @@ def _send_back(x_source_major: Tensor, state: DispatchState) -> Tensor:
 
 
 def _send_forward(x_perm: Tensor, state: DispatchState) -> Tensor:
-    """Rows of this rank's permuted buffer -> the owners of their experts (source-major)."""
+    """Rows of this rank's permuted buffer -> the owners of their experts (source-major), then
+    one zero row where the experts' rows are padded (the padding rows' source, _regroup_index)."""
     recv_rows = sum(_recv_splits(state)) if state.recv_chunks is not None else state.rows
     if state.world == 1:  # this rank's own live rows (a prefix: no copy)
         return x_perm[:recv_rows]
-    out = x_perm.new_empty((recv_rows, x_perm.shape[1]))
-    _a2a(out, x_perm[:state.live_rows].contiguous(), _recv_splits(state), state.send_rows,
-         state.group)
+    zero_row = 1 if _padded_rows(state) > recv_rows else 0
+    out = x_perm.new_empty((recv_rows + zero_row, x_perm.shape[1]))
+    if zero_row:
+        out[recv_rows:].zero_()
+    _a2a(out[:recv_rows], x_perm[:state.live_rows].contiguous(), _recv_splits(state),
+         state.send_rows, state.group)
     return out
 
 
 def _exchange_layout(group, num_experts: int, group_rows: Tensor, error_bits: Tensor,
-                     dropped: Tensor, capacity: int, sync_checks: bool, what: str) -> dict:
-    """Header exchange: the received chunk sizes, offsets, error bits and drop totals."""
+                     dropped: Tensor, capacity: int, sync_checks: bool, what: str,
+                     align: int = 1) -> dict:
+    """Header exchange: the received chunk sizes, offsets (each local expert's rows padded to a
+    multiple of align), error bits and drop totals."""
     world = _world(group)
     local = num_experts // world
     send_wl = group_rows.reshape(world, local)
     hdr = _header(send_wl, error_bits.reshape(()).to(torch.int64), dropped.reshape(()), group)
-    out = dict(offs=hdr[:, :local].sum(0).cumsum(0).to(torch.int32), send_rows=None,
+    per_expert = hdr[:, :local].sum(0)
+    if align > 1:
+        per_expert = (per_expert + (align - 1)).div(align, rounding_mode="floor") * align
+    out = dict(offs=per_expert.cumsum(0).to(torch.int32), send_rows=None,
                recv_chunks=None, error=hdr[:, local].clone(),
                dropped_total=hdr[:, local + 1].sum().reshape(1), recv_counts=hdr[:, :local])
     if capacity < 0:
@@ -300,6 +330,10 @@ def _prepare(x: Tensor, indices: Tensor, num_experts: int, group, mode: str, ali
     if cap >= 0 and cap % align != 0:
         raise _C.InvalidArgumentError(f"dispatch: capacity {cap} must be a multiple of the alignment {align}")
     t, k = indices.shape
+    # Dropless over several ranks: the chunks travel unpadded (the routing's align 1) and the
+    # receiver pads each local expert's rows to `align` in the regroup; one rank (no wire) and
+    # capacity mode (C a multiple of align) keep the routing's padding.
+    wire_align = 1 if world > 1 and cap < 0 else align
     if verify_config:
         check_config(group, num_experts=num_experts, top_k=k, hidden=x.shape[1], capacity=cap,
                      align=align, mode=ops.QUANT_MODES.index(mode),
@@ -311,21 +345,22 @@ def _prepare(x: Tensor, indices: Tensor, num_experts: int, group, mode: str, ali
         # The CUDA routing drops a pair whose expert is out of range and records it in its flag
         # (bit 1 = _ERR_INDEX), which the header carries to every rank.
         counts, offsets, slot_map, row_pair, dropped, flag = ops.moe_routing(indices, num_experts,
-                                                                             align, cap)
+                                                                             wire_align, cap)
         error_bits = flag.to(torch.int64)
     else:  # the CPU routing raises at once, on this rank only: test here, raise on every rank
         bad = (indices < 0) | (indices >= num_experts)
         error_bits = bad.any().to(torch.int64) * _ERR_INDEX
         safe = torch.where(bad, torch.zeros_like(indices), indices)
         counts, offsets, slot_map, row_pair, dropped, _ = ops.moe_routing(safe, num_experts,
-                                                                          align, cap)
+                                                                          wire_align, cap)
     # The permute (+ quantize) needs only the routing: enqueued before the header exchange, whose
     # host copy (dropless) then waits for it too, instead of the device idling after that copy
     # while the host enqueues it. Its gradient is _DispatchFn's (x is used detached here).
     payload = ops.moe_permute(x.detach(), row_pair, k, mode, "e4m3", e8m0_floor,
                               slot_map=slot_map)
+    recv_align = align if wire_align != align else 1
     lay = _exchange_layout(group, num_experts, offsets[1:] - offsets[:-1], error_bits, dropped,
-                           cap, sync_checks, "dispatch")
+                           cap, sync_checks, "dispatch", recv_align)
     return DispatchState(group=group, world=world, num_experts=num_experts,
                          local_experts=num_experts // world, num_tokens=t, hidden=x.shape[1],
                          capacity=cap, slot_map=slot_map, row_pair=row_pair,
@@ -334,7 +369,8 @@ def _prepare(x: Tensor, indices: Tensor, num_experts: int, group, mode: str, ali
                          dropped_total=lay["dropped_total"], error=lay["error"],
                          extra=dict(counts=counts, padded_offsets=offsets,
                                     recv_counts=lay["recv_counts"], payload=payload,
-                                    grad_mode=grad_mode, e8m0_floor=e8m0_floor))
+                                    grad_mode=grad_mode, e8m0_floor=e8m0_floor),
+                         align=recv_align)
 
 
 def _scale_rows(sinv: Tensor, mode: str, rows: int) -> Tensor:

@@ -25,9 +25,10 @@ impls for torch.compile, the autograd of moe_unpermute, and wrappers that raise 
     moe_unpermute_backward(dout, y, slot_map, row_pair, probs, need_dy=True) -> (dy, dprobs)
     moe_dequantize_rows(data (R, H) E4M3 codes, scale_inv, mode, out_dtype) -> (R, H)
                                    the receiver side of a quantized dispatch (dequantize_rows)
-    moe_regroup_index(counts (W, L), rows) -> (source_of (rows,), expert_of (rows,)) int64
+    moe_regroup_index(counts (W, L), rows, align=1, padded_rows=-1)
+                                -> (source_of (padded_rows,), expert_of (rows,)) int64
                                    a dispatch's received rows between source-major and
-                                   expert-major order
+                                   expert-major order (each expert's rows padded to align)
 
 Contract (normative, include/tessera/nn/moe_routing.h): the permuted buffer holds E groups back to
 back, group e starting at padded_offsets[e], its first counts[e] rows the pairs (t, j) routed to e
@@ -339,23 +340,30 @@ def dequantize_rows(data: Tensor, scale_inv: Tensor, mode: str, out_dtype: torch
 
 
 # ---- regrouping of a dispatch's received rows ---------------------------------------------------
-def moe_regroup_index(counts: Tensor, rows: int) -> Tuple[Tensor, Tensor]:
+def moe_regroup_index(counts: Tensor, rows: int, align: int = 1,
+                      padded_rows: Optional[int] = None) -> Tuple[Tensor, Tensor]:
     """counts (W, L) int32/int64 rows received from source s for local expert e (rows of any
-    stride: e.g. a column slice of a header), rows = their sum (host-known) -> (source_of,
-    expert_of), (rows,) int64 each: expert-major row r is the received (source-major) row
-    source_of[r], and source-major row q is expert-major row expert_of[q]. Source-major: source
-    s's chunks back to back in local-expert order; expert-major: expert e's chunks in source
-    order; each chunk keeps its rows' order. One pass of the C++ op (moe_routing.h,
-    moe_regroup_index): on the CPU counts that do not sum to rows raise; on CUDA (no sync) every
-    index lies in [0, rows), a row the counts do not place mapping to itself."""
-    return _ext.call(_ext.moe_regroup_index, counts, int(rows))
+    stride: e.g. a column slice of a header), rows = their sum (host-known) -> (source_of
+    (padded_rows,), expert_of (rows,)) int64: expert-major row r is the received (source-major)
+    row source_of[r], and source-major row q is expert-major row expert_of[q]. Source-major:
+    source s's chunks back to back in local-expert order; expert-major: expert e's chunks in
+    source order, then padding rows up to a multiple of `align` (source_of = rows there: gather
+    from a source with a zero row at index `rows`); each chunk keeps its rows' order.
+    padded_rows: the sum over experts of their padded row counts (host-known; None: rows, which
+    align 1 requires). One pass of the C++ op (moe_routing.h, moe_regroup_index): on the CPU
+    counts that do not sum to rows (or padded sizes not to padded_rows) raise; on CUDA (no sync)
+    every index lies in range (source_of [0, rows], rows only for padding; expert_of [0,
+    padded_rows)), a row the counts do not place mapping to itself."""
+    return _ext.call(_ext.moe_regroup_index, counts, int(rows), int(align),
+                     -1 if padded_rows is None else int(padded_rows))
 
 
 @torch.library.register_fake("tessera::moe_regroup_index")
-def _regroup_index_fake(counts, rows):
+def _regroup_index_fake(counts, rows, align=1, padded_rows=-1):
     torch._check(counts.dim() == 2, lambda: f"moe_regroup_index: counts must be (W, L), got "
                  f"{tuple(counts.shape)}")
-    return (counts.new_empty((rows,), dtype=torch.int64),
+    padded = rows if padded_rows < 0 else padded_rows
+    return (counts.new_empty((padded,), dtype=torch.int64),
             counts.new_empty((rows,), dtype=torch.int64))
 
 
