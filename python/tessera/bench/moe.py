@@ -7,9 +7,10 @@ the same run on the same inputs:
 
 Ops (tessera | torch baseline):
     routing                moe_routing (metadata)            | stable argsort + bincount
-    permute <mode>         moe_permute, mode none / rowwise / block1x128 / mxfp8 (the dispatch
-                           payload of recipes bf16 / fp8_rowwise / fp8_block / mxfp8, padded to
-                           their token alignment)           | index_select (+ the quantization in
+    permute <mode>         moe_permute with the routing's slot map, as the dispatch calls it,
+                           mode none / rowwise / block1x128 / mxfp8 (the dispatch payload of
+                           recipes bf16 / fp8_rowwise / fp8_block / mxfp8, padded to their token
+                           alignment)                        | index_select (+ the quantization in
                                                               torch ops)
     dequantize <mode>      dequantize_rows (receiver side)   | the torch passes it replaced
     unpermute              moe_unpermute (weighted combine)  | index_select, FP32 weighted sum
@@ -107,8 +108,10 @@ def tessera_ops(moe, p: Problem) -> dict:
         rows, live = r[3].shape[0], t * k
         sinv = moe.moe_permute(p.x, r[3], k, mode)[1]
         out_b = rows * h * (es if mode == "none" else 1) + sinv.numel() * sinv.element_size()
-        ops[f"permute {mode}"] = (lambda r=r, mode=mode: moe.moe_permute(p.x, r[3], k, mode),
-                                  live * h * es + out_b, t * h * es + out_b)
+        # with the routing's slot map, as the dispatch calls it (a token's row read once)
+        ops[f"permute {mode}"] = (
+            lambda r=r, mode=mode: moe.moe_permute(p.x, r[3], k, mode, slot_map=r[2]),
+            live * h * es + out_b, t * h * es + out_b)
         if mode != "none":
             data, sinv = moe.moe_permute(p.x, r[3], k, mode)
             deq_b = rows * h + sinv.numel() * sinv.element_size() + rows * h * es
