@@ -312,8 +312,7 @@ __device__ void zero_rows(const PermuteArgs& a, const int64_t* rows, int n) {
 // The rows permute_tokens_kernel did not write (padding rows, and rows the slot map does not
 // reach): a CTA per kRestRows rows, whose first warp tests them all at once and lists the ones
 // left; the CTA then writes the listed zero rows (no pair) together and the others one after
-// another. (A CTA per row spent ~60 µs on the tests alone at 36k rows: one pair of dependent
-// loads per CTA.)
+// another. (A CTA per row would spend most of its time on its row's pair of dependent loads.)
 constexpr int kRestRows = 32;
 template <class In, class Map>
 __global__ void __launch_bounds__(kRowThreads) permute_rest_kernel(PermuteArgs a, bool vec) {
@@ -469,9 +468,9 @@ void permute_cuda(const PermuteArgs& a, Device device, Stream stream) {
                                : a.hidden * static_cast<int64_t>(sizeof(In)) % 16 == 0 &&
                                      aligned16(a.x) && aligned16(a.out);
     // With the slot map: a CTA per token writes the rows its pairs hold, then
-    // permute_rest_kernel writes the others (rows slot_map does not reach, zero rows). Weighted block scaling stays
-    // per row: its k encodes per token measured slower than the per-row kernel
-    // (bench/results/2026-11-28-moe-regroup-medians-h200.md, run 9).
+    // permute_rest_kernel writes the others (rows slot_map does not reach, zero rows).
+    // Weighted block scaling stays per row: its k encodes per token measured slower than the
+    // per-row kernel (bench/results/2026-11-28-moe-regroup-medians-h200.md, run 9).
     const int64_t chunks = (a.hidden + kVec - 1) / kVec;
     const bool by_token =
         a.slot_map != nullptr && a.tokens > 0 &&

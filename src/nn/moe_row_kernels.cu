@@ -188,8 +188,8 @@ __device__ __forceinline__ float scale_at(const DequantizeArgs& a, int64_t r, in
 // One CTA per output row (its source row looked up once), thread i taking the 16-code chunks i,
 // i + kRowThreads, ... of the row, two at a time with both loads issued first (a 16-code chunk
 // never straddles a scale block: blocks are the row, 128 or 32 wide); vec: H % 16 == 0 and
-// aligned pointers. (One thread per chunk over the whole matrix, as before, spent its time on
-// 64-bit index division and a source-row load per chunk.)
+// aligned pointers. (A thread per chunk of the whole matrix would divide 64-bit indices and load
+// the source row once per chunk.)
 template <class Out>
 __device__ __forceinline__ void dequantize_chunk(const DequantizeArgs& a, int64_t src, uint4 codes,
                                                  int64_t c0, Out* o) {
