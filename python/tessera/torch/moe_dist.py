@@ -228,7 +228,8 @@ def _regroup_index(state: DispatchState) -> Tuple[Tensor, Tensor]:
 def _padded_rows(state: DispatchState) -> int:
     """The expert-major rows the experts read: each local expert's received rows padded to a
     multiple of state.align (only dropless mode over several ranks pads; the received rows
-    otherwise). Host arithmetic on the split sizes, once per dispatch (kept in state.extra)."""
+    otherwise). The dispatch's header copy brings it; else host arithmetic on the split sizes,
+    once (kept in state.extra)."""
     if state.recv_chunks is None:
         return state.world * state.local_experts * state.capacity
     cached = state.extra.get("padded_rows")
@@ -297,13 +298,15 @@ def _exchange_layout(group, num_experts: int, group_rows: Tensor, error_bits: Te
     per_expert = hdr[:, :local].sum(0)
     if align > 1:
         per_expert = (per_expert + (align - 1)).div(align, rounding_mode="floor") * align
-    out = dict(offs=per_expert.cumsum(0).to(torch.int32), send_rows=None,
+    ends = per_expert.cumsum(0)
+    out = dict(offs=ends.to(torch.int32), send_rows=None,
                recv_chunks=None, error=hdr[:, local].clone(),
                dropped_total=hdr[:, local + 1].sum().reshape(1), recv_counts=hdr[:, :local])
     if capacity < 0:
-        # The one device -> host copy of dropless mode: split sizes for all_to_all_single, and
-        # every rank's error bits (so that all ranks raise together).
-        host = torch.cat([send_wl.reshape(-1), hdr.reshape(-1)]).tolist()
+        # The one device -> host copy of dropless mode: split sizes for all_to_all_single, every
+        # rank's error bits (so that all ranks raise together) and the padded rows' total.
+        host = torch.cat([send_wl.reshape(-1), hdr.reshape(-1), ends[-1:]]).tolist()
+        out["padded_rows"] = host.pop()
         send, rows = host[:world * local], host[world * local:]
         table = [rows[s * (local + 2):(s + 1) * (local + 2)] for s in range(world)]
         _raise_errors([row[local] for row in table], what)
@@ -369,6 +372,7 @@ def _prepare(x: Tensor, indices: Tensor, num_experts: int, group, mode: str, ali
                          dropped_total=lay["dropped_total"], error=lay["error"],
                          extra=dict(counts=counts, padded_offsets=offsets,
                                     recv_counts=lay["recv_counts"], payload=payload,
+                                    padded_rows=lay.get("padded_rows"),
                                     grad_mode=grad_mode, e8m0_floor=e8m0_floor),
                          align=recv_align)
 
