@@ -336,7 +336,7 @@ def _prepare(x: Tensor, indices: Tensor, num_experts: int, group, mode: str, ali
     # Dropless over several ranks: the chunks travel unpadded (the routing's align 1) and the
     # receiver pads each local expert's rows to `align` in the regroup; one rank (no wire) and
     # capacity mode (C a multiple of align) keep the routing's padding.
-    wire_align = 1 if world > 1 and cap < 0 else align
+    wire_align, recv_align = (1, align) if world > 1 and cap < 0 else (align, 1)
     if verify_config:
         check_config(group, num_experts=num_experts, top_k=k, hidden=x.shape[1], capacity=cap,
                      align=align, mode=ops.QUANT_MODES.index(mode),
@@ -361,7 +361,6 @@ def _prepare(x: Tensor, indices: Tensor, num_experts: int, group, mode: str, ali
     # while the host enqueues it. Its gradient is _DispatchFn's (x is used detached here).
     payload = ops.moe_permute(x.detach(), row_pair, k, mode, "e4m3", e8m0_floor,
                               slot_map=slot_map)
-    recv_align = align if wire_align != align else 1
     lay = _exchange_layout(group, num_experts, offsets[1:] - offsets[:-1], error_bits, dropped,
                            cap, sync_checks, "dispatch", recv_align)
     return DispatchState(group=group, world=world, num_experts=num_experts,
@@ -555,7 +554,8 @@ def all_to_all_expert_rows(rows: Tensor, counts: Tensor, num_experts: int, group
                           capacity=-1, slot_map=counts, row_pair=counts, rows=rows.shape[0],
                           send_rows=lay["send_rows"], recv_chunks=lay["recv_chunks"],
                           offs=lay["offs"], dropped=counts[:1], dropped_total=counts[:1],
-                          error=lay["error"], extra=dict(recv_counts=lay["recv_counts"]))
+                          error=lay["error"], extra=dict(recv_counts=lay["recv_counts"],
+                                                         padded_rows=lay["padded_rows"]))
     return _to_expert_major(_send_forward(rows, state), state), lay["offs"]
 
 
