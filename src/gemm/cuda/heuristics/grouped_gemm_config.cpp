@@ -11,8 +11,10 @@
 // - M-grouped (forward, dgrad) with small groups: ping-pong, 6 stages (one 64-row staging
 //   block), up to 4096 bytes of contraction per row; above, the epilogue is a small part of a
 //   tile and cooperative 256 (half the A re-reads, m64n256 wgmma) wins;
-// - K-grouped (wgrad) with small groups: ping-pong with 5 stages (the whole tile staged, one
-//   bulk store) up to 384 tokens per group, cooperative 256 above;
+// - K-grouped (wgrad): cooperative 256 unless too few tiles to fill the SMs twice (then
+//   ping-pong with 5 stages: the whole tile staged, one bulk store); on the Qwen3 rows (256
+//   tokens per group) cooperative 256 beats ping-pong balanced and skewed
+//   (bench/results/2026-12-01-session20-h200.md);
 // - big groups with TMA stores: tiles in bands of 8 m blocks (BF16/FP16) or 16 (FP8), so a
 //   group's A is not streamed from DRAM once per n-block column (register epilogue: plain order);
 // - one persistent CTA per SM; 2-CTA clusters only for the plain FP8 wgrad (K-grouped, an even
@@ -50,7 +52,7 @@ Sm90Config select_sm90_config(const Sm90GroupedGemm& g, int num_sms) {
   const int elem_bytes = g.elem == ElemKind::kBF16 || g.elem == ElemKind::kFP16 ? 2 : 1;
   bool pingpong = false;
   const bool few_tiles = p.n <= 128 || tiles256 < 2 * num_sms;
-  if (small && p.k_grouped) pingpong = per_group <= 384 || few_tiles;
+  if (small && p.k_grouped) pingpong = few_tiles;
   if (small && !p.k_grouped) pingpong = p.k * elem_bytes <= 4096 || few_tiles;
   c.pingpong = pingpong;
   c.block_n = pingpong ? 128 : 256;
