@@ -92,13 +92,6 @@ __device__ __forceinline__ bool any_nan(const float (&v)[kVec]) {
   return nan;
 }
 
-// lo, hi rounded to bfloat16 (RNE, cvt.rn.bf16x2.f32), lo in the low half; not for NaN.
-__device__ __forceinline__ uint32_t pack_bf16x2_rn(float lo, float hi) {
-  uint32_t w;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(w) : "f"(hi), "f"(lo));
-  return w;
-}
-
 // Writes elements c0 .. c0+7 (those below n), each rounded once (from_float: RNE, the CPU's).
 template <class T>
 __device__ __forceinline__ void store_chunk(T* row, int64_t c0, int64_t n, bool vec,
@@ -108,19 +101,23 @@ __device__ __forceinline__ void store_chunk(T* row, int64_t c0, int64_t n, bool 
       __stcs(reinterpret_cast<float4*>(row + c0), make_float4(v[0], v[1], v[2], v[3]));
       __stcs(reinterpret_cast<float4*>(row + c0 + 4), make_float4(v[4], v[5], v[6], v[7]));
     } else {
-      uint32_t w[4];
-      if (std::is_same_v<T, bf16> && !any_nan(v)) {
-        // The hardware's RNE conversion, two elements an instruction: the same bits as
-        // encode_bf16 for every value but NaN (its NaN is canonical, encode_bf16 keeps the
-        // sign and payload), so a chunk holding a NaN takes the exact path below.
+      if constexpr (std::is_same_v<T, bf16>) {
+        if (!any_nan(v)) {
+          // The hardware's RNE conversion, two elements an instruction: the same bits as
+          // encode_bf16 for every value but NaN (its NaN is canonical, encode_bf16 keeps the
+          // sign and payload), so a chunk holding a NaN takes the exact path below.
+          __nv_bfloat162 h[4];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) w[i] = pack_bf16x2_rn(v[2 * i], v[2 * i + 1]);
-      } else {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          w[i] = static_cast<uint32_t>(from_float<T>(v[2 * i]).bits) |
-                 (static_cast<uint32_t>(from_float<T>(v[2 * i + 1]).bits) << 16);
+          for (int i = 0; i < 4; ++i) h[i] = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
+          __stcs(reinterpret_cast<uint4*>(row + c0), *reinterpret_cast<const uint4*>(h));
+          return;
         }
+      }
+      uint32_t w[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        w[i] = static_cast<uint32_t>(from_float<T>(v[2 * i]).bits) |
+               (static_cast<uint32_t>(from_float<T>(v[2 * i + 1]).bits) << 16);
       }
       __stcs(reinterpret_cast<uint4*>(row + c0), make_uint4(w[0], w[1], w[2], w[3]));
     }
