@@ -454,8 +454,8 @@ void grouped_gemm_cuda(const GroupedGemmProblem& p, const GroupedGemmDims& dims,
   Sm90GroupedGemm g = describe(p, dims, w, ws, &fp8);
   if (p.a.is_quantized) prepare_fp8_operands(fp8, w, ws, s);  // transposes, expansions
   g.config = explicit_config ? requested : gemm_cuda::select_sm90_config(g, 0);
-  // Kinds of one kernel shape on 1-CTA clusters: the block-scaled ones (cooperative 128 x 128)
-  // and NVFP4 expanded in the kernel (ping-pong 128 x 128).
+  // Kinds of one kernel shape: the block-scaled ones (cooperative 128 x 128) and NVFP4 expanded
+  // in the kernel (ping-pong 128 x 128); explicit configs run them on 1-CTA clusters.
   const bool nvfp4 = g.elem == gemm_cuda::ElemKind::kNvfp4;
   if (gemm_cuda::is_block_scaled(g.elem) || nvfp4) {
     const char* what = nvfp4 ? "NVFP4 operands expanded in the kernel" : "FP8 block and MXFP8 operands";
@@ -466,7 +466,9 @@ void grouped_gemm_cuda(const GroupedGemmProblem& p, const GroupedGemmDims& dims,
                          p.config.cluster_m, "; ", what, " run 1-CTA clusters");
     g.config.block_n = 128;
     g.config.pingpong = nvfp4;
-    g.config.cluster = 1;
+    // The heuristic's 2-CTA clusters stay for the FP8 block wgrad (B multicast to a K-grouped
+    // pair); MXFP8 and NVFP4 in the kernel run 1-CTA clusters.
+    if (nvfp4 || gemm_cuda::is_mx_scaled(g.elem) || explicit_config) g.config.cluster = 1;
     if (explicit_config && p.config.stages == 0) g.config.stages = 6;
   }
   // Rows in no group: zeroed by the GEMM kernel itself (no launch of its own).

@@ -351,7 +351,7 @@ int64_t sm90_workspace_bytes(const Sm90GroupedGemm& g) {
 
 bool k_grouped_pairs_share_b(const Sm90GroupedGemm& g, int raster_band) {
   const int64_t m_blocks = (g.params.m + gemm_sm90::kBlockM - 1) / gemm_sm90::kBlockM;
-  return m_blocks % 2 == 0 && raster_band % 2 == 0 && !is_block_scaled(g.elem) &&
+  return m_blocks % 2 == 0 && raster_band % 2 == 0 && !is_mx_scaled(g.elem) &&
          !g.a_mn_major && !g.b_mn_major;
 }
 
@@ -363,9 +363,10 @@ void launch_grouped_gemm_sm90(const Sm90GroupedGemm& g, void* workspace, int64_t
                        "block_n must be 128 or 256, got ", cfg.block_n);
   const bool block_scaled = is_block_scaled(g.elem);
   if (block_scaled)
-    TESSERA_CHECK_STATUS(cfg.block_n == 128 && !cfg.pingpong && cfg.cluster == 1,
+    TESSERA_CHECK_STATUS(cfg.block_n == 128 && !cfg.pingpong &&
+                             (cfg.cluster == 1 || !is_mx_scaled(g.elem)),
                          Status::kInvalidArgument,
-                         "block-scaled FP8 runs cooperative 128 x 128 tiles on 1-CTA clusters "
+                         "block-scaled FP8 runs cooperative 128 x 128 tiles (MXFP8 on 1-CTA clusters) "
                          "(got block_n ", cfg.block_n, cfg.pingpong ? ", ping-pong" : ", cooperative",
                          ", cluster ", cfg.cluster, ")");
   else
@@ -401,7 +402,7 @@ void launch_grouped_gemm_sm90(const Sm90GroupedGemm& g, void* workspace, int64_t
                        Status::kInvalidArgument,
                        "K-grouped clusters of 2 CTAs need an even number of 128-row m blocks (m = ",
                        p.m, "), an even raster band (", cfg.raster_band,
-                       ") and no block scales: the two tiles of a pair must share their B rows");
+                       ") and no MXFP8 scales: the two tiles of a pair must share their B rows");
   TESSERA_CHECK_STATUS((!g.a_mn_major && !g.b_mn_major) || g.elem == ElemKind::kBF16,
                        Status::kInvalidArgument, "MN-major operands are BF16 only");
   TESSERA_CHECK_STATUS(!g.a_mn_major || (p.k_grouped && g.b_mn_major), Status::kInvalidArgument,

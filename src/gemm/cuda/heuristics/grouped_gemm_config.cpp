@@ -17,10 +17,11 @@
 //   (bench/results/2026-12-01-session20-h200.md);
 // - big groups with TMA stores: tiles in bands of 8 m blocks (BF16/FP16) or 16 (FP8), so a
 //   group's A is not streamed from DRAM once per n-block column (register epilogue: plain order);
-// - one persistent CTA per SM; 2-CTA clusters only for the plain FP8 wgrad (K-grouped, an even
-//   number of m blocks: each pair is one group's two m blocks of one n block, B multicast), which
-//   they win on that harmonic mean (bench/results/2026-11-28-wgrad-clusters-maps.md); elsewhere
-//   they measured no gain.
+// - one persistent CTA per SM; 2-CTA clusters only for the FP8 wgrad, plain and 1x128 block
+//   (K-grouped, an even number of m blocks: each pair is one group's two m blocks of one n block,
+//   B multicast), which they win on that harmonic mean (plain:
+//   bench/results/2026-11-28-wgrad-clusters-maps.md; block: ~1 % of the step,
+//   bench/results/2026-12-01-session21-h200.md); elsewhere they measured no gain.
 #include "gemm/cuda/heuristics/grouped_gemm_config.h"
 #include "gemm/cuda/quantized_operands.h"
 
@@ -77,8 +78,8 @@ Sm90Config select_sm90_config(const Sm90GroupedGemm& g, int num_sms) {
     c.raster_band = 0;
   }
   // Clusters of 2 CTAs (Sm90Config::cluster, TMA multicast of a tile pair's shared operand):
-  // the plain FP8 wgrad where its m blocks pair up (the launcher's rule); elsewhere off, no gain
-  // measured (bench/results/2026-11-21-gemm-cuda.md, round 3).
+  // the FP8 wgrad (plain or block, not MXFP8) where its m blocks pair up (the launcher's rule);
+  // elsewhere off, no gain measured (bench/results/2026-11-21-gemm-cuda.md, round 3).
   c.cluster = p.k_grouped && elem_bytes == 1 && k_grouped_pairs_share_b(g, c.raster_band) ? 2 : 1;
   return c;
 }

@@ -178,7 +178,7 @@ __device__ __forceinline__ void main_loop_mx(const KernelParams& p, const Tile& 
   constexpr int kStageFloats = kMxStageScaleBytes / 4;
   const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
   const int a_row = cw * 64 + warp * 16 + lane / 4;  // this thread's first row in the tile
-  constexpr int peer = -1;  // block-scaled kinds run 1-CTA clusters (the launcher checks)
+  constexpr int peer = -1;  // MXFP8 kinds run 1-CTA clusters (the launcher checks)
 #pragma unroll
   for (int i = 0; i < kBlockN / 2; ++i) acc[0][i] = 0.0f;
   const int nk = static_cast<int>(num_k_blocks<Elem>(p, t));
