@@ -19,9 +19,9 @@
 //   group's A is not streamed from DRAM once per n-block column (register epilogue: plain order);
 // - one persistent CTA per SM; 2-CTA clusters only for the FP8 wgrad, plain and 1x128 block
 //   (K-grouped, an even number of m blocks: each pair is one group's two m blocks of one n block,
-//   B multicast), which they win on that harmonic mean (plain:
-//   bench/results/2026-11-28-wgrad-clusters-maps.md; block: ~1 % of the step,
-//   bench/results/2026-12-01-session21-h200.md); elsewhere they measured no gain.
+//   B multicast): plain, ahead on that harmonic mean
+//   (bench/results/2026-11-28-wgrad-clusters-maps.md); block, the step ~1 % faster in a same-run
+//   A/B (bench/results/2026-12-01-session21-h200.md); elsewhere they measured no gain.
 #include "gemm/cuda/heuristics/grouped_gemm_config.h"
 #include "gemm/cuda/quantized_operands.h"
 
