@@ -117,6 +117,14 @@ TEST(Codecs, SaturationAndSpecials) {
   EXPECT_EQ(formats::encode_e8m0(0.0f), 0xFF);
   EXPECT_EQ(formats::encode_e8m0(-1.0f), 0xFF);
   EXPECT_EQ(formats::encode_e8m0(1.0f), 127);
+  // Nearest power of two, ties up, in the float subnormals as in the normals.
+  EXPECT_EQ(formats::encode_e8m0(1.5f), 128);
+  EXPECT_EQ(formats::encode_e8m0(std::nextafter(1.5f, 0.0f)), 127);
+  EXPECT_EQ(formats::encode_e8m0(std::ldexp(1.0f, -127)), 0);
+  EXPECT_EQ(formats::encode_e8m0(std::ldexp(1.5f, -127)), 1);
+  EXPECT_EQ(formats::encode_e8m0(std::nextafter(std::ldexp(1.5f, -127), 0.0f)), 0);
+  EXPECT_EQ(formats::encode_e8m0(std::ldexp(1.0f, -140)), 0);
+  EXPECT_EQ(formats::encode_e8m0(std::ldexp(1.0f, -126)), 1);
 }
 
 TEST(Codecs, HalfTypesMatchTheOracle) {

@@ -65,8 +65,9 @@ TESSERA_HD uint8_t encode_e8m0(float x) {
   if ((u >> 31) != 0 || u >= 0x7f800000u || u == 0) return 0xffu;
   const uint32_t biased = u >> 23;
   const uint32_t mant = u & 0x7fffffu;
-  // Float subnormals (as ml_dtypes): up to 2^-127 → code 0 (2^-127), above it → code 1.
-  if (biased == 0) return mant > 0x400000u ? 0x01u : 0x00u;
+  // Float subnormals: the same rule in linear terms, between code 0 (2^-127, mantissa 0x400000)
+  // and code 1 (2^-126): the midpoint 1.5 * 2^-127 (mantissa 0x600000) and above give code 1.
+  if (biased == 0) return mant >= 0x600000u ? 0x01u : 0x00u;
   const uint32_t code = biased + (mant >= 0x400000u ? 1u : 0u);
   return code >= 0xffu ? 0xffu : static_cast<uint8_t>(code);
 }
