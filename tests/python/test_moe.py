@@ -386,18 +386,47 @@ def test_layer_with_default_router_and_experts_trains():
     assert int(layer.last_error.max()) == 0
 
 
+@pytest.mark.parametrize("device", _DEVICES)
+def test_dropless_dispatch_on_one_rank_keeps_the_layout_on_the_device(device):
+    """One rank, dropless: no host copy of the layout (no split sizes on the host); recv is the
+    routing's whole buffer of permuted_rows(T, k, E, align) rows: each expert's rows at its
+    padded offset, every pair's row its token's, zero rows everywhere else (group padding and
+    the rows past state.offs[-1])."""
+    g = torch.Generator().manual_seed(3)
+    t, k, e = 50, 2, 8
+    idx = torch.randint(0, e, (t, k), generator=g)
+    idx[:20, 0] = 5  # one expert far above the others
+    x = torch.randn(t, 32, generator=g).bfloat16()
+    for recipe in RECIPES:
+        align = moe.recipe_dispatch_mode(recipe)[1]
+        recv, state = moe.dispatch(x.to(device), idx.to(device), e, recipe=recipe)
+        assert state.send_rows is None and state.recv_chunks is None, recipe
+        assert recv.shape == (moe.permuted_rows(t, k, e, align), 32), recipe
+        padded = (torch.bincount(idx.reshape(-1), minlength=e) + align - 1) // align * align
+        assert torch.equal(state.offs.cpu().long(), padded.cumsum(0)), recipe
+        recv, slot = recv.cpu(), state.slot_map.cpu()
+        live = torch.zeros(recv.shape[0], dtype=torch.bool)
+        live[slot.reshape(-1)] = True
+        assert not recv[~live].any(), recipe
+        if recipe == "bf16":
+            assert torch.equal(recv[slot], x.unsqueeze(1).expand(t, k, 32)), recipe
+
+
 @pytest.mark.skipif(not torch.cuda.is_available() or not C.cuda_compiled(),
                     reason="needs a CUDA device and tessera built with CUDA")
 def test_cuda_dispatch_reports_an_expert_index_out_of_range():
-    """On CUDA the routing kernel flags a bad index (no Python-side check): dropless raises,
-    capacity mode records it in state.error (sync_checks=False) or raises (True); the pair is
-    dropped, the other rows arrive as on good input."""
+    """On CUDA the routing kernel flags a bad index (no Python-side check). One rank has no
+    host copy of the layout, dropless or not: the flag is recorded in state.error
+    (sync_checks=False, the CUDA default) or raised (True); the pair is dropped, the other rows
+    arrive as on good input."""
     x = torch.randn(6, 16, device="cuda")
     idx = torch.tensor([[0, 1], [2, 3], [4, 5], [6, 7], [1, 9], [3, 2]], device="cuda")
     for bad in (9, -1):
         idx[4, 1] = bad
         with pytest.raises(ValueError, match="rank 0: an expert index is outside"):
-            moe.dispatch(x, idx, 8)
+            moe.dispatch(x, idx, 8, sync_checks=True)
+        recv, state = moe.dispatch(x, idx, 8)
+        assert int(state.error.max()) == 1 and not recv[int(state.offs[-1]):].any()
         with pytest.raises(ValueError, match="rank 0: an expert index is outside"):
             moe.dispatch(x, idx, 8, capacity=4, sync_checks=True)
         recv, state = moe.dispatch(x, idx, 8, capacity=4, sync_checks=False)
@@ -436,14 +465,14 @@ def test_cuda_ops_equal_cpu_and_graph_replay(capacity):
     for a, b in zip(run("cuda"), run("cpu")):
         assert torch.equal(a.view(torch.uint8) if a.dtype.itemsize == 1 else a,
                            b.view(torch.uint8) if b.dtype.itemsize == 1 else b)
-    if capacity < 0:
-        return
-    # Capacity mode in a CUDA graph (world size 1, no group): replay with new routing.
+    # Dispatch + combine in a CUDA graph (world size 1, no group: dropless syncs nothing there
+    # either): replay with new routing.
     dev = torch.device("cuda")
     xs, ids, ps = x.to(dev), idx.to(dev), probs.to(dev)
 
     def step():
-        recv, state = moe.dispatch(xs, ids, 16, None, recipe="mxfp8", capacity=capacity,
+        recv, state = moe.dispatch(xs, ids, 16, None, recipe="mxfp8",
+                                   capacity=capacity if capacity >= 0 else None,
                                    sync_checks=False)
         return moe.combine(recv * 2, ps, state), state.dropped
 
@@ -462,6 +491,54 @@ def test_cuda_ops_equal_cpu_and_graph_replay(capacity):
         eager, dropped = step()
         torch.cuda.synchronize()
         assert torch.equal(out_g, eager) and int(dropped_g) == int(dropped)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or not C.cuda_compiled(),
+                    reason="needs a CUDA device and tessera built with CUDA")
+@pytest.mark.parametrize("recipe", ["bf16", "fp8_rowwise"])
+def test_dropless_layer_on_one_gpu_in_a_cuda_graph(recipe):
+    """Dropless MoELayer without an EP group syncs nothing: forward + backward captured in one
+    CUDA graph, replayed with new tokens (so new routing and new group sizes) equal to a fresh
+    eager layer with the same parameters, bit for bit: outputs, input and parameter gradients."""
+    dev = torch.device("cuda")
+    h, f, e, k, t = 128, 64, 8, 2, 200
+    torch.manual_seed(7)
+    layer = tt.MoELayer(h, f, e, k, recipe=recipe, router=ReferenceRouter(h, e, device=dev),
+                        device=dev)
+    x = torch.randn(t, h, device=dev).bfloat16().requires_grad_()
+    g = torch.randn(t, h, device=dev).bfloat16()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up
+        for _ in range(2):
+            layer.zero_grad(set_to_none=True)
+            x.grad = None
+            layer(x).backward(g)
+    torch.cuda.current_stream().wait_stream(side)
+    layer.zero_grad(set_to_none=True)
+    x.grad = None
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = layer(x)
+        y.backward(g)
+    for it in range(3):
+        xn = torch.randn(t, h, device=dev).bfloat16()
+        xn[: 40 * (it + 1)] = xn[0]  # skew: many tokens take the same experts
+        with torch.no_grad():
+            x.copy_(xn)
+        graph.replay()
+        torch.cuda.synchronize()
+        eager = tt.MoELayer(h, f, e, k, recipe=recipe, router=ReferenceRouter(h, e, device=dev),
+                            device=dev)
+        eager.load_state_dict(layer.state_dict())
+        xe = xn.clone().requires_grad_()
+        ye = eager(xe)
+        ye.backward(g)
+        assert torch.equal(y, ye), (recipe, it)
+        assert torch.equal(x.grad, xe.grad), (recipe, it)
+        grads = dict(eager.named_parameters())
+        for n, p in layer.named_parameters():
+            assert torch.equal(p.grad, grads[n].grad), (recipe, it, n)
 
 
 # ---- dequantize_rows: the C++ op against the torch passes it replaced ------------------------

@@ -27,7 +27,9 @@ Modes.
   dispatch: that is the one host sync of this mode (torch's NVSHMEM all_to_all_vdev, which
   takes device splits, is not used: it needs symmetric-memory buffers and a CUDA-only build;
   see docs/moe.md). The same copy carries every rank's error bits, so bad input raises on
-  EVERY rank, never hangs.
+  EVERY rank, never hangs. One rank has no all-to-all and makes no copy: the experts read the
+  whole permuted buffer (its host-known bound of rows; those past the last group are zero) and
+  errors are recorded as in capacity mode: capturable in a CUDA graph.
 * capacity (capacity=C, a multiple of align): each rank sends exactly C rows per expert (pairs
   past C dropped, lower token first; their count is in DispatchState.dropped / dropped_total),
   so every all-to-all is uniform and nothing syncs: capturable in a CUDA graph. Errors are then
@@ -110,8 +112,8 @@ class DispatchState:
 
     @property
     def live_rows(self) -> int:
-        """Rows of this rank's permuted buffer that are sent (dropless: the sum of the split
-        sizes; capacity mode: all of them)."""
+        """Rows of this rank's permuted buffer that are sent (dropless over several ranks: the
+        sum of the split sizes; capacity mode and one rank: all of them)."""
         return sum(self.send_rows) if self.send_rows is not None else self.rows
 
 
@@ -229,8 +231,10 @@ def _padded_rows(state: DispatchState) -> int:
     """The expert-major rows the experts read: each local expert's received rows padded to a
     multiple of state.align (only dropless mode over several ranks pads; the received rows
     otherwise). The dispatch's header copy brings it; else host arithmetic on the split sizes,
-    once (kept in state.extra)."""
+    once (kept in state.extra). Capacity mode: W * L * C; one rank, dropless: the whole buffer."""
     if state.recv_chunks is None:
+        if state.capacity < 0:
+            return state.rows
         return state.world * state.local_experts * state.capacity
     cached = state.extra.get("padded_rows")
     if cached is None:
@@ -302,9 +306,12 @@ def _exchange_layout(group, num_experts: int, group_rows: Tensor, error_bits: Te
     out = dict(offs=ends.to(torch.int32), send_rows=None,
                recv_chunks=None, error=hdr[:, local].clone(),
                dropped_total=hdr[:, local + 1].sum().reshape(1), recv_counts=hdr[:, :local])
-    if capacity < 0:
-        # The one device -> host copy of dropless mode: split sizes for all_to_all_single, every
-        # rank's error bits (so that all ranks raise together) and the padded rows' total.
+    if capacity < 0 and world > 1:
+        # The one device -> host copy of dropless mode over several ranks: split sizes for
+        # all_to_all_single, every rank's error bits (so that all ranks raise together) and the
+        # padded rows' total. One rank has no all-to-all: its layout stays on the device (the
+        # experts read the whole permuted buffer, rows past offs[-1] zero) and its errors are
+        # recorded as capacity mode's.
         host = torch.cat([send_wl.reshape(-1), hdr.reshape(-1), ends[-1:]]).tolist()
         out["padded_rows"] = host.pop()
         send, rows = host[:world * local], host[world * local:]
@@ -361,8 +368,16 @@ def _prepare(x: Tensor, indices: Tensor, num_experts: int, group, mode: str, ali
     # while the host enqueues it. Its gradient is _DispatchFn's (x is used detached here).
     payload = ops.moe_permute(x.detach(), row_pair, k, mode, "e4m3", e8m0_floor,
                               slot_map=slot_map)
-    lay = _exchange_layout(group, num_experts, offsets[1:] - offsets[:-1], error_bits, dropped,
-                           cap, sync_checks, "dispatch", recv_align)
+    if world == 1:
+        # Nothing to exchange: the experts' layout is the routing's (its padding included), the
+        # error bits and drops this rank's.
+        lay = dict(offs=offsets[1:].to(torch.int32), send_rows=None, recv_chunks=None,
+                   error=error_bits.reshape(1), dropped_total=dropped, recv_counts=None)
+        if sync_checks:
+            _raise_errors(lay["error"].tolist(), "dispatch")
+    else:
+        lay = _exchange_layout(group, num_experts, offsets[1:] - offsets[:-1], error_bits,
+                               dropped, cap, sync_checks, "dispatch", recv_align)
     return DispatchState(group=group, world=world, num_experts=num_experts,
                          local_experts=num_experts // world, num_tokens=t, hidden=x.shape[1],
                          capacity=cap, slot_map=slot_map, row_pair=row_pair,
@@ -499,7 +514,10 @@ def dispatch(x: Tensor, indices: Tensor, num_experts: int, group=None, *, recipe
     Returns (recv (R, H) in x's dtype, expert-major for this rank's L local experts — feed it
     with state.offs (L,) int32 to the experts — and the DispatchState that combine needs).
     Differentiable in x (the payload quantization of `recipe` is straight-through).
-    Dropless mode (capacity None) copies the split sizes to the host once (see module doc).
+    Dropless mode (capacity None) over several ranks copies the split sizes to the host once (see
+    module doc); on one rank it does not: R is then the routing's host-known bound of the
+    permuted rows (rows past state.offs[-1] are zero, in no expert's group), and bad indices are
+    recorded in state.error as in capacity mode (sync_checks raises at once).
     verify_config: first check that every rank passes the same configuration (one small
     all_gather; MoELayer does it on its first forward only).
     quantize_grads: how combine's backward sends the experts' output gradient to them: True,
@@ -555,7 +573,7 @@ def all_to_all_expert_rows(rows: Tensor, counts: Tensor, num_experts: int, group
                           send_rows=lay["send_rows"], recv_chunks=lay["recv_chunks"],
                           offs=lay["offs"], dropped=counts[:1], dropped_total=counts[:1],
                           error=lay["error"], extra=dict(recv_counts=lay["recv_counts"],
-                                                         padded_rows=lay["padded_rows"]))
+                                                         padded_rows=lay.get("padded_rows")))
     return _to_expert_major(_send_forward(rows, state), state), lay["offs"]
 
 

@@ -12,13 +12,14 @@ probabilities are applied in the combine. The router (default a bias-free FP32 L
 replicated: its gradient, like any data-parallel parameter's, is summed over ranks by the user's
 data-parallel wrapper, not here.
 
-capacity_factor None = dropless (one host copy of split sizes per step); a number = capacity
-mode, C = ceil(factor * T * k / E) rounded up to the recipe's alignment per (rank, expert), no
-host sync after the first forward (over an EP group, T is then the largest over the ranks and C
-stays; capacity_tokens fixes T instead); `last_dropped` / `last_dropped_total` hold the pairs
-dropped by the last forward (device tensors: this rank's, and the group's). `last_error` holds
-every rank's error bits of the last forward (capacity mode on CUDA records instead of raising;
-call check_errors()).
+capacity_factor None = dropless (over several ranks one host copy of split sizes per step; on
+one rank none); a number = capacity mode, C = ceil(factor * T * k / E) rounded up to the
+recipe's alignment per (rank, expert), no host sync after the first forward (over an EP group,
+T is then the largest over the ranks and C stays; capacity_tokens fixes T instead);
+`last_dropped` / `last_dropped_total` hold the pairs dropped by the last forward (device
+tensors: this rank's, and the group's). `last_error` holds every rank's error bits of the last
+forward (capacity mode, and dropless on one rank, record on CUDA instead of raising; call
+check_errors()).
 """
 from __future__ import annotations
 
