@@ -231,6 +231,23 @@ def test_host_loop_runs_the_selected_contenders_for_a_profiler(capsys):
         host.main(["--device", "cpu", "--loop", "-1"])
 
 
+def test_host_moe_table_times_the_row_path_against_torch(capsys):
+    """`python -m tessera.bench host --moe`: the MoE row path's table, its three contenders
+    timed (tessera dropless and capacity, torch's), each row a positive time and its ratio."""
+    pytest.importorskip("torch")
+    from tessera.bench import host
+
+    assert host.main(["--device", "cpu", "--shape", "2,2,16,16", "--moe", "--steps", "2",
+                      "--rounds", "1"]) == 0
+    out = capsys.readouterr().out
+    rows = [l for l in out.split("| MoE row path")[1].splitlines() if l.startswith("| 64x64x8x2")]
+    labels = [r.split(" | ")[1] for r in rows]
+    assert labels == ["torch permute + weighted sum", "tessera dispatch + combine, dropless",
+                      "tessera dispatch + combine, capacity"], out
+    assert all(float(r.split(" | ")[2]) > 0 for r in rows), out
+    assert rows[0].split(" | ")[3].rstrip(" |") == "1.00", out
+
+
 def test_spy_summary_keeps_the_samples_inside_a_step():
     """tools/gpu/spy_summary.py on hand-made raw stacks: the import, the main thread's wait for
     the engine and the engine's idle wait are dropped; shares are of the kept samples."""

@@ -3,7 +3,12 @@ microseconds, so the wall time of a step is what the host spends issuing it. tor
 autograd step (torch._grouped_mm) next to tessera.torch.GroupedLinear's steps, same run:
 
     python -m tessera.bench host [--steps 200] [--rounds 5] [--device cuda|cpu]
-                                 [--shape G,rows,K,N] [--loop SECONDS --only LABEL]
+                                 [--shape G,rows,K,N] [--loop SECONDS --only LABEL] [--moe]
+
+--moe adds a second table: the MoE layer's row path on one device (dispatch -> combine, forward
+and backward, the experts left out) at MOE_HOST_SIZE, tessera.torch.moe dropless and capacity
+against the torch code a user would write (stable argsort, index_select, a weighted sum; no
+host sync in it either).
 
 --device cpu times the same steps on CPU tensors (no GPU needed): there the GEMMs are computed
 on the host, so pick a --shape small enough that they cost little (e.g. 8,2,16,16) to see the
@@ -72,6 +77,60 @@ def contenders(tt, g, per, k, n, device="cuda"):
     return rows
 
 
+MOE_HOST_SIZE = (64, 64, 8, 2)  # tokens, hidden, experts, top-k
+
+
+def moe_contenders(device="cuda"):
+    """The MoE row path fwd+bwd on one device: label -> step."""
+    from tessera.torch import moe
+    t, h, e, k = MOE_HOST_SIZE
+    g = torch.Generator().manual_seed(0)
+    idx = torch.rand(t, e, generator=g).argsort(dim=1)[:, :k].to(device)
+    x = torch.randn(t, h, generator=g).to(torch.bfloat16).to(device).requires_grad_()
+    probs = torch.rand(t, k, generator=g).to(device).requires_grad_()
+    dout = torch.randn(t, h, generator=g).to(torch.bfloat16).to(device)
+    align = moe.recipe_dispatch_mode("bf16")[1]
+
+    def tessera(capacity):
+        def run():
+            x.grad = probs.grad = None
+            recv, state = moe.dispatch(x, idx, e, recipe="bf16", capacity=capacity,
+                                       sync_checks=False)
+            moe.combine(recv, probs, state).backward(dout)
+        return run
+
+    def torch_step():
+        x.grad = probs.grad = None
+        flat = idx.reshape(-1)
+        order = torch.argsort(flat, stable=True)  # pairs in expert order
+        counts = torch.zeros(e, dtype=torch.int64, device=device).scatter_add_(
+            0, flat, torch.ones_like(flat))
+        offs = counts.cumsum(0).to(torch.int32)  # what the experts' grouped GEMM would take
+        rows = x.index_select(0, order // k)     # the experts' input (the experts left out)
+        inv = torch.empty_like(order).scatter_(0, order, torch.arange(t * k, device=device))
+        back = rows.index_select(0, inv).float().reshape(t, k, h)
+        out = (back * probs.unsqueeze(-1)).sum(1).to(x.dtype)
+        out.backward(dout)
+        return offs
+
+    return {"torch permute + weighted sum": torch_step,
+            "tessera dispatch + combine, dropless": tessera(None),
+            "tessera dispatch + combine, capacity": tessera(
+                moe.capacity_for(t, k, e, 1.0, align))}
+
+
+def timed_table(rows, steps, rounds, device) -> dict:
+    """Median wall time per step of each contender over interleaved rounds, after warm-up."""
+    for fn in rows.values():  # warm-up: caches filled, kernels loaded
+        for _ in range(20):
+            fn()
+    times = {label: [] for label in rows}
+    for _ in range(rounds):  # interleaved rounds: drift falls on every contender alike
+        for label, fn in rows.items():
+            times[label].append(per_step_us(fn, steps, device))
+    return {label: statistics.median(t) for label, t in times.items()}
+
+
 def loop(tt, shapes, a) -> int:
     """--loop: each selected contender's steps for a.loop seconds (100 steps between
     synchronizations), its rate printed; nothing else runs meanwhile."""
@@ -102,6 +161,8 @@ def main(argv=None) -> int:
     ap.add_argument("--loop", type=float, default=0.0,
                     help="seconds of steps per selected contender, no table (for a profiler)")
     ap.add_argument("--only", default="", help="with --loop: contenders whose label contains this")
+    ap.add_argument("--moe", action="store_true",
+                    help="also the MoE row path's table (dispatch -> combine on one device)")
     a = ap.parse_args(argv)
     if a.loop < 0:
         ap.error(f"--loop: expected seconds >= 0, got {a.loop}")
@@ -120,17 +181,17 @@ def main(argv=None) -> int:
     print("\n| shape (G x rows x K x N) | contender | us / step (median) | x torch BF16 |")
     print("|---|---|---:|---:|")
     for name, (g, per, k, n) in shapes.items():
-        rows = contenders(tt, g, per, k, n, a.device)
-        for fn in rows.values():  # warm-up: caches filled, kernels loaded
-            for _ in range(20):
-                fn()
-        times = {label: [] for label in rows}
-        for _ in range(a.rounds):  # interleaved rounds: drift falls on every contender alike
-            for label, fn in rows.items():
-                times[label].append(per_step_us(fn, a.steps, a.device))
-        med = {label: statistics.median(t) for label, t in times.items()}
+        med = timed_table(contenders(tt, g, per, k, n, a.device), a.steps, a.rounds, a.device)
         for label, us in med.items():
             print(f"| {name} | {label} | {us:.1f} | {us / med['torch bf16']:.2f} |", flush=True)
+    if a.moe:
+        size = "x".join(str(v) for v in MOE_HOST_SIZE)
+        print("\n| MoE row path (T x H x E x k) | contender | us / step (median) | x torch |")
+        print("|---|---|---:|---:|")
+        med = timed_table(moe_contenders(a.device), a.steps, a.rounds, a.device)
+        base = med["torch permute + weighted sum"]
+        for label, us in med.items():
+            print(f"| {size} | {label} | {us:.1f} | {us / base:.2f} |", flush=True)
     return 0
 
 
