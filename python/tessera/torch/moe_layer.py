@@ -8,9 +8,11 @@ Experts are sharded over `ep_group` (a torch ProcessGroup; None = one process ho
 expert): this rank owns global experts [rank * L, (rank + 1) * L), L = num_experts / world. The
 expert module (default tessera.torch.GroupedMLP when the build has it, else the plain-torch
 ReferenceGroupedMLP) is called as experts(x (R, hidden), offs (L,) int32, probs=None); routing
-probabilities are applied in the combine. The router (default a bias-free FP32 Linear) is
-replicated: its gradient, like any data-parallel parameter's, is summed over ranks by the user's
-data-parallel wrapper, not here.
+probabilities are applied in the combine. R is offs[-1], except dropless on one rank: there x is
+the routing's whole buffer (no host sync), its rows past offs[-1] zero and in no expert's group,
+their outputs never read. The router (default a bias-free FP32 Linear) is replicated: its
+gradient, like any data-parallel parameter's, is summed over ranks by the user's data-parallel
+wrapper, not here.
 
 capacity_factor None = dropless (over several ranks one host copy of split sizes per step; on
 one rank none); a number = capacity mode, C = ceil(factor * T * k / E) rounded up to the
