@@ -8,6 +8,8 @@
 #   test: everything (scripts/test.sh): also GTest, Google Benchmark, pkg-config, Python headers,
 #         nanobind, scikit-build-core, NumPy, ml_dtypes, pytest, PyTorch.
 # Activate .venv afterwards with `. scripts/venv.sh` (in a script) or `. .venv/bin/activate`.
+# On Python 3.11 the pip installs are constrained to the versions CI last passed with
+# (scripts/constraints-cp311.txt); TESSERA_UNPINNED=1 lifts that.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode="${1:-test}"
@@ -44,17 +46,29 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # A venv without a working pip (python3 -m venv failed half-way) is made again.
+fresh=0
 if ! .venv/bin/python -m pip --version >/dev/null 2>&1; then
   echo "install_deps: python3 -m venv .venv ($(command -v python3), $(python3 --version))"
   rm -rf .venv
   python3 -m venv .venv
+  fresh=1
+fi
+# The versions CI last passed with (scripts/constraints-cp311.txt says why), where they were
+# recorded for this Python; TESSERA_UNPINNED=1 installs from the requirements' ranges alone.
+pins=()
+tag="$(.venv/bin/python -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')"
+if [ "${TESSERA_UNPINNED:-0}" != 1 ] && [ -f "scripts/constraints-$tag.txt" ]; then
+  pins=(-c "scripts/constraints-$tag.txt")
+fi
+if [ "$fresh" = 1 ]; then
   # A current pip: Debian 12's (23.0) shows no PEP 639 license in `pip show`.
-  .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
+  .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip "${pins[@]}"
 fi
 # Three tries: a download cut off mid-wheel (PyTorch's CUDA wheels are 2.5 GB) is the network's
 # failure, not the requirements'; a real error fails all three and stops the script.
 for try in 1 2 3; do
-  .venv/bin/python -m pip install -q --disable-pip-version-check -r "scripts/requirements-$mode.txt" &&
+  .venv/bin/python -m pip install -q --disable-pip-version-check \
+    -r "scripts/requirements-$mode.txt" "${pins[@]}" &&
     break
   [ "$try" = 3 ] && { echo "install_deps: pip install failed three times" >&2; exit 1; }
   echo "install_deps: pip install failed (try $try of 3); trying again" >&2
