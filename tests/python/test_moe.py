@@ -3,7 +3,8 @@ and capacity), the fused permute + quantize against tessera's standalone quantiz
 torch-permuted tensor, unpermute's gradients against torch autograd, and MoELayer (one process
 holding every expert) against the plain-torch reference_moe — outputs and every gradient bit for
 bit, for each recipe whose dispatch is quantized per row, dropless and with capacity. Bad input
-is a clear error. CPU only; skips without torch."""
+is a clear error. On the CPU, and the CUDA cases (the ops' bits against the CPU's, CUDA-graph
+replay) where a device is present; skips without torch."""
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -17,6 +18,7 @@ import tessera.torch as tt  # noqa: E402
 from tessera.torch import moe, moe_ops  # noqa: E402
 from tessera.torch.moe_reference import (ReferenceGroupedMLP, ReferenceRouter, _qdq_rows,  # noqa: E402
                                          reference_moe)
+from torch_oracles import capture_step  # noqa: E402
 
 RECIPES = ["bf16", "fp8_rowwise", "fp8_block", "mxfp8"]
 
@@ -507,20 +509,7 @@ def test_dropless_layer_on_one_gpu_in_a_cuda_graph(recipe):
                         device=dev)
     x = torch.randn(t, h, device=dev).bfloat16().requires_grad_()
     g = torch.randn(t, h, device=dev).bfloat16()
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm-up
-        for _ in range(2):
-            layer.zero_grad(set_to_none=True)
-            x.grad = None
-            layer(x).backward(g)
-    torch.cuda.current_stream().wait_stream(side)
-    layer.zero_grad(set_to_none=True)
-    x.grad = None
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        y = layer(x)
-        y.backward(g)
+    graph, y = capture_step(layer, x, g)
     for it in range(3):
         xn = torch.randn(t, h, device=dev).bfloat16()
         xn[: 40 * (it + 1)] = xn[0]  # skew: many tokens take the same experts

@@ -54,6 +54,7 @@ import tessera.torch as tt  # noqa: E402
 from tessera.torch import moe  # noqa: E402
 from tessera.torch.moe_ops import route  # noqa: E402
 from tessera.torch.moe_reference import ReferenceRouter  # noqa: E402
+from torch_oracles import capture_step  # noqa: E402
 
 if not hasattr(tt, "GroupedMLP"):
     pytest.skip("this build has no tessera.torch.GroupedMLP", allow_module_level=True)
@@ -249,20 +250,7 @@ def test_capacity_step_in_a_cuda_graph(group, recipe):
     rows = slice(rank * T, (rank + 1) * T)
     sx = x[rows].clone().requires_grad_()
     sg = g[rows].clone()
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm-up: the first forward checks the configuration
-        for _ in range(2):
-            ep.zero_grad(set_to_none=True)
-            sx.grad = None
-            ep(sx).backward(sg)
-    torch.cuda.current_stream().wait_stream(side)
-    ep.zero_grad(set_to_none=True)
-    sx.grad = None
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        sy = ep(sx)
-        sy.backward(sg)
+    graph, sy = capture_step(ep, sx, sg)  # the warm-up's first forward checks the configuration
     name = f"EP x{world} {recipe} capacity graph"
     for it in range(2):
         with torch.no_grad():

@@ -209,3 +209,25 @@ def unpad_groups(tp, sizes, align):
     """The group rows of tp (padded layout of pad_groups) back in the groups' own rows."""
     starts, _ = padded_starts(sizes, align)
     return torch.cat([tp[s:s + m] for s, m in zip(starts, sizes)]) if sizes else tp[:0]
+
+
+def capture_step(module, x, g, warmup=2):
+    """A training step of `module` captured in one CUDA graph: forward of x (requires grad),
+    backward of g. Warmed up on a side stream first (first-call work stays out of the graph),
+    gradients set to None before the capture, so that each replay writes them anew.
+    Returns (graph, y): y and the .grad tensors hold each replay's results."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            module.zero_grad(set_to_none=True)
+            x.grad = None
+            module(x).backward(g)
+    torch.cuda.current_stream().wait_stream(side)
+    module.zero_grad(set_to_none=True)
+    x.grad = None
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = module(x)
+        y.backward(g)
+    return graph, y
