@@ -340,8 +340,10 @@ def test_bad_input_is_a_clear_error():
         moe.moe_routing(idx, 8)
     with pytest.raises(ValueError, match="x must be float32, bfloat16 or float16"):
         moe.dispatch(x.double(), idx.clamp(max=7), 8)
-    with pytest.raises(ValueError, match="counts do not sum"):
-        moe.all_to_all_expert_rows(torch.randn(6, 4), torch.tensor([2, 2, 1, 0]), 4)
+    for checks in (None, False):  # its host copy of the split sizes raises either way
+        with pytest.raises(ValueError, match="counts do not sum"):
+            moe.all_to_all_expert_rows(torch.randn(6, 4), torch.tensor([2, 2, 1, 0]), 4,
+                                       sync_checks=checks)
     rows, offs = moe.all_to_all_expert_rows(torch.arange(12.0).reshape(6, 2),
                                             torch.tensor([2, 2, 2, 0]), 4)
     assert offs.tolist() == [2, 4, 6, 6] and torch.equal(rows, torch.arange(12.0).reshape(6, 2))

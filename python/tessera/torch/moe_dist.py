@@ -306,12 +306,10 @@ def _exchange_layout(group, num_experts: int, group_rows: Tensor, error_bits: Te
     out = dict(offs=ends.to(torch.int32), send_rows=None,
                recv_chunks=None, error=hdr[:, local].clone(),
                dropped_total=hdr[:, local + 1].sum().reshape(1), recv_counts=hdr[:, :local])
-    if capacity < 0 and world > 1:
-        # The one device -> host copy of dropless mode over several ranks: split sizes for
-        # all_to_all_single, every rank's error bits (so that all ranks raise together) and the
-        # padded rows' total. One rank has no all-to-all: its layout stays on the device (the
-        # experts read the whole permuted buffer, rows past offs[-1] zero) and its errors are
-        # recorded as capacity mode's.
+    if capacity < 0:
+        # The one device -> host copy of dropless mode: split sizes for all_to_all_single, every
+        # rank's error bits (so that all ranks raise together) and the padded rows' total.
+        # (dispatch on one rank does not come here: _prepare.)
         host = torch.cat([send_wl.reshape(-1), hdr.reshape(-1), ends[-1:]]).tolist()
         out["padded_rows"] = host.pop()
         send, rows = host[:world * local], host[world * local:]
@@ -573,7 +571,7 @@ def all_to_all_expert_rows(rows: Tensor, counts: Tensor, num_experts: int, group
                           send_rows=lay["send_rows"], recv_chunks=lay["recv_chunks"],
                           offs=lay["offs"], dropped=counts[:1], dropped_total=counts[:1],
                           error=lay["error"], extra=dict(recv_counts=lay["recv_counts"],
-                                                         padded_rows=lay.get("padded_rows")))
+                                                         padded_rows=lay["padded_rows"]))
     return _to_expert_major(_send_forward(rows, state), state), lay["offs"]
 
 
