@@ -231,10 +231,8 @@ def _padded_rows(state: DispatchState) -> int:
     """The expert-major rows the experts read: each local expert's received rows padded to a
     multiple of state.align (only dropless mode over several ranks pads; the received rows
     otherwise). The dispatch's header copy brings it; else host arithmetic on the split sizes,
-    once (kept in state.extra). Capacity mode: W * L * C; one rank, dropless: the whole buffer."""
+    once (kept in state.extra)."""
     if state.recv_chunks is None:
-        if state.capacity < 0:
-            return state.rows
         return state.world * state.local_experts * state.capacity
     cached = state.extra.get("padded_rows")
     if cached is None:
