@@ -25,6 +25,7 @@ brackets.
 --trace DIR writes rank 0's Chrome trace of that step; --only LABEL,... runs those steps.
 """
 import argparse
+import gc
 import statistics
 import time
 from collections import defaultdict
@@ -292,6 +293,7 @@ def training_step(device, world, args):
                  f"{' grad codes' if grad_codes else ''}")
         if args.only and label not in args.only.split(","):
             continue
+        layer = step = None
         try:
             layer = tt.MoELayer(h, f, e, k, recipe=recipe, ep_group=dist.group.WORLD,
                                 capacity_factor=cf, quantize_grads=qg, codes_to_experts=codes,
@@ -306,9 +308,16 @@ def training_step(device, world, args):
                 f"(rounds x{t_base / to.high:.2f}-{t_base / to.low:.2f})")
             if args.profile:
                 kernel_profile(label, step, trace_dir=args.trace)
-            del layer, step
-        except Exception as exc:  # a recipe the experts cannot run on this device
+        except Exception as exc:  # a recipe the experts cannot run on this device, or memory
             say(f"tessera MoELayer {label}: skipped ({exc})")
+        finally:
+            # The row's layer, gradients and weight copies go before the next row builds its
+            # own, also after a failure (an out-of-memory row must not leave its tensors to
+            # every later row).
+            layer = step = None
+            gc.collect()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
     ta = timed(step_torch, iters=3)
     say(f"PyTorch-only BF16 MoE step (again, drift): {t / ta.median:10.0f} tokens/s per rank "
         f"(rounds {t / ta.high:.0f}-{t / ta.low:.0f})")

@@ -5,8 +5,9 @@
 # dispatch, BF16 combine) next to a plain all_to_all_single of the BF16 rows, and a MoE training
 # step in tokens/s next to a PyTorch-only BF16 baseline (tools/gpu/ep_dist_bench.py).
 #   tools/gpu/ep_run.sh N [extra args for ep_dist_bench.py]      (BUILD_DIR defaults to ./build)
-# EP_TEST=0 skips the test (N = 1 skips it too: it needs 2+ ranks). On one GPU pass --experts 64:
-# the 256 DSv3 experts' layer rows (weights, gradients, FP8 copies) do not fit one H200.
+# EP_TEST=0 skips the test (N = 1 skips it too: it needs 2+ ranks). On one GPU, 256 DSv3 experts
+# (weights, gradients, FP8 copies) leave some layer rows out of memory on an H200 (they print
+# "skipped"); --experts 64 runs them all.
 set -euo pipefail
 N="${1:-8}"
 shift || true
