@@ -169,7 +169,11 @@ __global__ void __launch_bounds__(kRowThreads) dprobs_kernel(ScatterArgs a, bool
 }
 
 // ---- dequantize ------------------------------------------------------------------------------
-constexpr int kCodes = 16;  // codes per thread: one 16-byte load
+// A chunk: 8 codes, one 8-byte load and one 16-byte store of BF16 / FP16 (two of FP32), so that
+// one store instruction of a warp writes 512 contiguous bytes, whole 32-byte sectors (16 codes
+// a lane would write half of each sector per instruction).
+constexpr int kCodes = kVec;
+constexpr int kChunksInFlight = 4;  // chunks a thread loads before it decodes any
 
 __device__ __forceinline__ float decode_code(uint8_t c, bool e5m2) {
   // FP8 -> half is exact for every code (a NaN code gives a NaN, canonicalized after the
@@ -185,28 +189,25 @@ __device__ __forceinline__ float scale_at(const DequantizeArgs& a, int64_t r, in
                 : static_cast<const float*>(a.scale_inv)[at];
 }
 
-// One CTA per output row (its source row looked up once), thread i taking the 16-code chunks i,
-// i + kRowThreads, ... of the row, two at a time with both loads issued first (a 16-code chunk
-// never straddles a scale block: blocks are the row, 128 or 32 wide); vec: H % 16 == 0 and
-// aligned pointers. (A thread per chunk of the whole matrix would divide 64-bit indices and load
-// the source row once per chunk.)
+// One 8-code chunk starting at column c0 (a chunk never straddles a scale block: blocks are the
+// row, 128 or 32 wide, and H % 8 == 0 on this path).
 template <class Out>
-__device__ __forceinline__ void dequantize_chunk(const DequantizeArgs& a, int64_t src, uint4 codes,
+__device__ __forceinline__ void dequantize_chunk(const DequantizeArgs& a, int64_t src, uint2 codes,
                                                  int64_t c0, Out* o) {
-  const uint32_t w[4] = {codes.x, codes.y, codes.z, codes.w};
+  const uint32_t w[2] = {codes.x, codes.y};
   const float s = scale_at(a, src, c0);
-  float lo[kVec], hi[kVec];
+  float v[kVec];
 #pragma unroll
-  for (int e = 0; e < kVec; ++e) {
-    lo[e] = dequantize_product(decode_code(static_cast<uint8_t>(w[e / 4] >> (8 * (e % 4))),
-                                           a.e5m2), s);
-    hi[e] = dequantize_product(
-        decode_code(static_cast<uint8_t>(w[(kVec + e) / 4] >> (8 * (e % 4))), a.e5m2), s);
-  }
-  store_chunk(o, c0, a.hidden, true, lo);
-  store_chunk(o, c0 + kVec, a.hidden, true, hi);
+  for (int e = 0; e < kVec; ++e)
+    v[e] = dequantize_product(decode_code(static_cast<uint8_t>(w[e / 4] >> (8 * (e % 4))), a.e5m2),
+                              s);
+  store_chunk(o, c0, a.hidden, true, v);
 }
 
+// One CTA per output row at a time (its source row looked up once); thread i takes the chunks
+// i, i + kRowThreads, ... of the row, kChunksInFlight at a time with all their loads issued
+// first; vec: H % 8 == 0 and aligned pointers. (A thread per chunk of the whole matrix would
+// divide 64-bit indices and load the source row once per chunk.)
 template <class Out>
 __global__ void __launch_bounds__(kRowThreads) dequantize_kernel(DequantizeArgs a, bool vec) {
   auto* out = static_cast<Out*>(a.out);
@@ -226,13 +227,18 @@ __global__ void __launch_bounds__(kRowThreads) dequantize_kernel(DequantizeArgs 
         o[i] = from_float<Out>(dequantize_product(decode_code(q[i], a.e5m2), scale_at(a, src, i)));
       continue;
     }
-    for (int64_t c = threadIdx.x; c < chunks; c += 2 * kRowThreads) {
-      const int64_t d = c + kRowThreads;
-      const uint4 first = __ldcs(reinterpret_cast<const uint4*>(q) + c);
-      const uint4 second = d < chunks ? __ldcs(reinterpret_cast<const uint4*>(q) + d)
-                                      : make_uint4(0, 0, 0, 0);
-      dequantize_chunk(a, src, first, c * kCodes, o);
-      if (d < chunks) dequantize_chunk(a, src, second, d * kCodes, o);
+    for (int64_t c = threadIdx.x; c < chunks; c += kChunksInFlight * kRowThreads) {
+      uint2 codes[kChunksInFlight];
+#pragma unroll
+      for (int j = 0; j < kChunksInFlight; ++j) {
+        const int64_t d = c + j * kRowThreads;
+        codes[j] = d < chunks ? __ldcs(reinterpret_cast<const uint2*>(q) + d) : make_uint2(0, 0);
+      }
+#pragma unroll
+      for (int j = 0; j < kChunksInFlight; ++j) {
+        const int64_t d = c + j * kRowThreads;
+        if (d < chunks) dequantize_chunk(a, src, codes[j], d * kCodes, o);
+      }
     }
   }
 }
@@ -292,7 +298,8 @@ void dequantize_cuda(const DequantizeArgs& a, Device device, Stream stream) {
   set_device(device);
   if (a.rows * a.hidden == 0) return;
   auto s = stream.as<cudaStream_t>();
-  const bool vec = a.hidden % kCodes == 0 && aligned16(a.data) && aligned16(a.out);
+  const bool vec = a.hidden % kCodes == 0 && reinterpret_cast<uintptr_t>(a.data) % 8 == 0 &&
+                   aligned16(a.out);
   dispatch_float_input(a.out_dtype, "out", [&](auto ot) {
     dequantize_kernel<typename decltype(ot)::type><<<grid_for(a.rows), kRowThreads, 0, s>>>(a, vec);
     TESSERA_CUDA_CHECK_LAUNCH();
