@@ -126,6 +126,12 @@ def bandwidth(device, world, args):
             say(f"tessera {name:18s} capacity_factor={cf}: dispatch {td.us()} "
                 f"{payload / t_d / 1e9:7.1f} GB/s | combine (BF16) {tc.us()} "
                 f"{rows * h * 2 / t_c / 1e9:7.1f} GB/s per rank")
+            if args.profile:
+                kernel_profile(f"dispatch {name} capacity_factor={cf}", disp,
+                               trace_dir=args.trace)
+                kernel_profile(f"combine {name} capacity_factor={cf}",
+                               lambda: moe.combine(y_rows, probs, state_box["s"]),
+                               trace_dir=args.trace)
 
 
 class TorchMoE(torch.nn.Module):
@@ -327,7 +333,8 @@ def main():
     p = size_args(argparse.ArgumentParser())
     p.add_argument("--skip-step", action="store_true")
     p.add_argument("--skip-bandwidth", action="store_true")
-    p.add_argument("--profile", action="store_true", help="each step's GPU time by kernel")
+    p.add_argument("--profile", action="store_true",
+                   help="each dispatch's, combine's and step's GPU time by kernel")
     p.add_argument("--trace", default=None, help="with --profile: a folder for Chrome traces")
     p.add_argument("--only", default="", help="comma-separated step labels to run (default all)")
     args = p.parse_args()
