@@ -477,6 +477,9 @@ class Fuzzer(ContractSteps):
         kw = {"bias": bias, "token_alignment": self.rng.choice([0, 0, 0, 16, 32, -3])}
         if recipe is not NN_FACTORY:
             kw["token_alignment"] = 0 if self.chance(0.95) else 16
+        if (1 << 24) < max(g, 0) * a * (a if mlp else b) <= (1 << 33):
+            return  # a valid layer of gigabytes: slow (its init, every weight quantization), and
+            # nothing the small layers and the refused huge ones do not already test
         cls = tessera.nn.GroupedMLP if mlp else tessera.nn.GroupedLinear
         what = f"nn.{cls.__name__}({g}, {a}, {b}, {recipe if isinstance(recipe, str) else 'factory'}, {kw})"
         layer = self.call(what, cls, g, a, b, recipe, **kw)
@@ -487,6 +490,8 @@ class Fuzzer(ContractSteps):
             return
         sizes = [self.rng.choice([0, 1, 5, 16, 17, 32]) for _ in range(g)]
         t = sum(sizes) + self.rng.choice([0, 0, 3])
+        if t * k > 1 << 22:  # a huge K (the layer holds no weights: N or G is 0): no tokens
+            sizes, t = [0] * g, 0
         if self.chance(0.1):  # bad splits: too many tokens, negative, wrong count or dtype
             sizes = self.rng.choice([[t + 1] + sizes[1:], [-1] + sizes[1:], sizes + [0],
                                      np.array(sizes, np.float32), [[1, 2]], "12"])
