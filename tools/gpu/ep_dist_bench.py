@@ -118,7 +118,11 @@ def bandwidth(device, world, args):
             td = timed(disp)
             # combine sends expert outputs: a real (R, H) tensor where recv is the codes' stand-in
             y_rows = state_box["r"].contiguous() if codes else state_box["r"]
-            tc = timed(lambda: moe.combine(y_rows, probs, state_box["s"]))
+
+            def comb():
+                return moe.combine(y_rows, probs, state_box["s"])
+
+            tc = timed(comb)
             t_d, t_c = td.median, tc.median
             rows = state_box["s"].live_rows
             payload = rows * h * (2 if recipe == "bf16" else 1)
@@ -129,8 +133,7 @@ def bandwidth(device, world, args):
             if args.profile:
                 kernel_profile(f"dispatch {name} capacity_factor={cf}", disp,
                                trace_dir=args.trace)
-                kernel_profile(f"combine {name} capacity_factor={cf}",
-                               lambda: moe.combine(y_rows, probs, state_box["s"]),
+                kernel_profile(f"combine {name} capacity_factor={cf}", comb,
                                trace_dir=args.trace)
 
 
