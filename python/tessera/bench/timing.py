@@ -21,6 +21,33 @@ def _event_ms(fn: Callable[[], object]) -> float:
     return start.elapsed_time(end)
 
 
+def _device_ms(fn: Callable[[], object]) -> float:
+    """Milliseconds of one fn()'s GPU work alone: the stream is first held by a spin kernel
+    (torch.cuda._sleep) long enough that fn()'s launches are all queued before the start event
+    runs, so the host's enqueue cost falls outside the two events. The spin doubles until the
+    start event is still pending when fn() returns (checked on every call)."""
+    import torch
+    cycles = _device_ms.spin
+    while True:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(cycles)
+        start.record()
+        fn()
+        hidden = not start.query()
+        end.record()
+        end.synchronize()
+        if hidden:
+            _device_ms.spin = cycles
+            return start.elapsed_time(end)
+        if cycles >= 1 << 34:
+            raise RuntimeError("bench.timing: the start event ran before fn() returned even "
+                               "behind a spin of 2^34 cycles: fn() waits for the device")
+        cycles *= 2
+
+
+_device_ms.spin = 1 << 21  # ~1 ms at 2 GHz; doubled while too short, kept for the next call
+
+
 def _median(times: list) -> float:
     """The upper median (the middle element of the sorted list; no averaging of two calls)."""
     return sorted(times)[len(times) // 2]
@@ -36,10 +63,13 @@ def cuda_median_ms(fn: Callable[[], object], reps: int = 30, warmup: int = 5) ->
 
 
 def cuda_interleaved_ms(fns: Dict[str, Callable[[], object]], reps: int,
-                        warmup: int = 3) -> Dict[str, float]:
+                        warmup: int = 3, device_only: bool = False) -> Dict[str, float]:
     """Median milliseconds of each step in `fns` (name -> callable), timed in interleaved rounds
     (every contender once per round), so that clock and temperature drift over a long run fall
-    on all of them alike instead of on whichever is timed last."""
+    on all of them alike instead of on whichever is timed last. device_only: each call's GPU
+    work alone (_device_ms: its host enqueue hidden behind a spin kernel), for kernels whose
+    bandwidth is the question; otherwise the call as a user's eager code sees it, started on an
+    idle GPU (its host enqueue included)."""
     import torch
     for fn in fns.values():
         for _ in range(warmup):
@@ -48,7 +78,7 @@ def cuda_interleaved_ms(fns: Dict[str, Callable[[], object]], reps: int,
     times: Dict[str, list] = {name: [] for name in fns}
     for _ in range(reps):
         for name, fn in fns.items():
-            times[name].append(_event_ms(fn))
+            times[name].append(_device_ms(fn) if device_only else _event_ms(fn))
     return {name: _median(t) for name, t in times.items()}
 
 
