@@ -192,10 +192,6 @@ void grouped_nvfp4(const QuantizerConfig& c, const TensorView& x, const GroupedT
     zero_scales(p, 1, c, g.cols, true, out.columnwise_scale_inv, g.col_scale_offsets);
   }
   cuda_quant::launch_grouped_prepare(p, g, s);
-  uint32_t* t1 = amax_row;
-  uint32_t* t2 = c.columnwise && !c.random_hadamard ? amax_col : nullptr;
-  if (t1 == nullptr) std::swap(t1, t2);
-  if (t1 != nullptr) cuda_quant::launch_tensor_amax_grouped(x.data, x.dtype, g, t1, t2, s);
   cuda_quant::Nvfp4Args a = cuda_quant::nvfp4_args_of(c, x.data, x.dtype);
   a.padded_cols = sw ? 1 : 0;  // nonzero: swizzled (width per member on the device)
   a.in_place = in_place;
@@ -208,7 +204,14 @@ void grouped_nvfp4(const QuantizerConfig& c, const TensorView& x, const GroupedT
   col.amax = amax_col;
   col.data = c.columnwise ? out.columnwise_data.as<uint8_t>() : nullptr;
   col.scale = c.columnwise ? out.columnwise_scale_inv.as<uint8_t>() : nullptr;
-  if (c.columnwise && col.rht) cuda_quant::launch_rht_amax_grouped(col, g, amax_col, s);
+  // The amax passes: with the transform, the tiled Hadamard pass also takes x's amax for the
+  // rowwise copy (one read); otherwise one pass over x for every copy that needs x's amax.
+  const bool rows_done = c.columnwise && col.rht &&
+                         cuda_quant::launch_rht_amax_grouped(col, g, amax_col, amax_row, s);
+  uint32_t* t1 = rows_done ? nullptr : amax_row;
+  uint32_t* t2 = c.columnwise && !c.random_hadamard ? amax_col : nullptr;
+  if (t1 == nullptr) std::swap(t1, t2);
+  if (t1 != nullptr) cuda_quant::launch_tensor_amax_grouped(x.data, x.dtype, g, t1, t2, s);
   // Both copies from one read of each member tile where the tiled kernels take the input (1x16
   // blocks) or of each member strip (16x16 tiles without stochastic rounding or the transform:
   // the weights); otherwise one launch per copy.

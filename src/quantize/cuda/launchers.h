@@ -236,7 +236,7 @@ void launch_nvfp4_tile_amax(const Nvfp4TileArgs& args, uint32_t* x_amax, uint32_
 bool launch_nvfp4_tiles_grouped(const Nvfp4Args& row, const Nvfp4Args& col,
                                 const GroupedMeta& g, cudaStream_t stream);
 bool launch_nvfp4_tile_amax_grouped(const Nvfp4Args& a, const GroupedMeta& g, uint32_t* amax,
-                                    cudaStream_t stream);
+                                    uint32_t* x_amax, cudaStream_t stream);
 
 // ---- grouped launchers of every recipe (contiguous varying-first / all-same input) -----------
 // All take whole-buffer pointers plus the device member table `g`; member i's pointers follow
@@ -276,9 +276,12 @@ void launch_line_amax_grouped(const void* x, DType in, const GroupedMeta& g, uin
 // the swizzled layout (the padded width is then derived per member). Stochastic rounding uses
 // each member's own element stream (as alone).
 void launch_nvfp4_grouped(const Nvfp4Args& a, const GroupedMeta& g, cudaStream_t stream);
-// nvfp4/: amax of each member's Hadamard-transformed transpose into amax[i] (zeroed before).
-void launch_rht_amax_grouped(const Nvfp4Args& a, const GroupedMeta& g, uint32_t* amax,
-                             cudaStream_t stream);
+// nvfp4/: amax of each member's Hadamard-transformed transpose into amax[i] (zeroed before)
+// and, when x_amax is given, of each member's rows into x_amax[i] (zeroed before) from the same
+// read where the tiled kernel takes x. Returns false when x_amax was given and not written (the
+// generic kernel ran: the caller takes x's amax with its own pass).
+bool launch_rht_amax_grouped(const Nvfp4Args& a, const GroupedMeta& g, uint32_t* amax,
+                             uint32_t* x_amax, cudaStream_t stream);
 
 // Work done before a grouped launch, on the device (so that the noop flag covers it): zero the
 // per-member amax arrays and the scale matrices of every member (padding included), usage u of

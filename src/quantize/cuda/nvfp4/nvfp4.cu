@@ -493,10 +493,10 @@ void launch_nvfp4_grouped(const Nvfp4Args& a, const GroupedMeta& g, cudaStream_t
   TESSERA_CUDA_CHECK_LAUNCH();
 }
 
-void launch_rht_amax_grouped(const Nvfp4Args& a, const GroupedMeta& g, uint32_t* amax,
-                             cudaStream_t stream) {
-  if (g.n == 0 || g.cols == 0) return;
-  if (launch_nvfp4_tile_amax_grouped(a, g, amax, stream)) return;  // K % 16 == 0, aligned
+bool launch_rht_amax_grouped(const Nvfp4Args& a, const GroupedMeta& g, uint32_t* amax,
+                             uint32_t* x_amax, cudaStream_t stream) {
+  if (g.n == 0 || g.cols == 0) return true;
+  if (launch_nvfp4_tile_amax_grouped(a, g, amax, x_amax, stream)) return true;  // K % 16 == 0
   TESSERA_CHECK(g.sources == nullptr, "grouped quantize: the NVFP4 Hadamard amax reads x "
                 "through a layout only on the tiled kernel (K % 16 == 0, 16-byte aligned x)");
   RhtTileCount count;
@@ -509,6 +509,7 @@ void launch_rht_amax_grouped(const Nvfp4Args& a, const GroupedMeta& g, uint32_t*
                                                                                    amax);
   });
   TESSERA_CUDA_CHECK_LAUNCH();
+  return x_amax == nullptr;  // the generic kernel leaves x's amax to the caller
 }
 
 bool nvfp4_tile16_eligible(const Nvfp4Args& a) { return a.tile16 && !a.stochastic && !a.rht; }

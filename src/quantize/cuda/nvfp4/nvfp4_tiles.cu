@@ -167,9 +167,11 @@ __global__ __launch_bounds__(kNvTileThreads, 2) void nvfp4_tiles_grouped_kernel(
   });
 }
 
+// Per member: the amax of its Hadamard-transformed transpose into amax[i] and, when x_amax is
+// given, the amax of its rows into x_amax[i], both from the one read of each tile.
 template <class In>
 __global__ __launch_bounds__(kNvTileThreads) void nvfp4_tile_amax_grouped_kernel(
-    Nvfp4Args a, GroupedMeta g, Nvfp4TileCount count, uint32_t* amax) {
+    Nvfp4Args a, GroupedMeta g, Nvfp4TileCount count, uint32_t* amax, uint32_t* x_amax) {
   extern __shared__ int32_t prefix[];  // (n + 1)
   __shared__ Nvfp4SharedTile<In> tile;
   __shared__ uint32_t scratch[kNvTileThreads / 32];
@@ -180,15 +182,20 @@ __global__ __launch_bounds__(kNvTileThreads) void nvfp4_tile_amax_grouped_kernel
     const In* x = static_cast<const In*>(a.x) + src.x_off;
     int64_t tr, tc0;
     nvfp4_item_tiles(w.local, count.tiles_c, tr, tc0);
-    uint32_t m = 0;
+    uint32_t m = 0, mx_all = 0;
     for (int64_t tc = tc0; tc < tc0 + kNvSpan && tc * kNvTile < g.cols; ++tc) {
       if (tc > tc0) __syncthreads();  // the shared tile of the tile before was read
       uint32_t mx, mr;
       nvfp4_tile_amax<In>(x, w.rows, src.rows, g.cols, tr, tc, tile.v, mx, mr);
       m = max(m, mr);
+      mx_all = max(mx_all, mx);
     }
     m = block_max<kNvTileThreads>(m, scratch);
-    if (threadIdx.x == 0) atomic_amax(amax + w.member, m);
+    if (x_amax != nullptr) mx_all = block_max<kNvTileThreads>(mx_all, scratch);  // uniform
+    if (threadIdx.x == 0) {
+      atomic_amax(amax + w.member, m);
+      if (x_amax != nullptr) atomic_amax(x_amax + w.member, mx_all);
+    }
   });
 }
 
@@ -268,7 +275,7 @@ bool launch_nvfp4_tiles_grouped(const Nvfp4Args& row, const Nvfp4Args& col,
 }
 
 bool launch_nvfp4_tile_amax_grouped(const Nvfp4Args& a, const GroupedMeta& g, uint32_t* amax,
-                                    cudaStream_t stream) {
+                                    uint32_t* x_amax, cudaStream_t stream) {
   if (!nvfp4_tiles_eligible(a.x, g.cols, nullptr, nullptr)) return false;
   if (g.n == 0) return true;
   Nvfp4TileCount count;
@@ -277,7 +284,7 @@ bool launch_nvfp4_tile_amax_grouped(const Nvfp4Args& a, const GroupedMeta& g, ui
   dispatch_float_input(a.in, "quantize: x", [&](auto tag) {
     using In = typename decltype(tag)::type;
     nvfp4_tile_amax_grouped_kernel<In><<<grid, kNvTileThreads, grouped_prefix_bytes(g), stream>>>(
-        a, g, count, amax);
+        a, g, count, amax, x_amax);
   });
   TESSERA_CUDA_CHECK_LAUNCH();
   return true;
