@@ -7,7 +7,7 @@ without torch).
 """
 from __future__ import annotations
 
-from typing import Callable, Dict
+from typing import Callable, Dict, Optional, Set
 
 
 def _event_ms(fn: Callable[[], object]) -> float:
@@ -21,11 +21,13 @@ def _event_ms(fn: Callable[[], object]) -> float:
     return start.elapsed_time(end)
 
 
-def _device_ms(fn: Callable[[], object]) -> float:
+def _device_ms(fn: Callable[[], object]) -> Optional[float]:
     """Milliseconds of one fn()'s GPU work alone: the stream is first held by a spin kernel
     (torch.cuda._sleep) long enough that fn()'s launches are all queued before the start event
     runs, so the host's enqueue cost falls outside the two events. The spin doubles until the
-    start event is still pending when fn() returns (checked on every call)."""
+    start event is still pending when fn() returns (checked on every call); None when even a
+    spin of 2^25 cycles (~17 ms) ran out first: fn() waits for the device (a host sync), so
+    its GPU work cannot be timed apart from its host's."""
     import torch
     cycles = _device_ms.spin
     while True:
@@ -39,9 +41,8 @@ def _device_ms(fn: Callable[[], object]) -> float:
         if hidden:
             _device_ms.spin = cycles
             return start.elapsed_time(end)
-        if cycles >= 1 << 34:
-            raise RuntimeError("bench.timing: the start event ran before fn() returned even "
-                               "behind a spin of 2^34 cycles: fn() waits for the device")
+        if cycles >= 1 << 25:
+            return None
         cycles *= 2
 
 
@@ -63,22 +64,30 @@ def cuda_median_ms(fn: Callable[[], object], reps: int = 30, warmup: int = 5) ->
 
 
 def cuda_interleaved_ms(fns: Dict[str, Callable[[], object]], reps: int,
-                        warmup: int = 3, device_only: bool = False) -> Dict[str, float]:
+                        warmup: int = 3, device_only: bool = False,
+                        eager: Optional[Set[str]] = None) -> Dict[str, float]:
     """Median milliseconds of each step in `fns` (name -> callable), timed in interleaved rounds
     (every contender once per round), so that clock and temperature drift over a long run fall
     on all of them alike instead of on whichever is timed last. device_only: each call's GPU
     work alone (_device_ms: its host enqueue hidden behind a spin kernel), for kernels whose
     bandwidth is the question; otherwise the call as a user's eager code sees it, started on an
-    idle GPU (its host enqueue included)."""
+    idle GPU (its host enqueue included). A contender that waits for the device (_device_ms
+    gives None) is timed that second way in every round; its name is added to `eager`."""
     import torch
     for fn in fns.values():
         for _ in range(warmup):
             fn()
     torch.cuda.synchronize()
     times: Dict[str, list] = {name: [] for name in fns}
+    syncing: Set[str] = set() if eager is None else eager
     for _ in range(reps):
         for name, fn in fns.items():
-            times[name].append(_device_ms(fn) if device_only else _event_ms(fn))
+            ms = _device_ms(fn) if device_only and name not in syncing else None
+            if ms is None:
+                if device_only:
+                    syncing.add(name)
+                ms = _event_ms(fn)
+            times[name].append(ms)
     return {name: _median(t) for name, t in times.items()}
 
 
