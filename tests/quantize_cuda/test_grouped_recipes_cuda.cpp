@@ -82,6 +82,7 @@ std::vector<RecipeCase> recipe_cases() {
   c = make_config(ScalingMode::kNVFP4);
   c.random_hadamard = true;
   add("nvfp4_rht_columnwise", c, false, true);
+  add("nvfp4_rht_both", c, true, true);  // 1x16, both copies, the transform alone (x's form)
   c.stochastic_rounding = true;
   c.rng_seed = 5;
   add("nvfp4_rht_sr_both", c, true, true);  // 1x16: both copies from one tiled launch

@@ -135,20 +135,29 @@ __device__ __forceinline__ Nvfp4TileCopy member_tile_copy(const Nvfp4Args& a, co
   return c;
 }
 
+// The grouped tile kernel's compiled forms: the paths each leaves out hold registers the others
+// need. kPlain: neither the Hadamard transform nor stochastic rounding; kHadamard: the transform
+// without stochastic rounding (x's copies of the nvfp4 recipe); kFull: both (dy's).
+enum class Nvfp4TileForm { kPlain, kHadamard, kFull };
+
+// Resident blocks per multiprocessor the form is compiled for: kFull keeps two (128 registers;
+// ptxas spills a few bytes of its Philox and transform state; uncapped it takes 168 and one
+// block fits), the others three (80 registers: ptxas spills 32-52 bytes of the work item's
+// setup). At two blocks the kHadamard form issued an instruction every 1.9 cycles per scheduler
+// with 3.85 warps each; at three it took 442 instead of 494 µs on DSv3 fc1's x (H200,
+// bench/results/2026-12-02-session26-h200.md).
+constexpr int nvfp4_tile_blocks(Nvfp4TileForm f) { return f == Nvfp4TileForm::kFull ? 2 : 3; }
+
 // row / col: the rowwise and the columnwise copy (data == nullptr: not produced); both carry the
-// same input, seed and offset. Both copies come from one read of each member tile. Two blocks per
-// multiprocessor (128 registers: ptxas spills up to 32 bytes of the Hadamard / stochastic form;
-// uncapped it takes 168 and one block fits).
-template <class In, bool kPlain>
-__global__ __launch_bounds__(kNvTileThreads, 2) void nvfp4_tiles_grouped_kernel(Nvfp4Args row,
-                                                                              Nvfp4Args col,
-                                                                              GroupedMeta g,
-                                                                              Nvfp4TileCount count) {
+// same input, seed and offset. Both copies come from one read of each member tile.
+template <class In, Nvfp4TileForm kForm>
+__global__ __launch_bounds__(kNvTileThreads, nvfp4_tile_blocks(kForm)) void
+nvfp4_tiles_grouped_kernel(Nvfp4Args row, Nvfp4Args col, GroupedMeta g, Nvfp4TileCount count) {
   extern __shared__ int32_t prefix[];  // (n + 1)
   __shared__ Nvfp4SharedTile<In> tile;
   if (grouped_noop(g)) return;
-  const Nvfp4Rng rng{!kPlain && row.stochastic, row.seed, row.offset};
-  const bool rht = !kPlain && col.rht;
+  const Nvfp4Rng rng{kForm == Nvfp4TileForm::kFull && row.stochastic, row.seed, row.offset};
+  const bool rht = kForm != Nvfp4TileForm::kPlain && col.rht;
   grouped_for_each_member_tile<kNvTileThreads>(g, count, prefix, [&](const GroupedTile& w) {
     const int64_t i = w.member, rows = w.rows;
     const Nvfp4TileCopy r = member_tile_copy(row, g, i, rows);
@@ -262,11 +271,14 @@ bool launch_nvfp4_tiles_grouped(const Nvfp4Args& row, const Nvfp4Args& col,
   dispatch_float_input(row.in, "quantize: x", [&](auto tag) {
     using In = typename decltype(tag)::type;
     const size_t smem = grouped_prefix_bytes(g);
-    if ((col.data != nullptr && col.rht) || row.stochastic) {
-      nvfp4_tiles_grouped_kernel<In, false>
+    if (row.stochastic) {
+      nvfp4_tiles_grouped_kernel<In, Nvfp4TileForm::kFull>
+          <<<grid, kNvTileThreads, smem, stream>>>(row, col, g, count);
+    } else if (col.data != nullptr && col.rht) {
+      nvfp4_tiles_grouped_kernel<In, Nvfp4TileForm::kHadamard>
           <<<grid, kNvTileThreads, smem, stream>>>(row, col, g, count);
     } else {
-      nvfp4_tiles_grouped_kernel<In, true>
+      nvfp4_tiles_grouped_kernel<In, Nvfp4TileForm::kPlain>
           <<<grid, kNvTileThreads, smem, stream>>>(row, col, g, count);
     }
   });
