@@ -273,3 +273,60 @@ def test_spy_summary_keeps_the_samples_inside_a_step():
     inclusive = out.split("== inclusive")[1]
     assert " 80.00% linear\n" in inclusive and "_find_and_load" not in out
     assert "no sample matched" in spy_summary.summarize(raw[:1], r"nothing", 10)
+
+
+def test_device_only_timer_hides_the_host_enqueue_and_falls_back_on_a_sync(monkeypatch):
+    """tessera.bench.timing.cuda_interleaved_ms(device_only=True) on a simulated GPU (one clock
+    in ms; a stream that runs each launch's work after the work before it and not before the
+    launch; events that complete when the work queued before them has; torch.cuda._sleep(c)
+    queues c / 2e6 ms of work). Each call's GPU work alone comes out, also when its host cost
+    outlasts the first spin; a call that waits for the device is timed with its host enqueue
+    and named in `eager`; device_only=False includes the host enqueue of every call."""
+    torch = pytest.importorskip("torch")
+    from tessera.bench import timing
+
+    clock = {"now": 0.0, "busy_until": 0.0}
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            self.t = None
+
+        def record(self):
+            self.t = max(clock["now"], clock["busy_until"])
+
+        def query(self):
+            return clock["now"] >= self.t
+
+        def synchronize(self):
+            clock["now"] = max(clock["now"], self.t)
+
+        def elapsed_time(self, end):
+            return end.t - self.t
+
+    def launch(host_ms, device_ms):
+        clock["now"] += host_ms
+        clock["busy_until"] = max(clock["busy_until"], clock["now"]) + device_ms
+
+    def synchronize():
+        clock["now"] = max(clock["now"], clock["busy_until"])
+
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "synchronize", synchronize)
+    monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: launch(0.0, cycles / 2e6))
+    monkeypatch.setattr(timing._device_ms, "spin", 1 << 21)
+
+    def syncing():
+        launch(0.2, 0.3)
+        synchronize()
+
+    fns = {"short host": lambda: launch(0.5, 0.1),    # hidden by the first spin (~1 ms)
+           "long host": lambda: launch(3.0, 0.25),    # the spin doubles to cover 3 ms
+           "syncs": syncing}
+    eager = set()
+    got = timing.cuda_interleaved_ms(fns, 5, device_only=True, eager=eager)
+    assert got == pytest.approx({"short host": 0.1, "long host": 0.25, "syncs": 0.5})
+    assert eager == {"syncs"}
+    monkeypatch.setattr(timing._device_ms, "spin", 1 << 21)
+    got = timing.cuda_interleaved_ms(fns, 5)
+    assert got == pytest.approx({"short host": 0.6, "long host": 3.25, "syncs": 0.5})
+    del torch
