@@ -349,13 +349,24 @@ static_assert(kRestRows == 32, "permute_rest_kernel tests its rows with one warp
 
 // ---- permute by token (slot_map given) -------------------------------------------------------
 
+// The by-token kernel's compiled forms, one per payload: each leaves out the others' registers
+// (one form for all three held 80 registers for 16-bit input: three blocks per SM; rowwise or
+// block scaling alone fit 64 without spilling: four).
+enum class TokenForm { kCopy, kRowwise, kBlocks };
+template <class In>
+constexpr int token_blocks(TokenForm f) {
+  // FP32 input holds twice the registers per chunk: its block form spills at four blocks.
+  return f == TokenForm::kCopy ? 1 : (f == TokenForm::kBlocks && sizeof(In) == 4 ? 3 : 4);
+}
+
 // One CTA per token: its row is read once and written to every row r = slot_map[p] of its pairs
 // p with row_pair[r] == p — quantized once (the same codes and scales as permute_kernel gives
 // each of those rows: a row's quantization depends on the row alone), or once per pair with
 // per-pair weights (each pair's weighted row, from the row kept in registers). Quantized rows up
 // to kCachedChunks · kRowThreads chunks (all in registers); copies in 16-byte units (vec).
-template <class In, class Map>
-__global__ void __launch_bounds__(kRowThreads) permute_tokens_kernel(PermuteArgs a, bool vec) {
+template <class In, class Map, TokenForm kForm>
+__global__ void __launch_bounds__(kRowThreads, token_blocks<In>(kForm))
+    permute_tokens_kernel(PermuteArgs a, bool vec) {
   __shared__ uint32_t scratch[kRowThreads / 32];
   const auto* x = static_cast<const In*>(a.x);
   const auto* slot = static_cast<const Map*>(a.slot_map);
@@ -370,7 +381,7 @@ __global__ void __launch_bounds__(kRowThreads) permute_tokens_kernel(PermuteArgs
       const int64_t r = static_cast<int64_t>(slot[p]);
       return r >= 0 && r < a.rows && static_cast<int64_t>(row_pair[r]) == p ? r : -1;
     };
-    if (q.mode == RowQuantMode::kNone) {  // vec: whole 16-byte units, kCachedChunks at a time
+    if constexpr (kForm == TokenForm::kCopy) {  // vec: whole 16-byte units, kCachedChunks at a time
       const int64_t n = h * static_cast<int64_t>(sizeof(In)) / 16;
       const auto* s4 = reinterpret_cast<const uint4*>(src);
       for (int64_t base = 0; base < n; base += int64_t{kCachedChunks} * kRowThreads) {
@@ -401,7 +412,7 @@ __global__ void __launch_bounds__(kRowThreads) permute_tokens_kernel(PermuteArgs
     // The codes and scales of the row weighted by w (per-row kernel's arithmetic: weigh, amax,
     // multiplier, encode), from the chunks in registers. Called by the whole CTA.
     auto encode = [&](bool weighted, float w) {
-      if (q.mode == RowQuantMode::kRowwise) {
+      if constexpr (kForm == TokenForm::kRowwise) {
         const uint32_t m =
             cuda_quant::block_max<kRowThreads>(cached_amax(cache, weighted, w), scratch);
         scale[0] = block_scale(q, m);
@@ -436,7 +447,7 @@ __global__ void __launch_bounds__(kRowThreads) permute_tokens_kernel(PermuteArgs
         const int64_t c = threadIdx.x + int64_t{i} * kRowThreads;
         if (c < chunks) store_codes(out, c * kVec, h, vec, codes[i]);
         if (owner[i]) {
-          const int64_t at = q.mode == RowQuantMode::kRowwise
+          const int64_t at = kForm == TokenForm::kRowwise
                                  ? r
                                  : r * q.scale_cols + c / (q.block / kVec);
           store_block_scale(q, scale[i], a.scale_inv, at);
@@ -480,7 +491,14 @@ void permute_cuda(const PermuteArgs& a, Device device, Stream stream) {
     dispatch_index_dtype(a.map_dtype, "row_pair", [&](auto mt) {
       using Map = typename decltype(mt)::type;
       if (by_token) {
-        permute_tokens_kernel<In, Map><<<grid_for(a.tokens), kRowThreads, 0, s>>>(a, vec);
+        const unsigned grid = static_cast<unsigned>(grid_for(a.tokens));
+        if (!quantized) {
+          permute_tokens_kernel<In, Map, TokenForm::kCopy><<<grid, kRowThreads, 0, s>>>(a, vec);
+        } else if (a.quant.mode == RowQuantMode::kRowwise) {
+          permute_tokens_kernel<In, Map, TokenForm::kRowwise><<<grid, kRowThreads, 0, s>>>(a, vec);
+        } else {
+          permute_tokens_kernel<In, Map, TokenForm::kBlocks><<<grid, kRowThreads, 0, s>>>(a, vec);
+        }
         TESSERA_CUDA_CHECK_LAUNCH();
       }
       if (by_token) {
