@@ -152,18 +152,14 @@ def test_optim_suite_steps_quantize_where_their_labels_say(monkeypatch):
             assert forwards == [True] and side == [], (label, calls)
 
 
-def test_marked_step_timer_reports_medians_of_the_timed_steps(monkeypatch):
-    """tessera.bench.timing.marked_step_us (tools/gpu/step_marks.py) on a simulated GPU: one
-    clock (ms) for host and device, a stream that runs each launch's work after the work before
-    it and not before the launch, events that complete when the work queued before them has.
-    Step i's forward costs i ms of host time and 5 ms of device work, its backward 2 ms of host
-    and 10 ms of device. The warm-up steps are dropped; each column is the median of the rest."""
-    torch = pytest.importorskip("torch")
-    import time
-
-    from tessera.bench import timing
-
-    clock = {"now": 0.0, "busy_until": 0.0}  # ms
+def simulated_gpu(monkeypatch, torch):
+    """torch.cuda's timing surface on a simulated GPU: one clock (ms) for host and device, a
+    stream that runs each launch's work after the work before it and not before the launch,
+    events that complete when the work queued before them has (query() answers whether the event
+    has completed; a host told no keeps polling, so its clock moves on to the event),
+    torch.cuda._sleep(c) queuing c / 2e6 ms of work. Returns (clock, launch): launch(host_ms,
+    device_ms) spends host_ms on the host, then queues device_ms of work."""
+    clock = {"now": 0.0, "busy_until": 0.0}
 
     class Event:
         def __init__(self, enable_timing=False):
@@ -172,9 +168,10 @@ def test_marked_step_timer_reports_medians_of_the_timed_steps(monkeypatch):
         def record(self):
             self.t = max(clock["now"], clock["busy_until"])
 
-        def query(self):  # polling: the host spins until the stream is done
+        def query(self):
+            done = clock["now"] >= self.t
             clock["now"] = max(clock["now"], self.t)
-            return True
+            return done
 
         def synchronize(self):
             clock["now"] = max(clock["now"], self.t)
@@ -191,6 +188,20 @@ def test_marked_step_timer_reports_medians_of_the_timed_steps(monkeypatch):
 
     monkeypatch.setattr(torch.cuda, "Event", Event)
     monkeypatch.setattr(torch.cuda, "synchronize", synchronize)
+    monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: launch(0.0, cycles / 2e6))
+    return clock, launch
+
+
+def test_marked_step_timer_reports_medians_of_the_timed_steps(monkeypatch):
+    """tessera.bench.timing.marked_step_us (tools/gpu/step_marks.py) on the simulated GPU
+    (simulated_gpu). Step i's forward costs i ms of host time and 5 ms of device work, its backward 2 ms of host
+    and 10 ms of device. The warm-up steps are dropped; each column is the median of the rest."""
+    torch = pytest.importorskip("torch")
+    import time
+
+    from tessera.bench import timing
+
+    clock, launch = simulated_gpu(monkeypatch, torch)
     monkeypatch.setattr(time, "perf_counter", lambda: clock["now"] / 1e3)
     step = {"i": 0}
 
@@ -276,48 +287,19 @@ def test_spy_summary_keeps_the_samples_inside_a_step():
 
 
 def test_device_only_timer_hides_the_host_enqueue_and_falls_back_on_a_sync(monkeypatch):
-    """tessera.bench.timing.cuda_interleaved_ms(device_only=True) on a simulated GPU (one clock
-    in ms; a stream that runs each launch's work after the work before it and not before the
-    launch; events that complete when the work queued before them has; torch.cuda._sleep(c)
-    queues c / 2e6 ms of work). Each call's GPU work alone comes out, also when its host cost
+    """tessera.bench.timing.cuda_interleaved_ms(device_only=True) on the simulated GPU
+    (simulated_gpu). Each call's GPU work alone comes out, also when its host cost
     outlasts the first spin; a call that waits for the device is timed with its host enqueue
     and named in `eager`; device_only=False includes the host enqueue of every call."""
     torch = pytest.importorskip("torch")
     from tessera.bench import timing
 
-    clock = {"now": 0.0, "busy_until": 0.0}
-
-    class Event:
-        def __init__(self, enable_timing=False):
-            self.t = None
-
-        def record(self):
-            self.t = max(clock["now"], clock["busy_until"])
-
-        def query(self):
-            return clock["now"] >= self.t
-
-        def synchronize(self):
-            clock["now"] = max(clock["now"], self.t)
-
-        def elapsed_time(self, end):
-            return end.t - self.t
-
-    def launch(host_ms, device_ms):
-        clock["now"] += host_ms
-        clock["busy_until"] = max(clock["busy_until"], clock["now"]) + device_ms
-
-    def synchronize():
-        clock["now"] = max(clock["now"], clock["busy_until"])
-
-    monkeypatch.setattr(torch.cuda, "Event", Event)
-    monkeypatch.setattr(torch.cuda, "synchronize", synchronize)
-    monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: launch(0.0, cycles / 2e6))
+    _, launch = simulated_gpu(monkeypatch, torch)
     monkeypatch.setattr(timing._device_ms, "spin", 1 << 21)
 
     def syncing():
         launch(0.2, 0.3)
-        synchronize()
+        torch.cuda.synchronize()
 
     fns = {"short host": lambda: launch(0.5, 0.1),    # hidden by the first spin (~1 ms)
            "long host": lambda: launch(3.0, 0.25),    # the spin doubles to cover 3 ms
