@@ -140,38 +140,69 @@ __device__ __forceinline__ Nvfp4TileCopy member_tile_copy(const Nvfp4Args& a, co
 // without stochastic rounding (x's copies of the nvfp4 recipe); kFull: both (dy's).
 enum class Nvfp4TileForm { kPlain, kHadamard, kFull };
 
-// Resident blocks per multiprocessor the form is compiled for: kFull keeps two (128 registers;
-// ptxas spills a few bytes of its Philox and transform state; uncapped it takes 168 and one
-// block fits), the others three (80 registers: ptxas spills 32-52 bytes of the work item's
-// setup). At two blocks the kHadamard form issued an instruction every 1.9 cycles per scheduler
-// with 3.85 warps each; at three it took 442 instead of 494 µs on DSv3 fc1's x (H200,
-// bench/results/2026-12-02-session26-h200.md).
-constexpr int nvfp4_tile_blocks(Nvfp4TileForm f) { return f == Nvfp4TileForm::kFull ? 2 : 3; }
+// Resident blocks per multiprocessor the form is compiled for. With the work item's setup in
+// shared memory (Nvfp4Item) ptxas fits kPlain and kHadamard in 64 registers (four blocks) and
+// kFull in 80 (three), none spilling. Held in registers, the setup kept kFull at two blocks
+// (128 registers) and the others at three (80, spilling 36-52 bytes). On DSv3 fc1 (H200) x's
+// kHadamard form took 425 µs at four blocks, 454 at three; dy's kFull 502 at three, 546 at two
+// (bench/results/2026-12-02-session27-h200.md).
+constexpr int nvfp4_tile_blocks(Nvfp4TileForm f) { return f == Nvfp4TileForm::kFull ? 3 : 4; }
+
+// A work item's member setup, made once by thread 0 and read by the whole block from shared
+// memory: held in registers it stays live across the item's four tiles (about 40 registers),
+// which is what kept kFull at two blocks per multiprocessor.
+template <class In>
+struct Nvfp4Item {
+  Nvfp4TileCopy row, col;  // the member's copies (member_tile_copy)
+  Nvfp4Rng rng;            // its stochastic-rounding stream
+  const In* x;             // its first row (through a layout: g.sources)
+  int64_t load_rows;       // rows of x it holds; the rest up to the member's rows are padding
+};
+
+// Member i's item (thread 0 alone; not inlined, so that its 64-bit arithmetic does not add to
+// the tile loop's registers).
+template <class In>
+__device__ __noinline__ void nvfp4_item_setup(const Nvfp4Args& row, const Nvfp4Args& col,
+                                              const GroupedMeta& g, int64_t i, int64_t rows,
+                                              Nvfp4Item<In>& item) {
+  item.row = member_tile_copy(row, g, i, rows);
+  item.col = member_tile_copy(col, g, i, rows);
+  // Through a layout (g.sources): the member's rows past src.rows are padding.
+  const GroupedSource src = grouped_member_source(g, i, rows);
+  item.x = static_cast<const In*>(row.x) + src.x_off;
+  item.load_rows = src.rows;
+  item.rng = Nvfp4Rng{row.stochastic, row.seed, row.offset};
+  if (row.in_place) item.rng.offset += static_cast<uint64_t>(i);  // member i's own offset
+}
 
 // row / col: the rowwise and the columnwise copy (data == nullptr: not produced); both carry the
 // same input, seed and offset. Both copies come from one read of each member tile.
 template <class In, Nvfp4TileForm kForm>
 __global__ __launch_bounds__(kNvTileThreads, nvfp4_tile_blocks(kForm)) void
-nvfp4_tiles_grouped_kernel(Nvfp4Args row, Nvfp4Args col, GroupedMeta g, Nvfp4TileCount count) {
+nvfp4_tiles_grouped_kernel(const __grid_constant__ Nvfp4Args row,
+                           const __grid_constant__ Nvfp4Args col,
+                           const __grid_constant__ GroupedMeta g, Nvfp4TileCount count) {
   extern __shared__ int32_t prefix[];  // (n + 1)
   __shared__ Nvfp4SharedTile<In> tile;
+  // Raw storage: a __shared__ variable takes no initializer (Nvfp4TileCopy has defaults).
+  __shared__ alignas(Nvfp4Item<In>) unsigned char item_storage[sizeof(Nvfp4Item<In>)];
+  auto& item = *reinterpret_cast<Nvfp4Item<In>*>(item_storage);
   if (grouped_noop(g)) return;
-  const Nvfp4Rng rng{kForm == Nvfp4TileForm::kFull && row.stochastic, row.seed, row.offset};
   const bool rht = kForm != Nvfp4TileForm::kPlain && col.rht;
   grouped_for_each_member_tile<kNvTileThreads>(g, count, prefix, [&](const GroupedTile& w) {
-    const int64_t i = w.member, rows = w.rows;
-    const Nvfp4TileCopy r = member_tile_copy(row, g, i, rows);
-    const Nvfp4TileCopy c = member_tile_copy(col, g, i, rows);
-    // Through a layout (g.sources): the member's rows past src.rows are padding.
-    const GroupedSource src = grouped_member_source(g, i, rows);
-    const In* x = static_cast<const In*>(row.x) + src.x_off;
+    const int64_t rows = w.rows;
+    // Read by all after the barrier; rewritten after the loop's barrier.
+    if (threadIdx.x == 0) nvfp4_item_setup(row, col, g, w.member, rows, item);
+    __syncthreads();
     int64_t tr, tc0;
     nvfp4_item_tiles(w.local, count.tiles_c, tr, tc0);
-    Nvfp4Rng own = rng;  // in place: member i's own offset (nvfp4_place_member)
-    if (row.in_place) own.offset += static_cast<uint64_t>(i);
+    // The form decides at compile time whether stochastic rounding can be on.
+    const Nvfp4Rng rng{kForm == Nvfp4TileForm::kFull && item.rng.on, item.rng.seed,
+                       item.rng.offset};
     for (int64_t tc = tc0; tc < tc0 + kNvSpan && tc * kNvTile < g.cols; ++tc) {
       if (tc > tc0) __syncthreads();  // the shared tile of the tile before was read
-      nvfp4_tile<In>(x, rows, src.rows, g.cols, tr, tc, r, c, rht, own, tile.v);
+      nvfp4_tile<In>(item.x, rows, item.load_rows, g.cols, tr, tc, item.row, item.col, rht, rng,
+                     tile.v);
     }
   });
 }
