@@ -10,6 +10,7 @@
 #include "tessera/core/device.h"
 #include "tessera/core/dtype.h"
 #include "tessera/core/stream.h"
+#include "tessera/formats/bits.h"
 #include "tessera/formats/half.h"
 #include "tessera/quantize/scale_rules.h"
 #include "tessera/quantize/types.h"
@@ -65,14 +66,27 @@ TESSERA_HD BlockScale block_scale(const RowQuant& q, uint32_t amax_bits) {
   return {scale_rules::current_scale(amax, q.fp8_max, q.epsilon, q.power_of_two), 0};
 }
 
+// The stored form of block scale s as 32 bits: the FP32 scale_inv = 1 / scale (its bits), or the
+// E8M0 byte. Kernels that store one scale in several rows make it once (a division).
+TESSERA_HD uint32_t stored_scale(const RowQuant& q, const BlockScale& s) {
+  return q.mode == RowQuantMode::kMXFP8
+             ? s.e8m0
+             : formats::float_to_bits(scale_rules::reciprocal(s.multiplier));
+}
+
+// Writes a stored scale (stored_scale) at scale_base[index] (FP32, or the E8M0 byte).
+TESSERA_HD void store_scale(const RowQuant& q, uint32_t stored, void* scale_base, int64_t index) {
+  if (q.mode == RowQuantMode::kMXFP8) {
+    static_cast<uint8_t*>(scale_base)[index] = static_cast<uint8_t>(stored);
+  } else {
+    static_cast<uint32_t*>(scale_base)[index] = stored;
+  }
+}
+
 // Writes block scale s at scale_base[index] (FP32, or the E8M0 byte).
 TESSERA_HD void store_block_scale(const RowQuant& q, const BlockScale& s, void* scale_base,
                                   int64_t index) {
-  if (q.mode == RowQuantMode::kMXFP8) {
-    static_cast<uint8_t*>(scale_base)[index] = s.e8m0;
-  } else {
-    static_cast<float*>(scale_base)[index] = scale_rules::reciprocal(s.multiplier);
-  }
+  store_scale(q, stored_scale(q, s), scale_base, index);
 }
 
 // Both: writes the block's stored scale at scale_base[index], returns its element multiplier.

@@ -213,7 +213,8 @@ __device__ __forceinline__ void quantize_block_round(const RowQuant& q, int64_t 
   uint32_t m = chunk_amax(v);
   for (int o = g / 2; o >= 1; o /= 2) m = max(m, __shfl_xor_sync(0xffffffffu, m, o));
   const BlockScale bs = block_scale(q, m);
-  if (c < chunks && c % g == 0) store_block_scale(q, bs, scale_inv, r * q.scale_cols + c / g);
+  if (c < chunks && (c & (g - 1)) == 0)  // g a power of two: no 64-bit division
+    store_block_scale(q, bs, scale_inv, r * q.scale_cols + (c >> (__ffs(g) - 1)));
   if (c < chunks) store_codes(out, c * kVec, h, vec, encode_chunk(q, v, bs.multiplier));
 }
 
@@ -407,31 +408,38 @@ __global__ void __launch_bounds__(kRowThreads, token_blocks<In>(kForm))
     RawChunk<In> cache[kCachedChunks];
     load_cached(cache, src, h, chunks, vec);
     uint2 codes[kCachedChunks];
-    BlockScale scale[kCachedChunks] = {};  // the scale of the block whose first chunk is here
+    // The stored scale (stored_scale: made once, not once per destination row) of the block
+    // whose first chunk is here, for the lane that stores it (owner).
+    uint32_t stored[kCachedChunks] = {};
     bool owner[kCachedChunks] = {};
+    // Block1x128 / MXFP8: a block is g = block / kVec chunks (16 or 4) on neighbouring lanes;
+    // chunk c (< kCachedChunks · kRowThreads: 32 bits) is in block c >> g_log2 of the row.
+    const int g = kForm == TokenForm::kBlocks ? static_cast<int>(q.block / kVec) : 1;
+    const int g_log2 = __ffs(g) - 1;
     // The codes and scales of the row weighted by w (per-row kernel's arithmetic: weigh, amax,
     // multiplier, encode), from the chunks in registers. Called by the whole CTA.
     auto encode = [&](bool weighted, float w) {
       if constexpr (kForm == TokenForm::kRowwise) {
         const uint32_t m =
             cuda_quant::block_max<kRowThreads>(cached_amax(cache, weighted, w), scratch);
-        scale[0] = block_scale(q, m);
+        const BlockScale bs = block_scale(q, m);
         owner[0] = threadIdx.x == 0;
-        cached_codes(cache, weighted, w, q, scale[0].multiplier, codes);
-        return;
-      }
-      const int g = static_cast<int>(q.block / kVec);  // block1x128 / MXFP8: g lanes a block
+        if (owner[0]) stored[0] = stored_scale(q, bs);
+        cached_codes(cache, weighted, w, q, bs.multiplier, codes);
+      } else {
 #pragma unroll
-      for (int i = 0; i < kCachedChunks; ++i) {
-        const int64_t c = threadIdx.x + int64_t{i} * kRowThreads;
-        float v[kVec];
-        cache[i].floats(v);
-        weigh<In>(v, weighted, w);
-        uint32_t m = chunk_amax(v);
-        for (int o = g / 2; o >= 1; o /= 2) m = max(m, __shfl_xor_sync(0xffffffffu, m, o));
-        scale[i] = block_scale(q, m);
-        owner[i] = c < chunks && c % g == 0;
-        codes[i] = encode_chunk(q, v, scale[i].multiplier);
+        for (int i = 0; i < kCachedChunks; ++i) {
+          const int c = static_cast<int>(threadIdx.x) + i * kRowThreads;
+          float v[kVec];
+          cache[i].floats(v);
+          weigh<In>(v, weighted, w);
+          uint32_t m = chunk_amax(v);
+          for (int o = g / 2; o >= 1; o /= 2) m = max(m, __shfl_xor_sync(0xffffffffu, m, o));
+          const BlockScale bs = block_scale(q, m);
+          owner[i] = c < chunks && (c & (g - 1)) == 0;
+          if (owner[i]) stored[i] = stored_scale(q, bs);
+          codes[i] = encode_chunk(q, v, bs.multiplier);
+        }
       }
     };
     // Unweighted: one quantization for all the token's rows; weighted: one per pair.
@@ -444,13 +452,11 @@ __global__ void __launch_bounds__(kRowThreads, token_blocks<In>(kForm))
       uint8_t* out = static_cast<uint8_t*>(a.out) + r * h;
 #pragma unroll
       for (int i = 0; i < kCachedChunks; ++i) {
-        const int64_t c = threadIdx.x + int64_t{i} * kRowThreads;
-        if (c < chunks) store_codes(out, c * kVec, h, vec, codes[i]);
+        const int c = static_cast<int>(threadIdx.x) + i * kRowThreads;
+        if (c < chunks) store_codes(out, int64_t{c} * kVec, h, vec, codes[i]);
         if (owner[i]) {
-          const int64_t at = kForm == TokenForm::kRowwise
-                                 ? r
-                                 : r * q.scale_cols + c / (q.block / kVec);
-          store_block_scale(q, scale[i], a.scale_inv, at);
+          const int64_t at = kForm == TokenForm::kRowwise ? r : r * q.scale_cols + (c >> g_log2);
+          store_scale(q, stored[i], a.scale_inv, at);
         }
       }
     }
