@@ -159,26 +159,51 @@ __device__ __forceinline__ uint8_t* nvfp4_scale_slot(const Nvfp4Args& a, int64_t
                                        : gr * ceil_div_device(width, kBlock) + gb);
 }
 
-// Row `cr` of a copy with `copy_cols` columns: the 16 codes of `v` from column c0 (8 bytes) and
-// the block's scale, at the copy's place, as nvfp4_item writes them.
-__device__ __forceinline__ void nvfp4_store16(const Nvfp4Args& a, int64_t cr, int64_t c0,
-                                              int64_t copy_cols, const float (&v)[kBlock],
-                                              float enc, uint8_t s_b) {
-  const int64_t width = a.ld != 0 ? a.ld : copy_cols;
+// The 16 codes of `v` · enc (encode_e2m1(nvfp4_clamp(·))), element e in nibble e (bits 4e),
+// nibbles from column copy_cols on left zero; c0: the first element's column.
+__device__ __forceinline__ uint64_t nvfp4_codes16(const float (&v)[kBlock], float enc,
+                                                  int64_t c0, int64_t copy_cols) {
   uint32_t packed[2] = {0u, 0u};
 #pragma unroll
   for (int e = 0; e < kBlock; ++e) {
     if (c0 + e >= copy_cols) continue;
-    packed[e / 8] |= nvfp4_code(v[e] * enc) << (4 * (e % 8));  // encode_e2m1(nvfp4_clamp(·))
+    packed[e / 8] |= nvfp4_code(v[e] * enc) << (4 * (e % 8));
   }
+  return (uint64_t{packed[1]} << 32) | packed[0];
+}
+
+// Row `cr` of a copy with `copy_cols` columns: 16 codes (nvfp4_codes16) from column c0 (8 bytes)
+// and the block's scale, at the copy's place, as nvfp4_item writes them.
+__device__ __forceinline__ void nvfp4_store_codes16(const Nvfp4Args& a, int64_t cr, int64_t c0,
+                                                    int64_t copy_cols, uint64_t codes,
+                                                    uint8_t s_b) {
+  const int64_t width = a.ld != 0 ? a.ld : copy_cols;
   uint8_t* d = a.data + (a.row_at + cr) * ceil_div_device(width, 2) + (a.col_at + c0) / 2;
   if (c0 + kBlock <= copy_cols && (reinterpret_cast<uintptr_t>(d) & 7u) == 0) {
-    *reinterpret_cast<uint2*>(d) = make_uint2(packed[0], packed[1]);
+    *reinterpret_cast<uint2*>(d) =
+        make_uint2(static_cast<uint32_t>(codes), static_cast<uint32_t>(codes >> 32));
   } else {
     for (int64_t e = 0; e < kBlock / 2 && c0 / 2 + e < ceil_div_device(copy_cols, 2); ++e)
-      d[e] = static_cast<uint8_t>(packed[e / 4] >> (8 * (e % 4)));
+      d[e] = static_cast<uint8_t>(codes >> (8 * e));
   }
   *nvfp4_scale_slot(a, cr, c0, copy_cols) = s_b;
+}
+
+// The 16 x 16 matrix of nibbles held by the 16 lanes of a half-warp (lane i = lane % 16 holds row
+// i, column c in bits 4c), transposed: lane i gets column i (row r in bits 4r). Four rounds of
+// 2 x 2 block swaps (blocks of 8, 4, 2, 1 nibbles) with the lane i ^ b. Every lane of the warp
+// calls it.
+__device__ __forceinline__ uint64_t nvfp4_transpose16(uint64_t r, uint32_t i) {
+  constexpr uint64_t kLow[4] = {0x00000000FFFFFFFFull, 0x0000FFFF0000FFFFull,
+                                0x00FF00FF00FF00FFull, 0x0F0F0F0F0F0F0F0Full};
+#pragma unroll
+  for (int s = 0; s < 4; ++s) {
+    const uint32_t b = 8u >> s;
+    const uint64_t low = kLow[s];  // nibbles c with c & b == 0
+    const uint64_t o = __shfl_xor_sync(0xffffffffu, r, static_cast<int>(b));
+    r = (i & b) == 0 ? (r & low) | ((o & low) << (4 * b)) : ((o & ~low) >> (4 * b)) | (r & ~low);
+  }
+  return r;
 }
 
 // Global encode scale of a copy (from its amax bits).
@@ -193,6 +218,13 @@ struct Nvfp4StripCopies {
   Nvfp4Args row, col;
   Nvfp4Enc row_enc, col_enc;
   bool col_poison = false;
+  // Both copies written with the same global encode scale (the dispatchers give both the amax
+  // of x): their codes and scales are then the same, transposed, so the columnwise copy is the
+  // rowwise codes transposed in registers (nvfp4_transpose16) instead of a second encode.
+  bool same_codes = false;
+  __device__ void set_same_codes() {
+    same_codes = !col_poison && __float_as_uint(row_enc.s_enc) == __float_as_uint(col_enc.s_enc);
+  }
 };
 
 // Strip (rows r0 .. r0 + 15, columns k0 .. k0 + 511) of the (M, K) input x: the rowwise copy
@@ -236,13 +268,27 @@ __device__ __forceinline__ void nvfp4_strip16(const In* x, int64_t M, int64_t K,
 #pragma unroll
   for (int d = 1; d < kBlock; d *= 2) m = max(m, __shfl_xor_sync(0xffffffffu, m, d));
   const int64_t kc = k0 + kBlock * j;  // the tile's first x column
+  if constexpr (kRow && kCol) {
+    if (cp.same_codes) {  // uniform over the block
+      float enc;
+      const uint8_t s_b = nvfp4_scale_of(m, cp.row_enc, enc);
+#pragma unroll
+      for (int e = 0; e < kBlock; ++e) v[e] = strip[i][strip_col(kBlock * j) + e];
+      const bool in_rows = r0 + i < M;
+      const uint64_t codes = in_rows ? nvfp4_codes16(v, enc, kc, K) : 0u;  // zero rows past M
+      if (in_rows && kc < K) nvfp4_store_codes16(row, r0 + i, kc, K, codes, s_b);
+      const uint64_t t_codes = nvfp4_transpose16(codes, i);  // x column kc + i, rows r0 ..
+      if (kc + i < K) nvfp4_store_codes16(col, kc + i, r0, M, t_codes, s_b);
+      return;
+    }
+  }
   if constexpr (kRow) {  // x row r0 + i, columns kc ..
     if (r0 + i < M && kc < K) {
       float enc;  // nvfp4_block_scale and nvfp4_encode_scale on the hardware conversions
       const uint8_t s_b = nvfp4_scale_of(m, cp.row_enc, enc);
 #pragma unroll
       for (int e = 0; e < kBlock; ++e) v[e] = strip[i][strip_col(kBlock * j) + e];
-      nvfp4_store16(row, r0 + i, kc, K, v, enc, s_b);
+      nvfp4_store_codes16(row, r0 + i, kc, K, nvfp4_codes16(v, enc, kc, K), s_b);
     }
   }
   if constexpr (kCol) {  // x column kc + i, rows r0 ..
@@ -254,7 +300,7 @@ __device__ __forceinline__ void nvfp4_strip16(const In* x, int64_t M, int64_t K,
         const uint8_t s_b = nvfp4_scale_of(m, cp.col_enc, enc);
 #pragma unroll
         for (int e = 0; e < kBlock; ++e) v[e] = strip[e][strip_col(kBlock * j) + i];
-        nvfp4_store16(col, kc + i, r0, M, v, enc, s_b);
+        nvfp4_store_codes16(col, kc + i, r0, M, nvfp4_codes16(v, enc, r0, M), s_b);
       }
     }
   }
@@ -270,6 +316,7 @@ __global__ __launch_bounds__(kStripThreads) void nvfp4_tile16_kernel(Nvfp4Args r
   Nvfp4StripCopies cp{row, col};
   if constexpr (kRow) cp.row_enc = Nvfp4Enc::of(nvfp4_copy_encode_scale(row));
   if constexpr (kCol) cp.col_enc = Nvfp4Enc::of(nvfp4_copy_encode_scale(col));
+  if constexpr (kRow && kCol) cp.set_same_codes();
   const In* x = static_cast<const In*>(a.x);
   const int64_t M = a.rows, K = a.cols;
   const int64_t strips_m = ceil_div_device(M, kBlock);
@@ -392,33 +439,54 @@ struct Nvfp4StripCount {
   }
 };
 
-// nvfp4_tile16_kernel per member: member i's items (down its rows first) with each copy's
-// member args (member_nvfp4_args: its x rows, data, scales, amax, swizzled width or in-place
-// placement). A columnwise copy of a member that breaks the storage contract gets the NaN
-// scales nvfp4_poison_item writes and no data; its rowwise copy is encoded as usual. row / col:
-// the copies' whole-buffer args (kRow / kCol). Two blocks per multiprocessor (at three, the
-// member setup kept across the item's strips spills).
+// Member i's strip setup (thread 0 alone; not inlined, so that its 64-bit arithmetic does not
+// add to the strip loop's registers): each copy's member args (member_nvfp4_args: its x rows,
+// data, scales, amax, swizzled width or in-place placement) and global encode scale.
+template <class In, bool kRow, bool kCol>
+__device__ __noinline__ void nvfp4_strip_setup(const Nvfp4Args& row, const Nvfp4Args& col,
+                                               const GroupedMeta& g, int64_t i, int64_t rows,
+                                               Nvfp4StripCopies& cp) {
+  if constexpr (kRow) {
+    cp.row = member_nvfp4_args<In>(row, g, i, rows);
+    cp.row_enc = Nvfp4Enc::of(nvfp4_copy_encode_scale(cp.row));
+  }
+  if constexpr (kCol) {
+    cp.col = member_nvfp4_args<In>(col, g, i, rows);
+    cp.col_enc = Nvfp4Enc::of(nvfp4_copy_encode_scale(cp.col));
+    cp.col_poison = nvfp4_member_breaks_contract(cp.col, rows);
+  }
+  cp.same_codes = false;
+  if constexpr (kRow && kCol) cp.set_same_codes();
+}
+
+// nvfp4_tile16_kernel per member: member i's items (down its rows first), with the member's
+// setup (nvfp4_strip_setup) made once per item by thread 0 and read from shared memory. A
+// columnwise copy of a member that breaks the storage contract gets the NaN scales
+// nvfp4_poison_item writes and no data; its rowwise copy is encoded as usual. row / col: the
+// copies' whole-buffer args (kRow / kCol). Two blocks per multiprocessor: at three (40
+// registers) DSv3 fc1's weights took 4.21 ms against 3.93-3.96 at two (H200,
+// bench/results/2026-12-02-session27-h200.md).
 template <class In, bool kRow, bool kCol>
 __global__ __launch_bounds__(kStripThreads, 2) void nvfp4_tile16_grouped_kernel(
-    Nvfp4Args row, Nvfp4Args col, GroupedMeta g, Nvfp4StripCount count) {
+    const __grid_constant__ Nvfp4Args row, const __grid_constant__ Nvfp4Args col,
+    const __grid_constant__ GroupedMeta g, Nvfp4StripCount count) {
   extern __shared__ int32_t prefix[];  // grouped_prefix_bytes(g)
   __shared__ float strip[kBlock][kStripStride];
+  // Raw storage: a __shared__ variable takes no initializer (Nvfp4StripCopies has defaults).
+  __shared__ alignas(Nvfp4StripCopies) unsigned char cp_storage[sizeof(Nvfp4StripCopies)];
+  const Nvfp4StripCopies& cp = *reinterpret_cast<const Nvfp4StripCopies*>(cp_storage);
   if (grouped_noop(g)) return;
   grouped_for_each_member_tile<kStripThreads>(g, count, prefix, [&](const GroupedTile& w) {
     const int64_t rows = w.rows;
+    // Read by all after the barrier; rewritten after the loop's barrier.
+    if (threadIdx.x == 0) {
+      nvfp4_strip_setup<In, kRow, kCol>(row, col, g, w.member, rows,
+                                        *reinterpret_cast<Nvfp4StripCopies*>(cp_storage));
+    }
+    __syncthreads();
     // member_nvfp4_args' x (the input of both copies).
     const In* x = static_cast<const In*>((kRow ? row : col).x) + g.tensor_offsets[w.member];
     const bool vec = g.cols % kVec16<In> == 0 && (reinterpret_cast<uintptr_t>(x) & 15u) == 0;
-    Nvfp4StripCopies cp;
-    if constexpr (kRow) {
-      cp.row = member_nvfp4_args<In>(row, g, w.member, rows);
-      cp.row_enc = Nvfp4Enc::of(nvfp4_copy_encode_scale(cp.row));
-    }
-    if constexpr (kCol) {
-      cp.col = member_nvfp4_args<In>(col, g, w.member, rows);
-      cp.col_enc = Nvfp4Enc::of(nvfp4_copy_encode_scale(cp.col));
-      cp.col_poison = nvfp4_member_breaks_contract(cp.col, rows);
-    }
     // Member-local item: 32-bit (items and rows fit int32: grouped_grid).
     const int32_t items_m = (w.rows + kBlock * kStripSpan - 1) / (kBlock * kStripSpan);
     const int64_t r_item = int64_t{w.local % items_m} * kBlock * kStripSpan;
