@@ -83,16 +83,6 @@ struct Nvfp4Rng {
   uint64_t seed = 0, offset = 0;
 };
 
-// The Philox block of element e of the stream (philox.h): the CPU's words of elements
-// 4 (e / 4) .. + 3.
-__device__ __forceinline__ philox::Block nvfp4_philox_block(const Nvfp4Rng& rng, uint64_t e) {
-  const uint64_t g = e >> 2;
-  return philox::philox4x32_10(
-      philox::Block{{static_cast<uint32_t>(g), static_cast<uint32_t>(g >> 32),
-                     static_cast<uint32_t>(rng.offset), static_cast<uint32_t>(rng.offset >> 32)}},
-      static_cast<uint32_t>(rng.seed), static_cast<uint32_t>(rng.seed >> 32));
-}
-
 // Codes of f[j] * enc (j < 8) in one word, element j in nibble j; stochastic rounding draws
 // elements e0 .. e0 + 7 of the stream: one Philox block per 4 elements when e0 % 4 == 0 (each
 // made just before its 4 codes, so only 4 words are live), else one block per element (the
@@ -104,7 +94,7 @@ __device__ __forceinline__ uint32_t nvfp4_encode8(const float* f, float enc, con
     if ((e0 & 3u) == 0) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const philox::Block b = nvfp4_philox_block(rng, e0 + 4 * h);
+        const philox::Block b = philox::stream_block(rng.seed, rng.offset, (e0 >> 2) + h);
 #pragma unroll
         for (int j = 0; j < 4; ++j)
           w |= nvfp4_sr_code(f[4 * h + j] * enc, b.w[j]) << (4 * (4 * h + j));
